@@ -1,0 +1,1 @@
+"""zym.capture."""

@@ -1,0 +1,178 @@
+"""Read and write zym capture files.
+
+Writing goes through pyarrow (one row group run per record kind, so row groups stay
+homogeneous); reading goes through polars alone, so ``zym analyze`` never imports pyarrow.
+
+>>> cap = open_capture("trace.parquet")            # doctest: +SKIP
+>>> cap.meta.producer, cap.scan("gpu").select("name", "dur_ns").collect()   # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Mapping
+
+import polars as pl
+
+from .errors import InputError, SchemaError
+from .meta import META_KEY, VERSION_KEY, CaptureMeta
+from .tables import COLUMNS, RECORD_ORDER, REQUIRED, TABLES, arrow_schema, polars_schema
+from .version import READABLE_VERSIONS, SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+PARQUET_MAGIC = b"PAR1"
+ROW_GROUP_ROWS = 1 << 20
+
+
+def conform(table: str, df: pl.DataFrame) -> pl.DataFrame:
+    """Shape ``df`` into the logical table ``table``: add absent columns as nulls, cast, order.
+
+    Raises ``SchemaError`` on a column the table does not have, or a null in a required column.
+    """
+    schema = polars_schema(table)
+    extra = set(df.columns) - set(schema)
+    if extra:
+        raise SchemaError(f"{table} table: unknown column(s) {sorted(extra)}")
+    df = df.with_columns(
+        [pl.lit(table).alias("record")]
+        + [pl.lit(None, dtype).alias(n) for n, dtype in schema.items()
+           if n not in df.columns and n != "record"]
+    ).select([pl.col(n).cast(dtype, strict=True) for n, dtype in schema.items()])
+    missing = [c for c in REQUIRED[table] if df.height and df[c].null_count()]
+    if missing:
+        raise SchemaError(f"{table} table: null values in required column(s) {missing}")
+    return df
+
+
+def write_capture(path: str | Path, tables: Mapping[str, pl.DataFrame], meta: CaptureMeta) -> Path:
+    """Write one capture file atomically (a temporary file renamed into place).
+
+    ``tables`` maps record kinds to frames holding any subset of that table's columns;
+    kinds that are absent are written empty.
+    """
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    file_schema = arrow_schema().with_metadata(
+        {VERSION_KEY: str(SCHEMA_VERSION), META_KEY: meta.to_json()}
+    )
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with pq.ParquetWriter(tmp, file_schema, compression="zstd",
+                              write_statistics=True) as writer:
+            for record in RECORD_ORDER:
+                df = conform(record, tables.get(record, pl.DataFrame()))
+                if df.height:
+                    writer.write_table(_to_file_layout(df, file_schema),
+                                       row_group_size=ROW_GROUP_ROWS)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def _to_file_layout(df: pl.DataFrame, file_schema: pa.Schema) -> pa.Table:
+    """Widen one record kind's frame to the file's column set (absent columns all null)."""
+    import pyarrow as pa
+
+    arrow = df.to_arrow()
+    cols = [
+        arrow.column(f.name).cast(f.type) if f.name in arrow.column_names
+        else pa.nulls(arrow.num_rows, f.type)
+        for f in file_schema
+    ]
+    return pa.Table.from_arrays(cols, schema=file_schema)
+
+
+@dataclass
+class Capture:
+    """An opened, validated capture file. Tables are scanned lazily (column and row-group pruning)."""
+
+    path: Path
+    meta: CaptureMeta
+
+    def scan(self, table: str) -> pl.LazyFrame:
+        """The rows of one logical table, with that table's columns and types."""
+        if table not in TABLES:
+            raise ValueError(f"unknown table {table!r}; tables: {', '.join(TABLES)}")
+        cols = [c for c in TABLES[table] if c != "record"]
+        return (pl.scan_parquet(self.path)
+                .filter(pl.col("record") == table)
+                .select(cols))
+
+    def load(self, table: str) -> pl.DataFrame:
+        try:
+            return self.scan(table).collect()
+        except (pl.exceptions.ComputeError, OSError) as e:
+            raise InputError(f"{self.path}: cannot read the {table} table ({_first_line(e)})") from e
+
+
+def open_capture(path: str | Path) -> Capture:
+    """Open a capture file after checking that it is Parquet, zym's, of a readable version,
+    and has every column of the schema with its type."""
+    path = Path(path)
+    _check_parquet_file(path)
+    try:
+        kv = pl.read_parquet_metadata(path)
+        file_schema = pl.read_parquet_schema(path)
+    except Exception as e:  # polars raises several types for corrupt footers
+        raise InputError(f"{path}: not a readable Parquet file ({_first_line(e)})") from e
+    version = kv.get(VERSION_KEY)
+    if version is None:
+        raise SchemaError(f"{path}: a Parquet file, but not a zym capture (no {VERSION_KEY} key)")
+    if not version.isdigit() or int(version) not in READABLE_VERSIONS:
+        raise SchemaError(
+            f"{path}: zym capture schema version {version}; this zym reads version(s) "
+            f"{', '.join(map(str, sorted(READABLE_VERSIONS)))}: upgrade zym or re-import the trace"
+        )
+    _check_columns(path, file_schema)
+    try:
+        meta = CaptureMeta.from_json(kv.get(META_KEY, '{"producer": "unknown"}'))
+    except (json.JSONDecodeError, TypeError) as e:
+        raise SchemaError(f"{path}: corrupt {META_KEY} metadata ({_first_line(e)})") from e
+    return Capture(path, meta)
+
+
+def is_parquet(path: str | Path) -> bool:
+    """True when the file starts with the Parquet magic bytes."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == PARQUET_MAGIC
+    except OSError:
+        return False
+
+
+def _check_parquet_file(path: Path) -> None:
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    size = path.stat().st_size
+    if size == 0:
+        raise InputError(f"{path}: empty file")
+    with open(path, "rb") as f:
+        head = f.read(4)
+        f.seek(max(0, size - 4))
+        tail = f.read(4)
+    if head != PARQUET_MAGIC:
+        raise InputError(f"{path}: not a Parquet file")
+    if tail != PARQUET_MAGIC:
+        raise InputError(f"{path}: truncated Parquet file (no footer): the capture did not finish")
+
+
+def _check_columns(path: Path, file_schema: Mapping[str, pl.DataType]) -> None:
+    expected = polars_schema()
+    missing = [n for n in expected if n not in file_schema]
+    if missing:
+        raise SchemaError(f"{path}: capture lacks column(s) {', '.join(missing)}")
+    wrong = [f"{n} is {file_schema[n]}, expected {COLUMNS[n].type}"
+             for n, t in expected.items() if file_schema[n] != t]
+    if wrong:
+        raise SchemaError(f"{path}: mistyped column(s): {'; '.join(wrong)}")
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
