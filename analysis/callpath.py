@@ -1,0 +1,195 @@
+"""The call-path graph: every GPU operation attributed to the whole stack that caused it.
+
+A *call path* is one distinct CPU stack down to a CUDA API call: Python frames -> torch ops ->
+CUDA API (the ``stack_id`` of the call). Identical stacks are one path, whatever the number of
+calls; the same kernel reached from two stacks is two paths. Per path:
+
+* GPU work it caused (``gpu_ns``, kernel/copy/memset counts, bytes by copy direction), joined
+  by correlation id, and the GPU operations themselves (``gpu_ops``: the leaves of the graph);
+* its CUDA calls (``calls``, ``launches``, ``cpu_call_ns``) and the CPU time blocked in them
+  (``cpu_blocked_ns``: syncs, copies, synchronous memsets);
+* its innermost user frame (``user_*``): the line to change.
+
+Event-level work (millions of GPU operations) is polars group-bys and joins; the graph
+(``CallPathGraph``, networkx) holds one node per distinct stack node, so its Python-level
+operations (subtree totals, export) scale with the number of distinct paths, not events.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import networkx as nx
+import polars as pl
+
+from zym.schemas.apis import is_blocking_api
+
+from .correlate import attribute_gpu
+from .load import CaptureData
+from .usercode import is_user_frame
+
+UNKNOWN_STACK = -1  # path id of GPU work whose launching call was not captured
+
+
+@dataclass
+class CallPaths:
+    """The call paths of a capture and the graph over them."""
+
+    paths: pl.DataFrame  # one row per call path (see module doc)
+    gpu_ops: pl.DataFrame  # one row per (path, GPU op name): the leaves
+    nodes: pl.DataFrame  # one row per stack node, with frame and user-frame columns
+    graph: CallPathGraph
+
+
+def stack_nodes(frames: pl.DataFrame, stacks: pl.DataFrame) -> pl.DataFrame:
+    """Every stack node with its frame and, inherited top-down, the innermost user frame and
+    torch op at or above it, and the nearest ``nn.Module`` above that user frame.
+
+    One join per depth level: a node inherits from its parent unless it is itself one.
+    """
+    nodes = stacks.join(frames, on="frame_id", how="left").with_columns(
+        is_user_frame().fill_null(False).alias("is_user"))
+    is_module = pl.col("name").str.starts_with("nn.Module: ")
+    inherited = ("user_node", "op_node", "module", "user_module")
+    out: list[pl.DataFrame] = []
+    parent_level: pl.DataFrame | None = None
+    for depth in range(int(nodes["depth"].max() or 0) + 1 if nodes.height else 0):
+        level = nodes.filter(pl.col("depth") == depth)
+        if parent_level is None:
+            level = level.with_columns([pl.lit(None, pl.Int64).alias(c) for c in inherited[:2]]
+                                       + [pl.lit(None, pl.String).alias(c) for c in inherited[2:]])
+        else:
+            level = level.join(parent_level.select(pl.col("stack_id").alias("parent_id"),
+                                                   *inherited), on="parent_id", how="left")
+        level = level.with_columns(
+            pl.when("is_user").then("stack_id").otherwise("user_node").alias("user_node"),
+            pl.when(pl.col("kind") == "torch_op").then("stack_id").otherwise("op_node")
+            .alias("op_node"),
+            pl.when(is_module).then(pl.col("name").str.strip_prefix("nn.Module: "))
+            .otherwise("module").alias("module"),
+        ).with_columns(
+            pl.when("is_user").then("module").otherwise("user_module").alias("user_module"))
+        out.append(level)
+        parent_level = level
+    if not out:
+        return nodes.with_columns([pl.lit(None, pl.Int64).alias(c) for c in inherited[:2]]
+                                  + [pl.lit(None, pl.String).alias(c) for c in inherited[2:]])
+    return pl.concat(out)
+
+
+def build_call_paths(data: CaptureData) -> CallPaths:
+    """Attribute every GPU operation and CUDA call of ``data`` to its call path."""
+    nodes = stack_nodes(data.frames, data.stacks)
+    gpu = attribute_gpu(data.calls, data.gpu).with_columns(
+        pl.col("stack_id").fill_null(UNKNOWN_STACK))
+    gpu_ops = _gpu_ops(gpu)
+    paths = _paths(data.calls, gpu_ops, nodes)
+    graph = CallPathGraph.from_tables(nodes, paths)
+    return CallPaths(paths=paths, gpu_ops=gpu_ops, nodes=nodes, graph=graph)
+
+
+def _gpu_ops(gpu: pl.DataFrame) -> pl.DataFrame:
+    """GPU work per (path, operation name): the leaves of the call-path graph."""
+    size = pl.col("size_bytes").fill_null(0)
+    return (gpu.group_by("stack_id", "kind", "name").agg(
+        pl.len().alias("count"),
+        pl.col("dur_ns").sum().alias("gpu_ns"),
+        pl.col("dur_ns").max().alias("max_ns"),
+        size.sum().alias("bytes"),
+        pl.col("copy_kind").drop_nulls().first().alias("copy_kind"),
+        pl.col("src_mem").drop_nulls().first().alias("src_mem"),
+        pl.col("dst_mem").drop_nulls().first().alias("dst_mem"),
+        pl.col("api").drop_nulls().first().alias("api"),
+    ).sort("gpu_ns", "stack_id", "name", descending=[True, False, False]))
+
+
+def _paths(calls: pl.DataFrame, gpu_ops: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
+    direction = pl.col("copy_kind")
+    gpu_by_path = gpu_ops.group_by("stack_id").agg(
+        pl.col("gpu_ns").sum(),
+        pl.col("count").filter(pl.col("kind") == "kernel").sum().alias("kernels"),
+        pl.col("count").filter(pl.col("kind") == "copy").sum().alias("copies"),
+        pl.col("count").filter(pl.col("kind") == "memset").sum().alias("memsets"),
+        *[pl.col("bytes").filter((pl.col("kind") == "copy") & (direction == d)).sum()
+          .alias(f"bytes_{d.lower()}") for d in ("HtoD", "DtoH", "DtoD")],
+        pl.col("name").first().alias("top_gpu_op"),
+    )
+    blocking = is_blocking_api(pl.col("name")) | (pl.col("kind") == "copy")
+    calls_by_path = calls.group_by("stack_id").agg(
+        pl.len().alias("calls"),
+        (pl.col("kind") == "launch").sum().alias("launches"),
+        (pl.col("kind") == "sync").sum().alias("syncs"),
+        pl.col("dur_ns").sum().alias("cpu_call_ns"),
+        pl.col("dur_ns").filter(blocking).sum().alias("cpu_blocked_ns"),
+        pl.col("dur_ns").filter(blocking).max().alias("max_blocked_ns"),
+        pl.col("name").first().alias("api"),
+    ).with_columns(pl.col("stack_id").fill_null(UNKNOWN_STACK))
+    site = nodes.select(
+        "stack_id", "user_node", "op_node", "user_module",
+    ).join(nodes.select(pl.col("stack_id").alias("user_node"), pl.col("name").alias("user_function"),
+                        pl.col("file").alias("user_file"), pl.col("line").alias("user_line")),
+           on="user_node", how="left"
+    ).join(nodes.select(pl.col("stack_id").alias("op_node"), pl.col("name").alias("torch_op")),
+           on="op_node", how="left")
+    counts = ["kernels", "copies", "memsets", "bytes_htod", "bytes_dtoh", "bytes_dtod", "gpu_ns",
+              "calls", "launches", "syncs", "cpu_call_ns", "cpu_blocked_ns"]
+    return (calls_by_path.join(gpu_by_path, on="stack_id", how="full", coalesce=True)
+            .join(site, on="stack_id", how="left")
+            .with_columns([pl.col(c).fill_null(0).cast(pl.Int64) for c in counts])
+            .with_columns(pl.col("api").fill_null("(unknown: no CUDA call captured)"))
+            .rename({"stack_id": "path_id"})
+            .sort("gpu_ns", "cpu_blocked_ns", "path_id", descending=[True, True, False]))
+
+
+class CallPathGraph:
+    """A tree of stack nodes (networkx ``DiGraph``, parent -> child) weighted by GPU time.
+
+    Node attributes: ``frame`` (kind, name, file, line), ``self_gpu_ns`` (GPU work of calls
+    whose stack ends there), ``total_gpu_ns`` (self plus all descendants), same for
+    ``*_blocked_ns``. Composed, not subclassed, so the graph stays a plain networkx object.
+    """
+
+    def __init__(self, graph: nx.DiGraph) -> None:
+        self.graph = graph
+
+    @classmethod
+    def from_tables(cls, nodes: pl.DataFrame, paths: pl.DataFrame) -> CallPathGraph:
+        g = nx.DiGraph()
+        weights = {r["path_id"]: r for r in paths.select(
+            "path_id", "gpu_ns", "cpu_blocked_ns").iter_rows(named=True)}
+        for row in nodes.select("stack_id", "parent_id", "kind", "name", "file", "line"
+                                ).iter_rows(named=True):
+            w = weights.get(row["stack_id"], {})
+            g.add_node(row["stack_id"], kind=row["kind"], name=row["name"], file=row["file"],
+                       line=row["line"], self_gpu_ns=w.get("gpu_ns", 0),
+                       self_blocked_ns=w.get("cpu_blocked_ns", 0))
+            if row["parent_id"] is not None:
+                g.add_edge(row["parent_id"], row["stack_id"])
+        if UNKNOWN_STACK in weights:
+            w = weights[UNKNOWN_STACK]
+            g.add_node(UNKNOWN_STACK, kind="unknown", name="(unknown stack)", file=None, line=None,
+                       self_gpu_ns=w["gpu_ns"], self_blocked_ns=w["cpu_blocked_ns"])
+        cls._add_totals(g)
+        return cls(g)
+
+    @staticmethod
+    def _add_totals(g: nx.DiGraph) -> None:
+        for node in nx.dfs_postorder_nodes(g):
+            attrs = g.nodes[node]
+            children = [g.nodes[c] for c in g.successors(node)]
+            attrs["total_gpu_ns"] = attrs["self_gpu_ns"] + sum(c["total_gpu_ns"] for c in children)
+            attrs["total_blocked_ns"] = (attrs["self_blocked_ns"]
+                                         + sum(c["total_blocked_ns"] for c in children))
+
+    def roots(self) -> list[int]:
+        return [n for n, d in self.graph.in_degree() if d == 0]
+
+    def path(self, stack_id: int) -> list[dict]:
+        """The frames from the root down to ``stack_id``, outermost first."""
+        chain, node = [], stack_id if stack_id in self.graph else None
+        while node is not None:
+            chain.append(self.graph.nodes[node] | {"stack_id": node})
+            node = next(iter(self.graph.predecessors(node)), None)
+        return chain[::-1]
+
+    def total_gpu_ns(self) -> int:
+        return sum(self.graph.nodes[r]["total_gpu_ns"] for r in self.roots())

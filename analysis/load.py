@@ -1,0 +1,52 @@
+"""Load a capture for analysis: a zym capture file, or a Kineto trace converted in memory."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from zym.schemas.errors import InputError
+from zym.schemas.io import is_parquet, open_capture
+from zym.schemas.meta import CaptureMeta
+
+# The tables the analysis reads; spans (Kineto's CPU slices) are for timeline exports only.
+ANALYSIS_TABLES = ("frame", "stack", "call", "gpu")
+
+
+@dataclass
+class CaptureData:
+    """The tables of one capture, in memory, with their metadata."""
+
+    source: Path
+    meta: CaptureMeta
+    frames: pl.DataFrame
+    stacks: pl.DataFrame
+    calls: pl.DataFrame
+    gpu: pl.DataFrame
+
+
+def load_capture(path: str | Path, progress: Callable[[str], None] | None = None) -> CaptureData:
+    """Load ``path`` (zym Parquet capture, or Kineto ``.json``/``.json.gz``) for analysis."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory, not a capture file")
+    if path.stat().st_size == 0:
+        raise InputError(f"{path}: empty file")
+    if is_parquet(path):
+        if progress:
+            progress("reading capture")
+        cap = open_capture(path)
+        tables = {t: cap.load(t) for t in ANALYSIS_TABLES}
+        meta = cap.meta
+    else:
+        from zym.capture.kineto import load_kineto, looks_like_kineto
+
+        if not looks_like_kineto(path):
+            raise InputError(f"{path}: neither a zym capture (Parquet) nor a torch.profiler "
+                             "trace (JSON, optionally gzipped)")
+        tables, meta = load_kineto(path, progress)
+    return CaptureData(path, meta, tables["frame"], tables["stack"], tables["call"], tables["gpu"])

@@ -1,0 +1,118 @@
+/* zym capture: the one layout contract between the BPF program (zym.bpf.c) and user space.
+ *
+ * Compiled by BCC (clang, target bpf) and, in the tests, by gcc: the test compares every
+ * sizeof/offsetof here with the ctypes mirrors in capture/events.py, so the two cannot drift.
+ */
+#ifndef ZYM_EVENTS_H
+#define ZYM_EVENTS_H
+
+#ifndef ZYM_BPF  /* gcc (tests); zym.bpf.c defines ZYM_BPF and gets these from the kernel headers */
+#include <stdint.h>
+typedef uint8_t u8;
+typedef int8_t s8;
+typedef uint16_t u16;
+typedef int16_t s16;
+typedef uint32_t u32;
+typedef int32_t s32;
+typedef uint64_t u64;
+#endif
+
+/* Frames walked per stack (innermost first). Deeper stacks are cut and flagged. */
+#ifndef ZYM_MAX_FRAMES
+#define ZYM_MAX_FRAMES 128
+#endif
+/* One entry and one return program exist per probe slot; probes.py may use this many. */
+#define ZYM_MAX_PROBES 48
+
+/* Record types: the first u32 of every ring buffer record. */
+#define ZYM_EV_CALL 1
+#define ZYM_EV_STACK 2
+#define ZYM_EV_PROC 3
+
+/* zym_call.flags */
+#define ZYM_F_NO_LAYOUT 1    /* the process is tracked but its interpreter is not known (yet) */
+#define ZYM_F_NO_TSTATE 2    /* the thread has no PyThreadState: a native thread */
+#define ZYM_F_NO_FRAMES 4    /* a PyThreadState without Python frames */
+#define ZYM_F_NOT_SAMPLED 8  /* --sample N: this call's stack was not walked */
+#define ZYM_F_TRUNCATED 16   /* deeper than ZYM_MAX_FRAMES (zym_stack.flags) */
+
+/* zym_proc_event.what */
+#define ZYM_PROC_FORK 1
+#define ZYM_PROC_EXEC 2
+
+/* Counter slots (per-CPU array "counters"). */
+#define ZYM_C_CALLS 0         /* calls seen by an entry probe in a tracked process */
+#define ZYM_C_NESTED 1        /* calls made inside another probed call (runtime -> driver) */
+#define ZYM_C_LOST_CALLS 2    /* call records the ring buffer had no room for */
+#define ZYM_C_LOST_STACKS 3   /* stack records the ring buffer had no room for */
+#define ZYM_C_NOT_SAMPLED 4
+#define ZYM_NCOUNTERS 8
+
+/* One CUDA API call. Calls with a return probe are sent at return, with dur_ns. */
+struct zym_call {
+    u32 type;
+    u32 probe;        /* index into probes.PROBES */
+    u32 pid;
+    u32 tid;
+    u64 ts_ns;        /* bpf_ktime_get_ns() at entry: CLOCK_MONOTONIC */
+    u64 dur_ns;       /* 0 without a return probe */
+    u64 stack_hash;   /* 0: no stack (see flags) */
+    u64 size_arg;     /* raw argument values, scaled and decoded in user space */
+    u64 stream;
+    u64 copy_arg;
+    u32 flags;
+    u32 pad;
+};
+
+struct zym_frame {
+    u64 code;         /* PyCodeObject * */
+    u64 instr;        /* 3.11+: _Py_CODEUNIT * of the executing instruction; 3.10: f_lasti
+                         (low 32 bits) */
+};
+
+/* A Python stack, sent once per (pid, stack_hash) while it stays in the kernel's LRU. */
+struct zym_stack {
+    u32 type;
+    u32 pid;
+    u64 hash;
+    u32 nframes;
+    u32 flags;
+    struct zym_frame frames[ZYM_MAX_FRAMES];
+};
+
+/* A tracked process forked a child, or exec'd: user space (re)detects its interpreter. */
+struct zym_proc_event {
+    u32 type;
+    u32 what;
+    u32 pid;
+    u32 ppid;
+};
+
+/* Per-process interpreter layout (map "procs", key: tgid), filled from capture/offsets. */
+struct zym_proc {
+    u64 tss_key_addr;   /* &_PyRuntime.(gilstate.)autoTSSkey._key: the pthread key of tstates */
+    u64 none_addr;      /* &_Py_NoneStruct: 3.13 entry frames carry None as their code */
+    u32 has_layout;
+    u32 tsd_first;      /* glibc struct pthread: offset of specific_1stblock[0].data */
+    u32 tsd_stride;
+    s32 cframe_current; /* 3.11/3.12: tstate->cframe->current_frame; -1 when direct */
+    u32 ts_frame;       /* PyThreadState.cframe / .current_frame / .frame (3.10) */
+    u32 f_code;
+    u32 f_previous;
+    u32 f_instr;
+    u32 f_owner;        /* byte compared with owned_by_cstack (any readable byte before 3.12) */
+    u32 owned_by_cstack;/* FRAME_OWNED_BY_CSTACK; 256 (never equal to a byte) before 3.12 */
+    u32 pad;
+};
+
+/* How to read one probe's arguments (map "probes", key: probe index). A slot is the integer
+ * argument position of the SysV x86-64 ABI: 0-5 are registers, 6+ the stack. -1: absent. */
+struct zym_probe_spec {
+    s8 size_slot;
+    s8 stream_slot;
+    s8 copy_slot;
+    u8 has_return;
+    s32 stream_deref;   /* >= 0: stream_slot holds a struct pointer, the stream is at +this */
+};
+
+#endif

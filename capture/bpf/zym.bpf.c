@@ -1,0 +1,255 @@
+/* zym capture, kernel side: uprobes on CUDA API entry points that record each call with the
+ * calling thread's CPython stack.
+ *
+ * Configured only through -D flags (set by capture/bpf_loader.py; `zym capture --print-bpf`
+ * shows them) and through maps filled from user space:
+ *   procs   tgid -> struct zym_proc      tracked processes and their interpreter layout
+ *   probes  probe index -> zym_probe_spec  how to read each probed function's arguments
+ * Layout shared with user space: events.h.
+ *
+ * Required -D flags: ZYM_FSBASE_OFF (offsetof(task_struct, thread.fsbase), from kernel BTF,
+ * because the kernel headers BCC compiles against may belong to another kernel: then
+ * task->thread.fsbase compiles and silently reads 0), ZYM_SAMPLE (walk every Nth stack per
+ * thread), ZYM_RINGBUF_PAGES.
+ */
+#include <uapi/linux/ptrace.h>
+#define ZYM_BPF 1
+#include "events.h"
+
+BPF_RINGBUF_OUTPUT(events, ZYM_RINGBUF_PAGES);
+BPF_HASH(procs, u32, struct zym_proc, 16384);
+BPF_ARRAY(probes, struct zym_probe_spec, ZYM_MAX_PROBES);
+/* The outermost probed call in progress on a thread, kept until its return probe fires.
+ * Calls that start while one is pending are nested (cudaLaunchKernel -> cuLaunchKernel) and
+ * are counted, not recorded: one API call is one event. */
+BPF_HASH(pending, u32, struct zym_call, 16384);
+/* Stacks already sent, so a hot loop sends its stack once. Key: (tgid, hash). */
+struct seen_key { u64 hash; u32 pid; u32 pad; };
+BPF_TABLE("lru_hash", struct seen_key, u8, seen, 65536);
+BPF_TABLE("lru_hash", u32, u64, sample_count, 65536);
+BPF_PERCPU_ARRAY(scratch, struct zym_stack, 1);
+BPF_PERCPU_ARRAY(counters, u64, ZYM_NCOUNTERS);
+
+static __always_inline void count(u32 slot) {
+    u64 *c = counters.lookup(&slot);
+    if (c)
+        *c += 1;
+}
+
+static __always_inline u64 read_u64(u64 addr) {
+    u64 v = 0;
+    bpf_probe_read_user(&v, sizeof(v), (void *)addr);
+    return v;
+}
+
+/* Integer argument `slot` at function entry (SysV x86-64): six registers, then the stack
+ * above the return address. */
+static __always_inline u64 read_arg(struct pt_regs *ctx, s8 slot) {
+    switch (slot) {
+    case 0: return PT_REGS_PARM1(ctx);
+    case 1: return PT_REGS_PARM2(ctx);
+    case 2: return PT_REGS_PARM3(ctx);
+    case 3: return PT_REGS_PARM4(ctx);
+    case 4: return PT_REGS_PARM5(ctx);
+    case 5: return PT_REGS_PARM6(ctx);
+    }
+    if (slot < 0 || slot > 15)
+        return 0;
+    return read_u64(PT_REGS_SP(ctx) + 8 * (u64)(slot - 5));
+}
+
+/* pthread_getspecific(key) of the current thread, glibc x86-64, key < 32 (the first block).
+ * The gilstate key's value stays set while the thread has released the GIL, which is the
+ * normal state inside a torch op; "current tstate" pointers are NULL or another thread's. */
+static __always_inline u64 thread_state(struct zym_proc *proc) {
+    int key = -1;
+    bpf_probe_read_user(&key, sizeof(key), (void *)proc->tss_key_addr);
+    if (key < 0 || key >= 32)
+        return 0;
+    u64 fsbase = 0;
+    u64 task = (u64)bpf_get_current_task();
+    bpf_probe_read_kernel(&fsbase, sizeof(fsbase), (void *)(task + ZYM_FSBASE_OFF));
+    if (!fsbase)
+        return 0;
+    return read_u64(fsbase + proc->tsd_first + (u64)key * proc->tsd_stride);
+}
+
+static __always_inline u64 first_frame(struct zym_proc *proc, u64 tstate) {
+    u64 frame = read_u64(tstate + proc->ts_frame);
+    if (proc->cframe_current >= 0 && frame)
+        frame = read_u64(frame + (u32)proc->cframe_current);
+    return frame;
+}
+
+static __always_inline u64 mix(u64 h, u64 v) {
+    h ^= v;
+    h *= 0x100000001b3ULL;
+    return h ^ (h >> 29);
+}
+
+/* Walks the interpreter's frame list into the per-CPU scratch record; returns its hash.
+ * The loop body is branch-free on purpose: with a branch per frame the verifier explores
+ * 2^frames paths and rejects the program. Frames that are skipped (C-stack shims, None code)
+ * are overwritten by the next kept one; the count lives in map memory for the same reason. */
+static __always_inline u64 walk(struct zym_proc *proc, u64 frame, struct zym_stack *st) {
+    u64 h = 0xcbf29ce484222325ULL;
+    st->nframes = 0;
+    for (int i = 0; i < ZYM_MAX_FRAMES && frame; i++) {
+        u64 code = read_u64(frame + proc->f_code);
+        u64 instr = read_u64(frame + proc->f_instr);   /* 3.10: low 32 bits are f_lasti */
+        u8 owner = 0;
+        bpf_probe_read_user(&owner, 1, (void *)(frame + proc->f_owner));
+        u64 keep = (code != 0) & (code != proc->none_addr) & (owner != proc->owned_by_cstack);
+        u32 n = st->nframes & (ZYM_MAX_FRAMES - 1);
+        st->frames[n].code = code;
+        st->frames[n].instr = instr;
+        st->nframes += (u32)keep;
+        h = mix(mix(h, code * keep), instr * keep);
+        frame = read_u64(frame + proc->f_previous);
+    }
+    st->flags = frame ? ZYM_F_TRUNCATED : 0;
+    return h ? h : 1;
+}
+
+/* Walks the calling thread's Python stack, sends it if this process has not sent it yet,
+ * and returns its hash (0 when there is none; *flags says why). */
+static __always_inline u64 python_stack(struct zym_proc *proc, u32 tgid, u32 tid, u32 *flags) {
+    if (!proc->has_layout) {
+        *flags |= ZYM_F_NO_LAYOUT;
+        return 0;
+    }
+    if (ZYM_SAMPLE > 1) {
+        u64 zero = 0, *n = sample_count.lookup_or_try_init(&tid, &zero);
+        if (n) {
+            u64 k = (*n)++;
+            if (k % ZYM_SAMPLE) {
+                *flags |= ZYM_F_NOT_SAMPLED;
+                count(ZYM_C_NOT_SAMPLED);
+                return 0;
+            }
+        }
+    }
+    u64 tstate = thread_state(proc);
+    if (!tstate) {
+        *flags |= ZYM_F_NO_TSTATE;
+        return 0;
+    }
+    u32 zero32 = 0;
+    struct zym_stack *st = scratch.lookup(&zero32);
+    if (!st)
+        return 0;
+    u64 h = walk(proc, first_frame(proc, tstate), st);
+    if (!st->nframes) {
+        *flags |= ZYM_F_NO_FRAMES;
+        return 0;
+    }
+    struct seen_key key = {.hash = h, .pid = tgid};
+    if (seen.lookup(&key))
+        return h;
+    st->type = ZYM_EV_STACK;
+    st->pid = tgid;
+    st->hash = h;
+    if (events.ringbuf_output(st, sizeof(*st), 0) < 0) {
+        count(ZYM_C_LOST_STACKS);
+        return h;   /* user space will count the call's stack as missed */
+    }
+    u8 one = 1;
+    seen.update(&key, &one);
+    return h;
+}
+
+static __always_inline void send_call(struct zym_call *call) {
+    if (events.ringbuf_output(call, sizeof(*call), 0) < 0)
+        count(ZYM_C_LOST_CALLS);
+}
+
+static __always_inline int on_entry(struct pt_regs *ctx, u32 probe) {
+    u64 pid_tgid = bpf_get_current_pid_tgid();
+    u32 tgid = pid_tgid >> 32, tid = (u32)pid_tgid;
+    struct zym_proc *proc = procs.lookup(&tgid);
+    if (!proc)
+        return 0;
+    struct zym_probe_spec *spec = probes.lookup(&probe);
+    if (!spec)
+        return 0;
+    count(ZYM_C_CALLS);
+    if (pending.lookup(&tid)) {
+        count(ZYM_C_NESTED);
+        return 0;
+    }
+    struct zym_call call = {};
+    call.type = ZYM_EV_CALL;
+    call.probe = probe;
+    call.pid = tgid;
+    call.tid = tid;
+    call.ts_ns = bpf_ktime_get_ns();
+    if (spec->size_slot >= 0)
+        call.size_arg = read_arg(ctx, spec->size_slot);
+    if (spec->copy_slot >= 0)
+        call.copy_arg = read_arg(ctx, spec->copy_slot);
+    if (spec->stream_slot >= 0) {
+        u64 v = read_arg(ctx, spec->stream_slot);
+        call.stream = spec->stream_deref >= 0 && v ? read_u64(v + (u32)spec->stream_deref) : v;
+    }
+    call.stack_hash = python_stack(proc, tgid, tid, &call.flags);
+    if (spec->has_return) {
+        pending.update(&tid, &call);
+        return 0;
+    }
+    send_call(&call);
+    return 0;
+}
+
+static __always_inline int on_return(struct pt_regs *ctx, u32 probe) {
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    struct zym_call *p = pending.lookup(&tid);
+    if (!p || p->probe != probe)
+        return 0;   /* the return of a nested call */
+    struct zym_call call = *p;
+    pending.delete(&tid);
+    call.dur_ns = bpf_ktime_get_ns() - call.ts_ns;
+    send_call(&call);
+    return 0;
+}
+
+/* A tracked process forks: the child shares the parent's memory layout until it execs, so it
+ * inherits the interpreter layout and is traced from its first instruction. (This tracepoint
+ * also fires for new threads; user space ignores those.) */
+TRACEPOINT_PROBE(sched, sched_process_fork) {
+    u32 parent = bpf_get_current_pid_tgid() >> 32;
+    struct zym_proc *proc = procs.lookup(&parent);
+    if (!proc)
+        return 0;
+    u32 child = args->child_pid;
+    struct zym_proc copy = *proc;
+    procs.update(&child, &copy);
+    struct zym_proc_event ev = {.type = ZYM_EV_PROC, .what = ZYM_PROC_FORK,
+                                .pid = child, .ppid = parent};
+    events.ringbuf_output(&ev, sizeof(ev), 0);
+    return 0;
+}
+
+/* exec replaces the image: forget the layout until user space has detected the new one. */
+TRACEPOINT_PROBE(sched, sched_process_exec) {
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    struct zym_proc *proc = procs.lookup(&tgid);
+    if (!proc)
+        return 0;
+    proc->has_layout = 0;
+    struct zym_proc_event ev = {.type = ZYM_EV_PROC, .what = ZYM_PROC_EXEC, .pid = tgid};
+    events.ringbuf_output(&ev, sizeof(ev), 0);
+    return 0;
+}
+
+/* One entry and one return program per probe slot; probes.py maps symbols to slots. */
+#define ZYM_SLOT(n)                                                                   \
+    int zym_entry_##n(struct pt_regs *ctx) { return on_entry(ctx, n); }               \
+    int zym_return_##n(struct pt_regs *ctx) { return on_return(ctx, n); }
+
+ZYM_SLOT(0) ZYM_SLOT(1) ZYM_SLOT(2) ZYM_SLOT(3) ZYM_SLOT(4) ZYM_SLOT(5) ZYM_SLOT(6) ZYM_SLOT(7)
+ZYM_SLOT(8) ZYM_SLOT(9) ZYM_SLOT(10) ZYM_SLOT(11) ZYM_SLOT(12) ZYM_SLOT(13) ZYM_SLOT(14)
+ZYM_SLOT(15) ZYM_SLOT(16) ZYM_SLOT(17) ZYM_SLOT(18) ZYM_SLOT(19) ZYM_SLOT(20) ZYM_SLOT(21)
+ZYM_SLOT(22) ZYM_SLOT(23) ZYM_SLOT(24) ZYM_SLOT(25) ZYM_SLOT(26) ZYM_SLOT(27) ZYM_SLOT(28)
+ZYM_SLOT(29) ZYM_SLOT(30) ZYM_SLOT(31) ZYM_SLOT(32) ZYM_SLOT(33) ZYM_SLOT(34) ZYM_SLOT(35)
+ZYM_SLOT(36) ZYM_SLOT(37) ZYM_SLOT(38) ZYM_SLOT(39) ZYM_SLOT(40) ZYM_SLOT(41) ZYM_SLOT(42)
+ZYM_SLOT(43) ZYM_SLOT(44) ZYM_SLOT(45) ZYM_SLOT(46) ZYM_SLOT(47)

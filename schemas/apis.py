@@ -1,0 +1,46 @@
+"""What a CUDA runtime or driver API call does, from its name.
+
+Shared by every producer (Kineto import, eBPF capture, CUPTI) so that a call's ``kind`` means the
+same thing whichever tool saw it. Names follow the CUDA 12/13 runtime and driver APIs, with their
+``_v2``/``_v3`` and per-thread-stream (``_ptsz``, ``_ptds``) suffixes.
+"""
+from __future__ import annotations
+
+import polars as pl
+
+# First match wins. Patterns are regular expressions on the API name.
+KIND_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("launch", r"^(cuda|cu)(LaunchKernel|LaunchKernelEx|LaunchKernelExC|LaunchCooperativeKernel"
+               r"|LaunchCooperativeKernelMultiDevice|GraphLaunch|LaunchHostFunc)"),
+    ("copy", r"^(cuda|cu)Mem[cC]py"),
+    ("memset", r"^(cuda|cu)Memset"),
+    ("sync", r"^(cuda|cu)(DeviceSynchronize|StreamSynchronize|CtxSynchronize|EventSynchronize"
+             r"|ThreadSynchronize)"),
+)
+
+# Driver copies name their direction; runtime ones (cudaMemcpyAsync) take it from an argument.
+_DIRECTION = r"^cuMemcpy(?:Peer)?(HtoD|DtoH|DtoD|HtoA|AtoH|DtoA|AtoD|AtoA|Peer)"
+_DIRECTION_MAP = {"HtoA": "HtoD", "AtoH": "DtoH", "DtoA": "DtoD", "AtoD": "DtoD",
+                  "AtoA": "DtoD", "Peer": "PtoP"}
+
+
+def api_kind(name: pl.Expr) -> pl.Expr:
+    """Expression: the call kind (launch, copy, memset, sync, other) of an API name column."""
+    expr = pl.lit("other")
+    for kind, pattern in reversed(KIND_PATTERNS):
+        expr = pl.when(name.str.contains(pattern)).then(pl.lit(kind)).otherwise(expr)
+    return expr
+
+
+def api_copy_kind(name: pl.Expr) -> pl.Expr:
+    """Expression: the copy direction named by a driver copy API (null when the name has none)."""
+    raw = name.str.extract(_DIRECTION, 1)
+    return raw.replace(_DIRECTION_MAP)
+
+
+def is_blocking_api(name: pl.Expr) -> pl.Expr:
+    """Expression: true for calls that block the CPU thread until the GPU catches up: syncs and
+    synchronous copies/memsets (those without ``Async`` in their name)."""
+    sync_like = name.str.contains(KIND_PATTERNS[3][1])
+    sync_copy = name.str.contains(r"^(cuda|cu)(Mem[cC]py|Memset)") & ~name.str.contains("Async")
+    return sync_like | sync_copy
