@@ -156,18 +156,19 @@ class CallPathGraph:
         g = nx.DiGraph()
         weights = {r["path_id"]: r for r in paths.select(
             "path_id", "gpu_ns", "cpu_blocked_ns").iter_rows(named=True)}
-        for row in nodes.select("stack_id", "parent_id", "kind", "name", "file", "line"
-                                ).iter_rows(named=True):
+        for row in nodes.select("stack_id", "parent_id", "kind", "name", "file", "line", "is_user",
+                                "module").iter_rows(named=True):
             w = weights.get(row["stack_id"], {})
             g.add_node(row["stack_id"], kind=row["kind"], name=row["name"], file=row["file"],
-                       line=row["line"], self_gpu_ns=w.get("gpu_ns", 0),
+                       line=row["line"], is_user=row["is_user"], module=row["module"],
+                       self_gpu_ns=w.get("gpu_ns", 0),
                        self_blocked_ns=w.get("cpu_blocked_ns", 0))
             if row["parent_id"] is not None:
                 g.add_edge(row["parent_id"], row["stack_id"])
         if UNKNOWN_STACK in weights:
             w = weights[UNKNOWN_STACK]
             g.add_node(UNKNOWN_STACK, kind="unknown", name="(unknown stack)", file=None, line=None,
-                       self_gpu_ns=w["gpu_ns"], self_blocked_ns=w["cpu_blocked_ns"])
+                       is_user=False, module=None, self_gpu_ns=w["gpu_ns"], self_blocked_ns=w["cpu_blocked_ns"])
         cls._add_totals(g)
         return cls(g)
 

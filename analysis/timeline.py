@@ -1,0 +1,41 @@
+"""Time facts of a capture: its window, and how busy each GPU was within it."""
+from __future__ import annotations
+
+import polars as pl
+
+
+def busy_intervals(gpu: pl.DataFrame) -> pl.DataFrame:
+    """Union of GPU activity intervals per device: ``device_id, start_ns, end_ns`` (disjoint).
+
+    Overlapping work on several streams counts once. Sorted by start, an interval opens a new
+    busy period when it starts after every earlier interval on its device has ended.
+    """
+    iv = (gpu.select(pl.col("device_id").fill_null(-1), pl.col("ts_ns").alias("start_ns"),
+                     (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"))
+          .sort("device_id", "start_ns"))
+    opened = pl.col("start_ns") > pl.col("end_ns").cum_max().shift(1).over("device_id")
+    return (iv.with_columns(opened.fill_null(True).cum_sum().over("device_id").alias("period"))
+            .group_by("device_id", "period")
+            .agg(pl.col("start_ns").min(), pl.col("end_ns").max())
+            .drop("period").sort("device_id", "start_ns"))
+
+
+def gpu_utilization(calls: pl.DataFrame, gpu: pl.DataFrame) -> dict:
+    """Capture window and per-device busy/idle time within it.
+
+    The window spans every recorded CPU call and GPU operation; idle time is window time
+    in which the device ran nothing.
+    """
+    starts = pl.concat([calls.select("ts_ns"), gpu.select("ts_ns")])["ts_ns"]
+    ends = pl.concat([calls.select(pl.col("ts_ns") + pl.col("dur_ns")),
+                      gpu.select(pl.col("ts_ns") + pl.col("dur_ns"))])["ts_ns"]
+    if starts.len() == 0:
+        return {"window_ns": 0, "activity_ns": 0, "devices": []}
+    window = int(ends.max()) - int(starts.min())
+    busy = (busy_intervals(gpu).group_by("device_id")
+            .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("busy_ns")).sort("device_id"))
+    devices = [{"device_id": r["device_id"], "busy_ns": r["busy_ns"],
+                "idle_ns": max(window - r["busy_ns"], 0),
+                "busy_pct": round(100 * r["busy_ns"] / window, 2) if window else 0.0}
+               for r in busy.iter_rows(named=True)]
+    return {"window_ns": window, "activity_ns": int(gpu["dur_ns"].sum() or 0), "devices": devices}

@@ -1,0 +1,89 @@
+"""Rich rendering of an analysis for people. Only presentation lives here."""
+from __future__ import annotations
+
+from rich.console import Console
+from rich.text import Text
+
+
+def fmt_ns(ns: int | None) -> str:
+    """Human duration: 1.23 s, 45.6 ms, 789 µs, 12 ns."""
+    if ns is None:
+        return "-"
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if abs(ns) >= scale:
+            return f"{ns / scale:.3g} {unit}" if ns / scale < 100 else f"{ns / scale:.1f} {unit}"
+    return f"{ns} ns"
+
+
+def fmt_bytes(n: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n} B"
+
+
+def render_summary(report: dict, console: Console) -> None:
+    cap, gpu = report["capture"], report["gpu"]
+    gpus = ", ".join(g.get("name", "?") for g in cap["gpus"]) or "unknown GPU"
+    versions = ", ".join(f"{k} {v}" for k, v in (("driver", cap["driver_version"]),
+                                                  ("runtime", cap["runtime_version"])) if v)
+    console.print(Text(f"zym · {cap['source']}", style="bold"))
+    console.print(f"  {cap['producer']} · {gpus}" + (f" ({versions})" if versions else ""))
+    console.print(f"  {cap['calls']:,} CUDA calls on {cap['threads']} thread(s) · "
+                  f"{cap['gpu_ops']:,} GPU ops ({cap['kernels']:,} kernels, {cap['copies']:,} "
+                  f"copies, {cap['memsets']:,} memsets) · {cap['paths']:,} call paths")
+    line = f"  window {fmt_ns(gpu['window_ns'])} · GPU activity {fmt_ns(gpu['activity_ns'])}"
+    for d in gpu["devices"]:
+        line += (f" · GPU {d['device_id']} busy {fmt_ns(d['busy_ns'])} ({d['busy_pct']:.1f}%),"
+                 f" idle {fmt_ns(d['idle_ns'])}")
+    console.print(line)
+    if gpu["activity_ns"] and gpu["attributed_ns"] < gpu["activity_ns"]:
+        share = 100 * gpu["attributed_ns"] / gpu["activity_ns"]
+        console.print(f"  [yellow]{share:.1f}% of GPU time has a call stack[/yellow]")
+    if any(cap["dropped"].values()):
+        console.print(f"  [yellow]dropped events: {cap['dropped']}[/yellow]")
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(width - 1, 1)] + "…"
+
+
+def _chain(p: dict) -> str:
+    """torch op -> API -> top GPU op, the part of a path below the user's line."""
+    parts = [p["torch_op"], p["api"]]
+    if p["gpu_ops"]:
+        more = len(p["gpu_ops"]) - 1
+        parts.append(p["gpu_ops"][0]["name"] + (f" (+{more} more)" if more else ""))
+    return " → ".join(x for x in parts if x)
+
+
+def render_paths_by_gpu(paths: list[dict], console: Console) -> None:
+    console.print(Text("Top call paths by GPU time", style="bold underline"))
+    for i, p in enumerate(paths, 1):
+        what = ", ".join(f"{p[k]:,} {k}" for k in ("kernels", "copies", "memsets") if p[k])
+        console.print(f"{i:>3}  [bold]{fmt_ns(p['gpu_ns']):>9}[/bold] {p['gpu_share_pct']:5.1f}%"
+                      f"  [cyan]{p['site']}[/cyan]  ({what})", highlight=False)
+        console.print(Text(_clip("       " + _chain(p), console.width), style="dim"))
+
+
+def render_paths_by_blocked(paths: list[dict], console: Console) -> None:
+    console.print(Text("Top call paths by CPU time blocked (syncs and copies)",
+                       style="bold underline"))
+    for i, p in enumerate(paths, 1):
+        copied = sum(p["bytes"].values())
+        per_call = fmt_ns(p["cpu_blocked_ns"] // max(p["calls"], 1))
+        extra = f", {fmt_bytes(copied)} copied" if copied else ""
+        console.print(f"{i:>3}  [bold]{fmt_ns(p['cpu_blocked_ns']):>9}[/bold]  "
+                      f"[cyan]{p['site']}[/cyan]  ({p['calls']:,} calls, {per_call} each{extra})",
+                      highlight=False)
+        console.print(Text(_clip("       " + _chain(p), console.width), style="dim"))
+
+
+def render_report(report: dict, console: Console) -> None:
+    render_summary(report, console)
+    console.print()
+    if report["paths_by_gpu_time"]:
+        render_paths_by_gpu(report["paths_by_gpu_time"], console)
+    if report["paths_by_cpu_blocked"]:
+        console.print()
+        render_paths_by_blocked(report["paths_by_cpu_blocked"], console)
