@@ -321,13 +321,18 @@ def nest_intervals(iv: pl.DataFrame) -> pl.DataFrame:
     gives each open its depth, and its parent is the latest earlier open one level up.
     Returns ``node, parent`` (parent null at depth 0).
     """
+    # Ties: at one instant, closes of intervals that have length, then opens (longest first,
+    # then in node order), then closes of zero-length intervals; identical intervals nest in
+    # node order, so the later-opened one closes first.
     opens = iv.select("node", "tid", pl.col("ts_ns").alias("t"), pl.lit(1, pl.Int8).alias("step"),
-                      pl.lit(1, pl.Int8).alias("order"), (-pl.col("dur_ns")).alias("tie"))
+                      pl.lit(1, pl.Int8).alias("order"), (-pl.col("dur_ns")).alias("tie"),
+                      pl.col("node").alias("tie2"))
     closes = iv.select("node", "tid", (pl.col("ts_ns") + pl.col("dur_ns")).alias("t"),
                        pl.lit(-1, pl.Int8).alias("step"),
                        pl.when(pl.col("dur_ns") == 0).then(2).otherwise(0).cast(pl.Int8)
-                       .alias("order"), (-pl.col("ts_ns")).alias("tie"))
-    timeline = (pl.concat([opens, closes]).sort("tid", "t", "order", "tie")
+                       .alias("order"), (-pl.col("ts_ns")).alias("tie"),
+                       (-pl.col("node")).alias("tie2"))
+    timeline = (pl.concat([opens, closes]).sort("tid", "t", "order", "tie", "tie2")
                 .with_columns(pl.col("step").cast(pl.Int32).cum_sum().over("tid").alias("level"))
                 .with_row_index("pos")
                 .filter(pl.col("step") == 1)

@@ -1,0 +1,42 @@
+"""Call paths on built traces: unknown stacks, multi-process correlation, busy time."""
+from __future__ import annotations
+
+import polars as pl
+
+from kineto_builder import KinetoBuilder
+from zym.analysis import analyze
+from zym.analysis.callpath import UNKNOWN_STACK
+from zym.analysis.timeline import busy_intervals
+
+
+def test_gpu_work_without_a_call_is_kept_as_unknown(tmp_path):
+    b = KinetoBuilder()
+    with b.py("app.py(3): run"), b.op("aten::mm"):
+        b.launch("cudaLaunchKernel", kernel="gemm", gpu_us=4.0)
+    b.events.append({"ph": "X", "cat": "kernel", "name": "orphan", "pid": 0, "tid": 7,
+                     "ts": b.gpu_now + 1, "dur": 6.0, "args": {"correlation": 999, "stream": 7,
+                                                                "device": 0}})
+    result = analyze(b.write(tmp_path / "t.json"))
+    paths = result.call_paths.paths
+    unknown = paths.filter(pl.col("path_id") == UNKNOWN_STACK).row(0, named=True)
+    assert unknown["gpu_ns"] == 6000
+    report = result.to_dict()
+    assert report["gpu"]["activity_ns"] == 10_000 and report["gpu"]["attributed_ns"] == 4000
+    assert any(p["site"] == "(unknown stack)" for p in report["paths_by_gpu_time"])
+
+
+def test_same_kernel_from_two_sites_is_two_paths(tmp_path):
+    b = KinetoBuilder()
+    for site in ("app.py(10): attention", "app.py(20): mlp"):
+        with b.py(site), b.op("aten::mm"):
+            b.launch("cudaLaunchKernel", kernel="gemm", gpu_us=3.0)
+    paths = analyze(b.write(tmp_path / "t.json")).call_paths.paths
+    assert sorted(paths["user_function"].to_list()) == ["attention", "mlp"]
+    assert paths["gpu_ns"].to_list() == [3000, 3000]
+
+
+def test_busy_time_counts_overlapping_streams_once():
+    gpu = pl.DataFrame({"device_id": [0, 0, 0, 1], "ts_ns": [0, 5, 20, 0],
+                        "dur_ns": [10, 10, 5, 3]})
+    iv = busy_intervals(gpu)
+    assert iv.rows() == [(0, 0, 15), (0, 20, 25), (1, 0, 3)]

@@ -1,0 +1,106 @@
+"""The zym command: outputs, exit codes and one-line errors, as users see them."""
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from zym.cli.main import app
+
+runner = CliRunner()
+
+
+def run(*args: str):
+    return runner.invoke(app, list(args), catch_exceptions=False)
+
+
+def test_analyze_text_names_the_sites(sample_capture):
+    result = run("analyze", str(sample_capture), "--top", "5", "--no-progress")
+    assert result.exit_code == 0
+    out = result.stdout
+    assert "Top call paths by GPU time" in out and "CPU time blocked" in out
+    assert "gpt_decode_server.py:40 FeedForward.forward" in out
+    assert "gpt_decode_server.py:83 generate" in out
+    assert out.count("\n") < 60
+
+
+def test_analyze_json_top_limits_both_rankings(sample_capture):
+    result = run("analyze", str(sample_capture), "--format", "json", "--top", "2")
+    report = json.loads(result.stdout)
+    assert len(report["paths_by_gpu_time"]) == 2 and len(report["paths_by_cpu_blocked"]) == 2
+    full = json.loads(run("analyze", str(sample_capture), "--format", "json").stdout)
+    assert len(full["paths_by_gpu_time"]) > 20
+
+
+def test_import_then_refuses_to_overwrite(tmp_path, sample_trace):
+    out = tmp_path / "t.parquet"
+    first = run("import", str(sample_trace), "-o", str(out), "--no-progress")
+    assert first.exit_code == 0 and out.exists() and "zym analyze" in first.stdout
+    second = run("import", str(sample_trace), "-o", str(out))
+    assert second.exit_code == 2 and "--force" in second.stderr
+    assert run("import", str(sample_trace), "-o", str(out), "--force").exit_code == 0
+    missing = run("import", str(sample_trace), "-o", str(tmp_path / "no" / "t.parquet"))
+    assert missing.exit_code == 2 and "no such folder" in missing.stderr
+
+
+def _bad_inputs(tmp_path, sample_trace, sample_capture) -> dict[str, bytes]:
+    trace = sample_trace.read_bytes()
+    other = tmp_path / "other.parquet"
+    pq.write_table(pa.table({"x": [1]}), other)
+    v9 = tmp_path / "v9.parquet"
+    t = pq.read_table(sample_capture)
+    pq.write_table(t.replace_schema_metadata({"zym.schema_version": "9"}), v9)
+    return {
+        "empty": b"",
+        "truncated gzip": trace[: len(trace) // 3],
+        "not kineto": gzip.compress(json.dumps({"hello": "world"}).encode()),
+        "not json": b"\x00\x01binary junk",
+        "foreign parquet": other.read_bytes(),
+        "other version": v9.read_bytes(),
+        "truncated parquet": sample_capture.read_bytes()[:5000],
+    }
+
+
+@pytest.mark.parametrize("case", ["empty", "truncated gzip", "not kineto", "not json",
+                                  "foreign parquet", "other version", "truncated parquet"])
+def test_unusable_input_is_one_line_and_exit_2(tmp_path, sample_trace, sample_capture, case):
+    path = tmp_path / "input.bin"
+    path.write_bytes(_bad_inputs(tmp_path, sample_trace, sample_capture)[case])
+    result = run("analyze", str(path))
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("zym: error: "), result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_missing_file_is_exit_2(tmp_path):
+    result = run("analyze", str(tmp_path / "nope.parquet"))
+    assert result.exit_code == 2 and "no such file" in result.stderr
+
+
+def test_console_script_runs(sample_capture):
+    proc = subprocess.run([sys.executable, "-m", "zym.cli.main", "analyze", str(sample_capture),
+                           "--format", "json", "--top", "1"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["capture"]["kernels"] == 8360
+
+
+def _commands():
+    import typer.main
+
+    group = typer.main.get_command(app)
+    return sorted(group.commands)
+
+
+@pytest.mark.parametrize("command", _commands())
+def test_every_command_has_help_with_an_example(command):
+    result = run(command, "--help")
+    assert result.exit_code == 0
+    assert "Example" in result.stdout, f"zym {command} --help shows no example"

@@ -1,0 +1,201 @@
+"""Kineto import: stacks rebuilt from Python ids, op nesting and correlation, on built traces."""
+from __future__ import annotations
+
+import gzip
+import json
+import random
+
+import polars as pl
+import pytest
+
+from kineto_builder import KinetoBuilder
+from zym.capture.kineto import import_kineto, innermost_enclosing, load_kineto, nest_intervals
+from zym.schemas import InputError, open_capture
+
+
+def stacks_of_calls(tables) -> dict[str, list[str]]:
+    """API name -> its stack as names, outermost first (one call per API in these tests)."""
+    frames = dict(zip(tables["frame"]["frame_id"], tables["frame"]["name"]))
+    parent = dict(zip(tables["stack"]["stack_id"], tables["stack"]["parent_id"]))
+    frame_of = dict(zip(tables["stack"]["stack_id"], tables["stack"]["frame_id"]))
+    out = {}
+    for api, sid in zip(tables["call"]["name"], tables["call"]["stack_id"]):
+        chain = []
+        while sid is not None:
+            chain.append(frames[frame_of[sid]])
+            sid = parent[sid]
+        out[api] = chain[::-1]
+    return out
+
+
+def decode_step(b: KinetoBuilder) -> None:
+    with b.py("app.py(10): main"):
+        with b.py("app.py(20): step"):
+            with b.py("nn.Module: Linear_3"):
+                with b.py("<built-in function linear>"):
+                    with b.op("aten::linear"):
+                        with b.op("aten::addmm", dims=[[4], [4, 8], [8, 4]],
+                                  types=["float", "float", "float"]):
+                            b.launch("cudaLaunchKernel", kernel="gemm", gpu_us=7.0)
+            with b.py("<built-in method item of Tensor object at 0x7f00aa>"):
+                with b.op("aten::item"):
+                    with b.op("aten::_local_scalar_dense"):
+                        b.launch("cudaMemcpyAsync", kernel="Memcpy DtoH (Device -> Pageable)",
+                                 gpu_cat="gpu_memcpy", gpu_args={"bytes": 4})
+                        b.launch("cudaStreamSynchronize", kernel=None, cpu_us=30.0)
+
+
+def test_stacks_join_python_frames_ops_and_calls(tmp_path):
+    b = KinetoBuilder()
+    decode_step(b)
+    tables, meta = load_kineto(b.write(tmp_path / "t.json"))
+    stacks = stacks_of_calls(tables)
+    assert stacks["cudaLaunchKernel"] == [
+        "main", "step", "nn.Module: Linear", "<built-in function linear>", "aten::linear",
+        "aten::addmm", "cudaLaunchKernel"]
+    assert stacks["cudaStreamSynchronize"] == [
+        "main", "step", "<built-in method item of Tensor object>", "aten::item",
+        "aten::_local_scalar_dense", "cudaStreamSynchronize"]
+    frames = tables["frame"].filter(pl.col("name") == "step").row(0, named=True)
+    assert (frames["file"], frames["line"], frames["kind"]) == ("app.py", 20, "python")
+    call = tables["call"].filter(pl.col("name") == "cudaLaunchKernel").row(0, named=True)
+    assert call["kind"] == "launch" and json.loads(call["op_dtypes"]) == ["float"] * 3
+    assert meta.gpus == [{"id": 0, "name": "Test GPU"}] and meta.driver_version == "13.0"
+
+
+def test_identical_paths_share_one_stack(tmp_path):
+    b = KinetoBuilder()
+    for _ in range(3):
+        decode_step(b)
+    tables, _ = load_kineto(b.write(tmp_path / "t.json.gz"))
+    launches = tables["call"].filter(pl.col("name") == "cudaLaunchKernel")
+    assert launches.height == 3 and launches["stack_id"].n_unique() == 1
+    assert tables["stack"]["stack_id"].n_unique() == tables["stack"].height
+
+
+def test_trace_without_stacks_starts_at_the_torch_op(tmp_path):
+    b = KinetoBuilder(with_stack=False)
+    decode_step(b)
+    tables, _ = load_kineto(b.write(tmp_path / "t.json"))
+    assert stacks_of_calls(tables)["cudaLaunchKernel"] == ["aten::linear", "aten::addmm",
+                                                           "cudaLaunchKernel"]
+
+
+def test_gpu_activity_kinds_and_copy_memory(tmp_path):
+    b = KinetoBuilder()
+    decode_step(b)
+    gpu = load_kineto(b.write(tmp_path / "t.json"))[0]["gpu"].sort("ts_ns")
+    assert gpu["kind"].to_list() == ["kernel", "copy"]
+    copy = gpu.row(1, named=True)
+    assert (copy["copy_kind"], copy["src_mem"], copy["dst_mem"], copy["size_bytes"]) == (
+        "DtoH", "device", "pageable", 4)
+    assert gpu["pid"].to_list() == [100, 100]
+    assert gpu.row(0, named=True)["block_x"] == 128
+
+
+def test_driver_call_inside_runtime_call_is_one_call(tmp_path):
+    b = KinetoBuilder()
+    with b.py("app.py(1): f"), b.op("aten::mm"):
+        corr = b.launch("cudaLaunchKernel", kernel="gemm", cpu_us=10.0)
+        b.now -= 8.0  # the driver call the runtime made, inside its span
+        b.events.append({"ph": "X", "cat": "cuda_driver", "name": "cuLaunchKernel", "pid": 100,
+                         "tid": 100, "ts": b.now, "dur": 2.0, "args": {"correlation": corr + 100}})
+        b.now += 8.0
+    calls = load_kineto(b.write(tmp_path / "t.json"))[0]["call"]
+    assert calls["name"].to_list() == ["cudaLaunchKernel"]
+
+
+def test_import_writes_a_capture_the_reader_accepts(tmp_path):
+    b = KinetoBuilder()
+    decode_step(b)
+    out = import_kineto(b.write(tmp_path / "t.json"), tmp_path / "t.parquet")
+    cap = open_capture(out)
+    assert cap.load("call").height == 3 and cap.load("gpu").height == 2
+    assert cap.load("span").height == 9  # 4 + 1 python frames (x2 branches shared) and 5 ops
+    assert cap.meta.producer.startswith("zym import")
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"", "empty file"),
+    (b"{\"traceEvents\": [", "not valid JSON"),
+    (b"[1, 2, 3]", "not a torch.profiler"),
+    (b"{\"foo\": 1}", "not a torch.profiler"),
+    (b"{\"traceEvents\": [{\"ph\": \"M\", \"name\": \"x\"}]}", "no torch.profiler events"),
+    (b"{\"traceEvents\": [{\"ph\": \"X\", \"cat\": \"kernel\", \"ts\": \"soon\"}]}", "malformed|not a torch"),
+])
+def test_bad_json_inputs_are_one_line_input_errors(tmp_path, content, message):
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    with pytest.raises(InputError, match=message) as e:
+        load_kineto(path)
+    assert "\n" not in str(e.value)
+
+
+def test_truncated_and_corrupt_gzip(tmp_path, sample_trace):
+    data = sample_trace.read_bytes()
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(data[: len(data) // 2])
+    with pytest.raises(InputError, match="truncated gzip"):
+        load_kineto(cut)
+    corrupt = tmp_path / "corrupt.json.gz"
+    corrupt.write_bytes(data[:100] + bytes(200) + data[300:])
+    with pytest.raises(InputError, match="corrupt gzip|truncated gzip|not valid JSON"):
+        load_kineto(corrupt)
+
+
+def _reference_parents(iv: list[tuple[int, int, int]]) -> dict[int, int | None]:
+    """Parent by a plain stack walk over (node, start, end), sorted start asc, end desc."""
+    out, stack = {}, []
+    for node, start, end in sorted(iv, key=lambda r: (r[1], -r[2], r[0])):
+        while stack and stack[-1][2] <= start and not (stack[-1][1] == stack[-1][2] == start):
+            stack.pop()
+        while stack and stack[-1][2] < end:
+            stack.pop()
+        out[node] = stack[-1][0] if stack else None
+        stack.append((node, start, end))
+    return out
+
+
+def _random_nested(rng: random.Random, n: int) -> list[tuple[int, int, int]]:
+    out, node = [], 0
+
+    def fill(start: int, end: int, depth: int) -> None:
+        nonlocal node
+        t = start
+        while t < end and node < n and depth < 8:
+            length = rng.randint(0, max(0, min(end - t, 50)))
+            out.append((node, t, t + length))
+            node += 1
+            if length:
+                fill(t, t + length, depth + 1)
+            t += length + rng.randint(0, 3)
+
+    fill(0, 10_000, 0)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_nest_intervals_matches_a_stack_walk(seed):
+    iv = _random_nested(random.Random(seed), 400)
+    df = pl.DataFrame({"node": [r[0] for r in iv], "tid": [1] * len(iv),
+                       "ts_ns": [r[1] for r in iv], "dur_ns": [r[2] - r[1] for r in iv]})
+    got = dict(nest_intervals(df).iter_rows())
+    assert got == _reference_parents(iv)
+
+
+def test_innermost_enclosing_walks_up_ended_candidates():
+    # a [0,100] contains b [10,20] and c [30,40]; a point at 25 falls in a, after b ended.
+    iv = pl.DataFrame({"node": [1, 2, 3], "tid": [1, 1, 1], "ts_ns": [0, 10, 30],
+                       "dur_ns": [100, 10, 10]})
+    tree = pl.DataFrame({"node": [1, 2, 3], "parent": [None, 1, 1]})
+    points = pl.DataFrame({"node": [10, 11, 12, 13], "tid": [1, 1, 1, 2],
+                           "ts_ns": [25, 15, 200, 15]})
+    got = dict(innermost_enclosing(points, iv, tree).iter_rows())
+    assert got == {10: 1, 11: 2, 12: None, 13: None}
+
+
+def test_sample_header_metadata(sample_trace):
+    raw = json.loads(gzip.decompress(sample_trace.read_bytes()))
+    _, meta = load_kineto(sample_trace)
+    assert meta.gpus[0]["name"] == raw["deviceProperties"][0]["name"] == "NVIDIA H200"
+    assert meta.extra["with_stack"] is True
