@@ -11,7 +11,8 @@ from zym.schemas.errors import InputError
 from zym.schemas.io import is_parquet, open_capture
 from zym.schemas.meta import CaptureMeta
 
-# The tables the analysis reads; spans (Kineto's CPU slices) are for timeline exports only.
+# The tables the analysis reads up front. Spans (Kineto's CPU slices) are loaded on first use
+# (``CaptureData.spans()``): rules read them to count calls per enclosing Python call.
 ANALYSIS_TABLES = ("frame", "stack", "call", "gpu")
 
 
@@ -25,6 +26,18 @@ class CaptureData:
     stacks: pl.DataFrame
     calls: pl.DataFrame
     gpu: pl.DataFrame
+    # Spans already in memory (Kineto import), or a loader run on first use (Parquet); None
+    # when the producer recorded none.
+    span_source: pl.DataFrame | Callable[[], pl.DataFrame | None] | None = None
+
+    def spans(self) -> pl.DataFrame | None:
+        """The span table (``pid, tid, ts_ns, dur_ns, stack_id, op_id, ...``), or None.
+
+        Loaded lazily from a capture file, so that `zym analyze` pays for it only when a
+        rule reads it."""
+        if callable(self.span_source):
+            self.span_source = self.span_source()
+        return self.span_source
 
 
 def load_capture(path: str | Path, progress: Callable[[str], None] | None = None) -> CaptureData:
@@ -41,6 +54,7 @@ def load_capture(path: str | Path, progress: Callable[[str], None] | None = None
             progress("reading capture")
         cap = open_capture(path)
         tables = {t: cap.load(t) for t in ANALYSIS_TABLES}
+        tables["span"] = lambda: cap.load("span")
         meta = cap.meta
     else:
         from zym.capture.kineto import load_kineto, looks_like_kineto
@@ -49,4 +63,5 @@ def load_capture(path: str | Path, progress: Callable[[str], None] | None = None
             raise InputError(f"{path}: neither a zym capture (Parquet) nor a torch.profiler "
                              "trace (JSON, optionally gzipped)")
         tables, meta = load_kineto(path, progress)
-    return CaptureData(path, meta, tables["frame"], tables["stack"], tables["call"], tables["gpu"])
+    return CaptureData(path, meta, tables["frame"], tables["stack"], tables["call"], tables["gpu"],
+                       tables.get("span"))

@@ -1,0 +1,137 @@
+"""Rule data -> polars expressions. A fixed set of operators, no eval.
+
+``where`` and ``having`` map a column (or measure) to a condition; ``measures`` are
+aggregations over a group's rows (optionally filtered), arithmetic on earlier measures, or a
+measure relative to the same measure of the other groups. Each maps to one expression.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+_CMP = {
+    "eq": lambda c, v: c == v, "ne": lambda c, v: c != v, "lt": lambda c, v: c < v,
+    "le": lambda c, v: c <= v, "gt": lambda c, v: c > v, "ge": lambda c, v: c >= v,
+    "between": lambda c, v: c.is_between(v[0], v[1]),
+    "in": lambda c, v: c.is_in(v), "not_in": lambda c, v: ~c.is_in(v),
+    "regex": lambda c, v: c.str.contains(v), "not_regex": lambda c, v: ~c.str.contains(v),
+    "is_null": lambda c, v: c.is_null() if v else c.is_not_null(),
+}
+_AGG = {
+    "sum": lambda c: c.sum(), "mean": lambda c: c.mean(), "max": lambda c: c.max(),
+    "min": lambda c: c.min(), "median": lambda c: c.median(),
+    "p90": lambda c: c.quantile(0.9, "linear"), "p99": lambda c: c.quantile(0.99, "linear"),
+    "n_unique": lambda c: c.drop_nulls().n_unique(),
+}
+
+
+def condition(col: pl.Expr, cond: Any) -> pl.Expr:
+    """One condition on one column; a bare scalar means equality. Nulls never match, except
+    for ``is_null: true`` and ``ne``/``not_in``/``not_regex`` (a null differs from any value)."""
+    if not isinstance(cond, dict):
+        cond = {"eq": cond}
+    parts = []
+    for op, value in cond.items():
+        expr = _CMP[op](col, value)
+        if op in ("ne", "not_in", "not_regex"):
+            expr = expr.fill_null(True)
+        elif op != "is_null":
+            expr = expr.fill_null(False)
+        parts.append(expr)
+    return pl.all_horizontal(parts)
+
+
+def where_expr(where: dict) -> pl.Expr:
+    """All conditions of a ``where`` mapping (``any_of``: one of; ``not``: negation)."""
+    parts = []
+    for key, cond in where.items():
+        if key == "any_of":
+            parts.append(pl.any_horizontal([where_expr(w) for w in cond]))
+        elif key == "not":
+            parts.append(~where_expr(cond))
+        else:
+            parts.append(condition(pl.col(key), cond))
+    return pl.all_horizontal(parts) if parts else pl.lit(True)
+
+
+def aggregation(name: str, spec: dict) -> pl.Expr:
+    """An aggregation measure over a group's rows."""
+    mask = where_expr(spec["where"]) if spec.get("where") else None
+    if spec["agg"] == "count":
+        expr = mask.sum() if mask is not None else pl.len()
+        return expr.cast(pl.Int64).alias(name)
+    col = pl.col(spec["of"])
+    if mask is not None:
+        col = col.filter(mask)
+    return _AGG[spec["agg"]](col).alias(name)
+
+
+def derived(name: str, spec: dict, constants: dict[str, int]) -> pl.Expr:
+    """A measure computed from other measures of the same group (or across groups)."""
+    def operand(x: str | float) -> pl.Expr:
+        if isinstance(x, str):
+            return pl.lit(constants[x]) if x in constants else pl.col(x)
+        return pl.lit(x)
+
+    if "div" in spec:
+        a, b = (operand(x).cast(pl.Float64) for x in spec["div"])
+        return pl.when(b != 0).then(a / b).alias(name)
+    if "sub" in spec:
+        a, b = (operand(x) for x in spec["sub"])
+        return (a - b).alias(name)
+    if "mul" in spec:
+        a, b = (operand(x) for x in spec["mul"])
+        return (a * b).alias(name)
+    base = pl.col(spec["rel"]).cast(pl.Float64)
+    ref = {"min": base.min(), "median": base.median(), "max": base.max()}[spec.get("to", "min")]
+    return pl.when(ref != 0).then(base / ref).alias(name)
+
+
+def having_expr(having: dict) -> pl.Expr:
+    return pl.all_horizontal([condition(pl.col(k), v) for k, v in having.items()]) \
+        if having else pl.lit(True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Message templates: substitution of names, never evaluation
+
+def render(template: str, values: dict[str, Any]) -> str:
+    """Fill ``{name}`` / ``{name:fmt}`` placeholders (fmt: ns, bytes, pct, x, int, float, str)."""
+    from .model import TEMPLATE
+
+    return TEMPLATE.sub(lambda m: fmt(values.get(m.group(1)), m.group(2)), template)
+
+
+def fmt(value: Any, kind: str | None) -> str:
+    if value is None:
+        return "?"
+    if kind == "ns":
+        return fmt_ns(value)
+    if kind == "bytes":
+        return fmt_bytes(value)
+    if kind == "pct":
+        return f"{100 * value:.1f}%"
+    if kind == "x":
+        return f"{value:.1f}×"
+    if kind == "int":
+        return f"{int(round(value)):,}"
+    if kind == "float" or isinstance(value, float):
+        return f"{value:.3g}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
+
+
+def fmt_ns(ns: float) -> str:
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if abs(ns) >= scale:
+            return f"{ns / scale:.3g} {unit}" if ns / scale < 100 else f"{ns / scale:.1f} {unit}"
+    return f"{int(ns)} ns"
+
+
+def fmt_bytes(n: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{int(n)} B"
