@@ -79,11 +79,94 @@ def render_paths_by_blocked(paths: list[dict], console: Console) -> None:
         console.print(Text(_clip("       " + _chain(p), console.width), style="dim"))
 
 
+_SEVERITY_STYLE = {"error": ("✖", "bold red"), "warning": ("▲", "yellow"), "info": ("●", "cyan")}
+
+
+def finding_cost(f: dict) -> str:
+    return fmt_ns(f["cost_ns"]) if f["cost_ns"] else "-"
+
+
+def render_findings(findings: list[dict], console: Console, limit: int | None = None) -> None:
+    """Findings ranked by cost: severity, cost, site and title; the message; the fix."""
+    shown = findings if limit is None else findings[:limit]
+    console.print(Text(f"Findings ({len(findings)})", style="bold underline"))
+    if not findings:
+        console.print("  none: no rule fired")
+    for f in shown:
+        mark, style = _SEVERITY_STYLE[f["severity"]]
+        head = Text("  ")
+        head.append(f"{mark} {f['severity']:<7}", style=style)
+        head.append(f" {finding_cost(f):>9}  ", style="bold")
+        head.append(f["site"], style="cyan")
+        head.append(f"  {f['title']}")
+        head.truncate(console.width, overflow="ellipsis")
+        console.print(head)
+        # Narrow terminals get one line per part; --format markdown/json keep everything.
+        message = "      " + f["message"]
+        console.print(Text(message if console.width >= 100 else _clip(message, console.width)),
+                      highlight=False)
+        console.print(Text(_clip(f"      fix: {f['fix']}", console.width - len(f["rule_id"]) - 5),
+                           style="green").append(f"  [{f['rule_id']}]", style="dim"),
+                      highlight=False)
+    if len(shown) < len(findings):
+        console.print(Text(f"  … {len(findings) - len(shown)} more (--top, or --format json)",
+                           style="dim"))
+
+
 def render_report(report: dict, console: Console) -> None:
     render_summary(report, console)
     console.print()
+    if "findings" in report:
+        render_findings(report["findings"], console, len(report["paths_by_gpu_time"]) or None)
+        console.print()
     if report["paths_by_gpu_time"]:
         render_paths_by_gpu(report["paths_by_gpu_time"], console)
     if report["paths_by_cpu_blocked"]:
         console.print()
         render_paths_by_blocked(report["paths_by_cpu_blocked"], console)
+
+
+# ---------------------------------------------------------------------------------------------
+# Markdown, for pasting into a pull request or an issue
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(report: dict) -> str:
+    """The report as GitHub-flavoured Markdown: findings table and details, then the paths."""
+    cap, gpu = report["capture"], report["gpu"]
+    gpus = ", ".join(g.get("name", "?") for g in cap["gpus"]) or "unknown GPU"
+    out = [f"## zym: `{cap['source']}`", "",
+           f"{cap['producer']} · {gpus} · {cap['calls']:,} CUDA calls · {cap['gpu_ops']:,} GPU "
+           f"ops · window {fmt_ns(gpu['window_ns'])}"
+           + "".join(f" · GPU {d['device_id']} busy {d['busy_pct']:.1f}%" for d in gpu["devices"]),
+           ""]
+    findings = report.get("findings", [])
+    out += [f"### Findings ({len(findings)})", ""]
+    if findings:
+        out += ["| | Severity | Cost | Site | Finding | Rule |", "|---|---|---:|---|---|---|"]
+        for i, f in enumerate(findings, 1):
+            out.append(f"| {i} | {f['severity']} | {finding_cost(f)} | `{_md(f['site'])}` | "
+                       f"{_md(f['title'])} | `{f['rule_id']}` |")
+        out.append("")
+        for i, f in enumerate(findings, 1):
+            out += [f"**{i}. {_md(f['title'])}** (`{f['rule_id']}`, {f['severity']}) at "
+                    f"`{f['site']}`", "", f["message"], "", f"*Fix:* {f['fix']}", ""]
+            if f["user_chain"]:
+                out += ["<details><summary>call chain</summary>", "",
+                        *[f"{'  ' * d}- `{frame}`" for d, frame in enumerate(f["user_chain"])],
+                        "", "</details>", ""]
+    else:
+        out += ["No rule fired.", ""]
+    out += ["### Top call paths by GPU time", "", "| GPU time | Share | Site | Chain |",
+            "|---:|---:|---|---|"]
+    for p in report["paths_by_gpu_time"]:
+        out.append(f"| {fmt_ns(p['gpu_ns'])} | {p['gpu_share_pct']:.1f}% | `{_md(p['site'])}` | "
+                   f"{_md(_chain(p))} |")
+    out += ["", "### Top call paths by CPU time blocked", "", "| Blocked | Calls | Site | Chain |",
+            "|---:|---:|---|---|"]
+    for p in report["paths_by_cpu_blocked"]:
+        out.append(f"| {fmt_ns(p['cpu_blocked_ns'])} | {p['calls']:,} | `{_md(p['site'])}` | "
+                   f"{_md(_chain(p))} |")
+    return "\n".join(out) + "\n"

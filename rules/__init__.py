@@ -124,4 +124,4 @@ def evaluate(analysis: Analysis, packs: Sequence[Pack | str | Path] | None = Non
 
 
 __all__ = ["ENTRY_POINT_GROUP", "Finding", "Pack", "Rule", "RuleError", "builtin_pack_paths",
-           "evaluate", "load_pack", "load_packs", "parse_pack"]
+           "evaluate", "load_pack", "load_packs", "pack_files", "parse_pack"]

@@ -39,7 +39,8 @@ SITE_DOC = {
     "user_module": "nn.Module class the user frame runs in, if any",
     "torch_op": "innermost torch op (aten::...) above the call",
     "op_chain": "every torch op above the call, outermost first, as ';op1;op2;'",
-    "py_api": "innermost Python built-in called from user code (tolist, item, cpu...), if seen",
+    "py_api": "innermost Python built-in above the call: .tolist, .item, .cpu (Tensor methods "
+              "start with a dot), linear...; null when the producer records no built-ins",
     "op_id": "torch op invocation id (Kineto External id)",
     "op_shapes": "input shapes of the innermost torch op, JSON",
     "op_dtypes": "input dtypes of the innermost torch op, JSON",
@@ -353,7 +354,9 @@ def site_table(nodes: pl.DataFrame) -> pl.DataFrame:
 
     One join per depth level, like ``stack_nodes``; the work scales with distinct stack nodes.
     """
-    builtin = pl.col("name").str.extract(r"^<built-in (?:method|function) (\w+)", 1)
+    parts = pl.col("name").str.extract_groups(r"^<built-in (?P<how>method|function) (?P<fn>\w+)")
+    builtin = pl.when(parts.struct.field("how") == "method").then(
+        pl.lit(".") + parts.struct.field("fn")).otherwise(parts.struct.field("fn"))
     base = nodes.select(
         "stack_id", "parent_id", "depth", "kind", "user_node", "op_node", "user_module",
         pl.when(pl.col("kind") == "torch_op").then(pl.col("name")).alias("_op"),
