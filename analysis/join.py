@@ -1,0 +1,192 @@
+"""Join eBPF calls (exact Python stacks, no correlation ids) to CUPTI API records (correlation
+ids, no stacks), so that every kernel, copy, memset and sync finds the Python line that caused it.
+
+Both sides saw the same calls on the same thread, in the same order, with CLOCK_MONOTONIC times
+(CUPTI's converted by the clock fit, ``zym.capture.cupti.clock``). Per thread:
+
+1. **By time** (anchors): an eBPF call at ``ts`` belongs to the CUPTI record whose
+   ``[start, end]`` contains it: a driver call inside the runtime call that made it, or (a direct
+   driver call) the record starting within ``eps_ns`` after the uprobe fired. Of the record
+   before and the record after ``ts``, the nearer interval wins. Several eBPF calls may share one
+   record (a runtime probe and the driver probe inside it): they get the same correlation id.
+2. **Clock residual**: when fewer than ``anchor_share`` of the calls anchor (a bad clock fit), the
+   median offset between the k-th eBPF call and the k-th record of each thread is removed and
+   step 1 runs again; the better of the two is kept and the shift is reported.
+3. **By sequence** (resynchronized on anchors): an unmatched eBPF call takes the record whose rank
+   on its thread is its own rank plus the rank offset of the nearest anchor before (or after)
+   it, if that record is unmatched, of the same call kind, and within ``seq_window_ns``. A drop
+   on either side changes the offset; the anchors after the drop carry the new one.
+
+Records that no eBPF call claimed become calls without a stack (their GPU work shows as
+"unknown stack", never dropped); eBPF calls that found no record keep a null correlation id.
+With no eBPF side at all (no root), every CUPTI record is such a call: a valid, stackless capture.
+
+>>> calls = pl.DataFrame({"pid": [1], "tid": [7], "ts_ns": [1_000], "dur_ns": [0],
+...                       "name": ["cuLaunchKernel"], "kind": ["launch"], "stack_id": [3]})
+>>> api = pl.DataFrame({"pid": [1], "tid": [7], "ts_ns": [900], "dur_ns": [400],
+...                     "name": ["cudaLaunchKernel"], "kind": ["launch"], "correlation_id": [42],
+...                     "cbid": [211]})
+>>> joined, stats = join_calls(calls, api)
+>>> joined.select("stack_id", "correlation_id", "dur_ns").row(0)
+(3, 42, 400)
+"""
+from __future__ import annotations
+
+import polars as pl
+
+JOINABLE_KINDS = ("launch", "copy", "memset", "sync")
+EPS_NS = 2_000
+SEQ_WINDOW_NS = 200_000
+ANCHOR_SHARE = 0.9
+_KEYS = ["pid", "tid"]
+
+
+def join_calls(calls: pl.DataFrame | None, api: pl.DataFrame, eps_ns: int = EPS_NS,
+               seq_window_ns: int = SEQ_WINDOW_NS,
+               anchor_share: float = ANCHOR_SHARE) -> tuple[pl.DataFrame, dict]:
+    """The ``call`` table with correlation ids from ``api``, and join statistics.
+
+    ``calls``: eBPF calls (``call`` table columns; ``correlation_id`` absent or null), or None.
+    ``api``: CUPTI API records (``pid, tid, ts_ns, dur_ns, name, kind, correlation_id, cbid``),
+    one per call (nested records already collapsed), times in the same clock as ``calls``.
+    """
+    api = api.select("pid", "tid", "ts_ns", "dur_ns", "name", "kind", "correlation_id",
+                     pl.col("cbid").cast(pl.Int32)).sort("pid", "tid", "ts_ns").with_row_index("_r")
+    if calls is None or calls.height == 0:
+        stats = _stats(0, 0, api.height, 0, 0, api.height, 0)
+        return _unclaimed_calls(api), stats
+    if "correlation_id" not in calls.columns:
+        calls = calls.with_columns(pl.lit(None, pl.Int64).alias("correlation_id"))
+    calls = calls.with_row_index("_e")
+    e = (calls.filter(pl.col("kind").is_in(JOINABLE_KINDS) & pl.col("correlation_id").is_null())
+         .select("_e", "pid", "tid", "ts_ns", "kind").sort("pid", "tid", "ts_ns")
+         .with_columns(pl.int_range(pl.len()).over(_KEYS).alias("_e_rank")))
+    r = api.with_columns(pl.int_range(pl.len()).over(_KEYS).alias("_r_rank"))
+
+    anchors = _match_by_time(e, r, eps_ns)
+    shift = 0
+    if e.height and anchors.height < anchor_share * e.height:
+        shift = _residual_shift(e, r)
+        if shift:
+            shifted = _match_by_time(e.with_columns(pl.col("ts_ns") - shift), r, eps_ns)
+            if shifted.height > anchors.height:
+                anchors = shifted
+            else:
+                shift = 0
+    seq = _match_by_sequence(e.with_columns(pl.col("ts_ns") - shift), r, anchors, seq_window_ns)
+    pairs = pl.concat([anchors.select("_e", "_r"), seq.select("_e", "_r")])
+
+    claimed = pairs.join(r.select("_r", "correlation_id", "cbid", pl.col("dur_ns").alias("_r_dur"),
+                                  pl.col("kind").alias("_r_kind")), on="_r")
+    out = (calls.join(claimed.select("_e", pl.col("correlation_id").alias("_corr"),
+                                     pl.col("cbid").alias("_cbid"), "_r_dur"), on="_e", how="left")
+           .with_columns(
+               pl.coalesce("correlation_id", "_corr").alias("correlation_id"),
+               (pl.coalesce("cbid", "_cbid") if "cbid" in calls.columns else pl.col("_cbid"))
+               .alias("cbid"),
+               # entry-only probes record no duration: CUPTI's API record has it
+               pl.when(pl.col("dur_ns").fill_null(0) == 0).then(pl.coalesce("_r_dur", "dur_ns"))
+               .otherwise("dur_ns").alias("dur_ns"))
+           .drop("_e", "_corr", "_cbid", "_r_dur"))
+    unclaimed = api.join(pairs.select("_r").unique(), on="_r", how="anti")
+    kind_mismatch = (claimed.join(e.select("_e", "kind"), on="_e")
+                     .filter(pl.col("kind") != pl.col("_r_kind")).height)
+    stats = _stats(calls.height, e.height, api.height, anchors.height, seq.height,
+                   unclaimed.height, e.height - pairs.select("_e").n_unique())
+    stats |= {"clock_residual_shift_ns": int(shift), "kind_mismatch": kind_mismatch,
+              "eps_ns": eps_ns, "seq_window_ns": seq_window_ns}
+    merged = pl.concat([out, _unclaimed_calls(unclaimed)], how="diagonal_relaxed")
+    return merged.sort("ts_ns"), stats
+
+
+def _match_by_time(e: pl.DataFrame, r: pl.DataFrame, eps_ns: int) -> pl.DataFrame:
+    """(_e, _r) pairs where the eBPF call falls in (or within ``eps_ns`` of) a record."""
+    if e.height == 0 or r.height == 0:
+        return pl.DataFrame(schema={"_e": pl.UInt32, "_r": pl.UInt32})
+    rr = r.select("pid", "tid", "_r", pl.col("ts_ns").alias("_start"),
+                  (pl.col("ts_ns") + pl.col("dur_ns")).alias("_end")).sort("_start")
+    es = e.select("_e", "pid", "tid", "ts_ns").sort("ts_ns")
+    asof = dict(left_on="ts_ns", right_on="_start", by=_KEYS, check_sortedness=False)
+    before = es.join_asof(rr, strategy="backward", **asof)
+    after = es.join_asof(rr, strategy="forward", allow_exact_matches=False, **asof)
+    gap = lambda: pl.max_horizontal(pl.col("_start") - pl.col("ts_ns"),  # noqa: E731
+                                    pl.col("ts_ns") - pl.col("_end"), pl.lit(0))
+    cands = pl.concat([before.with_columns(gap().alias("_gap")),
+                       after.with_columns(gap().alias("_gap"))])
+    return (cands.filter(pl.col("_r").is_not_null() & (pl.col("_gap") <= eps_ns))
+            .sort("_gap").unique("_e", keep="first").select("_e", "_r"))
+
+
+def _residual_shift(e: pl.DataFrame, r: pl.DataFrame) -> int:
+    """Median of (k-th eBPF call - k-th record) start times per thread: a clock error estimate
+    that holds while drops are few."""
+    paired = e.join(r.select("pid", "tid", pl.col("_r_rank").alias("_e_rank"),
+                             pl.col("ts_ns").alias("_r_ts")), on=["pid", "tid", "_e_rank"])
+    if paired.height == 0:
+        return 0
+    return int((paired["ts_ns"] - paired["_r_ts"]).median())
+
+
+def _match_by_sequence(e: pl.DataFrame, r: pl.DataFrame, anchors: pl.DataFrame,
+                       window_ns: int) -> pl.DataFrame:
+    """(_e, _r) pairs for calls step 1 left unmatched, by rank offset from the nearest anchor."""
+    if e.height == 0 or r.height == 0:
+        return pl.DataFrame(schema={"_e": pl.UInt32, "_r": pl.UInt32})
+    offs = (anchors.join(e.select("_e", "_e_rank"), on="_e")
+            .join(r.select("_r", "_r_rank"), on="_r")
+            .select("_e", (pl.col("_r_rank") - pl.col("_e_rank")).alias("_d")))
+    walk = (e.join(offs, on="_e", how="left").sort("pid", "tid", "ts_ns")
+            .with_columns(pl.col("_d").forward_fill().over(_KEYS).alias("_d_prev"),
+                          pl.col("_d").backward_fill().over(_KEYS).alias("_d_next"))
+            .filter(pl.col("_d").is_null()))
+    taken = anchors.select("_r")
+    free = r.join(taken, on="_r", how="anti").select(
+        "pid", "tid", "_r", "_r_rank", pl.col("ts_ns").alias("_r_ts"), pl.col("kind").alias("_r_kind"))
+    found = []
+    for d in ("_d_prev", "_d_next"):
+        cand = (walk.with_columns((pl.col("_e_rank") + pl.col(d).fill_null(0)).alias("_r_rank"))
+                .join(free, on=["pid", "tid", "_r_rank"], how="inner")
+                .filter((pl.col("kind") == pl.col("_r_kind"))
+                        & ((pl.col("ts_ns") - pl.col("_r_ts")).abs() <= window_ns)))
+        found.append(cand.select("_e", "_r", pl.lit(len(found)).alias("_pref")))
+    got = pl.concat(found).sort("_pref").unique("_e", keep="first")
+    return got.sort("_e").unique("_r", keep="first").select("_e", "_r")
+
+
+def _unclaimed_calls(api: pl.DataFrame) -> pl.DataFrame:
+    """CUPTI records no eBPF call claimed, as calls without a stack."""
+    return api.select("pid", "tid", "ts_ns", "dur_ns", "name", "kind", "correlation_id", "cbid",
+                      pl.lit(None, pl.Int64).alias("stack_id"))
+
+
+def _stats(calls: int, joinable: int, records: int, by_time: int, by_seq: int,
+           unclaimed: int, unmatched: int) -> dict:
+    return {"ebpf_calls": calls, "ebpf_joinable": joinable, "cupti_api_calls": records,
+            "matched_by_time": by_time, "matched_by_sequence": by_seq,
+            "ebpf_unmatched": unmatched, "cupti_unclaimed": unclaimed,
+            "ebpf_matched_pct": round(100 * (by_time + by_seq) / joinable, 3) if joinable else 0.0}
+
+
+def stack_coverage(calls: pl.DataFrame, gpu: pl.DataFrame) -> dict:
+    """Share of GPU work (kernels, copies, memsets; syncs apart) whose call has a Python stack.
+
+    >>> c = pl.DataFrame({"pid": [1, 1], "correlation_id": [1, 2], "stack_id": [5, None]})
+    >>> g = pl.DataFrame({"pid": [1, 1, 1], "correlation_id": [1, 2, 3], "kind": ["kernel"] * 3,
+    ...                   "dur_ns": [60, 30, 10]})
+    >>> stack_coverage(c, g)["gpu_time_with_stack_pct"]
+    60.0
+    """
+    stacked = (calls.filter(pl.col("correlation_id").is_not_null() & pl.col("stack_id").is_not_null())
+               .select("pid", "correlation_id").unique().with_columns(pl.lit(True).alias("_s")))
+    g = gpu.join(stacked, on=["pid", "correlation_id"], how="left").with_columns(
+        pl.col("_s").fill_null(False))
+    work = g.filter(pl.col("kind") != "sync")
+    total_ns = int(work["dur_ns"].sum() or 0)
+    with_ns = int(work.filter("_s")["dur_ns"].sum() or 0)
+    syncs = g.filter(pl.col("kind") == "sync")
+    return {
+        "gpu_ops": work.height, "gpu_ops_with_stack": int(work["_s"].sum()),
+        "gpu_ns": total_ns, "gpu_ns_with_stack": with_ns,
+        "gpu_time_with_stack_pct": round(100 * with_ns / total_ns, 3) if total_ns else 0.0,
+        "syncs": syncs.height, "syncs_with_stack": int(syncs["_s"].sum()),
+    }

@@ -1,0 +1,30 @@
+"""zym's GPU side: CUPTI activity recorded inside the target, decoded and joined to eBPF stacks.
+
+* ``agent.py`` runs in the target (stdlib + ctypes), started by ``bootstrap/sitecustomize.py``;
+* ``decode.py`` turns its spool files into ``api`` and ``gpu`` frames, in bulk;
+* ``clock.py`` fits CUPTI time to CLOCK_MONOTONIC;
+* ``finalize.py`` merges them with the eBPF side (``zym.analysis.join``) into one capture file.
+
+See docs/capture-gpu.md.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
+
+
+def target_env(spool_dir: str | os.PathLike, env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment to start a target with so that its CUPTI collector writes to
+    ``spool_dir``: the bootstrap first on PYTHONPATH, ``ZYM_CUPTI_DIR`` set.
+
+    >>> e = target_env("/tmp/s", {"PYTHONPATH": "/app"})
+    >>> e["PYTHONPATH"].endswith(":/app"), e["ZYM_CUPTI_DIR"]
+    (True, '/tmp/s')
+    """
+    env = dict(os.environ if env is None else env)
+    old = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = str(BOOTSTRAP_DIR) + (os.pathsep + old if old else "")
+    env["ZYM_CUPTI_DIR"] = str(spool_dir)
+    return env

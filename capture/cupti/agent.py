@@ -1,0 +1,493 @@
+"""The CUPTI collector that runs *inside* the target process (stdlib and ctypes only).
+
+Loaded by the bootstrap ``sitecustomize`` that ``zym capture`` puts on the target's PYTHONPATH
+(see ``bootstrap/sitecustomize.py``); it must not import zym, numpy or anything the target may
+lack. What it does:
+
+* loads the ``libcupti`` that matches the target's CUDA major (the one torch's wheels ship in
+  ``nvidia/cu13/lib`` or ``nvidia/cuda_cupti/lib``, so Kineto and zym share one copy);
+* enables CONCURRENT_KERNEL, MEMCPY, MEMSET, SYNCHRONIZATION, INTERNAL_LAUNCH_API, and
+  RUNTIME/DRIVER API records *only* for the launch, copy, memset and sync callback ids
+  (``cuptiActivityEnableRuntimeApi``/``...DriverApi``: CUPTI reports ~17,000 API calls a batch
+  on the sample workload when every callback is on, most of them cudaGetDevice);
+* thread ids are system tids (``CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM``), the ids eBPF sees;
+* the buffer callbacks are registered through ctypes, not cupti-python: cupti-python builds a
+  Python object per record before calling back (the per-event Python work that cost 12-22x in
+  our measurement). Here a completed buffer is copied as raw bytes in one ``string_at`` and
+  appended to the spool file: O(1) Python per buffer, none per record. Records are decoded in
+  bulk after the capture with numpy structured dtypes (``zym.capture.cupti.decode``);
+* every buffer completion also takes a clock calibration (best of 16 sandwiched
+  ``monotonic_ns``/``cuptiGetTimestamp`` reads) so the finalizer can fit CUPTI time to
+  CLOCK_MONOTONIC (the eBPF clock);
+* at stop (interpreter exit, SIGTERM, or the stop signal zym sends), it flushes CUPTI, walks the
+  records once to resolve kernel name pointers (they point into CUPTI's memory, so only the
+  target can read them) and writes a footer.
+
+Spool format: an Arrow IPC stream (``kind: string, t_mono_ns: int64, payload: binary``, one
+batch per chunk) when pyarrow is importable in the target, otherwise a framed file with the same
+chunks (``MAGIC`` then ``u16 len, kind, i64 t_mono_ns, u64 len, payload`` per chunk). Each chunk
+is flushed as written, so a crash keeps every completed buffer.
+"""
+from __future__ import annotations
+
+import atexit
+import ctypes as ct
+import glob
+import json
+import os
+import re
+import signal
+import struct
+import sys
+import threading
+import time
+
+MAGIC = b"ZYMCUPT1"
+ENV_DIR = "ZYM_CUPTI_DIR"            # where spool files go (one per process: cupti-<pid>.spool)
+ENV_LIB = "ZYM_CUPTI_LIB"            # explicit libcupti path
+ENV_BUFFER_MB = "ZYM_CUPTI_BUFFER_MB"
+ENV_FLUSH_MS = "ZYM_CUPTI_FLUSH_MS"  # CUPTI flush period: bounds what a crash can lose
+ENV_FORMAT = "ZYM_CUPTI_FORMAT"      # "arrow" (default when pyarrow imports) or "framed"
+ENV_ALL_APIS = "ZYM_CUPTI_ALL_APIS"  # "1": every runtime/driver API record (slow; debugging)
+
+# cupti_activity.h (CUPTI 12.x and 13.x; values checked against cupti-python 13.0.1's enums)
+KIND_MEMCPY, KIND_MEMSET, KIND_DRIVER, KIND_RUNTIME = 1, 2, 4, 5
+KIND_CONCURRENT_KERNEL, KIND_SYNCHRONIZATION, KIND_INTERNAL_LAUNCH_API = 10, 38, 48
+DOMAIN_DRIVER, DOMAIN_RUNTIME = 1, 2
+THREAD_ID_SYSTEM = 1
+FLUSH_FORCED = 1
+ENABLED_KINDS = (KIND_CONCURRENT_KERNEL, KIND_MEMCPY, KIND_MEMSET, KIND_SYNCHRONIZATION,
+                 KIND_INTERNAL_LAUNCH_API)
+# Record sizes of the CUPTI 13.0 layouts (CUpti_ActivityAPI, Kernel10, Memcpy6, Memset4,
+# Synchronization2); zym.capture.cupti.layouts holds the full dtypes and checks these sizes.
+RECORD_SIZES_13 = {KIND_DRIVER: 40, KIND_RUNTIME: 40, KIND_INTERNAL_LAUNCH_API: 40,
+                   KIND_CONCURRENT_KERNEL: 216, KIND_MEMCPY: 96, KIND_MEMSET: 88,
+                   KIND_SYNCHRONIZATION: 56}
+KERNEL_NAME_OFFSET_13 = 104
+
+# Which API callbacks to record: the same name patterns as zym.schemas.apis (launch, copy,
+# memset, sync), applied to CUPTI's callback names with their _vNNNN suffix removed.
+API_PATTERN = re.compile(
+    r"^(cuda|cu)(LaunchKernel|LaunchKernelEx|LaunchKernelExC|LaunchCooperativeKernel"
+    r"|LaunchCooperativeKernelMultiDevice|GraphLaunch|LaunchHostFunc|Mem[cC]py|Memset"
+    r"|DeviceSynchronize|StreamSynchronize|CtxSynchronize|EventSynchronize|ThreadSynchronize"
+    r"|StreamWaitEvent)")
+_SUFFIX = re.compile(r"_v\d{4,5}$")
+MAX_CBID = 4096
+CALIB_ROUNDS = 16
+
+
+def api_name(raw: str) -> str:
+    """CUPTI callback name to API name: ``cudaLaunchKernel_v7000`` -> ``cudaLaunchKernel``,
+    ``__cudaLaunchKernel_v13000`` -> ``cudaLaunchKernel``; driver ``_v2`` suffixes stay."""
+    return _SUFFIX.sub("", raw).lstrip("_")
+
+
+def record_offsets(buf: bytes, sizes: dict[int, int]) -> tuple[list[int], list[int], int]:
+    """Walk one activity buffer: (offsets, kinds) of its records, and where the walk stopped.
+
+    Records lie back to back, each ``sizes[kind]`` bytes (CUPTI pads every record to 8 bytes).
+    The walk stops at the end or at a kind it has no size for (reported by the caller).
+    """
+    offsets, kinds, off, n = [], [], 0, len(buf)
+    unpack = struct.Struct("<i").unpack_from
+    while off + 4 <= n:
+        k = unpack(buf, off)[0]
+        size = sizes.get(k)
+        if size is None:
+            break
+        offsets.append(off)
+        kinds.append(k)
+        off += size
+    return offsets, kinds, off
+
+
+class SpoolWriter:
+    """Appends chunks to the spool file and flushes each one (crash safety)."""
+
+    def __init__(self, path: str, fmt: str) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._f = open(path, "wb")
+        self._arrow = None
+        if fmt == "arrow":
+            try:
+                import pyarrow as pa
+
+                self._pa = pa
+                self._schema = pa.schema([("kind", pa.string()), ("t_mono_ns", pa.int64()),
+                                          ("payload", pa.binary())])
+                self._arrow = pa.ipc.new_stream(self._f, self._schema)
+            except Exception:  # noqa: BLE001 - no pyarrow: framed format
+                self._arrow = None
+        if self._arrow is None:
+            self._f.write(MAGIC)
+        self.format = "arrow" if self._arrow is not None else "framed"
+
+    def write(self, kind: str, payload: bytes, t_mono_ns: int | None = None) -> None:
+        t = time.monotonic_ns() if t_mono_ns is None else t_mono_ns
+        with self._lock:
+            if self._f.closed:
+                return
+            if self._arrow is not None:
+                pa = self._pa
+                batch = pa.record_batch([pa.array([kind]), pa.array([t], pa.int64()),
+                                         pa.array([payload], pa.binary())], schema=self._schema)
+                self._arrow.write_batch(batch)
+            else:
+                k = kind.encode()
+                self._f.write(struct.pack("<H", len(k)) + k + struct.pack("<qQ", t, len(payload)))
+                self._f.write(payload)
+            self._f.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._f.closed:
+                return
+            if self._arrow is not None:
+                self._arrow.close()
+            self._f.close()
+
+
+def find_libcupti() -> str | None:
+    """The libcupti to load: ``$ZYM_CUPTI_LIB``, else the one of the CUDA major torch was built
+    for (read from torch/version.py without importing torch), else any pip-installed one, else
+    the CUDA toolkit's."""
+    if os.environ.get(ENV_LIB):
+        return os.environ[ENV_LIB]
+    major = _torch_cuda_major()
+    found: list[str] = []
+    for p in sys.path:
+        found += glob.glob(os.path.join(p, "nvidia", "cu*", "lib", "libcupti.so*"))
+        found += glob.glob(os.path.join(p, "nvidia", "cuda_cupti", "lib", "libcupti.so*"))
+    found += glob.glob("/usr/local/cuda/extras/CUPTI/lib64/libcupti.so*")
+
+    def lib_major(path: str) -> int | None:
+        m = re.search(r"libcupti\.so\.(\d+)", path)
+        return int(m.group(1)) if m else None
+
+    if major is not None:
+        matching = [f for f in found if lib_major(f) == major]
+        if matching:
+            return sorted(matching)[0]
+    return sorted(found, key=lambda f: -(lib_major(f) or 0))[0] if found else None
+
+
+def _torch_cuda_major() -> int | None:
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for loc in spec.submodule_search_locations:
+        try:
+            text = open(os.path.join(loc, "version.py")).read()
+        except OSError:
+            continue
+        m = re.search(r"^cuda(?:\s*:\s*\w+\s*)?\s*=\s*'(\d+)\.", text, re.M)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+class Collector:
+    """One CUPTI activity session in this process."""
+
+    def __init__(self, out_dir: str) -> None:
+        self.pid = os.getpid()
+        self.out_dir = out_dir
+        self.lib_path = find_libcupti()
+        if not self.lib_path:
+            raise OSError("no libcupti found: install nvidia-cuda-cupti (torch's CUDA major) or "
+                          f"set {ENV_LIB}")
+        self.lib = ct.CDLL(self.lib_path, mode=ct.RTLD_GLOBAL)
+        self.buffer_bytes = int(float(os.environ.get(ENV_BUFFER_MB, "16")) * (1 << 20)) // 8 * 8
+        self._free: list = []
+        self._live: dict[int, object] = {}
+        self._lock = threading.Lock()
+        self.stats = {"buffers": 0, "bytes": 0, "dropped": 0, "declined": 0, "errors": []}
+        self.calibrations: list[list[int]] = []
+        self.stopped = False
+        fmt = os.environ.get(ENV_FORMAT, "arrow")
+        os.makedirs(out_dir, exist_ok=True)
+        self.spool = SpoolWriter(os.path.join(out_dir, f"cupti-{self.pid}.spool"), fmt)
+        self._setup_api()
+
+    # -- CUPTI calls -------------------------------------------------------------------------
+    def _setup_api(self) -> None:
+        L = self.lib
+        self._get_ts = L.cuptiGetTimestamp
+        self._get_ts.argtypes = [ct.POINTER(ct.c_uint64)]
+        self._ts = ct.c_uint64()
+        self._ts_ref = ct.byref(self._ts)
+        L.cuptiGetCallbackName.argtypes = [ct.c_int, ct.c_uint32, ct.POINTER(ct.c_char_p)]
+        L.cuptiActivityGetNumDroppedRecords.argtypes = [ct.c_void_p, ct.c_uint32,
+                                                        ct.POINTER(ct.c_size_t)]
+        L.cuptiActivityFlushAll.argtypes = [ct.c_uint32]
+        self.REQ = ct.CFUNCTYPE(None, ct.POINTER(ct.c_void_p), ct.POINTER(ct.c_size_t),
+                                ct.POINTER(ct.c_size_t))
+        self.CMP = ct.CFUNCTYPE(None, ct.c_void_p, ct.c_uint32, ct.c_void_p, ct.c_size_t,
+                                ct.c_size_t)
+
+    def _check(self, what: str, rc: int) -> bool:
+        if rc != 0:
+            self.stats["errors"].append(f"{what}: CUPTI error {rc}")
+            return False
+        return True
+
+    def cupti_now(self) -> int:
+        self._get_ts(self._ts_ref)
+        return self._ts.value
+
+    def calibrate(self, rounds: int = CALIB_ROUNDS) -> list[int]:
+        """Best-of-``rounds`` sandwich: [mono_mid_ns, cupti_ns, err_ns] (wprof's method)."""
+        best = None
+        ts = ct.c_uint64()
+        mono, get, ref = time.monotonic_ns, self._get_ts, ct.byref(ts)
+        for _ in range(rounds):
+            t1 = mono(); get(ref); t2 = mono()  # noqa: E702
+            if best is None or t2 - t1 < best[2]:
+                best = [(t1 + t2) // 2, ts.value, t2 - t1]
+        self.calibrations.append(best)
+        return best
+
+    def api_names(self, domain: int) -> dict[int, str]:
+        """cbid -> raw CUPTI name, for every cbid CUPTI names in ``domain``."""
+        out, name, misses = {}, ct.c_char_p(), 0
+        for cbid in range(1, MAX_CBID):
+            if self.lib.cuptiGetCallbackName(domain, cbid, ct.byref(name)) == 0 and name.value:
+                out[cbid] = name.value.decode()
+                misses = 0
+            else:
+                misses += 1
+                if misses > 64 and cbid > 64:
+                    break
+        return out
+
+    # -- buffers -------------------------------------------------------------------------------
+    def _requested(self, buf_pp, size_p, max_p) -> None:
+        try:
+            with self._lock:
+                arr = self._free.pop() if self._free else (ct.c_uint64 * (self.buffer_bytes // 8))()
+                addr = ct.addressof(arr)
+                self._live[addr] = arr
+            buf_pp[0] = addr
+            size_p[0] = self.buffer_bytes
+            max_p[0] = 0
+        except Exception as e:  # noqa: BLE001 - never raise into CUPTI
+            self.stats["declined"] += 1
+            self.stats["errors"].append(f"buffer request: {e}")
+            buf_pp[0] = None
+            size_p[0] = 0
+
+    def _completed(self, ctx, stream_id, buf, size, valid) -> None:
+        try:
+            data = ct.string_at(buf, valid) if valid else b""
+            with self._lock:
+                arr = self._live.pop(buf, None)
+                if arr is not None:
+                    self._free.append(arr)
+            dropped = ct.c_size_t(0)
+            self.lib.cuptiActivityGetNumDroppedRecords(ctx, stream_id, ct.byref(dropped))
+            self.stats["buffers"] += 1
+            self.stats["bytes"] += len(data)
+            self.stats["dropped"] += dropped.value
+            if data:
+                self.spool.write("activity", data)
+            self.spool.write("calib", json.dumps(self.calibrate()).encode())
+        except Exception as e:  # noqa: BLE001
+            self.stats["errors"].append(f"buffer completed: {e}")
+
+    # -- session ------------------------------------------------------------------------------
+    def start(self) -> None:
+        t0 = time.monotonic_ns()
+        L = self.lib
+        self._req_cb, self._cmp_cb = self.REQ(self._requested), self.CMP(self._completed)
+        self._check("cuptiSetThreadIdType", L.cuptiSetThreadIdType(THREAD_ID_SYSTEM))
+        self._check("cuptiActivityRegisterCallbacks",
+                    L.cuptiActivityRegisterCallbacks(self._req_cb, self._cmp_cb))
+        version = ct.c_uint32()
+        L.cuptiGetVersion(ct.byref(version))
+        names = {"runtime": self.api_names(DOMAIN_RUNTIME), "driver": self.api_names(DOMAIN_DRIVER)}
+        enabled: dict[str, dict[int, str]] = {"runtime": {}, "driver": {}}
+        if os.environ.get(ENV_ALL_APIS) == "1":
+            self._check("enable RUNTIME", L.cuptiActivityEnable(KIND_RUNTIME))
+            self._check("enable DRIVER", L.cuptiActivityEnable(KIND_DRIVER))
+            enabled = names
+        else:
+            for domain, fn in (("runtime", L.cuptiActivityEnableRuntimeApi),
+                               ("driver", L.cuptiActivityEnableDriverApi)):
+                fn.argtypes = [ct.c_uint32, ct.c_uint8]
+                for cbid, raw in names[domain].items():
+                    if API_PATTERN.match(api_name(raw)) and fn(cbid, 1) == 0:
+                        enabled[domain][cbid] = raw
+        for kind in ENABLED_KINDS:
+            self._check(f"enable kind {kind}", L.cuptiActivityEnable(kind))
+        flush_ms = int(os.environ.get(ENV_FLUSH_MS, "1000"))
+        if flush_ms > 0:  # a forced flush hands over partly filled buffers: a crash loses < 1 period
+            threading.Thread(target=self._flusher, args=(flush_ms / 1000,), daemon=True,
+                             name="zym-cupti-flush").start()
+        header = {
+            "pid": self.pid, "ppid": os.getppid(), "argv": sys.argv, "cupti_lib": self.lib_path,
+            "cupti_api_version": version.value, "python": sys.version.split()[0],
+            "buffer_bytes": self.buffer_bytes, "flush_ms": flush_ms, "thread_id_type": "system",
+            "api_names": {d: {str(k): v for k, v in m.items()} for d, m in enabled.items()},
+            "kinds": list(ENABLED_KINDS), "spool_format": self.spool.format,
+            "started_mono_ns": time.monotonic_ns(), "setup_ns": time.monotonic_ns() - t0,
+            "errors": list(self.stats["errors"]),
+        }
+        self.spool.write("header", json.dumps(header).encode())
+        self.spool.write("calib", json.dumps(self.calibrate(64)).encode())
+
+    def _flusher(self, period_s: float) -> None:
+        while not self.stopped:
+            time.sleep(period_s)
+            if not self.stopped:
+                self.lib.cuptiActivityFlushAll(FLUSH_FORCED)
+
+    def stop(self, reason: str = "exit") -> None:
+        """Flush CUPTI, resolve kernel names, write the footer. Idempotent."""
+        if self.stopped:
+            return
+        self.stopped = True
+        try:
+            self.lib.cuptiActivityFlushAll(FLUSH_FORCED)
+            for kind in ENABLED_KINDS:
+                self.lib.cuptiActivityDisable(kind)
+            self.lib.cuptiActivityFlushAll(FLUSH_FORCED)
+        except Exception as e:  # noqa: BLE001
+            self.stats["errors"].append(f"flush: {e}")
+        self.spool.write("calib", json.dumps(self.calibrate(64)).encode())
+        try:
+            self.spool.write("names", json.dumps(self.kernel_names()).encode())
+        except Exception as e:  # noqa: BLE001
+            self.stats["errors"].append(f"kernel names: {e}")
+        self.spool.write("footer", json.dumps({**self.stats, "reason": reason, **_process_facts(),
+                                               "stopped_mono_ns": time.monotonic_ns()}).encode())
+        self.spool.close()
+
+    def kernel_names(self) -> dict[str, str]:
+        """{name pointer: kernel name} for every kernel record in the spool so far.
+
+        CUPTI shares one name string per kernel function, so the pointers are few; reading them
+        is the only per-record pass the target makes, once, at stop.
+        """
+        ptrs: set[int] = set()
+        q = struct.Struct("<q").unpack_from
+        for data in read_activity_chunks(self.spool.path):
+            offsets, kinds, _ = record_offsets(data, RECORD_SIZES_13)
+            ptrs.update(q(data, o + KERNEL_NAME_OFFSET_13)[0]
+                        for o, k in zip(offsets, kinds) if k == KIND_CONCURRENT_KERNEL)
+        return {str(p): ct.string_at(p).decode(errors="replace") for p in ptrs if p}
+
+
+def _process_facts() -> dict:
+    """GPUs, driver and torch versions, read at stop (CUDA is up by then, if the target used it;
+    libcuda is only asked when the process has it loaded already)."""
+    out: dict = {}
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        out["torch_version"] = str(getattr(torch, "__version__", ""))
+        out["cuda_runtime_version"] = str(getattr(getattr(torch, "version", None), "cuda", "") or "")
+    try:
+        with open("/proc/self/maps") as f:
+            if "libcuda.so" not in f.read():
+                return out
+        cuda = ct.CDLL("libcuda.so.1")
+        v, n = ct.c_int(), ct.c_int()
+        if cuda.cuInit(0) == 0 and cuda.cuDriverGetVersion(ct.byref(v)) == 0:
+            out["cuda_driver_api_version"] = v.value
+        gpus = []
+        if cuda.cuDeviceGetCount(ct.byref(n)) == 0:
+            for i in range(n.value):
+                name = ct.create_string_buffer(256)
+                mem = ct.c_size_t()
+                cuda.cuDeviceGetName(name, 256, i)
+                cuda.cuDeviceTotalMem_v2(ct.byref(mem), i)
+                gpus.append({"id": i, "name": name.value.decode(errors="replace"),
+                             "memory_bytes": mem.value})
+        out["gpus"] = gpus
+    except (OSError, AttributeError):
+        pass
+    return out
+
+
+def read_chunks(path: str):
+    """Yield (kind, t_mono_ns, payload) from a spool file, either format, stopping cleanly at a
+    torn tail (a crash mid-write)."""
+    with open(path, "rb") as f:
+        head = f.read(len(MAGIC))
+        if head == MAGIC:
+            while True:
+                h = f.read(2)
+                if len(h) < 2:
+                    return
+                (n,) = struct.unpack("<H", h)
+                kind = f.read(n).decode(errors="replace")
+                tl = f.read(16)
+                if len(tl) < 16:
+                    return
+                t, size = struct.unpack("<qQ", tl)
+                payload = f.read(size)
+                if len(payload) < size:
+                    return
+                yield kind, t, payload
+        else:
+            f.seek(0)
+            import pyarrow as pa
+
+            try:
+                reader = pa.ipc.open_stream(f)
+                for batch in reader:
+                    kinds = batch.column(0).to_pylist()
+                    ts = batch.column(1).to_pylist()
+                    for i, kind in enumerate(kinds):
+                        yield kind, ts[i], batch.column(2)[i].as_py()
+            except (pa.ArrowInvalid, OSError, EOFError):
+                return
+
+
+def read_activity_chunks(path: str):
+    for kind, _, payload in read_chunks(path):
+        if kind == "activity":
+            yield payload
+
+
+_collector: Collector | None = None
+
+
+def start_from_env() -> Collector | None:
+    """Start collecting when ``$ZYM_CUPTI_DIR`` is set; never raise into the target."""
+    global _collector
+    out_dir = os.environ.get(ENV_DIR)
+    if not out_dir or _collector is not None:
+        return _collector
+    try:
+        c = Collector(out_dir)
+        c.start()
+    except Exception as e:  # noqa: BLE001 - a profiler must not break the program it watches
+        sys.stderr.write(f"zym: CUPTI collector not started ({e}); GPU activity is not recorded\n")
+        return None
+    _collector = c
+    atexit.register(c.stop, "exit")
+    # A forked child shares the spool file but not CUPTI's state: it must not write or stop.
+    os.register_at_fork(after_in_child=lambda: setattr(c, "stopped", True))
+    _install_signal_stop(c)
+    return c
+
+
+def _install_signal_stop(c: Collector) -> None:
+    """SIGUSR2 (zym's --duration) stops collection; SIGTERM, if the target leaves it at its
+    default, exits through atexit so the spool is finalized."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        if signal.getsignal(signal.SIGUSR2) in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGUSR2, lambda *_: c.stop("signal"))
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    except (ValueError, OSError):
+        pass

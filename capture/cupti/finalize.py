@@ -1,0 +1,103 @@
+"""Finalize the GPU side of a capture: spools -> ``gpu`` table, eBPF calls joined to CUPTI.
+
+``merge_gpu`` is the one function the capture session calls after building its eBPF tables
+(frame, stack, call); with no eBPF tables it produces a CUPTI-only capture (calls without
+stacks). Both write the join's statistics, the clock fits and CUPTI's drop count into the
+capture metadata.
+
+>>> tables = merge_gpu({"frame": f, "stack": s, "call": c}, "trace.parquet.raw/cupti", meta)  # doctest: +SKIP
+>>> write_capture("trace.parquet", tables, meta)                                              # doctest: +SKIP
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from zym.analysis.join import join_calls, stack_coverage
+from zym.schemas import CaptureError, CaptureMeta, write_capture
+from zym.schemas.tables import TABLES
+
+from .decode import CuptiTables, decode_spool, read_spool
+from .layouts import cupti_major
+
+SPOOL_GLOB = "cupti-*.spool"
+
+
+def collect_spools(spool_dir: str | Path) -> tuple[CuptiTables, list[dict]]:
+    """Decode every process's spool in ``spool_dir`` into one ``CuptiTables``; also returns
+    the spool headers."""
+    paths = sorted(Path(spool_dir).glob(SPOOL_GLOB))
+    apis, gpus, clocks, stats, headers = [], [], {}, [], []
+    for p in paths:
+        spool = read_spool(p)
+        if not spool.header:
+            continue
+        t = decode_spool(spool)
+        apis.append(t.api)
+        if t.gpu.height:
+            gpus.append(t.gpu)
+        clocks |= t.clock
+        stats.append(t.stats)
+        headers.append(spool.header)
+    api = pl.concat(apis, how="diagonal_relaxed") if apis else None
+    gpu = pl.concat(gpus, how="diagonal_relaxed") if gpus else pl.DataFrame()
+    if api is None:
+        from .decode import _api_frame
+
+        api = _api_frame({}, {}, None)  # empty, typed
+    return CuptiTables(api=api, gpu=gpu, clock=clocks, stats={"spools": stats}), headers
+
+
+def merge_gpu(tables: dict[str, pl.DataFrame] | None, spool_dir: str | Path,
+              meta: CaptureMeta) -> dict[str, pl.DataFrame]:
+    """The capture's tables with CUPTI's GPU work added and the eBPF calls joined to it.
+
+    ``tables``: the eBPF side's ``frame``, ``stack``, ``call`` tables (None or empty: CUPTI
+    only). ``meta`` is updated in place: ``clock_domain``, ``cupti_version``,
+    ``dropped["cupti"]``, ``extra["cupti"]`` (clock fits, join statistics, stack coverage).
+    """
+    cupti, headers = collect_spools(spool_dir)
+    tables = dict(tables or {})
+    if not headers:
+        meta.extra["cupti"] = {"spools": 0, "note": f"no CUPTI spool in {spool_dir}: GPU side absent"}
+        return tables
+    calls, join_stats = join_calls(tables.get("call"), cupti.api)
+    gpu = cupti.gpu.select([c for c in TABLES["gpu"] if c != "record" and c in cupti.gpu.columns])
+    coverage = stack_coverage(calls, gpu) if gpu.height else {}
+    tables["call"] = calls.select([c for c in TABLES["call"] if c != "record" and c in calls.columns])
+    tables["gpu"] = gpu
+    facts: dict = {}
+    for st in cupti.stats["spools"]:
+        facts |= st.get("facts", {})
+    if not meta.gpus and facts.get("gpus"):
+        meta.gpus = facts["gpus"]
+    if not meta.driver_version and facts.get("cuda_driver_api_version"):
+        v = int(facts["cuda_driver_api_version"])
+        meta.driver_version = f"CUDA driver API {v // 1000}.{v % 1000 // 10}"
+    meta.runtime_version = meta.runtime_version or facts.get("cuda_runtime_version", "")
+    meta.torch_version = meta.torch_version or facts.get("torch_version", "")
+    versions = {h.get("cupti_api_version") for h in headers}
+    meta.clock_domain = "CLOCK_MONOTONIC"
+    meta.cupti_version = ", ".join(f"{v} (CUPTI {cupti_major(v)}.x)" for v in sorted(versions) if v)
+    meta.dropped["cupti"] = int(sum(s["dropped"] for s in cupti.stats["spools"]))
+    meta.extra["cupti"] = {
+        "spools": cupti.stats["spools"],
+        "clock_fit": {str(pid): fit.to_meta() for pid, fit in cupti.clock.items()},
+        "join": join_stats, "stack_coverage": coverage,
+        "enabled_apis": {d: sorted(set(n for h in headers for n in h.get("api_names", {}).get(d, {}).values()))
+                         for d in ("runtime", "driver")},
+    }
+    return tables
+
+
+def finalize_capture(spool_dir: str | Path, output: str | Path,
+                     tables: dict[str, pl.DataFrame] | None = None,
+                     meta: CaptureMeta | None = None) -> tuple[Path, CaptureMeta]:
+    """Write ``output`` from the spools (and the eBPF side's tables when given)."""
+    meta = meta or CaptureMeta(producer="zym capture (CUPTI only)")
+    merged = merge_gpu(tables, spool_dir, meta)
+    if "gpu" not in merged:
+        raise CaptureError(f"{spool_dir}: no CUPTI spool file ({SPOOL_GLOB}): did the target "
+                           "start the collector? (zym prints why when it cannot)")
+    return write_capture(output, merged, meta), meta

@@ -1,0 +1,88 @@
+"""CUPTI activity record layouts as numpy structured dtypes, and the enums zym maps.
+
+Provenance: the CUPTI 13.0 layouts below are the ``cupti.activity_*_dtype`` objects of
+cupti-python 13.0.1 (NVIDIA, PyPI), which are generated from ``cupti_activity.h`` of CUPTI 13.0
+(``CUPTI_API_VERSION 130001``, nvidia-cuda-cupti 13.0.85): ``CUpti_ActivityAPI``,
+``CUpti_ActivityKernel10``, ``CUpti_ActivityMemcpy6``, ``CUpti_ActivityMemset4``,
+``CUpti_ActivitySynchronization2``. Only the fields zym reads are named; the rest is padding
+(``itemsize`` keeps the record size). ``tests/cupti/test_layouts.py`` compares them with
+cupti-python's when that is installed. When the spool's CUPTI major has no table here,
+``dtypes_for`` raises with the version it needs.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .agent import (KIND_CONCURRENT_KERNEL, KIND_DRIVER, KIND_INTERNAL_LAUNCH_API, KIND_MEMCPY,
+                    KIND_MEMSET, KIND_RUNTIME, KIND_SYNCHRONIZATION, RECORD_SIZES_13)
+
+
+def _dt(fields: dict[str, tuple[str, int]], itemsize: int) -> np.dtype:
+    return np.dtype({"names": list(fields), "formats": [f for f, _ in fields.values()],
+                     "offsets": [o for _, o in fields.values()], "itemsize": itemsize})
+
+
+API_13 = _dt({"kind": ("<i4", 0), "cbid": ("<u4", 4), "start": ("<u8", 8), "end": ("<u8", 16),
+              "process_id": ("<u4", 24), "thread_id": ("<u4", 28),
+              "correlation_id": ("<u4", 32), "return_value": ("<u4", 36)}, 40)
+KERNEL_13 = _dt({"kind": ("<i4", 0), "start": ("<u8", 16), "end": ("<u8", 24),
+                 "device_id": ("<u4", 40), "context_id": ("<u4", 44), "stream_id": ("<u4", 48),
+                 "grid_x": ("<i4", 52), "grid_y": ("<i4", 56), "grid_z": ("<i4", 60),
+                 "block_x": ("<i4", 64), "block_y": ("<i4", 68), "block_z": ("<i4", 72),
+                 "correlation_id": ("<u4", 92), "name": ("<i8", 104),
+                 "graph_node_id": ("<u8", 144), "graph_id": ("<u4", 156)}, 216)
+MEMCPY_13 = _dt({"kind": ("<i4", 0), "copy_kind": ("u1", 4), "src_kind": ("u1", 5),
+                 "dst_kind": ("u1", 6), "bytes": ("<u8", 8), "start": ("<u8", 16),
+                 "end": ("<u8", 24), "device_id": ("<u4", 32), "context_id": ("<u4", 36),
+                 "stream_id": ("<u4", 40), "correlation_id": ("<u4", 44),
+                 "graph_node_id": ("<u8", 64), "graph_id": ("<u4", 72)}, 96)
+MEMSET_13 = _dt({"kind": ("<i4", 0), "value": ("<u4", 4), "bytes": ("<u8", 8),
+                 "start": ("<u8", 16), "end": ("<u8", 24), "device_id": ("<u4", 32),
+                 "context_id": ("<u4", 36), "stream_id": ("<u4", 40),
+                 "correlation_id": ("<u4", 44), "memory_kind": ("<u2", 50),
+                 "graph_node_id": ("<u8", 64), "graph_id": ("<u4", 72)}, 88)
+SYNC_13 = _dt({"kind": ("<i4", 0), "type": ("<i4", 4), "start": ("<u8", 8), "end": ("<u8", 16),
+               "correlation_id": ("<u4", 24), "context_id": ("<u4", 28),
+               "stream_id": ("<u4", 32), "cuda_event_id": ("<u4", 36)}, 56)
+
+# cupti-python attribute names of the same layouts (for the cross-check test).
+CUPTI_PYTHON_NAMES = {"API_13": "activity_api_dtype", "KERNEL_13": "activity_kernel10_dtype",
+                      "MEMCPY_13": "activity_memcpy6_dtype", "MEMSET_13": "activity_memset4_dtype",
+                      "SYNC_13": "activity_synchronization2_dtype"}
+
+LAYOUTS: dict[int, dict[int, np.dtype]] = {
+    13: {KIND_RUNTIME: API_13, KIND_DRIVER: API_13, KIND_INTERNAL_LAUNCH_API: API_13,
+         KIND_CONCURRENT_KERNEL: KERNEL_13, KIND_MEMCPY: MEMCPY_13, KIND_MEMSET: MEMSET_13,
+         KIND_SYNCHRONIZATION: SYNC_13},
+}
+assert {k: d.itemsize for k, d in LAYOUTS[13].items()} == RECORD_SIZES_13
+
+# CUpti_ActivityMemcpyKind -> schema copy_kind (array copies fold into device, as in apis.py)
+COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoD", 4: "DtoH", 5: "DtoD", 6: "DtoD", 7: "DtoD",
+              8: "DtoD", 9: "HtoH", 10: "PtoP"}
+# CUpti_ActivityMemoryKind -> schema src_mem/dst_mem
+MEMORY_KINDS = {1: "pageable", 2: "pinned", 3: "device", 4: "array", 5: "managed",
+                6: "device", 7: "managed"}
+# CUpti_ActivitySynchronizationType -> name (Kineto's names for its cuda_sync events)
+SYNC_NAMES = {0: "Unknown Sync", 1: "Event Sync", 2: "Stream Wait Event", 3: "Stream Sync",
+              4: "Context Sync"}
+# Kineto names copies "Memcpy HtoD (Pageable -> Device)"; zym uses the same.
+COPY_NAME = {"HtoD": "Memcpy HtoD", "DtoH": "Memcpy DtoH", "DtoD": "Memcpy DtoD",
+             "HtoH": "Memcpy HtoH", "PtoP": "Memcpy PtoP"}
+UINT32_MAX = 0xFFFFFFFF
+
+
+def cupti_major(api_version: int) -> int:
+    """CUPTI's major version from ``cuptiGetVersion`` (130001 -> 13; older releases report a
+    small API number: 18+ is CUDA 12.x)."""
+    if api_version >= 10000:
+        return api_version // 10000
+    return 12 if api_version >= 18 else 11
+
+
+def dtypes_for(api_version: int) -> dict[int, np.dtype]:
+    major = cupti_major(api_version)
+    if major not in LAYOUTS:
+        raise ValueError(f"CUPTI {major}.x record layouts are not known to this zym (it decodes "
+                         f"{', '.join(f'{m}.x' for m in LAYOUTS)}); capture with CUPTI 13")
+    return LAYOUTS[major]
