@@ -17,9 +17,9 @@ app = typer.Typer(
 
 
 def _register() -> None:
-    from . import analyze_cmd, capture_cmd, import_cmd, rules_cmd
+    from . import analyze_cmd, capture_cmd, export_cmd, import_cmd, rules_cmd
 
-    for module in (import_cmd, analyze_cmd, capture_cmd, rules_cmd):
+    for module in (import_cmd, analyze_cmd, capture_cmd, export_cmd, rules_cmd):
         module.register(app)
 
 

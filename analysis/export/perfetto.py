@@ -1,0 +1,509 @@
+"""Perfetto export: a capture as a native Perfetto trace (``.pftrace``), for ui.perfetto.dev.
+
+What the trace holds (one packet sequence, so interning works across it):
+
+* a process track per process; a thread track per CPU thread with the Python frame and torch op
+  spans and a slice per CUDA API call, nested; work that overlaps without nesting goes to
+  "overlap" tracks (see :mod:`.lanes`), never into an improperly nested slice;
+* per process and GPU a "GPU n" track group, one track per stream, a slice per kernel, copy and
+  memset (grid, block, bytes, direction as arguments), syncs on a "sync" track beside the stream;
+* a flow from every call to each piece of GPU work it caused (same process, correlation id);
+* interned callstacks: each call carries its stack (leaf: the GPU operation it caused), weighted
+  by the GPU time it caused; each GPU slice carries the same stack weighted by its own duration.
+  Area-selecting thread or stream tracks in the UI shows a GPU-time flamegraph;
+* a "zym findings" track per process: one instant per finding occurrence;
+* counters per GPU: busy % and copy bandwidth (GB/s).
+
+Writing: track descriptors and interned data are built with the generated classes of the
+``perfetto`` package; the events are encoded column-wise by :mod:`.protowire` and streamed to the
+file in chunks, sorted by time.
+
+>>> from zym.analysis.export.source import load_export_source      # doctest: +SKIP
+>>> export_perfetto(load_export_source("trace.json.gz"), "out.pftrace")  # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import (
+    DebugAnnotation, Trace, TracePacket, TrackDescriptor, TrackEvent)
+
+from . import protowire as pw
+from .flamegraph import UNKNOWN, frame_label
+from .interning import Interner
+from .lanes import END, INSTANT, lanes_for, nesting_violations, ordered_events
+from .source import ExportSource
+
+SEQ = 1  # trusted_packet_sequence_id of every packet
+COUNTER = 4  # TrackEvent.TYPE_COUNTER
+CHUNK_EVENTS = 1 << 20  # events encoded and written per step
+CATEGORY = {"python": "python_function", "native": "python_function", "torch_op": "cpu_op",
+            "kernel": "kernel", "copy": "gpu_memcpy", "memset": "gpu_memset", "sync": "cuda_sync"}
+# Debug annotations: (argument name, payload column(s), kind). They land in Perfetto's args
+# table as ``debug.<name>``.
+ANNOTATIONS = [
+    ("correlation", "correlation_id", "int"), ("bytes", "size_bytes", "int"),
+    ("direction", "copy_kind", "str"), ("src", "src_mem", "str"), ("dst", "dst_mem", "str"),
+    ("grid", "grid", "xyz"), ("block", "block", "xyz"), ("graph id", "graph_id", "int"),
+    ("device", "device_id", "int"), ("stream", "stream_id", "int"),
+    ("gpu ns", "gpu_ns", "int"), ("shapes", "op_shapes", "str"),
+    ("rule", "rule_id", "str"), ("severity", "severity", "str"), ("site", "site", "str"),
+    ("message", "message", "str"),
+]
+
+
+@dataclass
+class PerfettoStats:
+    path: Path
+    events: int  # slices, instants and counter samples written
+    packets: int
+    bytes: int
+    seconds: float
+    overlap_tracks: int  # extra tracks opened for work that did not nest
+
+
+def export_perfetto(src: ExportSource, out: str | Path, chunk_events: int = CHUNK_EVENTS
+                    ) -> PerfettoStats:
+    """Write ``src`` as a Perfetto trace to ``out`` (atomically: a temporary file renamed)."""
+    t0 = time.perf_counter()
+    out = Path(out)
+    builder = _TraceBuilder(src)
+    events = builder.events()
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    packets, size = 0, 0
+    try:
+        with open(tmp, "wb") as f:
+            head = builder.header_packets()
+            f.write(head)
+            size += len(head)
+            packets += builder.n_header_packets
+            for start in range(0, events.height, chunk_events):
+                chunk = _encode_events(events.slice(start, chunk_events), builder.annotation_iids)
+                f.write(chunk)
+                size += len(chunk)
+            packets += events.height
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return PerfettoStats(out, events.height, packets, size, time.perf_counter() - t0,
+                         builder.overlap_tracks)
+
+
+def perfetto_bytes(src: ExportSource) -> bytes:
+    """The whole trace in memory (tests, small captures)."""
+    builder = _TraceBuilder(src)
+    events = builder.events()
+    return builder.header_packets() + _encode_events(events, builder.annotation_iids)
+
+
+# ---------------------------------------------------------------------------------------------
+# Building the tables
+
+class _TraceBuilder:
+    def __init__(self, src: ExportSource) -> None:
+        self.src = src
+        self.data = src.analysis.data
+        self.intern = Interner()
+        self.tracks: dict[tuple, TrackDescriptor] = {}
+        self.overlap_tracks = 0
+        self.n_header_packets = 0
+        self.annotation_iids: dict[str, int] = {}
+        self.t_first = self._first_ts()
+
+    # --- tracks ---------------------------------------------------------------------------
+    def _track(self, key: tuple, fill) -> int:
+        if key not in self.tracks:
+            d = TrackDescriptor()
+            d.uuid = len(self.tracks) + 1  # small uuids: short varints on every event
+            fill(d)
+            self.tracks[key] = d
+        return self.tracks[key].uuid
+
+    def process_track(self, pid: int) -> int:
+        def fill(d):
+            d.process.pid = int(pid)
+            d.process.process_name = f"{Path(self.data.meta.source or 'python').name} ({pid})"
+        return self._track(("process", pid), fill)
+
+    def thread_track(self, pid: int, tid: int, lane: int) -> int:
+        parent = self.process_track(pid)
+        if lane:
+            self.overlap_tracks += ("thread", pid, tid, lane) not in self.tracks
+
+            def fill_overlap(d):
+                d.parent_uuid, d.name = parent, f"Thread {tid} (overlap {lane})"
+                d.description = f"Work of thread {tid} that overlaps its other slices without nesting"
+            return self._track(("thread", pid, tid, lane), fill_overlap)
+
+        def fill(d):
+            d.parent_uuid = parent
+            d.thread.pid, d.thread.tid = int(pid), int(tid)
+            d.thread.thread_name = "main thread" if tid == pid else f"thread {tid}"
+        return self._track(("thread", pid, tid, 0), fill)
+
+    def gpu_track(self, pid: int, device: int) -> int:
+        parent = self.process_track(pid)
+        gpus = {g.get("id"): g.get("name") for g in self.data.meta.gpus}
+
+        def fill(d):
+            d.parent_uuid = parent
+            d.name = f"GPU {device}" + (f" ({gpus[device]})" if gpus.get(device) else "")
+            d.child_ordering = TrackDescriptor.EXPLICIT
+            d.sibling_order_rank = 1000 + int(device)
+        return self._track(("gpu", pid, device), fill)
+
+    def stream_track(self, pid: int, device: int, stream: int, sync: bool, lane: int) -> int:
+        parent = self.gpu_track(pid, device)
+        self.overlap_tracks += bool(lane) and ("stream", pid, device, stream, sync, lane) \
+            not in self.tracks
+        label = f"Stream {stream}" + (" sync" if sync else "") + (f" (overlap {lane})" if lane
+                                                                  else "")
+
+        def fill(d):
+            d.parent_uuid, d.name = parent, label
+            d.description = f"CUDA stream {stream} on device {device}"
+            d.sibling_order_rank = int(stream) * 64 + 32 * sync + lane
+            d.sibling_merge_behavior = TrackDescriptor.SIBLING_MERGE_BEHAVIOR_NONE
+        return self._track(("stream", pid, device, stream, sync, lane), fill)
+
+    def findings_track(self, pid: int) -> int:
+        parent = self.process_track(pid)
+
+        def fill(d):
+            d.parent_uuid, d.name = parent, "zym findings"
+            d.description = "One instant per occurrence of a zym rule finding"
+            d.sibling_order_rank = -1
+        return self._track(("findings", pid), fill)
+
+    def counter_track(self, pid: int, device: int, name: str, unit: str) -> int:
+        parent = self.gpu_track(pid, device)
+
+        def fill(d):
+            d.parent_uuid, d.name = parent, name
+            d.counter.unit_name = unit
+            d.sibling_order_rank = -1
+        return self._track(("counter", pid, device, name), fill)
+
+    # --- events ---------------------------------------------------------------------------
+    def _first_ts(self) -> int:
+        d = self.data
+        firsts = [int(t.min()) for t in (self.src.spans["ts_ns"], d.calls["ts_ns"], d.gpu["ts_ns"])
+                  if t.len()]
+        return min(firsts) if firsts else 0
+
+    def events(self) -> pl.DataFrame:
+        """Every event (slice begin/end, instant, counter sample), sorted as written."""
+        parts = [self._slice_events(), self._finding_events(), self._counter_events()]
+        parts = [p for p in parts if p.height]
+        self.annotation_iids = {name: self.intern.iid("debug_annotation_names", name)
+                                for name, _col, _kind in ANNOTATIONS}
+        if not parts:
+            return pl.DataFrame(schema={"ts_ns": pl.Int64, "type": pl.Int8, "track": pl.UInt64})
+        events = pl.concat(parts, how="diagonal_relaxed")
+        return self._intern_strings(events).sort("ts_ns", "rank", "tie", maintain_order=True)
+
+    def _intern_strings(self, events: pl.DataFrame) -> pl.DataFrame:
+        """String arguments replaced by their interned ids (defined in the first packet)."""
+        cols = [c for _n, c, kind in ANNOTATIONS if kind == "str" and c in events.columns]
+        head = pl.col("type") != END
+        return events.with_columns(
+            self.intern.column("debug_annotation_string_values",
+                               events.select(pl.when(head).then(pl.col(c).cast(pl.String)))
+                               .to_series()).alias(c)
+            for c in cols)
+
+    def _slices(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """One row per slice (span, call, GPU operation) with its payload and track, and the
+        begin/end events of the slices in write order (``row`` indexes the slices)."""
+        d, intern = self.data, self.intern
+        nodes = self.src.analysis.call_paths.nodes
+        span_frame = nodes.select("stack_id", "kind", "name", "file", "line")
+        spans = self.src.spans.join(span_frame, on="stack_id", how="left").select(
+            "pid", "tid", "ts_ns", "dur_ns", _span_label().alias("label"),
+            pl.col("kind").replace_strict(CATEGORY, default="python_function").alias("cat"),
+            pl.col("op_shapes"))
+        calls, gpu = _flows_and_weights(d.calls, d.gpu)
+        calls = calls.select(
+            "pid", "tid", "ts_ns", "dur_ns", pl.col("name").alias("label"),
+            pl.lit("cuda_api").alias("cat"), "correlation_id", "size_bytes", "copy_kind",
+            "device_id", "stream_id", "stack_id", "gpu_ns", pl.col("gpu_ns").alias("weight"),
+            "flow_out", "leaf")
+        gpu = gpu.select(
+            "pid", "device_id", "stream_id", "ts_ns", "dur_ns", pl.col("name").alias("label"),
+            pl.col("kind").replace_strict(CATEGORY, default="kernel").alias("cat"),
+            (pl.col("kind") == "sync").alias("sync"), "correlation_id", "size_bytes",
+            "copy_kind", "src_mem", "dst_mem", "graph_id",
+            pl.concat_list("grid_x", "grid_y", "grid_z").alias("grid"),
+            pl.concat_list("block_x", "block_y", "block_z").alias("block"),
+            "stack_id", "flow_in", pl.col("name").alias("leaf"),
+            pl.col("dur_ns").alias("weight"))
+        cpu = pl.concat([spans, calls], how="diagonal_relaxed").with_columns(pl.lit(0).alias("gpu"))
+        allv = pl.concat([cpu, gpu.with_columns(pl.lit(1).alias("gpu"))], how="diagonal_relaxed")
+        allv = allv.with_row_index("row").with_columns(
+            (pl.col("ts_ns") + pl.col("dur_ns").clip(0)).alias("end_ns"),
+            pl.col("sync").fill_null(False))
+        key_cols = ["gpu", "pid", "tid", "device_id", "stream_id", "sync"]
+        groups = allv.select(key_cols).unique(maintain_order=True).with_row_index("group")
+        allv = allv.join(groups, on=key_cols, how="left", nulls_equal=True)
+        iv = allv.select("group", "row", "ts_ns", "end_ns")
+        events = ordered_events(iv)
+        bad = nesting_violations(events)
+        lane = pl.lit(0, pl.Int32).alias("lane")
+        if len(bad):  # only overlapping groups pay for the sequential pass
+            lanes = lanes_for(iv, bad.tolist())
+            allv = allv.join(lanes, on="row", how="left", maintain_order="left").with_columns(
+                pl.col("lane").fill_null(0))
+        else:
+            allv = allv.with_columns(lane)
+        allv = allv.join(self._track_uuids(allv), on=["group", "lane"], how="left",
+                         maintain_order="left")
+        allv = allv.with_columns(
+            intern.column("event_names", allv["label"]).alias("name_iid"),
+            intern.column("event_categories", allv["cat"]).alias("cat_iid"),
+            self._callstack_iids(allv).alias("cs_iid"))
+        return allv, events
+
+    def _track_uuids(self, allv: pl.DataFrame) -> pl.DataFrame:
+        keys = allv.select("group", "lane", "gpu", "pid", "tid", "device_id", "stream_id", "sync"
+                           ).unique().sort("group", "lane")
+        uuids = []
+        for r in keys.iter_rows(named=True):
+            if r["gpu"]:
+                uuids.append(self.stream_track(r["pid"], r["device_id"] or 0, r["stream_id"] or 0,
+                                               r["sync"], r["lane"]))
+            else:
+                uuids.append(self.thread_track(r["pid"], r["tid"], r["lane"]))
+        return keys.select("group", "lane", pl.Series("track", uuids, pl.UInt64))
+
+    def _callstack_iids(self, allv: pl.DataFrame) -> pl.Series:
+        """Interned callstack of each call and GPU slice: its stack, then the GPU op as leaf."""
+        has = allv["cat"].is_in(["cuda_api"]) | (allv["gpu"] == 1)
+        keys = allv.select(pl.col("stack_id").fill_null(-1), "leaf", "cat").filter(has)
+        distinct = keys.unique(["stack_id", "leaf"]).drop("cat").sort("stack_id", "leaf")
+        chains = self._stack_chains()
+        unknown = self.intern.frame(UNKNOWN, None, None)
+        ids = []
+        for stack_id, leaf in distinct.iter_rows():
+            frames = chains.get(stack_id, (unknown,))
+            if leaf is not None:
+                frames = frames + (self.intern.frame(leaf, "[GPU]", None),)
+            ids.append(self.intern.callstack(frames))
+        table = distinct.with_columns(pl.Series("cs_iid", ids, pl.UInt64))
+        joined = allv.select(pl.col("stack_id").fill_null(-1), "leaf").join(
+            table, on=["stack_id", "leaf"], how="left", nulls_equal=True, maintain_order="left")
+        return joined["cs_iid"].zip_with(has, pl.Series([None] * allv.height, dtype=pl.UInt64))
+
+    def _stack_chains(self) -> dict[int, tuple[int, ...]]:
+        """Frame iids of every stack, outermost first (a walk over the trie: one step per node)."""
+        nodes = self.src.analysis.call_paths.nodes.sort("depth")
+        chains: dict[int, tuple[int, ...]] = {}
+        for sid, parent, name, file, line, kind in nodes.select(
+                "stack_id", "parent_id", "name", "file", "line", "kind").iter_rows():
+            label = frame_label(name, file, line, kind)
+            frame = self.intern.frame(label, file, line)
+            chains[sid] = chains.get(parent, ()) + (frame,)
+        return chains
+
+    def _slice_events(self) -> pl.DataFrame:
+        allv, events = self._slices()
+        payload = allv.drop("group", "ts_ns", "end_ns", "dur_ns", "lane", "row", "label", "cat",
+                            "leaf", "gpu", "pid", "tid", "sync")
+        return pl.concat([events.select("ts_ns", "type", "rank", "tie"),
+                          payload[events["row"]]], how="horizontal")
+
+    def _finding_events(self) -> pl.DataFrame:
+        """One instant per finding occurrence, on the findings track of its process."""
+        default_pid = int(self.data.calls["pid"].first()) if self.data.calls.height else 0
+        parts = []
+        for f in self.src.findings:
+            occ = f["occurrences"].filter(pl.col("ts_ns").is_not_null())
+            if occ.height == 0:
+                continue
+            label = f"{f['rule_id']}: {f.get('title') or ''}".rstrip(": ")
+            parts.append(occ.select(
+                "ts_ns", pl.col("pid").fill_null(default_pid), "correlation_id",
+                pl.lit(label).alias("label"), pl.lit(f["rule_id"]).alias("rule_id"),
+                pl.lit(_text(f.get("severity")), pl.String).alias("severity"),
+                pl.lit(_text(f.get("site")), pl.String).alias("site"),
+                pl.lit(_text(f.get("message")), pl.String).alias("message")))
+        if not parts:
+            return pl.DataFrame()
+        df = pl.concat(parts)
+        pids = df["pid"].unique().sort().to_list()
+        tracks = pl.DataFrame({"pid": pids, "track": [self.findings_track(p) for p in pids]},
+                              schema={"pid": pl.Int64, "track": pl.UInt64})
+        df = df.join(tracks, on="pid", how="left", maintain_order="left").drop("pid")
+        return df.with_columns(
+            pl.lit(INSTANT, pl.Int8).alias("type"), pl.lit(1, pl.Int8).alias("rank"),
+            pl.lit(0, pl.Int64).alias("tie"),
+            self.intern.column("event_names", df["label"]).alias("name_iid"),
+            pl.lit(self.intern.iid("event_categories", "zym_finding"), pl.UInt64)
+            .alias("cat_iid")).drop("label")
+
+    def _counter_events(self) -> pl.DataFrame:
+        from .counters import gpu_counters
+
+        samples = gpu_counters(self.data.gpu)
+        if samples.height == 0:
+            return pl.DataFrame()
+        keys = samples.select("pid", "device_id", "counter", "unit").unique().sort(
+            "pid", "device_id", "counter")
+        uuids = [self.counter_track(p, dev, name, unit) for p, dev, name, unit in keys.iter_rows()]
+        keys = keys.with_columns(pl.Series("track", uuids, pl.UInt64))
+        return samples.join(keys, on=["pid", "device_id", "counter", "unit"]).select(
+            "ts_ns", "track", pl.lit(COUNTER, pl.Int8).alias("type"),
+            pl.lit(1, pl.Int8).alias("rank"), pl.lit(0, pl.Int64).alias("tie"),
+            pl.col("value").cast(pl.Float64))
+
+    # --- header ---------------------------------------------------------------------------
+    def header_packets(self) -> bytes:
+        """The sequence's first packet (all interned data) and the track descriptors."""
+        b = Trace()
+        first = b.packet.add()
+        first.trusted_packet_sequence_id = SEQ
+        first.first_packet_on_sequence = True
+        first.sequence_flags = (TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+                                | TracePacket.SEQ_NEEDS_INCREMENTAL_STATE)
+        first.timestamp = self.t_first
+        self.intern.fill(first.interned_data)
+        for desc in self.tracks.values():
+            p = b.packet.add()
+            p.trusted_packet_sequence_id = SEQ
+            p.timestamp = self.t_first
+            p.track_descriptor.CopyFrom(desc)
+        self.n_header_packets = len(b.packet)
+        return b.SerializeToString()
+
+
+def _text(value) -> str | None:
+    if value is None:
+        return None
+    return value if isinstance(value, str) else str(value)
+
+
+def _span_label() -> pl.Expr:
+    return pl.when(pl.col("kind") == "python").then(
+        pl.format("{} ({}:{})", "name", pl.col("file").fill_null("?"), pl.col("line").fill_null(0))
+    ).otherwise(pl.col("name").fill_null("(unknown frame)"))
+
+
+def _flows_and_weights(calls: pl.DataFrame, gpu: pl.DataFrame
+                       ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Calls with ``flow_out`` (flow ids of the GPU work they caused), ``gpu_ns`` and ``leaf``
+    (their costliest GPU operation); GPU work with ``flow_in`` and its call's ``stack_id``."""
+    calls = calls.with_row_index("call_row")
+    gpu = gpu.with_row_index("gpu_row")
+    launcher = (calls.filter(pl.col("correlation_id").is_not_null())
+                .select("pid", "correlation_id", "call_row", "stack_id")
+                .unique(["pid", "correlation_id"], keep="first"))
+    gpu = gpu.join(launcher, on=["pid", "correlation_id"], how="left", maintain_order="left")
+    gpu = gpu.with_columns(
+        pl.when(pl.col("call_row").is_not_null()).then(pl.col("gpu_row") + 1)
+        .cast(pl.UInt64).alias("flow_in"))
+    caused = (gpu.filter(pl.col("call_row").is_not_null()).sort("gpu_row")
+              .group_by("call_row").agg(pl.col("flow_in").alias("flow_out"),
+                                        pl.col("dur_ns").sum().alias("gpu_ns"),
+                                        pl.col("name").sort_by("dur_ns").last().alias("leaf")))
+    calls = calls.join(caused, on="call_row", how="left", maintain_order="left").with_columns(
+        pl.col("gpu_ns").fill_null(0))
+    return calls, gpu
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoding
+
+_K = pw.tag
+_TE, _DA, _TP = TrackEvent, DebugAnnotation, TracePacket
+
+
+def _encode_events(ev: pl.DataFrame, annotation_iids: dict[str, int]) -> bytes:
+    """``ev`` (rows of :meth:`_TraceBuilder.events`) as ``Trace.packet`` entries;
+    ``annotation_iids`` maps argument names to their interned ids."""
+    n = ev.height
+    if n == 0:
+        return b""
+    typ = ev["type"].to_numpy()
+    head = typ != END  # begins, instants and counters carry the payload
+
+    def col(name, dtype=None):
+        if name not in ev.columns:
+            return None, np.zeros(n, bool)
+        s = ev[name]
+        present = s.is_not_null().to_numpy() & head
+        values = s.fill_null(0).to_numpy()
+        return (values if dtype is None else values.astype(dtype)), present
+
+    fields: list[pw.Field] = []
+    cat, cat_p = col("cat_iid")
+    if cat_p.any():
+        fields.append(pw.Varint(_K(_TE, "category_iids"), cat, cat_p))
+    for name, column, kind in ANNOTATIONS:
+        ann = _annotation(ev, annotation_iids[name], column, kind, head)
+        if ann is not None:
+            fields.append(ann)
+    fields.append(pw.Varint(_K(_TE, "type"), typ.astype(np.int64)))
+    name, name_p = col("name_iid")
+    if name_p.any():
+        fields.append(pw.Varint(_K(_TE, "name_iid"), name, name_p))
+    fields.append(pw.Varint(_K(_TE, "track_uuid"), ev["track"].to_numpy()))
+    value, value_p = col("value", np.float64)
+    if value_p.any():
+        fields.append(pw.Fixed64(_K(_TE, "double_counter_value"), value, value_p))
+    if "flow_out" in ev.columns:
+        fields.append(_repeated_fixed64(ev["flow_out"], head, _K(_TE, "flow_ids")))
+    flow_in, flow_in_p = col("flow_in")
+    if flow_in_p.any():
+        fields.append(pw.Fixed64(_K(_TE, "terminating_flow_ids"), flow_in, flow_in_p))
+    cs, cs_p = col("cs_iid")
+    if cs_p.any():
+        weight, _ = col("weight", np.float64)
+        fields.append(pw.Varint(_K(_TE, "callstack_iid"), cs, cs_p))
+        fields.append(pw.Fixed64(_K(_TE, "callstack_weight"), weight, cs_p))
+    needs = pw.varint_bytes(TracePacket.SEQ_NEEDS_INCREMENTAL_STATE)
+    packet = pw.Message(_K(Trace, "packet"), [
+        pw.Varint(_K(_TP, "timestamp"), ev["ts_ns"].to_numpy()),
+        pw.Const(_K(_TP, "trusted_packet_sequence_id") + pw.varint_bytes(SEQ)),
+        pw.Message(_K(_TP, "track_event"), fields),
+        pw.Const(_K(_TP, "sequence_flags") + needs, head),
+    ])
+    return pw.encode(n, [packet]).data.tobytes()
+
+
+def _annotation(ev: pl.DataFrame, name_iid: int, column: str, kind: str, head: np.ndarray):
+    """One debug annotation per row where ``column`` is set (a Message field), or None."""
+    if column not in ev.columns:
+        return None
+    s = ev[column]
+    present = s.is_not_null().to_numpy() & head
+    if kind == "xyz":
+        present &= (s.list.drop_nulls().list.len() == 3).fill_null(False).to_numpy()
+    if not present.any():
+        return None
+    key = pw.Const(_K(_DA, "name_iid") + pw.varint_bytes(name_iid), present)
+    outer = _K(_TE, "debug_annotations")
+    if kind == "int":
+        value = pw.Varint(_K(_DA, "int_value"), s.fill_null(0).to_numpy(), present)
+        return pw.Message(outer, [key, value], present)
+    if kind == "str":  # the column holds string iids (see _TraceBuilder._intern_strings)
+        value = pw.Varint(_K(_DA, "string_value_iid"), s.fill_null(0).to_numpy(), present)
+        return pw.Message(outer, [key, value], present)
+    entries = []
+    for i, axis in enumerate("xyz"):
+        v = s.list.get(i, null_on_oob=True).fill_null(0).to_numpy()
+        entries.append(pw.Message(_K(_DA, "dict_entries"), [
+            pw.Varint(_K(_DA, "int_value"), v, present),
+            pw.Const(_K(_DA, "name") + pw.varint_bytes(1) + axis.encode(), present)], present))
+    return pw.Message(outer, [key, *entries], present)
+
+
+def _repeated_fixed64(lists: pl.Series, head: np.ndarray, key: bytes) -> pw.RepeatedFixed64:
+    """Per row, the entries of a repeated fixed64 field (e.g. ``flow_ids``)."""
+    counts = lists.list.len().fill_null(0).to_numpy().astype(np.int64) * head
+    flat = lists.filter(pl.Series(head)).explode().drop_nulls().to_numpy()
+    return pw.RepeatedFixed64(key, counts, flat)

@@ -1,0 +1,170 @@
+"""What every export reads: the analysis of a capture, its CPU spans and the rule findings.
+
+>>> src = load_export_source("sample_traces/gpt_decode_server.trace.json.gz")  # doctest: +SKIP
+>>> src.spans.height, len(src.findings)                                          # doctest: +SKIP
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from zym.schemas.errors import InputError
+from zym.schemas.io import conform
+
+from ..callpath import build_call_paths
+from ..load import load_capture
+from ..report import Analysis
+from ..timeline import gpu_utilization
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class ExportSource:
+    analysis: Analysis
+    spans: pl.DataFrame  # span table (pid, tid, ts_ns, dur_ns, stack_id, op_id, op_shapes, ...)
+    findings: list[dict]  # rule findings as plain dicts (see findings_of)
+    spans_reconstructed: bool = False  # True when rebuilt from call stacks (eBPF captures)
+
+    @property
+    def data(self):
+        return self.analysis.data
+
+
+def load_export_source(path: str | Path, progress: Progress | None = None,
+                       with_findings: bool = True) -> ExportSource:
+    """Load ``path`` (zym capture or Kineto trace), analyze it, and gather spans and findings."""
+    path = Path(path)
+    data = load_capture(path, progress)
+    data.calls = _conformed("call", data.calls)
+    data.gpu = _conformed("gpu", data.gpu)
+    spans = _spans_of(data, path)
+    if progress:
+        progress("attributing GPU work to call paths")
+    analysis = Analysis(data, build_call_paths(data), gpu_utilization(data.calls, data.gpu))
+    reconstructed = False
+    if spans.height == 0 and data.calls.height:
+        spans, reconstructed = spans_from_call_stacks(data.calls, data.stacks, data.frames), True
+    findings = findings_of(analysis) if with_findings else []
+    return ExportSource(analysis, spans, findings, reconstructed)
+
+
+def _conformed(table: str, df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with every column of the capture table (Kineto's in-memory tables omit some)."""
+    return conform(table, df).drop("record")
+
+
+def _spans_of(data, path: Path) -> pl.DataFrame:
+    """The capture's span table: from ``CaptureData.spans()`` where the loader offers it, else
+    read from the file."""
+    getter = getattr(data, "spans", None)
+    spans = getter() if callable(getter) else None
+    if spans is None:
+        return _load_spans(path)
+    return _conformed("span", spans)
+
+
+def _load_spans(path: Path) -> pl.DataFrame:
+    from zym.schemas.io import is_parquet, open_capture
+
+    if is_parquet(path):
+        spans = open_capture(path).load("span")
+    else:
+        from zym.capture.kineto import load_kineto
+
+        spans = load_kineto(path)[0].get("span", pl.DataFrame())
+    return _conformed("span", spans)
+
+
+def spans_from_call_stacks(calls: pl.DataFrame, stacks: pl.DataFrame,
+                           frames: pl.DataFrame) -> pl.DataFrame:
+    """CPU spans rebuilt from the stacks of consecutive CUDA calls on a thread (eBPF captures).
+
+    A frame is taken to run from the first to the last of an unbroken run of calls whose stacks
+    pass through the same trie node (same node means same frame with the same callers). The
+    call's own API frame (the leaf) is left out: the call is its own slice.
+    """
+    chain = _ancestors(stacks)  # stack_id, node, depth: every node on the path of a stack
+    leaf_api = stacks.join(frames.select("frame_id", "kind"), on="frame_id").filter(
+        pl.col("kind") == "cuda_api").select("stack_id")
+    c = (calls.filter(pl.col("stack_id").is_not_null())
+         .sort("pid", "tid", "ts_ns").with_row_index("seq")
+         .select("seq", "pid", "tid", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"),
+                 "stack_id"))
+    rows = (c.join(chain, on="stack_id").join(leaf_api.rename({"stack_id": "node"}), on="node",
+                                              how="anti")
+            .sort("pid", "tid", "depth", "seq"))
+    new_run = ((pl.col("node") != pl.col("node").shift(1))
+               | (pl.col("seq") != pl.col("seq").shift(1) + 1)).fill_null(True)
+    runs = (rows.with_columns(new_run.cum_sum().over("pid", "tid", "depth").alias("run"))
+            .group_by("pid", "tid", "depth", "run")
+            .agg(pl.col("node").first(), pl.col("ts_ns").min(), pl.col("end").max()))
+    spans = runs.select("pid", "tid", "ts_ns", (pl.col("end") - pl.col("ts_ns")).alias("dur_ns"),
+                        pl.col("node").alias("stack_id")).sort("pid", "tid", "ts_ns")
+    return _conformed("span", spans)
+
+
+def _ancestors(stacks: pl.DataFrame) -> pl.DataFrame:
+    """``stack_id, node, depth`` for every node on the root path of every stack, one join per
+    level."""
+    cur = stacks.select("stack_id", pl.col("stack_id").alias("node"), "depth", "parent_id")
+    out = [cur.select("stack_id", "node", "depth")]
+    parents = stacks.select(pl.col("stack_id").alias("parent_id"), pl.col("parent_id").alias("pp"),
+                            pl.col("depth").alias("pdepth"))
+    while cur.height:
+        cur = (cur.filter(pl.col("parent_id").is_not_null()).join(parents, on="parent_id")
+               .select("stack_id", pl.col("parent_id").alias("node"), pl.col("pdepth").alias("depth"),
+                       pl.col("pp").alias("parent_id")))
+        out.append(cur.select("stack_id", "node", "depth"))
+    return pl.concat(out)
+
+
+def findings_of(analysis: Analysis) -> list[dict]:
+    """The rule engine's findings as dicts; an empty list when ``zym.rules`` has no engine."""
+    try:
+        from zym.rules import evaluate
+    except ImportError:
+        return []
+    return [finding_dict(f) for f in evaluate(analysis)]
+
+
+FINDING_KEYS = ("rule_id", "severity", "title", "message", "site", "site_id", "user_chain",
+                "evidence", "fix", "cost_ns", "pack")
+OCCURRENCE_SCHEMA = {c: pl.Int64 for c in ("pid", "tid", "ts_ns", "dur_ns", "correlation_id")}
+
+
+def finding_dict(f) -> dict:
+    """A finding (``zym.rules.Finding`` or a dict of the same keys) as a dict whose
+    ``occurrences`` is a polars frame (``pid, tid, ts_ns, dur_ns, correlation_id``)."""
+    if isinstance(f, dict):
+        d = {k: f.get(k) for k in FINDING_KEYS}
+        occ = f.get("occurrences") or []
+        frame = (occ if isinstance(occ, pl.DataFrame)
+                 else pl.DataFrame(occ, schema=OCCURRENCE_SCHEMA) if occ
+                 else pl.DataFrame(schema=OCCURRENCE_SCHEMA))
+    else:
+        d = {k: getattr(f, k, None) for k in FINDING_KEYS}
+        frame = getattr(f, "occurrence_frame", None)
+        if frame is None:
+            frame = pl.DataFrame(list(getattr(f, "occurrences", []) or []), schema=OCCURRENCE_SCHEMA)
+    d["occurrences"] = frame.select(
+        [pl.col(c).cast(t) if c in frame.columns else pl.lit(None, t).alias(c)
+         for c, t in OCCURRENCE_SCHEMA.items()])
+    return d
+
+
+def check_output(path: str | Path, force: bool) -> Path:
+    """Refuse to overwrite ``path`` without ``force``; create its folder when missing."""
+    path = Path(path)
+    if path.exists() and path.is_dir():
+        raise InputError(f"{path}: is a directory; give a file name")
+    if path.exists() and not force:
+        raise InputError(f"{path}: already exists; pass --force to overwrite it")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"{path.parent}: cannot create the output folder ({e.strerror})") from None
+    return path

@@ -1,0 +1,91 @@
+"""`zym export FILE --format perfetto|folded|speedscope`: timelines and flamegraphs to files."""
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .errors import exit_on_error
+
+
+class ExportFormat(str, Enum):
+    perfetto = "perfetto"
+    folded = "folded"
+    speedscope = "speedscope"
+
+
+class Weight(str, Enum):
+    gpu = "gpu"
+    stall = "stall"
+
+
+SUFFIX = {ExportFormat.perfetto: ".pftrace", ExportFormat.folded: ".folded",
+          ExportFormat.speedscope: ".speedscope.json"}
+
+
+def default_output(file: Path, fmt: ExportFormat) -> Path:
+    """``trace.json.gz`` -> ``trace.pftrace`` (in the current folder)."""
+    name = file.name
+    for ext in (".gz", ".json", ".parquet", ".trace"):
+        name = name.removesuffix(ext)
+    return Path(name + SUFFIX[fmt])
+
+
+def export(
+    file: Annotated[Path, typer.Argument(help="A zym capture (.parquet) or a torch.profiler trace "
+                                              "(.json, .json.gz).", show_default=False)],
+    format: Annotated[ExportFormat, typer.Option(
+        "--format", "-f", help="perfetto: timeline for ui.perfetto.dev; folded: flamegraph.pl / "
+        "speedscope stacks (integer ns); speedscope: speedscope JSON.")] = ExportFormat.perfetto,
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", help="File to write [default: FILE's name with .pftrace, .folded or "
+        ".speedscope.json, in the current folder]. A missing folder is created.",
+        show_default=False)] = None,
+    weight: Annotated[Weight, typer.Option(
+        help="Folded stacks weighted by GPU time, or by CPU time blocked in CUDA calls (stall)."
+    )] = Weight.gpu,
+    findings: Annotated[bool, typer.Option(help="Run the rules and put their findings on a "
+                                                "track (perfetto).")] = True,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite OUTPUT if it exists.")] = False,
+    progress: Annotated[bool, typer.Option(help="Show progress on stderr.")] = True,
+) -> None:
+    """Export a capture: a Perfetto timeline, or a GPU-time flamegraph.
+
+    Example: zym export sample_traces/gpt_decode_server.trace.json.gz -o trace.pftrace
+    """
+    from zym.analysis.export.source import check_output
+
+    from .progress import stage_progress
+
+    with exit_on_error():
+        out = check_output(output or default_output(file, format), force)
+        with stage_progress(progress) as say:
+            if format is ExportFormat.perfetto:
+                from zym.analysis.export.perfetto import export_perfetto
+                from zym.analysis.export.source import load_export_source
+
+                src = load_export_source(file, say, with_findings=findings)
+                say("writing Perfetto trace")
+                stats = export_perfetto(src, out)
+                summary = f"{stats.events:,} events, {stats.bytes / 1e6:.1f} MB"
+                hint = f"open it with: zym view {out}"
+            else:
+                from zym.analysis import analyze
+                from zym.analysis.export.flamegraph import write_folded, write_speedscope
+
+                analysis = analyze(file, say)
+                if format is ExportFormat.folded:
+                    n = write_folded(analysis, out, weight.value)
+                    summary = f"{n:,} stacks weighted by {weight.value} ns"
+                    hint = "render it with flamegraph.pl or https://www.speedscope.app"
+                else:
+                    n = write_speedscope(analysis, out)
+                    summary = f"{n:,} stacks"
+                    hint = "open it at https://www.speedscope.app"
+    typer.echo(f"wrote {out} ({summary}); {hint}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("export")(export)
