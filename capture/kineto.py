@@ -21,6 +21,7 @@ import platform
 import zlib
 from collections.abc import Callable
 from datetime import datetime, timezone
+from operator import attrgetter
 from pathlib import Path
 
 import msgspec
@@ -75,7 +76,7 @@ class _Event(msgspec.Struct, gc=False):
 
 
 class _TraceFile(msgspec.Struct):
-    traceEvents: list[_Event]  # noqa: N815 (Kineto's key)
+    traceEvents: list[msgspec.Raw]  # noqa: N815 (Kineto's key)
     deviceProperties: list[dict] = []  # noqa: N815
     cuda_driver_version: int | None = None
     cuda_runtime_version: int | None = None
@@ -83,9 +84,6 @@ class _TraceFile(msgspec.Struct):
     baseTimeNanoseconds: int | None = None  # noqa: N815
     with_stack: int | None = None
     record_shapes: int | None = None
-
-
-_KEEP_CATS = frozenset(PYTHON_CATS + OP_CATS + CALL_CATS + tuple(GPU_CATS))
 
 
 def read_json_bytes(path: Path) -> bytes:
@@ -132,9 +130,13 @@ def _gunzip(f, path: Path) -> bytearray:
     return out
 
 
-def parse_events(text: bytes | bytearray, path: Path) -> tuple[pl.DataFrame, _TraceFile]:
-    """Decode the trace into one frame of complete events of the categories zym uses."""
-    if not text.strip():
+def parse_events(text: bytes | bytearray, path: Path) -> tuple[dict[str, pl.DataFrame], _TraceFile]:
+    """Decode the trace into one frame per event group (python, op, call, gpu).
+
+    The first pass only splits ``traceEvents`` into raw byte views; events are then decoded in
+    batches and turned into columns at once, so only one batch of Python objects is alive.
+    """
+    if not text or text.isspace():
         raise InputError(f"{path}: empty file")
     try:
         top = msgspec.json.decode(text, type=_TraceFile)
@@ -142,77 +144,94 @@ def parse_events(text: bytes | bytearray, path: Path) -> tuple[pl.DataFrame, _Tr
         raise InputError(f"{path}: JSON, but not a torch.profiler (Kineto) trace ({e})") from e
     except msgspec.DecodeError as e:
         raise InputError(f"{path}: not valid JSON ({e}); a truncated or non-trace file?") from e
-    events, top.traceEvents = _events_frame(top.traceEvents), []
-    if events.height == 0:
+    raws, top.traceEvents = top.traceEvents, []
+    parts: dict[str, list[pl.DataFrame]] = {group: [] for group in _GROUP_SCHEMAS}
+    for start in range(0, len(raws), BATCH_EVENTS):
+        try:
+            events = _DECODER.decode(b"[" + b",".join(raws[start:start + BATCH_EVENTS]) + b"]")
+        except msgspec.ValidationError as e:
+            raise InputError(f"{path}: malformed trace event ({e})") from e
+        for group, frame in _group_frames(events).items():
+            parts[group].append(frame)
+    del raws
+    groups = {g: pl.concat(dfs) if dfs else pl.DataFrame(schema=_GROUP_SCHEMAS[g])
+              for g, dfs in parts.items()}
+    if sum(df.height for df in groups.values()) == 0:
         raise InputError(f"{path}: JSON, but no torch.profiler events (python_function, cpu_op, "
                          "cuda_runtime, kernel...): not a Kineto trace")
-    return events, top
+    return groups, top
 
 
-def _events_frame(events: list[_Event]) -> pl.DataFrame:
-    """Columns of the complete events in ``events`` whose category zym reads.
+def _group_frames(events: list[_Event]) -> dict[str, pl.DataFrame]:
+    """Columns of the complete events that zym reads, one frame per event group.
 
-    Each category fills only the columns it has (GPU activity: device, stream, grid...; torch
+    Each group fills only the columns it has (GPU activity: device, stream, grid...; torch
     ops: shapes), which keeps the per-event Python work to a few attribute reads.
     """
-    by_cat: dict[str, list[_Event]] = {}
+    by_group: dict[str, list[_Event]] = {}
     for e in events:
-        if e.ph == "X" and e.cat in _KEEP_CATS:
-            by_cat.setdefault(e.cat, []).append(e)
-    parts = []
-    for cat, ev in by_cat.items():
-        args = [e.args or _NO_ARGS for e in ev]
-        cols = {
-            "cat": pl.repeat(cat, len(ev), dtype=pl.String, eager=True),
-            "name": [e.name for e in ev],
-            "pid": [_as_int(e.pid) for e in ev],
-            "tid": [_as_int(e.tid) for e in ev],
-            "ts_us": [e.ts for e in ev],
-            "dur_us": [e.dur for e in ev],
-            "external_id": [a.external_id for a in args],
-        }
-        if cat in PYTHON_CATS:
-            cols["python_id"] = [a.python_id for a in args]
-            cols["python_parent_id"] = [a.python_parent_id for a in args]
-        if cat in OP_CATS:
-            cols["op_shapes"] = [_raw_text(a.input_dims) for a in args]
-            cols["op_dtypes"] = [_raw_text(a.input_type) for a in args]
-        if cat in CALL_CATS or cat in GPU_CATS:
-            cols["correlation_id"] = [a.correlation for a in args]
-        if cat in CALL_CATS:
-            cols["cbid"] = [a.cbid for a in args]
-        if cat in GPU_CATS:
-            cols.update(_gpu_columns(args))
-        parts.append(pl.DataFrame(cols, schema={k: _EVENT_SCHEMA[k] for k in cols}))
-    return pl.concat([pl.DataFrame(schema=_EVENT_SCHEMA), *parts], how="diagonal")
+        group = _GROUP_OF.get(e.cat) if e.ph == "X" else None
+        if group:
+            by_group.setdefault(group, []).append(e)
+    out = {}
+    for group, ev in by_group.items():
+        cat, name, pid, tid, ts, dur, args = _columns(ev, "cat", "name", "pid", "tid", "ts",
+                                                      "dur", "args")
+        args = [a or _NO_ARGS for a in args]
+        cols = {"cat": cat, "name": name, "pid": _int_column(pid), "tid": _int_column(tid),
+                "ts_us": ts, "dur_us": dur}
+        arg_fields = [f for f in _GROUP_SCHEMAS[group] if f not in cols and f in _ARG_ATTR]
+        cols.update(zip(arg_fields, _columns(args, *[_ARG_ATTR[f] for f in arg_fields])))
+        if group == "op":
+            cols["op_shapes"] = [bytes(a.input_dims) or None for a in args]
+            cols["op_dtypes"] = [bytes(a.input_type) or None for a in args]
+        if group == "gpu":
+            cols.update(_dims(args))
+        out[group] = pl.DataFrame(cols, schema=_GROUP_SCHEMAS[group])
+    return out
 
 
-def _gpu_columns(args: list[_Args]) -> dict[str, list]:
+def _columns(items: list, *attrs: str) -> list[list]:
+    """The named attributes of ``items``, one list per attribute (map + attrgetter run in C)."""
+    return [list(map(attrgetter(a), items)) for a in attrs]
+
+
+def _dims(args: list[_Args]) -> dict[str, list]:
     grid = [a.grid or _NO_DIM for a in args]
     block = [a.block or _NO_DIM for a in args]
-    return {
-        "device_id": [a.device for a in args],
-        "stream_id": [a.stream for a in args],
-        "size_bytes": [a.bytes for a in args],
-        "graph_id": [a.graph_id for a in args],
-        "grid_x": [g[0] for g in grid], "grid_y": [g[1] for g in grid],
-        "grid_z": [g[2] for g in grid],
-        "block_x": [b[0] for b in block], "block_y": [b[1] for b in block],
-        "block_z": [b[2] for b in block],
-    }
+    return {**{f"grid_{axis}": [g[i] for g in grid] for i, axis in enumerate("xyz")},
+            **{f"block_{axis}": [b[i] for b in block] for i, axis in enumerate("xyz")}}
 
 
+_DECODER = msgspec.json.Decoder(list[_Event])
+BATCH_EVENTS = 10_000
 _NO_ARGS = _Args()
 _NO_DIM = (None, None, None)
-_EVENT_SCHEMA = {
-    "cat": pl.String, "name": pl.String, "pid": pl.Int64, "tid": pl.Int64,
-    "ts_us": pl.Float64, "dur_us": pl.Float64, "external_id": pl.Int64,
-    "correlation_id": pl.Int64, "python_id": pl.Int64, "python_parent_id": pl.Int64,
-    "device_id": pl.Int32, "stream_id": pl.Int64, "size_bytes": pl.Int64, "cbid": pl.Int32,
-    "graph_id": pl.Int64, "grid_x": pl.Int32, "grid_y": pl.Int32, "grid_z": pl.Int32,
-    "block_x": pl.Int32, "block_y": pl.Int32, "block_z": pl.Int32,
-    "op_shapes": pl.String, "op_dtypes": pl.String,
+_GROUP_OF = ({c: "python" for c in PYTHON_CATS} | {c: "op" for c in OP_CATS}
+             | {c: "call" for c in CALL_CATS} | {c: "gpu" for c in GPU_CATS})
+# Event field -> _Args attribute, for the fields that live in "args".
+_ARG_ATTR = {"external_id": "external_id", "correlation_id": "correlation",
+             "python_id": "python_id", "python_parent_id": "python_parent_id",
+             "device_id": "device", "stream_id": "stream", "size_bytes": "bytes", "cbid": "cbid",
+             "graph_id": "graph_id"}
+_COMMON = {"cat": pl.String, "name": pl.String, "pid": pl.Int64, "tid": pl.Int64,
+           "ts_us": pl.Float64, "dur_us": pl.Float64}
+_GROUP_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
+    "python": _COMMON | {"python_id": pl.Int64, "python_parent_id": pl.Int64},
+    "op": _COMMON | {"external_id": pl.Int64, "op_shapes": pl.Binary, "op_dtypes": pl.Binary},
+    "call": _COMMON | {"external_id": pl.Int64, "correlation_id": pl.Int64, "cbid": pl.Int32},
+    "gpu": _COMMON | {"external_id": pl.Int64, "correlation_id": pl.Int64, "device_id": pl.Int32,
+                      "stream_id": pl.Int64, "size_bytes": pl.Int64, "graph_id": pl.Int64}
+    | {f"{d}_{axis}": pl.Int32 for d in ("grid", "block") for axis in "xyz"},
 }
+
+
+def _int_column(values: list[int | str | None]) -> pl.Series:
+    """Kineto writes pids and tids as numbers, except for its own pseudo-processes ("Spans")."""
+    try:
+        return pl.Series(values, dtype=pl.Int64)
+    except (TypeError, pl.exceptions.PolarsError):
+        return pl.Series([_as_int(v) for v in values], dtype=pl.Int64)
 
 
 def _as_int(value: int | str | None) -> int | None:
@@ -221,27 +240,23 @@ def _as_int(value: int | str | None) -> int | None:
     return int(value) if value.lstrip("-").isdigit() else None
 
 
-def _raw_text(raw: msgspec.Raw) -> str | None:
-    return bytes(raw).decode() if len(raw) else None
-
-
-# ---------------------------------------------------------------------------------------------
-# Events -> schema tables
-
-def events_to_tables(events: pl.DataFrame) -> dict[str, pl.DataFrame]:
-    """Turn the flat events frame into the capture tables (frame, stack, span, call, gpu)."""
-    events = events.with_row_index("node").with_columns(
-        pl.col("node").cast(pl.Int64),
-        (pl.col("ts_us") * 1000).round().cast(pl.Int64).alias("ts_ns"),
-        (pl.col("dur_us").fill_null(0) * 1000).round().cast(pl.Int64).alias("dur_ns"),
-    ).drop("ts_us", "dur_us")
-    gpu_rows = events.filter(pl.col("cat").is_in(list(GPU_CATS)))
-    cpu = events.filter(~pl.col("cat").is_in(list(GPU_CATS)))
+def events_to_tables(groups: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
+    """Turn the event groups (python, op, call, gpu) into the capture tables."""
+    times = [(pl.col("ts_us") * 1000).round().cast(pl.Int64).alias("ts_ns"),
+             (pl.col("dur_us").fill_null(0) * 1000).round().cast(pl.Int64).alias("dur_ns")]
+    cpu = (pl.concat([groups["python"], groups["op"].with_columns(pl.col("op_shapes", "op_dtypes")
+                                                                  .cast(pl.String)),
+                      groups["call"]], how="diagonal")
+           .with_row_index("node").with_columns(pl.col("node").cast(pl.Int64), *times)
+           .drop("ts_us", "dur_us"))
     cpu = _drop_nested_driver_calls(cpu)
-    cpu = cpu.with_columns(_frame_columns())
-    frames = intern_frames(cpu.select("kind", pl.col("name_f").alias("name"), "file", "line"))
-    cpu = cpu.join(frames.rename({"name": "name_f"}), on=["kind", "name_f", "file", "line"],
-                   how="left", nulls_equal=True)
+    # Frames are parsed once per distinct (category, name), not once per event.
+    names = cpu.select("cat", "name").unique(maintain_order=True).with_columns(_frame_columns())
+    frames = intern_frames(names.select("kind", pl.col("name_f").alias("name"), "file", "line"))
+    names = names.join(frames.rename({"name": "name_f"}), on=["kind", "name_f", "file", "line"],
+                       how="left", nulls_equal=True)
+    cpu = cpu.join(names.select("cat", "name", "frame_id"), on=["cat", "name"], how="left",
+                   nulls_equal=True)
     parents = _parents(cpu)
     node_stack, stacks = intern_forest(
         cpu.select("node", "frame_id").join(parents, on="node", how="left"))
@@ -252,7 +267,7 @@ def events_to_tables(events: pl.DataFrame) -> dict[str, pl.DataFrame]:
         "stack": stacks,
         "span": _spans(cpu),
         "call": calls,
-        "gpu": _gpu(gpu_rows, calls, events),
+        "gpu": _gpu(groups["gpu"].with_columns(*times).drop("ts_us", "dur_us"), calls),
     }
 
 
@@ -392,7 +407,7 @@ def _calls(cpu: pl.DataFrame) -> pl.DataFrame:
             .join(ops, on="op_id", how="left"))
 
 
-def _gpu(gpu: pl.DataFrame, calls: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
+def _gpu(gpu: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     copy = pl.col("name").str.extract_groups(
         r"^Memcpy (?P<dir>\w+) \((?P<src>\w+) -> (?P<dst>\w+)\)")
     memset_dst = pl.col("name").str.extract(r"^Memset \((\w+)\)", 1)
@@ -447,10 +462,10 @@ def load_kineto(path: str | Path, progress: Progress | None = None
     say("reading")
     text = read_json_bytes(path)
     say("parsing JSON")
-    events, top = parse_events(text, path)
+    groups, top = parse_events(text, path)
     del text
     say("building call stacks")
-    return events_to_tables(events), capture_meta(top, path)
+    return events_to_tables(groups), capture_meta(top, path)
 
 
 def import_kineto(path: str | Path, out: str | Path, progress: Progress | None = None) -> Path:

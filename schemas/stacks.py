@@ -28,33 +28,54 @@ def intern_forest(nodes: pl.DataFrame, first_id: int = 0) -> tuple[pl.DataFrame,
     nodes = nodes.select(
         "node", "frame_id",
         pl.when(pl.col("parent").is_in(nodes["node"].implode())).then("parent").alias("parent"),
-    )
-    frontier = nodes.filter(pl.col("parent").is_null()).with_columns(
-        pl.lit(None, pl.Int64).alias("parent_id")
-    )
-    remaining = nodes.filter(pl.col("parent").is_not_null())
+    ).with_columns(node_depths(nodes.select("node", "parent")).alias("depth"))
     mapped, tries = [], []
-    next_id, depth = first_id, 0
-    while frontier.height:
-        if depth > MAX_DEPTH:
-            raise ValueError(f"call stacks deeper than {MAX_DEPTH} frames: cyclic parent links?")
-        level = (frontier.select("parent_id", "frame_id").unique(maintain_order=True)
-                 .with_row_index("stack_id", offset=next_id)
-                 .with_columns(pl.col("stack_id").cast(pl.Int64), pl.lit(depth, pl.Int32).alias("depth")))
-        frontier = frontier.join(level, on=["parent_id", "frame_id"], how="left", nulls_equal=True)
-        mapped.append(frontier.select("node", "stack_id"))
-        tries.append(level)
-        next_id += level.height
-        depth += 1
-        children = remaining.join(frontier.select(pl.col("node").alias("parent"),
-                                                  pl.col("stack_id").alias("parent_id")),
-                                  on="parent", how="inner")
-        remaining = remaining.join(children.select("node"), on="node", how="anti")
-        frontier = children.select("node", "frame_id", "parent_id")
-    node_stack = pl.concat(mapped) if mapped else pl.DataFrame(schema={"node": nodes["node"].dtype, "stack_id": pl.Int64})
+    next_id = first_id
+    parent_ids = None
+    for depth, level in enumerate(_levels(nodes)):
+        if parent_ids is None:
+            level = level.with_columns(pl.lit(None, pl.Int64).alias("parent_id"))
+        else:
+            level = level.join(parent_ids, on="parent", how="left")
+        # Ids in node order: the same input always interns to the same ids.
+        trie = (level.sort("node").select("parent_id", "frame_id").unique(maintain_order=True)
+                .with_row_index("stack_id", offset=next_id)
+                .with_columns(pl.col("stack_id").cast(pl.Int64),
+                              pl.lit(depth, pl.Int32).alias("depth")))
+        level = level.join(trie, on=["parent_id", "frame_id"], how="left", nulls_equal=True)
+        mapped.append(level.select("node", "stack_id"))
+        tries.append(trie)
+        next_id += trie.height
+        parent_ids = level.select(pl.col("node").alias("parent"), pl.col("stack_id").alias("parent_id"))
+    node_stack = (pl.concat(mapped) if mapped
+                  else pl.DataFrame(schema={"node": nodes["node"].dtype, "stack_id": pl.Int64}))
     stacks = (pl.concat(tries) if tries else pl.DataFrame(
         schema={"stack_id": pl.Int64, "parent_id": pl.Int64, "frame_id": pl.Int64, "depth": pl.Int32}))
     return node_stack, stacks.select("stack_id", "parent_id", "frame_id", "depth")
+
+
+def _levels(nodes: pl.DataFrame) -> list[pl.DataFrame]:
+    by_depth = nodes.partition_by("depth", as_dict=True, include_key=False)
+    return [by_depth[(d,)] for d in range(len(by_depth))]
+
+
+def node_depths(tree: pl.DataFrame) -> pl.Series:
+    """Depth of every node of a forest (``node``, ``parent``), by pointer jumping: each round
+    doubles how far every node has looked up, so a forest of depth D takes log2(D) joins.
+    """
+    up = tree.select("node", pl.col("parent").alias("anc"),
+                     pl.when(pl.col("parent").is_null()).then(0).otherwise(1).alias("dist"))
+    for _ in range(64):
+        if up["anc"].null_count() == up.height:
+            return tree.select("node").join(up, on="node", how="left")["dist"].cast(pl.Int32)
+        up = up.join(up.select(pl.col("node").alias("anc"), pl.col("anc").alias("anc2"),
+                               pl.col("dist").alias("dist2")), on="anc", how="left",
+                     maintain_order="left"
+                     ).select("node", pl.col("anc2").alias("anc"),
+                              pl.col("dist") + pl.col("dist2").fill_null(0))
+        if up.height > tree.height:
+            break
+    raise ValueError(f"call stacks deeper than {MAX_DEPTH} frames: cyclic parent links?")
 
 
 def intern_frames(frames: pl.DataFrame, first_id: int = 0) -> pl.DataFrame:

@@ -1,0 +1,49 @@
+"""One measured job, run in its own process by bench_analyze.py; prints its timings as JSON.
+
+Times are split into importing the libraries and doing the work, so that a peer whose
+imports are heavy is compared fairly both ways. Peak memory is read by the parent (wait4).
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+
+def zym_analyze(path: str) -> None:
+    from zym.analysis import analyze
+
+    analyze(path).to_dict()
+
+
+def zym_import(path: str, out: str) -> None:
+    from zym.capture.kineto import import_kineto
+
+    import_kineto(path, out)
+
+
+def hta_parse(trace_dir: str) -> None:
+    from hta.trace_analysis import TraceAnalysis
+
+    TraceAnalysis(trace_dir=trace_dir)
+
+
+IMPORTS = {
+    "zym_analyze": "zym.analysis",
+    "zym_import": "zym.capture.kineto",
+    "hta_parse": "hta.trace_analysis",
+}
+
+
+def main() -> None:
+    job, *args = sys.argv[1:]
+    start = time.perf_counter()
+    __import__(IMPORTS[job])
+    imported = time.perf_counter()
+    globals()[job](*args)
+    done = time.perf_counter()
+    print(json.dumps({"import_s": imported - start, "work_s": done - imported}))
+
+
+if __name__ == "__main__":
+    main()
