@@ -208,7 +208,8 @@ class Collector:
         self._free: list = []
         self._live: dict[int, object] = {}
         self._lock = threading.Lock()
-        self.stats = {"buffers": 0, "bytes": 0, "dropped": 0, "declined": 0, "errors": []}
+        self.stats = {"buffers": 0, "bytes": 0, "dropped": 0, "declined": 0, "errors": [],
+                      "callback_ns": 0, "stop_ns": 0}
         self.calibrations: list[list[int]] = []
         self.stopped = False
         fmt = os.environ.get(ENV_FORMAT, "arrow")
@@ -256,15 +257,11 @@ class Collector:
 
     def api_names(self, domain: int) -> dict[int, str]:
         """cbid -> raw CUPTI name, for every cbid CUPTI names in ``domain``."""
-        out, name, misses = {}, ct.c_char_p(), 0
-        for cbid in range(1, MAX_CBID):
-            if self.lib.cuptiGetCallbackName(domain, cbid, ct.byref(name)) == 0 and name.value:
+        out, name = {}, ct.c_char_p()
+        get, ref = self.lib.cuptiGetCallbackName, ct.byref(name)
+        for cbid in range(1, MAX_CBID):  # ~2 ms: CUPTI 13 names ~530 runtime, ~900 driver ids
+            if get(domain, cbid, ref) == 0 and name.value:
                 out[cbid] = name.value.decode()
-                misses = 0
-            else:
-                misses += 1
-                if misses > 64 and cbid > 64:
-                    break
         return out
 
     # -- buffers -------------------------------------------------------------------------------
@@ -284,6 +281,7 @@ class Collector:
             size_p[0] = 0
 
     def _completed(self, ctx, stream_id, buf, size, valid) -> None:
+        t0 = time.perf_counter_ns()
         try:
             data = ct.string_at(buf, valid) if valid else b""
             with self._lock:
@@ -300,6 +298,7 @@ class Collector:
             self.spool.write("calib", json.dumps(self.calibrate()).encode())
         except Exception as e:  # noqa: BLE001
             self.stats["errors"].append(f"buffer completed: {e}")
+        self.stats["callback_ns"] += time.perf_counter_ns() - t0
 
     # -- session ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -353,6 +352,7 @@ class Collector:
         if self.stopped:
             return
         self.stopped = True
+        t0 = time.perf_counter_ns()
         try:
             self.lib.cuptiActivityFlushAll(FLUSH_FORCED)
             for kind in ENABLED_KINDS:
@@ -365,6 +365,7 @@ class Collector:
             self.spool.write("names", json.dumps(self.kernel_names()).encode())
         except Exception as e:  # noqa: BLE001
             self.stats["errors"].append(f"kernel names: {e}")
+        self.stats["stop_ns"] = time.perf_counter_ns() - t0
         self.spool.write("footer", json.dumps({**self.stats, "reason": reason, **_process_facts(),
                                                "stopped_mono_ns": time.monotonic_ns()}).encode())
         self.spool.close()

@@ -213,10 +213,11 @@ def _gpu_frame(records: dict[int, np.ndarray], names: dict[int, str], fit: Clock
     if not frames:
         return pl.DataFrame()
     gpu = pl.concat(frames, how="diagonal_relaxed")
-    for col in ("copy_kind", "src_mem", "dst_mem", "sync_type", "size_bytes", "graph_id",
-                "name", "device_id"):
-        if col not in gpu.columns:
-            gpu = gpu.with_columns(pl.lit(None).alias(col))
+    absent = {"copy_kind": pl.Int64, "src_mem": pl.Int64, "dst_mem": pl.Int64,
+              "sync_type": pl.Int64, "size_bytes": pl.Int64, "graph_id": pl.Int64,
+              "name": pl.String, "device_id": pl.Int32}
+    gpu = gpu.with_columns([pl.lit(None, t).alias(c) for c, t in absent.items()
+                            if c not in gpu.columns])
     mem = lambda c: pl.col(c).replace_strict(MEMORY_KINDS, default=None, return_dtype=pl.String)  # noqa: E731
     copy_kind = pl.col("copy_kind").replace_strict(COPY_KINDS, default=None, return_dtype=pl.String)
     # syncs carry a context, not a device: take the device from the context's other records

@@ -8,7 +8,7 @@ import pytest
 from zym.analysis.join import join_calls, stack_coverage
 from zym.capture.cupti.clock import fit_clock
 
-from .world import attributed, drop_rows, make_world
+from cupti_world import attributed, drop_rows, make_world
 
 MIX = ["launch", "launch", "copy", "sync", "memset", "launch", "graph", "launch", "nogpu"] * 6
 

@@ -1,0 +1,108 @@
+/* A stand-in for libcupti, built at test time: the CUPTI calls zym's agent makes, with records
+ * in the CUPTI 13.0 layouts (CUpti_ActivityAPI: 40 bytes, CUpti_ActivityKernel10: 216 bytes;
+ * field offsets as in zym/capture/cupti/layouts.py). `fake_launch` / `fake_get_device` play the
+ * application: they append records the way CUPTI would, if their kind and callback are enabled. */
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <pthread.h>
+#include <sys/syscall.h>
+
+typedef void (*req_fn)(uint8_t **, size_t *, size_t *);
+typedef void (*cmp_fn)(void *, uint32_t, uint8_t *, size_t, size_t);
+static req_fn g_req; static cmp_fn g_cmp;
+static int g_kind_on[64], g_rt_on[1024], g_tid_system;
+static uint8_t g_pending[1 << 20]; static size_t g_len; static uint32_t g_corr = 1;
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static const char *KERNEL_NAME = "fake_kernel(float*, int)";
+
+static uint64_t now_ns(void) {
+    struct timespec ts; clock_gettime(CLOCK_REALTIME, &ts);  /* epoch-based, like CUPTI's */
+    return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+int cuptiGetTimestamp(uint64_t *t) { *t = now_ns(); return 0; }
+int cuptiGetVersion(uint32_t *v) { *v = 130001; return 0; }
+int cuptiSetThreadIdType(int t) { g_tid_system = t; return 0; }
+int cuptiActivityRegisterCallbacks(req_fn r, cmp_fn c) { g_req = r; g_cmp = c; return 0; }
+int cuptiActivityEnable(int k) { if (k < 0 || k >= 64) return 1; g_kind_on[k] = 1; return 0; }
+int cuptiActivityDisable(int k) { if (k < 0 || k >= 64) return 1; g_kind_on[k] = 0; return 0; }
+int cuptiActivityEnableRuntimeApi(uint32_t cbid, uint8_t on) { if (cbid >= 1024) return 1; g_rt_on[cbid] = on; return 0; }
+int cuptiActivityEnableDriverApi(uint32_t cbid, uint8_t on) { (void)cbid; (void)on; return 0; }
+int cuptiActivityGetNumDroppedRecords(void *c, uint32_t s, size_t *n) { (void)c; (void)s; *n = 0; return 0; }
+
+int cuptiGetCallbackName(int domain, uint32_t cbid, const char **name) {
+    if (domain == 2) {  /* runtime */
+        switch (cbid) {
+        case 3: *name = "cudaGetDevice_v3020"; return 0;
+        case 41: *name = "cudaMemcpyAsync_v3020"; return 0;
+        case 131: *name = "cudaStreamSynchronize_v3020"; return 0;
+        case 211: *name = "cudaLaunchKernel_v7000"; return 0;
+        }
+    } else if (domain == 1 && cbid == 307) { *name = "cuLaunchKernel"; return 0; }
+    *name = NULL; return 1;
+}
+
+int cuptiActivityFlushAll(uint32_t flag) {
+    (void)flag;
+    pthread_mutex_lock(&g_mu);
+    if (g_len && g_req && g_cmp) {
+        uint8_t *buf = NULL; size_t size = 0, maxrec = 0;
+        g_req(&buf, &size, &maxrec);
+        if (buf && size >= g_len) {
+            memcpy(buf, g_pending, g_len);
+            size_t valid = g_len; g_len = 0;
+            pthread_mutex_unlock(&g_mu);
+            g_cmp(NULL, 0, buf, size, valid);
+            return 0;
+        }
+    }
+    pthread_mutex_unlock(&g_mu);
+    return 0;
+}
+
+static void put32(uint8_t *r, int off, uint32_t v) { memcpy(r + off, &v, 4); }
+static void put64(uint8_t *r, int off, uint64_t v) { memcpy(r + off, &v, 8); }
+
+static void api_record(uint32_t cbid, uint64_t start, uint64_t end, uint32_t corr) {
+    uint8_t r[40] = {0};
+    put32(r, 0, 5); put32(r, 4, cbid); put64(r, 8, start); put64(r, 16, end);
+    put32(r, 24, (uint32_t)getpid());
+    put32(r, 28, g_tid_system ? (uint32_t)syscall(SYS_gettid) : (uint32_t)pthread_self());
+    put32(r, 32, corr);
+    memcpy(g_pending + g_len, r, 40); g_len += 40;
+}
+
+static void kernel_record(uint64_t start, uint64_t end, uint32_t corr) {
+    uint8_t r[216] = {0};
+    put32(r, 0, 10); put64(r, 16, start); put64(r, 24, end); put32(r, 48, 7);
+    put32(r, 52, 4); put32(r, 56, 1); put32(r, 60, 1); put32(r, 64, 256); put32(r, 68, 1);
+    put32(r, 72, 1); put32(r, 92, corr); put64(r, 104, (uint64_t)(uintptr_t)KERNEL_NAME);
+    memcpy(g_pending + g_len, r, 216); g_len += 216;
+}
+
+/* The application's side: n kernel launches (cudaLaunchKernel) from the calling thread. */
+void fake_launch(int n) {
+    for (int i = 0; i < n; i++) {
+        uint64_t t0 = now_ns();
+        uint64_t t1 = t0 + 1500;
+        pthread_mutex_lock(&g_mu);
+        if (g_len + 256 < sizeof g_pending) {
+            uint32_t corr = g_corr++;
+            if (g_rt_on[211]) api_record(211, t0, t1, corr);
+            if (g_kind_on[10]) kernel_record(t1 + 1000, t1 + 6000, corr);
+        }
+        pthread_mutex_unlock(&g_mu);
+    }
+}
+
+/* n calls CUPTI would only record if every runtime callback were on. */
+void fake_get_device(int n) {
+    for (int i = 0; i < n; i++) {
+        pthread_mutex_lock(&g_mu);
+        if (g_rt_on[3] && g_len + 64 < sizeof g_pending) api_record(3, now_ns(), now_ns() + 10, g_corr++);
+        pthread_mutex_unlock(&g_mu);
+    }
+}

@@ -1,0 +1,109 @@
+"""The in-target agent, end to end without a GPU: a stand-in libcupti (fakecupti.c, built here)
+plays CUPTI, a Python target started with zym's bootstrap environment plays the application."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from zym.capture.cupti import target_env
+from zym.capture.cupti.decode import decode_spool, read_spool
+from zym.capture.cupti.finalize import finalize_capture
+from zym.schemas import open_capture
+
+HERE = Path(__file__).parent
+
+TARGET = textwrap.dedent("""
+    import ctypes, json, os, signal, sys, threading, time
+    lib = ctypes.CDLL(os.environ["ZYM_CUPTI_LIB"])
+    facts = {"main_tid": threading.get_native_id(), "agent": "_zym_cupti_agent" in sys.modules}
+    lib.fake_launch(100)
+    lib.fake_get_device(50)
+    def worker():
+        facts["worker_tid"] = threading.get_native_id()
+        lib.fake_launch(30)
+    t = threading.Thread(target=worker); t.start(); t.join()
+    print(json.dumps(facts), flush=True)
+    if sys.argv[1] == "crash":
+        time.sleep(0.5)              # two flush periods: the records reach the spool
+        os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+@pytest.fixture(scope="module")
+def fake_lib(tmp_path_factory) -> Path:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build the stand-in libcupti")
+    out = tmp_path_factory.mktemp("fakecupti") / "libcupti.so.13"
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(out), str(HERE / "fakecupti.c"),
+                    "-lpthread"], check=True)
+    return out
+
+
+def _run(tmp_path: Path, lib: Path, mode: str) -> tuple[dict, Path]:
+    spool = tmp_path / "spool"
+    env = target_env(spool) | {"ZYM_CUPTI_LIB": str(lib), "ZYM_CUPTI_FLUSH_MS": "200"}
+    script = tmp_path / "target.py"
+    script.write_text(TARGET)
+    proc = subprocess.run([sys.executable, str(script), mode], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert "not started" not in proc.stderr, proc.stderr
+    facts = json.loads(proc.stdout.splitlines()[0])
+    return facts, spool
+
+
+def test_agent_records_launches_with_system_tids_and_kernel_names(tmp_path, fake_lib):
+    facts, spool_dir = _run(tmp_path, fake_lib, "exit")
+    assert facts["agent"]
+    (path,) = spool_dir.glob("cupti-*.spool")
+    spool = read_spool(path)
+    assert spool.footer is not None and spool.footer["errors"] == []
+    # only the launch/copy/memset/sync callbacks were enabled: no cudaGetDevice records
+    assert set(spool.header["api_names"]["runtime"].values()) == {
+        "cudaMemcpyAsync_v3020", "cudaStreamSynchronize_v3020", "cudaLaunchKernel_v7000"}
+    t = decode_spool(spool)
+    assert t.api["name"].unique().to_list() == ["cudaLaunchKernel"]
+    per_tid = dict(t.api.group_by("tid").len().iter_rows())
+    assert per_tid == {facts["main_tid"]: 100, facts["worker_tid"]: 30}
+    assert t.gpu["name"].unique().to_list() == ["fake_kernel(float*, int)"]
+    assert t.gpu.height == 130
+    # CUPTI here counts from the epoch (as on the H200): the fit brings it to CLOCK_MONOTONIC
+    fit = t.clock[int(spool.header["pid"])]
+    assert fit.used >= 2 and fit.max_residual_ns < 50_000
+    assert 0 < t.api["ts_ns"].min() < 10**17
+
+
+def test_agent_spool_survives_a_crash(tmp_path, fake_lib):
+    _, spool_dir = _run(tmp_path, fake_lib, "crash")
+    (path,) = spool_dir.glob("cupti-*.spool")
+    spool = read_spool(path)
+    assert spool.footer is None  # killed: no clean stop
+    t = decode_spool(spool)
+    assert t.gpu.height == 130  # the periodic flush delivered everything recorded
+    assert t.gpu["name"].str.starts_with("kernel@").all()  # names are read at stop only
+    out, meta = finalize_capture(spool_dir, tmp_path / "crash.parquet")
+    cap = open_capture(out)
+    assert cap.load("gpu").height == 130
+    assert meta.extra["cupti"]["spools"][0]["clean_stop"] is False
+
+
+def test_cupti_only_capture_is_valid_and_analyzable(tmp_path, fake_lib):
+    from zym.analysis import analyze
+
+    _, spool_dir = _run(tmp_path, fake_lib, "exit")
+    out, meta = finalize_capture(spool_dir, tmp_path / "trace.parquet")
+    cap = open_capture(out)
+    calls = cap.load("call")
+    assert calls.height == 130 and calls["stack_id"].null_count() == 130
+    assert meta.clock_domain == "CLOCK_MONOTONIC"
+    assert meta.extra["cupti"]["join"]["cupti_unclaimed"] == 130
+    result = analyze(out)
+    paths = result.call_paths.paths
+    assert paths.filter(pl.col("path_id") == -1)["kernels"].to_list() == [130]
