@@ -23,7 +23,7 @@ import polars as pl
 
 from zym.schemas.apis import is_blocking_api
 
-from .correlate import attribute_gpu
+from .correlate import attribute_gpu_lazy
 from .load import CaptureData
 from .usercode import is_user_frame
 
@@ -79,30 +79,54 @@ def stack_nodes(frames: pl.DataFrame, stacks: pl.DataFrame) -> pl.DataFrame:
 def build_call_paths(data: CaptureData) -> CallPaths:
     """Attribute every GPU operation and CUDA call of ``data`` to its call path."""
     nodes = stack_nodes(data.frames, data.stacks)
-    gpu = attribute_gpu(data.calls, data.gpu).with_columns(
-        pl.col("stack_id").fill_null(UNKNOWN_STACK))
-    gpu_ops = _gpu_ops(gpu)
-    paths = _paths(data.calls, gpu_ops, nodes)
+    gpu_ops = _gpu_ops(data.calls.lazy(), data.gpu.lazy())
+    paths = _paths(data.calls.lazy(), gpu_ops, nodes)
     graph = CallPathGraph.from_tables(nodes, paths)
     return CallPaths(paths=paths, gpu_ops=gpu_ops, nodes=nodes, graph=graph)
 
 
-def _gpu_ops(gpu: pl.DataFrame) -> pl.DataFrame:
+def _gpu_ops(calls: pl.LazyFrame, gpu: pl.LazyFrame) -> pl.DataFrame:
     """GPU work per (path, operation name): the leaves of the call-path graph."""
     size = pl.col("size_bytes").fill_null(0)
-    return (gpu.group_by("stack_id", "kind", "name").agg(
-        pl.len().alias("count"),
-        pl.col("dur_ns").sum().alias("gpu_ns"),
-        pl.col("dur_ns").max().alias("max_ns"),
-        size.sum().alias("bytes"),
-        pl.col("copy_kind").drop_nulls().first().alias("copy_kind"),
-        pl.col("src_mem").drop_nulls().first().alias("src_mem"),
-        pl.col("dst_mem").drop_nulls().first().alias("dst_mem"),
-        pl.col("api").drop_nulls().first().alias("api"),
-    ).sort("gpu_ns", "stack_id", "name", descending=[True, False, False]))
+    gpu = gpu.select("pid", "correlation_id", "kind", "name", "dur_ns", "size_bytes", "copy_kind",
+                     "src_mem", "dst_mem")
+    return (attribute_gpu_lazy(calls, gpu)
+            .with_columns(pl.col("stack_id").fill_null(UNKNOWN_STACK))
+            .group_by("stack_id", "kind", "name").agg(
+                pl.len().alias("count"),
+                pl.col("dur_ns").sum().alias("gpu_ns"),
+                pl.col("dur_ns").max().alias("max_ns"),
+                size.sum().alias("bytes"),
+                pl.col("copy_kind").drop_nulls().first().alias("copy_kind"),
+                pl.col("src_mem").drop_nulls().first().alias("src_mem"),
+                pl.col("dst_mem").drop_nulls().first().alias("dst_mem"),
+                pl.col("api").drop_nulls().first().alias("api"),
+            ).sort("gpu_ns", "stack_id", "name", descending=[True, False, False])
+            .collect())
 
 
-def _paths(calls: pl.DataFrame, gpu_ops: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
+def _calls_by_path(calls: pl.LazyFrame) -> pl.DataFrame:
+    """CPU-side measures per path. Calls are first reduced per (path, API name), so the API
+    classification runs once per distinct name, not once per call."""
+    per_api = calls.group_by("stack_id", "name", "kind").agg(
+        pl.len().alias("calls"),
+        pl.col("dur_ns").sum().alias("cpu_call_ns"),
+        pl.col("dur_ns").max().alias("max_call_ns"),
+        pl.col("ts_ns").min().alias("first_ts"),
+    ).collect()
+    blocking = is_blocking_api(pl.col("name")) | (pl.col("kind") == "copy")
+    return per_api.sort("first_ts").group_by("stack_id", maintain_order=True).agg(
+        pl.col("calls").sum(),
+        pl.col("calls").filter(pl.col("kind") == "launch").sum().alias("launches"),
+        pl.col("calls").filter(pl.col("kind") == "sync").sum().alias("syncs"),
+        pl.col("cpu_call_ns").sum(),
+        pl.col("cpu_call_ns").filter(blocking).sum().alias("cpu_blocked_ns"),
+        pl.col("max_call_ns").filter(blocking).max().alias("max_blocked_ns"),
+        pl.col("name").first().alias("api"),
+    ).with_columns(pl.col("stack_id").fill_null(UNKNOWN_STACK))
+
+
+def _paths(calls: pl.LazyFrame, gpu_ops: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
     direction = pl.col("copy_kind")
     gpu_by_path = gpu_ops.group_by("stack_id").agg(
         pl.col("gpu_ns").sum(),
@@ -113,16 +137,7 @@ def _paths(calls: pl.DataFrame, gpu_ops: pl.DataFrame, nodes: pl.DataFrame) -> p
           .alias(f"bytes_{d.lower()}") for d in ("HtoD", "DtoH", "DtoD")],
         pl.col("name").first().alias("top_gpu_op"),
     )
-    blocking = is_blocking_api(pl.col("name")) | (pl.col("kind") == "copy")
-    calls_by_path = calls.group_by("stack_id").agg(
-        pl.len().alias("calls"),
-        (pl.col("kind") == "launch").sum().alias("launches"),
-        (pl.col("kind") == "sync").sum().alias("syncs"),
-        pl.col("dur_ns").sum().alias("cpu_call_ns"),
-        pl.col("dur_ns").filter(blocking).sum().alias("cpu_blocked_ns"),
-        pl.col("dur_ns").filter(blocking).max().alias("max_blocked_ns"),
-        pl.col("name").first().alias("api"),
-    ).with_columns(pl.col("stack_id").fill_null(UNKNOWN_STACK))
+    calls_by_path = _calls_by_path(calls)
     site = nodes.select(
         "stack_id", "user_node", "op_node", "user_module",
     ).join(nodes.select(pl.col("stack_id").alias("user_node"), pl.col("name").alias("user_function"),

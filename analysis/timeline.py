@@ -26,12 +26,11 @@ def gpu_utilization(calls: pl.DataFrame, gpu: pl.DataFrame) -> dict:
     The window spans every recorded CPU call and GPU operation; idle time is window time
     in which the device ran nothing.
     """
-    starts = pl.concat([calls.select("ts_ns"), gpu.select("ts_ns")])["ts_ns"]
-    ends = pl.concat([calls.select(pl.col("ts_ns") + pl.col("dur_ns")),
-                      gpu.select(pl.col("ts_ns") + pl.col("dur_ns"))])["ts_ns"]
-    if starts.len() == 0:
+    bounds = [df.select(pl.col("ts_ns").min().alias("lo"), (pl.col("ts_ns") + pl.col("dur_ns"))
+                        .max().alias("hi")).row(0) for df in (calls, gpu) if df.height]
+    if not bounds:
         return {"window_ns": 0, "activity_ns": 0, "devices": []}
-    window = int(ends.max()) - int(starts.min())
+    window = max(hi for _, hi in bounds) - min(lo for lo, _ in bounds)
     busy = (busy_intervals(gpu).group_by("device_id")
             .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("busy_ns")).sort("device_id"))
     devices = [{"device_id": r["device_id"], "busy_ns": r["busy_ns"],
