@@ -337,7 +337,7 @@ def validate(value: Any, node: dict, root: dict | None = None, path: str = ""
 def _validate_object(value: dict, node: dict, root: dict, path: str) -> tuple[str, str] | None:
     for key in node.get("required", ()):
         if key not in value:
-            return path, f"missing required field {key!r}"
+            return (f"{path}.{key}" if path else key), "missing (required field)"
     if len(value) < node.get("minProperties", 0):
         return path, "must not be empty"
     props, patterns = node.get("properties", {}), node.get("patternProperties", {})

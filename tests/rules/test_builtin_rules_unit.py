@@ -1,0 +1,338 @@
+"""Every built-in rule on small synthetic captures: one that triggers it, one that must not.
+
+Captures come from ``zym.rules.testing.CaptureBuilder`` (one thread, one stream; syncs wait for
+the GPU), so stalls and idle gaps arise as on hardware. Each test runs only its rule.
+"""
+from __future__ import annotations
+
+import pytest
+
+from zym.rules import load_packs
+from zym.rules.engine import evaluate_rules
+from zym.rules.testing import CaptureBuilder
+
+RULES = {r.id: r for p in load_packs(plugins=False) for r in p.rules}
+MAIN = ("python", "main", "app.py", 1)
+SERVE = [MAIN, ("python", "serve", "app.py", 10)]
+STEP = SERVE + [("python", "step", "app.py", 20)]
+TORCH = ("python", "forward", "torch/nn/modules/linear.py", 120)  # framework frame
+
+
+def fired(b: CaptureBuilder, rule_id: str, spans: bool = True):
+    return evaluate_rules(b.analysis(spans=spans), [RULES[rule_id]])
+
+
+def test_every_builtin_rule_is_tested_here():
+    tested = {name.split("__")[0].removeprefix("test_").replace("_", "-")
+              for name in globals() if name.startswith("test_") and "__" in name}
+    ids = {rid.split(".", 1)[1] for rid in RULES}
+    assert ids <= tested, f"rules without a fixture test: {sorted(ids - tested)}"
+
+
+def decode_loop(b: CaptureBuilder, steps: int = 8, *, readback: bool = True, kernels: int = 4,
+                calls: int = 3) -> None:
+    for _ in range(calls):
+        with b.enclosing(STEP):
+            for _ in range(steps):
+                for _ in range(kernels):
+                    b.kernel(STEP + [TORCH, ("torch_op", "aten::add")], "add", gpu_us=20)
+                if readback:
+                    b.scalar_readback(STEP)
+
+
+# -- syncs ---------------------------------------------------------------------------------------
+
+def test_scalar_readback__fires_at_the_loop_line_with_counts():
+    b = CaptureBuilder()
+    decode_loop(b)
+    [f] = fired(b, "syncs.scalar-readback")
+    assert f.site == "app.py:20 step" and f.severity == "warning"
+    assert f.evidence["syncs"] == 24 and f.evidence["per_call"] == 8.0
+    calls = b.analysis().data.calls  # only the readbacks copy or sync here
+    blocked = calls.filter(calls["kind"].is_in(["copy", "sync"]))["dur_ns"].sum()
+    assert f.evidence["stall_ns"] == blocked == f.cost_ns
+    assert f.evidence["gpu_idle_ns"] > 0
+    assert len(f.occurrences) == 48 and set(f.occurrences[0]) == {
+        "pid", "tid", "ts_ns", "dur_ns", "correlation_id"}
+    assert ".item()" in f.title and f.user_chain == ["app.py:1 main", "app.py:10 serve",
+                                                     "app.py:20 step"]
+
+
+def test_scalar_readback__silent_without_readback():
+    b = CaptureBuilder()
+    decode_loop(b, readback=False)
+    b.copy(STEP, "DtoH", host_mem="pinned", sync=False)  # non_blocking copy: no sync
+    assert fired(b, "syncs.scalar-readback") == []
+
+
+def test_dtoh_copy_sync__fires_on_copy_then_stream_sync():
+    b = CaptureBuilder()
+    for _ in range(3):
+        with b.enclosing(STEP):
+            b.kernel(STEP + [("torch_op", "aten::mm")], "gemm", gpu_us=200)
+            b.copy(STEP + [("native", "<built-in method tolist of Tensor object>")], "DtoH")
+    [f] = fired(b, "syncs.dtoh-copy-sync")
+    assert f.site == "app.py:20 step" and f.evidence["syncs"] == 3
+    assert f.evidence["copies"] == 3 and ".tolist()" in f.title
+    assert f.evidence["worst_stall_ns"] > 190_000  # waited for the 200 µs gemm
+
+
+def test_dtoh_copy_sync__silent_for_async_copy_and_scalar_reads():
+    b = CaptureBuilder()
+    b.copy(STEP, "DtoH", host_mem="pinned", sync=False)
+    b.scalar_readback(STEP)
+    b.copy(STEP, "HtoD", host_mem="pinned")  # a sync after a host-to-device copy
+    assert fired(b, "syncs.dtoh-copy-sync") == []
+
+
+def _explicit_syncs(b: CaptureBuilder, n: int) -> None:
+    sync_frames = STEP + [("python", "synchronize", "torch/cuda/__init__.py", 1)]
+    with b.enclosing(STEP):
+        for _ in range(n):
+            b.kernel(STEP + [("torch_op", "aten::add")], "add", gpu_us=50)
+            b.call(sync_frames, "cudaDeviceSynchronize", "sync")
+
+
+def test_explicit_sync_in_loop__fires_when_repeated():
+    b = CaptureBuilder()
+    _explicit_syncs(b, 12)
+    [f] = fired(b, "syncs.explicit-sync-in-loop")
+    assert f.site == "app.py:20 step" and f.evidence["count"] == 12
+    assert f.evidence["per_call"] == 12.0
+
+
+def test_explicit_sync_in_loop__silent_for_a_few_timing_syncs():
+    b = CaptureBuilder()
+    _explicit_syncs(b, 2)
+    assert fired(b, "syncs.explicit-sync-in-loop") == []
+
+
+def test_synchronous_memcpy__fires_on_cudaMemcpy():
+    b = CaptureBuilder()
+    b.call(STEP, "cudaMemcpy", "copy", gpu={"kind": "copy", "name": "Memcpy HtoD",
+                                            "copy_kind": "HtoD", "bytes": 4096})
+    [f] = fired(b, "syncs.synchronous-memcpy")
+    assert f.site == "app.py:20 step" and "cudaMemcpy" in f.title
+
+
+def test_synchronous_memcpy__silent_on_async():
+    b = CaptureBuilder()
+    b.call(STEP, "cudaMemcpyAsync", "copy", gpu={"kind": "copy", "name": "Memcpy HtoD",
+                                                 "copy_kind": "HtoD", "bytes": 4096})
+    assert fired(b, "syncs.synchronous-memcpy") == []
+
+
+# -- transfers -----------------------------------------------------------------------------------
+
+def _rows_to_host(b: CaptureBuilder, rows: int, nbytes: int = 64, calls: int = 3,
+                  spans: bool = True) -> None:
+    cpu = STEP + [("native", "<built-in method cpu of Tensor object>")]
+    for _ in range(calls):
+        with b.enclosing(STEP):
+            b.kernel(STEP + [("torch_op", "aten::ne")], "ne", gpu_us=10)
+            for _ in range(rows):
+                b.copy(cpu, "DtoH", nbytes=nbytes)
+        b.kernel(SERVE + [("torch_op", "aten::add")], "add", gpu_us=10)  # between calls
+
+
+def test_repeated_small_dtoh__counts_copies_per_enclosing_call():
+    b = CaptureBuilder()
+    _rows_to_host(b, 16)
+    findings = evaluate_rules(b.analysis(), [RULES["transfers.repeated-small-dtoh"],
+                                             RULES["syncs.dtoh-copy-sync"]])
+    [f] = findings  # supersedes the generic sync finding at the same site
+    assert f.rule_id == "transfers.repeated-small-dtoh" and f.site == "app.py:20 step"
+    assert f.evidence["per_call"] == 16.0 and f.evidence["copies"] == 48
+    assert f.evidence["bytes_each"] == 64.0 and f.occurrence_count == 96  # copies + syncs
+
+
+def test_repeated_small_dtoh__counts_runs_without_spans():
+    b = CaptureBuilder()
+    _rows_to_host(b, 16)
+    [f] = fired(b, "transfers.repeated-small-dtoh", spans=False)
+    assert f.evidence["per_call"] == 16.0
+
+
+def test_repeated_small_dtoh__silent_for_one_copy_per_call_or_large_copies():
+    b = CaptureBuilder()
+    _rows_to_host(b, 1)
+    assert fired(b, "transfers.repeated-small-dtoh") == []
+    b = CaptureBuilder()
+    _rows_to_host(b, 16, nbytes=1 << 20)
+    assert fired(b, "transfers.repeated-small-dtoh") == []
+
+
+def test_pageable_memory__fires_on_pageable_copies():
+    b = CaptureBuilder()
+    b.copy(STEP, "HtoD", nbytes=7296, host_mem="pageable")
+    [f] = fired(b, "transfers.pageable-memory")
+    assert f.site == "app.py:20 step" and f.evidence["copies"] == 1
+    assert f.evidence["bytes"] == 7296 and "HtoD" in f.message
+
+
+def test_pageable_memory__silent_on_pinned():
+    b = CaptureBuilder()
+    b.copy(STEP, "HtoD", host_mem="pinned")
+    b.copy(STEP, "DtoH", host_mem="pinned")
+    assert fired(b, "transfers.pageable-memory") == []
+
+
+def _uploads(b: CaptureBuilder, per_call: int, calls: int) -> None:
+    for _ in range(calls):
+        with b.enclosing(STEP):
+            for _ in range(per_call):
+                b.copy(STEP, "HtoD", host_mem="pinned", sync=False)
+                b.kernel(STEP + [("torch_op", "aten::add")], "add", gpu_us=5)
+
+
+def test_htod_in_loop__fires_on_per_step_uploads():
+    b = CaptureBuilder()
+    _uploads(b, 5, 3)
+    [f] = fired(b, "transfers.htod-in-loop")
+    assert f.evidence["count"] == 15 and f.evidence["per_call"] == 5.0
+
+
+def test_htod_in_loop__silent_on_one_upload_per_call():
+    b = CaptureBuilder()
+    _uploads(b, 1, 12)
+    assert fired(b, "transfers.htod-in-loop") == []
+
+
+# -- compute -------------------------------------------------------------------------------------
+
+ATTN = SERVE + [("python", "forward", "model.py", 24)]
+FFN = SERVE + [("python", "forward", "model.py", 40)]
+LINEAR = [TORCH, ("torch_op", "aten::linear"), ("torch_op", "aten::addmm")]
+SHAPES = [[1024], [1024, 1024], [1024, 1024]]  # addmm(bias, [M,K], [K,N]): 2.1 GFLOP
+
+
+def _matmuls(b: CaptureBuilder, ffn_us: float, ffn_dtype: str = "float",
+             ffn_kernel: str = "sm80_xmma_gemm_f32f32_f32f32_f32_tn") -> None:
+    for _ in range(10):
+        b.kernel(ATTN + LINEAR, "nvjet_hsh_gemm", gpu_us=10, shapes=SHAPES,
+                 dtypes=["c10::Half"] * 3)
+        b.kernel(FFN + LINEAR, ffn_kernel, gpu_us=ffn_us, shapes=SHAPES, dtypes=[ffn_dtype] * 3)
+
+
+def test_slow_matmul_path__flags_the_slow_path_not_its_sibling():
+    b = CaptureBuilder()
+    _matmuls(b, ffn_us=100)
+    [f] = fired(b, "compute.slow-matmul-path")
+    assert f.site == "model.py:40 forward"
+    assert f.evidence["slowdown"] == pytest.approx(10.0)
+    assert f.evidence["flops"] == 10 * 2 * 1024 ** 3 and f.evidence["gpu_ns"] == 1_000_000
+
+
+def test_slow_matmul_path__silent_when_paths_run_alike():
+    b = CaptureBuilder()
+    _matmuls(b, ffn_us=12, ffn_dtype="c10::Half", ffn_kernel="nvjet_hsh_gemm")
+    assert fired(b, "compute.slow-matmul-path") == []
+
+
+def test_fp32_matmul_no_tf32__fires_on_fp32_kernels():
+    b = CaptureBuilder()
+    _matmuls(b, ffn_us=100)
+    [f] = fired(b, "compute.fp32-matmul-no-tf32")
+    assert f.site == "model.py:40 forward" and f.evidence["count"] == 10
+
+
+def test_fp32_matmul_no_tf32__silent_with_tf32_or_half():
+    b = CaptureBuilder()
+    _matmuls(b, ffn_us=30, ffn_kernel="sm80_xmma_gemm_tf32f32_tf32f32_f32_tn")
+    assert fired(b, "compute.fp32-matmul-no-tf32") == []
+
+
+def _half_mm(b: CaptureBuilder, dims: tuple[int, int, int]) -> None:
+    m, k, n = dims
+    for _ in range(5):
+        b.kernel(FFN + [TORCH, ("torch_op", "aten::mm")], "gemm", gpu_us=50,
+                 shapes=[[m, k], [k, n]], dtypes=["c10::Half", "c10::Half"])
+
+
+def test_fp16_unaligned_matmul__fires_on_odd_dims():
+    b = CaptureBuilder()
+    _half_mm(b, (1024, 1001, 1024))
+    [f] = fired(b, "compute.fp16-unaligned-matmul")
+    assert f.site == "model.py:40 forward" and f.evidence["count"] == 5
+
+
+def test_fp16_unaligned_matmul__silent_on_aligned_dims():
+    b = CaptureBuilder()
+    _half_mm(b, (1024, 1000, 1024))
+    assert fired(b, "compute.fp16-unaligned-matmul") == []
+
+
+def _tiny_kernels(b: CaptureBuilder, gpu_us: float) -> None:
+    for _ in range(600):
+        b.kernel(FFN + [("torch_op", "aten::gelu")], "gelu", gpu_us=gpu_us, cpu_us=8)
+
+
+def test_launch_bound__fires_when_launches_outlast_kernels():
+    b = CaptureBuilder()
+    _tiny_kernels(b, 2)
+    [f] = fired(b, "compute.launch-bound")
+    assert f.site == "model.py:40 forward" and f.evidence["tiny_share"] == 1.0
+    assert f.evidence["launch_wait_ns"] > 0.5 * b.analysis().utilization["window_ns"]
+
+
+def test_launch_bound__silent_when_gpu_bound():
+    b = CaptureBuilder()
+    _tiny_kernels(b, 50)
+    assert fired(b, "compute.launch-bound") == []
+
+
+# -- utilization ---------------------------------------------------------------------------------
+
+def _sync_then_think(b: CaptureBuilder, think_us: float) -> None:
+    for _ in range(5):
+        b.kernel(STEP + [("torch_op", "aten::add")], "add", gpu_us=300)
+        b.scalar_readback(STEP)
+        b.tick(think_us)
+
+
+def test_idle_after_sync__fires_on_long_gaps_after_syncs():
+    b = CaptureBuilder()
+    _sync_then_think(b, 1000)
+    [f] = fired(b, "utilization.idle-after-sync")
+    assert f.site == "app.py:20 step" and f.evidence["count"] >= 4
+    assert f.evidence["worst_idle_ns"] >= 1_000_000
+
+
+def test_idle_after_sync__silent_on_short_gaps():
+    b = CaptureBuilder()
+    _sync_then_think(b, 10)
+    assert fired(b, "utilization.idle-after-sync") == []
+
+
+def _think_then_launch(b: CaptureBuilder, think_us: float) -> None:
+    for _ in range(5):
+        b.tick(think_us)
+        b.kernel(ATTN + [("torch_op", "aten::_cudnn_attention_forward")], "attn", gpu_us=300)
+
+
+def test_idle_before_launch__attributes_gaps_to_the_launching_site():
+    b = CaptureBuilder()
+    _think_then_launch(b, 2000)
+    [f] = fired(b, "utilization.idle-before-launch")
+    assert f.site == "model.py:24 forward" and f.evidence["count"] == 4
+    assert "aten::_cudnn_attention_forward" in f.message
+
+
+def test_idle_before_launch__silent_when_launches_keep_up():
+    b = CaptureBuilder()
+    _think_then_launch(b, 10)
+    assert fired(b, "utilization.idle-before-launch") == []
+
+
+def test_low_utilization__fires_on_a_mostly_idle_gpu():
+    b = CaptureBuilder()
+    _think_then_launch(b, 2000)
+    [f] = fired(b, "utilization.low-utilization")
+    assert f.site == "(whole capture)" and f.evidence["share"] >= 0.5
+
+
+def test_low_utilization__silent_on_a_busy_gpu():
+    b = CaptureBuilder()
+    for _ in range(20):
+        b.kernel(FFN + [("torch_op", "aten::mm")], "gemm", gpu_us=1000, cpu_us=5)
+    assert fired(b, "utilization.low-utilization") == []
