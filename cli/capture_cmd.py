@@ -1,8 +1,55 @@
-"""`zym capture`: placeholder until the eBPF collector lands (issue 5)."""
+"""`zym capture`: record every CUDA launch, copy, memset and sync of a Python process with the
+exact Python line that made it (eBPF; needs root). Library: zym.capture.session."""
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
 
 import typer
 
+from .errors import exit_on_error
+
+HELP = """Capture the CUDA calls of a Python process with their Python stacks (eBPF, root).
+
+Example: sudo zym capture -o trace.parquet -- python serve.py --port 8000
+
+Example: sudo zym capture --pid 1234 --duration 30 -o trace.parquet
+"""
+
+
+def capture(
+    ctx: typer.Context,
+    pid: Optional[int] = typer.Option(None, "--pid", help="Attach to this running Python process."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output",
+                                          help="Capture file to write (default zym-<pid|cmd>.parquet)."),
+    duration: Optional[float] = typer.Option(None, "--duration", help="Stop after this many seconds."),
+    sample: int = typer.Option(1, "--sample", min=1,
+                               help="Walk the Python stack of every Nth call per thread; every call is still recorded."),
+    runtime_api: bool = typer.Option(False, "--runtime-api",
+                                     help="Also probe libcudart, to name calls after the runtime API (cudaLaunchKernel...); costs two more traps per call."),
+    keep_raw: bool = typer.Option(False, "--keep-raw", help="Keep the raw Arrow streams next to the output."),
+    print_bpf: bool = typer.Option(False, "--print-bpf", help="Print the BPF program with its -D flags and exit."),
+) -> None:
+    with exit_on_error():
+        if print_bpf:
+            from zym.capture.bpf_loader import printable_program
+
+            from zym.capture.probes import DRIVER, RUNTIME
+
+            typer.echo(printable_program(sample, (DRIVER, RUNTIME) if runtime_api else (DRIVER,)))
+            return
+        from zym.capture.session import CaptureConfig, run_capture
+
+        command = list(ctx.args)
+        if output is None:
+            output = Path(f"zym-{pid if pid else Path(command[0]).name if command else 'capture'}.parquet")
+        run_capture(CaptureConfig(output=output, pid=pid, command=command or None,
+                                  duration=duration, sample=sample, runtime_api=runtime_api,
+                                  keep_raw=keep_raw))
+
 
 def register(app: typer.Typer) -> None:
-    pass
+    app.command(
+        "capture", help=HELP,
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    )(capture)

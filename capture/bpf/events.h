@@ -22,7 +22,7 @@ typedef uint64_t u64;
 #define ZYM_MAX_FRAMES 128
 #endif
 /* One entry and one return program exist per probe slot; probes.py may use this many. */
-#define ZYM_MAX_PROBES 48
+#define ZYM_MAX_PROBES 64
 
 /* Record types: the first u32 of every ring buffer record. */
 #define ZYM_EV_CALL 1
@@ -108,10 +108,10 @@ struct zym_proc {
 /* How to read one probe's arguments (map "probes", key: probe index). A slot is the integer
  * argument position of the SysV x86-64 ABI: 0-5 are registers, 6+ the stack. -1: absent. */
 struct zym_probe_spec {
-    s8 size_slot;
-    s8 stream_slot;
-    s8 copy_slot;
-    u8 has_return;
+    s16 size_slot;      /* 16-bit: BCC's table decoder knows no "signed char" */
+    s16 stream_slot;
+    s16 copy_slot;
+    u16 has_return;
     s32 stream_deref;   /* >= 0: stream_slot holds a struct pointer, the stream is at +this */
 };
 

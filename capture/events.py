@@ -1,0 +1,54 @@
+"""ctypes mirrors of bpf/events.h. tests/capture/test_layout.py compiles events.h with gcc and
+checks every size and offset here against it, so the two cannot drift."""
+from __future__ import annotations
+
+import ctypes as ct
+
+MAX_FRAMES = 128
+MAX_PROBES = 64
+EV_CALL, EV_STACK, EV_PROC = 1, 2, 3
+F_NO_LAYOUT, F_NO_TSTATE, F_NO_FRAMES, F_NOT_SAMPLED, F_TRUNCATED = 1, 2, 4, 8, 16
+PROC_FORK, PROC_EXEC = 1, 2
+COUNTERS = {"calls": 0, "nested": 1, "lost_calls": 2, "lost_stacks": 3, "not_sampled": 4}
+NCOUNTERS = 8
+
+
+class Call(ct.Structure):
+    _fields_ = [("type", ct.c_uint32), ("probe", ct.c_uint32), ("pid", ct.c_uint32),
+                ("tid", ct.c_uint32), ("ts_ns", ct.c_uint64), ("dur_ns", ct.c_uint64),
+                ("stack_hash", ct.c_uint64), ("size_arg", ct.c_uint64), ("stream", ct.c_uint64),
+                ("copy_arg", ct.c_uint64), ("flags", ct.c_uint32), ("pad", ct.c_uint32)]
+
+
+class Frame(ct.Structure):
+    _fields_ = [("code", ct.c_uint64), ("instr", ct.c_uint64)]
+
+
+class Stack(ct.Structure):
+    _fields_ = [("type", ct.c_uint32), ("pid", ct.c_uint32), ("hash", ct.c_uint64),
+                ("nframes", ct.c_uint32), ("flags", ct.c_uint32), ("frames", Frame * MAX_FRAMES)]
+
+
+class ProcEvent(ct.Structure):
+    _fields_ = [("type", ct.c_uint32), ("what", ct.c_uint32), ("pid", ct.c_uint32),
+                ("ppid", ct.c_uint32)]
+
+
+class Proc(ct.Structure):
+    _fields_ = [("tss_key_addr", ct.c_uint64), ("none_addr", ct.c_uint64),
+                ("has_layout", ct.c_uint32), ("tsd_first", ct.c_uint32),
+                ("tsd_stride", ct.c_uint32), ("cframe_current", ct.c_int32),
+                ("ts_frame", ct.c_uint32), ("f_code", ct.c_uint32), ("f_previous", ct.c_uint32),
+                ("f_instr", ct.c_uint32), ("f_owner", ct.c_uint32),
+                ("owned_by_cstack", ct.c_uint32), ("pad", ct.c_uint32)]
+
+
+class ProbeSpec(ct.Structure):
+    _fields_ = [("size_slot", ct.c_int16), ("stream_slot", ct.c_int16),
+                ("copy_slot", ct.c_int16), ("has_return", ct.c_uint16), ("stream_deref", ct.c_int32)]
+
+
+MIRRORS: dict[str, type[ct.Structure]] = {
+    "zym_call": Call, "zym_frame": Frame, "zym_stack": Stack, "zym_proc_event": ProcEvent,
+    "zym_proc": Proc, "zym_probe_spec": ProbeSpec,
+}

@@ -1,0 +1,102 @@
+"""A target process seen from outside: its memory mappings and its memory (/proc/PID/mem)."""
+from __future__ import annotations
+
+import os
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Mapping:
+    start: int
+    end: int
+    offset: int
+    path: str
+
+
+def read_maps(pid: int) -> list[Mapping]:
+    """File-backed mappings of ``pid``; [] when the process is gone."""
+    try:
+        text = Path(f"/proc/{pid}/maps").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return []
+    out = []
+    for line in text.splitlines():
+        parts = line.split(maxsplit=5)
+        if len(parts) == 6 and parts[5].startswith("/"):
+            lo, hi = parts[0].split("-")
+            out.append(Mapping(int(lo, 16), int(hi, 16), int(parts[2], 16), parts[5]))
+    return out
+
+
+def load_bias(maps: list[Mapping], path: str) -> int | None:
+    """Address where ``path``'s file offset 0 is mapped (its load bias for a shared object or
+    PIE whose first segment starts at virtual address 0), or None when it is not mapped."""
+    return next((m.start for m in maps if m.path == path and m.offset == 0), None)
+
+
+def mapped_libraries(maps: list[Mapping], pattern: re.Pattern[str]) -> list[str]:
+    """Distinct paths of mapped files whose base name matches ``pattern``, in map order."""
+    seen: dict[str, None] = {}
+    for m in maps:
+        if pattern.match(os.path.basename(m.path)):
+            seen.setdefault(m.path, None)
+    return list(seen)
+
+
+def host_path(pid: int, path: str) -> str:
+    """``path`` as seen from the target's mount namespace, reachable from ours (containers)."""
+    via_root = f"/proc/{pid}/root{path}"
+    return path if os.path.exists(path) else via_root
+
+
+def thread_group(pid: int) -> int | None:
+    """The tgid of task ``pid`` (equal to ``pid`` for a process, not for a thread)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("Tgid:"):
+                return int(line.split()[1])
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return None
+
+
+def is_alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+class ProcessMemory:
+    """Reads another process's memory through /proc/PID/mem (root, or ptrace permission).
+
+    Addresses refer to the target's address space; nothing here dereferences them locally.
+    """
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._f = open(f"/proc/{pid}/mem", "rb", buffering=0)
+
+    def read(self, addr: int, size: int) -> bytes:
+        self._f.seek(addr)
+        data = self._f.read(size)
+        if len(data) != size:
+            raise OSError(f"short read of {size} bytes at {addr:#x} in pid {self.pid}")
+        return data
+
+    def u64(self, addr: int) -> int:
+        return struct.unpack("<Q", self.read(addr, 8))[0]
+
+    def u32(self, addr: int) -> int:
+        return struct.unpack("<I", self.read(addr, 4))[0]
+
+    def i32(self, addr: int) -> int:
+        return struct.unpack("<i", self.read(addr, 4))[0]
+
+    def close(self) -> None:
+        self._f.close()

@@ -1,0 +1,398 @@
+"""One ``zym capture``: start or attach to the target, follow its processes, stream records,
+stop, finalize.
+
+    cfg = CaptureConfig(output=Path("out.parquet"), command=["python", "serve.py"])
+    summary = run_capture(cfg)          # needs root; raises CaptureError with what to do
+
+The loop is single-threaded: it polls the BPF ring buffer and, every ``poll_ms``, detects
+interpreters of new or exec'd processes and attaches the CUDA libraries they have mapped since
+(CUDA is initialized late, often seconds after start). Libraries already known to the dynamic
+linker are attached before the target starts, so a library dlopen'ed later is probed from its
+first call.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from zym.schemas import CaptureMeta
+from zym.schemas.errors import CaptureError
+
+from . import events
+from .bpf_loader import BpfProgram, check_environment
+from .interpreter import Interpreter, UnsupportedInterpreter, detect
+from .libraries import candidate_libraries
+from .probes import DRIVER, LIBRARY_PATTERNS, RUNTIME
+from .process import ProcessMemory, host_path, is_alive, mapped_libraries, read_maps, thread_group
+from .sink import (MISSED_FRAME, STACK_MISSED, STACK_NONE, TRUNCATED_FRAME, RawWriter,
+                   finalize, write_raw_meta)
+from .symbolize import Symbolizer
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class CaptureConfig:
+    output: Path
+    pid: int | None = None
+    command: list[str] | None = None
+    duration: float | None = None
+    sample: int = 1
+    runtime_api: bool = False
+    keep_raw: bool = False
+    poll_ms: int = 50
+
+
+@dataclass
+class CaptureSummary:
+    output: Path
+    calls: int
+    stacks: int
+    seconds: float
+    pids: list[int]
+    dropped: dict[str, int]
+    counters: dict[str, int]
+
+
+@dataclass
+class Tracked:
+    """A process of the target: its interpreter once detected, and its symbolizer."""
+
+    pid: int
+    interp: Interpreter | None = None
+    symbolizer: Symbolizer | None = None
+    detect_failed: str = ""
+
+
+@dataclass
+class Collector:
+    """Receives ring buffer records; owns the per-process state and the raw writer."""
+
+    bpf: BpfProgram
+    writer: RawWriter
+    log: Log
+    libraries: tuple[str, ...]
+    procs: dict[int, Tracked] = field(default_factory=dict)
+    stack_keys: dict[tuple[int, int], int] = field(default_factory=dict)
+    cuda_libraries: set[str] = field(default_factory=set)
+    missed_stacks: int = 0
+    unreadable_frames: int = 0
+    calls: int = 0
+
+    # ---- records from the kernel
+    def on_record(self, kind: int, rec: object) -> None:
+        if kind == events.EV_CALL:
+            self._on_call(rec)
+        elif kind == events.EV_STACK:
+            self._on_stack(rec)
+        elif kind == events.EV_PROC:
+            self._on_proc(rec)
+
+    def _on_call(self, c: events.Call) -> None:
+        self.calls += 1
+        self.writer.add("calls", pid=c.pid, tid=c.tid, ts_ns=c.ts_ns, dur_ns=c.dur_ns,
+                        probe=c.probe, size_arg=c.size_arg, stream=c.stream,
+                        copy_arg=c.copy_arg, stack_key=self._stack_key(c), flags=c.flags)
+
+    def _stack_key(self, c: events.Call) -> int | None:
+        if c.flags & events.F_NOT_SAMPLED:
+            return None
+        if c.flags & events.F_NO_LAYOUT:
+            self.missed_stacks += 1
+            return STACK_MISSED
+        if not c.stack_hash:
+            return STACK_NONE
+        key = self.stack_keys.get((c.pid, c.stack_hash))
+        if key is None:     # its stack record was lost
+            self.missed_stacks += 1
+            return STACK_MISSED
+        return key
+
+    def _on_stack(self, s: events.Stack) -> None:
+        if (s.pid, s.hash) in self.stack_keys:
+            return
+        key = len(self.stack_keys) + 1
+        self.stack_keys[(s.pid, s.hash)] = key
+        proc = self.procs.get(s.pid)
+        sym = proc.symbolizer if proc else None
+        frames = [sym.frame(f.code, f.instr) if sym else (MISSED_FRAME, "", 0)
+                  for f in s.frames[:s.nframes]]
+        frames.reverse()        # BPF walks innermost first; depth counts from the root
+        if s.flags & events.F_TRUNCATED:
+            frames.insert(0, (TRUNCATED_FRAME, "", 0))
+        for depth, (name, file, line) in enumerate(frames):
+            kind = "python" if file else "native"
+            self.writer.add("frames", stack_key=key, depth=depth, kind=kind, name=name,
+                            file=file or None, line=line if file else None)
+
+    def _on_proc(self, e: events.ProcEvent) -> None:
+        if e.what == events.PROC_FORK:
+            if thread_group(e.pid) != e.pid or e.pid in self.procs:
+                return     # a new thread (or a child that already exited)
+            parent = self.procs.get(e.ppid)
+            self._add_child(e.pid, parent.interp if parent else None)
+        elif e.what == events.PROC_EXEC and e.pid in self.procs:
+            self.procs[e.pid] = Tracked(e.pid)     # re-detect the new image
+
+    def _add_child(self, pid: int, interp: Interpreter | None) -> None:
+        """A forked child runs the parent's interpreter at the same addresses until it execs."""
+        proc = Tracked(pid)
+        if interp is not None:
+            proc.interp = dataclasses.replace(interp, pid=pid)
+            try:
+                proc.symbolizer = Symbolizer(proc.interp, ProcessMemory(pid))
+            except OSError:
+                pass
+        self.procs[pid] = proc
+
+    # ---- periodic work
+    def track(self, pid: int, interp: Interpreter | None) -> None:
+        proc = Tracked(pid)
+        self.procs[pid] = proc
+        self.bpf.track(pid, None)
+        if interp is not None:
+            self._set_interpreter(proc, interp)
+
+    def _set_interpreter(self, proc: Tracked, interp: Interpreter) -> None:
+        proc.interp = interp
+        proc.symbolizer = Symbolizer(interp, ProcessMemory(proc.pid))
+        self.bpf.track(proc.pid, interp.bpf_proc_fields())
+        self.log(f"tracking PID {proc.pid}: CPython {interp.version_text} ({interp.path})")
+
+    def tick(self) -> None:
+        for proc in list(self.procs.values()):
+            if not is_alive(proc.pid):
+                continue
+            if proc.interp is None and not proc.detect_failed:
+                self._try_detect(proc)
+            self.attach_mapped(proc.pid)
+        self.writer.maybe_flush()
+
+    def _try_detect(self, proc: Tracked) -> None:
+        try:
+            interp = detect(proc.pid)
+        except UnsupportedInterpreter as e:
+            proc.detect_failed = str(e)
+            self.log(f"warning: {e}")
+            return
+        except OSError:
+            return
+        if interp is not None:
+            self._set_interpreter(proc, interp)
+
+    def attach_mapped(self, pid: int) -> None:
+        maps = read_maps(pid)
+        for library in self.libraries:
+            for path in mapped_libraries(maps, LIBRARY_PATTERNS[library]):
+                self.attach(host_path(pid, path), library)
+                if library == DRIVER:
+                    self.cuda_libraries.add(path)
+
+    def attach(self, path: str, library: str) -> None:
+        n = self.bpf.attach_library(path, library)
+        if n:
+            self.log(f"attached {n} probes to {path}")
+
+
+_HOLD = ("import os, sys\n"
+         "os.read(int(sys.argv[1]), 1)\n"
+         "try:\n"
+         "    os.execvp(sys.argv[2], sys.argv[2:])\n"
+         "except OSError as e:\n"
+         "    sys.exit(f'zym capture: cannot run {sys.argv[2]!r}: {e.strerror}')\n")
+
+
+def _start_command(command: list[str]) -> tuple[subprocess.Popen, int]:
+    """Start ``command`` held just before its exec; returns it and the fd that releases it,
+    so it is tracked before it runs its first instruction. The hold is a small Python that
+    waits on a pipe, then execs the command (Popen itself returns only once its child has
+    exec'd, so the wait cannot be in Popen's preexec_fn)."""
+    read_fd, write_fd = os.pipe()
+    hold = [sys.executable, "-c", _HOLD, str(read_fd), *command]
+    try:
+        popen = subprocess.Popen(hold, pass_fds=(read_fd,))
+    except OSError as e:
+        os.close(write_fd)
+        raise CaptureError(f"cannot start {command[0]!r}: {e.strerror}") from None
+    finally:
+        os.close(read_fd)
+    return popen, write_fd
+
+
+def _attach_to_pid(collector: Collector, pid: int) -> None:
+    if not is_alive(pid):
+        raise CaptureError(f"no process with PID {pid}")
+    interp = detect(pid)    # raises UnsupportedInterpreter
+    if interp is None:
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        raise CaptureError(f"PID {pid} ({comm}) is not a CPython process: no libpython or "
+                           "_PyRuntime in its mappings; attach to the Python process itself")
+    collector.track(pid, interp)
+
+
+class _Stop:
+    """SIGINT/SIGTERM end the capture cleanly (the file is finalized) instead of killing it."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._old = {s: signal.signal(s, self._handler) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def _handler(self, signum: int, _frame: object) -> None:
+        self.requested = True
+
+    def restore(self) -> None:
+        for s, h in self._old.items():
+            signal.signal(s, h)
+
+
+def _meta(cfg: CaptureConfig, collector: Collector, counters: dict[str, int]) -> CaptureMeta:
+    interps = [p.interp for p in collector.procs.values() if p.interp]
+    return CaptureMeta(
+        producer="zym capture", producer_version="0.1.0",
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        source=" ".join(cfg.command) if cfg.command else f"pid {cfg.pid}",
+        host=socket.gethostname(), clock_domain="CLOCK_MONOTONIC",
+        python_version=interps[0].version_text if interps else "",
+        dropped={"ebpf_ringbuf": counters.get("lost_calls", 0),
+                 "ebpf_ringbuf_stacks": counters.get("lost_stacks", 0)},
+        extra={"sample": cfg.sample, "missed_stacks": collector.missed_stacks,
+               "unreadable_frames": sum(p.symbolizer.unreadable for p in collector.procs.values()
+                                        if p.symbolizer),
+               "nested_calls": counters.get("nested", 0), "calls_seen": counters.get("calls", 0),
+               "pids": sorted(collector.procs), "libraries": sorted(collector.bpf.attached),
+               "stream_id": "CUstream handle value (0: legacy default stream)"},
+    )
+
+
+def run_capture(cfg: CaptureConfig, log: Log | None = None) -> CaptureSummary:
+    """Capture until --duration, SIGINT/SIGTERM, or the target's exit; write cfg.output."""
+    log = log or (lambda msg: print(f"zym: {msg}", file=sys.stderr))
+    if (cfg.pid is None) == (not cfg.command):
+        raise CaptureError("give either --pid PID or a command after --")
+    if cfg.sample < 1:
+        raise CaptureError("--sample must be 1 or more")
+    check_environment()
+    raw_dir = cfg.output.with_name(cfg.output.name + ".raw")
+    if raw_dir.exists():
+        _remove_raw(raw_dir)
+    writer = RawWriter(raw_dir)
+    libraries = (DRIVER, RUNTIME) if cfg.runtime_api else (DRIVER,)
+    stop = _Stop()
+    collector: Collector | None = None
+    popen = None
+    try:
+        with BpfProgram(lambda k, r: collector.on_record(k, r), libraries, cfg.sample) as bpf:
+            collector = Collector(bpf, writer, log, libraries)
+            go_fd = None
+            if cfg.command:
+                popen, go_fd = _start_command(cfg.command)
+                collector.track(popen.pid, None)
+                env = dict(os.environ)
+            else:
+                _attach_to_pid(collector, cfg.pid)
+                env = _environ(cfg.pid)
+            for library in libraries:
+                for path in candidate_libraries(library, env):
+                    collector.attach(path, library)
+            if go_fd is not None:     # the command may exec now: it is tracked
+                os.write(go_fd, b"go\n")
+                os.close(go_fd)
+            start = time.monotonic()
+            _loop(cfg, collector, bpf, stop, popen, start)
+            seconds = time.monotonic() - start
+            _end_command(popen, log)
+            _drain(collector, bpf)
+            counters = bpf.counters()
+            meta = _meta(cfg, collector, counters)
+    except CaptureError:
+        writer.close()
+        _remove_raw(raw_dir)
+        if popen is not None and popen.poll() is None:
+            popen.kill()
+        raise
+    finally:
+        stop.restore()
+        writer.close()
+    write_raw_meta(raw_dir, meta)
+    return _finish(cfg, collector, meta, counters, seconds, raw_dir, log)
+
+
+def _environ(pid: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
+
+
+def _loop(cfg: CaptureConfig, collector: Collector, bpf: BpfProgram, stop: _Stop,
+          popen: subprocess.Popen | None, start: float) -> None:
+    next_tick = 0.0
+    while not stop.requested:
+        now = time.monotonic()
+        if cfg.duration is not None and now - start >= cfg.duration:
+            break
+        if popen is not None and popen.poll() is not None:
+            break
+        if cfg.pid is not None and not is_alive(cfg.pid):
+            break
+        if now >= next_tick:
+            collector.tick()
+            next_tick = now + cfg.poll_ms / 1000
+        bpf.poll(cfg.poll_ms)
+
+
+def _end_command(popen: subprocess.Popen | None, log: Log) -> None:
+    """A started command that is still running gets SIGINT (as Ctrl-C in a terminal would) and
+    a moment to exit, so its last calls land in the capture."""
+    if popen is None or popen.poll() is not None:
+        return
+    popen.send_signal(signal.SIGINT)
+    try:
+        popen.wait(timeout=3)
+    except subprocess.TimeoutExpired:
+        log(f"PID {popen.pid} still running after SIGINT; leaving it running")
+
+
+def _drain(collector: Collector, bpf: BpfProgram) -> None:
+    before = -1
+    while collector.calls != before:
+        before = collector.calls
+        bpf.poll(0)
+
+
+def _finish(cfg: CaptureConfig, collector: Collector, meta: CaptureMeta,
+            counters: dict[str, int], seconds: float, raw_dir: Path, log: Log) -> CaptureSummary:
+    if not collector.cuda_libraries:
+        if not cfg.keep_raw:
+            _remove_raw(raw_dir)
+        what = f"PID {cfg.pid}" if cfg.pid else "the command"
+        raise CaptureError(f"no CUDA library (libcuda.so) was mapped by {what} during the "
+                           "capture: is it using the GPU? Capture longer, or start the capture "
+                           "before the work")
+    tables = finalize(raw_dir, cfg.output, meta)
+    if not cfg.keep_raw:
+        _remove_raw(raw_dir)
+    summary = CaptureSummary(cfg.output, tables["call"].height, len(collector.stack_keys),
+                             seconds, sorted(collector.procs), meta.dropped, counters)
+    dropped = sum(meta.dropped.values())
+    log(f"{summary.calls} calls, {summary.stacks} distinct stacks in {seconds:.1f} s -> "
+        f"{cfg.output}" + (f"; LOST {dropped} ring buffer records (consider --sample N)"
+                           if dropped else ""))
+    return summary
+
+
+def _remove_raw(raw_dir: Path) -> None:
+    for f in raw_dir.glob("*"):
+        f.unlink()
+    raw_dir.rmdir()

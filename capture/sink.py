@@ -1,0 +1,216 @@
+"""Stream raw capture records to Arrow IPC files while capturing, and finalize them into the
+schema-v1 capture Parquet.
+
+During a capture, records go to ``<output>.raw/``: ``calls.arrow`` (one row per API call,
+arguments still raw) and ``frames.arrow`` (one row per frame of each distinct stack,
+already symbolized, since code objects are only readable while the target lives). Batches are
+flushed every ``FLUSH_ROWS`` rows or ``FLUSH_SECONDS``: if zym is killed, everything but the
+last batch survives, and ``finalize`` reads what a truncated stream holds.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from zym.schemas import CaptureMeta, write_capture
+
+from .probes import CUDA_MEMCPY_KIND, PROBES
+
+FLUSH_ROWS = 8192
+FLUSH_SECONDS = 1.0
+# Stack keys with a meaning of their own (real stacks are numbered from 1).
+STACK_NONE = 0        # the thread had no Python frames: the call's stack is its API frame
+STACK_MISSED = -1     # frames were lost (ring buffer full) or unreadable
+MISSED_FRAME = "[missed user stack]"
+TRUNCATED_FRAME = "[truncated]"
+
+RAW_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
+    "calls": {"pid": pl.Int64, "tid": pl.Int64, "ts_ns": pl.Int64, "dur_ns": pl.Int64,
+              "probe": pl.Int32, "size_arg": pl.UInt64, "stream": pl.UInt64,
+              "copy_arg": pl.UInt64, "stack_key": pl.Int64, "flags": pl.Int32},
+    "frames": {"stack_key": pl.Int64, "depth": pl.Int32, "kind": pl.String,
+               "name": pl.String, "file": pl.String, "line": pl.Int32},
+}
+
+
+class RawWriter:
+    """Column buffers for calls and frames, flushed as Arrow IPC stream batches."""
+
+    def __init__(self, raw_dir: Path) -> None:
+        import pyarrow as pa
+        import pyarrow.ipc as ipc
+
+        self.dir = raw_dir
+        raw_dir.mkdir(parents=True, exist_ok=True)
+        self._buffers: dict[str, dict[str, list[Any]]] = {
+            t: {c: [] for c in cols} for t, cols in RAW_SCHEMAS.items()}
+        self._writers = {
+            t: ipc.new_stream(raw_dir / f"{t}.arrow",
+                              pl.DataFrame(schema=cols).to_arrow().schema)
+            for t, cols in RAW_SCHEMAS.items()}
+        self._pa = pa
+        self._last_flush = time.monotonic()
+        self.rows = {t: 0 for t in RAW_SCHEMAS}
+        self._closed = False
+
+    def add(self, table: str, **row: Any) -> None:
+        buf = self._buffers[table]
+        for column, values in buf.items():
+            values.append(row[column])
+        if len(buf["pid" if table == "calls" else "stack_key"]) >= FLUSH_ROWS:
+            self.flush()
+
+    def maybe_flush(self) -> None:
+        if time.monotonic() - self._last_flush >= FLUSH_SECONDS:
+            self.flush()
+
+    def flush(self) -> None:
+        # Frames first: a call batch never refers to a stack that is not on disk yet.
+        for table in ("frames", "calls"):
+            buf = self._buffers[table]
+            n = len(next(iter(buf.values())))
+            if n:
+                df = pl.DataFrame(buf, schema=RAW_SCHEMAS[table])
+                for batch in df.to_arrow().to_batches():
+                    self._writers[table].write_batch(batch)
+                self.rows[table] += n
+                for values in buf.values():
+                    values.clear()
+        self._last_flush = time.monotonic()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.flush()
+        for w in self._writers.values():
+            w.close()
+
+
+def write_raw_meta(raw_dir: Path, meta: CaptureMeta) -> None:
+    (raw_dir / "meta.json").write_text(json.dumps(asdict(meta), sort_keys=True))
+
+
+def read_raw(raw_dir: Path, table: str) -> pl.DataFrame:
+    """Every complete batch of one raw stream; a stream cut short by a crash keeps its start."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    batches = []
+    try:
+        with ipc.open_stream(raw_dir / f"{table}.arrow") as reader:
+            while True:
+                try:
+                    batches.append(reader.read_next_batch())
+                except StopIteration:
+                    break
+    except (pa.ArrowInvalid, OSError):
+        pass    # truncated: keep the batches read so far
+    if not batches:
+        return pl.DataFrame(schema=RAW_SCHEMAS[table])
+    return pl.from_arrow(pa.Table.from_batches(batches)).cast(RAW_SCHEMAS[table])
+
+
+def _probe_table() -> pl.DataFrame:
+    return pl.DataFrame({
+        "probe": list(range(len(PROBES))),
+        "api": [p.symbol for p in PROBES],
+        "call_kind": [p.kind for p in PROBES],
+        "size_scale": [p.size_scale if p.size_slot >= 0 else None for p in PROBES],
+        "fixed_copy": [p.copy_kind for p in PROBES],
+        "copy_from_arg": [p.copy_slot >= 0 for p in PROBES],
+        "has_stream": [p.stream_slot >= 0 for p in PROBES],
+    }, schema_overrides={"probe": pl.Int32, "size_scale": pl.Int64})
+
+
+def decode_calls(raw: pl.DataFrame) -> pl.DataFrame:
+    """Raw call rows -> schema ``call`` columns (plus ``stack_key``), by a join with PROBES."""
+    copy_arg = pl.col("copy_arg").cast(pl.Int64)
+    return raw.join(_probe_table(), on="probe", how="left").select(
+        "pid", "tid", "ts_ns", "dur_ns", pl.col("api").alias("name"),
+        pl.col("call_kind").alias("kind"),
+        pl.when("has_stream").then(pl.col("stream").cast(pl.Int64, wrap_numerical=True))
+        .alias("stream_id"),
+        (pl.col("size_arg").cast(pl.Int64, wrap_numerical=True) * pl.col("size_scale"))
+        .alias("size_bytes"),
+        pl.when("copy_from_arg")
+        .then(copy_arg.replace_strict(CUDA_MEMCPY_KIND, default=None, return_dtype=pl.String))
+        .otherwise(pl.col("fixed_copy")).alias("copy_kind"),
+        "stack_key",
+    )
+
+
+def _path_rows(calls: pl.DataFrame, frames: pl.DataFrame) -> pl.DataFrame:
+    """One row per (distinct call path, depth): the Python frames of the call's stack from the
+    root, then the API frame. A path is a (stack_key, API name) pair."""
+    paths = (calls.filter(pl.col("stack_key").is_not_null())
+             .select("stack_key", "name").unique().sort("stack_key", "name")
+             .with_row_index("path_id"))
+    python = paths.select("path_id", "stack_key").join(frames, on="stack_key", how="inner")
+    depth = python.group_by("path_id").agg(pl.len().cast(pl.Int32).alias("depth"))
+    api = (paths.join(depth, on="path_id", how="left")
+           .select("path_id", "stack_key", pl.col("depth").fill_null(0),
+                   pl.lit("cuda_api").alias("kind"), "name",
+                   pl.lit(None, pl.String).alias("file"), pl.lit(None, pl.Int32).alias("line")))
+    return pl.concat([python.select(api.columns), api])
+
+
+def _build_trie(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Intern frames and stack nodes. Returns (frame table, stack table, path_id -> stack_id).
+
+    One join per depth level, not per row: a node is (parent node, frame), so identical
+    prefixes of different paths share their nodes."""
+    frame_cols = ["kind", "name", "file", "line"]
+    frame_table = (rows.select(frame_cols).unique(maintain_order=True)
+                   .with_row_index("frame_id").with_columns(pl.col("frame_id").cast(pl.Int64)))
+    rows = rows.join(frame_table, on=frame_cols, how="left", nulls_equal=True)
+    nodes: list[pl.DataFrame] = []
+    leaf: pl.DataFrame | None = None      # path_id -> its deepest node so far
+    current: pl.DataFrame | None = None   # path_id -> its node at the previous depth
+    next_id = 0
+    for d in range(int(rows["depth"].max() or 0) + 1):
+        level = rows.filter(pl.col("depth") == d).select("path_id", "frame_id")
+        level = (level.with_columns(pl.lit(None, pl.Int64).alias("parent_id")) if current is None
+                 else level.join(current.rename({"stack_id": "parent_id"}), on="path_id"))
+        uniq = (level.select("parent_id", "frame_id").unique(maintain_order=True)
+                .with_row_index("stack_id", offset=next_id)
+                .with_columns(pl.col("stack_id").cast(pl.Int64),
+                              pl.lit(d, pl.Int32).alias("depth")))
+        next_id += uniq.height
+        nodes.append(uniq)
+        current = level.join(uniq, on=["parent_id", "frame_id"], how="left",
+                             nulls_equal=True).select("path_id", "stack_id")
+        leaf = current if leaf is None else pl.concat(
+            [leaf.join(current, on="path_id", how="anti"), current])
+    stacks = pl.concat(nodes).select("stack_id", "parent_id", "frame_id", "depth")
+    return frame_table, stacks, leaf
+
+
+def build_tables(raw_calls: pl.DataFrame, raw_frames: pl.DataFrame) -> dict[str, pl.DataFrame]:
+    """Schema-v1 frame, stack and call tables from the raw streams (vectorized)."""
+    calls = decode_calls(raw_calls)
+    frames = pl.concat([raw_frames, pl.DataFrame(
+        {"stack_key": [STACK_MISSED], "depth": [0], "kind": ["native"], "name": [MISSED_FRAME],
+         "file": [None], "line": [None]}, schema=RAW_SCHEMAS["frames"])])
+    rows = _path_rows(calls, frames)
+    if rows.height == 0:
+        return {"call": calls.drop("stack_key")}
+    frame_table, stacks, leaf = _build_trie(rows)
+    paths = (calls.filter(pl.col("stack_key").is_not_null())
+             .select("stack_key", "name").unique().sort("stack_key", "name")
+             .with_row_index("path_id").join(leaf, on="path_id"))
+    calls = (calls.join(paths.drop("path_id"), on=["stack_key", "name"], how="left",
+                        nulls_equal=False).drop("stack_key").sort("ts_ns"))
+    return {"frame": frame_table, "stack": stacks, "call": calls}
+
+
+def finalize(raw_dir: Path, output: Path, meta: CaptureMeta) -> dict[str, pl.DataFrame]:
+    """Write the capture Parquet from a raw directory; returns the tables written."""
+    tables = build_tables(read_raw(raw_dir, "calls"), read_raw(raw_dir, "frames"))
+    write_capture(output, tables, meta)
+    return tables
