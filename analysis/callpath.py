@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 import networkx as nx
 import polars as pl
-
 from zym.schemas.apis import is_blocking_api
 
 from .correlate import attribute_gpu_lazy

@@ -1,7 +1,7 @@
 """Benchmark: zym import + analyze against HolisticTraceAnalysis's parse, in one run.
 
 Each job runs in a fresh process (bench/child.py); wall time, the job's own work time (after
-its imports) and peak RSS (from wait4) are recorded, and the median of --repeat runs is kept.
+its imports) and its peak RSS (VmHWM) are recorded, and the median of --repeat runs is kept.
 
     python bench/bench_analyze.py --hta-python /path/to/venv-with-hta/bin/python \\
         [--synthetic bench/out/synthetic-10m.parquet]
@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -30,16 +29,12 @@ CHILD = Path(__file__).resolve().parent / "child.py"
 def run_job(python: str, *args: str) -> dict:
     """Run one child job; return wall seconds, its own import/work seconds and peak RSS (MB)."""
     start = time.perf_counter()
-    proc = subprocess.Popen([python, str(CHILD), *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, cwd=REPO)
-    _, status, usage = os.wait4(proc.pid, 0)
+    proc = subprocess.run([python, str(CHILD), *args], capture_output=True, cwd=REPO, check=False)
     wall = time.perf_counter() - start
-    out, err = proc.stdout.read(), proc.stderr.read()
-    proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode:
-        raise RuntimeError(f"{args[0]} failed ({proc.returncode}): {err.decode()[-2000:]}")
-    lines = [ln for ln in out.decode().splitlines() if ln.startswith("{")]
-    return {"wall_s": wall, **json.loads(lines[-1]), "peak_mb": usage.ru_maxrss / 1024}
+        raise RuntimeError(f"{args[0]} failed ({proc.returncode}): {proc.stderr.decode()[-2000:]}")
+    lines = [ln for ln in proc.stdout.decode().splitlines() if ln.startswith("{")]
+    return {"wall_s": wall, **json.loads(lines[-1])}
 
 
 def median_of(runs: list[dict]) -> dict:

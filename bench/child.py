@@ -1,7 +1,8 @@
 """One measured job, run in its own process by bench_analyze.py; prints its timings as JSON.
 
 Times are split into importing the libraries and doing the work, so that a peer whose
-imports are heavy is compared fairly both ways. Peak memory is read by the parent (wait4).
+imports are heavy is compared fairly both ways. Peak memory is this process's own high-water
+mark (VmHWM): the parent's rusage would include what a forked child inherits from it.
 """
 from __future__ import annotations
 
@@ -42,7 +43,16 @@ def main() -> None:
     imported = time.perf_counter()
     globals()[job](*args)
     done = time.perf_counter()
-    print(json.dumps({"import_s": imported - start, "work_s": done - imported}))
+    print(json.dumps({"import_s": imported - start, "work_s": done - imported,
+                      "peak_mb": peak_rss_mb()}))
+
+
+def peak_rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 if __name__ == "__main__":

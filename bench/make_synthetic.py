@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-
 from zym.schemas import CaptureMeta, write_capture
 
 SITES, DEPTH, KERNEL_NAMES, THREADS = 400, 30, 300, 4

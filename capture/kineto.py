@@ -7,9 +7,8 @@ Kineto writes one JSON object whose ``traceEvents`` hold complete events (``ph: 
 
     Python frames (Python id tree) -> torch ops (time nesting) -> CUDA API call
 
-and writes calls, GPU activity, spans and the interned stacks in schema v1. Parsing uses msgspec
-in batches so that only one batch of decoded events is alive at a time; all later steps are
-polars joins, one per tree level at most.
+and writes calls, GPU activity, spans and the interned stacks in schema v1. Decoding is in
+``kineto_json``; everything here is polars joins, a handful per tree level at most.
 
 Kineto names a Python frame ``file(first line of the function): name``: it has no call-site
 line, so imported frames carry the function's first line (``CaptureMeta.extra["line"]``).
@@ -21,223 +20,17 @@ import platform
 import zlib
 from collections.abc import Callable
 from datetime import datetime, timezone
-from operator import attrgetter
 from pathlib import Path
 
-import msgspec
 import polars as pl
-
 from zym.schemas.apis import api_copy_kind, api_kind
 from zym.schemas.errors import InputError
 from zym.schemas.meta import CaptureMeta
 from zym.schemas.stacks import intern_forest, intern_frames
 
-PYTHON_CATS = ("python_function",)
-OP_CATS = ("cpu_op", "user_annotation")
-CALL_CATS = ("cuda_runtime", "cuda_driver")
-GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "copy", "gpu_memset": "memset", "cuda_sync": "sync"}
-_READ_CHUNK = 1 << 20
+from .kineto_json import CALL_CATS, GPU_CATS, OP_CATS, PYTHON_CATS, _TraceFile, read_events
 
 Progress = Callable[[str], None]
-
-
-# ---------------------------------------------------------------------------------------------
-# Parsing: JSON -> one flat events frame
-
-_EMPTY_RAW = msgspec.Raw(b"")
-
-
-class _Args(msgspec.Struct, gc=False):
-    external_id: int | None = msgspec.field(default=None, name="External id")
-    correlation: int | None = None
-    python_id: int | None = msgspec.field(default=None, name="Python id")
-    python_parent_id: int | None = msgspec.field(default=None, name="Python parent id")
-    device: int | None = None
-    stream: int | None = None
-    bytes: int | None = None
-    cbid: int | None = None
-    grid: tuple[int, int, int] | None = None
-    block: tuple[int, int, int] | None = None
-    graph_id: int | None = msgspec.field(default=None, name="graph id")
-    # Kept as JSON text: shapes nest to varying depth (tensor lists), and only rules read them.
-    input_dims: msgspec.Raw = msgspec.field(default=_EMPTY_RAW, name="Input Dims")
-    input_type: msgspec.Raw = msgspec.field(default=_EMPTY_RAW, name="Input type")
-
-
-class _Event(msgspec.Struct, gc=False):
-    ph: str = ""
-    cat: str | None = None
-    name: str | None = None
-    pid: int | str | None = None
-    tid: int | str | None = None
-    ts: float | None = None
-    dur: float | None = None
-    args: _Args | None = None
-
-
-class _TraceFile(msgspec.Struct):
-    traceEvents: list[msgspec.Raw]  # noqa: N815 (Kineto's key)
-    deviceProperties: list[dict] = []  # noqa: N815
-    cuda_driver_version: int | None = None
-    cuda_runtime_version: int | None = None
-    cupti_version: int | None = None
-    baseTimeNanoseconds: int | None = None  # noqa: N815
-    with_stack: int | None = None
-    record_shapes: int | None = None
-
-
-def read_json_bytes(path: Path) -> bytes:
-    """The JSON text of a trace file, gunzipped when it is gzip (by magic, not by name)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(2)
-            f.seek(0)
-            if head != b"\x1f\x8b":
-                return f.read()
-            return _gunzip(f, path)
-    except OSError as e:
-        raise InputError(f"{path}: cannot read ({e.strerror or e})") from e
-
-
-def _gunzip(f, path: Path) -> bytearray:
-    # Decompressed into a buffer sized from the gzip trailer (ISIZE, the size mod 2**32), so the
-    # text is never held twice; a wrong hint (multi-member or >4 GiB files) only costs regrowth.
-    f.seek(-4, 2)
-    hint = int.from_bytes(f.read(4), "little")
-    f.seek(0)
-    out = bytearray(hint)
-    view, pos = memoryview(out), 0
-    d = zlib.decompressobj(wbits=31)
-    try:
-        while not d.eof:
-            chunk = d.unconsumed_tail or f.read(_READ_CHUNK)
-            if not chunk:
-                break
-            piece = d.decompress(chunk, _READ_CHUNK)
-            if pos + len(piece) > len(out):
-                view.release()
-                out[pos:] = piece
-                view = memoryview(out)
-            else:
-                view[pos:pos + len(piece)] = piece
-            pos += len(piece)
-    except zlib.error as e:
-        raise InputError(f"{path}: corrupt gzip data ({e})") from e
-    view.release()
-    if not d.eof:
-        raise InputError(f"{path}: truncated gzip file: the trace was cut short")
-    del out[pos:]
-    return out
-
-
-def parse_events(text: bytes | bytearray, path: Path) -> tuple[dict[str, pl.DataFrame], _TraceFile]:
-    """Decode the trace into one frame per event group (python, op, call, gpu).
-
-    The first pass only splits ``traceEvents`` into raw byte views; events are then decoded in
-    batches and turned into columns at once, so only one batch of Python objects is alive.
-    """
-    if not text or text.isspace():
-        raise InputError(f"{path}: empty file")
-    try:
-        top = msgspec.json.decode(text, type=_TraceFile)
-    except msgspec.ValidationError as e:
-        raise InputError(f"{path}: JSON, but not a torch.profiler (Kineto) trace ({e})") from e
-    except msgspec.DecodeError as e:
-        raise InputError(f"{path}: not valid JSON ({e}); a truncated or non-trace file?") from e
-    raws, top.traceEvents = top.traceEvents, []
-    parts: dict[str, list[pl.DataFrame]] = {group: [] for group in _GROUP_SCHEMAS}
-    for start in range(0, len(raws), BATCH_EVENTS):
-        try:
-            events = _DECODER.decode(b"[" + b",".join(raws[start:start + BATCH_EVENTS]) + b"]")
-        except msgspec.ValidationError as e:
-            raise InputError(f"{path}: malformed trace event ({e})") from e
-        for group, frame in _group_frames(events).items():
-            parts[group].append(frame)
-    del raws
-    groups = {g: pl.concat(dfs) if dfs else pl.DataFrame(schema=_GROUP_SCHEMAS[g])
-              for g, dfs in parts.items()}
-    if sum(df.height for df in groups.values()) == 0:
-        raise InputError(f"{path}: JSON, but no torch.profiler events (python_function, cpu_op, "
-                         "cuda_runtime, kernel...): not a Kineto trace")
-    return groups, top
-
-
-def _group_frames(events: list[_Event]) -> dict[str, pl.DataFrame]:
-    """Columns of the complete events that zym reads, one frame per event group.
-
-    Each group fills only the columns it has (GPU activity: device, stream, grid...; torch
-    ops: shapes), which keeps the per-event Python work to a few attribute reads.
-    """
-    by_group: dict[str, list[_Event]] = {}
-    for e in events:
-        group = _GROUP_OF.get(e.cat) if e.ph == "X" else None
-        if group:
-            by_group.setdefault(group, []).append(e)
-    out = {}
-    for group, ev in by_group.items():
-        cat, name, pid, tid, ts, dur, args = _columns(ev, "cat", "name", "pid", "tid", "ts",
-                                                      "dur", "args")
-        args = [a or _NO_ARGS for a in args]
-        cols = {"cat": cat, "name": name, "pid": _int_column(pid), "tid": _int_column(tid),
-                "ts_us": ts, "dur_us": dur}
-        arg_fields = [f for f in _GROUP_SCHEMAS[group] if f not in cols and f in _ARG_ATTR]
-        cols.update(zip(arg_fields, _columns(args, *[_ARG_ATTR[f] for f in arg_fields])))
-        if group == "op":
-            cols["op_shapes"] = [bytes(a.input_dims) or None for a in args]
-            cols["op_dtypes"] = [bytes(a.input_type) or None for a in args]
-        if group == "gpu":
-            cols.update(_dims(args))
-        out[group] = pl.DataFrame(cols, schema=_GROUP_SCHEMAS[group])
-    return out
-
-
-def _columns(items: list, *attrs: str) -> list[list]:
-    """The named attributes of ``items``, one list per attribute (map + attrgetter run in C)."""
-    return [list(map(attrgetter(a), items)) for a in attrs]
-
-
-def _dims(args: list[_Args]) -> dict[str, list]:
-    grid = [a.grid or _NO_DIM for a in args]
-    block = [a.block or _NO_DIM for a in args]
-    return {**{f"grid_{axis}": [g[i] for g in grid] for i, axis in enumerate("xyz")},
-            **{f"block_{axis}": [b[i] for b in block] for i, axis in enumerate("xyz")}}
-
-
-_DECODER = msgspec.json.Decoder(list[_Event])
-BATCH_EVENTS = 10_000
-_NO_ARGS = _Args()
-_NO_DIM = (None, None, None)
-_GROUP_OF = ({c: "python" for c in PYTHON_CATS} | {c: "op" for c in OP_CATS}
-             | {c: "call" for c in CALL_CATS} | {c: "gpu" for c in GPU_CATS})
-# Event field -> _Args attribute, for the fields that live in "args".
-_ARG_ATTR = {"external_id": "external_id", "correlation_id": "correlation",
-             "python_id": "python_id", "python_parent_id": "python_parent_id",
-             "device_id": "device", "stream_id": "stream", "size_bytes": "bytes", "cbid": "cbid",
-             "graph_id": "graph_id"}
-_COMMON = {"cat": pl.String, "name": pl.String, "pid": pl.Int64, "tid": pl.Int64,
-           "ts_us": pl.Float64, "dur_us": pl.Float64}
-_GROUP_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
-    "python": _COMMON | {"python_id": pl.Int64, "python_parent_id": pl.Int64},
-    "op": _COMMON | {"external_id": pl.Int64, "op_shapes": pl.Binary, "op_dtypes": pl.Binary},
-    "call": _COMMON | {"external_id": pl.Int64, "correlation_id": pl.Int64, "cbid": pl.Int32},
-    "gpu": _COMMON | {"external_id": pl.Int64, "correlation_id": pl.Int64, "device_id": pl.Int32,
-                      "stream_id": pl.Int64, "size_bytes": pl.Int64, "graph_id": pl.Int64}
-    | {f"{d}_{axis}": pl.Int32 for d in ("grid", "block") for axis in "xyz"},
-}
-
-
-def _int_column(values: list[int | str | None]) -> pl.Series:
-    """Kineto writes pids and tids as numbers, except for its own pseudo-processes ("Spans")."""
-    try:
-        return pl.Series(values, dtype=pl.Int64)
-    except (TypeError, pl.exceptions.PolarsError):
-        return pl.Series([_as_int(v) for v in values], dtype=pl.Int64)
-
-
-def _as_int(value: int | str | None) -> int | None:
-    if isinstance(value, int) or value is None:
-        return value
-    return int(value) if value.lstrip("-").isdigit() else None
 
 
 def events_to_tables(groups: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
@@ -459,11 +252,8 @@ def load_kineto(path: str | Path, progress: Progress | None = None
     path = Path(path)
     if path.exists() and path.stat().st_size == 0:
         raise InputError(f"{path}: empty file")
-    say("reading")
-    text = read_json_bytes(path)
-    say("parsing JSON")
-    groups, top = parse_events(text, path)
-    del text
+    say("reading and decoding JSON")
+    groups, top = read_events(path)
     say("building call stacks")
     return events_to_tables(groups), capture_meta(top, path)
 

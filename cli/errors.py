@@ -6,7 +6,6 @@ import sys
 from collections.abc import Iterator
 
 import typer
-
 from zym.schemas.errors import ZymError
 
 EXIT_BAD_INPUT = 2

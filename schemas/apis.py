@@ -10,12 +10,12 @@ import polars as pl
 
 # First match wins. Patterns are regular expressions on the API name.
 KIND_PATTERNS: tuple[tuple[str, str], ...] = (
-    ("launch", r"^(cuda|cu)(LaunchKernel|LaunchKernelEx|LaunchKernelExC|LaunchCooperativeKernel"
-               r"|LaunchCooperativeKernelMultiDevice|GraphLaunch|LaunchHostFunc)"),
+    ("launch", (r"^(cuda|cu)(LaunchKernel|LaunchKernelEx|LaunchKernelExC|LaunchCooperativeKernel"
+                r"|LaunchCooperativeKernelMultiDevice|GraphLaunch|LaunchHostFunc)")),
     ("copy", r"^(cuda|cu)Mem[cC]py"),
     ("memset", r"^(cuda|cu)Memset"),
-    ("sync", r"^(cuda|cu)(DeviceSynchronize|StreamSynchronize|CtxSynchronize|EventSynchronize"
-             r"|ThreadSynchronize)"),
+    ("sync", (r"^(cuda|cu)(DeviceSynchronize|StreamSynchronize|CtxSynchronize|EventSynchronize"
+              r"|ThreadSynchronize)")),
 )
 
 # Driver copies name their direction; runtime ones (cudaMemcpyAsync) take it from an argument.

@@ -100,9 +100,20 @@ class KinetoBuilder:
                     {"name": "process_name", "ph": "M", "ts": 0, "pid": self.pid, "tid": 0,
                      "args": {"name": "python3"}}]}
 
-    def write(self, path: Path, gz: bool | None = None) -> Path:
-        data = json.dumps(self.trace()).encode()
+    def write(self, path: Path, gz: bool | None = None, kineto_layout: bool = False) -> Path:
+        """Write the trace compact, or laid out as Kineto prints it (``kineto_layout``)."""
+        data = (kineto_text(self.trace()) if kineto_layout else json.dumps(self.trace())).encode()
         if gz if gz is not None else path.suffix == ".gz":
             data = gzip.compress(data)
         path.write_bytes(data)
         return path
+
+
+def kineto_text(trace: dict) -> str:
+    """JSON laid out as libkineto's output_json.cpp writes it: top-level keys and the events of
+    ``traceEvents`` at two spaces, one block per event, the array closed by ``\n  ]``."""
+    header = ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in trace.items()
+                         if k != "traceEvents")
+    events = ",".join("\n  {\n    " + json.dumps(e)[1:-1] + "\n  }" for e in trace["traceEvents"])
+    return ("{\n" + header + ',\n  "traceEvents": [' + events
+            + '\n  ],\n  "traceName": "test.json"\n}')

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import polars as pl
-
 from kineto_builder import KinetoBuilder
 from zym.analysis import analyze
 from zym.analysis.callpath import UNKNOWN_STACK

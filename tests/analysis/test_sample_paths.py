@@ -7,7 +7,6 @@ from collections import defaultdict
 
 import polars as pl
 import pytest
-
 from zym.analysis import analyze
 from zym.analysis.callpath import UNKNOWN_STACK
 from zym.analysis.report import site_label

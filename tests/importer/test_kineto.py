@@ -7,7 +7,6 @@ import random
 
 import polars as pl
 import pytest
-
 from kineto_builder import KinetoBuilder
 from zym.capture.kineto import import_kineto, innermost_enclosing, load_kineto, nest_intervals
 from zym.schemas import InputError, open_capture
@@ -29,20 +28,18 @@ def stacks_of_calls(tables) -> dict[str, list[str]]:
 
 
 def decode_step(b: KinetoBuilder) -> None:
-    with b.py("app.py(10): main"):
-        with b.py("app.py(20): step"):
-            with b.py("nn.Module: Linear_3"):
-                with b.py("<built-in function linear>"):
-                    with b.op("aten::linear"):
-                        with b.op("aten::addmm", dims=[[4], [4, 8], [8, 4]],
-                                  types=["float", "float", "float"]):
-                            b.launch("cudaLaunchKernel", kernel="gemm", gpu_us=7.0)
-            with b.py("<built-in method item of Tensor object at 0x7f00aa>"):
-                with b.op("aten::item"):
-                    with b.op("aten::_local_scalar_dense"):
-                        b.launch("cudaMemcpyAsync", kernel="Memcpy DtoH (Device -> Pageable)",
-                                 gpu_cat="gpu_memcpy", gpu_args={"bytes": 4})
-                        b.launch("cudaStreamSynchronize", kernel=None, cpu_us=30.0)
+    with b.py("app.py(10): main"), b.py("app.py(20): step"):
+        with b.py("nn.Module: Linear_3"), b.py("<built-in function linear>"):
+            with b.op("aten::linear"):
+                with b.op("aten::addmm", dims=[[4], [4, 8], [8, 4]],
+                          types=["float", "float", "float"]):
+                    b.launch("cudaLaunchKernel", kernel="gemm", gpu_us=7.0)
+        with b.py("<built-in method item of Tensor object at 0x7f00aa>"):
+            with b.op("aten::item"):
+                with b.op("aten::_local_scalar_dense"):
+                    b.launch("cudaMemcpyAsync", kernel="Memcpy DtoH (Device -> Pageable)",
+                             gpu_cat="gpu_memcpy", gpu_args={"bytes": 4})
+                    b.launch("cudaStreamSynchronize", kernel=None, cpu_us=30.0)
 
 
 def test_stacks_join_python_frames_ops_and_calls(tmp_path):
@@ -199,3 +196,45 @@ def test_sample_header_metadata(sample_trace):
     _, meta = load_kineto(sample_trace)
     assert meta.gpus[0]["name"] == raw["deviceProperties"][0]["name"] == "NVIDIA H200"
     assert meta.extra["with_stack"] is True
+
+
+def test_streamed_and_whole_decoding_agree(tmp_path):
+    """Kineto's own layout is decoded piece by piece; other layouts whole: same tables."""
+    from zym.capture import kineto_json
+
+    b = KinetoBuilder()
+    for _ in range(50):
+        decode_step(b)
+    pretty = b.write(tmp_path / "pretty.json.gz", kineto_layout=True)
+    compact = b.write(tmp_path / "compact.json")
+    with open(pretty, "rb") as f:
+        assert kineto_json._decode_streaming(kineto_json._pieces(f, pretty), pretty) is not None
+    with open(compact, "rb") as f:
+        assert kineto_json._decode_streaming(kineto_json._pieces(f, compact), compact) is None
+    a, b_ = load_kineto(pretty)[0], load_kineto(compact)[0]
+    for table in a:
+        assert a[table].equals(b_[table]), table
+
+
+def test_sample_streams_and_matches_whole_decoding(sample_trace, monkeypatch):
+    from zym.capture import kineto_json
+
+    streamed, _ = load_kineto(sample_trace)
+    monkeypatch.setattr(kineto_json, "_decode_streaming", lambda *a: None)
+    whole, _ = load_kineto(sample_trace)
+    for table in streamed:
+        assert streamed[table].equals(whole[table]), table
+
+
+def test_small_pieces_cut_events_anywhere(tmp_path, monkeypatch):
+    from zym.capture import kineto_json
+
+    b = KinetoBuilder()
+    for _ in range(20):
+        decode_step(b)
+    path = b.write(tmp_path / "t.json", kineto_layout=True)
+    expected = load_kineto(path)[0]
+    monkeypatch.setattr(kineto_json, "_READ_CHUNK", 97)  # pieces end mid-event, mid-string
+    got = load_kineto(path)[0]
+    for table in expected:
+        assert got[table].equals(expected[table]), table

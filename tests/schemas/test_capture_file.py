@@ -9,9 +9,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from polars.testing import assert_frame_equal
-
 from zym.schemas import (
-    TABLES, CaptureMeta, InputError, SchemaError, arrow_schema, open_capture, polars_schema,
+    TABLES,
+    CaptureMeta,
+    InputError,
+    SchemaError,
+    arrow_schema,
+    open_capture,
+    polars_schema,
     write_capture,
 )
 from zym.schemas.meta import META_KEY, VERSION_KEY
@@ -128,7 +133,7 @@ def test_missing_and_mistyped_columns_are_named(capture_file, tmp_path):
 def test_empty_and_truncated_files_are_input_errors(capture_file, tmp_path, cut):
     data = capture_file.read_bytes()
     path = tmp_path / "cut.parquet"
-    path.write_bytes(data[:cut] if cut >= 0 else data[:cut])
+    path.write_bytes(data[:cut])
     with pytest.raises(InputError) as e:
         open_capture(path)
     assert "\n" not in str(e.value)
