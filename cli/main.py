@@ -17,9 +17,10 @@ app = typer.Typer(
 
 
 def _register() -> None:
-    from . import analyze_cmd, capture_cmd, export_cmd, import_cmd, rules_cmd
+    from . import analyze_cmd, capture_cmd, export_cmd, import_cmd, report_cmd, rules_cmd, view_cmd
 
-    for module in (import_cmd, analyze_cmd, capture_cmd, export_cmd, rules_cmd):
+    for module in (import_cmd, analyze_cmd, capture_cmd, export_cmd, report_cmd, rules_cmd,
+                   view_cmd):
         module.register(app)
 
 

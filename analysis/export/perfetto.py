@@ -58,6 +58,15 @@ ANNOTATIONS = [
 
 
 @dataclass
+class EventPlan:
+    """Events in write order (``order``: ``ts_ns, type, track, shape, src``) and, per packet
+    shape, the table of payload columns that ``src`` indexes (END packets have none)."""
+
+    order: pl.DataFrame
+    tables: dict[int, pl.DataFrame]
+
+
+@dataclass
 class PerfettoStats:
     path: Path
     events: int  # slices, instants and counter samples written
@@ -82,16 +91,16 @@ def export_perfetto(src: ExportSource, out: str | Path, chunk_events: int = CHUN
             f.write(head)
             size += len(head)
             packets += builder.n_header_packets
-            for start in range(0, events.height, chunk_events):
-                chunk = _encode_events(events.slice(start, chunk_events), builder.annotation_iids)
+            for start in range(0, events.order.height, chunk_events):
+                chunk = _encode_events(events, builder.annotation_iids, start, chunk_events)
                 f.write(chunk)
                 size += len(chunk)
-            packets += events.height
+            packets += events.order.height
         os.replace(tmp, out)
     finally:
         if tmp.exists():
             tmp.unlink()
-    return PerfettoStats(out, events.height, packets, size, time.perf_counter() - t0,
+    return PerfettoStats(out, events.order.height, packets, size, time.perf_counter() - t0,
                          builder.overlap_tracks)
 
 
@@ -99,7 +108,8 @@ def perfetto_bytes(src: ExportSource) -> bytes:
     """The whole trace in memory (tests, small captures)."""
     builder = _TraceBuilder(src)
     events = builder.events()
-    return builder.header_packets() + _encode_events(events, builder.annotation_iids)
+    return builder.header_packets() + _encode_events(events, builder.annotation_iids, 0,
+                                                     events.order.height)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,26 +207,33 @@ class _TraceBuilder:
                   if t.len()]
         return min(firsts) if firsts else 0
 
-    def events(self) -> pl.DataFrame:
-        """Every event (slice begin/end, instant, counter sample), sorted as written."""
-        parts = [self._slice_events(), self._finding_events(), self._counter_events()]
-        parts = [p for p in parts if p.height]
+    def events(self) -> EventPlan:
+        """Every event (slice begin/end, instant, counter sample) in write order, with the
+        payload tables of each packet shape."""
+        order, tables = self._slice_events()
+        orders = [order.select("ts_ns", "type", "track", "rank", "tie", "shape", "src")]
+        for shape, df in ((SHAPE_FINDING, self._finding_events()),
+                          (SHAPE_COUNTER, self._counter_events())):
+            if df.height:
+                orders.append(df.select("ts_ns", "type", "track", "rank", "tie",
+                                        pl.lit(shape, pl.Int8).alias("shape"),
+                                        pl.int_range(pl.len(), dtype=pl.Int64).alias("src")))
+                tables[shape] = df.drop("ts_ns", "type", "track", "rank", "tie", "shape",
+                                        strict=False)
         self.annotation_iids = {name: self.intern.iid("debug_annotation_names", name)
                                 for name, _col, _kind in ANNOTATIONS}
-        if not parts:
-            return pl.DataFrame(schema={"ts_ns": pl.Int64, "type": pl.Int8, "track": pl.UInt64})
-        events = pl.concat(parts, how="diagonal_relaxed")
-        return self._intern_strings(events).sort("ts_ns", "rank", "tie", maintain_order=True)
+        tables = {k: self._intern_strings(v) for k, v in tables.items()}
+        order = pl.concat(orders, how="vertical_relaxed") if len(orders) > 1 else order
+        if len(orders) > 1:
+            order = order.sort("ts_ns", "rank", "tie", maintain_order=True)
+        return EventPlan(order.select("ts_ns", "type", "track", "shape", "src"), tables)
 
-    def _intern_strings(self, events: pl.DataFrame) -> pl.DataFrame:
+    def _intern_strings(self, table: pl.DataFrame) -> pl.DataFrame:
         """String arguments replaced by their interned ids (defined in the first packet)."""
-        cols = [c for _n, c, kind in ANNOTATIONS if kind == "str" and c in events.columns]
-        head = pl.col("type") != END
-        return events.with_columns(
-            self.intern.column("debug_annotation_string_values",
-                               events.select(pl.when(head).then(pl.col(c).cast(pl.String)))
-                               .to_series()).alias(c)
-            for c in cols)
+        cols = [c for _n, c, kind in ANNOTATIONS if kind == "str" and c in table.columns]
+        return table.with_columns(
+            self.intern.column("debug_annotation_string_values", table[c].cast(pl.String))
+            .alias(c) for c in cols)
 
     def _slices(self) -> tuple[pl.DataFrame, pl.DataFrame]:
         """One row per slice (span, call, GPU operation) with its payload and track, and the
@@ -264,6 +281,9 @@ class _TraceBuilder:
         allv = allv.join(self._track_uuids(allv), on=["group", "lane"], how="left",
                          maintain_order="left")
         allv = allv.with_columns(
+            pl.when(pl.col("gpu") == 1).then(SHAPE_GPU)
+            .when(pl.col("cat") == "cuda_api").then(SHAPE_CALL)
+            .otherwise(SHAPE_SPAN).cast(pl.Int8).alias("shape"),
             intern.column("event_names", allv["label"]).alias("name_iid"),
             intern.column("event_categories", allv["cat"]).alias("cat_iid"),
             self._callstack_iids(allv).alias("cs_iid"))
@@ -310,12 +330,20 @@ class _TraceBuilder:
             chains[sid] = chains.get(parent, ()) + (frame,)
         return chains
 
-    def _slice_events(self) -> pl.DataFrame:
+    def _slice_events(self) -> tuple[pl.DataFrame, dict[int, pl.DataFrame]]:
         allv, events = self._slices()
-        payload = allv.drop("group", "ts_ns", "end_ns", "dur_ns", "lane", "row", "label", "cat",
-                            "leaf", "gpu", "pid", "tid", "sync")
-        return pl.concat([events.select("ts_ns", "type", "rank", "tie"),
-                          payload[events["row"]]], how="horizontal")
+        allv = allv.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over("shape")
+                                 .alias("src"))
+        keys = allv.select("track", "shape", "src")[events["row"]]
+        is_end = events["type"] == END
+        order = pl.concat([events.select("ts_ns", "type", "rank", "tie"), keys],
+                          how="horizontal").with_columns(
+            pl.when(is_end).then(SHAPE_END).otherwise("shape").cast(pl.Int8).alias("shape"))
+        tables = {shape: allv.filter(pl.col("shape") == shape).select(
+                      [c for c in SHAPE_COLUMNS[shape] if c in allv.columns
+                       and c not in ("ts_ns", "type", "track")])
+                  for shape in (SHAPE_SPAN, SHAPE_CALL, SHAPE_GPU)}
+        return order, tables
 
     def _finding_events(self) -> pl.DataFrame:
         """One instant per finding occurrence, on the findings track of its process."""
@@ -340,6 +368,7 @@ class _TraceBuilder:
                               schema={"pid": pl.Int64, "track": pl.UInt64})
         df = df.join(tracks, on="pid", how="left", maintain_order="left").drop("pid")
         return df.with_columns(
+            pl.lit(SHAPE_FINDING, pl.Int8).alias("shape"),
             pl.lit(INSTANT, pl.Int8).alias("type"), pl.lit(1, pl.Int8).alias("rank"),
             pl.lit(0, pl.Int64).alias("tie"),
             self.intern.column("event_names", df["label"]).alias("name_iid"),
@@ -358,6 +387,7 @@ class _TraceBuilder:
         keys = keys.with_columns(pl.Series("track", uuids, pl.UInt64))
         return samples.join(keys, on=["pid", "device_id", "counter", "unit"]).select(
             "ts_ns", "track", pl.lit(COUNTER, pl.Int8).alias("type"),
+            pl.lit(SHAPE_COUNTER, pl.Int8).alias("shape"),
             pl.lit(1, pl.Int8).alias("rank"), pl.lit(0, pl.Int64).alias("tie"),
             pl.col("value").cast(pl.Float64))
 
@@ -422,20 +452,64 @@ _K = pw.tag
 _TE, _DA, _TP = TrackEvent, DebugAnnotation, TracePacket
 
 
-def _encode_events(ev: pl.DataFrame, annotation_iids: dict[str, int]) -> bytes:
-    """``ev`` (rows of :meth:`_TraceBuilder.events`) as ``Trace.packet`` entries;
-    ``annotation_iids`` maps argument names to their interned ids."""
-    n = ev.height
+# Which event columns each packet shape uses (the ``shape`` column of the events frame).
+SHAPE_END, SHAPE_SPAN, SHAPE_CALL, SHAPE_GPU, SHAPE_FINDING, SHAPE_COUNTER = range(6)
+_COMMON = ["ts_ns", "type", "track", "name_iid", "cat_iid"]
+SHAPE_COLUMNS = {
+    SHAPE_END: ["ts_ns", "type", "track"],
+    SHAPE_SPAN: _COMMON + ["op_shapes"],
+    SHAPE_CALL: _COMMON + ["correlation_id", "size_bytes", "copy_kind", "device_id", "stream_id",
+                           "gpu_ns", "flow_out", "cs_iid", "weight"],
+    SHAPE_GPU: _COMMON + ["correlation_id", "size_bytes", "copy_kind", "src_mem", "dst_mem",
+                          "grid", "block", "graph_id", "device_id", "stream_id", "flow_in",
+                          "cs_iid", "weight"],
+    SHAPE_FINDING: _COMMON + ["correlation_id", "rule_id", "severity", "site", "message"],
+    SHAPE_COUNTER: ["ts_ns", "type", "track", "value"],
+}
+
+
+def _encode_events(plan: EventPlan, annotation_iids: dict[str, int], start: int,
+                   count: int) -> bytes:
+    """Events ``start .. start+count`` of ``plan`` as ``Trace.packet`` entries, in order;
+    ``annotation_iids`` maps argument names to their interned ids.
+
+    Each packet shape is encoded on its own rows with only its own columns, straight into its
+    rows' places in one output buffer."""
+    order = plan.order.slice(start, count)
+    n = order.height
     if n == 0:
         return b""
-    typ = ev["type"].to_numpy()
-    head = typ != END  # begins, instants and counters carry the payload
+    shape = order["shape"].to_numpy()
+    ts, typ, track = (order[c].to_numpy() for c in ("ts_ns", "type", "track"))
+    src = order["src"].to_numpy()
+    groups = []
+    lengths = np.zeros(n, np.int64)
+    for sh in np.unique(shape).tolist():
+        idx = np.flatnonzero(shape == sh)
+        base = pl.DataFrame({"ts_ns": ts[idx], "type": typ[idx], "track": track[idx]})
+        if sh in plan.tables:
+            base = pl.concat([base, plan.tables[sh][src[idx]]], how="horizontal")
+        packet = _packet_field(base, annotation_iids, head=sh != SHAPE_END)
+        lengths[idx] = packet.lengths(len(idx))
+        groups.append((idx, packet))
+    offsets = np.cumsum(lengths) - lengths
+    buf = np.empty(int(lengths.sum()), np.uint8)
+    for idx, packet in groups:
+        packet.write(buf, offsets[idx])
+    return buf.tobytes()
+
+
+def _packet_field(ev: pl.DataFrame, annotation_iids: dict[str, int], head: bool) -> pw.Message:
+    """``Trace.packet`` for rows of one shape; ``head``: begins, instants and counters (the
+    rows that carry a payload)."""
+    n = ev.height
+    everywhere = np.full(n, head)
 
     def col(name, dtype=None):
-        if name not in ev.columns:
+        if name not in ev.columns or not head:
             return None, np.zeros(n, bool)
         s = ev[name]
-        present = s.is_not_null().to_numpy() & head
+        present = s.is_not_null().to_numpy()
         values = s.fill_null(0).to_numpy()
         return (values if dtype is None else values.astype(dtype)), present
 
@@ -443,11 +517,12 @@ def _encode_events(ev: pl.DataFrame, annotation_iids: dict[str, int]) -> bytes:
     cat, cat_p = col("cat_iid")
     if cat_p.any():
         fields.append(pw.Varint(_K(_TE, "category_iids"), cat, cat_p))
-    for name, column, kind in ANNOTATIONS:
-        ann = _annotation(ev, annotation_iids[name], column, kind, head)
-        if ann is not None:
-            fields.append(ann)
-    fields.append(pw.Varint(_K(_TE, "type"), typ.astype(np.int64)))
+    if head:
+        for name, column, kind in ANNOTATIONS:
+            ann = _annotation(ev, annotation_iids[name], column, kind, everywhere)
+            if ann is not None:
+                fields.append(ann)
+    fields.append(pw.Varint(_K(_TE, "type"), ev["type"].to_numpy().astype(np.int64)))
     name, name_p = col("name_iid")
     if name_p.any():
         fields.append(pw.Varint(_K(_TE, "name_iid"), name, name_p))
@@ -455,8 +530,8 @@ def _encode_events(ev: pl.DataFrame, annotation_iids: dict[str, int]) -> bytes:
     value, value_p = col("value", np.float64)
     if value_p.any():
         fields.append(pw.Fixed64(_K(_TE, "double_counter_value"), value, value_p))
-    if "flow_out" in ev.columns:
-        fields.append(_repeated_fixed64(ev["flow_out"], head, _K(_TE, "flow_ids")))
+    if head and "flow_out" in ev.columns:
+        fields.append(_repeated_fixed64(ev["flow_out"], everywhere, _K(_TE, "flow_ids")))
     flow_in, flow_in_p = col("flow_in")
     if flow_in_p.any():
         fields.append(pw.Fixed64(_K(_TE, "terminating_flow_ids"), flow_in, flow_in_p))
@@ -465,14 +540,13 @@ def _encode_events(ev: pl.DataFrame, annotation_iids: dict[str, int]) -> bytes:
         weight, _ = col("weight", np.float64)
         fields.append(pw.Varint(_K(_TE, "callstack_iid"), cs, cs_p))
         fields.append(pw.Fixed64(_K(_TE, "callstack_weight"), weight, cs_p))
-    needs = pw.varint_bytes(TracePacket.SEQ_NEEDS_INCREMENTAL_STATE)
-    packet = pw.Message(_K(Trace, "packet"), [
-        pw.Varint(_K(_TP, "timestamp"), ev["ts_ns"].to_numpy()),
-        pw.Const(_K(_TP, "trusted_packet_sequence_id") + pw.varint_bytes(SEQ)),
-        pw.Message(_K(_TP, "track_event"), fields),
-        pw.Const(_K(_TP, "sequence_flags") + needs, head),
-    ])
-    return pw.encode(n, [packet]).data.tobytes()
+    packet = [pw.Varint(_K(_TP, "timestamp"), ev["ts_ns"].to_numpy()),
+              pw.Const(_K(_TP, "trusted_packet_sequence_id") + pw.varint_bytes(SEQ)),
+              pw.Message(_K(_TP, "track_event"), fields)]
+    if head:
+        packet.append(pw.Const(_K(_TP, "sequence_flags")
+                               + pw.varint_bytes(TracePacket.SEQ_NEEDS_INCREMENTAL_STATE)))
+    return pw.Message(_K(Trace, "packet"), packet)
 
 
 def _annotation(ev: pl.DataFrame, name_iid: int, column: str, kind: str, head: np.ndarray):

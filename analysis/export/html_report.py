@@ -1,0 +1,198 @@
+"""`zym report`: one self-contained HTML page to share what a capture shows.
+
+The page has the capture summary, the findings (site, evidence, fix), the top call paths, and an
+interactive GPU-time flamegraph of the call-path graph (click to zoom, search, hover for
+numbers). Everything is inline: styles, script and data (JSON in a ``<script
+type="application/json">`` element, with ``<`` escaped). It loads no fonts, scripts or images,
+so it opens offline and from a mail attachment. Text is escaped server-side and inserted with
+``textContent`` client-side: names from a trace cannot inject markup.
+
+>>> html = render_report(load_export_source("trace.json.gz"))   # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from html import escape
+from pathlib import Path
+
+from ..callpath import UNKNOWN_STACK
+from .flamegraph import frame_label
+from .report_assets import SCRIPT, STYLE
+from .source import ExportSource
+
+MIN_FLAME_SHARE = 1e-4  # flamegraph nodes under this share of GPU time are merged away
+SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+
+
+def flame_tree(src: ExportSource) -> dict:
+    """The call-path graph as nested ``{n: label, v: GPU ns, k: kind, f: file:line, c: [...]}``,
+    with each path's GPU operations as leaves; nodes below :data:`MIN_FLAME_SHARE` dropped."""
+    graph = src.analysis.call_paths.graph
+    g = graph.graph
+    total = graph.total_gpu_ns()
+    floor = total * MIN_FLAME_SHARE
+    ops: dict[int, list[dict]] = {}
+    for sid, name, kind, ns, count in src.analysis.call_paths.gpu_ops.select(
+            "stack_id", "name", "kind", "gpu_ns", "count").iter_rows():
+        if ns >= floor:
+            ops.setdefault(UNKNOWN_STACK if sid is None else sid, []).append(
+                {"n": name, "v": int(ns), "k": kind, "f": f"{count:,} ops", "c": []})
+
+    def build(node: int) -> dict | None:
+        a = g.nodes[node]
+        if a["total_gpu_ns"] < floor or a["total_gpu_ns"] <= 0:
+            return None
+        children = [c for c in (build(s) for s in g.successors(node)) if c]
+        children += sorted(ops.get(node, []), key=lambda x: -x["v"])
+        children.sort(key=lambda x: -x["v"])
+        where = f"{a['file']}:{a['line']}" if a.get("file") else ""
+        return {"n": frame_label(a["name"], a["file"], a["line"], a["kind"]),
+                "v": int(a["total_gpu_ns"]), "k": a["kind"] or "", "f": where, "c": children}
+
+    roots = [t for t in (build(r) for r in sorted(graph.roots())) if t]
+    return {"n": "all GPU time", "v": int(total), "k": "root", "f": "", "c": roots}
+
+
+def report_data(src: ExportSource, top: int = 15) -> dict:
+    """Everything the page shows, as JSON-ready data."""
+    summary = src.analysis.to_dict(top)
+    findings = sorted(src.findings, key=lambda f: (SEVERITY_ORDER.get(f["severity"], 3),
+                                                   -(f.get("cost_ns") or 0)))
+    return {
+        "capture": summary["capture"], "gpu": summary["gpu"],
+        "paths_by_gpu_time": summary["paths_by_gpu_time"],
+        "paths_by_cpu_blocked": summary["paths_by_cpu_blocked"],
+        "findings": [_finding(f) for f in findings],
+        "flame": flame_tree(src),
+        "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def _finding(f: dict) -> dict:
+    occ = f["occurrences"]
+    examples = (occ.sort("dur_ns", "ts_ns", descending=[True, False], nulls_last=True).head(5)
+                .to_dicts())
+    return {k: f.get(k) for k in ("rule_id", "severity", "title", "message", "site",
+                                  "user_chain", "evidence", "fix", "cost_ns")} | {
+        "occurrences": occ.height, "examples": examples}
+
+
+def _ms(ns) -> str:
+    ns = ns or 0
+    return f"{ns / 1e6:,.2f} ms" if ns >= 100_000 else f"{ns / 1e3:,.1f} µs"
+
+
+def _summary_html(d: dict) -> str:
+    c, g = d["capture"], d["gpu"]
+    gpus = ", ".join(f"GPU {x.get('id')}: {x.get('name')}" for x in c.get("gpus") or []) or "—"
+    busy = "; ".join(f"GPU {x['device_id']} busy {x['busy_pct']:.1f}% ({_ms(x['busy_ns'])}), "
+                     f"idle {_ms(x['idle_ns'])}" for x in g.get("devices", [])) or "no GPU work"
+    rows = [("Capture", Path(str(c["source"])).name), ("Producer", c.get("producer") or "—"),
+            ("Host", c.get("host") or "—"), ("GPUs", gpus),
+            ("Window", _ms(g.get("window_ns"))), ("GPU", busy),
+            ("GPU time attributed to a call path", _ms(g.get("attributed_ns"))),
+            ("Work", f"{c['kernels']:,} kernels, {c['copies']:,} copies, {c['memsets']:,} "
+                     f"memsets from {c['calls']:,} CUDA calls on {c['threads']} thread(s), "
+                     f"{c['paths']:,} call paths")]
+    if c.get("dropped"):
+        rows.append(("Dropped events", ", ".join(f"{k}: {v:,}" for k, v in c["dropped"].items())))
+    body = "".join(f"<tr><th>{escape(k)}</th><td>{escape(str(v))}</td></tr>" for k, v in rows)
+    return f'<table class="kv">{body}</table>'
+
+
+def _findings_html(findings: list[dict]) -> str:
+    if not findings:
+        return '<p class="none">No findings: no rule fired on this capture.</p>'
+    out = []
+    for i, f in enumerate(findings):
+        ev = "".join(f"<tr><th>{escape(str(k))}</th><td>{escape(_fmt(k, v))}</td></tr>"
+                     for k, v in (f.get("evidence") or {}).items())
+        chain = " → ".join(escape(x) for x in f.get("user_chain") or [])
+        out.append(
+            f'<article class="finding sev-{escape(f["severity"] or "info")}" id="finding-{i}">'
+            f'<header><span class="badge">{escape(f["severity"] or "")}</span>'
+            f'<h3>{escape(f["title"] or f["rule_id"])}</h3>'
+            f'<code class="rule">{escape(f["rule_id"])}</code></header>'
+            f'<p class="site">at <code>{escape(f["site"] or "")}</code> · '
+            f'{f["occurrences"]:,} occurrence(s) · cost {_ms(f.get("cost_ns"))}</p>'
+            f'<p>{escape(f["message"] or "")}</p>'
+            + (f'<p class="fix"><b>Fix:</b> {escape(f["fix"])}</p>' if f.get("fix") else "")
+            + (f'<details><summary>Evidence and call chain</summary>'
+               f'<p class="chain">{chain}</p><table class="kv">{ev}</table></details>')
+            + "</article>")
+    return "".join(out)
+
+
+def _fmt(key: str, value) -> str:
+    if isinstance(value, int) and key.endswith("_ns"):
+        return _ms(value)
+    if isinstance(value, float):
+        return f"{value:,.4g}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def _paths_html(paths: list[dict], metric: str) -> str:
+    if not paths:
+        return '<p class="none">None.</p>'
+    head = ("<tr><th>#</th><th>Site (your code)</th><th>torch op</th><th>CUDA call</th>"
+            "<th class=num>GPU time</th><th class=num>share</th><th class=num>kernels</th>"
+            "<th class=num>CPU blocked</th><th>top GPU operation</th></tr>")
+    rows = []
+    for i, p in enumerate(paths, 1):
+        top = p["gpu_ops"][0]["name"] if p["gpu_ops"] else ""
+        rows.append(
+            f"<tr><td>{i}</td><td><code>{escape(p['site'])}</code></td>"
+            f"<td>{escape(p['torch_op'] or '')}</td><td>{escape(p['api'] or '')}</td>"
+            f"<td class=num>{_ms(p['gpu_ns'])}</td><td class=num>{p['gpu_share_pct']:.1f}%</td>"
+            f"<td class=num>{p['kernels']:,}</td><td class=num>{_ms(p['cpu_blocked_ns'])}</td>"
+            f"<td class=op title=\"{escape(top)}\">{escape(top)}</td></tr>")
+    return f'<table class="paths" data-metric="{metric}">{head}{"".join(rows)}</table>'
+
+
+def render_report(src: ExportSource, top: int = 15) -> str:
+    """The report page as one HTML string."""
+    d = report_data(src, top)
+    name = Path(str(d["capture"]["source"])).name
+    data = json.dumps({"flame": d["flame"]}, separators=(",", ":"), default=str)
+    data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    n = len(d["findings"])
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">
+<title>zym report: {escape(name)}</title><style>{STYLE}</style></head>
+<body>
+<header class="top"><h1>zym report <span>{escape(name)}</span></h1>
+<nav><a href="#summary">Summary</a><a href="#findings">Findings ({n})</a>
+<a href="#flamegraph">GPU-time flamegraph</a><a href="#paths">Top call paths</a></nav></header>
+<main>
+<section id="summary"><h2>Summary</h2>{_summary_html(d)}</section>
+<section id="findings"><h2>Findings <small>{n}, most severe and costly first</small></h2>
+{_findings_html(d["findings"])}</section>
+<section id="flamegraph"><h2>GPU-time flamegraph <small>Python → torch op → CUDA call →
+GPU operation; width is GPU time. Click a frame to zoom, click the top bar to zoom out.</small>
+</h2>
+<div class="flame-tools"><input id="flame-search" type="search" placeholder="Highlight frames
+matching…" aria-label="search frames"><span id="flame-status"></span></div>
+<div id="flame" role="img" aria-label="GPU-time flamegraph"></div>
+<div id="flame-tip" hidden></div></section>
+<section id="paths"><h2>Top call paths by GPU time</h2>
+{_paths_html(d["paths_by_gpu_time"], "gpu")}
+<h2>Top call paths by CPU time blocked in CUDA calls</h2>
+{_paths_html(d["paths_by_cpu_blocked"], "blocked")}</section>
+</main>
+<footer>Generated by zym on {escape(d["generated_at"])} from {escape(str(d["capture"]["source"]))}.
+This page is self-contained: it loads nothing from the network.</footer>
+<script type="application/json" id="zym-data">{data}</script>
+<script>{SCRIPT}</script>
+</body></html>
+"""
+
+
+def write_report(src: ExportSource, out: Path, top: int = 15) -> int:
+    html = render_report(src, top)
+    out.write_text(html, encoding="utf-8")
+    return len(html.encode())

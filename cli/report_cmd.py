@@ -1,0 +1,43 @@
+"""`zym report FILE -o report.html`: one self-contained page to share a capture's findings."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .errors import exit_on_error
+
+
+def report(
+    file: Annotated[Path, typer.Argument(help="A zym capture (.parquet) or a torch.profiler trace "
+                                              "(.json, .json.gz).", show_default=False)],
+    output: Annotated[Path, typer.Option("--output", "-o", help="HTML file to write (a missing "
+                                                                "folder is created).")
+                      ] = Path("report.html"),
+    top: Annotated[int, typer.Option("--top", "-n", min=1, help="Call paths per ranking.")] = 15,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite OUTPUT if it exists.")] = False,
+    progress: Annotated[bool, typer.Option(help="Show progress on stderr.")] = True,
+) -> None:
+    """Write an HTML report: summary, findings with their sites and evidence, top call paths and
+    an interactive GPU-time flamegraph. It needs no network to open.
+
+    Example: zym report sample_traces/gpt_decode_server.trace.json.gz -o report.html
+    """
+    from zym.analysis.export.html_report import write_report
+    from zym.analysis.export.source import check_output, load_export_source
+
+    from .progress import stage_progress
+
+    with exit_on_error():
+        out = check_output(output, force)
+        with stage_progress(progress) as say:
+            src = load_export_source(file, say)
+            say("writing report")
+            size = write_report(src, out, top)
+    typer.echo(f"wrote {out} ({size / 1e3:.0f} kB, {len(src.findings)} findings); "
+               "open it in any browser")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("report")(report)

@@ -1,0 +1,67 @@
+"""`zym view FILE`: open a capture's timeline in the Perfetto UI, served from this machine."""
+from __future__ import annotations
+
+import tempfile
+import webbrowser
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .errors import exit_on_error
+
+
+def view(
+    file: Annotated[Path, typer.Argument(help="A zym capture (.parquet), a torch.profiler trace "
+                                              "(.json, .json.gz) or a Perfetto trace (.pftrace).",
+                                         show_default=False)],
+    browser: Annotated[bool, typer.Option(help="Open the Perfetto UI in a browser; with "
+                                               "--no-browser, print its URL.")] = True,
+    port: Annotated[int, typer.Option(help="Loopback port. The Perfetto UI only fetches from "
+                                           "127.0.0.1:9001; use another only for other clients.",
+                                      min=0, max=65535)] = 9001,
+    findings: Annotated[bool, typer.Option(help="Put rule findings on a track.")] = True,
+    progress: Annotated[bool, typer.Option(help="Show progress on stderr.")] = True,
+) -> None:
+    """Export FILE to Perfetto if needed, serve it on 127.0.0.1 and open ui.perfetto.dev on it.
+
+    The trace never leaves this machine: the UI runs in the browser and fetches it from the
+    loopback server. Stop with Ctrl-C.
+
+    Example: zym view sample_traces/gpt_decode_server.trace.json.gz --no-browser
+    """
+    from zym.analysis.export.serve import TraceServer, is_perfetto_trace
+
+    from .progress import stage_progress
+
+    with exit_on_error(), tempfile.TemporaryDirectory(prefix="zym-view-") as tmp:
+        if not file.exists():
+            from zym.schemas.errors import InputError
+
+            raise InputError(f"{file}: no such file")
+        trace = file
+        if not is_perfetto_trace(file):
+            from zym.analysis.export.perfetto import export_perfetto
+            from zym.analysis.export.source import load_export_source
+
+            with stage_progress(progress) as say:
+                src = load_export_source(file, say, with_findings=findings)
+                say("writing Perfetto trace")
+                name = file.name.removesuffix(".gz").removesuffix(".json").removesuffix(".parquet")
+                trace = export_perfetto(src, Path(tmp) / f"{name}.pftrace").path
+        server = TraceServer(trace, port=port)
+        typer.echo(f"serving {trace.name} on {server.trace_url} (loopback only); Ctrl-C to stop")
+        if browser and webbrowser.open_new_tab(server.ui_url):
+            typer.echo(f"opened {server.ui_url}")
+        else:
+            typer.echo(f"open this URL in a browser: {server.ui_url}")
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            typer.echo("stopped", err=True)
+        finally:
+            server.httpd.server_close()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("view")(view)

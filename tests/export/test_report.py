@@ -1,0 +1,78 @@
+"""The HTML report: self-contained, escaped, and rendered without errors by headless Chromium."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from zym.analysis.export.html_report import flame_tree, render_report, write_report
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--no-first-run", "--enable-logging=stderr", "--v=0"]
+
+
+@pytest.fixture(scope="module")
+def report_html(export_source, tmp_path_factory):
+    out = tmp_path_factory.mktemp("report") / "report.html"
+    write_report(export_source, out)
+    return out
+
+
+def test_self_contained(report_html):
+    html = report_html.read_text()
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", html)  # no remote resources
+    assert "@import" not in html and "url(" not in html
+    assert "default-src 'none'" in html  # and the page forbids them anyway
+
+
+def test_sections_and_findings(report_html, export_source):
+    html = report_html.read_text()
+    for heading in ("Summary", "Findings", "GPU-time flamegraph", "Top call paths by GPU time"):
+        assert heading in html
+    for f in export_source.findings:
+        assert f["rule_id"] in html
+    assert "gpt_decode_server.py:40 FeedForward.forward" in html
+
+
+def test_flame_tree_widths_add_up(export_source):
+    tree = flame_tree(export_source)
+    assert tree["v"] == int(export_source.data.gpu["dur_ns"].sum())
+
+    def check(n):
+        assert sum(c["v"] for c in n["c"]) <= n["v"]
+        for c in n["c"]:
+            check(c)
+    check(tree)
+
+
+def test_trace_text_cannot_inject_markup(export_source):
+    import copy
+
+    src = copy.copy(export_source)
+    evil = "</script><script>alert(1)</script><b>x</b>"
+    src.findings = [dict(export_source.findings[0], title=evil, message=evil, site=evil)]
+    html = render_report(src)
+    assert evil not in html and "&lt;/script&gt;" in html
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (scripts/setup-browser.sh "
+                                             "installs Debian's chromium)")
+def test_renders_in_headless_chromium_without_console_errors(report_html, tmp_path):
+    url = report_html.resolve().as_uri()
+    dom = subprocess.run([CHROMIUM, *FLAGS, "--dump-dom", url], capture_output=True, text=True,
+                         timeout=120)
+    console = [line for line in dom.stderr.splitlines() if ":CONSOLE" in line]
+    assert not console, console
+    frames = dom.stdout.count('class="fr')
+    assert frames > 50, "the flamegraph script drew its frames"
+    assert dom.stdout.count('<article class="finding') >= 5
+    shot = tmp_path / "report.png"
+    run = subprocess.run([CHROMIUM, *FLAGS, "--window-size=1400,4200", f"--screenshot={shot}",
+                          url], capture_output=True, text=True, timeout=120)
+    assert not [line for line in run.stderr.splitlines() if ":CONSOLE" in line]
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 100_000
+    keep = shutil.copy(shot, report_html.parent / "report.png")  # for people to look at
+    print(f"screenshot: {keep}")
