@@ -15,9 +15,9 @@ import contextlib
 import threading
 import zlib
 from collections.abc import Iterator
-from queue import Empty, Full, Queue
 from operator import attrgetter
 from pathlib import Path
+from queue import Empty, Full, Queue
 from typing import BinaryIO
 
 import msgspec
@@ -129,7 +129,7 @@ def _prefetched(pieces: Iterator[bytes], depth: int = 2) -> Iterator[bytes]:
                 if stop.is_set():
                     return
             queue.put(done)
-        except BaseException as e:  # handed to the consumer, raised there
+        except BaseException as e:  # noqa: BLE001 (handed to the consumer, raised there)
             queue.put(e)
 
     thread = threading.Thread(target=produce, daemon=True, name="zym-gunzip")

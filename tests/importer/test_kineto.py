@@ -29,17 +29,15 @@ def stacks_of_calls(tables) -> dict[str, list[str]]:
 
 def decode_step(b: KinetoBuilder) -> None:
     with b.py("app.py(10): main"), b.py("app.py(20): step"):
-        with b.py("nn.Module: Linear_3"), b.py("<built-in function linear>"):
-            with b.op("aten::linear"):
-                with b.op("aten::addmm", dims=[[4], [4, 8], [8, 4]],
-                          types=["float", "float", "float"]):
-                    b.launch("cudaLaunchKernel", kernel="gemm", gpu_us=7.0)
-        with b.py("<built-in method item of Tensor object at 0x7f00aa>"):
-            with b.op("aten::item"):
-                with b.op("aten::_local_scalar_dense"):
-                    b.launch("cudaMemcpyAsync", kernel="Memcpy DtoH (Device -> Pageable)",
-                             gpu_cat="gpu_memcpy", gpu_args={"bytes": 4})
-                    b.launch("cudaStreamSynchronize", kernel=None, cpu_us=30.0)
+        with (b.py("nn.Module: Linear_3"), b.py("<built-in function linear>"),
+              b.op("aten::linear"),
+              b.op("aten::addmm", dims=[[4], [4, 8], [8, 4]], types=["float", "float", "float"])):
+            b.launch("cudaLaunchKernel", kernel="gemm", gpu_us=7.0)
+        with (b.py("<built-in method item of Tensor object at 0x7f00aa>"), b.op("aten::item"),
+              b.op("aten::_local_scalar_dense")):
+            b.launch("cudaMemcpyAsync", kernel="Memcpy DtoH (Device -> Pageable)",
+                     gpu_cat="gpu_memcpy", gpu_args={"bytes": 4})
+            b.launch("cudaStreamSynchronize", kernel=None, cpu_us=30.0)
 
 
 def test_stacks_join_python_frames_ops_and_calls(tmp_path):
