@@ -20,7 +20,8 @@ from zym.schemas.errors import CaptureError
 
 from . import events
 from .btf import BTF_PATH, fsbase_offset
-from .probes import DRIVER, PROBES, Probe, entry_fn, probes_for, return_fn
+from .probes import (DRIVER, GATE_FN, GATE_SYMBOLS, PROBES, Probe, entry_fn, probes_for,
+                     return_fn)
 
 SYSTEM_DIST_PACKAGES = Path("/usr/lib/python3/dist-packages")
 DEFAULT_RINGBUF_PAGES = 1024     # 4 MiB: ~58,000 call records of slack for user space
@@ -143,9 +144,12 @@ class BpfProgram:
         if cls is not None and size >= ct.sizeof(cls):
             self._on_record(kind, cls.from_buffer_copy(ct.string_at(data, ct.sizeof(cls))))
 
-    def track(self, pid: int, fields: dict[str, int] | None) -> None:
-        """Record calls of process ``pid``; walk its stacks when its layout is known."""
-        self._bpf["procs"][ct.c_uint32(pid)] = events.Proc(**(fields or {}))
+    def track(self, pid: int, fields: dict[str, int] | None,
+              no_layout: int = events.LAYOUT_UNKNOWN) -> None:
+        """Record calls of process ``pid``; walk its stacks when its layout (``fields``) is
+        known. Without one, ``no_layout`` says whether CUDA init waits for it (UNKNOWN) or
+        not (NONE)."""
+        self._bpf["procs"][ct.c_uint32(pid)] = events.Proc(**(fields or {"has_layout": no_layout}))
 
     def attach_library(self, path: str, library: str) -> int:
         """Attach every probe of ``library`` that ``path`` exports, for all processes (the
@@ -162,6 +166,12 @@ class BpfProgram:
             if probe.has_return:
                 self._bpf.attach_uretprobe(name=path, sym=probe.symbol, fn_name=return_fn(slot))
             n += 1
+        if library == DRIVER:
+            for symbol in GATE_SYMBOLS:
+                try:
+                    self._bpf.attach_uprobe(name=path, sym=symbol, fn_name=GATE_FN)
+                except Exception:
+                    continue
         self.attached[path] = n
         return n
 

@@ -102,6 +102,12 @@ PROBES: tuple[Probe, ...] = tuple(
     _LAUNCH_DRIVER + _COPY_DRIVER + _MEMSET_DRIVER + _SYNC_DRIVER + _RUNTIME)
 
 
+# Driver calls that start CUDA in a process: where a process whose interpreter is not known yet
+# is held until it is (zym.bpf.c zym_gate). cudart resolves the driver via cuGetProcAddress.
+GATE_SYMBOLS = ("cuInit", "cuGetProcAddress", "cuGetProcAddress_v2")
+GATE_FN = "zym_gate"
+
+
 def entry_fn(slot: int) -> str:
     return f"zym_entry_{slot}"
 

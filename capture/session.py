@@ -71,6 +71,7 @@ class Tracked:
     interp: Interpreter | None = None
     symbolizer: Symbolizer | None = None
     detect_failed: str = ""
+    await_exec: bool = False    # the command's holder: detect only after it execs
 
 
 @dataclass
@@ -142,6 +143,21 @@ class Collector:
             self._add_child(e.pid, parent.interp if parent else None)
         elif e.what == events.PROC_EXEC and e.pid in self.procs:
             self.procs[e.pid] = Tracked(e.pid)     # re-detect the new image
+        elif e.what == events.PROC_GATE:
+            self._release(e.pid)
+
+    def _release(self, pid: int) -> None:
+        """A process stopped at CUDA init: detect its interpreter now, then let it go."""
+        proc = self.procs.get(pid)
+        if proc is not None and proc.interp is None and not proc.detect_failed:
+            self._try_detect(proc)
+            if proc.interp is None and not proc.detect_failed:
+                proc.detect_failed = "no CPython interpreter mapped"
+                self.bpf.track(pid, None, events.LAYOUT_NONE)
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
 
     def _add_child(self, pid: int, interp: Interpreter | None) -> None:
         """A forked child runs the parent's interpreter at the same addresses until it execs."""
@@ -155,8 +171,8 @@ class Collector:
         self.procs[pid] = proc
 
     # ---- periodic work
-    def track(self, pid: int, interp: Interpreter | None) -> None:
-        proc = Tracked(pid)
+    def track(self, pid: int, interp: Interpreter | None, await_exec: bool = False) -> None:
+        proc = Tracked(pid, await_exec=await_exec)
         self.procs[pid] = proc
         self.bpf.track(pid, None)
         if interp is not None:
@@ -168,11 +184,16 @@ class Collector:
         self.bpf.track(proc.pid, interp.bpf_proc_fields())
         self.log(f"tracking PID {proc.pid}: CPython {interp.version_text} ({interp.path})")
 
+    def detecting(self) -> bool:
+        """True while some live process's interpreter is not known yet (it just exec'd)."""
+        return any(p.interp is None and not p.detect_failed and not p.await_exec
+                   and is_alive(p.pid) for p in self.procs.values())
+
     def tick(self) -> None:
         for proc in list(self.procs.values()):
             if not is_alive(proc.pid):
                 continue
-            if proc.interp is None and not proc.detect_failed:
+            if proc.interp is None and not proc.detect_failed and not proc.await_exec:
                 self._try_detect(proc)
             self.attach_mapped(proc.pid)
         self.writer.maybe_flush()
@@ -182,7 +203,8 @@ class Collector:
             interp = detect(proc.pid)
         except UnsupportedInterpreter as e:
             proc.detect_failed = str(e)
-            self.log(f"warning: {e}")
+            self.bpf.track(proc.pid, None, events.LAYOUT_NONE)
+            self.log(f"warning: {e}; its calls are recorded without Python stacks")
             return
         except OSError:
             return
@@ -295,7 +317,7 @@ def run_capture(cfg: CaptureConfig, log: Log | None = None) -> CaptureSummary:
             go_fd = None
             if cfg.command:
                 popen, go_fd = _start_command(cfg.command)
-                collector.track(popen.pid, None)
+                collector.track(popen.pid, None, await_exec=True)
                 env = dict(os.environ)
             else:
                 _attach_to_pid(collector, cfg.pid)
@@ -338,6 +360,8 @@ def _environ(pid: int) -> dict[str, str]:
 def _loop(cfg: CaptureConfig, collector: Collector, bpf: BpfProgram, stop: _Stop,
           popen: subprocess.Popen | None, start: float) -> None:
     next_tick = 0.0
+    fast_ms = 2     # right after an exec: libpython is mapped within milliseconds, and the
+    # layout must be in the BPF map before the program's first CUDA call
     while not stop.requested:
         now = time.monotonic()
         if cfg.duration is not None and now - start >= cfg.duration:
@@ -346,10 +370,11 @@ def _loop(cfg: CaptureConfig, collector: Collector, bpf: BpfProgram, stop: _Stop
             break
         if cfg.pid is not None and not is_alive(cfg.pid):
             break
-        if now >= next_tick:
+        detecting = collector.detecting()
+        if now >= next_tick or detecting:
             collector.tick()
             next_tick = now + cfg.poll_ms / 1000
-        bpf.poll(cfg.poll_ms)
+        bpf.poll(fast_ms if detecting else cfg.poll_ms)
 
 
 def _end_command(popen: subprocess.Popen | None, log: Log) -> None:

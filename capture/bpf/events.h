@@ -39,6 +39,12 @@ typedef uint64_t u64;
 /* zym_proc_event.what */
 #define ZYM_PROC_FORK 1
 #define ZYM_PROC_EXEC 2
+#define ZYM_PROC_GATE 3      /* a process without a layout entered CUDA init: it is stopped */
+
+/* zym_proc.has_layout */
+#define ZYM_LAYOUT_UNKNOWN 0 /* not detected yet: the CUDA init gate stops the process */
+#define ZYM_LAYOUT_KNOWN 1
+#define ZYM_LAYOUT_NONE 2    /* not a CPython zym can read: record calls without stacks */
 
 /* Counter slots (per-CPU array "counters"). */
 #define ZYM_C_CALLS 0         /* calls seen by an entry probe in a tracked process */
@@ -92,7 +98,7 @@ struct zym_proc_event {
 struct zym_proc {
     u64 tss_key_addr;   /* &_PyRuntime.(gilstate.)autoTSSkey._key: the pthread key of tstates */
     u64 none_addr;      /* &_Py_NoneStruct: 3.13 entry frames carry None as their code */
-    u32 has_layout;
+    u32 has_layout;     /* ZYM_LAYOUT_* */
     u32 tsd_first;      /* glibc struct pthread: offset of specific_1stblock[0].data */
     u32 tsd_stride;
     s32 cframe_current; /* 3.11/3.12: tstate->cframe->current_frame; -1 when direct */

@@ -114,7 +114,7 @@ static __always_inline u64 walk(struct zym_proc *proc, u64 frame, struct zym_sta
 /* Walks the calling thread's Python stack, sends it if this process has not sent it yet,
  * and returns its hash (0 when there is none; *flags says why). */
 static __always_inline u64 python_stack(struct zym_proc *proc, u32 tgid, u32 tid, u32 *flags) {
-    if (!proc->has_layout) {
+    if (proc->has_layout != ZYM_LAYOUT_KNOWN) {
         *flags |= ZYM_F_NO_LAYOUT;
         return 0;
     }
@@ -235,9 +235,27 @@ TRACEPOINT_PROBE(sched, sched_process_exec) {
     struct zym_proc *proc = procs.lookup(&tgid);
     if (!proc)
         return 0;
-    proc->has_layout = 0;
+    proc->has_layout = ZYM_LAYOUT_UNKNOWN;
     struct zym_proc_event ev = {.type = ZYM_EV_PROC, .what = ZYM_PROC_EXEC, .pid = tgid};
     events.ringbuf_output(&ev, sizeof(ev), 0);
+    return 0;
+}
+
+/* CUDA initialization (cuInit, cuGetProcAddress) in a process whose interpreter layout user
+ * space has not detected yet, typically a command that exec'd a moment ago: stop the process
+ * (SIGSTOP, delivered before the call proceeds) and tell user space, which detects the
+ * layout, fills the map and sends SIGCONT. No CUDA call can precede cuInit, so every recorded
+ * call gets its stack. Processes with a known layout, or none, pass straight through. */
+int zym_gate(struct pt_regs *ctx) {
+    u64 pid_tgid = bpf_get_current_pid_tgid();
+    u32 tgid = pid_tgid >> 32;
+    struct zym_proc *proc = procs.lookup(&tgid);
+    if (!proc || proc->has_layout != ZYM_LAYOUT_UNKNOWN)
+        return 0;
+    struct zym_proc_event ev = {.type = ZYM_EV_PROC, .what = ZYM_PROC_GATE, .pid = tgid,
+                                .ppid = (u32)pid_tgid};
+    if (events.ringbuf_output(&ev, sizeof(ev), 0) == 0)
+        bpf_send_signal(19);   /* SIGSTOP (x86-64) */
     return 0;
 }
 

@@ -1,0 +1,79 @@
+"""`zym capture -- python workload.py` under every CPython 3.10-3.13 pyenv has: every call
+recorded once, with its exact Python stack, arguments and (for syncs) duration."""
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from ebpf_helpers import (PYENV_VERSIONS, WORKLOAD, calls_with_stacks, markers, python_for,
+                          zym_capture)
+
+ITERS = 6
+SYNC_US = 20_000
+# API -> (marker of its line in the method, method, marker of the caller's line in forward)
+EXPECTED = {
+    "cuLaunchKernel": ("launch", "Model.launch", "forward_launch"),
+    "cuLaunchKernelEx": ("launch_ex", "Model.launch", "forward_launch"),
+    "cuMemsetD32Async": ("memset", "Model.launch", "forward_launch"),
+    "cuMemcpyDtoHAsync_v2": ("copy", "Model.copy_back", "forward_copy"),
+    "cuStreamSynchronize": ("sync", "Model.copy_back", "forward_copy"),
+}
+
+
+def expected_stack(api: str, main_thread: bool, version: str) -> list[tuple[str, str, int]]:
+    """The innermost workload frames of a call: (function, file, line). 3.10 code objects
+    have no qualified name, so methods appear by their bare name there."""
+    m = markers()
+    line_marker, method, caller = EXPECTED[api]
+    frames = [(method, m[line_marker]), ("Model.forward", m[caller]),
+              ("worker", m["worker_forward"])]
+    if main_thread:
+        frames += [("main", m["main_worker"]), ("<module>", m["module_main"])]
+    if version == "3.10":
+        frames = [(name.split(".")[-1], line) for name, line in frames]
+    return [(name, str(WORKLOAD), line) for name, line in frames]
+
+
+@pytest.mark.ebpf
+@pytest.mark.parametrize("version", PYENV_VERSIONS)
+def test_exact_stacks_per_python_version(version, fake_cuda, tmp_path):
+    python = python_for(version)
+    if python is None:
+        pytest.skip(f"no CPython {version} under pyenv")
+    run = zym_capture(["--", python, str(WORKLOAD)], tmp_path / "cap.parquet", env={
+        "FAKECUDA": "libcuda.so.1", "LD_LIBRARY_PATH": str(fake_cuda),
+        "ITERS": str(ITERS), "SYNC_US": str(SYNC_US)})
+    assert run.rc == 0, run.stderr
+    assert f"CPython {version}" in run.stderr
+    calls = calls_with_stacks(run.output)
+
+    # Every call exactly once: 2 threads x ITERS x one call per API.
+    assert Counter(c["name"] for c in calls) == {api: 2 * ITERS for api in EXPECTED}
+    pids = {c["pid"] for c in calls}
+    assert len(pids) == 1
+    main_tid = pids.pop()
+    assert len({c["tid"] for c in calls}) == 2
+
+    for c in calls:
+        kind, api, file, line = c["stack"][0]
+        assert (kind, api, file, line) == ("cuda_api", c["name"], None, None)
+        python_frames = [(n, f, ln) for k, n, f, ln in c["stack"][1:]]
+        main = c["tid"] == main_tid
+        want = expected_stack(c["name"], main, version)
+        assert python_frames[:len(want)] == want, (c["name"], python_frames)
+        if main:
+            assert len(python_frames) == len(want)     # nothing above <module>
+        else:   # then threading's bootstrap frames, and nothing else
+            rest = python_frames[len(want):]
+            assert rest and all(f.endswith("threading.py") for _, f, _ in rest)
+
+    by_api = {api: [c for c in calls if c["name"] == api] for api in EXPECTED}
+    assert {c["stream_id"] for c in by_api["cuLaunchKernel"]} == {0x5}        # stack argument
+    assert {c["stream_id"] for c in by_api["cuLaunchKernelEx"]} == {0x9}      # via the config
+    assert {c["size_bytes"] for c in by_api["cuMemsetD32Async"]} == {1024}    # 256 x 4 bytes
+    assert {(c["size_bytes"], c["copy_kind"], c["stream_id"])
+            for c in by_api["cuMemcpyDtoHAsync_v2"]} == {(4096, "DtoH", 0x7)}
+    sync_ms = [c["dur_ns"] / 1e6 for c in by_api["cuStreamSynchronize"]]
+    assert all(SYNC_US / 1000 <= ms < SYNC_US / 1000 + 30 for ms in sync_ms), sync_ms
+    assert all(c["dur_ns"] == 0 for c in by_api["cuLaunchKernel"])           # no return probe
