@@ -4,11 +4,12 @@ ids, no stacks), so that every kernel, copy, memset and sync finds the Python li
 Both sides saw the same calls on the same thread, in the same order, with CLOCK_MONOTONIC times
 (CUPTI's converted by the clock fit, ``zym.capture.cupti.clock``). Per thread:
 
-1. **By time** (anchors): an eBPF call at ``ts`` belongs to the CUPTI record whose
-   ``[start, end]`` contains it: a driver call inside the runtime call that made it, or (a direct
-   driver call) the record starting within ``eps_ns`` after the uprobe fired. Of the record
-   before and the record after ``ts``, the nearer interval wins. Several eBPF calls may share one
-   record (a runtime probe and the driver probe inside it): they get the same correlation id.
+1. **By time** (anchors): an eBPF call at ``ts`` belongs to the runtime record whose
+   ``[start, end]`` contains it (the driver call inside the runtime call that made it), or to the
+   record that starts at most ``lead_ns`` after it with the same call kind (a direct driver
+   call: the uprobe fires before CUPTI stamps the start, 1.2-20 us later on the H200), or, within
+   ``eps_ns`` of clock error, the record that ended just before it, in that order of preference. Several eBPF calls may share one record (a runtime probe
+   and the driver probe inside it): they get the same correlation id.
 2. **Clock residual**: when fewer than ``anchor_share`` of the calls anchor (a bad clock fit), the
    median offset between the k-th eBPF call and the k-th record of each thread is removed and
    step 1 runs again; the better of the two is kept and the shift is reported.
@@ -36,13 +37,16 @@ import polars as pl
 
 JOINABLE_KINDS = ("launch", "copy", "memset", "sync")
 EPS_NS = 2_000
+# A uprobe fires before CUPTI stamps the start of the same driver call: 1.2-20.5 us on the H200
+# (gpt_decode_server, 1,488 direct driver launches; docs/capture-gpu.md).
+LEAD_NS = 50_000
 SEQ_WINDOW_NS = 200_000
 ANCHOR_SHARE = 0.9
 _KEYS = ["pid", "tid"]
 
 
 def join_calls(calls: pl.DataFrame | None, api: pl.DataFrame, eps_ns: int = EPS_NS,
-               seq_window_ns: int = SEQ_WINDOW_NS,
+               lead_ns: int = LEAD_NS, seq_window_ns: int = SEQ_WINDOW_NS,
                anchor_share: float = ANCHOR_SHARE) -> tuple[pl.DataFrame, dict]:
     """The ``call`` table with correlation ids from ``api``, and join statistics.
 
@@ -50,8 +54,10 @@ def join_calls(calls: pl.DataFrame | None, api: pl.DataFrame, eps_ns: int = EPS_
     ``api``: CUPTI API records (``pid, tid, ts_ns, dur_ns, name, kind, correlation_id, cbid``),
     one per call (nested records already collapsed), times in the same clock as ``calls``.
     """
+    domain = pl.col("domain") if "domain" in api.columns else pl.lit(None, pl.String)
     api = api.select("pid", "tid", "ts_ns", "dur_ns", "name", "kind", "correlation_id",
-                     pl.col("cbid").cast(pl.Int32)).sort("pid", "tid", "ts_ns").with_row_index("_r")
+                     pl.col("cbid").cast(pl.Int32), domain.alias("domain")
+                     ).sort("pid", "tid", "ts_ns").with_row_index("_r")
     if calls is None or calls.height == 0:
         stats = _stats(0, 0, api.height, 0, 0, api.height, 0)
         return _unclaimed_calls(api), stats
@@ -63,12 +69,12 @@ def join_calls(calls: pl.DataFrame | None, api: pl.DataFrame, eps_ns: int = EPS_
          .with_columns(pl.int_range(pl.len()).over(_KEYS).alias("_e_rank")))
     r = api.with_columns(pl.int_range(pl.len()).over(_KEYS).alias("_r_rank"))
 
-    anchors = _match_by_time(e, r, eps_ns)
+    anchors = _match_by_time(e, r, eps_ns, lead_ns)
     shift = 0
     if e.height and anchors.height < anchor_share * e.height:
         shift = _residual_shift(e, r)
         if shift:
-            shifted = _match_by_time(e.with_columns(pl.col("ts_ns") - shift), r, eps_ns)
+            shifted = _match_by_time(e.with_columns(pl.col("ts_ns") - shift), r, eps_ns, lead_ns)
             if shifted.height > anchors.height:
                 anchors = shifted
             else:
@@ -94,27 +100,38 @@ def join_calls(calls: pl.DataFrame | None, api: pl.DataFrame, eps_ns: int = EPS_
     stats = _stats(calls.height, e.height, api.height, anchors.height, seq.height,
                    unclaimed.height, e.height - pairs.select("_e").n_unique())
     stats |= {"clock_residual_shift_ns": int(shift), "kind_mismatch": kind_mismatch,
-              "eps_ns": eps_ns, "seq_window_ns": seq_window_ns}
+              "eps_ns": eps_ns, "lead_ns": lead_ns, "seq_window_ns": seq_window_ns}
     merged = pl.concat([out, _unclaimed_calls(unclaimed)], how="diagonal_relaxed")
     return merged.sort("ts_ns"), stats
 
 
-def _match_by_time(e: pl.DataFrame, r: pl.DataFrame, eps_ns: int) -> pl.DataFrame:
-    """(_e, _r) pairs where the eBPF call falls in (or within ``eps_ns`` of) a record."""
+def _match_by_time(e: pl.DataFrame, r: pl.DataFrame, eps_ns: int, lead_ns: int) -> pl.DataFrame:
+    """(_e, _r) pairs by time: the record before the call contains it (a driver call inside a
+    runtime call, ``eps_ns`` of clock slack), or the record after it starts within ``lead_ns``
+    (a direct driver call: the uprobe fires before CUPTI stamps the call's start) with the same
+    call kind. A driver-domain record never contains the uprobe of its own call."""
     if e.height == 0 or r.height == 0:
         return pl.DataFrame(schema={"_e": pl.UInt32, "_r": pl.UInt32})
+    domain = pl.col("domain") if "domain" in r.columns else pl.lit(None, pl.String)
     rr = r.select("pid", "tid", "_r", pl.col("ts_ns").alias("_start"),
-                  (pl.col("ts_ns") + pl.col("dur_ns")).alias("_end")).sort("_start")
-    es = e.select("_e", "pid", "tid", "ts_ns").sort("ts_ns")
+                  (pl.col("ts_ns") + pl.col("dur_ns")).alias("_end"),
+                  pl.col("kind").alias("_r_kind"), domain.alias("_domain")).sort("_start")
+    es = e.select("_e", "pid", "tid", "ts_ns", "kind").sort("ts_ns")
     asof = dict(left_on="ts_ns", right_on="_start", by=_KEYS, check_sortedness=False)
-    before = es.join_asof(rr, strategy="backward", **asof)
-    after = es.join_asof(rr, strategy="forward", allow_exact_matches=False, **asof)
-    gap = lambda: pl.max_horizontal(pl.col("_start") - pl.col("ts_ns"),  # noqa: E731
-                                    pl.col("ts_ns") - pl.col("_end"), pl.lit(0))
-    cands = pl.concat([before.with_columns(gap().alias("_gap")),
-                       after.with_columns(gap().alias("_gap"))])
-    return (cands.filter(pl.col("_r").is_not_null() & (pl.col("_gap") <= eps_ns))
-            .sort("_gap").unique("_e", keep="first").select("_e", "_r"))
+    before = es.join_asof(rr, strategy="backward", **asof).filter(
+        pl.col("_r").is_not_null() & (pl.col("_domain").fill_null("") != "driver")
+        & (pl.col("ts_ns") <= pl.col("_end") + eps_ns)
+    ).with_columns(pl.max_horizontal(pl.col("ts_ns") - pl.col("_end"), pl.lit(0)).alias("_gap"),
+                   # containment first, then a direct call's record, then clock slack
+                   pl.when(pl.col("ts_ns") <= pl.col("_end")).then(0).otherwise(2).alias("_prio"))
+    after = es.join_asof(rr, strategy="forward", allow_exact_matches=False, **asof).with_columns(
+        (pl.col("_start") - pl.col("ts_ns")).alias("_gap"), pl.lit(1).alias("_prio")
+    ).filter(pl.col("_r").is_not_null() & (pl.col("kind") == pl.col("_r_kind"))
+             & (pl.col("_gap") <= pl.when(pl.col("_domain") == "driver").then(lead_ns)
+                .otherwise(eps_ns)))
+    cols = ["_e", "_r", "_prio", "_gap"]
+    return (pl.concat([before.select(cols), after.select(cols)])
+            .sort("_prio", "_gap").unique("_e", keep="first").select("_e", "_r"))
 
 
 def _residual_shift(e: pl.DataFrame, r: pl.DataFrame) -> int:

@@ -39,19 +39,19 @@ def make_world(threads: dict[int, list[str]], pid: int = 100, gap_ns: int = 20_0
     for k, (tid, kinds) in enumerate(sorted(threads.items())):
         t = start_ns + k * stagger_ns
         for i, kind in enumerate(kinds):
-            t += gap_ns + int(rng.integers(0, gap_ns // 4))
+            t += gap_ns + int(rng.integers(0, gap_ns // 4)) + (20_000 if i in direct else 0)
             call_kind = {"graph": "launch", "nogpu": "sync"}.get(kind, kind)
             base = {"graph": "graph", "nogpu": "sync"}.get(kind, kind)
             dur = DUR[call_kind]
             stack = 1_000 * tid + (i % 7)
-            if i in direct:
-                rec = (t, dur, DRIVER[base])
-                ebpf_ts = t - 300
-            else:
-                rec = (t, dur, RUNTIME[base])
-                ebpf_ts = t + 1_200
+            if i in direct:  # the uprobe fires 1.2-20 us before CUPTI's start (as on the H200)
+                rec = (t, dur, DRIVER[base], "driver")
+                ebpf_ts = t - int(rng.integers(1_200, 20_000))
+            else:  # the driver call inside the runtime call
+                rec = (t, dur, RUNTIME[base], "runtime")
+                ebpf_ts = t + int(rng.integers(700, min(dur, 28_000) - 500))
             api.append({"pid": pid, "tid": tid, "ts_ns": rec[0], "dur_ns": rec[1], "name": rec[2],
-                        "kind": call_kind, "correlation_id": corr, "cbid": 1})
+                        "kind": call_kind, "correlation_id": corr, "cbid": 1, "domain": rec[3]})
             calls.append({"pid": pid, "tid": tid, "ts_ns": ebpf_ts, "dur_ns": 0,
                           "name": DRIVER[base], "kind": call_kind, "stack_id": stack})
             truth.append({"pid": pid, "correlation_id": corr, "stack_id": stack})

@@ -182,3 +182,18 @@ def test_non_joinable_ebpf_calls_pass_through():
     assert calls.height == 3
     row = calls.filter(pl.col("kind") == "other")
     assert row["correlation_id"].to_list() == [None] and row["stack_id"].to_list() == [5]
+
+
+def test_direct_call_right_after_a_runtime_call_takes_its_own_record():
+    # a direct driver launch whose uprobe fires 500 ns after the previous runtime record ended
+    # (inside the clock slack) and 8 us before its own record starts
+    api = pl.DataFrame({"pid": [1, 1], "tid": [5, 5], "ts_ns": [10_000, 18_500],
+                        "dur_ns": [5_000, 4_000], "name": ["cudaLaunchKernel", "cuLaunchKernelEx"],
+                        "kind": ["launch", "launch"], "correlation_id": [1, 2], "cbid": [211, 442],
+                        "domain": ["runtime", "driver"]})
+    calls = pl.DataFrame({"pid": [1, 1], "tid": [5, 5], "ts_ns": [11_000, 15_500], "dur_ns": [0, 0],
+                          "name": ["cuLaunchKernel", "cuLaunchKernelEx"], "kind": ["launch"] * 2,
+                          "stack_id": [10, 20]})
+    joined, stats = join_calls(calls, api)
+    assert joined.select("stack_id", "correlation_id").rows() == [(10, 1), (20, 2)]
+    assert stats["matched_by_time"] == 2
