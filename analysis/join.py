@@ -72,13 +72,15 @@ def join_calls(calls: pl.DataFrame | None, api: pl.DataFrame, eps_ns: int = EPS_
     anchors = _match_by_time(e, r, eps_ns, lead_ns)
     shift = 0
     if e.height and anchors.height < anchor_share * e.height:
-        shift = _residual_shift(e, r)
-        if shift:
-            shifted = _match_by_time(e.with_columns(pl.col("ts_ns") - shift), r, eps_ns, lead_ns)
-            if shifted.height > anchors.height:
-                anchors = shifted
-            else:
-                shift = 0
+        # The median pairs each call with its record's start; calls sit 0.7-28 us inside their
+        # runtime record, so try a few shifts short of it and keep the most consistent one.
+        m = _residual_shift(e, r)
+        best = _consistent(anchors, e, r)
+        for cand in (m, m - 1_000, m - 2_000, m - 4_000, m + 1_000):
+            shifted = _match_by_time(e.with_columns(pl.col("ts_ns") - cand), r, eps_ns, lead_ns)
+            score = _consistent(shifted, e, r)
+            if score > best:
+                anchors, shift, best = shifted, cand, score
     seq = _match_by_sequence(e.with_columns(pl.col("ts_ns") - shift), r, anchors, seq_window_ns)
     pairs = pl.concat([anchors.select("_e", "_r"), seq.select("_e", "_r")])
 
@@ -134,11 +136,22 @@ def _match_by_time(e: pl.DataFrame, r: pl.DataFrame, eps_ns: int, lead_ns: int) 
             .sort("_prio", "_gap").unique("_e", keep="first").select("_e", "_r"))
 
 
+def _consistent(pairs: pl.DataFrame, e: pl.DataFrame, r: pl.DataFrame) -> int:
+    """How many pairs join calls and records of the same kind (a match quality score)."""
+    return (pairs.join(e.select("_e", "kind"), on="_e")
+            .join(r.select("_r", pl.col("kind").alias("_rk")), on="_r")
+            .filter(pl.col("kind") == pl.col("_rk")).height)
+
+
 def _residual_shift(e: pl.DataFrame, r: pl.DataFrame) -> int:
-    """Median of (k-th eBPF call - k-th record) start times per thread: a clock error estimate
-    that holds while drops are few."""
-    paired = e.join(r.select("pid", "tid", pl.col("_r_rank").alias("_e_rank"),
-                             pl.col("ts_ns").alias("_r_ts")), on=["pid", "tid", "_e_rank"])
+    """Median of (k-th eBPF call - k-th record) start times per thread and call kind: a clock
+    error estimate that holds while drops are few (a kind with drops does not move the median
+    of the others)."""
+    keys = [*_KEYS, "kind"]
+    ek = e.with_columns(pl.int_range(pl.len()).over(keys).alias("_k"))
+    rk = r.select(*keys, pl.col("ts_ns").alias("_r_ts")).sort("_r_ts").with_columns(
+        pl.int_range(pl.len()).over(keys).alias("_k"))
+    paired = ek.join(rk, on=[*keys, "_k"])
     if paired.height == 0:
         return 0
     return int((paired["ts_ns"] - paired["_r_ts"]).median())

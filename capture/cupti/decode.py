@@ -11,6 +11,8 @@ whole columns: no Python object per record.
 """
 from __future__ import annotations
 
+import ctypes as ct
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,7 +106,7 @@ def decode_spool(spool: Spool, clock: ClockFit | None = None) -> CuptiTables:
     records, undecoded = decode_buffers(spool.activity, dtypes)
     pid = int(spool.header.get("pid", -1))
     api = _api_frame(records, spool.header.get("api_names", {}), fit)
-    gpu = _gpu_frame(records, spool.names, fit, pid)
+    gpu = _gpu_frame(records, demangle(spool.names), fit, pid)
     stats = {"pid": pid, "records": int(sum(len(v) for v in records.values())),
              "undecoded_bytes": undecoded, "cupti_major": cupti_major(version),
              "clean_stop": spool.footer is not None,
@@ -161,6 +163,46 @@ def collapse_nested(api: pl.DataFrame) -> pl.DataFrame:
     cols = ["pid", "tid", "ts_ns", "dur_ns", "name", "kind", "correlation_id", "cbid", "domain"]
     return pl.concat([merged.select(cols), api.filter(pl.col("correlation_id") <= 0).select(cols)]
                      ).sort("pid", "tid", "ts_ns")
+
+
+def demangle(names: dict[int, str]) -> dict[int, str]:
+    """C++ kernel names as torch.profiler shows them (``__cxa_demangle``, as Kineto does);
+    names that are not mangled, or when libstdc++ is unavailable, stay as they are.
+
+    >>> demangle({1: "_ZN2at6native6kernelEv", 2: "gemm"})
+    {1: 'at::native::kernel()', 2: 'gemm'}
+    """
+    fn = _cxa_demangle()
+    if fn is None:
+        return dict(names)
+    out = {}
+    for key, name in names.items():
+        out[key] = name
+        if name.startswith("_Z"):
+            status = ct.c_int(1)
+            ptr = fn(name.encode(), None, None, ct.byref(status))
+            if ptr and status.value == 0:
+                out[key] = ct.string_at(ptr).decode(errors="replace")
+                _libc().free(ct.c_void_p(ptr))
+    return out
+
+
+@functools.cache
+def _cxa_demangle():
+    try:
+        fn = ct.CDLL("libstdc++.so.6").__cxa_demangle
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ct.c_void_p
+    fn.argtypes = [ct.c_char_p, ct.c_void_p, ct.c_void_p, ct.POINTER(ct.c_int)]
+    return fn
+
+
+@functools.cache
+def _libc():
+    libc = ct.CDLL(None)
+    libc.free.argtypes = [ct.c_void_p]
+    return libc
 
 
 def _gpu_frame(records: dict[int, np.ndarray], names: dict[int, str], fit: ClockFit,
