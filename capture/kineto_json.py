@@ -15,7 +15,7 @@ import contextlib
 import threading
 import zlib
 from collections.abc import Iterator
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from queue import Empty, Full, Queue
 from typing import BinaryIO
@@ -38,6 +38,17 @@ _READ_CHUNK = 1 << 20
 _EMPTY_RAW = msgspec.Raw(b"")
 
 
+class _Dim3(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """A CUDA grid or block size, written by Kineto as ``[x, y, z]``."""
+
+    x: int | None = None
+    y: int | None = None
+    z: int | None = None
+
+
+_NO_DIM = _Dim3()
+
+
 class _Args(msgspec.Struct, gc=False):
     external_id: int | None = msgspec.field(default=None, name="External id")
     correlation: int | None = None
@@ -47,8 +58,8 @@ class _Args(msgspec.Struct, gc=False):
     stream: int | None = None
     bytes: int | None = None
     cbid: int | None = None
-    grid: tuple[int, int, int] | None = None
-    block: tuple[int, int, int] | None = None
+    grid: _Dim3 = _NO_DIM
+    block: _Dim3 = _NO_DIM
     graph_id: int | None = msgspec.field(default=None, name="graph id")
     # Kept as JSON text: shapes nest to varying depth (tensor lists), and only rules read them.
     input_dims: msgspec.Raw = msgspec.field(default=_EMPTY_RAW, name="Input Dims")
@@ -257,29 +268,35 @@ def parse_events(text: bytes | bytearray, path: Path) -> tuple[dict[str, pl.Data
 def _group_frames(events: list[_Event]) -> dict[str, pl.DataFrame]:
     """Columns of the complete events that zym reads, one frame per event group.
 
-    Every field becomes one list through ``map(attrgetter)`` (C speed, no Python bytecode per
-    event); polars then splits the rows by group and keeps each group's own columns.
+    Events are split by group with polars, gathered with ``itemgetter`` and read with
+    ``map(attrgetter)``: C loops, no Python bytecode per event, and each group reads only the
+    fields it has (GPU activity: device, stream, grid...; torch ops: shapes).
     """
-    ph, cat, name, pid, tid, ts, dur, args = _columns(
-        events, "ph", "cat", "name", "pid", "tid", "ts", "dur", "args")
-    args = [a or _NO_ARGS for a in args]
-    arg_cols = _columns(args, *_ARG_ATTR.values())
-    dims, types = (list(map(bytes, col)) for col in _columns(args, "input_dims", "input_type"))
-    grid, block = _columns(args, "grid", "block")
-    frame = pl.DataFrame(
-        {"ph": ph, "cat": cat, "name": name, "pid": _int_column(pid), "tid": _int_column(tid),
-         "ts_us": ts, "dur_us": dur, **dict(zip(_ARG_ATTR, arg_cols)),
-         "op_shapes": dims, "op_dtypes": types,
-         "grid": pl.Series(grid, dtype=_DIM3), "block": pl.Series(block, dtype=_DIM3)},
-        schema_overrides=_ALL_TYPES, strict=False,
-    ).filter(pl.col("ph") == "X").with_columns(
-        pl.col("cat").replace_strict(_GROUP_OF, default=None).alias("group"),
-        pl.col("op_shapes", "op_dtypes").replace(b"", None),
-        *[pl.col(d).arr.get(i, null_on_oob=True).cast(pl.Int32).alias(f"{d}_{axis}")
-          for d in ("grid", "block") for i, axis in enumerate("xyz")])
-    return {group: part.select(list(_GROUP_SCHEMAS[group]))
-            for (group,), part in frame.filter(pl.col("group").is_not_null())
-            .partition_by("group", as_dict=True).items()}
+    rows = (pl.DataFrame(dict(zip(("ph", "cat"), _columns(events, "ph", "cat"))),
+                         schema={"ph": pl.String, "cat": pl.String})
+            .with_row_index("i")
+            .filter(pl.col("ph") == "X")
+            .select("i", pl.col("cat").replace_strict(_GROUP_OF, default=None).alias("group"))
+            .drop_nulls("group")
+            .group_by("group").agg("i"))
+    out = {}
+    for group, indices in rows.iter_rows():
+        ev = itemgetter(*indices)(events) if len(indices) > 1 else (events[indices[0]],)
+        schema = _GROUP_SCHEMAS[group]
+        name, cat, pid, tid, ts, dur, args = _columns(ev, "name", "cat", "pid", "tid", "ts",
+                                                      "dur", "args")
+        args = [a or _NO_ARGS for a in args]
+        cols = {"cat": cat, "name": name, "pid": _int_column(pid), "tid": _int_column(tid),
+                "ts_us": ts, "dur_us": dur}
+        fields = [f for f in schema if f not in cols]
+        cols.update(zip(fields, _columns(args, *[_ARG_ATTR[f] for f in fields])))
+        if group == "op":
+            cols["op_shapes"] = list(map(bytes, cols["op_shapes"]))
+            cols["op_dtypes"] = list(map(bytes, cols["op_dtypes"]))
+        out[group] = pl.DataFrame(cols, schema=schema)
+    if "op" in out:  # an absent shape was decoded as empty bytes
+        out["op"] = out["op"].with_columns(pl.col("op_shapes", "op_dtypes").replace(b"", None))
+    return out
 
 
 def _columns(items: list, *attrs: str) -> list[list]:
@@ -290,19 +307,14 @@ def _columns(items: list, *attrs: str) -> list[list]:
 _DECODER = msgspec.json.Decoder(list[_Event])
 BATCH_EVENTS = 10_000
 _NO_ARGS = _Args()
-_DIM3 = pl.Array(pl.Int64, 3)
 _GROUP_OF = ({c: "python" for c in PYTHON_CATS} | {c: "op" for c in OP_CATS}
              | {c: "call" for c in CALL_CATS} | {c: "gpu" for c in GPU_CATS})
 # Event field -> _Args attribute, for the fields that live in "args".
 _ARG_ATTR = {"external_id": "external_id", "correlation_id": "correlation",
              "python_id": "python_id", "python_parent_id": "python_parent_id",
              "device_id": "device", "stream_id": "stream", "size_bytes": "bytes", "cbid": "cbid",
-             "graph_id": "graph_id"}
-_ALL_TYPES = {"external_id": pl.Int64, "correlation_id": pl.Int64, "python_id": pl.Int64,
-              "python_parent_id": pl.Int64, "device_id": pl.Int32, "stream_id": pl.Int64,
-              "size_bytes": pl.Int64, "cbid": pl.Int32, "graph_id": pl.Int64,
-              "op_shapes": pl.Binary, "op_dtypes": pl.Binary, "ts_us": pl.Float64,
-              "dur_us": pl.Float64, "cat": pl.String, "name": pl.String, "ph": pl.String}
+             "graph_id": "graph_id", "op_shapes": "input_dims", "op_dtypes": "input_type",
+             **{f"{d}_{axis}": f"{d}.{axis}" for d in ("grid", "block") for axis in "xyz"}}
 _COMMON = {"cat": pl.String, "name": pl.String, "pid": pl.Int64, "tid": pl.Int64,
            "ts_us": pl.Float64, "dur_us": pl.Float64}
 _GROUP_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
