@@ -25,6 +25,7 @@ from .probes import (DRIVER, GATE_FN, GATE_SYMBOLS, PROBES, Probe, entry_fn, pro
 
 SYSTEM_DIST_PACKAGES = Path("/usr/lib/python3/dist-packages")
 DEFAULT_RINGBUF_PAGES = 1024     # 4 MiB: ~58,000 call records of slack for user space
+WALK_FN = "zym_walk"
 SETUP_HINT = "run scripts/setup-ebpf.sh as root (or apt-get install python3-bpfcc)"
 
 
@@ -130,7 +131,21 @@ class BpfProgram:
         for slot, probe in enumerate(PROBES[:slots_needed(self._libraries)]):
             specs[ct.c_uint32(slot)] = _spec(probe)
         self._bpf["events"].open_ring_buffer(self._dispatch)
+        self._load_programs()
         return self
+
+    def _load_programs(self) -> None:
+        """Verify and load every program now, before the target runs: attaching to a library
+        that was just mapped then costs only the perf events (the target is already calling
+        into it)."""
+        bcc = import_bcc()
+        for slot, probe in enumerate(PROBES[:slots_needed(self._libraries)]):
+            self._bpf.load_func(entry_fn(slot), bcc.BPF.KPROBE)
+            if probe.has_return:
+                self._bpf.load_func(return_fn(slot), bcc.BPF.KPROBE)
+        self._bpf.load_func(GATE_FN, bcc.BPF.KPROBE)
+        walk = self._bpf.load_func(WALK_FN, bcc.BPF.KPROBE)
+        self._bpf["walker"][ct.c_int(0)] = ct.c_int(walk.fd)
 
     def __exit__(self, *exc: object) -> None:
         if self._bpf is not None:

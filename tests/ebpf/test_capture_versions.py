@@ -75,5 +75,6 @@ def test_exact_stacks_per_python_version(version, fake_cuda, tmp_path):
     assert {(c["size_bytes"], c["copy_kind"], c["stream_id"])
             for c in by_api["cuMemcpyDtoHAsync_v2"]} == {(4096, "DtoH", 0x7)}
     sync_ms = [c["dur_ns"] / 1e6 for c in by_api["cuStreamSynchronize"]]
-    assert all(SYNC_US / 1000 <= ms < SYNC_US / 1000 + 30 for ms in sync_ms), sync_ms
+    # at least the stand-in's sleep; the upper bound leaves room for a loaded 2-core CI box
+    assert all(SYNC_US / 1000 <= ms < 5 * SYNC_US / 1000 for ms in sync_ms), sync_ms
     assert all(c["dur_ns"] == 0 for c in by_api["cuLaunchKernel"])           # no return probe
