@@ -1,0 +1,113 @@
+"""Raw records -> schema-v1 tables, on synthetic data: argument decoding, the stack trie,
+missed and unsampled stacks, and reading raw streams cut short by a crash."""
+from __future__ import annotations
+
+import polars as pl
+
+from zym.capture.probes import PROBES
+from zym.capture.sink import (MISSED_FRAME, RAW_SCHEMAS, STACK_MISSED, STACK_NONE, RawWriter,
+                              build_tables, finalize, read_raw)
+from zym.schemas import CaptureMeta, open_capture
+
+SLOT = {p.symbol: i for i, p in enumerate(PROBES)}
+
+
+def raw_call(api, stack_key, ts, size=0, stream=0, copy=0, dur=0, tid=7):
+    return {"pid": 1, "tid": tid, "ts_ns": ts, "dur_ns": dur, "probe": SLOT[api],
+            "size_arg": size, "stream": stream, "copy_arg": copy, "stack_key": stack_key,
+            "flags": 0}
+
+
+def frames(key, *names):
+    """Frames of one stack, root first, each at line 10 * depth of f.py."""
+    return [{"stack_key": key, "depth": d, "kind": "python", "name": n, "file": "f.py",
+             "line": 10 * (d + 1)} for d, n in enumerate(names)]
+
+
+RAW_FRAMES = pl.DataFrame(frames(1, "main", "step", "launch") + frames(2, "main", "step", "sync"),
+                          schema=RAW_SCHEMAS["frames"])
+RAW_CALLS = pl.DataFrame([
+    raw_call("cuLaunchKernel", 1, 100, stream=0x5),
+    raw_call("cuLaunchKernel", 1, 200, stream=0x5),
+    raw_call("cuMemsetD32Async", 1, 300, size=256, stream=0x5),
+    raw_call("cuStreamSynchronize", 2, 400, stream=0x5, dur=5000),
+    raw_call("cudaMemcpyAsync", STACK_NONE, 500, size=64, copy=2, stream=0x7),
+    raw_call("cuMemcpyDtoHAsync_v2", STACK_MISSED, 600, size=8),
+    raw_call("cuLaunchKernel", None, 700),          # --sample: not walked
+], schema=RAW_SCHEMAS["calls"])
+
+
+def paths(tables):
+    """stack_id of each call -> [(kind, name, line)] innermost first."""
+    nodes = {r["stack_id"]: r for r in
+             tables["stack"].join(tables["frame"], on="frame_id").iter_rows(named=True)}
+    out = []
+    for sid in tables["call"]["stack_id"]:
+        path, node = [], nodes.get(sid)
+        while node is not None:
+            path.append((node["kind"], node["name"], node["line"]))
+            node = nodes.get(node["parent_id"])
+        out.append(path)
+    return out
+
+
+def test_arguments_are_decoded_per_probe():
+    calls = build_tables(RAW_CALLS, RAW_FRAMES)["call"]
+    assert calls["name"].to_list() == ["cuLaunchKernel", "cuLaunchKernel", "cuMemsetD32Async",
+                                       "cuStreamSynchronize", "cudaMemcpyAsync",
+                                       "cuMemcpyDtoHAsync_v2", "cuLaunchKernel"]
+    assert calls["kind"].to_list() == ["launch", "launch", "memset", "sync", "copy", "copy",
+                                       "launch"]
+    assert calls["size_bytes"].to_list() == [None, None, 1024, None, 64, 8, None]
+    assert calls["copy_kind"].to_list() == [None, None, None, None, "DtoH", "DtoH", None]
+    assert calls["stream_id"].to_list() == [5, 5, 5, 5, 7, 0, 0]     # 0: the default stream
+    assert calls["dur_ns"].to_list() == [0, 0, 0, 5000, 0, 0, 0]
+
+
+def test_stacks_form_a_trie_ending_in_the_api_frame():
+    tables = build_tables(RAW_CALLS, RAW_FRAMES)
+    p = paths(tables)
+    assert p[0] == [("cuda_api", "cuLaunchKernel", None), ("python", "launch", 30),
+                    ("python", "step", 20), ("python", "main", 10)]
+    assert p[0] == p[1]
+    assert tables["call"]["stack_id"][0] == tables["call"]["stack_id"][1]
+    assert p[2][0] == ("cuda_api", "cuMemsetD32Async", None) and p[2][1:] == p[0][1:]
+    assert p[3][1:] == [("python", "sync", 30), ("python", "step", 20), ("python", "main", 10)]
+    assert p[4] == [("cuda_api", "cudaMemcpyAsync", None)]          # a thread without Python
+    assert p[5] == [("cuda_api", "cuMemcpyDtoHAsync_v2", None), ("native", MISSED_FRAME, None)]
+    assert p[6] == []                                                # not sampled: no stack
+    stacks = tables["stack"]
+    # shared prefixes are shared nodes: one root "main", one "step" under it
+    assert stacks.filter(pl.col("depth") == 0).height == 3           # main, API-only, missed
+    assert stacks["stack_id"].n_unique() == stacks.height
+    child_depths = stacks.join(stacks.select("stack_id", pl.col("depth").alias("pd")),
+                               left_on="parent_id", right_on="stack_id")
+    assert (child_depths["depth"] == child_depths["pd"] + 1).all()
+
+
+def test_finalize_writes_a_valid_capture(tmp_path):
+    raw = tmp_path / "raw"
+    w = RawWriter(raw)
+    for row in RAW_FRAMES.iter_rows(named=True):
+        w.add("frames", **row)
+    for row in RAW_CALLS.iter_rows(named=True):
+        w.add("calls", **row)
+    w.close()
+    out = finalize(raw, tmp_path / "c.parquet", CaptureMeta(producer="zym capture"))
+    cap = open_capture(tmp_path / "c.parquet")
+    assert cap.load("call").height == 7 == out["call"].height
+    assert cap.load("frame").height == out["frame"].height
+
+
+def test_a_stream_cut_mid_batch_keeps_the_complete_batches(tmp_path):
+    raw = tmp_path / "raw"
+    w = RawWriter(raw)
+    for i in range(3):
+        for row in RAW_CALLS.iter_rows(named=True):
+            w.add("calls", **row)
+        w.flush()
+    w.close()
+    path = raw / "calls.arrow"
+    data = path.read_bytes()
+    path.write_bytes(data[:len(data) - 200])     # a crash in the middle of the last batch
+    assert read_raw(raw, "calls").height == 2 * RAW_CALLS.height
