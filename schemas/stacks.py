@@ -2,13 +2,20 @@
 
 Producers describe what they saw as a forest of nodes (each node: its parent node and its
 frame); ``intern_forest`` turns it into trie ids so that identical root-to-node paths share one
-``stack_id``. The work is one join per tree level, not one Python step per event.
+``stack_id``.
+
+Each node's whole root path is reduced to a 64-bit polynomial hash by pointer jumping: in every
+round a node adds its current ancestor's segment to its own and jumps to that ancestor's
+ancestor, so a forest of depth D takes log2(D) rounds of array gathers, not D rounds of joins
+and not one Python step per node. Nodes with equal (hash, depth, frame) have the same path.
 """
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
-MAX_DEPTH = 4096  # a deeper forest is a cycle or corrupt input; py-spy caps walks the same way
+MAX_ROUNDS = 40  # 2**40 levels: more rounds means cyclic parent links
+_BASE = np.uint64(0x9E3779B97F4A7C15)  # odd 64-bit multiplier: arithmetic wraps mod 2**64
 
 
 def intern_forest(nodes: pl.DataFrame, first_id: int = 0) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -19,63 +26,84 @@ def intern_forest(nodes: pl.DataFrame, first_id: int = 0) -> tuple[pl.DataFrame,
 
     Returns ``(node_stack, stacks)``: ``node_stack`` maps each ``node`` to its ``stack_id``;
     ``stacks`` is the trie (``stack_id, parent_id, frame_id, depth``) in the capture schema.
+    Ids are numbered by depth, then by the first node (in key order) that has the path, so the
+    same input always gives the same ids.
 
     >>> n = pl.DataFrame({"node": [1, 2, 3], "parent": [None, 1, 1], "frame_id": [7, 8, 8]})
     >>> ns, st = intern_forest(n)
     >>> ns.sort("node")["stack_id"].to_list()  # nodes 2 and 3 share a path: one stack
     [0, 1, 1]
     """
-    nodes = nodes.select(
-        "node", "frame_id",
-        pl.when(pl.col("parent").is_in(nodes["node"].implode())).then("parent").alias("parent"),
-    ).with_columns(node_depths(nodes.select("node", "parent")).alias("depth"))
-    mapped, tries = [], []
-    next_id = first_id
-    parent_ids = None
-    for depth, level in enumerate(_levels(nodes)):
-        if parent_ids is None:
-            level = level.with_columns(pl.lit(None, pl.Int64).alias("parent_id"))
-        else:
-            level = level.join(parent_ids, on="parent", how="left")
-        # Ids in node order: the same input always interns to the same ids.
-        trie = (level.sort("node").select("parent_id", "frame_id").unique(maintain_order=True)
-                .with_row_index("stack_id", offset=next_id)
-                .with_columns(pl.col("stack_id").cast(pl.Int64),
-                              pl.lit(depth, pl.Int32).alias("depth")))
-        level = level.join(trie, on=["parent_id", "frame_id"], how="left", nulls_equal=True)
-        mapped.append(level.select("node", "stack_id"))
-        tries.append(trie)
-        next_id += trie.height
-        parent_ids = level.select(pl.col("node").alias("parent"), pl.col("stack_id").alias("parent_id"))
-    node_stack = (pl.concat(mapped) if mapped
-                  else pl.DataFrame(schema={"node": nodes["node"].dtype, "stack_id": pl.Int64}))
-    stacks = (pl.concat(tries) if tries else pl.DataFrame(
-        schema={"stack_id": pl.Int64, "parent_id": pl.Int64, "frame_id": pl.Int64, "depth": pl.Int32}))
-    return node_stack, stacks.select("stack_id", "parent_id", "frame_id", "depth")
+    nodes = nodes.select("node", "parent", "frame_id").sort("node")
+    keys = nodes["node"].to_numpy()
+    parent = _positions(keys, nodes["parent"])
+    frames = nodes["frame_id"].to_numpy().astype(np.int64)
+    path_hash, size = _path_hashes(parent, frames)
+    order = np.lexsort((np.arange(len(keys)), frames, path_hash, size))  # depth-major
+    key_cols = np.stack([size, path_hash.view(np.int64), frames])[:, order]
+    new_path = np.ones(len(order), dtype=bool)
+    new_path[1:] = (key_cols[:, 1:] != key_cols[:, :-1]).any(axis=0)
+    path_of_sorted = np.cumsum(new_path) - 1
+    stack_of = np.empty(len(order), dtype=np.int64)
+    stack_of[order] = path_of_sorted
+    # Renumber paths by (depth, first node) so ids do not depend on hash values.
+    first = order[new_path]
+    renumber = np.empty(len(first), dtype=np.int64)
+    renumber[np.lexsort((first, size[first]))] = np.arange(len(first))
+    stack_of = renumber[stack_of] + first_id
+    stacks = pl.DataFrame({
+        "stack_id": stack_of[first],
+        "parent_id": pl.Series(np.where(parent[first] >= 0, stack_of[parent[first]], -1)),
+        "frame_id": frames[first],
+        "depth": (size[first] - 1).astype(np.int32),
+    }).with_columns(pl.col("parent_id").replace(-1, None)).sort("stack_id")
+    return pl.DataFrame({"node": nodes["node"], "stack_id": stack_of}), stacks
 
 
-def _levels(nodes: pl.DataFrame) -> list[pl.DataFrame]:
-    by_depth = nodes.partition_by("depth", as_dict=True, include_key=False)
-    return [by_depth[(d,)] for d in range(len(by_depth))]
+def _positions(keys: np.ndarray, parents: pl.Series) -> np.ndarray:
+    """Row of each parent among the sorted ``keys``; -1 for a null or unknown parent."""
+    if not len(keys):
+        return np.empty(0, dtype=np.int64)
+    wanted = parents.fill_null(int(keys[0]) - 1).to_numpy()  # a key smaller than all
+    pos = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
+    return np.where(keys[pos] == wanted, pos, -1)
 
 
-def node_depths(tree: pl.DataFrame) -> pl.Series:
-    """Depth of every node of a forest (``node``, ``parent``), by pointer jumping: each round
-    doubles how far every node has looked up, so a forest of depth D takes log2(D) joins.
-    """
-    up = tree.select("node", pl.col("parent").alias("anc"),
-                     pl.when(pl.col("parent").is_null()).then(0).otherwise(1).alias("dist"))
-    for _ in range(64):
-        if up["anc"].null_count() == up.height:
-            return tree.select("node").join(up, on="node", how="left")["dist"].cast(pl.Int32)
-        up = up.join(up.select(pl.col("node").alias("anc"), pl.col("anc").alias("anc2"),
-                               pl.col("dist").alias("dist2")), on="anc", how="left",
-                     maintain_order="left"
-                     ).select("node", pl.col("anc2").alias("anc"),
-                              pl.col("dist") + pl.col("dist2").fill_null(0))
-        if up.height > tree.height:
-            break
-    raise ValueError(f"call stacks deeper than {MAX_DEPTH} frames: cyclic parent links?")
+def _path_hashes(parent: np.ndarray, frames: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per node: a hash of the frames on its root path, and the path's length (depth + 1)."""
+    anc = parent.copy()
+    size = np.ones(len(parent), dtype=np.int64)
+    with np.errstate(over="ignore"):
+        h = _mix(frames.astype(np.uint64))
+        for _ in range(MAX_ROUNDS):
+            live = np.flatnonzero(anc >= 0)
+            if not len(live):
+                return h, size
+            up = anc[live]
+            # The ancestor's segment is further from the node: it takes the higher powers.
+            h[live] = h[live] + h[up] * _power(size[live])
+            size[live] += size[up]
+            anc[live] = anc[up]
+    raise ValueError("call stacks with cyclic parent links (or deeper than 2**40 frames)")
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64 finalizer: spreads small frame ids over all 64 bits."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def _power(exponent: np.ndarray) -> np.ndarray:
+    """``_BASE ** exponent`` mod 2**64, elementwise, by repeated squaring."""
+    result = np.ones(len(exponent), dtype=np.uint64)
+    base, e = _BASE, exponent.copy()
+    while e.any():
+        odd = (e & 1).astype(bool)
+        result[odd] *= base
+        base = base * base
+        e >>= 1
+    return result
 
 
 def intern_frames(frames: pl.DataFrame, first_id: int = 0) -> pl.DataFrame:

@@ -1,0 +1,64 @@
+"""Stack interning: identical root paths share an id, whatever the forest's shape."""
+from __future__ import annotations
+
+import random
+
+import polars as pl
+import pytest
+
+from zym.schemas.stacks import intern_forest
+
+
+def _reference(nodes: list[tuple[int, int | None, int]]) -> dict[int, tuple[int, ...]]:
+    """Each node's root path of frames, by walking parents in Python."""
+    parent = {n: p for n, p, _ in nodes}
+    frame = {n: f for n, _, f in nodes}
+    out = {}
+    for n in parent:
+        path, cur = [], n
+        while cur is not None and cur in frame:
+            path.append(frame[cur])
+            cur = parent[cur]
+        out[n] = tuple(reversed(path))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_same_path_same_id_and_a_valid_trie(seed):
+    rng = random.Random(seed)
+    nodes: list[tuple[int, int | None, int]] = []
+    for i in range(3000):
+        parent = None if i == 0 or rng.random() < 0.05 else rng.choice(nodes[-60:])[0]
+        nodes.append((i * 7 + 3, parent, rng.randrange(6)))  # few frames: many shared paths
+    rng.shuffle(nodes)
+    df = pl.DataFrame(nodes, schema={"node": pl.Int64, "parent": pl.Int64, "frame_id": pl.Int64},
+                      orient="row")
+    node_stack, stacks = intern_forest(df, first_id=100)
+    paths = _reference(nodes)
+    stack_of = dict(node_stack.iter_rows())
+    by_path: dict[tuple[int, ...], int] = {}
+    for node, path in paths.items():
+        assert by_path.setdefault(path, stack_of[node]) == stack_of[node]
+    assert len(by_path) == stacks.height == stacks["stack_id"].n_unique()
+    trie = {r["stack_id"]: r for r in stacks.iter_rows(named=True)}
+    for path, sid in by_path.items():  # walking the trie up gives the path back
+        walked, cur = [], sid
+        while cur is not None:
+            walked.append(trie[cur]["frame_id"])
+            assert trie[cur]["depth"] == len(path) - len(walked)
+            cur = trie[cur]["parent_id"]
+        assert tuple(reversed(walked)) == path
+    assert min(trie) == 100
+
+
+def test_ids_do_not_depend_on_row_order():
+    nodes = pl.DataFrame({"node": [1, 2, 3, 4], "parent": [None, 1, 1, 2], "frame_id": [5, 6, 7, 8]})
+    a = intern_forest(nodes)[1]
+    b = intern_forest(nodes.reverse())[1]
+    assert a.equals(b)
+
+
+def test_cycles_are_refused():
+    nodes = pl.DataFrame({"node": [1, 2], "parent": [2, 1], "frame_id": [0, 0]})
+    with pytest.raises(ValueError, match="cyclic"):
+        intern_forest(nodes)
