@@ -5,7 +5,6 @@ import random
 
 import polars as pl
 import pytest
-
 from zym.schemas.stacks import intern_forest
 
 
