@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Installs what zym's tests need on a fresh Debian machine (run as root), then zym itself.
-# The eBPF capture part (BCC from Debian, kernel headers, tracefs) is best effort: when it cannot
-# be set up, the eBPF tests skip and say why.
+# System parts are best effort: where one cannot be set up, its tests skip and say why.
+#   setup-ebpf.sh     BCC from Debian, kernel headers, tracefs (eBPF capture tests)
+#   setup-browser.sh  Debian's chromium (HTML report test)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-if [ -x scripts/setup-ebpf.sh ]; then
-    bash scripts/setup-ebpf.sh || echo "install-deps: eBPF setup incomplete; eBPF tests will skip" >&2
-fi
+for part in setup-ebpf setup-browser; do
+    if [ -f "scripts/$part.sh" ]; then
+        bash "scripts/$part.sh" || echo "install-deps: $part incomplete; its tests will skip" >&2
+    fi
+done
 set -e
 python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
