@@ -61,6 +61,7 @@ class Analysis:
     def _path_dict(self, row: dict, total_gpu: int) -> dict:
         graph = self.call_paths.graph
         stack = graph.path(row["path_id"])
+        node = graph.graph.nodes.get(row["path_id"], {})
         ops = self.call_paths.gpu_ops.filter(pl.col("stack_id") == row["path_id"])
         return {
             "path_id": row["path_id"],
@@ -71,6 +72,8 @@ class Analysis:
             "user_chain": [f"{f['file']}:{f['line']} {f['name']}" for f in stack if f["is_user"]],
             "torch_op": row["torch_op"], "api": row["api"],
             "gpu_ns": row["gpu_ns"],
+            # Self: GPU work of calls whose stack ends exactly here; total: with the subtree.
+            "gpu_self_ns": node.get("self_gpu_ns", 0), "gpu_total_ns": node.get("total_gpu_ns", 0),
             "gpu_share_pct": round(100 * row["gpu_ns"] / total_gpu, 3) if total_gpu else 0.0,
             "kernels": row["kernels"], "copies": row["copies"], "memsets": row["memsets"],
             "bytes": {"HtoD": row["bytes_htod"], "DtoH": row["bytes_dtoh"],
