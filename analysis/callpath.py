@@ -99,7 +99,6 @@ def _gpu_ops(calls: pl.LazyFrame, gpu: pl.LazyFrame) -> pl.DataFrame:
                 pl.col("copy_kind").drop_nulls().first().alias("copy_kind"),
                 pl.col("src_mem").drop_nulls().first().alias("src_mem"),
                 pl.col("dst_mem").drop_nulls().first().alias("dst_mem"),
-                pl.col("api").drop_nulls().first().alias("api"),
             ).sort("gpu_ns", "stack_id", "name", descending=[True, False, False])
             .collect())
 
