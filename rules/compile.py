@@ -42,22 +42,32 @@ def condition(col: pl.Expr, cond: Any) -> pl.Expr:
     return pl.all_horizontal(parts)
 
 
-def where_expr(where: dict) -> pl.Expr:
-    """All conditions of a ``where`` mapping (``any_of``: one of; ``not``: negation)."""
+def where_expr(where: dict, sites: pl.DataFrame | None = None) -> pl.Expr:
+    """All conditions of a ``where`` mapping (``any_of``: one of; ``not``: negation).
+
+    With ``sites`` (the site table), a condition on a site column (``op_chain``,
+    ``user_function``...) is evaluated once per distinct stack on that small table and becomes
+    ``stack_id`` membership on the events: string work scales with stacks, not events.
+    """
+    from .relations import EVENT_SITE_COLUMNS, SITE_COLUMNS
+
     parts = []
     for key, cond in where.items():
         if key == "any_of":
-            parts.append(pl.any_horizontal([where_expr(w) for w in cond]))
+            parts.append(pl.any_horizontal([where_expr(w, sites) for w in cond]))
         elif key == "not":
-            parts.append(~where_expr(cond))
+            parts.append(~where_expr(cond, sites))
+        elif sites is not None and key in SITE_COLUMNS and key not in EVENT_SITE_COLUMNS:
+            ids = sites.filter(condition(pl.col(key), cond))["stack_id"]
+            parts.append(pl.col("stack_id").is_in(ids.implode()).fill_null(False))
         else:
             parts.append(condition(pl.col(key), cond))
     return pl.all_horizontal(parts) if parts else pl.lit(True)
 
 
-def aggregation(name: str, spec: dict) -> pl.Expr:
+def aggregation(name: str, spec: dict, sites: pl.DataFrame | None = None) -> pl.Expr:
     """An aggregation measure over a group's rows."""
-    mask = where_expr(spec["where"]) if spec.get("where") else None
+    mask = where_expr(spec["where"], sites) if spec.get("where") else None
     if spec["agg"] == "count":
         expr = mask.sum() if mask is not None else pl.len()
         return expr.cast(pl.Int64).alias(name)

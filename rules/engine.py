@@ -19,70 +19,147 @@ from .relations import COLUMNS, OCCURRENCE, STANDARD_MEASURES, Relations
 if TYPE_CHECKING:
     from zym.analysis import Analysis
 
-DEFAULT_COST = {"calls": "stall_ns", "gpu": "gpu_ns", "gaps": "idle_ns", "windows": "window_ns"}
-# Columns carried from a group's first row into the finding (site, labels for messages).
-_LABEL_COLUMNS = ("site_id", "user_node", "user_function", "user_file", "user_line",
-                  "user_module", "torch_op", "py_api", "api", "copy_kind", "src_mem", "dst_mem",
-                  "dtype", "name", "cause", "kind")
+DEFAULT_COST = {"calls": "stall_ns", "gpu": "gpu_ns", "gaps": "idle_ns", "windows": "span_ns"}
+# Event-level columns whose first value in a group labels the finding (messages, site).
+_EVENT_LABELS = ("api", "copy_kind", "src_mem", "dst_mem", "dtype", "name", "cause", "kind")
+# Labels read from the site table, for the group's site (or its first event's stack).
+_SITE_LABELS = ("user_node", "user_function", "user_file", "user_line", "user_module",
+                "torch_op", "py_api")
 
 
 def evaluate_rules(analysis: Analysis, rules: Sequence[Rule],
                    relations: Relations | None = None) -> list[Finding]:
-    """Findings of ``rules`` on ``analysis``, most costly first (ties: severity, rule id)."""
+    """Findings of ``rules`` on ``analysis``, most costly first (ties: severity, rule id).
+
+    All rules are collected together (``polars.collect_all``): the relations they share are
+    built once, with only the columns some rule reads.
+    """
     rel = relations or Relations(analysis)
-    findings: list[Finding] = []
+    needed: dict[str, set[str]] = {}
     for rule in rules:
-        findings.extend(run_rule(rule, rel))
+        needed.setdefault(rule.relation, set()).update(rule_columns(rule))
+    for name, cols in needed.items():
+        rel.materialize(name, cols)
+    plans = [_plan(rule, rel) for rule in rules]
+    fired = pl.collect_all([p["grouped"] for p in plans]) if plans else []
+    live = [(p, f) for p, f in zip(plans, fired) if f.height]
+    occs = pl.collect_all([_occurrence_query(p, f) for p, f in live]) if live else []
+    findings: list[Finding] = []
+    for (plan, frame), occ in zip(live, occs):
+        findings.extend(_findings(plan, frame, occ, rel))
     findings = _apply_supersedes(findings, rules)
     findings.sort(key=lambda f: (-f.cost_ns, -SEVERITY_RANK[f.severity], f.rule_id, f.site))
     return findings
 
 
+def rule_columns(rule: Rule) -> set[str]:
+    """Event columns a rule reads: filters, groups, measures, labels in its templates, and
+    what every rule needs (standard measures, occurrences, site keys)."""
+    from .model import TEMPLATE
+    from .relations import EVENT_SITE_COLUMNS, SITE_COLUMNS
+
+    cols = set(rule.group_by) | {"stack_id", *EVENT_SITE_COLUMNS}
+    for expr in [*STANDARD_MEASURES[rule.relation].values(), *OCCURRENCE[rule.relation]]:
+        cols.update(expr.meta.root_names())
+
+    def walk(where: dict) -> None:
+        for key, cond in where.items():
+            if key == "any_of":
+                for w in cond:
+                    walk(w)
+            elif key == "not":
+                walk(cond)
+            else:
+                cols.add(key)
+
+    walk(rule.where)
+    for spec in rule.measures.values():
+        walk(spec.get("where", {}))
+        if "of" in spec:
+            cols.add(spec["of"])
+    for text in (rule.title, rule.message, rule.fix):
+        cols.update(m.group(1) for m in TEMPLATE.finditer(text))
+    cols.update(c for c in ("api", "name") if c in COLUMNS[rule.relation])  # "what" fallback
+    site_only = set(SITE_COLUMNS) - set(EVENT_SITE_COLUMNS) - set(rule.group_by)
+    return (cols - site_only) & set(COLUMNS[rule.relation])
+
+
 def run_rule(rule: Rule, rel: Relations) -> list[Finding]:
-    df = rel.get(rule.relation)
-    constants = {"total_gpu_ns": rel.total_gpu_ns, "window_ns": rel.window_ns}
-    rows = df.lazy().filter(where_expr(rule.where)) if rule.where else df.lazy()
+    """Findings of one rule (no supersedes, unranked): for tests and debugging."""
+    rel.materialize(rule.relation, rule_columns(rule))
+    plan = _plan(rule, rel)
+    frame = plan["grouped"].collect()
+    if frame.height == 0:
+        return []
+    return _findings(plan, frame, _occurrence_query(plan, frame).collect(), rel)
+
+
+def _plan(rule: Rule, rel: Relations) -> dict:
+    """The lazy query of one rule: filter, group, measure, derive, threshold."""
+    from .relations import EVENT_SITE_COLUMNS, SITE_COLUMNS
+
+    lf = rel.frame(rule.relation).lazy()
+    columns = lf.collect_schema().names()
+    sites = rel.sites if "stack_id" in columns else None
     keys = list(rule.group_by)
+    joined = [k for k in keys if k in SITE_COLUMNS and k not in EVENT_SITE_COLUMNS]
+    if joined:  # grouping by a site column: the one case that joins site strings to events
+        lf = lf.join(rel.sites.lazy().select("stack_id", *joined), on="stack_id", how="left")
+    rows = lf.filter(where_expr(rule.where, sites)) if rule.where else lf
+    constants = {"total_gpu_ns": rel.total_gpu_ns, "window_ns": rel.window_ns}
     aggs = [e.alias(n) for n, e in STANDARD_MEASURES[rule.relation].items()]
-    aggs += [aggregation(n, s) for n, s in rule.measures.items() if "agg" in s]
-    labels = [pl.col(c).drop_nulls().first().alias(f"_l_{c}") for c in _LABEL_COLUMNS
-              if c in df.columns]
+    aggs += [aggregation(n, s, sites) for n, s in rule.measures.items() if "agg" in s]
+    labels = [pl.col(c).drop_nulls().first().alias(f"_l_{c}") for c in _EVENT_LABELS
+              if c in columns and c not in keys]
+    if "stack_id" in columns:
+        labels.append(pl.col("stack_id").drop_nulls().first().alias("_l_stack_id"))
+        if "site_id" not in keys:
+            labels.append(pl.col("site_id").drop_nulls().first().alias("_l_site_id"))
     grouped = (rows.group_by(keys, maintain_order=True).agg(*aggs, *labels) if keys
                else rows.select(*aggs, *labels))
     for name, spec in rule.measures.items():
         if "agg" not in spec:
             grouped = grouped.with_columns(derived(name, spec, constants))
-    fired = grouped.filter((pl.col("count") > 0) & having_expr(rule.having)).collect()
-    if fired.height == 0:
-        return []
-    occ = _occurrences(rows, fired, keys, rule.relation)
-    cost = rule.cost or DEFAULT_COST[rule.relation]
+    grouped = grouped.filter((pl.col("count") > 0) & having_expr(rule.having))
+    return {"rule": rule, "rows": rows, "grouped": grouped, "keys": keys,
+            "constants": constants, "cost": rule.cost or DEFAULT_COST[rule.relation]}
+
+
+def _occurrence_query(plan: dict, fired: pl.DataFrame) -> pl.LazyFrame:
+    cols = OCCURRENCE[plan["rule"].relation]
+    keys = plan["keys"]
+    if not keys:
+        return plan["rows"].select(cols)
+    return (plan["rows"].join(fired.lazy().select(keys), on=keys, how="semi", nulls_equal=True)
+            .select(*keys, *cols))
+
+
+def _findings(plan: dict, fired: pl.DataFrame, occ: pl.DataFrame, rel: Relations
+              ) -> list[Finding]:
+    keys, rule = plan["keys"], plan["rule"]
+    parts = ({k: v.drop(keys) for k, v in occ.partition_by(keys, as_dict=True,
+                                                            maintain_order=True).items()}
+             if keys else {(): occ})
+    site_of = ("site_id" if "site_id" in keys else "_l_site_id")
+    if site_of in fired.columns:  # labels of the group's site, from the site table
+        info = rel.sites.select(pl.col("stack_id").alias(site_of), *[
+            pl.col(c).alias(f"_l_{c}") for c in _SITE_LABELS if c not in keys])
+        fired = fired.join(info, on=site_of, how="left", maintain_order="left")
     graph = rel.analysis.call_paths.graph
     out = []
     for row in fired.iter_rows(named=True):  # one row per finding: few, not per event
         key = tuple(row[k] for k in keys)
-        frame = occ.get(key, _EMPTY_OCC) if keys else occ.get((), _EMPTY_OCC)
-        out.append(_finding(rule, row, frame, cost, constants, graph))
+        out.append(_finding(rule, row, parts.get(key, _EMPTY_OCC), plan["cost"],
+                            plan["constants"], graph))
     return out
 
 
 _EMPTY_OCC = pl.DataFrame(schema={c: pl.Int64 for c in OCCURRENCE_COLUMNS})
 
 
-def _occurrences(rows: pl.LazyFrame, fired: pl.DataFrame, keys: list[str], relation: str
-                 ) -> dict[tuple, pl.DataFrame]:
-    cols = OCCURRENCE[relation]
-    if not keys:
-        return {(): rows.select(cols).collect()}
-    hit = rows.join(fired.lazy().select(keys), on=keys, how="semi", nulls_equal=True)
-    frame = hit.select(*keys, *cols).collect()
-    return {k: v.drop(keys) for k, v in frame.partition_by(keys, as_dict=True,
-                                                            maintain_order=True).items()}
-
-
 def _finding(rule: Rule, row: dict, occ: pl.DataFrame, cost: str, constants: dict,
              graph: Any) -> Finding:
-    labels = {c: row.get(f"_l_{c}") for c in _LABEL_COLUMNS}
+    labels = {k[3:]: v for k, v in row.items() if k.startswith("_l_")}
     for k in rule.group_by:
         labels[k] = row[k]
     site_id = labels.get("site_id")

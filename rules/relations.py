@@ -3,10 +3,11 @@
 A rule names one relation and filters, groups and measures its rows. Every relation is built
 once per evaluation, only when a rule reads it, with polars joins (no per-event Python):
 
-* ``calls``: one row per CUDA API call, with the GPU work it caused (by correlation id), its
+* ``calls``: one row per CUDA API call, with the copy or memset it caused (by correlation id), its
   copy direction and memory kinds, the torch op chain above it, its user call site, the
   enclosing Python call it ran in, and the GPU idle time it caused (syncs, blocking copies).
-* ``gpu``: one row per GPU operation (kernel, copy, memset) with its launching call's site,
+* ``gpu``: one row per GPU operation (kernel, copy, memset) whose launching call was captured,
+  with that call's timing and site,
   torch op, input shapes/dtypes and, for matmul-family ops, the FLOPs it performed.
 * ``gaps``: one row per GPU idle gap between two busy periods of a device, attributed to what
   the CPU was doing: waiting in a blocking call (``cause = "sync"``) or launching the work
@@ -41,6 +42,8 @@ SITE_DOC = {
     "op_chain": "every torch op above the call, outermost first, as ';op1;op2;'",
     "py_api": "innermost Python built-in above the call: .tolist, .item, .cpu (Tensor methods "
               "start with a dot), linear...; null when the producer records no built-ins",
+}
+OP_DOC = {
     "op_id": "torch op invocation id (Kineto External id)",
     "op_shapes": "input shapes of the innermost torch op, JSON",
     "op_dtypes": "input dtypes of the innermost torch op, JSON",
@@ -55,13 +58,14 @@ COLUMNS: dict[str, dict[str, str]] = {
         "kind": "launch, copy, memset, sync or other",
         "copy_kind": "copy direction: HtoD, DtoH, DtoD (from the API name or its GPU copy)",
         "src_mem": "copy source memory: pageable, pinned, device", "dst_mem": "copy destination",
-        "bytes": "bytes copied or set", "gpu_ns": "GPU time of the work the call caused",
+        "bytes": "bytes copied or set",
+        "gpu_ns": "GPU time of the copy or memset the call caused (kernel time: relation gpu)",
         "blocking": "the call blocks the CPU until the GPU catches up (syncs, copies, sync memsets)",
         "blocked_ns": "duration when blocking, else 0",
         "follows_dtoh": "the previous call on the thread was a device-to-host copy",
         "call_instance": "the enclosing call of the user function (span start, or run id)",
         "gpu_idle_ns": "GPU idle time that began while the CPU was blocked in this call",
-        **SITE_DOC,
+        **SITE_DOC, **OP_DOC,
     },
     "gpu": {
         "pid": "process id", "tid": "thread of the launching call", "device_id": "device",
@@ -75,7 +79,7 @@ COLUMNS: dict[str, dict[str, str]] = {
         "dims_aligned8": "every matmul dimension of the op's inputs is a multiple of 8",
         "intensity": "matmul FLOPs per byte of its inputs and output (arithmetic intensity)",
         "launch_wait_ns": "GPU idle gap this op ended, when the GPU was waiting for its launch",
-        **SITE_DOC,
+        **SITE_DOC, **OP_DOC,
     },
     "gaps": {
         "pid": "process id", "tid": "thread of the attributed call", "device_id": "device",
@@ -129,190 +133,231 @@ _MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
 _SHAPES = pl.List(pl.List(pl.Int64))
 _ELEMENT_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "half": 2,
                   "bfloat16": 2, "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1}
+# CUPTI correlation ids are 32-bit: (pid, correlation id) packs into one int64 join key.
+_KEY = (pl.col("pid").cast(pl.Int64) * (1 << 32) + pl.col("correlation_id")).alias("_key")
+# Columns that are a function of the call stack: rules filter them on the (small) site table
+# and match events by stack id; they are joined onto events only where a rule groups by them.
+SITE_COLUMNS = ("site_id", "user_node", "user_function", "user_file", "user_line",
+                "user_module", "torch_op", "op_chain", "py_api")
+EVENT_SITE_COLUMNS = ("site_id", "user_node")  # carried on every event row
 
 
 class Relations:
-    """Builds and caches the relations of one analysis (each only when first asked for)."""
+    """Builds the relations of one analysis as lazy frames, each on first use.
+
+    Rules run as one ``polars.collect_all`` over these frames, so work they share (the joins
+    that build a relation) runs once and only the columns some rule reads are computed.
+    """
 
     def __init__(self, analysis: Analysis) -> None:
         self.analysis = analysis
-        self._cache: dict[str, pl.DataFrame] = {}
+        self._cache: dict[str, pl.LazyFrame] = {}
+        self._eager: dict[str, pl.DataFrame] = {}
         self.total_gpu_ns = int(analysis.data.gpu["dur_ns"].sum() or 0)
         self.window_ns = int(analysis.utilization.get("window_ns") or 0)
+        self.sites = site_table(analysis.call_paths.nodes)
 
-    def get(self, name: str) -> pl.DataFrame:
+    def lazy(self, name: str) -> pl.LazyFrame:
         if name not in self._cache:
             self._cache[name] = getattr(self, f"_build_{name}")()
         return self._cache[name]
 
+    def materialize(self, name: str, columns: set[str]) -> pl.DataFrame:
+        """Collect a relation once with (at least) ``columns``: unread columns, and the string
+        gathers and joins only they need, are never computed."""
+        have = self._eager.get(f"rel:{name}")
+        if have is not None and columns <= set(have.columns):
+            return have
+        if have is not None:
+            columns = columns | set(have.columns)
+        lf = self.lazy(name)
+        keep = [c for c in lf.collect_schema().names() if c in columns]
+        self._eager[f"rel:{name}"] = lf.select(keep).collect()
+        return self._eager[f"rel:{name}"]
+
+    def frame(self, name: str) -> pl.DataFrame:
+        """The materialized relation (``materialize`` first), or all of it."""
+        have = self._eager.get(f"rel:{name}")
+        return have if have is not None else self.materialize(name, set(COLUMNS[name]))
+
+    def get(self, name: str) -> pl.DataFrame:
+        """A relation, collected, with its site columns joined (for inspection and tests)."""
+        df = self.lazy(name).collect()
+        if "stack_id" in df.columns:
+            df = df.join(self.sites.drop(*EVENT_SITE_COLUMNS), on="stack_id", how="left")
+        return df
+
+    def site_ids(self, column: str, predicate: pl.Expr) -> pl.Series:
+        """Stack ids whose site column satisfies ``predicate`` (evaluated on the site table)."""
+        return self.sites.filter(predicate)["stack_id"]
+
     # -- shared pieces ------------------------------------------------------------------------
 
-    def sites(self) -> pl.DataFrame:
-        """Per stack node: its site (``site_id``) and the site's user frame and op chain."""
-        if "_sites" not in self._cache:
-            self._cache["_sites"] = site_table(self.analysis.call_paths.nodes)
-        return self._cache["_sites"]
-
-    def _build_calls(self) -> pl.DataFrame:
+    def _calls_base(self) -> pl.LazyFrame:
+        """Every call with its row number, API name as ``api``, packed key and blocking flag."""
         data = self.analysis.data
-        calls = _conform(data.calls, "call").with_row_index("call_idx").with_columns(pl.col("call_idx").cast(pl.Int64))
-        gpu = (data.gpu.filter(pl.col("correlation_id").is_not_null())
-               .group_by("pid", "correlation_id").agg(
-                   pl.col("dur_ns").sum().alias("gpu_ns"),
-                   pl.col("copy_kind").drop_nulls().first().alias("g_copy_kind"),
-                   pl.col("src_mem").drop_nulls().first(), pl.col("dst_mem").drop_nulls().first(),
-                   pl.col("size_bytes").sum().alias("g_bytes")))
-        blocking = is_blocking_api(pl.col("api")) | (pl.col("kind") == "copy")
-        calls = (calls.rename({"name": "api"})
-                 .join(gpu, on=["pid", "correlation_id"], how="left", nulls_equal=False)
-                 .with_columns(
-                     (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"),
-                     pl.coalesce("copy_kind", "g_copy_kind").alias("copy_kind"),
-                     pl.coalesce("g_bytes", "size_bytes", pl.lit(0)).alias("bytes"),
-                     pl.col("gpu_ns").fill_null(0), blocking.alias("blocking"))
-                 .with_columns(pl.when("blocking").then("dur_ns").otherwise(0).alias("blocked_ns"))
-                 .drop("g_copy_kind", "g_bytes", "size_bytes")
-                 .join(self.sites(), on="stack_id", how="left")
-                 .sort("pid", "tid", "ts_ns"))
-        is_dtoh = (pl.col("kind") == "copy") & (pl.col("copy_kind") == "DtoH")
-        calls = calls.with_columns(
-            is_dtoh.shift(1).over("pid", "tid").fill_null(False).alias("follows_dtoh"),
-            _dtype_expr())
-        calls = calls.with_columns(self._instances(calls))
-        idle = self._sync_gaps(calls).group_by("call_idx").agg(pl.col("dur_ns").sum()
-                                                                .alias("gpu_idle_ns"))
-        return (calls.join(idle, on="call_idx", how="left")
-                .with_columns(pl.col("gpu_idle_ns").fill_null(0)))
+        names = data.calls.select(pl.col("name").unique())
+        blocking_names = names.filter(is_blocking_api(pl.col("name")))["name"]
+        return (_conform(data.calls, "call").lazy().with_row_index("call_idx")
+                .with_columns(pl.col("call_idx").cast(pl.Int64))
+                .rename({"name": "api"})
+                .with_columns(_KEY, (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"),
+                              (pl.col("api").is_in(blocking_names.implode())
+                               | (pl.col("kind") == "copy")).alias("blocking")))
 
-    def _instances(self, calls: pl.DataFrame) -> pl.Series:
-        """Enclosing call of the user function, per call.
+    def _eager_once(self, name: str, build) -> pl.DataFrame:
+        if name not in self._eager:
+            self._eager[name] = build()
+        return self._eager[name]
 
-        With spans (Kineto): the start of the user frame's span around the call. Without: a
-        run id (negative, see ``_runs``): consecutive calls of a thread from one user frame.
-        Without spans, calls that callees make in between (a model forward inside a decode
-        loop) split runs, so per-call counts are then per run.
-        """
-        spans = self.analysis.data.spans() if hasattr(self.analysis.data, "spans") else None
-        if spans is None or spans.height == 0:
-            return self._runs(calls).alias("call_instance")
-        users = calls.select(pl.col("user_node").drop_nulls().unique())["user_node"]
-        sp = (spans.filter(pl.col("stack_id").is_in(users.implode()))
-              .select("pid", "tid", pl.col("stack_id").alias("user_node"),
-                      pl.col("ts_ns").alias("inst_ts"),
-                      (pl.col("ts_ns") + pl.col("dur_ns")).alias("inst_end")).sort("inst_ts"))
-        joined = (calls.select("call_idx", "pid", "tid", "user_node", "ts_ns").sort("ts_ns")
-                  .join_asof(sp, left_on="ts_ns", right_on="inst_ts",
-                             by=["pid", "tid", "user_node"], strategy="backward",
-                             check_sortedness=False)
-                  .select("call_idx", pl.when(pl.col("inst_end") >= pl.col("ts_ns"))
-                          .then("inst_ts").alias("inst")))
-        inst = calls.select("call_idx").join(joined, on="call_idx", how="left",
-                                             maintain_order="left")["inst"]
-        if inst.null_count():
-            inst = inst.fill_null(self._runs(calls))
-        return inst.alias("call_instance")
-
-    @staticmethod
-    def _runs(calls: pl.DataFrame) -> pl.Series:
-        """Run ids (negative) for calls sorted by pid, tid, ts_ns: a run is a sequence of
-        consecutive calls of one thread from the same user frame node."""
-        same = pl.col("user_node") == pl.col("user_node").shift(1).over("pid", "tid")
-        run = (~same.fill_null(False)).cast(pl.Int64).cum_sum().over("pid", "tid")
-        return calls.select(-(run + 1).alias("run"))["run"]
+    def gap_table(self) -> pl.DataFrame:
+        """Idle gaps per device between busy periods (leading/trailing idle excluded), each
+        with the call the CPU was blocked in when it began (``block_idx``, or null) and the
+        packed key of the GPU op that ended it (``next_key``)."""
+        return self._eager_once("gaps", self._gap_table)
 
     def _gap_table(self) -> pl.DataFrame:
-        """Idle gaps per device between busy periods (leading/trailing idle excluded)."""
         from zym.analysis.timeline import busy_intervals
 
         gpu = self.analysis.data.gpu
-        busy = busy_intervals(gpu)
-        return (busy.with_columns(pl.col("end_ns").shift(1).over("device_id").alias("gap_start"))
-                .filter(pl.col("gap_start").is_not_null() & (pl.col("start_ns") > pl.col("gap_start")))
+        gaps = (busy_intervals(gpu)
+                .with_columns(pl.col("end_ns").shift(1).over("device_id").alias("gap_start"))
+                .filter(pl.col("gap_start").is_not_null()
+                        & (pl.col("start_ns") > pl.col("gap_start")))
                 .select("device_id", pl.col("gap_start").alias("ts_ns"),
                         pl.col("start_ns").alias("end_ns"))
                 .with_columns((pl.col("end_ns") - pl.col("ts_ns")).alias("dur_ns"))
                 .sort("ts_ns"))
+        # The op that ended each gap: one starting at the gap's end on that device.
+        nxt = (gpu.lazy().select(pl.col("device_id").fill_null(-1), "ts_ns", _KEY)
+               .join(gaps.lazy().select("device_id", pl.col("end_ns").alias("ts_ns")),
+                     on=["device_id", "ts_ns"], how="semi")
+               .unique(["device_id", "ts_ns"], keep="any")
+               .rename({"ts_ns": "end_ns", "_key": "next_key"}))
+        # The blocking call running when the GPU went idle (the latest one started before).
+        blocking = (self._calls_base().filter("blocking")
+                    .select("call_idx", pl.col("ts_ns").alias("b_ts"),
+                            pl.col("end_ns").alias("b_end")).sort("b_ts"))
+        return (gaps.lazy().join(nxt, on=["device_id", "end_ns"], how="left")
+                .sort("ts_ns")
+                .join_asof(blocking, left_on="ts_ns", right_on="b_ts", strategy="backward",
+                           check_sortedness=False)
+                .with_columns(pl.when(pl.col("b_end") >= pl.col("ts_ns")).then("call_idx")
+                              .alias("block_idx"))
+                .drop("call_idx", "b_ts", "b_end").collect())
 
-    def _sync_gaps(self, calls: pl.DataFrame) -> pl.DataFrame:
-        """Gaps that began while the CPU was blocked in a call: ``call_idx`` per gap.
+    def _matmuls(self) -> pl.DataFrame:
+        """FLOPs, arithmetic intensity and 8-alignment per matmul-family call (``_key``)."""
+        stacks = self.sites.filter(pl.col("torch_op").is_in(list(_MATMUL_OPS)))["stack_id"]
+        calls = (self._calls_base()
+                 .filter(pl.col("stack_id").is_in(stacks.implode())
+                         & pl.col("op_shapes").is_not_null() & pl.col("correlation_id").is_not_null())
+                 .select("_key", "stack_id", "op_shapes", "op_dtypes").collect()
+                 .join(self.sites.select("stack_id", "torch_op"), on="stack_id", how="left"))
+        return _with_flops(calls).select("_key", "flops", "dims_aligned8", "intensity")
 
-        The CPU was waiting (sync, blocking copy) when the GPU went idle, and the GPU stayed
-        idle until the CPU, released, issued new work: the call caused the whole gap.
-        """
-        if "_sync_gaps" in self._cache:
-            return self._cache["_sync_gaps"]
-        blocking = (calls.filter("blocking").select("call_idx", "ts_ns", "end_ns")
-                    .rename({"ts_ns": "b_ts", "end_ns": "b_end"}).sort("b_ts"))
-        gaps = self._gap_table()
-        out = (gaps.join_asof(blocking, left_on="ts_ns", right_on="b_ts", strategy="backward",
-                              check_sortedness=False)
-               .filter(pl.col("b_end") >= pl.col("ts_ns"))
-               .select("device_id", "ts_ns", "end_ns", "dur_ns", "call_idx"))
-        self._cache["_sync_gaps"] = out
-        return out
+    # -- relations ----------------------------------------------------------------------------
 
-    def _build_gaps(self) -> pl.DataFrame:
-        calls = self.get("calls")
-        gaps = self._gap_table()
-        synced = self._sync_gaps(calls)
-        # The GPU op that ended each gap, and its launching call.
-        gpu = (self.analysis.data.gpu.select("device_id", pl.col("ts_ns").alias("next_ts"), "pid",
-                                             "correlation_id").sort("next_ts"))
-        launch = (gaps.join(synced.select("device_id", "ts_ns", "call_idx"),
-                            on=["device_id", "ts_ns"], how="left")
-                  .join_asof(gpu, left_on="end_ns", right_on="next_ts", by="device_id",
-                             strategy="forward", check_sortedness=False)
-                  .join(calls.select("pid", "correlation_id", pl.col("call_idx").alias("l_idx"))
-                        .filter(pl.col("correlation_id").is_not_null())
-                        .unique(["pid", "correlation_id"]),
-                        on=["pid", "correlation_id"], how="left")
-                  .with_columns(
-                      pl.when(pl.col("call_idx").is_not_null()).then(pl.lit("sync"))
-                      .otherwise(pl.lit("launch")).alias("cause"),
-                      pl.coalesce("call_idx", "l_idx").alias("call_idx"))
-                  .drop("l_idx", "pid", "correlation_id", "next_ts"))
-        site_cols = [c for c in SITE_DOC if c in calls.columns]
-        return launch.join(
-            calls.select("call_idx", "pid", "tid", "api", "correlation_id",
-                         pl.col("ts_ns").alias("call_ts_ns"), *site_cols),
-            on="call_idx", how="left").drop("call_idx")
-
-    def _build_gpu(self) -> pl.DataFrame:
-        from zym.analysis.correlate import attribute_gpu
-
+    def _build_calls(self) -> pl.LazyFrame:
         data = self.analysis.data
-        calls = data.calls.select("pid", "correlation_id", pl.col("ts_ns").alias("call_ts_ns"),
-                                  pl.col("dur_ns").alias("call_dur_ns"), "op_id", "op_shapes",
-                                  "op_dtypes").filter(pl.col("correlation_id").is_not_null()
-                                                      ).unique(["pid", "correlation_id"])
-        gpu = (attribute_gpu(data.calls, _conform(data.gpu, "gpu"))
-               .rename({"size_bytes": "bytes", "call_tid": "tid"})
-               .join(calls, on=["pid", "correlation_id"], how="left")
-               .join(self.sites(), on="stack_id", how="left")
-               .with_columns((pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"), _dtype_expr(),
-                             pl.col("bytes").fill_null(0)))
-        waits = (self.get("gaps").filter(pl.col("cause") == "launch")
-                 .select("device_id", pl.col("end_ns").alias("ts_ns"),
-                         pl.col("dur_ns").alias("launch_wait_ns"))
-                 .unique(["device_id", "ts_ns"]))
-        gpu = gpu.join(waits, on=["device_id", "ts_ns"], how="left", nulls_equal=True)
-        # Several ops starting at the same instant: the wait counts once.
-        first = pl.int_range(pl.len()).over("device_id", "ts_ns") == 0
-        gpu = gpu.with_columns(pl.when(first).then(pl.col("launch_wait_ns")).otherwise(0)
-                               .fill_null(0).alias("launch_wait_ns"))
-        return _with_flops(gpu)
+        gpu = (_conform(data.gpu, "gpu").lazy()
+               .filter((pl.col("kind") != "kernel") & pl.col("correlation_id").is_not_null())
+               .select(_KEY, pl.col("dur_ns").alias("gpu_ns"),
+                       pl.col("copy_kind").alias("g_copy_kind"), "src_mem", "dst_mem",
+                       pl.col("size_bytes").alias("g_bytes"))
+               .unique("_key", keep="any"))
+        is_dtoh = (pl.col("kind") == "copy") & (pl.col("copy_kind") == "DtoH")
+        calls = (self._calls_base()
+                 .join(gpu, on="_key", how="left")
+                 .with_columns(pl.coalesce("copy_kind", "g_copy_kind").alias("copy_kind"),
+                               pl.coalesce("g_bytes", "size_bytes", pl.lit(0)).alias("bytes"),
+                               pl.col("gpu_ns").fill_null(0),
+                               pl.when("blocking").then("dur_ns").otherwise(0).alias("blocked_ns"))
+                 .join(self.sites.lazy().select("stack_id", *EVENT_SITE_COLUMNS),
+                       on="stack_id", how="left")
+                 .sort("pid", "tid", "ts_ns")
+                 .with_columns(is_dtoh.shift(1).over("pid", "tid").fill_null(False)
+                               .alias("follows_dtoh"), _dtype_expr()))
+        calls = self._with_instances(calls)
+        idle = (self.gap_table().lazy().filter(pl.col("block_idx").is_not_null())
+                .group_by(pl.col("block_idx").alias("call_idx"))
+                .agg(pl.col("dur_ns").sum().alias("gpu_idle_ns")))
+        return (calls.join(idle, on="call_idx", how="left")
+                .with_columns(pl.col("gpu_idle_ns").fill_null(0))
+                .drop("_key", "g_copy_kind", "g_bytes", "size_bytes"))
 
-    def _build_windows(self) -> pl.DataFrame:
+    def _with_instances(self, calls: pl.LazyFrame) -> pl.LazyFrame:
+        """``call_instance``: the enclosing call of the user function, per call.
+
+        With spans (Kineto): the start of the user frame's span around the call. Without: a
+        run id (negative): consecutive calls of a thread from one user frame. Without spans,
+        calls that callees make in between (a model forward inside a decode loop) split runs,
+        so per-call counts are then per run.
+        """
+        same = pl.col("user_node") == pl.col("user_node").shift(1).over("pid", "tid")
+        runs = -((~same.fill_null(False)).cast(pl.Int64).cum_sum().over("pid", "tid") + 1)
+        spans = self.analysis.data.spans() if hasattr(self.analysis.data, "spans") else None
+        if spans is None or spans.height == 0:
+            return calls.with_columns(runs.alias("call_instance"))
+        users = self.sites["user_node"].drop_nulls().unique()
+        sp = (spans.lazy().filter(pl.col("stack_id").is_in(users.implode()))
+              .select("pid", "tid", pl.col("stack_id").alias("user_node"),
+                      pl.col("ts_ns").alias("inst_ts"),
+                      (pl.col("ts_ns") + pl.col("dur_ns")).alias("inst_end")).sort("inst_ts"))
+        return (calls.join_asof(sp, left_on="ts_ns", right_on="inst_ts",
+                                by=["pid", "tid", "user_node"], strategy="backward",
+                                check_sortedness=False)
+                .with_columns(pl.coalesce(pl.when(pl.col("inst_end") >= pl.col("ts_ns"))
+                                          .then("inst_ts"), runs).alias("call_instance"))
+                .drop("inst_ts", "inst_end"))
+
+    def _build_gaps(self) -> pl.LazyFrame:
+        gaps = self.gap_table().lazy()
+        base = self._calls_base().select("call_idx", "_key", "pid", "tid", "api",
+                                         "correlation_id", pl.col("ts_ns").alias("call_ts_ns"),
+                                         "stack_id")
+        by_key = gaps.filter(pl.col("block_idx").is_null()).select("next_key").rename(
+            {"next_key": "_key"})
+        launchers = base.join(by_key, on="_key", how="semi").select(
+            pl.col("_key").alias("next_key"), pl.col("call_idx").alias("l_idx"))
+        return (gaps.join(launchers, on="next_key", how="left")
+                .with_columns(pl.when(pl.col("block_idx").is_not_null()).then(pl.lit("sync"))
+                              .otherwise(pl.lit("launch")).alias("cause"),
+                              pl.coalesce("block_idx", "l_idx").alias("call_idx"))
+                .join(base.drop("_key"), on="call_idx", how="left")
+                .join(self.sites.lazy().select("stack_id", *EVENT_SITE_COLUMNS),
+                      on="stack_id", how="left")
+                .drop("l_idx", "block_idx", "next_key", "call_idx"))
+
+    def _build_gpu(self) -> pl.LazyFrame:
+        data = self.analysis.data
+        launch = self._calls_base().select("_key", "tid", pl.col("ts_ns").alias("call_ts_ns"),
+                                           pl.col("dur_ns").alias("call_dur_ns"), "stack_id",
+                                           "api", "op_id", "op_shapes", "op_dtypes")
+        waits = (self.gap_table().lazy().filter(pl.col("block_idx").is_null())
+                 .select(pl.col("next_key").alias("_key"), pl.col("dur_ns").alias("launch_wait_ns"))
+                 .unique("_key", keep="any"))
+        return (_conform(data.gpu, "gpu").lazy().with_columns(_KEY)
+                .join(launch, on="_key", how="inner")
+                .join(self.sites.lazy().select("stack_id", *EVENT_SITE_COLUMNS),
+                      on="stack_id", how="left")
+                .join(waits, on="_key", how="left")
+                .join(self._matmuls().lazy(), on="_key", how="left")
+                .rename({"size_bytes": "bytes"})
+                .with_columns((pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"), _dtype_expr(),
+                              pl.col("bytes").fill_null(0), pl.col("launch_wait_ns").fill_null(0))
+                .drop("_key"))
+
+    def _build_windows(self) -> pl.LazyFrame:
         from zym.analysis.timeline import busy_intervals
 
         data = self.analysis.data
-        starts = pl.concat([data.calls.select("ts_ns"), data.gpu.select("ts_ns")])["ts_ns"]
-        if starts.len() == 0 or data.gpu.height == 0:
-            return pl.DataFrame(schema={"device_id": pl.Int32, "window_index": pl.Int64,
-                                        "ts_ns": pl.Int64, "dur_ns": pl.Int64,
-                                        "end_ns": pl.Int64, "busy_ns": pl.Int64,
-                                        "busy_frac": pl.Float64})
-        t0 = int(starts.min())
+        empty = pl.DataFrame(schema={"device_id": pl.Int32, "window_index": pl.Int64,
+                                     "ts_ns": pl.Int64, "dur_ns": pl.Int64, "end_ns": pl.Int64,
+                                     "busy_ns": pl.Int64, "busy_frac": pl.Float64})
+        if data.gpu.height == 0:
+            return empty.lazy()
+        t0 = min(int(df["ts_ns"].min()) for df in (data.calls, data.gpu) if df.height)
         size = max(self.window_ns // WINDOWS, 1)
         busy = busy_intervals(data.gpu)
         # Split busy intervals at window edges: an interval spans windows [w0, w1].
@@ -332,7 +377,7 @@ class Relations:
                         ((pl.col("w") + 1) * size + t0).alias("end_ns"),
                         pl.col("busy_ns").fill_null(0))
                 .with_columns((pl.col("busy_ns") / pl.col("dur_ns")).alias("busy_frac"))
-                .sort("device_id", "window_index"))
+                .sort("device_id", "window_index").lazy())
 
 
 def _conform(df: pl.DataFrame, table: str) -> pl.DataFrame:
@@ -399,41 +444,34 @@ def site_table(nodes: pl.DataFrame) -> pl.DataFrame:
     return site
 
 
-def _with_flops(gpu: pl.DataFrame) -> pl.DataFrame:
-    """FLOPs and 8-alignment of matmul-family ops (``mm, addmm, bmm, baddbmm``), by shape.
+def _with_flops(calls: pl.DataFrame) -> pl.DataFrame:
+    """FLOPs, intensity and 8-alignment of matmul-family calls from their input shapes.
 
     ``mm [M,K]x[K,N]``, ``addmm (bias, [M,K], [K,N])``, ``bmm [B,M,K]x[B,K,N]``: 2*M*N*K
-    (*B). Other ops (and unparsable shapes) keep null.
+    (*B). Intensity: FLOPs per byte of both inputs and the output. Unparsable shapes: null.
     """
-    is_mm = pl.col("torch_op").is_in(list(_MATMUL_OPS)) & pl.col("op_shapes").is_not_null()
-    mm = gpu.filter(is_mm & (pl.col("kind") == "kernel"))
-    rest = gpu.filter(~(is_mm & (pl.col("kind") == "kernel")))
-    null_cols = [pl.lit(None, pl.Int64).alias("flops"), pl.lit(None, pl.Boolean).alias("dims_aligned8"),
-                 pl.lit(None, pl.Float64).alias("intensity")]
-    if mm.height == 0:
-        return gpu.with_columns(null_cols)
+    nulls = [pl.lit(None, pl.Int64).alias("flops"), pl.lit(None, pl.Boolean).alias("dims_aligned8"),
+             pl.lit(None, pl.Float64).alias("intensity")]
+    if calls.height == 0:
+        return calls.with_columns(nulls)
     try:
-        mm = mm.with_columns(pl.col("op_shapes").str.json_decode(_SHAPES).alias("_s"))
+        mm = calls.with_columns(pl.col("op_shapes").str.json_decode(_SHAPES).alias("_s"),
+                                _dtype_expr())
     except pl.exceptions.PolarsError:  # shapes of an unexpected form: FLOPs stay unknown
-        return gpu.with_columns(null_cols)
+        return calls.with_columns(nulls)
     a_idx = pl.when(pl.col("torch_op").is_in(["aten::addmm", "aten::baddbmm"])).then(1).otherwise(0)
-    mm = mm.with_columns(
-        pl.col("_s").list.get(a_idx, null_on_oob=True).alias("_a"),
-        pl.col("_s").list.get(a_idx + 1, null_on_oob=True).alias("_b"))
-    flops = (2 * pl.col("_a").list.reverse().list.get(1, null_on_oob=True)  # M
-             * pl.col("_a").list.reverse().list.get(0, null_on_oob=True)  # K
-             * pl.col("_b").list.reverse().list.get(0, null_on_oob=True)  # N
-             * pl.when(pl.col("_a").list.len() == 3).then(pl.col("_a").list.get(0, null_on_oob=True))
-             .otherwise(1))
-    size = pl.col("dtype").replace_strict(_ELEMENT_BYTES, default=None, return_dtype=pl.Int64)
+    mm = mm.with_columns(pl.col("_s").list.get(a_idx, null_on_oob=True).alias("_a"),
+                         pl.col("_s").list.get(a_idx + 1, null_on_oob=True).alias("_b"))
     batch = pl.when(pl.col("_a").list.len() == 3).then(pl.col("_a").list.get(0, null_on_oob=True)
                                                        ).otherwise(1)
     m_, k_ = (pl.col("_a").list.reverse().list.get(i, null_on_oob=True) for i in (1, 0))
     n_ = pl.col("_b").list.reverse().list.get(0, null_on_oob=True)
-    mem = batch * (m_ * k_ + k_ * n_ + m_ * n_) * size
+    size = pl.col("dtype").replace_strict(_ELEMENT_BYTES, default=None, return_dtype=pl.Int64)
     aligned = pl.col("_s").list.eval(
         pl.element().list.tail(2).list.eval(pl.element() % 8 == 0).list.all()).list.all()
-    mm = mm.with_columns(flops.cast(pl.Int64).alias("flops"), aligned.alias("dims_aligned8"),
-                         mem.cast(pl.Float64).alias("_mem")).with_columns(
-        (pl.col("flops") / pl.col("_mem")).alias("intensity")).drop("_s", "_a", "_b", "_mem")
-    return pl.concat([mm, rest.with_columns(null_cols)], how="vertical_relaxed")
+    return (mm.with_columns((2 * batch * m_ * k_ * n_).cast(pl.Int64).alias("flops"),
+                            aligned.alias("dims_aligned8"),
+                            (batch * (m_ * k_ + k_ * n_ + m_ * n_) * size).cast(pl.Float64)
+                            .alias("_mem"))
+            .with_columns((pl.col("flops") / pl.col("_mem")).alias("intensity"))
+            .drop("_s", "_a", "_b", "_mem"))
