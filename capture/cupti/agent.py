@@ -211,6 +211,7 @@ class Collector:
         self.stats = {"buffers": 0, "bytes": 0, "dropped": 0, "declined": 0, "errors": [],
                       "callback_ns": 0, "stop_ns": 0}
         self.calibrations: list[list[int]] = []
+        self.enabled_apis: dict[str, dict[int, str]] = {}
         self.stopped = False
         fmt = os.environ.get(ENV_FORMAT, "arrow")
         os.makedirs(out_dir, exist_ok=True)
@@ -323,6 +324,7 @@ class Collector:
                 for cbid, raw in names[domain].items():
                     if API_PATTERN.match(api_name(raw)) and fn(cbid, 1) == 0:
                         enabled[domain][cbid] = raw
+        self.enabled_apis = enabled
         for kind in ENABLED_KINDS:
             self._check(f"enable kind {kind}", L.cuptiActivityEnable(kind))
         flush_ms = int(os.environ.get(ENV_FLUSH_MS, "1000"))
@@ -340,6 +342,24 @@ class Collector:
         }
         self.spool.write("header", json.dumps(header).encode())
         self.spool.write("calib", json.dumps(self.calibrate(64)).encode())
+
+    def pause(self) -> None:
+        """Stop recording (every kind and API callback off) without ending the session."""
+        for kind in ENABLED_KINDS:
+            self.lib.cuptiActivityDisable(kind)
+        self._set_apis(0)
+
+    def resume(self) -> None:
+        """Record again after ``pause``."""
+        self._set_apis(1)
+        for kind in ENABLED_KINDS:
+            self.lib.cuptiActivityEnable(kind)
+
+    def _set_apis(self, on: int) -> None:
+        for domain, fn in (("runtime", self.lib.cuptiActivityEnableRuntimeApi),
+                           ("driver", self.lib.cuptiActivityEnableDriverApi)):
+            for cbid in self.enabled_apis.get(domain, {}):
+                fn(cbid, on)
 
     def _flusher(self, period_s: float) -> None:
         while not self.stopped:

@@ -29,6 +29,9 @@ TARGET = textwrap.dedent("""
         facts["worker_tid"] = threading.get_native_id()
         lib.fake_launch(30)
     t = threading.Thread(target=worker); t.start(); t.join()
+    if sys.argv[1] == "pause":
+        c = sys.modules["_zym_cupti_agent"]._collector
+        c.pause(); lib.fake_launch(1000); c.resume(); lib.fake_launch(7)
     print(json.dumps(facts), flush=True)
     if sys.argv[1] == "crash":
         time.sleep(0.5)              # two flush periods: the records reach the spool
@@ -107,3 +110,10 @@ def test_cupti_only_capture_is_valid_and_analyzable(tmp_path, fake_lib):
     result = analyze(out)
     paths = result.call_paths.paths
     assert paths.filter(pl.col("path_id") == -1)["kernels"].to_list() == [130]
+
+
+def test_pause_and_resume(tmp_path, fake_lib):
+    _, spool_dir = _run(tmp_path, fake_lib, "pause")
+    (path,) = spool_dir.glob("cupti-*.spool")
+    t = decode_spool(read_spool(path))
+    assert t.gpu.height == 130 + 7 and t.api.height == 130 + 7
