@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from zym.schemas import CaptureMeta
+from zym.schemas.meta import CaptureMeta
 from zym.schemas.errors import CaptureError
 
 from . import events
@@ -139,8 +139,7 @@ class Collector:
         if e.what == events.PROC_FORK:
             if thread_group(e.pid) != e.pid or e.pid in self.procs:
                 return     # a new thread (or a child that already exited)
-            parent = self.procs.get(e.ppid)
-            self._add_child(e.pid, parent.interp if parent else None)
+            self._add_child(e.pid, self.procs.get(e.ppid))
         elif e.what == events.PROC_EXEC and e.pid in self.procs:
             self.procs[e.pid] = Tracked(e.pid)     # re-detect the new image
         elif e.what == events.PROC_GATE:
@@ -148,6 +147,7 @@ class Collector:
 
     def _release(self, pid: int) -> None:
         """A process stopped at CUDA init: detect its interpreter now, then let it go."""
+        self.attach_mapped(pid)
         proc = self.procs.get(pid)
         if proc is not None and proc.interp is None and not proc.detect_failed:
             self._try_detect(proc)
@@ -159,13 +159,16 @@ class Collector:
         except ProcessLookupError:
             pass
 
-    def _add_child(self, pid: int, interp: Interpreter | None) -> None:
-        """A forked child runs the parent's interpreter at the same addresses until it execs."""
+    def _add_child(self, pid: int, parent: Tracked | None) -> None:
+        """A forked child runs the parent's interpreter at the same addresses until it execs,
+        so it starts with a copy of the parent's code-object cache: its stacks stay readable
+        even when it exits before zym reads its memory."""
         proc = Tracked(pid)
-        if interp is not None:
-            proc.interp = dataclasses.replace(interp, pid=pid)
+        if parent is not None and parent.interp is not None:
+            proc.interp = dataclasses.replace(parent.interp, pid=pid)
+            cache = dict(parent.symbolizer.cache) if parent.symbolizer else {}
             try:
-                proc.symbolizer = Symbolizer(proc.interp, ProcessMemory(pid))
+                proc.symbolizer = Symbolizer(proc.interp, ProcessMemory(pid), cache)
             except OSError:
                 pass
         self.procs[pid] = proc
@@ -226,28 +229,34 @@ class Collector:
 
 
 _HOLD = ("import os, sys\n"
-         "os.read(int(sys.argv[1]), 1)\n"
+         "os.write(int(sys.argv[1]), b'r')\n"
+         "os.read(int(sys.argv[2]), 1)\n"
          "try:\n"
-         "    os.execvp(sys.argv[2], sys.argv[2:])\n"
+         "    os.execvp(sys.argv[3], sys.argv[3:])\n"
          "except OSError as e:\n"
-         "    sys.exit(f'zym capture: cannot run {sys.argv[2]!r}: {e.strerror}')\n")
+         "    sys.exit(f'zym capture: cannot run {sys.argv[3]!r}: {e.strerror}')\n")
 
 
 def _start_command(command: list[str]) -> tuple[subprocess.Popen, int]:
     """Start ``command`` held just before its exec; returns it and the fd that releases it,
     so it is tracked before it runs its first instruction. The hold is a small Python that
-    waits on a pipe, then execs the command (Popen itself returns only once its child has
-    exec'd, so the wait cannot be in Popen's preexec_fn)."""
-    read_fd, write_fd = os.pipe()
-    hold = [sys.executable, "-c", _HOLD, str(read_fd), *command]
+    says it is ready (its own exec is over, so its exec event cannot be mistaken for the
+    command's), waits on a pipe, then execs the command. (Popen returns once its child has
+    exec'd, so the wait cannot be in Popen's preexec_fn.)"""
+    ready_r, ready_w = os.pipe()
+    go_r, go_w = os.pipe()
+    hold = [sys.executable, "-c", _HOLD, str(ready_w), str(go_r), *command]
     try:
-        popen = subprocess.Popen(hold, pass_fds=(read_fd,))
+        popen = subprocess.Popen(hold, pass_fds=(ready_w, go_r))
     except OSError as e:
-        os.close(write_fd)
+        os.close(go_w)
         raise CaptureError(f"cannot start {command[0]!r}: {e.strerror}") from None
     finally:
-        os.close(read_fd)
-    return popen, write_fd
+        os.close(ready_w)
+        os.close(go_r)
+    os.read(ready_r, 1)
+    os.close(ready_r)
+    return popen, go_w
 
 
 def _attach_to_pid(collector: Collector, pid: int) -> None:
@@ -398,14 +407,19 @@ def _drain(collector: Collector, bpf: BpfProgram) -> None:
 
 def _finish(cfg: CaptureConfig, collector: Collector, meta: CaptureMeta,
             counters: dict[str, int], seconds: float, raw_dir: Path, log: Log) -> CaptureSummary:
-    if not collector.cuda_libraries:
+    if not collector.cuda_libraries and not collector.calls:
         if not cfg.keep_raw:
             _remove_raw(raw_dir)
         what = f"PID {cfg.pid}" if cfg.pid else "the command"
         raise CaptureError(f"no CUDA library (libcuda.so) was mapped by {what} during the "
                            "capture: is it using the GPU? Capture longer, or start the capture "
                            "before the work")
-    tables = finalize(raw_dir, cfg.output, meta)
+    try:
+        tables = finalize(raw_dir, cfg.output, meta)
+    except ImportError as e:    # a lean capture host: finalize elsewhere
+        raise CaptureError(f"cannot finalize here ({e}); the raw capture is kept: run "
+                           f"`zym capture --finalize {raw_dir} -o {cfg.output}` where zym is "
+                           "fully installed") from None
     if not cfg.keep_raw:
         _remove_raw(raw_dir)
     summary = CaptureSummary(cfg.output, tables["call"].height, len(collector.stack_keys),

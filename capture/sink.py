@@ -13,13 +13,14 @@ import json
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import polars as pl
-
-from zym.schemas import CaptureMeta, write_capture
+from zym.schemas.meta import CaptureMeta
 
 from .probes import CUDA_MEMCPY_KIND, PROBES
+
+if TYPE_CHECKING:
+    import polars as pl
 
 FLUSH_ROWS = 8192
 FLUSH_SECONDS = 1.0
@@ -29,13 +30,28 @@ STACK_MISSED = -1     # frames were lost (ring buffer full) or unreadable
 MISSED_FRAME = "[missed user stack]"
 TRUNCATED_FRAME = "[truncated]"
 
-RAW_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
-    "calls": {"pid": pl.Int64, "tid": pl.Int64, "ts_ns": pl.Int64, "dur_ns": pl.Int64,
-              "probe": pl.Int32, "size_arg": pl.UInt64, "stream": pl.UInt64,
-              "copy_arg": pl.UInt64, "stack_key": pl.Int64, "flags": pl.Int32},
-    "frames": {"stack_key": pl.Int64, "depth": pl.Int32, "kind": pl.String,
-               "name": pl.String, "file": pl.String, "line": pl.Int32},
+# Raw stream columns and their Arrow types. Capturing needs pyarrow only: polars is imported
+# when finalizing, so a lean host can capture and another finalize (`zym capture --finalize`).
+RAW_COLUMNS: dict[str, dict[str, str]] = {
+    "calls": {"pid": "int64", "tid": "int64", "ts_ns": "int64", "dur_ns": "int64",
+              "probe": "int32", "size_arg": "uint64", "stream": "uint64",
+              "copy_arg": "uint64", "stack_key": "int64", "flags": "int32"},
+    "frames": {"stack_key": "int64", "depth": "int32", "kind": "string",
+               "name": "string", "file": "string", "line": "int32"},
 }
+
+
+def raw_schema(table: str):  # -> pa.Schema
+    import pyarrow as pa
+
+    return pa.schema([(c, getattr(pa, t)()) for c, t in RAW_COLUMNS[table].items()])
+
+
+def raw_polars_schema(table: str) -> dict[str, pl.DataType]:
+    import polars as pl
+
+    names = {"int64": pl.Int64, "int32": pl.Int32, "uint64": pl.UInt64, "string": pl.String}
+    return {c: names[t] for c, t in RAW_COLUMNS[table].items()}
 
 
 class RawWriter:
@@ -48,14 +64,13 @@ class RawWriter:
         self.dir = raw_dir
         raw_dir.mkdir(parents=True, exist_ok=True)
         self._buffers: dict[str, dict[str, list[Any]]] = {
-            t: {c: [] for c in cols} for t, cols in RAW_SCHEMAS.items()}
-        self._writers = {
-            t: ipc.new_stream(raw_dir / f"{t}.arrow",
-                              pl.DataFrame(schema=cols).to_arrow().schema)
-            for t, cols in RAW_SCHEMAS.items()}
+            t: {c: [] for c in cols} for t, cols in RAW_COLUMNS.items()}
+        self._schemas = {t: raw_schema(t) for t in RAW_COLUMNS}
+        self._writers = {t: ipc.new_stream(raw_dir / f"{t}.arrow", self._schemas[t])
+                         for t in RAW_COLUMNS}
         self._pa = pa
         self._last_flush = time.monotonic()
-        self.rows = {t: 0 for t in RAW_SCHEMAS}
+        self.rows = {t: 0 for t in RAW_COLUMNS}
         self._closed = False
 
     def add(self, table: str, **row: Any) -> None:
@@ -75,9 +90,8 @@ class RawWriter:
             buf = self._buffers[table]
             n = len(next(iter(buf.values())))
             if n:
-                df = pl.DataFrame(buf, schema=RAW_SCHEMAS[table])
-                for batch in df.to_arrow().to_batches():
-                    self._writers[table].write_batch(batch)
+                batch = self._pa.record_batch(list(buf.values()), schema=self._schemas[table])
+                self._writers[table].write_batch(batch)
                 self.rows[table] += n
                 for values in buf.values():
                     values.clear()
@@ -98,6 +112,7 @@ def write_raw_meta(raw_dir: Path, meta: CaptureMeta) -> None:
 
 def read_raw(raw_dir: Path, table: str) -> pl.DataFrame:
     """Every complete batch of one raw stream; a stream cut short by a crash keeps its start."""
+    import polars as pl
     import pyarrow as pa
     import pyarrow.ipc as ipc
 
@@ -112,11 +127,13 @@ def read_raw(raw_dir: Path, table: str) -> pl.DataFrame:
     except (pa.ArrowInvalid, OSError):
         pass    # truncated: keep the batches read so far
     if not batches:
-        return pl.DataFrame(schema=RAW_SCHEMAS[table])
-    return pl.from_arrow(pa.Table.from_batches(batches)).cast(RAW_SCHEMAS[table])
+        return pl.DataFrame(schema=raw_polars_schema(table))
+    return pl.from_arrow(pa.Table.from_batches(batches)).cast(raw_polars_schema(table))
 
 
 def _probe_table() -> pl.DataFrame:
+    import polars as pl
+
     return pl.DataFrame({
         "probe": list(range(len(PROBES))),
         "api": [p.symbol for p in PROBES],
@@ -130,6 +147,8 @@ def _probe_table() -> pl.DataFrame:
 
 def decode_calls(raw: pl.DataFrame) -> pl.DataFrame:
     """Raw call rows -> schema ``call`` columns (plus ``stack_key``), by a join with PROBES."""
+    import polars as pl
+
     copy_arg = pl.col("copy_arg").cast(pl.Int64)
     return raw.join(_probe_table(), on="probe", how="left").select(
         "pid", "tid", "ts_ns", "dur_ns", pl.col("api").alias("name"),
@@ -148,6 +167,8 @@ def decode_calls(raw: pl.DataFrame) -> pl.DataFrame:
 def _path_rows(calls: pl.DataFrame, frames: pl.DataFrame) -> pl.DataFrame:
     """One row per (distinct call path, depth): the Python frames of the call's stack from the
     root, then the API frame. A path is a (stack_key, API name) pair."""
+    import polars as pl
+
     paths = (calls.filter(pl.col("stack_key").is_not_null())
              .select("stack_key", "name").unique().sort("stack_key", "name")
              .with_row_index("path_id"))
@@ -165,6 +186,8 @@ def _build_trie(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Data
 
     One join per depth level, not per row: a node is (parent node, frame), so identical
     prefixes of different paths share their nodes."""
+    import polars as pl
+
     frame_cols = ["kind", "name", "file", "line"]
     frame_table = (rows.select(frame_cols).unique(maintain_order=True)
                    .with_row_index("frame_id").with_columns(pl.col("frame_id").cast(pl.Int64)))
@@ -193,10 +216,12 @@ def _build_trie(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Data
 
 def build_tables(raw_calls: pl.DataFrame, raw_frames: pl.DataFrame) -> dict[str, pl.DataFrame]:
     """Schema-v1 frame, stack and call tables from the raw streams (vectorized)."""
+    import polars as pl
+
     calls = decode_calls(raw_calls)
     frames = pl.concat([raw_frames, pl.DataFrame(
         {"stack_key": [STACK_MISSED], "depth": [0], "kind": ["native"], "name": [MISSED_FRAME],
-         "file": [None], "line": [None]}, schema=RAW_SCHEMAS["frames"])])
+         "file": [None], "line": [None]}, schema=raw_polars_schema("frames"))])
     rows = _path_rows(calls, frames)
     if rows.height == 0:
         return {"call": calls.drop("stack_key")}
@@ -209,8 +234,18 @@ def build_tables(raw_calls: pl.DataFrame, raw_frames: pl.DataFrame) -> dict[str,
     return {"frame": frame_table, "stack": stacks, "call": calls}
 
 
+def read_raw_meta(raw_dir: Path) -> CaptureMeta:
+    path = raw_dir / "meta.json"
+    if not path.exists():   # zym was killed before it could write it
+        return CaptureMeta(producer="zym capture", clock_domain="CLOCK_MONOTONIC",
+                           extra={"note": "finalized from a raw capture without metadata"})
+    return CaptureMeta.from_json(path.read_text())
+
+
 def finalize(raw_dir: Path, output: Path, meta: CaptureMeta) -> dict[str, pl.DataFrame]:
     """Write the capture Parquet from a raw directory; returns the tables written."""
+    from zym.schemas import write_capture
+
     tables = build_tables(read_raw(raw_dir, "calls"), read_raw(raw_dir, "frames"))
     write_capture(output, tables, meta)
     return tables

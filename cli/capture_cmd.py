@@ -29,8 +29,13 @@ def capture(
                                      help="Also probe libcudart, to name calls after the runtime API (cudaLaunchKernel...); costs two more traps per call."),
     keep_raw: bool = typer.Option(False, "--keep-raw", help="Keep the raw Arrow streams next to the output."),
     print_bpf: bool = typer.Option(False, "--print-bpf", help="Print the BPF program with its -D flags and exit."),
+    finalize: Optional[Path] = typer.Option(None, "--finalize", metavar="RAW_DIR",
+                                            help="Write the capture file from a raw directory left by an interrupted or lean-host capture (no root needed)."),
 ) -> None:
     with exit_on_error():
+        if finalize is not None:
+            _finalize(finalize, output)
+            return
         if print_bpf:
             from zym.capture.bpf_loader import printable_program
 
@@ -46,6 +51,18 @@ def capture(
         run_capture(CaptureConfig(output=output, pid=pid, command=command or None,
                                   duration=duration, sample=sample, runtime_api=runtime_api,
                                   keep_raw=keep_raw))
+
+
+def _finalize(raw_dir: Path, output: Optional[Path]) -> None:
+    from zym.capture.sink import finalize, read_raw_meta
+    from zym.schemas.errors import CaptureError
+
+    if not (raw_dir / "calls.arrow").exists():
+        raise CaptureError(f"{raw_dir}: not a raw capture directory (no calls.arrow)")
+    if output is None:
+        output = raw_dir.with_name(raw_dir.name.removesuffix(".raw") or "capture.parquet")
+    tables = finalize(raw_dir, output, read_raw_meta(raw_dir))
+    typer.echo(f"zym: {tables['call'].height} calls -> {output}", err=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -492,6 +492,9 @@ def start_from_env() -> Collector | None:
     except Exception as e:  # noqa: BLE001 - a profiler must not break the program it watches
         sys.stderr.write(f"zym: CUPTI collector not started ({e}); GPU activity is not recorded\n")
         return None
+    if c.stats["errors"]:  # e.g. another CUPTI client (nsys, an attached profiler) holds CUPTI
+        sys.stderr.write(f"zym: CUPTI collector started with errors ({'; '.join(c.stats['errors'][:3])}); "
+                         "GPU activity may be incomplete\n")
     _collector = c
     atexit.register(c.stop, "exit")
     # A forked child shares the spool file but not CUPTI's state: it must not write or stop.

@@ -5,8 +5,8 @@ from __future__ import annotations
 import polars as pl
 
 from zym.capture.probes import PROBES
-from zym.capture.sink import (MISSED_FRAME, RAW_SCHEMAS, STACK_MISSED, STACK_NONE, RawWriter,
-                              build_tables, finalize, read_raw)
+from zym.capture.sink import (MISSED_FRAME, STACK_MISSED, STACK_NONE, RawWriter, build_tables,
+                              finalize, raw_polars_schema, read_raw)
 from zym.schemas import CaptureMeta, open_capture
 
 SLOT = {p.symbol: i for i, p in enumerate(PROBES)}
@@ -25,7 +25,7 @@ def frames(key, *names):
 
 
 RAW_FRAMES = pl.DataFrame(frames(1, "main", "step", "launch") + frames(2, "main", "step", "sync"),
-                          schema=RAW_SCHEMAS["frames"])
+                          schema=raw_polars_schema("frames"))
 RAW_CALLS = pl.DataFrame([
     raw_call("cuLaunchKernel", 1, 100, stream=0x5),
     raw_call("cuLaunchKernel", 1, 200, stream=0x5),
@@ -34,7 +34,7 @@ RAW_CALLS = pl.DataFrame([
     raw_call("cudaMemcpyAsync", STACK_NONE, 500, size=64, copy=2, stream=0x7),
     raw_call("cuMemcpyDtoHAsync_v2", STACK_MISSED, 600, size=8),
     raw_call("cuLaunchKernel", None, 700),          # --sample: not walked
-], schema=RAW_SCHEMAS["calls"])
+], schema=raw_polars_schema("calls"))
 
 
 def paths(tables):

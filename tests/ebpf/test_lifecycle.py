@@ -100,7 +100,7 @@ def test_sigint_leaves_an_analyzable_capture(fake_cuda, tmp_path):
 def test_forked_and_execd_children_are_followed(fake_cuda, tmp_path):
     run = zym_capture(["--", sys.executable, str(WORKLOAD)], tmp_path / "cap.parquet", env={
         "FAKECUDA": "libcuda.so.1", "LD_LIBRARY_PATH": str(fake_cuda), "ITERS": "2",
-        "SYNC_US": "1000", "FORK": "1"})
+        "SYNC_US": "1000", "FORK": "1", "LINGER": "0.3"})
     assert run.rc == 0, run.stderr
     calls = calls_with_stacks(run.output)
     by_pid = Counter(c["pid"] for c in calls)

@@ -62,6 +62,7 @@ def run_children(model):
     pid = os.fork()
     if pid == 0:
         worker(model, 1)  # @fork_child
+        time.sleep(float(os.environ.get("LINGER") or 0))
         os._exit(0)
     os.waitpid(pid, 0)
     env = {**os.environ, "FORK": "", "ITERS": "1", "GO_FILE": ""}

@@ -1,0 +1,179 @@
+"""The GPU side inside `zym capture`: one call, ``capture_with_gpu(cfg)``, in place of
+``zym.capture.session.run_capture(cfg)``.
+
+* started command: the command inherits the CUPTI bootstrap (``target_env``) while the eBPF
+  session runs; when it ends, ``add_gpu`` joins the eBPF calls of the written capture to CUPTI's
+  records and rewrites the file (atomically) with the GPU work;
+* no eBPF here (not root, no BTF, no BCC): the command runs under CUPTI alone, and the capture
+  has GPU work and API calls without Python stacks (said on the console);
+* ``--pid``: CUPTI starts inside a process at its start, so attaching gives the CPU side only
+  (said on the console).
+
+Spools go to ``<output>.cupti/`` (removed after a successful merge unless ``keep_raw``), beside
+the eBPF session's ``<output>.raw/``.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+
+from zym.schemas import CaptureError, CaptureMeta, open_capture, write_capture
+
+from . import target_env
+from .finalize import SPOOL_GLOB, merge_gpu
+
+Log = Callable[[str], None]
+STOP_WAIT_S = 3.0
+
+
+def _log(msg: str) -> None:
+    print(f"zym: {msg}", file=sys.stderr)
+
+
+def spool_dir_for(output: Path) -> Path:
+    return Path(output).with_name(Path(output).name + ".cupti")
+
+
+def capture_with_gpu(cfg, log: Log | None = None):
+    """``run_capture(cfg)`` plus the GPU side (see module doc); returns the session's summary,
+    or None for a CUPTI-only capture."""
+    from zym.capture.bpf_loader import check_environment
+    from zym.capture.session import run_capture
+
+    log = log or _log
+    if cfg.pid is not None:
+        log("attached to a running process: CPU side only (CUPTI can only start with the "
+            "process; start it under zym capture for GPU times)")
+        return run_capture(cfg)
+    spool = _fresh(spool_dir_for(cfg.output))
+    try:
+        check_environment()
+    except CaptureError as e:
+        log(f"eBPF unavailable ({e}); recording the GPU side only, without Python stacks")
+        run_cupti_only(cfg.command, cfg.output, duration=cfg.duration, keep_spool=cfg.keep_raw,
+                       log=log)
+        return None
+    with _environment(target_env(spool, {})):
+        summary = run_capture(cfg)
+    _stop_stragglers(getattr(summary, "pids", []), spool)
+    add_gpu(cfg.output, spool, log)
+    if not cfg.keep_raw:
+        shutil.rmtree(spool, ignore_errors=True)
+    return summary
+
+
+def add_gpu(output: Path, spool: Path, log: Log | None = None) -> CaptureMeta:
+    """Join the calls of the capture at ``output`` to the CUPTI spools in ``spool`` and
+    rewrite it with the GPU work (works on captures finalized elsewhere, too)."""
+    log = log or _log
+    cap = open_capture(output)
+    tables = {t: cap.load(t) for t in ("frame", "stack", "span", "call")}
+    meta = cap.meta
+    if not any(Path(spool).glob(SPOOL_GLOB)):
+        log(f"no CUPTI spool in {spool}: the capture has no GPU side (was the command a Python "
+            "program that used CUDA?)")
+        return meta
+    merged = merge_gpu(tables, spool, meta)
+    write_capture(output, merged, meta)
+    log(summary_line(output, meta))
+    return meta
+
+
+def run_cupti_only(command: list[str], output: Path, duration: float | None = None,
+                   keep_spool: bool = False, log: Log | None = None) -> CaptureMeta:
+    """Run ``command`` under the CUPTI collector alone and write ``output``."""
+    from .finalize import finalize_capture
+
+    log = log or _log
+    spool = _fresh(spool_dir_for(output))
+    try:
+        proc = subprocess.Popen(command, env=target_env(spool))
+    except OSError as e:
+        raise CaptureError(f"cannot start {command[0]!r}: {e.strerror}") from None
+    try:
+        proc.wait(timeout=duration)
+    except subprocess.TimeoutExpired:  # --duration: interrupt it, as the eBPF session does
+        _interrupt(proc)
+    except KeyboardInterrupt:
+        _interrupt(proc)
+    _stop_stragglers([proc.pid] if proc.poll() is None else [], spool)
+    path, meta = finalize_capture(spool, output,
+                                  meta=CaptureMeta(producer="zym capture (CUPTI only)",
+                                                   source=" ".join(command)))
+    log(summary_line(path, meta))
+    if not keep_spool:
+        shutil.rmtree(spool, ignore_errors=True)
+    return meta
+
+
+def summary_line(path: Path, meta: CaptureMeta) -> str:
+    c = meta.extra.get("cupti", {})
+    cov, join = c.get("stack_coverage", {}), c.get("join", {})
+    fits = c.get("clock_fit", {}).values()
+    err = max((f.get("max_residual_ns", 0) for f in fits), default=0)
+    dropped = meta.dropped.get("cupti", 0)
+    return (f"GPU: {cov.get('gpu_ops', 0)} kernels/copies/memsets, "
+            f"{cov.get('gpu_time_with_stack_pct', 0.0)}% of GPU time with its Python stack; "
+            f"{join.get('ebpf_matched_pct', 0.0)}% of eBPF calls matched a CUPTI record; "
+            f"clock fit residual {err:.0f} ns" + (f"; CUPTI LOST {dropped} records" if dropped else "")
+            + f"\nnext: zym analyze {path}")
+
+
+def _fresh(spool: Path) -> Path:
+    if spool.exists():
+        shutil.rmtree(spool)
+    spool.mkdir(parents=True)
+    return spool
+
+
+@contextmanager
+def _environment(updates: dict[str, str]):
+    """Children started inside inherit ``updates`` (zym's own interpreter is unaffected)."""
+    saved = {k: os.environ.get(k) for k in updates}
+    os.environ.update(updates)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _interrupt(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=STOP_WAIT_S)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _stop_stragglers(pids: list[int], spool: Path) -> None:
+    """Processes still running when the capture ends get SIGUSR2 (the agent's stop: flush,
+    kernel names, footer) and a moment to write their footer."""
+    live = []
+    for pid in pids:
+        if (spool / f"cupti-{pid}.spool").exists():
+            try:
+                os.kill(pid, signal.SIGUSR2)
+                live.append(pid)
+            except (ProcessLookupError, PermissionError):
+                pass
+    deadline = time.monotonic() + STOP_WAIT_S
+    while live and time.monotonic() < deadline:
+        time.sleep(0.05)
+        live = [p for p in live if not _has_footer(spool / f"cupti-{p}.spool")]
+
+
+def _has_footer(path: Path) -> bool:
+    from .agent import read_chunks
+
+    return any(kind == "footer" for kind, _, _ in read_chunks(str(path)))
