@@ -57,7 +57,7 @@ def nesting_violations(events: pl.DataFrame) -> np.ndarray:
     r = events["row"].to_numpy()[keep].astype(np.int64)
     if len(g) == 0:
         return np.zeros(0, np.int64)
-    o = np.argsort(g, kind="stable")
+    o = _stable_argsort(g)
     g, t, r = g[o], t[o], r[o]
     step = np.where(t == BEGIN, 1, -1)
     running = np.cumsum(step)
@@ -67,7 +67,7 @@ def nesting_violations(events: pl.DataFrame) -> np.ndarray:
     level = np.where(t == BEGIN, depth, depth + 1)
     width = int(level.max()) + 2
     key = g * width + level
-    o = np.argsort(key, kind="stable")
+    o = _stable_argsort(key)
     key, t, r = key[o], t[o], r[o]
     run_start = np.r_[0, np.flatnonzero(np.diff(key)) + 1]
     pos = np.arange(len(key)) - np.repeat(run_start, np.diff(np.r_[run_start, len(key)]))
@@ -76,20 +76,32 @@ def nesting_violations(events: pl.DataFrame) -> np.ndarray:
     return np.unique(key[bad] // width)
 
 
+def _stable_argsort(keys: np.ndarray) -> np.ndarray:
+    """Stable argsort of non-negative ints; numpy radix-sorts 16-bit keys in linear time."""
+    if len(keys) and keys.max() < 1 << 16:
+        return np.argsort(keys.astype(np.uint16), kind="stable")
+    return np.argsort(keys, kind="stable")
+
+
 def lanes_for(iv: pl.DataFrame, groups) -> pl.DataFrame:
     """``row, lane`` for the intervals of ``iv`` in ``groups``: each interval, in begin order,
-    on the first lane where it nests inside the open slices."""
-    rows, lanes = [], []
-    ordered = begin_order(iv.filter(pl.col("group").is_in(pl.Series(list(groups)).implode())))
-    current = None
-    stacks: list[list[int]] = []
-    for group, row, start, end in ordered.select("group", "row", "ts_ns", "end_ns").iter_rows():
-        if group != current:
-            current, stacks = group, []
-        rows.append(row)
-        lanes.append(_first_fit(stacks, start, end))
-    return pl.DataFrame({"row": rows, "lane": lanes},
-                        schema={"row": iv.schema["row"], "lane": pl.Int32})
+    on the first lane where it nests inside the open slices.
+
+    A group is first cut into segments where everything before has ended; segments that nest
+    stay on lane 0 wholesale, and only the others take the sequential first-fit pass."""
+    sub = begin_order(iv.filter(pl.col("group").is_in(pl.Series(list(groups)).implode())))
+    opened = pl.col("ts_ns") < pl.col("end_ns").cum_max().shift(1).over("group")
+    sub = sub.with_columns((~opened.fill_null(False)).cum_sum().alias("segment"))
+    segments = sub.select(pl.col("segment").alias("group"), "row", "ts_ns", "end_ns")
+    bad = nesting_violations(ordered_events(segments))
+    bad_rows = sub.filter(pl.col("segment").is_in(pl.Series(bad.tolist(), dtype=pl.UInt32)
+                                                  .implode()))
+    fine = sub.filter(~pl.col("row").is_in(bad_rows["row"].implode())).select(
+        "row", pl.lit(0, pl.Int32).alias("lane"))
+    lanes = _first_fit_lanes(bad_rows["segment"].to_numpy(), bad_rows["ts_ns"].to_numpy(),
+                             bad_rows["end_ns"].to_numpy())
+    fixed = pl.DataFrame({"row": bad_rows["row"], "lane": pl.Series(lanes, dtype=pl.Int32)})
+    return pl.concat([fine, fixed]).cast({"row": iv.schema["row"]})
 
 
 def assign_lanes(iv: pl.DataFrame) -> pl.DataFrame:
@@ -102,15 +114,27 @@ def assign_lanes(iv: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([good, lanes_for(iv, bad.tolist())]) if len(bad) else good
 
 
-def _first_fit(stacks: list[list[int]], start: int, end: int) -> int:
-    """Push ``[start, end]`` on the first lane where it nests; a new lane when none fits."""
-    if end == start:
-        return 0  # an instant never breaks nesting
-    for lane, stack in enumerate(stacks):
-        while stack and stack[-1] <= start:
-            stack.pop()
-        if not stack or end <= stack[-1]:
-            stack.append(end)
-            return lane
-    stacks.append([end])
-    return len(stacks) - 1
+def _first_fit_lanes(groups, starts, ends) -> list[int]:
+    """For intervals in begin order: the first lane (per group) where each nests inside the
+    open slices, pushing it there; a new lane when none fits. Zero-length ones stay on lane 0
+    (they are written as instants)."""
+    out = []
+    current = None
+    stacks: list[list[int]] = []
+    for group, start, end in zip(groups.tolist(), starts.tolist(), ends.tolist()):
+        if group != current:
+            current, stacks = group, []
+        if end == start:
+            out.append(0)
+            continue
+        for lane, stack in enumerate(stacks):
+            while stack and stack[-1] <= start:
+                stack.pop()
+            if not stack or end <= stack[-1]:
+                stack.append(end)
+                out.append(lane)
+                break
+        else:
+            stacks.append([end])
+            out.append(len(stacks) - 1)
+    return out

@@ -138,11 +138,26 @@ def _write_key(buf: np.ndarray, pos: np.ndarray, key: bytes) -> None:
 
 
 def _write_varints(buf: np.ndarray, pos: np.ndarray, v: np.ndarray, n: np.ndarray) -> None:
-    for k in range(int(n.max()) if len(n) else 0):
-        m = n > k
-        byte = ((v[m] >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
-        byte |= np.where(n[m] > k + 1, np.uint8(0x80), np.uint8(0))
-        buf[pos[m] + k] = byte
+    if not len(n):
+        return
+    lo, hi = int(n.min()), int(n.max())
+    if lo == hi:  # one size for all (timestamps, small ids): no masks
+        for k in range(hi):
+            byte = ((v >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
+            buf[pos + k] = byte | np.uint8(0x80) if k < hi - 1 else byte
+        return
+    for k in range(hi):
+        if k < lo:  # every value has this byte: no mask
+            vk, nk, pk = v, n, pos
+        else:
+            m = n > k
+            vk, nk, pk = v[m], n[m], pos[m]
+        byte = ((vk >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
+        if k < lo - 1:
+            byte |= np.uint8(0x80)
+        else:
+            byte |= np.where(nk > k + 1, np.uint8(0x80), np.uint8(0))
+        buf[pk + k] = byte
 
 
 class Varint(Field):

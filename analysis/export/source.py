@@ -79,45 +79,62 @@ def _load_spans(path: Path) -> pl.DataFrame:
     return _conformed("span", spans)
 
 
+MIN_RUN_CALLS = 2  # a reconstructed span covers at least this many consecutive calls
+
+
 def spans_from_call_stacks(calls: pl.DataFrame, stacks: pl.DataFrame,
                            frames: pl.DataFrame) -> pl.DataFrame:
     """CPU spans rebuilt from the stacks of consecutive CUDA calls on a thread (eBPF captures).
 
     A frame is taken to run from the first to the last of an unbroken run of calls whose stacks
-    pass through the same trie node (same node means same frame with the same callers). The
-    call's own API frame (the leaf) is left out: the call is its own slice.
+    pass through the same trie node (same node: same frame with the same callers). Runs of a
+    single call are left out: that frame is already on the call's callstack, and keeping them
+    would add one span per frame per call. The call's own API frame is the call's own slice.
+    Work is one pass per stack depth over the calls, so memory stays at the size of the calls.
     """
     chain = _ancestors(stacks)  # stack_id, node, depth: every node on the path of a stack
-    leaf_api = stacks.join(frames.select("frame_id", "kind"), on="frame_id").filter(
-        pl.col("kind") == "cuda_api").select("stack_id")
+    api_nodes = stacks.join(frames.select("frame_id", "kind"), on="frame_id").filter(
+        pl.col("kind") == "cuda_api")["stack_id"]
+    chain = chain.filter(~pl.col("node").is_in(api_nodes.implode()))
     c = (calls.filter(pl.col("stack_id").is_not_null())
          .sort("pid", "tid", "ts_ns").with_row_index("seq")
          .select("seq", "pid", "tid", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"),
                  "stack_id"))
-    rows = (c.join(chain, on="stack_id").join(leaf_api.rename({"stack_id": "node"}), on="node",
-                                              how="anti")
-            .sort("pid", "tid", "depth", "seq"))
-    new_run = ((pl.col("node") != pl.col("node").shift(1))
-               | (pl.col("seq") != pl.col("seq").shift(1) + 1)).fill_null(True)
-    runs = (rows.with_columns(new_run.cum_sum().over("pid", "tid", "depth").alias("run"))
-            .group_by("pid", "tid", "depth", "run")
-            .agg(pl.col("node").first(), pl.col("ts_ns").min(), pl.col("end").max()))
-    spans = runs.select("pid", "tid", "ts_ns", (pl.col("end") - pl.col("ts_ns")).alias("dur_ns"),
-                        pl.col("node").alias("stack_id")).sort("pid", "tid", "ts_ns")
+    out = []
+    for depth in range(int(chain["depth"].max()) + 1 if chain.height else 0):
+        at = chain.filter(pl.col("depth") == depth).select("stack_id", "node")
+        level = c.join(at, on="stack_id", how="inner", maintain_order="left")
+        if level.height == 0:
+            continue
+        new_run = ((pl.col("node") != pl.col("node").shift(1))
+                   | (pl.col("seq") != pl.col("seq").shift(1) + 1)
+                   | (pl.col("tid") != pl.col("tid").shift(1))
+                   | (pl.col("pid") != pl.col("pid").shift(1))).fill_null(True)
+        runs = (level.with_columns(new_run.cum_sum().alias("run"))
+                .group_by("run").agg(pl.col("pid").first(), pl.col("tid").first(),
+                                     pl.col("node").first(), pl.col("ts_ns").min(),
+                                     pl.col("end").max(), pl.len().alias("calls"))
+                .filter(pl.col("calls") >= MIN_RUN_CALLS))
+        out.append(runs.select("pid", "tid", "ts_ns",
+                               (pl.col("end") - pl.col("ts_ns")).alias("dur_ns"),
+                               pl.col("node").alias("stack_id")))
+    spans = (pl.concat(out) if out else pl.DataFrame(
+        schema={"pid": pl.Int64, "tid": pl.Int64, "ts_ns": pl.Int64, "dur_ns": pl.Int64,
+                "stack_id": pl.Int64})).sort("pid", "tid", "ts_ns")
     return _conformed("span", spans)
 
 
 def _ancestors(stacks: pl.DataFrame) -> pl.DataFrame:
     """``stack_id, node, depth`` for every node on the root path of every stack, one join per
-    level."""
+    level (the trie is small: distinct stacks, not events)."""
     cur = stacks.select("stack_id", pl.col("stack_id").alias("node"), "depth", "parent_id")
     out = [cur.select("stack_id", "node", "depth")]
     parents = stacks.select(pl.col("stack_id").alias("parent_id"), pl.col("parent_id").alias("pp"),
                             pl.col("depth").alias("pdepth"))
     while cur.height:
         cur = (cur.filter(pl.col("parent_id").is_not_null()).join(parents, on="parent_id")
-               .select("stack_id", pl.col("parent_id").alias("node"), pl.col("pdepth").alias("depth"),
-                       pl.col("pp").alias("parent_id")))
+               .select("stack_id", pl.col("parent_id").alias("node"),
+                       pl.col("pdepth").alias("depth"), pl.col("pp").alias("parent_id")))
         out.append(cur.select("stack_id", "node", "depth"))
     return pl.concat(out)
 
