@@ -55,20 +55,25 @@ def raw_polars_schema(table: str) -> dict[str, pl.DataType]:
 
 
 class RawWriter:
-    """Column buffers for calls and frames, flushed as Arrow IPC stream batches."""
+    """Column buffers for calls and frames, flushed as Arrow IPC stream batches (or, on a
+    host without pyarrow, as JSON lines that ``read_raw`` reads the same way)."""
 
     def __init__(self, raw_dir: Path) -> None:
-        import pyarrow as pa
-        import pyarrow.ipc as ipc
-
         self.dir = raw_dir
         raw_dir.mkdir(parents=True, exist_ok=True)
         self._buffers: dict[str, dict[str, list[Any]]] = {
             t: {c: [] for c in cols} for t, cols in RAW_COLUMNS.items()}
-        self._schemas = {t: raw_schema(t) for t in RAW_COLUMNS}
-        self._writers = {t: ipc.new_stream(raw_dir / f"{t}.arrow", self._schemas[t])
-                         for t in RAW_COLUMNS}
-        self._pa = pa
+        try:
+            import pyarrow as pa
+            import pyarrow.ipc as ipc
+        except ImportError:
+            self._pa = None
+            self._writers = {t: open(raw_dir / f"{t}.jsonl", "w") for t in RAW_COLUMNS}
+        else:
+            self._pa = pa
+            self._schemas = {t: raw_schema(t) for t in RAW_COLUMNS}
+            self._writers = {t: ipc.new_stream(raw_dir / f"{t}.arrow", self._schemas[t])
+                             for t in RAW_COLUMNS}
         self._last_flush = time.monotonic()
         self.rows = {t: 0 for t in RAW_COLUMNS}
         self._closed = False
@@ -89,7 +94,11 @@ class RawWriter:
         for table in ("frames", "calls"):
             buf = self._buffers[table]
             n = len(next(iter(buf.values())))
-            if n:
+            if n and self._pa is None:
+                rows = (dict(zip(buf, values)) for values in zip(*buf.values()))
+                self._writers[table].write("".join(json.dumps(r) + "\n" for r in rows))
+                self._writers[table].flush()
+            elif n:
                 batch = self._pa.record_batch(list(buf.values()), schema=self._schemas[table])
                 self._writers[table].write_batch(batch)
                 self.rows[table] += n
@@ -116,6 +125,10 @@ def read_raw(raw_dir: Path, table: str) -> pl.DataFrame:
     import pyarrow as pa
     import pyarrow.ipc as ipc
 
+    jsonl = raw_dir / f"{table}.jsonl"
+    if jsonl.exists():      # written on a host without pyarrow; a cut last line is dropped
+        lines = [ln for ln in jsonl.read_text().splitlines() if ln.endswith("}")]
+        return pl.DataFrame([json.loads(ln) for ln in lines], schema=raw_polars_schema(table))
     batches = []
     try:
         with ipc.open_stream(raw_dir / f"{table}.arrow") as reader:

@@ -57,7 +57,7 @@ def _finalize(raw_dir: Path, output: Optional[Path]) -> None:
     from zym.capture.sink import finalize, read_raw_meta
     from zym.schemas.errors import CaptureError
 
-    if not (raw_dir / "calls.arrow").exists():
+    if not any((raw_dir / f"calls.{ext}").exists() for ext in ("arrow", "jsonl")):
         raise CaptureError(f"{raw_dir}: not a raw capture directory (no calls.arrow)")
     if output is None:
         output = raw_dir.with_name(raw_dir.name.removesuffix(".raw") or "capture.parquet")

@@ -111,3 +111,25 @@ def test_a_stream_cut_mid_batch_keeps_the_complete_batches(tmp_path):
     data = path.read_bytes()
     path.write_bytes(data[:len(data) - 200])     # a crash in the middle of the last batch
     assert read_raw(raw, "calls").height == 2 * RAW_CALLS.height
+
+
+def test_json_lines_fallback_reads_back_the_same(tmp_path, monkeypatch):
+    """A capture host without pyarrow writes JSON lines; finalizing reads them alike."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_pyarrow(name, *args, **kwargs):
+        if name.startswith("pyarrow"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    raw = tmp_path / "raw"
+    monkeypatch.setattr(builtins, "__import__", no_pyarrow)
+    w = RawWriter(raw)
+    for row in RAW_CALLS.iter_rows(named=True):
+        w.add("calls", **row)
+    w.close()
+    monkeypatch.undo()
+    assert (raw / "calls.jsonl").exists() and not (raw / "calls.arrow").exists()
+    assert read_raw(raw, "calls").equals(RAW_CALLS)
