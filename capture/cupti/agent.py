@@ -478,6 +478,45 @@ def read_activity_chunks(path: str):
 
 
 _collector: Collector | None = None
+ENV_EAGER = "ZYM_CUPTI_EAGER"        # "1": start at interpreter start, not at the first CUDA import
+# Importing one of these starts the collector (before the module runs, so before any CUDA call);
+# Python processes that never import one (launchers, zym's own exec hold, tool subprocesses) never
+# load CUPTI.
+TRIGGER_MODULES = frozenset({
+    "torch", "cupy", "jax", "jaxlib", "tensorflow", "numba", "cuda", "pycuda", "tensorrt",
+    "triton", "onnxruntime", "paddle", "mxnet", "cudf", "cuml", "vllm", "sglang"})
+
+
+class _StartOnImport:
+    """A meta-path finder that starts the collector when a CUDA framework is first imported,
+    then steps aside (it never finds anything itself)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in TRIGGER_MODULES:
+            _remove_hook()
+            start_from_env()
+        return None
+
+
+_hook = _StartOnImport()
+
+
+def _remove_hook() -> None:
+    try:
+        sys.meta_path.remove(_hook)
+    except ValueError:
+        pass
+
+
+def install() -> None:
+    """Called by the bootstrap: start now (``$ZYM_CUPTI_EAGER=1``, or a trigger module is
+    already imported), else at the first import of a CUDA framework."""
+    if not os.environ.get(ENV_DIR):
+        return
+    if os.environ.get(ENV_EAGER) == "1" or TRIGGER_MODULES & set(sys.modules):
+        start_from_env()
+    elif _hook not in sys.meta_path:
+        sys.meta_path.insert(0, _hook)
 
 
 def start_from_env() -> Collector | None:

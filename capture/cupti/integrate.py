@@ -60,7 +60,8 @@ def capture_with_gpu(cfg, log: Log | None = None):
         run_cupti_only(cfg.command, cfg.output, duration=cfg.duration, keep_spool=cfg.keep_raw,
                        log=log)
         return None
-    with _environment(target_env(spool, {})):
+    env = target_env(spool)
+    with _environment({k: env[k] for k in ("PYTHONPATH", "ZYM_CUPTI_DIR")}):
         summary = run_capture(cfg)
     _stop_stragglers(getattr(summary, "pids", []), spool)
     add_gpu(cfg.output, spool, log)
@@ -161,7 +162,8 @@ def _stop_stragglers(pids: list[int], spool: Path) -> None:
     kernel names, footer) and a moment to write their footer."""
     live = []
     for pid in pids:
-        if (spool / f"cupti-{pid}.spool").exists():
+        path = spool / f"cupti-{pid}.spool"
+        if path.exists() and not _has_footer(path) and _runs_agent(pid, spool):
             try:
                 os.kill(pid, signal.SIGUSR2)
                 live.append(pid)
@@ -177,3 +179,12 @@ def _has_footer(path: Path) -> bool:
     from .agent import read_chunks
 
     return any(kind == "footer" for kind, _, _ in read_chunks(str(path)))
+
+
+def _runs_agent(pid: int, spool: Path) -> bool:
+    """``pid`` is alive and is the process that writes to ``spool`` (not a reused pid)."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    return f"ZYM_CUPTI_DIR={spool}".encode() in environ.split(b"\0")

@@ -52,7 +52,8 @@ def fake_lib(tmp_path_factory) -> Path:
 
 def _run(tmp_path: Path, lib: Path, mode: str) -> tuple[dict, Path]:
     spool = tmp_path / "spool"
-    env = target_env(spool) | {"ZYM_CUPTI_LIB": str(lib), "ZYM_CUPTI_FLUSH_MS": "200"}
+    env = target_env(spool) | {"ZYM_CUPTI_LIB": str(lib), "ZYM_CUPTI_FLUSH_MS": "200",
+                               "ZYM_CUPTI_EAGER": "1"}
     script = tmp_path / "target.py"
     script.write_text(TARGET)
     proc = subprocess.run([sys.executable, str(script), mode], env=env, capture_output=True,
@@ -117,3 +118,22 @@ def test_pause_and_resume(tmp_path, fake_lib):
     (path,) = spool_dir.glob("cupti-*.spool")
     t = decode_spool(read_spool(path))
     assert t.gpu.height == 130 + 7 and t.api.height == 130 + 7
+
+
+def test_collector_starts_at_the_first_cuda_framework_import(tmp_path, fake_lib):
+    fake_torch = tmp_path / "mods" / "torch"
+    fake_torch.mkdir(parents=True)
+    (fake_torch / "__init__.py").write_text(
+        "import sys\nSTARTED = sys.modules['_zym_cupti_agent']._collector is not None\n")
+    env = target_env(tmp_path / "spool") | {"ZYM_CUPTI_LIB": str(fake_lib)}
+    env["PYTHONPATH"] += f":{tmp_path / 'mods'}"
+    code = ("import sys; a = sys.modules['_zym_cupti_agent']; before = a._collector is None; "
+            "import json; import torch; print(json.dumps([before, torch.STARTED]))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert json.loads(out.stdout) == [True, True], out.stderr
+    # a Python process that imports no CUDA framework never loads CUPTI
+    out = subprocess.run([sys.executable, "-c", "import json"], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0
+    assert len(list((tmp_path / "spool").glob("cupti-*.spool"))) == 1

@@ -15,7 +15,7 @@ def _zym_start():
         agent = importlib.util.module_from_spec(spec)
         sys.modules["_zym_cupti_agent"] = agent
         spec.loader.exec_module(agent)
-        agent.start_from_env()
+        agent.install()  # starts at the first import of torch/cupy/jax/... (or now: ZYM_CUPTI_EAGER=1)
     rest = [p for p in sys.path if os.path.abspath(p or ".") != here]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
     if spec is not None and spec.origin != __file__:

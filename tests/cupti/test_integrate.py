@@ -1,0 +1,140 @@
+"""`zym capture`'s GPU side: merging into an eBPF capture file, and the CUPTI-only fallback."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import cupti_builder as b
+from cupti_world import make_world
+from zym.analysis import analyze
+from zym.capture.cupti import integrate
+from zym.schemas import CaptureError, CaptureMeta, open_capture, write_capture
+
+OFFSET = 1_795_941_770_251_820_603  # CUPTI counts from the epoch, as on the H200
+
+
+def _ebpf_capture(path: Path, world) -> None:
+    """What the eBPF session writes: frames, stacks, calls (stacks 7000.. -> one frame each)."""
+    stack_ids = sorted(world.calls["stack_id"].unique().to_list())
+    frames = pl.DataFrame({"frame_id": list(range(len(stack_ids))), "kind": ["python"] * len(stack_ids),
+                           "name": [f"f{s}" for s in stack_ids], "file": ["serve.py"] * len(stack_ids),
+                           "line": [s % 1000 + 10 for s in stack_ids]})
+    stacks = pl.DataFrame({"stack_id": stack_ids, "parent_id": [None] * len(stack_ids),
+                           "frame_id": list(range(len(stack_ids))), "depth": [0] * len(stack_ids)})
+    write_capture(path, {"frame": frames, "stack": stacks, "call": world.calls},
+                  CaptureMeta(producer="zym capture", clock_domain="CLOCK_MONOTONIC"))
+
+
+def _spool(spool_dir: Path, world) -> None:
+    """The CUPTI side of the same world, in CUPTI's clock."""
+    cbid = {"cudaLaunchKernel": 211, "cudaMemcpyAsync": 41, "cudaStreamSynchronize": 131,
+            "cudaMemsetAsync": 51, "cudaGraphLaunch": 311}
+    recs = []
+    for r in world.api.iter_rows(named=True):
+        recs.append(b.api(r["ts_ns"] + OFFSET, r["ts_ns"] + r["dur_ns"] + OFFSET, r["tid"],
+                          r["correlation_id"], cbid[r["name"]], pid=r["pid"]))
+    for g in world.gpu.iter_rows(named=True):
+        s, e, c = g["ts_ns"] + OFFSET, g["ts_ns"] + g["dur_ns"] + OFFSET, g["correlation_id"]
+        recs.append({"kernel": lambda: b.kernel(s, e, c, name_ptr=0x10),
+                     "copy": lambda: b.memcpy(s, e, c, 4096),
+                     "memset": lambda: b.memset(s, e, c, 64),
+                     "sync": lambda: b.sync(s, e, c)}[g["kind"]]())
+    t0 = int(world.api["ts_ns"].min())
+    calib = [[t0 + i * 10**9, t0 + i * 10**9 + OFFSET, 500] for i in range(-2, 3)]
+    spool_dir.mkdir(parents=True, exist_ok=True)
+    b.write_spool(spool_dir / "cupti-100.spool", [b"".join(recs)], calib,
+                  names={0x10: "_ZN2at6native6kernelEv"})
+
+
+def test_add_gpu_joins_an_ebpf_capture_in_place(tmp_path):
+    w = make_world({7: ["launch", "copy", "sync", "memset", "launch"] * 8, 8: ["launch"] * 10})
+    out = tmp_path / "trace.parquet"
+    _ebpf_capture(out, w)
+    _spool(tmp_path / "trace.parquet.cupti", w)
+    logs = []
+    meta = integrate.add_gpu(out, tmp_path / "trace.parquet.cupti", logs.append)
+    cap = open_capture(out)
+    calls, gpu = cap.load("call"), cap.load("gpu")
+    assert calls.height == w.calls.height and calls["correlation_id"].null_count() == 0
+    assert gpu.height == w.gpu.height
+    assert gpu.filter(pl.col("kind") == "kernel")["name"].unique().to_list() == ["at::native::kernel()"]
+    assert meta.extra["cupti"]["stack_coverage"]["gpu_time_with_stack_pct"] == 100.0
+    assert cap.meta.clock_domain == "CLOCK_MONOTONIC" and cap.load("frame").height > 0
+    assert "100.0% of GPU time with its Python stack" in logs[0] and "zym analyze" in logs[0]
+    result = analyze(out)
+    assert result.call_paths.paths.filter(pl.col("path_id") == -1).height == 0
+
+
+def test_add_gpu_without_spools_keeps_the_capture(tmp_path):
+    w = make_world({7: ["launch"] * 3})
+    out = tmp_path / "trace.parquet"
+    _ebpf_capture(out, w)
+    (tmp_path / "empty").mkdir()
+    logs = []
+    integrate.add_gpu(out, tmp_path / "empty", logs.append)
+    assert "no CUPTI spool" in logs[0]
+    assert open_capture(out).load("gpu").height == 0
+
+
+@pytest.fixture
+def fake_env(monkeypatch, tmp_path):
+    import shutil
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    lib = tmp_path / "libcupti.so.13"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(Path(__file__).parent / "fakecupti.c"),
+                    "-lpthread"], check=True)
+    monkeypatch.setenv("ZYM_CUPTI_LIB", str(lib))
+    monkeypatch.setenv("ZYM_CUPTI_EAGER", "1")
+    return lib
+
+
+def test_no_ebpf_falls_back_to_a_cupti_only_capture(tmp_path, monkeypatch, fake_env):
+    from zym.capture import bpf_loader
+    from zym.capture.session import CaptureConfig
+
+    def no_root():
+        raise CaptureError("zym capture needs root (eBPF uprobes): run it with sudo")
+
+    monkeypatch.setattr(bpf_loader, "check_environment", no_root)
+    script = tmp_path / "serve.py"
+    script.write_text(textwrap.dedent(f"""
+        import ctypes
+        ctypes.CDLL({str(fake_env)!r}).fake_launch(25)
+    """))
+    out = tmp_path / "trace.parquet"
+    logs = []
+    summary = integrate.capture_with_gpu(
+        CaptureConfig(output=out, command=[sys.executable, str(script)]), logs.append)
+    assert summary is None
+    assert "recording the GPU side only" in logs[0]
+    cap = open_capture(out)
+    assert cap.load("gpu").height == 25 and cap.load("call")["stack_id"].null_count() == 25
+    assert cap.meta.producer == "zym capture (CUPTI only)"
+    assert not (tmp_path / "trace.parquet.cupti").exists()
+
+
+def test_attach_gives_the_cpu_side_only_and_says_so(tmp_path, monkeypatch):
+    from zym.capture import session
+    from zym.capture.session import CaptureConfig
+
+    monkeypatch.setattr(session, "run_capture", lambda cfg: "ebpf-only")
+    logs = []
+    got = integrate.capture_with_gpu(CaptureConfig(output=tmp_path / "t.parquet", pid=1234),
+                                     logs.append)
+    assert got == "ebpf-only" and "CPU side only" in logs[0]
+
+
+def test_environment_is_restored(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", "/app")
+    with integrate._environment({"PYTHONPATH": "/boot:/app", "ZYM_CUPTI_DIR": "/s"}):
+        assert os.environ["PYTHONPATH"] == "/boot:/app"
+    assert os.environ["PYTHONPATH"] == "/app" and "ZYM_CUPTI_DIR" not in os.environ
