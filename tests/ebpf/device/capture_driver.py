@@ -6,7 +6,7 @@ The device has BCC (carried) and torch, but neither polars nor typer: zym's pack
 importable through a namespace shim, polars is stubbed for the import of zym.schemas only
 (capturing needs none of it), and the raw capture is kept for `zym capture --finalize` here.
 """
-import os
+import json
 import sys
 import tempfile
 import types
@@ -43,7 +43,13 @@ def main() -> int:
         summary = run_capture(CaptureConfig(output=output, command=command, sample=sample))
     except CaptureError as e:
         print(f"zym: error: {e}", file=sys.stderr)
-        return 0 if (output.parent / (output.name + ".raw")).exists() else 2
+        raw = output.parent / (output.name + ".raw")
+        if (raw / "meta.json").exists():
+            meta = json.loads((raw / "meta.json").read_text())
+            rows = sum(1 for _ in open(next(raw.glob("calls.*")), "rb")) if raw.exists() else 0
+            print(f"zym: kept raw: calls~{rows} dropped={meta['dropped']} "
+                  f"extra={meta['extra']}", file=sys.stderr)
+        return 0 if raw.exists() else 2
     print(summary, file=sys.stderr)
     return 0
 

@@ -16,9 +16,9 @@ $D $OUT/gpt5.parquet -- python3 sample_traces/gpt_decode_server.py --batches 5 2
 # overhead: alternate plain and captured runs
 for i in 1 2 3; do
   echo "== plain $i"; $W --batches $B
-  echo "== zym $i"; $D /tmp/z$i.parquet -- python3 sample_traces/gpt_decode_server.py --batches $B 2>&1 | grep -E "ms per batch|calls|error|LOST"
+  echo "== zym $i"; $D /tmp/z$i.parquet -- python3 sample_traces/gpt_decode_server.py --batches $B 2>&1 | grep -E "ms per batch|calls|error|LOST|kept raw"
 done
 echo "== zym --sample 10"; $D /tmp/zs.parquet --sample 10 -- python3 sample_traces/gpt_decode_server.py --batches $B 2>&1 | grep -E "ms per batch|calls|error"
 echo "== torch.profiler"; $W --batches $B --trace /tmp/trace.json
-cp -r /tmp/z1.parquet.raw $OUT/gpt40.parquet.raw 2>/dev/null
+cp -r /tmp/z1.parquet.raw $OUT/gpt40.parquet.raw 2>/dev/null; cp /tmp/z1.parquet $OUT/gpt40.parquet 2>/dev/null
 ls -la $OUT $OUT/*
