@@ -15,7 +15,8 @@ _CMP = {
     "le": lambda c, v: c <= v, "gt": lambda c, v: c > v, "ge": lambda c, v: c >= v,
     "between": lambda c, v: c.is_between(v[0], v[1]),
     "in": lambda c, v: c.is_in(v), "not_in": lambda c, v: ~c.is_in(v),
-    "regex": lambda c, v: c.str.contains(v), "not_regex": lambda c, v: ~c.str.contains(v),
+    "regex": lambda c, v: c.cast(pl.String).str.contains(v),
+    "not_regex": lambda c, v: ~c.cast(pl.String).str.contains(v),
     "is_null": lambda c, v: c.is_null() if v else c.is_not_null(),
 }
 _AGG = {
@@ -26,14 +27,22 @@ _AGG = {
 }
 
 
-def condition(col: pl.Expr, cond: Any) -> pl.Expr:
+def condition(col: pl.Expr, cond: Any, values: pl.Series | None = None) -> pl.Expr:
     """One condition on one column; a bare scalar means equality. Nulls never match, except
-    for ``is_null: true`` and ``ne``/``not_in``/``not_regex`` (a null differs from any value)."""
+    for ``is_null: true`` and ``ne``/``not_in``/``not_regex`` (a null differs from any value).
+
+    ``values``: the column's distinct values, when known; a regular expression then runs on
+    them once and becomes membership, instead of running on every event.
+    """
     if not isinstance(cond, dict):
         cond = {"eq": cond}
     parts = []
     for op, value in cond.items():
-        expr = _CMP[op](col, value)
+        if op in ("regex", "not_regex") and values is not None:
+            hits = values.filter(values.str.contains(value))
+            expr = col.is_in(hits.implode()) if op == "regex" else ~col.is_in(hits.implode())
+        else:
+            expr = _CMP[op](col, value)
         if op in ("ne", "not_in", "not_regex"):
             expr = expr.fill_null(True)
         elif op != "is_null":
@@ -42,7 +51,8 @@ def condition(col: pl.Expr, cond: Any) -> pl.Expr:
     return pl.all_horizontal(parts)
 
 
-def where_expr(where: dict, sites: pl.DataFrame | None = None) -> pl.Expr:
+def where_expr(where: dict, sites: pl.DataFrame | None = None,
+               frame: pl.DataFrame | None = None) -> pl.Expr:
     """All conditions of a ``where`` mapping (``any_of``: one of; ``not``: negation).
 
     With ``sites`` (the site table), a condition on a site column (``op_chain``,
@@ -54,20 +64,32 @@ def where_expr(where: dict, sites: pl.DataFrame | None = None) -> pl.Expr:
     parts = []
     for key, cond in where.items():
         if key == "any_of":
-            parts.append(pl.any_horizontal([where_expr(w, sites) for w in cond]))
+            parts.append(pl.any_horizontal([where_expr(w, sites, frame) for w in cond]))
         elif key == "not":
-            parts.append(~where_expr(cond, sites))
+            parts.append(~where_expr(cond, sites, frame))
         elif sites is not None and key in SITE_COLUMNS and key not in EVENT_SITE_COLUMNS:
             ids = sites.filter(condition(pl.col(key), cond))["stack_id"]
             parts.append(pl.col("stack_id").is_in(ids.implode()).fill_null(False))
         else:
-            parts.append(condition(pl.col(key), cond))
+            parts.append(condition(pl.col(key), cond, _distinct(frame, key, cond)))
     return pl.all_horizontal(parts) if parts else pl.lit(True)
 
 
-def aggregation(name: str, spec: dict, sites: pl.DataFrame | None = None) -> pl.Expr:
+def _distinct(frame: pl.DataFrame | None, key: str, cond: Any) -> pl.Series | None:
+    """Distinct text values of ``frame[key]``, for a regex condition on a text column."""
+    if (frame is None or key not in frame.columns or not isinstance(cond, dict)
+            or not ({"regex", "not_regex"} & set(cond))):
+        return None
+    column = frame[key]
+    if column.dtype not in (pl.String, pl.Categorical):
+        return None
+    return column.unique().drop_nulls().cast(pl.String)
+
+
+def aggregation(name: str, spec: dict, sites: pl.DataFrame | None = None,
+                frame: pl.DataFrame | None = None) -> pl.Expr:
     """An aggregation measure over a group's rows."""
-    mask = where_expr(spec["where"], sites) if spec.get("where") else None
+    mask = where_expr(spec["where"], sites, frame) if spec.get("where") else None
     if spec["agg"] == "count":
         expr = mask.sum() if mask is not None else pl.len()
         return expr.cast(pl.Int64).alias(name)

@@ -14,7 +14,8 @@ import polars as pl
 from .compile import aggregation, derived, having_expr, render, where_expr
 from .findings import OCCURRENCE_COLUMNS, Finding
 from .model import SEVERITY_RANK, Pack, Rule, RuleError
-from .relations import COLUMNS, OCCURRENCE, STANDARD_MEASURES, Relations
+from .relations import (COLUMNS, DEFERRED, OCCURRENCE, STANDARD_MEASURES, Relations,
+                        deferred_columns)
 
 if TYPE_CHECKING:
     from zym.analysis import Analysis
@@ -42,11 +43,10 @@ def evaluate_rules(analysis: Analysis, rules: Sequence[Rule],
         rel.materialize(name, cols)
     plans = [_plan(rule, rel) for rule in rules]
     fired = pl.collect_all([p["grouped"] for p in plans]) if plans else []
-    live = [(p, f) for p, f in zip(plans, fired) if f.height]
-    occs = pl.collect_all([_occurrence_query(p, f) for p, f in live]) if live else []
     findings: list[Finding] = []
-    for (plan, frame), occ in zip(live, occs):
-        findings.extend(_findings(plan, frame, occ, rel))
+    for plan, frame in zip(plans, fired):
+        if frame.height:
+            findings.extend(_findings(plan, frame, rel))
     findings = _apply_supersedes(findings, rules)
     findings.sort(key=lambda f: (-f.cost_ns, -SEVERITY_RANK[f.severity], f.rule_id, f.site))
     return findings
@@ -81,7 +81,38 @@ def rule_columns(rule: Rule) -> set[str]:
         cols.update(m.group(1) for m in TEMPLATE.finditer(text))
     cols.update(c for c in ("api", "name") if c in COLUMNS[rule.relation])  # "what" fallback
     site_only = set(SITE_COLUMNS) - set(EVENT_SITE_COLUMNS) - set(rule.group_by)
-    return (cols - site_only) & set(COLUMNS[rule.relation])
+    cols = (cols - site_only) & set(COLUMNS[rule.relation])
+    if cols & set(DEFERRED):  # gathered per rule after its other filters (see _plan)
+        cols = (cols - set(DEFERRED)) | {"call_idx"}
+    return cols
+
+
+def rule_columns_deferred(rule: Rule) -> set[str]:
+    """The per-call text columns (``DEFERRED``) a rule reads anywhere."""
+    from .model import TEMPLATE
+
+    names: set[str] = set(rule.group_by)
+    for spec in rule.measures.values():
+        names.add(spec.get("of", ""))
+        if _uses(spec.get("where", {}), set(DEFERRED)):
+            names.update(DEFERRED)
+    if _uses(rule.where, set(DEFERRED)):
+        names.update(k for k in DEFERRED if _uses(rule.where, {k}))
+    for text in (rule.title, rule.message, rule.fix):
+        names.update(m.group(1) for m in TEMPLATE.finditer(text))
+    return names & set(DEFERRED)
+
+
+def _uses(where: dict, names: set[str]) -> bool:
+    """Whether a where mapping reads any of ``names``."""
+    for key, cond in where.items():
+        if key == "any_of" and any(_uses(w, names) for w in cond):
+            return True
+        if key == "not" and _uses(cond, names):
+            return True
+        if key in names:
+            return True
+    return False
 
 
 def run_rule(rule: Rule, rel: Relations) -> list[Finding]:
@@ -91,24 +122,33 @@ def run_rule(rule: Rule, rel: Relations) -> list[Finding]:
     frame = plan["grouped"].collect()
     if frame.height == 0:
         return []
-    return _findings(plan, frame, _occurrence_query(plan, frame).collect(), rel)
+    return _findings(plan, frame, rel)
 
 
 def _plan(rule: Rule, rel: Relations) -> dict:
     """The lazy query of one rule: filter, group, measure, derive, threshold."""
     from .relations import EVENT_SITE_COLUMNS, SITE_COLUMNS
 
-    lf = rel.frame(rule.relation).lazy()
-    columns = lf.collect_schema().names()
+    frame = rel.frame(rule.relation)
+    lf, columns = frame.lazy(), frame.columns
     sites = rel.sites if "stack_id" in columns else None
     keys = list(rule.group_by)
     joined = [k for k in keys if k in SITE_COLUMNS and k not in EVENT_SITE_COLUMNS]
     if joined:  # grouping by a site column: the one case that joins site strings to events
         lf = lf.join(rel.sites.lazy().select("stack_id", *joined), on="stack_id", how="left")
-    rows = lf.filter(where_expr(rule.where, sites)) if rule.where else lf
+    # Conditions on per-call text (dtype, shapes) run after the others, on the rows they keep.
+    late = {k: v for k, v in rule.where.items() if _uses({k: v}, set(DEFERRED))}
+    early = {k: v for k, v in rule.where.items() if k not in late}
+    rows = lf.filter(where_expr(early, sites, frame)) if early else lf
+    deferred = (rule_columns_deferred(rule) - set(columns)) if "call_idx" in columns else set()
+    if deferred:
+        rows = rows.with_columns(deferred_columns(rel.calls_table(), deferred))
+        columns = [*columns, *deferred]
+    if late:
+        rows = rows.filter(where_expr(late, sites))
     constants = {"total_gpu_ns": rel.total_gpu_ns, "window_ns": rel.window_ns}
     aggs = [e.alias(n) for n, e in STANDARD_MEASURES[rule.relation].items()]
-    aggs += [aggregation(n, s, sites) for n, s in rule.measures.items() if "agg" in s]
+    aggs += [aggregation(n, s, sites, frame) for n, s in rule.measures.items() if "agg" in s]
     labels = [pl.col(c).drop_nulls().first().alias(f"_l_{c}") for c in _EVENT_LABELS
               if c in columns and c not in keys]
     if "stack_id" in columns:
@@ -125,21 +165,30 @@ def _plan(rule: Rule, rel: Relations) -> dict:
             "constants": constants, "cost": rule.cost or DEFAULT_COST[rule.relation]}
 
 
-def _occurrence_query(plan: dict, fired: pl.DataFrame) -> pl.LazyFrame:
-    cols = OCCURRENCE[plan["rule"].relation]
-    keys = plan["keys"]
-    if not keys:
-        return plan["rows"].select(cols)
-    return (plan["rows"].join(fired.lazy().select(keys), on=keys, how="semi", nulls_equal=True)
-            .select(*keys, *cols))
+class _Occurrences:
+    """The offending events of one rule's findings, computed for all of them on first use."""
+
+    def __init__(self, plan: dict, fired: pl.DataFrame) -> None:
+        self.plan, self.fired = plan, fired
+        self.parts: dict[tuple, pl.DataFrame] | None = None
+
+    def of(self, key: tuple) -> pl.DataFrame:
+        if self.parts is None:
+            cols, keys = OCCURRENCE[self.plan["rule"].relation], self.plan["keys"]
+            if not keys:
+                self.parts = {(): self.plan["rows"].select(cols).collect()}
+            else:
+                occ = (self.plan["rows"].join(self.fired.lazy().select(keys), on=keys,
+                                              how="semi", nulls_equal=True)
+                       .select(*keys, *cols).collect())
+                self.parts = {k: v.drop(keys) for k, v in occ.partition_by(
+                    keys, as_dict=True, maintain_order=True).items()}
+        return self.parts.get(key, _EMPTY_OCC)
 
 
-def _findings(plan: dict, fired: pl.DataFrame, occ: pl.DataFrame, rel: Relations
-              ) -> list[Finding]:
+def _findings(plan: dict, fired: pl.DataFrame, rel: Relations) -> list[Finding]:
     keys, rule = plan["keys"], plan["rule"]
-    parts = ({k: v.drop(keys) for k, v in occ.partition_by(keys, as_dict=True,
-                                                            maintain_order=True).items()}
-             if keys else {(): occ})
+    store = _Occurrences(plan, fired)
     site_of = ("site_id" if "site_id" in keys else "_l_site_id")
     if site_of in fired.columns:  # labels of the group's site, from the site table
         info = rel.sites.select(pl.col("stack_id").alias(site_of), *[
@@ -149,7 +198,7 @@ def _findings(plan: dict, fired: pl.DataFrame, occ: pl.DataFrame, rel: Relations
     out = []
     for row in fired.iter_rows(named=True):  # one row per finding: few, not per event
         key = tuple(row[k] for k in keys)
-        out.append(_finding(rule, row, parts.get(key, _EMPTY_OCC), plan["cost"],
+        out.append(_finding(rule, row, lambda key=key: store.of(key), plan["cost"],
                             plan["constants"], graph))
     return out
 
@@ -157,7 +206,7 @@ def _findings(plan: dict, fired: pl.DataFrame, occ: pl.DataFrame, rel: Relations
 _EMPTY_OCC = pl.DataFrame(schema={c: pl.Int64 for c in OCCURRENCE_COLUMNS})
 
 
-def _finding(rule: Rule, row: dict, occ: pl.DataFrame, cost: str, constants: dict,
+def _finding(rule: Rule, row: dict, occ: Any, cost: str, constants: dict,
              graph: Any) -> Finding:
     labels = {k[3:]: v for k, v in row.items() if k.startswith("_l_")}
     for k in rule.group_by:
@@ -181,7 +230,7 @@ def _finding(rule: Rule, row: dict, occ: pl.DataFrame, cost: str, constants: dic
         rule_id=rule.id, severity=rule.severity, title=render(rule.title, values),
         message=render(rule.message, values), site=site, user_chain=chain, evidence=evidence,
         fix=render(rule.fix, values), cost_ns=int(measures.get(cost) or 0), pack=rule.pack,
-        site_id=site_id, occurrence_frame=occ)
+        site_id=site_id, occurrence_count=int(row["count"]), occurrence_source=occ)
 
 
 def site_text(labels: dict) -> str:

@@ -1,6 +1,7 @@
 """A finding: one rule firing on one group (usually one call site) of a capture."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,8 +16,9 @@ class Finding:
 
     ``occurrences`` lists every offending event as ``{pid, tid, ts_ns, dur_ns,
     correlation_id}`` (CPU call times for call and kernel rules; the gap or window for
-    utilization rules); it is built from ``occurrence_frame`` on first access, so findings with
-    millions of events cost nothing until an exporter asks.
+    utilization rules); ``occurrence_frame`` is the same as a polars frame. Both are built on
+    first access (for all findings of a rule at once), so findings with millions of events
+    cost nothing until an exporter asks.
     """
 
     rule_id: str
@@ -30,19 +32,25 @@ class Finding:
     cost_ns: int = 0  # what findings are ranked by (CPU stall, GPU time or GPU idle)
     pack: str = ""
     site_id: int | None = None  # stack node of the site (joins the call-path graph)
-    occurrence_frame: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(
-        schema={c: pl.Int64 for c in OCCURRENCE_COLUMNS}), repr=False)
+    occurrence_count: int = 0
+    # Builds this finding's occurrences on first use (exports ask; text reports never do).
+    occurrence_source: Callable[[], pl.DataFrame] | None = field(default=None, repr=False)
+    _frame: pl.DataFrame | None = field(default=None, repr=False)
     _occurrences: list[dict] | None = field(default=None, repr=False)
+
+    @property
+    def occurrence_frame(self) -> pl.DataFrame:
+        """Every offending event: ``pid, tid, ts_ns, dur_ns, correlation_id`` (polars)."""
+        if self._frame is None:
+            self._frame = (self.occurrence_source() if self.occurrence_source is not None
+                           else pl.DataFrame(schema={c: pl.Int64 for c in OCCURRENCE_COLUMNS}))
+        return self._frame
 
     @property
     def occurrences(self) -> list[dict]:
         if self._occurrences is None:
             self._occurrences = self.occurrence_frame.select(OCCURRENCE_COLUMNS).to_dicts()
         return self._occurrences
-
-    @property
-    def occurrence_count(self) -> int:
-        return self.occurrence_frame.height
 
     def examples(self, n: int = 5) -> list[dict]:
         """The ``n`` costliest occurrences (longest first), for reports."""

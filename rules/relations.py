@@ -143,37 +143,30 @@ EVENT_SITE_COLUMNS = ("site_id", "user_node")  # carried on every event row
 
 
 class Relations:
-    """Builds the relations of one analysis as lazy frames, each on first use.
+    """Builds the relations of one analysis, each once and only with the columns rules read.
 
-    Rules run as one ``polars.collect_all`` over these frames, so work they share (the joins
-    that build a relation) runs once and only the columns some rule reads are computed.
+    Event-level work is vectorized: a call's GPU work, a GPU op's launching call and a stack's
+    site are found by dense gathers (correlation ids and stack ids are small integers), with a
+    hash join as the fallback, never by a Python loop over events.
     """
 
     def __init__(self, analysis: Analysis) -> None:
         self.analysis = analysis
-        self._cache: dict[str, pl.LazyFrame] = {}
         self._eager: dict[str, pl.DataFrame] = {}
         self.total_gpu_ns = int(analysis.data.gpu["dur_ns"].sum() or 0)
         self.window_ns = int(analysis.utilization.get("window_ns") or 0)
         self.sites = site_table(analysis.call_paths.nodes)
 
-    def lazy(self, name: str) -> pl.LazyFrame:
-        if name not in self._cache:
-            self._cache[name] = getattr(self, f"_build_{name}")()
-        return self._cache[name]
-
     def materialize(self, name: str, columns: set[str]) -> pl.DataFrame:
-        """Collect a relation once with (at least) ``columns``: unread columns, and the string
-        gathers and joins only they need, are never computed."""
-        have = self._eager.get(f"rel:{name}")
+        """The relation with (at least) ``columns``, built on first use and widened on demand."""
+        key = f"rel:{name}"
+        have = self._eager.get(key)
         if have is not None and columns <= set(have.columns):
             return have
-        if have is not None:
-            columns = columns | set(have.columns)
-        lf = self.lazy(name)
-        keep = [c for c in lf.collect_schema().names() if c in columns]
-        self._eager[f"rel:{name}"] = lf.select(keep).collect()
-        return self._eager[f"rel:{name}"]
+        wanted = (columns | set(have.columns)) if have is not None else set(columns)
+        wanted &= set(COLUMNS[name])
+        self._eager[key] = getattr(self, f"_build_{name}")(wanted)
+        return self._eager[key]
 
     def frame(self, name: str) -> pl.DataFrame:
         """The materialized relation (``materialize`` first), or all of it."""
@@ -181,112 +174,160 @@ class Relations:
         return have if have is not None else self.materialize(name, set(COLUMNS[name]))
 
     def get(self, name: str) -> pl.DataFrame:
-        """A relation, collected, with its site columns joined (for inspection and tests)."""
-        df = self.lazy(name).collect()
+        """A whole relation with its site columns joined (for inspection and tests)."""
+        df = self.materialize(name, set(COLUMNS[name]))
         if "stack_id" in df.columns:
             df = df.join(self.sites.drop(*EVENT_SITE_COLUMNS), on="stack_id", how="left")
         return df
 
-    def site_ids(self, column: str, predicate: pl.Expr) -> pl.Series:
-        """Stack ids whose site column satisfies ``predicate`` (evaluated on the site table)."""
-        return self.sites.filter(predicate)["stack_id"]
-
-    # -- shared pieces ------------------------------------------------------------------------
-
-    def _calls_base(self) -> pl.LazyFrame:
-        """Every call with its row number, API name as ``api``, packed key and blocking flag."""
-        data = self.analysis.data
-        names = data.calls.select(pl.col("name").unique())
-        blocking_names = names.filter(is_blocking_api(pl.col("name")))["name"]
-        return (_conform(data.calls, "call").lazy().with_row_index("call_idx")
-                .with_columns(pl.col("call_idx").cast(pl.Int64))
-                .rename({"name": "api"})
-                .with_columns(_KEY, (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"),
-                              (pl.col("api").is_in(blocking_names.implode())
-                               | (pl.col("kind") == "copy")).alias("blocking")))
-
-    def _eager_once(self, name: str, build) -> pl.DataFrame:
+    def _once(self, name: str, build) -> pl.DataFrame:
         if name not in self._eager:
             self._eager[name] = build()
         return self._eager[name]
 
-    def gap_table(self) -> pl.DataFrame:
-        """Idle gaps per device between busy periods (leading/trailing idle excluded), each
-        with the call the CPU was blocked in when it began (``block_idx``, or null) and the
-        packed key of the GPU op that ended it (``next_key``)."""
-        return self._eager_once("gaps", self._gap_table)
+    # -- shared pieces ------------------------------------------------------------------------
 
-    def _gap_table(self) -> pl.DataFrame:
+    def calls_table(self) -> pl.DataFrame:
+        """The call table (schema-conformed) in time order, with ``call_idx`` (its row number
+        here), ``api``, ``end_ns`` and ``blocking``."""
+        return self._once("calls", self._calls_table)
+
+    def _calls_table(self) -> pl.DataFrame:
+        calls = _conform(self.analysis.data.calls, "call")
+        if not calls["ts_ns"].is_sorted():
+            calls = calls.sort("ts_ns")
+        blocking_names = (calls.select(pl.col("name").unique())
+                          .filter(is_blocking_api(pl.col("name")))["name"])
+        # Few distinct values, gathered per event: categoricals gather an integer, not text.
+        return (calls.rename({"name": "api"})
+                .with_row_index("call_idx").with_columns(
+                    pl.col("call_idx").cast(pl.Int64),
+                    pl.col("api").cast(pl.Categorical),
+                    (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"),
+                    (pl.col("api").is_in(blocking_names.implode())
+                     | (pl.col("kind") == "copy")).alias("blocking")))
+
+    def threads(self) -> int:
+        if "_threads" not in self._eager:
+            self._eager["_threads"] = self.calls_table().select("pid", "tid").n_unique()
+        return self._eager["_threads"]
+
+    def gpu_table(self) -> pl.DataFrame:
+        """The GPU table (schema-conformed) with ``call_idx``: its launching call's row in
+        ``calls_table`` (null when that call was not captured)."""
+        return self._once("gpu", self._gpu_table)
+
+    def _gpu_table(self) -> pl.DataFrame:
+        gpu = _conform(self.analysis.data.gpu, "gpu")
+        calls = self.calls_table()
+        rows = match_rows(calls["pid"], calls["correlation_id"], gpu["pid"], gpu["correlation_id"])
+        return gpu.with_columns(rows.alias("call_idx"), pl.col("device_id").fill_null(-1))
+
+    def busy(self) -> pl.DataFrame:
         from zym.analysis.timeline import busy_intervals
 
-        gpu = self.analysis.data.gpu
-        gaps = (busy_intervals(gpu)
+        return self._once("busy", lambda: busy_intervals(self.analysis.data.gpu))
+
+    def site_of(self, stack: pl.Series, columns: tuple[str, ...] = EVENT_SITE_COLUMNS
+                ) -> list[pl.Series]:
+        """Site columns for each stack id of ``stack`` (a gather when ids are dense)."""
+        sites = self.sites
+        top = int(sites["stack_id"].max()) if sites.height else -1
+        if sites.height and 0 <= int(sites["stack_id"].min()) and top < 4 * sites.height + 1024:
+            pos = pl.repeat(None, top + 1, dtype=pl.Int64, eager=True).scatter(
+                sites["stack_id"], pl.int_range(sites.height, eager=True).cast(pl.Int64))
+            idx = pos.gather(stack.cast(pl.Int64).clip(0, top))
+            idx = pl.select(pl.when(stack.is_between(0, top)).then(idx)).to_series()
+            return [sites[c].gather(idx).alias(c) for c in columns]
+        joined = stack.to_frame("stack_id").join(sites.select("stack_id", *columns),
+                                                 on="stack_id", how="left", maintain_order="left")
+        return [joined[c] for c in columns]
+
+    def gap_table(self) -> pl.DataFrame:
+        """Idle gaps per device between busy periods (leading/trailing idle excluded), each
+        with ``block_idx``: the call the CPU was blocked in when it began (or null), and
+        ``next_row``: the GPU op (row of ``gpu_table``) that ended it."""
+        return self._once("gaps", self._gap_table)
+
+    def _gap_table(self) -> pl.DataFrame:
+        gpu = self.gpu_table()
+        gaps = (self.busy()
                 .with_columns(pl.col("end_ns").shift(1).over("device_id").alias("gap_start"))
                 .filter(pl.col("gap_start").is_not_null()
                         & (pl.col("start_ns") > pl.col("gap_start")))
                 .select("device_id", pl.col("gap_start").alias("ts_ns"),
                         pl.col("start_ns").alias("end_ns"))
-                .with_columns((pl.col("end_ns") - pl.col("ts_ns")).alias("dur_ns"))
-                .sort("ts_ns"))
+                .with_columns((pl.col("end_ns") - pl.col("ts_ns")).alias("dur_ns")))
         # The op that ended each gap: one starting at the gap's end on that device.
-        nxt = (gpu.lazy().select(pl.col("device_id").fill_null(-1), "ts_ns", _KEY)
-               .join(gaps.lazy().select("device_id", pl.col("end_ns").alias("ts_ns")),
-                     on=["device_id", "ts_ns"], how="semi")
-               .unique(["device_id", "ts_ns"], keep="any")
-               .rename({"ts_ns": "end_ns", "_key": "next_key"}))
+        nxt = (gpu.lazy().with_row_index("next_row")
+               .select("device_id", pl.col("ts_ns").alias("end_ns"),
+                       pl.col("next_row").cast(pl.Int64))
+               .join(gaps.lazy().select("device_id", "end_ns"), on=["device_id", "end_ns"],
+                     how="semi")
+               .unique(["device_id", "end_ns"], keep="first").collect())
         # The blocking call running when the GPU went idle (the latest one started before).
-        blocking = (self._calls_base().filter("blocking")
-                    .select("call_idx", pl.col("ts_ns").alias("b_ts"),
-                            pl.col("end_ns").alias("b_end")).sort("b_ts"))
-        return (gaps.lazy().join(nxt, on=["device_id", "end_ns"], how="left")
+        blocking = (self.calls_table().filter("blocking")
+                    .select("call_idx", pl.col("ts_ns").alias("b_ts"), pl.col("end_ns").alias("b_end")))
+        return (gaps.join(nxt, on=["device_id", "end_ns"], how="left")
                 .sort("ts_ns")
                 .join_asof(blocking, left_on="ts_ns", right_on="b_ts", strategy="backward",
                            check_sortedness=False)
                 .with_columns(pl.when(pl.col("b_end") >= pl.col("ts_ns")).then("call_idx")
                               .alias("block_idx"))
-                .drop("call_idx", "b_ts", "b_end").collect())
+                .drop("call_idx", "b_ts", "b_end"))
 
     def _matmuls(self) -> pl.DataFrame:
-        """FLOPs, arithmetic intensity and 8-alignment per matmul-family call (``_key``)."""
+        """FLOPs, arithmetic intensity and 8-alignment per matmul-family call (``call_idx``)."""
         stacks = self.sites.filter(pl.col("torch_op").is_in(list(_MATMUL_OPS)))["stack_id"]
-        calls = (self._calls_base()
-                 .filter(pl.col("stack_id").is_in(stacks.implode())
-                         & pl.col("op_shapes").is_not_null() & pl.col("correlation_id").is_not_null())
-                 .select("_key", "stack_id", "op_shapes", "op_dtypes").collect()
+        calls = (self.calls_table()
+                 .filter(pl.col("stack_id").is_in(stacks.implode()) & pl.col("op_shapes").is_not_null())
+                 .select("call_idx", "stack_id", "op_shapes", "op_dtypes")
                  .join(self.sites.select("stack_id", "torch_op"), on="stack_id", how="left"))
-        return _with_flops(calls).select("_key", "flops", "dims_aligned8", "intensity")
+        return _with_flops(calls).select("call_idx", "flops", "dims_aligned8", "intensity")
 
     # -- relations ----------------------------------------------------------------------------
 
-    def _build_calls(self) -> pl.LazyFrame:
-        data = self.analysis.data
-        gpu = (_conform(data.gpu, "gpu").lazy()
-               .filter((pl.col("kind") != "kernel") & pl.col("correlation_id").is_not_null())
-               .select(_KEY, pl.col("dur_ns").alias("gpu_ns"),
-                       pl.col("copy_kind").alias("g_copy_kind"), "src_mem", "dst_mem",
-                       pl.col("size_bytes").alias("g_bytes"))
-               .unique("_key", keep="any"))
-        is_dtoh = (pl.col("kind") == "copy") & (pl.col("copy_kind") == "DtoH")
-        calls = (self._calls_base()
-                 .join(gpu, on="_key", how="left")
-                 .with_columns(pl.coalesce("copy_kind", "g_copy_kind").alias("copy_kind"),
-                               pl.coalesce("g_bytes", "size_bytes", pl.lit(0)).alias("bytes"),
-                               pl.col("gpu_ns").fill_null(0),
-                               pl.when("blocking").then("dur_ns").otherwise(0).alias("blocked_ns"))
-                 .join(self.sites.lazy().select("stack_id", *EVENT_SITE_COLUMNS),
-                       on="stack_id", how="left")
-                 .sort("pid", "tid", "ts_ns")
-                 .with_columns(is_dtoh.shift(1).over("pid", "tid").fill_null(False)
-                               .alias("follows_dtoh"), _dtype_expr()))
-        calls = self._with_instances(calls)
-        idle = (self.gap_table().lazy().filter(pl.col("block_idx").is_not_null())
-                .group_by(pl.col("block_idx").alias("call_idx"))
-                .agg(pl.col("dur_ns").sum().alias("gpu_idle_ns")))
-        return (calls.join(idle, on="call_idx", how="left")
-                .with_columns(pl.col("gpu_idle_ns").fill_null(0))
-                .drop("_key", "g_copy_kind", "g_bytes", "size_bytes"))
+    def _build_calls(self, want: set[str]) -> pl.DataFrame:
+        calls = self.calls_table()
+        n = calls.height
+        cols = [c for c in calls.columns if c in want or c in ("call_idx", "stack_id", "kind",
+                                                               "copy_kind", "size_bytes")]
+        df = calls.select(cols).with_columns(*self.site_of(calls["stack_id"]))
+        if want & {"copy_kind", "src_mem", "dst_mem", "bytes", "gpu_ns", "follows_dtoh"}:
+            gpu = self.gpu_table().filter((pl.col("kind") != "kernel")
+                                          & pl.col("call_idx").is_not_null())
+            # One copy or memset per call: where a call has several, one of them is kept.
+            pos = pl.repeat(None, n, dtype=pl.Int64, eager=True).scatter(
+                gpu["call_idx"], pl.int_range(gpu.height, eager=True).cast(pl.Int64))
+            g = gpu.select(pl.col("dur_ns").alias("gpu_ns"),
+                           *[pl.col(c).cast(pl.Categorical).alias(a) for c, a in (
+                               ("copy_kind", "g_copy"), ("src_mem", "src_mem"),
+                               ("dst_mem", "dst_mem"))],
+                           pl.col("size_bytes").alias("g_bytes"))
+            g = take(g, pos)
+            df = df.with_columns(
+                pl.coalesce(pl.col("copy_kind").cast(pl.Categorical), g["g_copy"]).alias("copy_kind"),
+                g["src_mem"], g["dst_mem"],
+                pl.coalesce(g["g_bytes"], pl.col("size_bytes"), pl.lit(0)).alias("bytes"),
+                g["gpu_ns"].fill_null(0))
+        if "blocked_ns" in want:
+            df = df.with_columns(pl.when(calls["blocking"]).then(calls["dur_ns"]).otherwise(0)
+                                 .alias("blocked_ns"))
+        if "follows_dtoh" in want:  # calls are in time order: the previous one per thread
+            dtoh = ((pl.col("kind") == "copy") & (pl.col("copy_kind") == "DtoH")).shift(1)
+            if self.threads() > 1:
+                dtoh = dtoh.over(calls["pid"], calls["tid"])
+            df = df.with_columns(dtoh.fill_null(False).alias("follows_dtoh"))
+        if "call_instance" in want:
+            df = df.with_columns(self._instances(calls, df["user_node"]))
+        if "gpu_idle_ns" in want:
+            idle = (self.gap_table().filter(pl.col("block_idx").is_not_null())
+                    .group_by("block_idx").agg(pl.col("dur_ns").sum()))
+            df = df.with_columns(pl.repeat(0, n, dtype=pl.Int64, eager=True).scatter(
+                idle["block_idx"], idle["dur_ns"]).alias("gpu_idle_ns"))
+        return df.select([c for c in df.columns if c in want or c in ("call_idx",)])
 
-    def _with_instances(self, calls: pl.LazyFrame) -> pl.LazyFrame:
+    def _instances(self, calls: pl.DataFrame, user_node: pl.Series) -> pl.Series:
         """``call_instance``: the enclosing call of the user function, per call.
 
         With spans (Kineto): the start of the user frame's span around the call. Without: a
@@ -294,72 +335,79 @@ class Relations:
         calls that callees make in between (a model forward inside a decode loop) split runs,
         so per-call counts are then per run.
         """
-        same = pl.col("user_node") == pl.col("user_node").shift(1).over("pid", "tid")
-        runs = -((~same.fill_null(False)).cast(pl.Int64).cum_sum().over("pid", "tid") + 1)
+        frame = calls.select("pid", "tid", "ts_ns").with_columns(user_node.alias("user_node"))
+        many = self.threads() > 1
+        prev = pl.col("user_node").shift(1)
+        same = pl.col("user_node") == (prev.over("pid", "tid") if many else prev)
+        opened = (~same.fill_null(False)).cast(pl.Int64).cum_sum()
+        runs = -((opened.over("pid", "tid") if many else opened) + 1)
         spans = self.analysis.data.spans() if hasattr(self.analysis.data, "spans") else None
         if spans is None or spans.height == 0:
-            return calls.with_columns(runs.alias("call_instance"))
-        users = self.sites["user_node"].drop_nulls().unique()
-        sp = (spans.lazy().filter(pl.col("stack_id").is_in(users.implode()))
+            return frame.select(runs.alias("call_instance")).to_series()
+        users = user_node.drop_nulls().unique()
+        sp = (spans.filter(pl.col("stack_id").is_in(users.implode()))
               .select("pid", "tid", pl.col("stack_id").alias("user_node"),
                       pl.col("ts_ns").alias("inst_ts"),
                       (pl.col("ts_ns") + pl.col("dur_ns")).alias("inst_end")).sort("inst_ts"))
-        return (calls.join_asof(sp, left_on="ts_ns", right_on="inst_ts",
+        return (frame.join_asof(sp, left_on="ts_ns", right_on="inst_ts",
                                 by=["pid", "tid", "user_node"], strategy="backward",
                                 check_sortedness=False)
-                .with_columns(pl.coalesce(pl.when(pl.col("inst_end") >= pl.col("ts_ns"))
-                                          .then("inst_ts"), runs).alias("call_instance"))
-                .drop("inst_ts", "inst_end"))
+                .select(pl.coalesce(pl.when(pl.col("inst_end") >= pl.col("ts_ns"))
+                                    .then("inst_ts"), runs).alias("call_instance"))
+                .to_series())
 
-    def _build_gaps(self) -> pl.LazyFrame:
-        gaps = self.gap_table().lazy()
-        base = self._calls_base().select("call_idx", "_key", "pid", "tid", "api",
-                                         "correlation_id", pl.col("ts_ns").alias("call_ts_ns"),
-                                         "stack_id")
-        by_key = gaps.filter(pl.col("block_idx").is_null()).select("next_key").rename(
-            {"next_key": "_key"})
-        launchers = base.join(by_key, on="_key", how="semi").select(
-            pl.col("_key").alias("next_key"), pl.col("call_idx").alias("l_idx"))
-        return (gaps.join(launchers, on="next_key", how="left")
-                .with_columns(pl.when(pl.col("block_idx").is_not_null()).then(pl.lit("sync"))
-                              .otherwise(pl.lit("launch")).alias("cause"),
-                              pl.coalesce("block_idx", "l_idx").alias("call_idx"))
-                .join(base.drop("_key"), on="call_idx", how="left")
-                .join(self.sites.lazy().select("stack_id", *EVENT_SITE_COLUMNS),
-                      on="stack_id", how="left")
-                .drop("l_idx", "block_idx", "next_key", "call_idx"))
+    def _build_gaps(self, want: set[str]) -> pl.DataFrame:
+        gaps = self.gap_table()
+        gpu = self.gpu_table()
+        launcher = gpu["call_idx"].gather(gaps["next_row"])
+        call_idx = pl.select(pl.coalesce(gaps["block_idx"], launcher)).to_series()
+        calls = self.calls_table()
+        c = take(calls.select("pid", "tid", "api", "correlation_id",
+                              pl.col("ts_ns").alias("call_ts_ns"), "stack_id"), call_idx)
+        df = (gaps.select("device_id", "ts_ns", "end_ns", "dur_ns",
+                          pl.when(pl.col("block_idx").is_not_null()).then(pl.lit("sync"))
+                          .otherwise(pl.lit("launch")).alias("cause"))
+              .hstack(c).with_columns(*self.site_of(c["stack_id"])))
+        return df.select([c for c in df.columns if c in want])
 
-    def _build_gpu(self) -> pl.LazyFrame:
-        data = self.analysis.data
-        launch = self._calls_base().select("_key", "tid", pl.col("ts_ns").alias("call_ts_ns"),
-                                           pl.col("dur_ns").alias("call_dur_ns"), "stack_id",
-                                           "api", "op_id", "op_shapes", "op_dtypes")
-        waits = (self.gap_table().lazy().filter(pl.col("block_idx").is_null())
-                 .select(pl.col("next_key").alias("_key"), pl.col("dur_ns").alias("launch_wait_ns"))
-                 .unique("_key", keep="any"))
-        return (_conform(data.gpu, "gpu").lazy().with_columns(_KEY)
-                .join(launch, on="_key", how="inner")
-                .join(self.sites.lazy().select("stack_id", *EVENT_SITE_COLUMNS),
-                      on="stack_id", how="left")
-                .join(waits, on="_key", how="left")
-                .join(self._matmuls().lazy(), on="_key", how="left")
-                .rename({"size_bytes": "bytes"})
-                .with_columns((pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"), _dtype_expr(),
-                              pl.col("bytes").fill_null(0), pl.col("launch_wait_ns").fill_null(0))
-                .drop("_key"))
+    def _build_gpu(self, want: set[str]) -> pl.DataFrame:
+        gpu = self.gpu_table()
+        keep = gpu["call_idx"].is_not_null()
+        rows = gpu.with_row_index("_row").filter(keep)
+        idx = rows["call_idx"]
+        calls = self.calls_table()
+        call_cols = {"tid": "tid", "call_ts_ns": "ts_ns", "call_dur_ns": "dur_ns",
+                     "stack_id": "stack_id", "api": "api"}
+        picked = [calls[src].gather(idx).alias(dst) for dst, src in call_cols.items()
+                  if dst in want or dst == "stack_id"]
+        df = rows.rename({"size_bytes": "bytes"}).with_columns(picked)
+        df = df.with_columns(*self.site_of(df["stack_id"]), pl.col("bytes").fill_null(0),
+                             (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"))
+        if "launch_wait_ns" in want:
+            gaps = self.gap_table().filter(pl.col("block_idx").is_null()
+                                           & pl.col("next_row").is_not_null())
+            wait = pl.repeat(0, gpu.height, dtype=pl.Int64, eager=True).scatter(
+                gaps["next_row"], gaps["dur_ns"])
+            df = df.with_columns(wait.gather(df["_row"]).alias("launch_wait_ns"))
+        if want & {"flops", "dims_aligned8", "intensity"}:
+            mm = self._matmuls()
+            pos = pl.repeat(None, calls.height, dtype=pl.Int64, eager=True).scatter(
+                mm["call_idx"], pl.int_range(mm.height, eager=True).cast(pl.Int64))
+            at = pos.gather(idx)
+            df = df.with_columns(mm["flops"].gather(at), mm["dims_aligned8"].gather(at),
+                                 mm["intensity"].gather(at))
+        return df.select([c for c in df.columns if c in want or c in ("stack_id", "call_idx")])
 
-    def _build_windows(self) -> pl.LazyFrame:
-        from zym.analysis.timeline import busy_intervals
-
+    def _build_windows(self, want: set[str]) -> pl.DataFrame:
         data = self.analysis.data
         empty = pl.DataFrame(schema={"device_id": pl.Int32, "window_index": pl.Int64,
                                      "ts_ns": pl.Int64, "dur_ns": pl.Int64, "end_ns": pl.Int64,
                                      "busy_ns": pl.Int64, "busy_frac": pl.Float64})
         if data.gpu.height == 0:
-            return empty.lazy()
+            return empty
         t0 = min(int(df["ts_ns"].min()) for df in (data.calls, data.gpu) if df.height)
         size = max(self.window_ns // WINDOWS, 1)
-        busy = busy_intervals(data.gpu)
+        busy = self.busy()
         # Split busy intervals at window edges: an interval spans windows [w0, w1].
         iv = busy.with_columns(((pl.col("start_ns") - t0) // size).alias("w0"),
                                ((pl.col("end_ns") - 1 - t0) // size).alias("w1"))
@@ -377,7 +425,47 @@ class Relations:
                         ((pl.col("w") + 1) * size + t0).alias("end_ns"),
                         pl.col("busy_ns").fill_null(0))
                 .with_columns((pl.col("busy_ns") / pl.col("dur_ns")).alias("busy_frac"))
-                .sort("device_id", "window_index").lazy())
+                .sort("device_id", "window_index"))
+
+
+# Per-call text columns, gathered from the call table (by ``call_idx``) only for the rows a
+# rule's other conditions kept: torch op shapes and dtypes are long strings.
+DEFERRED = ("op_id", "op_shapes", "op_dtypes", "dtype")
+
+
+def deferred_columns(calls: pl.DataFrame, names: set[str]) -> list[pl.Expr]:
+    exprs = [pl.lit(calls[c]).gather(pl.col("call_idx")).alias(c)
+             for c in ("op_id", "op_shapes", "op_dtypes")
+             if c in names or (c == "op_dtypes" and "dtype" in names)]
+    if "dtype" in names:
+        exprs.append(pl.lit(calls["op_dtypes"]).gather(pl.col("call_idx"))
+                     .str.extract(r'^\[\s*"([^"]*)"', 1).alias("dtype"))
+    return exprs
+
+
+def take(df: pl.DataFrame, idx: pl.Series) -> pl.DataFrame:
+    """Rows ``idx`` of ``df``; a null index gives a row of nulls."""
+    return pl.DataFrame([df[c].gather(idx) for c in df.columns]) if df.width else df
+
+
+def match_rows(src_pid: pl.Series, src_corr: pl.Series, dst_pid: pl.Series,
+               dst_corr: pl.Series) -> pl.Series:
+    """For each destination row, the row of ``src`` with the same (pid, correlation id), or
+    null. A dense gather when one process and compact ids (the usual case), else a join."""
+    n = src_corr.len()
+    pids = pl.concat([src_pid.drop_nulls().unique(), dst_pid.drop_nulls().unique()]).unique()
+    lo = min(int(src_corr.min() or 0), int(dst_corr.min() or 0))
+    hi = max(int(src_corr.max() or 0), int(dst_corr.max() or 0))
+    if pids.len() <= 1 and lo >= 0 and hi < 4 * (n + dst_corr.len()) + 1024:
+        ok = src_corr.is_not_null()
+        pos = pl.repeat(None, hi + 1, dtype=pl.Int64, eager=True).scatter(
+            src_corr.filter(ok), pl.int_range(n, eager=True).cast(pl.Int64).filter(ok))
+        return pos.gather(dst_corr)
+    src = pl.DataFrame({"pid": src_pid, "correlation_id": src_corr}).with_row_index("row").select(
+        _KEY, pl.col("row").cast(pl.Int64)).filter(pl.col("_key").is_not_null()).unique(
+        "_key", keep="first")
+    dst = pl.DataFrame({"pid": dst_pid, "correlation_id": dst_corr}).select(_KEY)
+    return dst.join(src, on="_key", how="left", maintain_order="left")["row"]
 
 
 def _conform(df: pl.DataFrame, table: str) -> pl.DataFrame:
