@@ -75,6 +75,7 @@ COLUMNS: dict[str, dict[str, str]] = {
         "copy_kind": "copy direction", "src_mem": "copy source memory",
         "dst_mem": "copy destination memory", "api": "launching CUDA API",
         "call_ts_ns": "launching call start", "call_dur_ns": "launching call duration",
+        "call_idx": "row of the launching call (joins the calls relation)",
         "flops": "floating-point operations of a matmul-family op (null when unknown)",
         "dims_aligned8": "every matmul dimension of the op's inputs is a multiple of 8",
         "intensity": "matmul FLOPs per byte of its inputs and output (arithmetic intensity)",
