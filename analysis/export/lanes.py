@@ -24,7 +24,9 @@ _RANK = {END: 0, INSTANT: 1, BEGIN: 2}
 def begin_order(iv: pl.DataFrame) -> pl.DataFrame:
     """``iv`` (``group, row, ts_ns, end_ns``) sorted so parents begin before their children,
     with ``seq``: the position of each begin in that order."""
-    return (iv.sort("group", "ts_ns", "end_ns", "row", descending=[False, False, True, False])
+    iv = iv.sort("row")  # ties (same group, start and end) keep row order
+    return (iv.sort("group", "ts_ns", "end_ns", descending=[False, False, True],
+                    maintain_order=True)
             .with_row_index("seq").with_columns(pl.col("seq").cast(pl.Int64)))
 
 
@@ -40,17 +42,28 @@ def emission_keys(iv: pl.DataFrame) -> pl.DataFrame:
                                    pl.lit(END).alias("type"), pl.lit(_RANK[END]).alias("rank"),
                                    (-pl.col("seq")).alias("tie"))
     return pl.concat([begins.cast({"type": pl.Int8, "rank": pl.Int8}),
-                      ends.cast({"type": pl.Int8, "rank": pl.Int8})])
+                      ends.cast({"type": pl.Int8, "rank": pl.Int8})]).with_columns(
+        write_key().alias("key"))
 
 
 def ordered_events(iv: pl.DataFrame) -> pl.DataFrame:
     """The begin/end events of ``iv`` (``group, row, ts_ns, end_ns``) in the order they are
     written: by time, then ends, instants, begins (see module doc)."""
-    return emission_keys(begin_order(iv)).sort("ts_ns", "rank", "tie")
+    return emission_keys(begin_order(iv)).sort("ts_ns", "key")
+
+
+def write_key() -> pl.Expr:
+    """``rank`` and ``tie`` folded into one sort key (ties are begin positions, |tie| < 2^39)."""
+    return pl.col("rank").cast(pl.Int64) * (1 << 40) + pl.col("tie") + (1 << 39)
 
 
 def nesting_violations(events: pl.DataFrame) -> np.ndarray:
-    """The groups whose events (from :func:`ordered_events`, in that order) do not nest."""
+    """The groups whose events (from :func:`ordered_events`, in that order) do not nest.
+
+    With depths from a running count of begins and ends per group, the events nest exactly
+    when every end comes at the depth its begin opened: the first end that would close
+    another slice than its own meets a deeper stack than its begin did.
+    """
     keep = events["type"].to_numpy() != INSTANT
     g = events["group"].to_numpy()[keep].astype(np.int64)
     t = events["type"].to_numpy()[keep]
@@ -59,21 +72,16 @@ def nesting_violations(events: pl.DataFrame) -> np.ndarray:
         return np.zeros(0, np.int64)
     o = _stable_argsort(g)
     g, t, r = g[o], t[o], r[o]
-    step = np.where(t == BEGIN, 1, -1)
-    running = np.cumsum(step)
+    begin = t == BEGIN
+    running = np.cumsum(np.where(begin, 1, -1))
     starts = np.r_[0, np.flatnonzero(np.diff(g)) + 1]
-    base = np.repeat(running[starts] - step[starts], np.diff(np.r_[starts, len(g)]))
-    depth = running - base  # open slices after each event, per group
-    level = np.where(t == BEGIN, depth, depth + 1)
-    width = int(level.max()) + 2
-    key = g * width + level
-    o = _stable_argsort(key)
-    key, t, r = key[o], t[o], r[o]
-    run_start = np.r_[0, np.flatnonzero(np.diff(key)) + 1]
-    pos = np.arange(len(key)) - np.repeat(run_start, np.diff(np.r_[run_start, len(key)]))
-    even = pos % 2 == 0
-    bad = (even & (t != BEGIN)) | (~even & ((t != END) | (r != np.roll(r, 1))))
-    return np.unique(key[bad] // width)
+    first_step = np.where(begin[starts], 1, -1)
+    depth = running - np.repeat(running[starts] - first_step, np.diff(np.r_[starts, len(g)]))
+    opened = np.zeros(int(r.max()) + 1, np.int64)
+    opened[r[begin]] = depth[begin]  # depth after each begin
+    ends = ~begin
+    bad = depth[ends] + 1 != opened[r[ends]]  # depth before each end vs its begin's
+    return np.unique(g[ends][bad])
 
 
 def _stable_argsort(keys: np.ndarray) -> np.ndarray:

@@ -36,7 +36,7 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import (
 from . import protowire as pw
 from .flamegraph import UNKNOWN, frame_label
 from .interning import Interner
-from .lanes import END, INSTANT, lanes_for, nesting_violations, ordered_events
+from .lanes import END, INSTANT, lanes_for, nesting_violations, ordered_events, write_key
 from .source import ExportSource
 
 SEQ = 1  # trusted_packet_sequence_id of every packet
@@ -210,7 +210,7 @@ class _TraceBuilder:
     def events(self) -> EventPlan:
         """Every event (slice begin/end, instant, counter sample) in write order, with the
         payload tables of each packet shape."""
-        order, tables = self._slice_events()
+        tables, order = self._slices()
         orders = [order.select("ts_ns", "type", "track", "rank", "tie", "shape", "src")]
         for shape, df in ((SHAPE_FINDING, self._finding_events()),
                           (SHAPE_COUNTER, self._counter_events())):
@@ -223,9 +223,11 @@ class _TraceBuilder:
         self.annotation_iids = {name: self.intern.iid("debug_annotation_names", name)
                                 for name, _col, _kind in ANNOTATIONS}
         tables = {k: self._intern_strings(v) for k, v in tables.items()}
-        order = pl.concat(orders, how="vertical_relaxed") if len(orders) > 1 else order
-        if len(orders) > 1:
-            order = order.sort("ts_ns", "rank", "tie", maintain_order=True)
+        order = orders[0]
+        if len(orders) > 1:  # merge the few other events into the sorted slice events
+            extra = pl.concat(orders[1:], how="vertical_relaxed").sort("ts_ns", "rank", "tie",
+                                                                        maintain_order=True)
+            order = _merge_by_time(order, extra)
         return EventPlan(order.select("ts_ns", "type", "track", "shape", "src"), tables)
 
     def _intern_strings(self, table: pl.DataFrame) -> pl.DataFrame:
@@ -235,63 +237,89 @@ class _TraceBuilder:
             self.intern.column("debug_annotation_string_values", table[c].cast(pl.String))
             .alias(c) for c in cols)
 
-    def _slices(self) -> tuple[pl.DataFrame, pl.DataFrame]:
-        """One row per slice (span, call, GPU operation) with its payload and track, and the
-        begin/end events of the slices in write order (``row`` indexes the slices)."""
+    def _sources(self) -> list[tuple[int, pl.DataFrame]]:
+        """Per packet shape, its slices with their payload columns (one row per slice)."""
         d, intern = self.data, self.intern
-        nodes = self.src.analysis.call_paths.nodes
-        span_frame = nodes.select("stack_id", "kind", "name", "file", "line")
-        spans = self.src.spans.join(span_frame, on="stack_id", how="left").select(
-            "pid", "tid", "ts_ns", "dur_ns", _span_label().alias("label"),
-            pl.col("kind").replace_strict(CATEGORY, default="python_function").alias("cat"),
-            pl.col("op_shapes"))
+        nodes = self.src.analysis.call_paths.nodes.select("stack_id", "kind", "name", "file",
+                                                          "line")
+        node_names = nodes.select(
+            "stack_id", _span_label().alias("label"),
+            pl.col("kind").replace_strict(CATEGORY, default="python_function").alias("cat"))
+        node_names = node_names.select(
+            "stack_id", intern.column("event_names", node_names["label"]).alias("name_iid"),
+            intern.column("event_categories", node_names["cat"]).alias("cat_iid"))
+        spans = self.src.spans.select("pid", "tid", "ts_ns", "dur_ns", "stack_id", "op_shapes"
+                                      ).join(node_names, on="stack_id", how="left",
+                                             maintain_order="left")
+        unknown_name = intern.iid("event_names", "(unknown frame)")
+        spans = spans.with_columns(pl.col("name_iid").fill_null(unknown_name),
+                                   pl.col("cat_iid").fill_null(
+                                       intern.iid("event_categories", "python_function")))
         calls, gpu = _flows_and_weights(d.calls, d.gpu)
         calls = calls.select(
-            "pid", "tid", "ts_ns", "dur_ns", pl.col("name").alias("label"),
-            pl.lit("cuda_api").alias("cat"), "correlation_id", "size_bytes", "copy_kind",
-            "device_id", "stream_id", "stack_id", "gpu_ns", pl.col("gpu_ns").alias("weight"),
-            "flow_out", "leaf")
+            "pid", "tid", "ts_ns", "dur_ns", "correlation_id", "size_bytes", "copy_kind",
+            "device_id", "stream_id", "gpu_ns", pl.col("gpu_ns").alias("weight"), "flow_out",
+            intern.column("event_names", calls["name"]).alias("name_iid"),
+            pl.lit(intern.iid("event_categories", "cuda_api"), pl.UInt64).alias("cat_iid"),
+            self._callstack_iids(calls["stack_id"], calls["leaf"]).alias("cs_iid"))
         gpu = gpu.select(
-            "pid", "device_id", "stream_id", "ts_ns", "dur_ns", pl.col("name").alias("label"),
-            pl.col("kind").replace_strict(CATEGORY, default="kernel").alias("cat"),
+            "pid", "device_id", "stream_id", "ts_ns", "dur_ns",
             (pl.col("kind") == "sync").alias("sync"), "correlation_id", "size_bytes",
             "copy_kind", "src_mem", "dst_mem", "graph_id",
             pl.concat_list("grid_x", "grid_y", "grid_z").alias("grid"),
             pl.concat_list("block_x", "block_y", "block_z").alias("block"),
-            "stack_id", "flow_in", pl.col("name").alias("leaf"),
-            pl.col("dur_ns").alias("weight"))
-        cpu = pl.concat([spans, calls], how="diagonal_relaxed").with_columns(pl.lit(0).alias("gpu"))
-        allv = pl.concat([cpu, gpu.with_columns(pl.lit(1).alias("gpu"))], how="diagonal_relaxed")
-        allv = allv.with_row_index("row").with_columns(
-            (pl.col("ts_ns") + pl.col("dur_ns").clip(0)).alias("end_ns"),
-            pl.col("sync").fill_null(False))
+            "flow_in", pl.col("dur_ns").alias("weight"),
+            intern.column("event_names", gpu["name"]).alias("name_iid"),
+            intern.column("event_categories", gpu["kind"].replace_strict(
+                CATEGORY, default="kernel")).alias("cat_iid"),
+            self._callstack_iids(gpu["stack_id"], gpu["name"]).alias("cs_iid"))
+        return [(SHAPE_SPAN, spans), (SHAPE_CALL, calls), (SHAPE_GPU, gpu)]
+
+    def _slices(self) -> tuple[dict[int, pl.DataFrame], pl.DataFrame]:
+        """Per shape, the slices with their payload and ``track``; and the begin/end events
+        of all slices in write order (``ts_ns, type, rank, tie, track, shape, src``)."""
+        sources = self._sources()
+        ivs, offset = [], 0
+        for shape, df in sources:
+            if shape == SHAPE_GPU:
+                key = [pl.lit(1).alias("gpu"), "pid", pl.lit(None, pl.Int64).alias("tid"),
+                       "device_id", "stream_id", "sync"]
+            else:
+                key = [pl.lit(0).alias("gpu"), "pid", "tid", pl.lit(None, pl.Int32)
+                       .alias("device_id"), pl.lit(None, pl.Int64).alias("stream_id"),
+                       pl.lit(False).alias("sync")]
+            ivs.append(df.select(*key, "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns").clip(0))
+                                 .alias("end_ns"), pl.lit(shape, pl.Int8).alias("shape"))
+                       .with_row_index("src").with_columns(pl.col("src").cast(pl.Int64)))
+            offset += df.height
+        iv = pl.concat(ivs, how="vertical_relaxed").with_row_index("row")
         key_cols = ["gpu", "pid", "tid", "device_id", "stream_id", "sync"]
-        groups = allv.select(key_cols).unique(maintain_order=True).with_row_index("group")
-        allv = allv.join(groups, on=key_cols, how="left", nulls_equal=True)
-        iv = allv.select("group", "row", "ts_ns", "end_ns")
-        events = ordered_events(iv)
+        groups = iv.select(key_cols).unique(maintain_order=True).with_row_index("group")
+        iv = iv.join(groups, on=key_cols, how="left", nulls_equal=True, maintain_order="left")
+        narrow = iv.select("group", "row", "ts_ns", "end_ns")
+        events = ordered_events(narrow)
         bad = nesting_violations(events)
-        lane = pl.lit(0, pl.Int32).alias("lane")
         if len(bad):  # only overlapping groups pay for the sequential pass
-            lanes = lanes_for(iv, bad.tolist())
-            allv = allv.join(lanes, on="row", how="left", maintain_order="left").with_columns(
+            lanes = lanes_for(narrow, bad.tolist())
+            iv = iv.join(lanes, on="row", how="left", maintain_order="left").with_columns(
                 pl.col("lane").fill_null(0))
         else:
-            allv = allv.with_columns(lane)
-        allv = allv.join(self._track_uuids(allv), on=["group", "lane"], how="left",
-                         maintain_order="left")
-        allv = allv.with_columns(
-            pl.when(pl.col("gpu") == 1).then(SHAPE_GPU)
-            .when(pl.col("cat") == "cuda_api").then(SHAPE_CALL)
-            .otherwise(SHAPE_SPAN).cast(pl.Int8).alias("shape"),
-            intern.column("event_names", allv["label"]).alias("name_iid"),
-            intern.column("event_categories", allv["cat"]).alias("cat_iid"),
-            self._callstack_iids(allv).alias("cs_iid"))
-        return allv, events
+            iv = iv.with_columns(pl.lit(0, pl.Int32).alias("lane"))
+        tracks = self._track_uuids(iv)
+        iv = iv.join(tracks, on=["group", "lane"], how="left", maintain_order="left")
+        keys = iv.select("track", "shape", "src")[events["row"]]
+        order = pl.concat([events.select("ts_ns", "type", "rank", "tie"), keys],
+                          how="horizontal").with_columns(
+            pl.when(pl.col("type") == END).then(SHAPE_END).otherwise("shape").cast(pl.Int8)
+            .alias("shape"))
+        tables = {shape: df.select([c for c in SHAPE_COLUMNS[shape] if c in df.columns
+                                    and c not in ("ts_ns", "type", "track")])
+                  for shape, df in sources}
+        return tables, order
 
-    def _track_uuids(self, allv: pl.DataFrame) -> pl.DataFrame:
-        keys = allv.select("group", "lane", "gpu", "pid", "tid", "device_id", "stream_id", "sync"
-                           ).unique().sort("group", "lane")
+    def _track_uuids(self, iv: pl.DataFrame) -> pl.DataFrame:
+        keys = iv.select("group", "lane", "gpu", "pid", "tid", "device_id", "stream_id", "sync"
+                         ).unique(["group", "lane"]).sort("group", "lane")
         uuids = []
         for r in keys.iter_rows(named=True):
             if r["gpu"]:
@@ -301,23 +329,22 @@ class _TraceBuilder:
                 uuids.append(self.thread_track(r["pid"], r["tid"], r["lane"]))
         return keys.select("group", "lane", pl.Series("track", uuids, pl.UInt64))
 
-    def _callstack_iids(self, allv: pl.DataFrame) -> pl.Series:
-        """Interned callstack of each call and GPU slice: its stack, then the GPU op as leaf."""
-        has = allv["cat"].is_in(["cuda_api"]) | (allv["gpu"] == 1)
-        keys = allv.select(pl.col("stack_id").fill_null(-1), "leaf", "cat").filter(has)
-        distinct = keys.unique(["stack_id", "leaf"]).drop("cat").sort("stack_id", "leaf")
-        chains = self._stack_chains()
+    def _callstack_iids(self, stack_id: pl.Series, leaf: pl.Series) -> pl.Series:
+        """Interned callstack per row: the stack, then the GPU operation ``leaf`` (if any)."""
+        keys = pl.DataFrame({"stack_id": stack_id.fill_null(-1), "leaf": leaf})
+        distinct = keys.unique().sort("stack_id", "leaf")
+        if not hasattr(self, "_chains"):
+            self._chains = self._stack_chains()
         unknown = self.intern.frame(UNKNOWN, None, None)
         ids = []
-        for stack_id, leaf in distinct.iter_rows():
-            frames = chains.get(stack_id, (unknown,))
-            if leaf is not None:
-                frames = frames + (self.intern.frame(leaf, "[GPU]", None),)
+        for sid, name in distinct.iter_rows():
+            frames = self._chains.get(sid, (unknown,))
+            if name is not None:
+                frames = frames + (self.intern.frame(name, "[GPU]", None),)
             ids.append(self.intern.callstack(frames))
         table = distinct.with_columns(pl.Series("cs_iid", ids, pl.UInt64))
-        joined = allv.select(pl.col("stack_id").fill_null(-1), "leaf").join(
-            table, on=["stack_id", "leaf"], how="left", nulls_equal=True, maintain_order="left")
-        return joined["cs_iid"].zip_with(has, pl.Series([None] * allv.height, dtype=pl.UInt64))
+        return keys.join(table, on=["stack_id", "leaf"], how="left", nulls_equal=True,
+                         maintain_order="left")["cs_iid"]
 
     def _stack_chains(self) -> dict[int, tuple[int, ...]]:
         """Frame iids of every stack, outermost first (a walk over the trie: one step per node)."""
@@ -329,21 +356,6 @@ class _TraceBuilder:
             frame = self.intern.frame(label, file, line)
             chains[sid] = chains.get(parent, ()) + (frame,)
         return chains
-
-    def _slice_events(self) -> tuple[pl.DataFrame, dict[int, pl.DataFrame]]:
-        allv, events = self._slices()
-        allv = allv.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over("shape")
-                                 .alias("src"))
-        keys = allv.select("track", "shape", "src")[events["row"]]
-        is_end = events["type"] == END
-        order = pl.concat([events.select("ts_ns", "type", "rank", "tie"), keys],
-                          how="horizontal").with_columns(
-            pl.when(is_end).then(SHAPE_END).otherwise("shape").cast(pl.Int8).alias("shape"))
-        tables = {shape: allv.filter(pl.col("shape") == shape).select(
-                      [c for c in SHAPE_COLUMNS[shape] if c in allv.columns
-                       and c not in ("ts_ns", "type", "track")])
-                  for shape in (SHAPE_SPAN, SHAPE_CALL, SHAPE_GPU)}
-        return order, tables
 
     def _finding_events(self) -> pl.DataFrame:
         """One instant per finding occurrence, on the findings track of its process."""
@@ -409,6 +421,19 @@ class _TraceBuilder:
             p.track_descriptor.CopyFrom(desc)
         self.n_header_packets = len(b.packet)
         return b.SerializeToString()
+
+
+def _merge_by_time(first: pl.DataFrame, second: pl.DataFrame) -> pl.DataFrame:
+    """Both frames (each sorted by ``ts_ns``) as one, by time; at equal times ``second``'s rows
+    come first (they sit on their own tracks, so this order never affects nesting)."""
+    a, b = first["ts_ns"].to_numpy(), second["ts_ns"].to_numpy()
+    at = np.searchsorted(a, b, side="left") + np.arange(len(b))
+    take = np.empty(len(a) + len(b), np.int64)
+    is_b = np.zeros(len(take), bool)
+    is_b[at] = True
+    take[is_b] = len(a) + np.arange(len(b))
+    take[~is_b] = np.arange(len(a))
+    return pl.concat([first, second.cast(first.schema)], how="vertical")[take]
 
 
 def _text(value) -> str | None:

@@ -90,7 +90,10 @@ def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 def varint_lengths(values: np.ndarray) -> np.ndarray:
     """Encoded size of each uint64 in ``values`` (1 to 10 bytes)."""
     n = np.ones(len(values), np.int64)
+    top = int(values.max()) if len(values) else 0
     for k in range(1, 10):
+        if top < 1 << (7 * k):
+            break
         n += values >= np.uint64(1 << (7 * k))
     return n
 
