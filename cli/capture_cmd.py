@@ -43,14 +43,15 @@ def capture(
 
             typer.echo(printable_program(sample, (DRIVER, RUNTIME) if runtime_api else (DRIVER,)))
             return
-        from zym.capture.session import CaptureConfig, run_capture
+        from zym.capture.cupti.integrate import capture_with_gpu  # GPU side (CUPTI)
+        from zym.capture.session import CaptureConfig
 
         command = list(ctx.args)
         if output is None:
             output = Path(f"zym-{pid if pid else Path(command[0]).name if command else 'capture'}.parquet")
-        run_capture(CaptureConfig(output=output, pid=pid, command=command or None,
-                                  duration=duration, sample=sample, runtime_api=runtime_api,
-                                  keep_raw=keep_raw))
+        capture_with_gpu(CaptureConfig(output=output, pid=pid, command=command or None,
+                                       duration=duration, sample=sample, runtime_api=runtime_api,
+                                       keep_raw=keep_raw))
 
 
 def _finalize(raw_dir: Path, output: Optional[Path]) -> None:
@@ -63,6 +64,11 @@ def _finalize(raw_dir: Path, output: Optional[Path]) -> None:
         output = raw_dir.with_name(raw_dir.name.removesuffix(".raw") or "capture.parquet")
     tables = finalize(raw_dir, output, read_raw_meta(raw_dir))
     typer.echo(f"zym: {tables['call'].height} calls -> {output}", err=True)
+    spool = raw_dir.with_name(raw_dir.name.removesuffix(".raw") + ".cupti")
+    if spool.is_dir():  # GPU side (CUPTI) recorded beside the raw capture
+        from zym.capture.cupti.integrate import add_gpu
+
+        add_gpu(output, spool)
 
 
 def register(app: typer.Typer) -> None:

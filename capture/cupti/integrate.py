@@ -24,10 +24,14 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
-from zym.schemas import CaptureError, CaptureMeta, open_capture, write_capture
+from zym.schemas.errors import CaptureError
 
 from . import target_env
-from .finalize import SPOOL_GLOB, merge_gpu
+
+# Importable where only the capture runs (a lean GPU host without polars/numpy): joining and
+# writing import their dependencies when called; a capture that cannot finalize there keeps
+# <output>.raw/ and <output>.cupti/ for `zym capture --finalize` elsewhere.
+SPOOL_GLOB = "cupti-*.spool"
 
 Log = Callable[[str], None]
 STOP_WAIT_S = 3.0
@@ -48,11 +52,11 @@ def capture_with_gpu(cfg, log: Log | None = None):
     from zym.capture.session import run_capture
 
     log = log or _log
-    if cfg.pid is not None:
+    if cfg.pid is not None or not cfg.command:  # the session validates and says what is wrong
+        summary = run_capture(cfg)
         log("attached to a running process: CPU side only (CUPTI can only start with the "
             "process; start it under zym capture for GPU times)")
-        return run_capture(cfg)
-    spool = _fresh(spool_dir_for(cfg.output))
+        return summary
     try:
         check_environment()
     except CaptureError as e:
@@ -60,6 +64,7 @@ def capture_with_gpu(cfg, log: Log | None = None):
         run_cupti_only(cfg.command, cfg.output, duration=cfg.duration, keep_spool=cfg.keep_raw,
                        log=log)
         return None
+    spool = _fresh(spool_dir_for(cfg.output))
     env = target_env(spool)
     with _environment({k: env[k] for k in ("PYTHONPATH", "ZYM_CUPTI_DIR")}):
         summary = run_capture(cfg)
@@ -70,9 +75,14 @@ def capture_with_gpu(cfg, log: Log | None = None):
     return summary
 
 
-def add_gpu(output: Path, spool: Path, log: Log | None = None) -> CaptureMeta:
+def add_gpu(output: Path, spool: Path, log: Log | None = None):
     """Join the calls of the capture at ``output`` to the CUPTI spools in ``spool`` and
-    rewrite it with the GPU work (works on captures finalized elsewhere, too)."""
+    rewrite it with the GPU work (works on captures finalized elsewhere, too); returns the
+    capture's updated ``CaptureMeta``."""
+    from zym.schemas import open_capture, write_capture
+
+    from .finalize import merge_gpu
+
     log = log or _log
     cap = open_capture(output)
     tables = {t: cap.load(t) for t in ("frame", "stack", "span", "call")}
@@ -88,8 +98,11 @@ def add_gpu(output: Path, spool: Path, log: Log | None = None) -> CaptureMeta:
 
 
 def run_cupti_only(command: list[str], output: Path, duration: float | None = None,
-                   keep_spool: bool = False, log: Log | None = None) -> CaptureMeta:
-    """Run ``command`` under the CUPTI collector alone and write ``output``."""
+                   keep_spool: bool = False, log: Log | None = None):
+    """Run ``command`` under the CUPTI collector alone and write ``output``; returns its
+    ``CaptureMeta``."""
+    from zym.schemas import CaptureMeta
+
     from .finalize import finalize_capture
 
     log = log or _log
@@ -114,7 +127,7 @@ def run_cupti_only(command: list[str], output: Path, duration: float | None = No
     return meta
 
 
-def summary_line(path: Path, meta: CaptureMeta) -> str:
+def summary_line(path: Path, meta) -> str:
     c = meta.extra.get("cupti", {})
     cov, join = c.get("stack_coverage", {}), c.get("join", {})
     fits = c.get("clock_fit", {}).values()

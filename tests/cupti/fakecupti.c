@@ -77,7 +77,7 @@ static void api_record(uint32_t cbid, uint64_t start, uint64_t end, uint32_t cor
 
 static void kernel_record(uint64_t start, uint64_t end, uint32_t corr) {
     uint8_t r[216] = {0};
-    put32(r, 0, 10); put64(r, 16, start); put64(r, 24, end); put32(r, 48, 7);
+    put32(r, 0, 10); put64(r, 16, start); put64(r, 24, end); put32(r, 44, 1); put32(r, 48, 7);
     put32(r, 52, 4); put32(r, 56, 1); put32(r, 60, 1); put32(r, 64, 256); put32(r, 68, 1);
     put32(r, 72, 1); put32(r, 92, corr); put64(r, 104, (uint64_t)(uintptr_t)KERNEL_NAME);
     memcpy(g_pending + g_len, r, 216); g_len += 216;
@@ -105,4 +105,26 @@ void fake_get_device(int n) {
         if (g_rt_on[3] && g_len + 64 < sizeof g_pending) api_record(3, now_ns(), now_ns() + 10, g_corr++);
         pthread_mutex_unlock(&g_mu);
     }
+}
+
+static void sync_record(uint64_t start, uint64_t end, uint32_t corr) {
+    uint8_t r[56] = {0};
+    put32(r, 0, 38); put32(r, 4, 3); put64(r, 8, start); put64(r, 16, end);
+    put32(r, 24, corr); put32(r, 28, 1); put32(r, 32, 7);
+    memcpy(g_pending + g_len, r, 56); g_len += 56;
+}
+
+/* A runtime call around a driver call, as cudart makes it: the application takes the start
+ * time, calls the (stand-in) driver, then ends the call. gpu: 10 kernel, 38 sync, 0 none. */
+uint64_t fake_api_begin(void) { return now_ns(); }
+void fake_api_end(uint32_t cbid, uint64_t start, int gpu) {
+    uint64_t end = now_ns();
+    pthread_mutex_lock(&g_mu);
+    if (g_len + 512 < sizeof g_pending) {
+        uint32_t corr = g_corr++;
+        if (cbid < 1024 && g_rt_on[cbid]) api_record(cbid, start, end, corr);
+        if (gpu == 10 && g_kind_on[10]) kernel_record(end + 1000, end + 9000, corr);
+        if (gpu == 38 && g_kind_on[38]) sync_record(start + 200, end - 100, corr);
+    }
+    pthread_mutex_unlock(&g_mu);
 }

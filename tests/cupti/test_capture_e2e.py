@@ -1,0 +1,93 @@
+"""`zym capture -- python ...` with both collectors: real eBPF uprobes (root, BCC) on a libcuda
+stand-in and the CUPTI agent on a libcupti stand-in, joined into one capture with stacks.
+
+The stand-in CUPTI counts time from the epoch (CLOCK_REALTIME, as the H200's did), eBPF from
+boot (CLOCK_MONOTONIC): the clock fit and the join run on real clocks and real uprobe timing."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from zym.analysis import analyze
+from zym.schemas import open_capture
+
+HERE = Path(__file__).resolve().parent
+WORKLOAD = HERE / "e2e_workload.py"
+ITERS = 20
+
+
+def _ebpf_unavailable() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root"
+    try:
+        from zym.capture.bpf_loader import check_environment
+        from zym.schemas.errors import CaptureError
+
+        check_environment()
+    except CaptureError as e:
+        return str(e)
+    return None
+
+
+pytestmark = pytest.mark.ebpf
+
+
+@pytest.fixture(scope="module")
+def libs(tmp_path_factory):
+    reason = _ebpf_unavailable()
+    if reason:
+        pytest.skip(f"eBPF unavailable: {reason}")
+    cc = shutil.which("gcc") or shutil.which("cc")
+    d = tmp_path_factory.mktemp("e2e")
+    subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", str(d / "libcuda.so.1"),
+                    str(HERE.parent / "ebpf" / "fakecuda.c")], check=True)
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(d / "libcupti.so.13"),
+                    str(HERE / "fakecupti.c"), "-lpthread"], check=True)
+    return d
+
+
+def _lines() -> dict[str, int]:
+    out = {}
+    for n, line in enumerate(WORKLOAD.read_text().splitlines(), 1):
+        m = re.search(r"# @(\w+)", line)
+        if m:
+            out[m.group(1)] = n
+    return out
+
+
+def test_zym_capture_joins_gpu_work_to_python_lines(libs, tmp_path):
+    out = tmp_path / "trace.parquet"
+    env = {**os.environ, "FAKECUDA": str(libs / "libcuda.so.1"), "ITERS": str(ITERS),
+           "ZYM_CUPTI_LIB": str(libs / "libcupti.so.13"), "ZYM_CUPTI_EAGER": "1",
+           "INIT_SLEEP": "0.5"}
+    proc = subprocess.run([sys.executable, "-m", "zym.cli.main", "capture", "-o", str(out), "--",
+                           sys.executable, str(WORKLOAD)], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "100.0% of GPU time with its Python stack" in proc.stderr, proc.stderr
+    assert not (tmp_path / "trace.parquet.cupti").exists()
+    cap = open_capture(out)
+    calls, gpu = cap.load("call"), cap.load("gpu")
+    launches = ITERS * 2 + ITERS * 3  # main thread: step(2), worker: step(3), ITERS times
+    assert gpu.filter(pl.col("kind") == "kernel").height == launches
+    assert gpu.filter(pl.col("kind") == "sync").height == 2 * ITERS
+    joined = cap.meta.extra["cupti"]["join"]
+    assert joined["matched_by_time"] == launches + 2 * ITERS and joined["kind_mismatch"] == 0
+    assert joined["cupti_unclaimed"] == 0
+    fit = next(iter(cap.meta.extra["cupti"]["clock_fit"].values()))
+    assert fit["offset_ns"] < -10**18  # epoch -> boot
+    # every kernel's call path ends at the @launch line, every sync's at @sync
+    m = _lines()
+    paths = analyze(out).call_paths.paths
+    kernels = paths.filter(pl.col("kernels") > 0)
+    assert kernels["user_line"].unique().to_list() == [m["launch"]]
+    assert kernels["kernels"].sum() == launches
+    assert paths.filter(pl.col("path_id") == -1).height == 0
+    assert calls.filter(pl.col("name") == "cuLaunchKernel")["correlation_id"].null_count() == 0
