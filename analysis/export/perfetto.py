@@ -49,7 +49,8 @@ CATEGORY = {"python": "python_function", "native": "python_function", "torch_op"
 ANNOTATIONS = [
     ("correlation", "correlation_id", "int"), ("bytes", "size_bytes", "int"),
     ("direction", "copy_kind", "str"), ("src", "src_mem", "str"), ("dst", "dst_mem", "str"),
-    ("grid", "grid", "xyz"), ("block", "block", "xyz"), ("graph id", "graph_id", "int"),
+    ("grid", ("grid_x", "grid_y", "grid_z"), "xyz"),
+    ("block", ("block_x", "block_y", "block_z"), "xyz"), ("graph id", "graph_id", "int"),
     ("device", "device_id", "int"), ("stream", "stream_id", "int"),
     ("gpu ns", "gpu_ns", "int"), ("shapes", "op_shapes", "str"),
     ("rule", "rule_id", "str"), ("severity", "severity", "str"), ("site", "site", "str"),
@@ -266,8 +267,7 @@ class _TraceBuilder:
             "pid", "device_id", "stream_id", "ts_ns", "dur_ns",
             (pl.col("kind") == "sync").alias("sync"), "correlation_id", "size_bytes",
             "copy_kind", "src_mem", "dst_mem", "graph_id",
-            pl.concat_list("grid_x", "grid_y", "grid_z").alias("grid"),
-            pl.concat_list("block_x", "block_y", "block_z").alias("block"),
+            "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
             "flow_in", pl.col("dur_ns").alias("weight"),
             intern.column("event_names", gpu["name"]).alias("name_iid"),
             intern.column("event_categories", gpu["kind"].replace_strict(
@@ -486,7 +486,8 @@ SHAPE_COLUMNS = {
     SHAPE_CALL: _COMMON + ["correlation_id", "size_bytes", "copy_kind", "device_id", "stream_id",
                            "gpu_ns", "flow_out", "cs_iid", "weight"],
     SHAPE_GPU: _COMMON + ["correlation_id", "size_bytes", "copy_kind", "src_mem", "dst_mem",
-                          "grid", "block", "graph_id", "device_id", "stream_id", "flow_in",
+                          "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
+                          "graph_id", "device_id", "stream_id", "flow_in",
                           "cs_iid", "weight"],
     SHAPE_FINDING: _COMMON + ["correlation_id", "rule_id", "severity", "site", "message"],
     SHAPE_COUNTER: ["ts_ns", "type", "track", "value"],
@@ -524,47 +525,57 @@ def _encode_events(plan: EventPlan, annotation_iids: dict[str, int], start: int,
     return buf.tobytes()
 
 
+def _column(ev: pl.DataFrame, name: str, dtype=None):
+    """``(values, present)`` of a column as numpy; ``present`` is None when no value is null,
+    and ``values`` None when the column is absent or all null."""
+    if name not in ev.columns:
+        return None, None
+    s = ev[name]
+    nulls = s.null_count()
+    if nulls == s.len():
+        return None, None
+    if nulls:
+        present = s.is_not_null().to_numpy()
+        values = s.fill_null(0).to_numpy()
+    else:
+        present, values = None, s.to_numpy()
+    return (values if dtype is None else values.astype(dtype, copy=False)), present
+
+
 def _packet_field(ev: pl.DataFrame, annotation_iids: dict[str, int], head: bool) -> pw.Message:
     """``Trace.packet`` for rows of one shape; ``head``: begins, instants and counters (the
     rows that carry a payload)."""
-    n = ev.height
-    everywhere = np.full(n, head)
-
-    def col(name, dtype=None):
-        if name not in ev.columns or not head:
-            return None, np.zeros(n, bool)
-        s = ev[name]
-        present = s.is_not_null().to_numpy()
-        values = s.fill_null(0).to_numpy()
-        return (values if dtype is None else values.astype(dtype)), present
-
     fields: list[pw.Field] = []
-    cat, cat_p = col("cat_iid")
-    if cat_p.any():
-        fields.append(pw.Varint(_K(_TE, "category_iids"), cat, cat_p))
+
+    def varint(field: str, column: str) -> None:
+        values, present = _column(ev, column)
+        if values is not None:
+            fields.append(pw.Varint(_K(_TE, field), values, present))
+
     if head:
+        varint("category_iids", "cat_iid")
         for name, column, kind in ANNOTATIONS:
-            ann = _annotation(ev, annotation_iids[name], column, kind, everywhere)
+            ann = _annotation(ev, annotation_iids[name], column, kind)
             if ann is not None:
                 fields.append(ann)
     fields.append(pw.Varint(_K(_TE, "type"), ev["type"].to_numpy().astype(np.int64)))
-    name, name_p = col("name_iid")
-    if name_p.any():
-        fields.append(pw.Varint(_K(_TE, "name_iid"), name, name_p))
+    if head:
+        varint("name_iid", "name_iid")
     fields.append(pw.Varint(_K(_TE, "track_uuid"), ev["track"].to_numpy()))
-    value, value_p = col("value", np.float64)
-    if value_p.any():
-        fields.append(pw.Fixed64(_K(_TE, "double_counter_value"), value, value_p))
-    if head and "flow_out" in ev.columns:
-        fields.append(_repeated_fixed64(ev["flow_out"], everywhere, _K(_TE, "flow_ids")))
-    flow_in, flow_in_p = col("flow_in")
-    if flow_in_p.any():
-        fields.append(pw.Fixed64(_K(_TE, "terminating_flow_ids"), flow_in, flow_in_p))
-    cs, cs_p = col("cs_iid")
-    if cs_p.any():
-        weight, _ = col("weight", np.float64)
-        fields.append(pw.Varint(_K(_TE, "callstack_iid"), cs, cs_p))
-        fields.append(pw.Fixed64(_K(_TE, "callstack_weight"), weight, cs_p))
+    if head:
+        value, present = _column(ev, "value", np.float64)
+        if value is not None:
+            fields.append(pw.Fixed64(_K(_TE, "double_counter_value"), value, present))
+        if "flow_out" in ev.columns:
+            fields.append(_repeated_fixed64(ev["flow_out"], _K(_TE, "flow_ids")))
+        flow_in, present = _column(ev, "flow_in")
+        if flow_in is not None:
+            fields.append(pw.Fixed64(_K(_TE, "terminating_flow_ids"), flow_in, present))
+        cs, present = _column(ev, "cs_iid")
+        if cs is not None:
+            weight = ev["weight"].fill_null(0).to_numpy().astype(np.float64)
+            fields.append(pw.Varint(_K(_TE, "callstack_iid"), cs, present))
+            fields.append(pw.Fixed64(_K(_TE, "callstack_weight"), weight, present))
     packet = [pw.Varint(_K(_TP, "timestamp"), ev["ts_ns"].to_numpy()),
               pw.Const(_K(_TP, "trusted_packet_sequence_id") + pw.varint_bytes(SEQ)),
               pw.Message(_K(_TP, "track_event"), fields)]
@@ -574,35 +585,33 @@ def _packet_field(ev: pl.DataFrame, annotation_iids: dict[str, int], head: bool)
     return pw.Message(_K(Trace, "packet"), packet)
 
 
-def _annotation(ev: pl.DataFrame, name_iid: int, column: str, kind: str, head: np.ndarray):
-    """One debug annotation per row where ``column`` is set (a Message field), or None."""
-    if column not in ev.columns:
-        return None
-    s = ev[column]
-    present = s.is_not_null().to_numpy() & head
+def _annotation(ev: pl.DataFrame, name_iid: int, column, kind: str):
+    """One debug annotation per row where ``column`` is set (a Message field), or None.
+    ``column`` names three columns for ``xyz`` (a dict ``{x, y, z}``)."""
+    outer = _K(_TE, "debug_annotations")
     if kind == "xyz":
-        present &= (s.list.drop_nulls().list.len() == 3).fill_null(False).to_numpy()
-    if not present.any():
+        cols = [_column(ev, c) for c in column]
+        if any(v is None for v, _ in cols):
+            return None
+        masks = [p for _, p in cols if p is not None]
+        present = np.logical_and.reduce(masks) if masks else None
+        key = pw.Const(_K(_DA, "name_iid") + pw.varint_bytes(name_iid), present)
+        entries = [pw.Message(_K(_DA, "dict_entries"), [
+            pw.Varint(_K(_DA, "int_value"), v, present),
+            pw.Const(_K(_DA, "name") + pw.varint_bytes(1) + axis.encode(), present)], present)
+            for (v, _), axis in zip(cols, "xyz")]
+        return pw.Message(outer, [key, *entries], present)
+    values, present = _column(ev, column)
+    if values is None:
         return None
     key = pw.Const(_K(_DA, "name_iid") + pw.varint_bytes(name_iid), present)
-    outer = _K(_TE, "debug_annotations")
-    if kind == "int":
-        value = pw.Varint(_K(_DA, "int_value"), s.fill_null(0).to_numpy(), present)
-        return pw.Message(outer, [key, value], present)
-    if kind == "str":  # the column holds string iids (see _TraceBuilder._intern_strings)
-        value = pw.Varint(_K(_DA, "string_value_iid"), s.fill_null(0).to_numpy(), present)
-        return pw.Message(outer, [key, value], present)
-    entries = []
-    for i, axis in enumerate("xyz"):
-        v = s.list.get(i, null_on_oob=True).fill_null(0).to_numpy()
-        entries.append(pw.Message(_K(_DA, "dict_entries"), [
-            pw.Varint(_K(_DA, "int_value"), v, present),
-            pw.Const(_K(_DA, "name") + pw.varint_bytes(1) + axis.encode(), present)], present))
-    return pw.Message(outer, [key, *entries], present)
+    # "str" columns hold string iids (see _TraceBuilder._intern_strings)
+    field = "int_value" if kind == "int" else "string_value_iid"
+    return pw.Message(outer, [key, pw.Varint(_K(_DA, field), values, present)], present)
 
 
-def _repeated_fixed64(lists: pl.Series, head: np.ndarray, key: bytes) -> pw.RepeatedFixed64:
+def _repeated_fixed64(lists: pl.Series, key: bytes) -> pw.RepeatedFixed64:
     """Per row, the entries of a repeated fixed64 field (e.g. ``flow_ids``)."""
-    counts = lists.list.len().fill_null(0).to_numpy().astype(np.int64) * head
-    flat = lists.filter(pl.Series(head)).explode().drop_nulls().to_numpy()
+    counts = lists.list.len().fill_null(0).to_numpy().astype(np.int64)
+    flat = lists.explode().drop_nulls().to_numpy()
     return pw.RepeatedFixed64(key, counts, flat)
