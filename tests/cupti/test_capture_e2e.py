@@ -91,3 +91,23 @@ def test_zym_capture_joins_gpu_work_to_python_lines(libs, tmp_path):
     assert kernels["kernels"].sum() == launches
     assert paths.filter(pl.col("path_id") == -1).height == 0
     assert calls.filter(pl.col("name") == "cuLaunchKernel")["correlation_id"].null_count() == 0
+
+
+def test_finalize_elsewhere_joins_the_kept_spools(libs, tmp_path):
+    # a lean GPU host keeps <output>.raw/ and <output>.cupti/; --finalize joins them here
+    out = tmp_path / "trace.parquet"
+    env = {**os.environ, "FAKECUDA": str(libs / "libcuda.so.1"), "ITERS": "5",
+           "ZYM_CUPTI_LIB": str(libs / "libcupti.so.13"), "ZYM_CUPTI_EAGER": "1",
+           "INIT_SLEEP": "0.5"}
+    run = subprocess.run([sys.executable, "-m", "zym.cli.main", "capture", "-o", str(out),
+                          "--keep-raw", "--", sys.executable, str(WORKLOAD)],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "trace.parquet.raw").is_dir() and (tmp_path / "trace.parquet.cupti").is_dir()
+    again = tmp_path / "again.parquet"
+    fin = subprocess.run([sys.executable, "-m", "zym.cli.main", "capture", "--finalize",
+                          str(tmp_path / "trace.parquet.raw"), "-o", str(again)],
+                         capture_output=True, text=True, timeout=120)
+    assert fin.returncode == 0, fin.stderr
+    assert "100.0% of GPU time with its Python stack" in fin.stderr
+    assert open_capture(again).load("gpu").filter(pl.col("kind") == "kernel").height == 25
