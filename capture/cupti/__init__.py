@@ -23,6 +23,11 @@ def target_env(spool_dir: str | os.PathLike, env: dict[str, str] | None = None) 
     >>> e["PYTHONPATH"].endswith(":/app"), e["ZYM_CUPTI_DIR"]
     (True, '/tmp/s')
     """
+    if not (BOOTSTRAP_DIR / "sitecustomize.py").exists():
+        from zym.schemas.errors import CaptureError
+
+        raise CaptureError(f"zym's CUPTI bootstrap is missing ({BOOTSTRAP_DIR}/sitecustomize.py): "
+                           "this zym was packaged without it; reinstall zym")
     env = dict(os.environ if env is None else env)
     old = env.get("PYTHONPATH")
     env["PYTHONPATH"] = str(BOOTSTRAP_DIR) + (os.pathsep + old if old else "")
