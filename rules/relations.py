@@ -197,6 +197,12 @@ class Relations:
         calls = _conform(self.analysis.data.calls, "call")
         if not calls["ts_ns"].is_sorted():
             calls = calls.sort("ts_ns")
+        # Thread-major, time order within a thread (a stable sort on one packed key): per-thread
+        # sequences (the previous call, runs) are then plain shifts, not window expressions.
+        if calls.select("pid", "tid").n_unique() > 1:
+            calls = calls.with_columns(_thread_key()).sort("_thread", maintain_order=True)
+        else:
+            calls = calls.with_columns(pl.lit(0, pl.Int64).alias("_thread"))
         blocking_names = (calls.select(pl.col("name").unique())
                           .filter(is_blocking_api(pl.col("name")))["name"])
         # Few distinct values, gathered per event: categoricals gather an integer, not text.
@@ -207,11 +213,6 @@ class Relations:
                     (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"),
                     (pl.col("api").is_in(blocking_names.implode())
                      | (pl.col("kind") == "copy")).alias("blocking")))
-
-    def threads(self) -> int:
-        if "_threads" not in self._eager:
-            self._eager["_threads"] = self.calls_table().select("pid", "tid").n_unique()
-        return self._eager["_threads"]
 
     def gpu_table(self) -> pl.DataFrame:
         """The GPU table (schema-conformed) with ``call_idx``: its launching call's row in
@@ -225,8 +226,12 @@ class Relations:
         return gpu.with_columns(rows.alias("call_idx"), pl.col("device_id").fill_null(-1))
 
     def busy(self) -> pl.DataFrame:
+        """GPU busy periods per device; the analysis' own when it kept them."""
         from zym.analysis.timeline import busy_intervals
 
+        kept = getattr(self.analysis, "busy_intervals", None)
+        if isinstance(kept, pl.DataFrame):
+            return kept
         return self._once("busy", lambda: busy_intervals(self.analysis.data.gpu))
 
     def site_of(self, stack: pl.Series, columns: tuple[str, ...] = EVENT_SITE_COLUMNS
@@ -268,7 +273,8 @@ class Relations:
                .unique(["device_id", "end_ns"], keep="first").collect())
         # The blocking call running when the GPU went idle (the latest one started before).
         blocking = (self.calls_table().filter("blocking")
-                    .select("call_idx", pl.col("ts_ns").alias("b_ts"), pl.col("end_ns").alias("b_end")))
+                    .select("call_idx", pl.col("ts_ns").alias("b_ts"), pl.col("end_ns").alias("b_end"))
+                    .sort("b_ts"))
         return (gaps.join(nxt, on=["device_id", "end_ns"], how="left")
                 .sort("ts_ns")
                 .join_asof(blocking, left_on="ts_ns", right_on="b_ts", strategy="backward",
@@ -314,11 +320,10 @@ class Relations:
         if "blocked_ns" in want:
             df = df.with_columns(pl.when(calls["blocking"]).then(calls["dur_ns"]).otherwise(0)
                                  .alias("blocked_ns"))
-        if "follows_dtoh" in want:  # calls are in time order: the previous one per thread
+        if "follows_dtoh" in want:  # the previous call of the same thread
             dtoh = ((pl.col("kind") == "copy") & (pl.col("copy_kind") == "DtoH")).shift(1)
-            if self.threads() > 1:
-                dtoh = dtoh.over(calls["pid"], calls["tid"])
-            df = df.with_columns(dtoh.fill_null(False).alias("follows_dtoh"))
+            same = calls["_thread"] == calls["_thread"].shift(1)
+            df = df.with_columns((dtoh & same).fill_null(False).alias("follows_dtoh"))
         if "call_instance" in want:
             df = df.with_columns(self._instances(calls, df["user_node"]))
         if "gpu_idle_ns" in want:
@@ -336,12 +341,11 @@ class Relations:
         calls that callees make in between (a model forward inside a decode loop) split runs,
         so per-call counts are then per run.
         """
-        frame = calls.select("pid", "tid", "ts_ns").with_columns(user_node.alias("user_node"))
-        many = self.threads() > 1
-        prev = pl.col("user_node").shift(1)
-        same = pl.col("user_node") == (prev.over("pid", "tid") if many else prev)
-        opened = (~same.fill_null(False)).cast(pl.Int64).cum_sum()
-        runs = -((opened.over("pid", "tid") if many else opened) + 1)
+        frame = calls.select("pid", "tid", "ts_ns", "_thread").with_columns(
+            user_node.alias("user_node"))
+        same = ((pl.col("user_node") == pl.col("user_node").shift(1))
+                & (pl.col("_thread") == pl.col("_thread").shift(1)))
+        runs = -((~same.fill_null(False)).cast(pl.Int64).cum_sum() + 1)
         spans = self.analysis.data.spans() if hasattr(self.analysis.data, "spans") else None
         if spans is None or spans.height == 0:
             return frame.select(runs.alias("call_instance")).to_series()
@@ -467,6 +471,12 @@ def match_rows(src_pid: pl.Series, src_corr: pl.Series, dst_pid: pl.Series,
         "_key", keep="first")
     dst = pl.DataFrame({"pid": dst_pid, "correlation_id": dst_corr}).select(_KEY)
     return dst.join(src, on="_key", how="left", maintain_order="left")["row"]
+
+
+def _thread_key() -> pl.Expr:
+    """One int64 per (pid, tid): OS ids fit in 31 bits (Linux pid_max is at most 2^22)."""
+    return ((pl.col("pid").cast(pl.Int64) * (1 << 32))
+            + (pl.col("tid").cast(pl.Int64) & 0xFFFFFFFF)).alias("_thread")
 
 
 def _conform(df: pl.DataFrame, table: str) -> pl.DataFrame:

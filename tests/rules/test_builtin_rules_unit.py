@@ -336,3 +336,21 @@ def test_low_utilization__silent_on_a_busy_gpu():
     for _ in range(20):
         b.kernel(FFN + [("torch_op", "aten::mm")], "gemm", gpu_us=1000, cpu_us=5)
     assert fired(b, "utilization.low-utilization") == []
+
+
+def test_per_thread_sequences_do_not_mix_threads():
+    """A sync on one thread right after another thread's copy is not a copy-then-sync, and
+    per-call counts stay per thread (calls interleave in time)."""
+    b = CaptureBuilder()
+    other = [("python", "worker", "app.py", 50)]
+    for _ in range(3):
+        b.tid = 1
+        b.copy(STEP, "DtoH", sync=False, host_mem="pinned")
+        b.tid = 2
+        b.call(other, "cudaStreamSynchronize", "sync")
+        b.tid = 1
+        b.call(STEP + [("torch_op", "aten::to"), ("torch_op", "aten::_to_copy"),
+                       ("torch_op", "aten::copy_")], "cudaStreamSynchronize", "sync")
+    calls = evaluate_rules(b.analysis(), [RULES["syncs.dtoh-copy-sync"]])
+    assert [f.site for f in calls] == ["app.py:20 step"]
+    assert calls[0].evidence["syncs"] == 3
