@@ -23,6 +23,9 @@ lack. What it does:
   records once to resolve kernel name pointers (they point into CUPTI's memory, so only the
   target can read them) and writes a footer.
 
+One file on purpose: the bootstrap loads it by path into the target, where zym's package may
+not be importable, so it cannot import its siblings.
+
 Spool format: an Arrow IPC stream (``kind: string, t_mono_ns: int64, payload: binary``, one
 batch per chunk) when pyarrow is importable in the target, otherwise a framed file with the same
 chunks (``MAGIC`` then ``u16 len, kind, i64 t_mono_ns, u64 len, payload`` per chunk). Each chunk

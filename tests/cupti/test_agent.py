@@ -137,3 +137,19 @@ def test_collector_starts_at_the_first_cuda_framework_import(tmp_path, fake_lib)
                          text=True, timeout=60)
     assert out.returncode == 0
     assert len(list((tmp_path / "spool").glob("cupti-*.spool"))) == 1
+
+
+def test_module_cli_run_and_finalize(tmp_path, fake_lib, monkeypatch):
+    from zym.capture.cupti.__main__ import main
+
+    monkeypatch.setenv("ZYM_CUPTI_LIB", str(fake_lib))
+    monkeypatch.setenv("ZYM_CUPTI_EAGER", "1")
+    script = tmp_path / "t.py"
+    script.write_text(f"import ctypes\nctypes.CDLL({str(fake_lib)!r}).fake_launch(9)\n")
+    out = tmp_path / "t.parquet"
+    assert main(["run", "-o", str(out), "--keep-spool", "--", sys.executable, str(script)]) == 0
+    assert open_capture(out).load("gpu").height == 9
+    again = tmp_path / "again.parquet"
+    assert main(["finalize", str(tmp_path / "t.parquet.cupti"), "-o", str(again)]) == 0
+    assert open_capture(again).load("call").height == 9
+    assert main(["finalize", str(tmp_path), "-o", str(again)]) == 2  # no spool there
