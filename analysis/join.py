@@ -119,7 +119,7 @@ def _match_by_time(e: pl.DataFrame, r: pl.DataFrame, eps_ns: int, lead_ns: int) 
                   (pl.col("ts_ns") + pl.col("dur_ns")).alias("_end"),
                   pl.col("kind").alias("_r_kind"), domain.alias("_domain")).sort("_start")
     es = e.select("_e", "pid", "tid", "ts_ns", "kind").sort("ts_ns")
-    asof = dict(left_on="ts_ns", right_on="_start", by=_KEYS, check_sortedness=False)
+    asof = {"left_on": "ts_ns", "right_on": "_start", "by": _KEYS, "check_sortedness": False}
     before = es.join_asof(rr, strategy="backward", **asof).filter(
         pl.col("_r").is_not_null() & (pl.col("_domain").fill_null("") != "driver")
         & (pl.col("ts_ns") <= pl.col("_end") + eps_ns)

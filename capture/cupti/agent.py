@@ -111,7 +111,7 @@ class SpoolWriter:
     def __init__(self, path: str, fmt: str) -> None:
         self.path = path
         self._lock = threading.Lock()
-        self._f = open(path, "wb")
+        self._f = open(path, "wb")  # noqa: SIM115 - open for the session
         self._arrow = None
         if fmt == "arrow":
             try:
@@ -172,8 +172,8 @@ def find_libcupti() -> str | None:
     if major is not None:
         matching = [f for f in found if lib_major(f) == major]
         if matching:
-            return sorted(matching)[0]
-    return sorted(found, key=lambda f: -(lib_major(f) or 0))[0] if found else None
+            return min(matching)
+    return min(found, key=lambda f: -(lib_major(f) or 0)) if found else None
 
 
 def _torch_cuda_major() -> int | None:
@@ -187,10 +187,11 @@ def _torch_cuda_major() -> int | None:
         return None
     for loc in spec.submodule_search_locations:
         try:
-            text = open(os.path.join(loc, "version.py")).read()
+            with open(os.path.join(loc, "version.py")) as f:
+                text = f.read()
         except OSError:
             continue
-        m = re.search(r"^cuda(?:\s*:\s*\w+\s*)?\s*=\s*'(\d+)\.", text, re.M)
+        m = re.search(r"^cuda(?:\s*:\s*\w+\s*)?\s*=\s*'(\d+)\.", text, re.MULTILINE)
         if m:
             return int(m.group(1))
     return None
@@ -253,7 +254,7 @@ class Collector:
         ts = ct.c_uint64()
         mono, get, ref = time.monotonic_ns, self._get_ts, ct.byref(ts)
         for _ in range(rounds):
-            t1 = mono(); get(ref); t2 = mono()  # noqa: E702
+            t1 = mono(); get(ref); t2 = mono()
             if best is None or t2 - t1 < best[2]:
                 best = [(t1 + t2) // 2, ts.value, t2 - t1]
         self.calibrations.append(best)
@@ -498,7 +499,6 @@ class _StartOnImport:
         if name.partition(".")[0] in TRIGGER_MODULES:
             _remove_hook()
             start_from_env()
-        return None
 
 
 _hook = _StartOnImport()

@@ -70,7 +70,7 @@ def fit_clock(points: list[list[int]] | np.ndarray) -> ClockFit:
         keep = new
     a, b = _wls(x[keep], y[keep], err[keep])
     resid = np.abs(y[keep] - (a + b * x[keep]))
-    return ClockFit(offset_ns=base + int(round(a)), drift_ppm=float(b * 1e6), ref_cupti_ns=ref,
+    return ClockFit(offset_ns=base + round(a), drift_ppm=float(b * 1e6), ref_cupti_ns=ref,
                     points=len(p), used=int(keep.sum()),
                     max_residual_ns=float(resid.max()) if len(resid) else 0.0,
                     median_err_ns=float(np.median(p[keep, 2])) if keep.any() else 0.0)

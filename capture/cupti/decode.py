@@ -19,14 +19,22 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-
 from zym.schemas.apis import api_kind
 
-from .agent import (KIND_CONCURRENT_KERNEL, KIND_DRIVER, KIND_INTERNAL_LAUNCH_API, KIND_MEMCPY,
-                    KIND_MEMSET, KIND_RUNTIME, KIND_SYNCHRONIZATION, api_name, read_chunks,
-                    record_offsets)
+from .agent import (
+    KIND_CONCURRENT_KERNEL,
+    KIND_DRIVER,
+    KIND_INTERNAL_LAUNCH_API,
+    KIND_MEMCPY,
+    KIND_MEMSET,
+    KIND_RUNTIME,
+    KIND_SYNCHRONIZATION,
+    api_name,
+    read_chunks,
+    record_offsets,
+)
 from .clock import ClockFit, fit_clock
-from .layouts import (COPY_KINDS, MEMORY_KINDS, SYNC_NAMES, UINT32_MAX, cupti_major, dtypes_for)
+from .layouts import COPY_KINDS, MEMORY_KINDS, SYNC_NAMES, UINT32_MAX, cupti_major, dtypes_for
 
 API_KINDS = (KIND_RUNTIME, KIND_DRIVER, KIND_INTERNAL_LAUNCH_API)
 DOMAIN_OF_KIND = {KIND_RUNTIME: "runtime", KIND_DRIVER: "driver",
@@ -260,7 +268,7 @@ def _gpu_frame(records: dict[int, np.ndarray], names: dict[int, str], fit: Clock
               "name": pl.String, "device_id": pl.Int32}
     gpu = gpu.with_columns([pl.lit(None, t).alias(c) for c, t in absent.items()
                             if c not in gpu.columns])
-    mem = lambda c: pl.col(c).replace_strict(MEMORY_KINDS, default=None, return_dtype=pl.String)  # noqa: E731
+    mem = lambda c: pl.col(c).replace_strict(MEMORY_KINDS, default=None, return_dtype=pl.String)
     copy_kind = pl.col("copy_kind").replace_strict(COPY_KINDS, default=None, return_dtype=pl.String)
     # syncs carry a context, not a device: take the device from the context's other records
     ctx_dev = (gpu.filter(pl.col("device_id").is_not_null())

@@ -13,7 +13,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
-
 from zym.analysis.join import join_calls, stack_coverage
 from zym.schemas import CaptureError, CaptureMeta, write_capture
 from zym.schemas.tables import TABLES
@@ -85,7 +84,7 @@ def merge_gpu(tables: dict[str, pl.DataFrame] | None, spool_dir: str | Path,
         "spools": cupti.stats["spools"],
         "clock_fit": {str(pid): fit.to_meta() for pid, fit in cupti.clock.items()},
         "join": join_stats, "stack_coverage": coverage,
-        "enabled_apis": {d: sorted(set(n for h in headers for n in h.get("api_names", {}).get(d, {}).values()))
+        "enabled_apis": {d: sorted({n for h in headers for n in h.get("api_names", {}).get(d, {}).values()})
                          for d in ("runtime", "driver")},
     }
     return tables

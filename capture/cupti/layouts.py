@@ -13,8 +13,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from .agent import (KIND_CONCURRENT_KERNEL, KIND_DRIVER, KIND_INTERNAL_LAUNCH_API, KIND_MEMCPY,
-                    KIND_MEMSET, KIND_RUNTIME, KIND_SYNCHRONIZATION, RECORD_SIZES_13)
+from .agent import (
+    KIND_CONCURRENT_KERNEL,
+    KIND_DRIVER,
+    KIND_INTERNAL_LAUNCH_API,
+    KIND_MEMCPY,
+    KIND_MEMSET,
+    KIND_RUNTIME,
+    KIND_SYNCHRONIZATION,
+    RECORD_SIZES_13,
+)
 
 
 def _dt(fields: dict[str, tuple[str, int]], itemsize: int) -> np.dtype:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 
 import numpy as np
-
 from zym.capture.cupti import agent
 from zym.capture.cupti.layouts import LAYOUTS
 

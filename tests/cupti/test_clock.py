@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import numpy as np
-
 from zym.capture.cupti.clock import ClockFit, fit_clock
 
 EPOCH = 1_795_941_770_251_820_603  # CUPTI on the H200 counted from the Unix epoch

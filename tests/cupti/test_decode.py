@@ -1,15 +1,15 @@
 """Raw CUPTI buffers -> records -> capture frames, on synthetic records built with the dtypes."""
 from __future__ import annotations
 
+from pathlib import Path
+
+import cupti_builder as b
 import numpy as np
 import polars as pl
 import pytest
-
 from zym.capture.cupti import agent
 from zym.capture.cupti.decode import collapse_nested, decode_buffers, decode_spool, read_spool
 from zym.capture.cupti.layouts import LAYOUTS
-
-import cupti_builder as b
 
 K = agent
 
@@ -84,9 +84,8 @@ def test_spool_round_trip_to_capture_frames(tmp_path, fmt):
 def test_torn_spool_keeps_completed_chunks(tmp_path):
     path = b.write_spool(tmp_path / "cupti-100.spool", [_mixed_buffer(), _mixed_buffer()],
                          [[2_000, 1_000, 100]], footer=False)
-    data = open(path, "rb").read()
-    # cut inside the trailing names chunk: a crash mid-write
-    open(path, "wb").write(data[:-3])
+    data = Path(path).read_bytes()
+    Path(path).write_bytes(data[:-3])  # cut inside the trailing names chunk: a crash mid-write
     spool = read_spool(path)
     assert len(spool.activity) == 2 and spool.footer is None
     t = decode_spool(spool)

@@ -7,10 +7,9 @@ import sys
 import textwrap
 from pathlib import Path
 
+import cupti_builder as b
 import polars as pl
 import pytest
-
-import cupti_builder as b
 from cupti_world import make_world
 from zym.analysis import analyze
 from zym.capture.cupti import integrate
@@ -41,10 +40,15 @@ def _spool(spool_dir: Path, world) -> None:
                           r["correlation_id"], cbid[r["name"]], pid=r["pid"]))
     for g in world.gpu.iter_rows(named=True):
         s, e, c = g["ts_ns"] + OFFSET, g["ts_ns"] + g["dur_ns"] + OFFSET, g["correlation_id"]
-        recs.append({"kernel": lambda: b.kernel(s, e, c, name_ptr=0x10),
-                     "copy": lambda: b.memcpy(s, e, c, 4096),
-                     "memset": lambda: b.memset(s, e, c, 64),
-                     "sync": lambda: b.sync(s, e, c)}[g["kind"]]())
+        kind = g["kind"]
+        if kind == "kernel":
+            recs.append(b.kernel(s, e, c, name_ptr=0x10))
+        elif kind == "copy":
+            recs.append(b.memcpy(s, e, c, 4096))
+        elif kind == "memset":
+            recs.append(b.memset(s, e, c, 64))
+        else:
+            recs.append(b.sync(s, e, c))
     t0 = int(world.api["ts_ns"].min())
     calib = [[t0 + i * 10**9, t0 + i * 10**9 + OFFSET, 500] for i in range(-2, 3)]
     spool_dir.mkdir(parents=True, exist_ok=True)

@@ -4,11 +4,9 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pytest
-
+from cupti_world import attributed, drop_rows, make_world
 from zym.analysis.join import join_calls, stack_coverage
 from zym.capture.cupti.clock import fit_clock
-
-from cupti_world import attributed, drop_rows, make_world
 
 MIX = ["launch", "launch", "copy", "sync", "memset", "launch", "graph", "launch", "nogpu"] * 6
 
@@ -145,7 +143,6 @@ def test_clock_offset_and_drift_end_to_end():
         return mono + offset + np.rint((mono - t0) * drift).astype(np.int64)
 
     rng = np.random.default_rng(1)
-    span = int(w.api["ts_ns"].max()) - t0
     mono_pts = t0 + np.linspace(-10**10, 10**10, 40).astype(np.int64)  # calibrations over 20 s
     pts = [[int(m + rng.integers(-150, 150)), int(c), 500] for m, c in zip(mono_pts, to_cupti(mono_pts))]
     pts = [[10**9, 123, 400]] + pts  # taken before CUPTI's clock settled: rejected

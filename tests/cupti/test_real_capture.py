@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
-import pyarrow.ipc as ipc
 import pytest
-
+from conftest import REPO
+from pyarrow import ipc
 from zym.analysis.join import join_calls, stack_coverage
 from zym.capture.cupti.finalize import collect_spools, finalize_capture
 from zym.schemas import open_capture
-
-from conftest import REPO
 
 SAMPLE = REPO / "sample_traces" / "gpt_decode_server.cupti"
 

@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import polars as pl
-
 from zym.capture.cupti.decode import decode_spool, read_spool
 
 DATA = Path(__file__).parent / "data"

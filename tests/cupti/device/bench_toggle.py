@@ -9,8 +9,8 @@ import statistics
 import sys
 
 sys.path.insert(0, "sample_traces")
-import gpt_decode_server as g  # noqa: E402
-import torch  # noqa: E402
+import gpt_decode_server as g
+import torch
 
 c = sys.modules["_zym_cupti_agent"]._collector
 torch.manual_seed(0)

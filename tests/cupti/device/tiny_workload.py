@@ -34,7 +34,7 @@ def worker(out):
 
 
 t = threading.Thread(target=worker, args=(facts,))
-t.start(); t.join()  # noqa: E702
+t.start(); t.join()
 
 # A CUDA graph of 20 kernels, replayed 3 times.
 g_in = torch.randn(256, 256, device="cuda")

@@ -50,15 +50,15 @@ class Ev(ct.Structure):
 def main():
     out = sys.argv[1]
     cmd = sys.argv[sys.argv.index("--") + 1:]
-    lib = os.environ.get("LIBCUDA") or sorted(glob.glob("/usr/local/nvidia/lib64/libcuda.so.*")
-                                              + glob.glob("/usr/lib/x86_64-linux-gnu/libcuda.so.*"))[0]
+    lib = os.environ.get("LIBCUDA") or min(glob.glob("/usr/local/nvidia/lib64/libcuda.so.*")
+                                           + glob.glob("/usr/lib/x86_64-linux-gnu/libcuda.so.*"))
     b = BPF(text=PROG)
     attached = []
     for i, (sym, _) in enumerate(SYMS):
         try:
             b.attach_uprobe(name=lib, sym=sym, fn_name=f"p{i}")
             attached.append(sym)
-        except Exception:  # noqa: BLE001 - symbol absent in this driver
+        except Exception:  # noqa: BLE001, S110 - symbol absent in this driver
             pass
     rows = {"tid": [], "ts_ns": [], "probe": []}
     lost = [0]
@@ -80,7 +80,7 @@ def main():
     for _ in range(5):
         b.perf_buffer_poll(timeout=50)
     import pyarrow as pa
-    import pyarrow.ipc as ipc
+    from pyarrow import ipc
 
     n = len(rows["tid"])
     table = pa.table({
