@@ -87,7 +87,10 @@ COLUMNS: dict[str, dict[str, str]] = {
         "ts_ns": "gap start (device went idle)", "dur_ns": "gap length", "end_ns": "gap end",
         "cause": "sync (CPU blocked in a call when the GPU went idle) or launch",
         "api": "attributed CUDA call", "correlation_id": "attributed call's correlation id",
-        "call_ts_ns": "attributed call start", **SITE_DOC,
+        "call_ts_ns": "attributed call start", "op_id": "attributed call's torch op id",
+        "in_op_ns": "launch gaps: part of the gap the CPU spent inside the torch op whose launch "
+                    "ended it (from its span; null without spans)",
+        **SITE_DOC,
     },
     "windows": {
         "device_id": "device", "ts_ns": "window start", "dur_ns": "window length",
@@ -368,12 +371,30 @@ class Relations:
         call_idx = pl.select(pl.coalesce(gaps["block_idx"], launcher)).to_series()
         calls = self.calls_table()
         c = take(calls.select("pid", "tid", "api", "correlation_id",
-                              pl.col("ts_ns").alias("call_ts_ns"), "stack_id"), call_idx)
+                              pl.col("ts_ns").alias("call_ts_ns"), "stack_id", "op_id"), call_idx)
         df = (gaps.select("device_id", "ts_ns", "end_ns", "dur_ns",
                           pl.when(pl.col("block_idx").is_not_null()).then(pl.lit("sync"))
                           .otherwise(pl.lit("launch")).alias("cause"))
               .hstack(c).with_columns(*self.site_of(c["stack_id"])))
+        if "in_op_ns" in want:
+            df = df.with_columns(self._time_in_op(df))
         return df.select([c for c in df.columns if c in want])
+
+    def _time_in_op(self, gaps: pl.DataFrame) -> pl.Series:
+        """Per launch gap: how much of it the CPU spent inside the torch op whose launch ended
+        it (from that op's span: Kineto records one per op). Null without spans."""
+        spans = self.analysis.data.spans() if hasattr(self.analysis.data, "spans") else None
+        if spans is None or spans.height == 0 or "op_id" not in spans.columns:
+            return pl.repeat(None, gaps.height, dtype=pl.Int64, eager=True).alias("in_op_ns")
+        ops = gaps.filter(pl.col("cause") == "launch")["op_id"].drop_nulls().unique()
+        starts = (spans.filter(pl.col("op_id").is_in(ops.implode()))
+                  .group_by("pid", "op_id").agg(pl.col("ts_ns").min().alias("op_ts")))
+        return (gaps.select("pid", "op_id", "ts_ns", "end_ns", "cause")
+                .join(starts, on=["pid", "op_id"], how="left", maintain_order="left")
+                .select(pl.when(pl.col("cause") == "launch").then(
+                    (pl.col("end_ns") - pl.max_horizontal("ts_ns", "op_ts")).clip(0))
+                    .alias("in_op_ns"))
+                .to_series())
 
     def _build_gpu(self, want: set[str]) -> pl.DataFrame:
         gpu = self.gpu_table()
