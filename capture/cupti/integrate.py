@@ -66,8 +66,14 @@ def capture_with_gpu(cfg, log: Log | None = None):
         return None
     spool = _fresh(spool_dir_for(cfg.output))
     env = target_env(spool)
-    with _environment({k: env[k] for k in ("PYTHONPATH", "ZYM_CUPTI_DIR")}):
-        summary = run_capture(cfg)
+    try:
+        with _environment({k: env[k] for k in ("PYTHONPATH", "ZYM_CUPTI_DIR")}):
+            summary = run_capture(cfg)
+    except CaptureError:
+        # kept beside a kept raw capture (a lean host finalizes elsewhere), else removed
+        if not Path(cfg.output).with_name(Path(cfg.output).name + ".raw").exists():
+            shutil.rmtree(spool, ignore_errors=True)
+        raise
     _stop_stragglers(getattr(summary, "pids", []), spool)
     add_gpu(cfg.output, spool, log)
     if not cfg.keep_raw:

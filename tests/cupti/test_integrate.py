@@ -142,3 +142,29 @@ def test_environment_is_restored(monkeypatch):
     with integrate._environment({"PYTHONPATH": "/boot:/app", "ZYM_CUPTI_DIR": "/s"}):
         assert os.environ["PYTHONPATH"] == "/boot:/app"
     assert os.environ["PYTHONPATH"] == "/app" and "ZYM_CUPTI_DIR" not in os.environ
+
+
+def test_failed_session_keeps_spools_only_beside_a_kept_raw_capture(tmp_path, monkeypatch):
+    from zym.capture import bpf_loader, session
+    from zym.capture.session import CaptureConfig
+
+    monkeypatch.setattr(bpf_loader, "check_environment", lambda: None)
+    out = tmp_path / "t.parquet"
+
+    def lean_host(cfg):
+        (tmp_path / "t.parquet.raw").mkdir()
+        raise CaptureError("cannot finalize here (no polars); the raw capture is kept")
+
+    monkeypatch.setattr(session, "run_capture", lean_host)
+    with pytest.raises(CaptureError):
+        integrate.capture_with_gpu(CaptureConfig(output=out, command=["true"]), print)
+    assert (tmp_path / "t.parquet.cupti").is_dir()
+
+    def no_cuda(cfg):
+        raise CaptureError("no CUDA library was mapped")
+
+    monkeypatch.setattr(session, "run_capture", no_cuda)
+    other = tmp_path / "u.parquet"
+    with pytest.raises(CaptureError):
+        integrate.capture_with_gpu(CaptureConfig(output=other, command=["true"]), print)
+    assert not (tmp_path / "u.parquet.cupti").exists()
