@@ -41,7 +41,7 @@ class Proc(ct.Structure):
                 ("tsd_stride", ct.c_uint32), ("cframe_current", ct.c_int32),
                 ("ts_frame", ct.c_uint32), ("f_code", ct.c_uint32), ("f_previous", ct.c_uint32),
                 ("f_instr", ct.c_uint32), ("f_owner", ct.c_uint32),
-                ("owned_by_cstack", ct.c_uint32), ("pad", ct.c_uint32)]
+                ("owned_by_cstack", ct.c_uint32), ("frame_read", ct.c_uint32)]
 
 
 class ProbeSpec(ct.Structure):

@@ -57,6 +57,8 @@ class Interpreter:
             cframe_current=lay["cframe_current"], ts_frame=lay["ts_frame"],
             f_code=lay["f_code"], f_previous=lay["f_previous"], f_instr=lay["f_instr"],
             f_owner=lay["f_owner"], owned_by_cstack=lay["owned_by_cstack"],
+            frame_read=max(lay["f_code"] + 8, lay["f_previous"] + 8, lay["f_instr"] + 8,
+                           lay["f_owner"] + 1),
         )
 
 

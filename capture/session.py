@@ -38,6 +38,8 @@ from .sink import (MISSED_FRAME, STACK_MISSED, STACK_NONE, TRUNCATED_FRAME, RawW
 from .symbolize import Symbolizer
 
 Log = Callable[[str], None]
+# Call records do not wake zym (zym.bpf.c send_call): the loop drains them this often.
+DRAIN_MS = 10
 
 
 @dataclass
@@ -383,7 +385,7 @@ def _loop(cfg: CaptureConfig, collector: Collector, bpf: BpfProgram, stop: _Stop
         if now >= next_tick or detecting:
             collector.tick()
             next_tick = now + cfg.poll_ms / 1000
-        bpf.poll(fast_ms if detecting else cfg.poll_ms)
+        bpf.poll(fast_ms if detecting else DRAIN_MS)
 
 
 def _end_command(popen: subprocess.Popen | None, log: Log) -> None:
@@ -399,6 +401,7 @@ def _end_command(popen: subprocess.Popen | None, log: Log) -> None:
 
 
 def _drain(collector: Collector, bpf: BpfProgram) -> None:
+    """Read what the kernel still holds (records sent just before the stop)."""
     before = -1
     while collector.calls != before:
         before = collector.calls

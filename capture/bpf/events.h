@@ -108,7 +108,7 @@ struct zym_proc {
     u32 f_instr;
     u32 f_owner;        /* byte compared with owned_by_cstack (any readable byte before 3.12) */
     u32 owned_by_cstack;/* FRAME_OWNED_BY_CSTACK; 256 (never equal to a byte) before 3.12 */
-    u32 pad;
+    u32 frame_read;     /* bytes read per frame (one read covers every field above), <= 128 */
 };
 
 /* How to read one probe's arguments (map "probes", key: probe index). A slot is the integer

@@ -29,6 +29,11 @@ BPF_TABLE("lru_hash", struct seen_key, u8, seen, 65536);
 BPF_TABLE("lru_hash", u32, u64, sample_count, 65536);
 BPF_PERCPU_ARRAY(scratch, struct zym_stack, 1);
 BPF_PERCPU_ARRAY(call_scratch, struct zym_call, 1);
+/* One frame's bytes. Fields are read at offsets masked below ZYM_FRAME_READ_MAX, so the
+ * buffer has 8 bytes of slack past it for the verifier's bounds. */
+#define ZYM_FRAME_READ_MAX 128
+struct frame_buf { u8 b[ZYM_FRAME_READ_MAX + 8]; };
+BPF_PERCPU_ARRAY(frame_bufs, struct frame_buf, 1);
 BPF_PROG_ARRAY(walker, 1);   /* slot 0: zym_walk, set by the loader */
 BPF_PERCPU_ARRAY(counters, u64, ZYM_NCOUNTERS);
 
@@ -90,24 +95,36 @@ static __always_inline u64 mix(u64 h, u64 v) {
 }
 
 /* Walks the interpreter's frame list into the per-CPU scratch record; returns its hash.
+ * One user-memory read per frame (proc->frame_read bytes cover code, instruction, previous
+ * and owner), not four: the walk is most of a probe's cost.
  * The loop body is branch-free on purpose: with a branch per frame the verifier explores
  * 2^frames paths and rejects the program. Frames that are skipped (C-stack shims, None code)
  * are overwritten by the next kept one; the count lives in map memory for the same reason. */
 static __always_inline u64 walk(struct zym_proc *proc, u64 frame, struct zym_stack *st) {
+    u32 zero = 0;
+    struct frame_buf *fb = frame_bufs.lookup(&zero);
+    if (!fb)
+        return 0;
+    u32 size = proc->frame_read & (ZYM_FRAME_READ_MAX - 1);
+    u32 o_code = proc->f_code & (ZYM_FRAME_READ_MAX - 1);
+    u32 o_instr = proc->f_instr & (ZYM_FRAME_READ_MAX - 1);
+    u32 o_prev = proc->f_previous & (ZYM_FRAME_READ_MAX - 1);
+    u32 o_owner = proc->f_owner & (ZYM_FRAME_READ_MAX - 1);
     u64 h = 0xcbf29ce484222325ULL;
     st->nframes = 0;
     for (int i = 0; i < ZYM_MAX_FRAMES && frame; i++) {
-        u64 code = read_u64(frame + proc->f_code);
-        u64 instr = read_u64(frame + proc->f_instr);   /* 3.10: low 32 bits are f_lasti */
-        u8 owner = 0;
-        bpf_probe_read_user(&owner, 1, (void *)(frame + proc->f_owner));
+        if (bpf_probe_read_user(fb->b, size, (void *)frame))
+            break;
+        u64 code = *(u64 *)(fb->b + o_code);
+        u64 instr = *(u64 *)(fb->b + o_instr);   /* 3.10: low 32 bits are f_lasti */
+        u8 owner = fb->b[o_owner];
         u64 keep = (code != 0) & (code != proc->none_addr) & (owner != proc->owned_by_cstack);
         u32 n = st->nframes & (ZYM_MAX_FRAMES - 1);
         st->frames[n].code = code;
         st->frames[n].instr = instr;
         st->nframes += (u32)keep;
         h = mix(mix(h, code * keep), instr * keep);
-        frame = read_u64(frame + proc->f_previous);
+        frame = *(u64 *)(fb->b + o_prev);
     }
     st->flags = frame ? ZYM_F_TRUNCATED : 0;
     return h ? h : 1;
@@ -160,8 +177,11 @@ static __always_inline u64 python_stack(struct zym_proc *proc, u32 tgid, u32 tid
     return h;
 }
 
+/* Calls are sent without waking the reader: at ~20,000 calls/s a wakeup per record costs the
+ * target more than the record. User space drains the buffer every few ms (session.py). Stack
+ * and process records (rare, and a held process waits on them) wake it as usual. */
 static __always_inline void send_call(struct zym_call *call) {
-    if (events.ringbuf_output(call, sizeof(*call), 0) < 0)
+    if (events.ringbuf_output(call, sizeof(*call), BPF_RB_NO_WAKEUP) < 0)
         count(ZYM_C_LOST_CALLS);
 }
 
