@@ -73,14 +73,46 @@ def bench(path: Path, repeat: int, kineto_json: Path | None) -> dict:
     return row
 
 
+def tiled_capture(times: int, out: Path) -> Path:
+    """The sample repeated ``times`` times back to back (times and correlation ids shifted): a
+    large capture with the nesting and stream behaviour of a real one."""
+    import polars as pl
+
+    from zym.capture.kineto import load_kineto
+    from zym.schemas import write_capture
+
+    tables, meta = load_kineto(SAMPLE)
+    timed = [t for t in ("span", "call", "gpu") if t in tables]
+    start = min(int(tables[t]["ts_ns"].min()) for t in timed)
+    end = max(int((tables[t]["ts_ns"] + tables[t]["dur_ns"]).max()) for t in timed)
+    window = end - start + 1_000_000
+    corr = int(max(tables[t]["correlation_id"].max() for t in ("call", "gpu"))) + 1
+    out_tables = dict(tables)
+    for t in timed:
+        parts = []
+        for i in range(times):
+            shift = [pl.col("ts_ns") + i * window]
+            if "correlation_id" in tables[t].columns:
+                shift.append(pl.col("correlation_id") + i * corr)
+            parts.append(tables[t].with_columns(shift))
+        out_tables[t] = pl.concat(parts)
+    return write_capture(out, out_tables, meta)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--synthetic", type=Path, action="append", default=[],
                     help="also export this zym capture (e.g. from bench/make_synthetic.py)")
+    ap.add_argument("--tile", type=int, action="append", default=[],
+                    help="also export the sample repeated N times back to back")
     ap.add_argument("--json", type=Path, help="write the results here as JSON")
     a = ap.parse_args()
     rows = [bench(SAMPLE, a.repeat, SAMPLE)]
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in a.tile:
+            capture = tiled_capture(n, Path(tmp) / f"sample-x{n}.parquet")
+            rows.append(bench(capture, max(1, a.repeat // 2), None) | {"input": f"sample x{n}"})
     rows += [bench(p, max(1, a.repeat // 2), None) for p in a.synthetic]
     for r in rows:
         print(json.dumps(r), file=sys.stderr)

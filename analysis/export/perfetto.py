@@ -279,34 +279,35 @@ class _TraceBuilder:
         """Per shape, the slices with their payload and ``track``; and the begin/end events
         of all slices in write order (``ts_ns, type, rank, tie, track, shape, src``)."""
         sources = self._sources()
-        ivs, offset = [], 0
+        ivs, infos, n_groups = [], [], 0
         for shape, df in sources:
-            if shape == SHAPE_GPU:
-                key = [pl.lit(1).alias("gpu"), "pid", pl.lit(None, pl.Int64).alias("tid"),
-                       "device_id", "stream_id", "sync"]
-            else:
-                key = [pl.lit(0).alias("gpu"), "pid", "tid", pl.lit(None, pl.Int32)
-                       .alias("device_id"), pl.lit(None, pl.Int64).alias("stream_id"),
-                       pl.lit(False).alias("sync")]
-            ivs.append(df.select(*key, "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns").clip(0))
-                                 .alias("end_ns"), pl.lit(shape, pl.Int8).alias("shape"))
-                       .with_row_index("src").with_columns(pl.col("src").cast(pl.Int64)))
-            offset += df.height
+            cols = (["pid", "device_id", "stream_id", "sync"] if shape == SHAPE_GPU
+                    else ["pid", "tid"])
+            keyed = df.select(cols).with_columns(pl.col(c).fill_null(0) for c in cols
+                                                 if c != "sync")
+            info = keyed.unique(maintain_order=True).with_row_index("group", offset=n_groups)
+            n_groups += info.height
+            infos.append(info.with_columns(pl.lit(int(shape == SHAPE_GPU)).alias("gpu")))
+            group = keyed.join(info, on=cols, how="left", maintain_order="left")["group"]
+            ivs.append(df.select(group, "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns").clip(0))
+                                 .alias("end_ns"), pl.lit(shape, pl.Int8).alias("shape"),
+                                 pl.int_range(pl.len(), dtype=pl.Int64).alias("src")))
         iv = pl.concat(ivs, how="vertical_relaxed").with_row_index("row")
-        key_cols = ["gpu", "pid", "tid", "device_id", "stream_id", "sync"]
-        groups = iv.select(key_cols).unique(maintain_order=True).with_row_index("group")
-        iv = iv.join(groups, on=key_cols, how="left", nulls_equal=True, maintain_order="left")
+        groups = pl.concat(infos, how="diagonal_relaxed")
         narrow = iv.select("group", "row", "ts_ns", "end_ns")
         events = ordered_events(narrow)
         bad = nesting_violations(events)
-        if len(bad):  # only overlapping groups pay for the sequential pass
-            lanes = lanes_for(narrow, bad.tolist())
-            iv = iv.join(lanes, on="row", how="left", maintain_order="left").with_columns(
-                pl.col("lane").fill_null(0))
+        lanes = lanes_for(narrow, bad.tolist()) if len(bad) else None  # overlapping groups only
+        self._row_groups = narrow.select("row", "group")
+        tracks = self._track_uuids(groups, lanes)
+        if lanes is None:
+            by_group = np.zeros(n_groups, np.uint64)
+            by_group[tracks["group"].to_numpy()] = tracks["track"].to_numpy()
+            iv = iv.with_columns(pl.Series("track", by_group[iv["group"].to_numpy()]))
         else:
-            iv = iv.with_columns(pl.lit(0, pl.Int32).alias("lane"))
-        tracks = self._track_uuids(iv)
-        iv = iv.join(tracks, on=["group", "lane"], how="left", maintain_order="left")
+            iv = (iv.join(lanes, on="row", how="left", maintain_order="left")
+                  .with_columns(pl.col("lane").fill_null(0))
+                  .join(tracks, on=["group", "lane"], how="left", maintain_order="left"))
         keys = iv.select("track", "shape", "src")[events["row"]]
         order = pl.concat([events.select("ts_ns", "type", "rank", "tie"), keys],
                           how="horizontal").with_columns(
@@ -317,13 +318,18 @@ class _TraceBuilder:
                   for shape, df in sources}
         return tables, order
 
-    def _track_uuids(self, iv: pl.DataFrame) -> pl.DataFrame:
-        keys = iv.select("group", "lane", "gpu", "pid", "tid", "device_id", "stream_id", "sync"
-                         ).unique(["group", "lane"]).sort("group", "lane")
+    def _track_uuids(self, groups: pl.DataFrame, lanes: pl.DataFrame | None) -> pl.DataFrame:
+        """``group, lane, track`` for every group's own track and its overlap lanes."""
+        keys = groups.with_columns(pl.lit(0, pl.Int32).alias("lane"))
+        if lanes is not None:
+            used = lanes.join(self._row_groups, on="row").select("group", "lane").unique()
+            keys = pl.concat([keys, used.join(groups, on="group")], how="diagonal_relaxed"
+                             ).unique(["group", "lane"])
+        keys = keys.sort("group", "lane")
         uuids = []
         for r in keys.iter_rows(named=True):
             if r["gpu"]:
-                uuids.append(self.stream_track(r["pid"], r["device_id"] or 0, r["stream_id"] or 0,
+                uuids.append(self.stream_track(r["pid"], r["device_id"], r["stream_id"],
                                                r["sync"], r["lane"]))
             else:
                 uuids.append(self.thread_track(r["pid"], r["tid"], r["lane"]))
