@@ -142,7 +142,7 @@ def _plan(rule: Rule, rel: Relations) -> dict:
     rows = lf.filter(where_expr(early, sites, frame)) if early else lf
     deferred = (rule_columns_deferred(rule) - set(columns)) if "call_idx" in columns else set()
     if deferred:
-        rows = rows.with_columns(deferred_columns(rel.calls_table(), deferred))
+        rows = rows.with_columns(deferred_columns(rel, deferred))
         columns = [*columns, *deferred]
     if late:
         rows = rows.filter(where_expr(late, sites))

@@ -197,7 +197,15 @@ class Relations:
         return self._once("calls", self._calls_table)
 
     def _calls_table(self) -> pl.DataFrame:
-        calls = _conform(self.analysis.data.calls, "call")
+        raw = _conform(self.analysis.data.calls, "call")
+        blocking_names = (raw.select(pl.col("name").unique())
+                          .filter(is_blocking_api(pl.col("name")))["name"])
+        # Narrow: long per-call text (shapes, dtypes) stays in the capture's table and is
+        # gathered through ``_orig`` only for rows a rule keeps. API names are few: as a
+        # categorical, sorting and gathering moves an integer, not text.
+        calls = raw.select("pid", "tid", "ts_ns", "dur_ns", pl.col("name").cast(pl.Categorical)
+                           .alias("api"), "kind", "correlation_id", "stack_id", "size_bytes",
+                           "copy_kind", "op_id").with_row_index("_orig")
         if not calls["ts_ns"].is_sorted():
             calls = calls.sort("ts_ns")
         # Thread-major, time order within a thread (a stable sort on one packed key): per-thread
@@ -206,15 +214,10 @@ class Relations:
             calls = calls.with_columns(_thread_key()).sort("_thread", maintain_order=True)
         else:
             calls = calls.with_columns(pl.lit(0, pl.Int64).alias("_thread"))
-        blocking_names = (calls.select(pl.col("name").unique())
-                          .filter(is_blocking_api(pl.col("name")))["name"])
-        # Few distinct values, gathered per event: categoricals gather an integer, not text.
-        return (calls.rename({"name": "api"})
-                .with_row_index("call_idx").with_columns(
-                    pl.col("call_idx").cast(pl.Int64),
-                    pl.col("api").cast(pl.Categorical),
+        return (calls.with_row_index("call_idx").with_columns(
+                    pl.col("call_idx").cast(pl.Int64), pl.col("_orig").cast(pl.Int64),
                     (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"),
-                    (pl.col("api").is_in(blocking_names.implode())
+                    (pl.col("api").cast(pl.String).is_in(blocking_names.implode())
                      | (pl.col("kind") == "copy")).alias("blocking")))
 
     def gpu_table(self) -> pl.DataFrame:
@@ -289,9 +292,11 @@ class Relations:
     def _matmuls(self) -> pl.DataFrame:
         """FLOPs, arithmetic intensity and 8-alignment per matmul-family call (``call_idx``)."""
         stacks = self.sites.filter(pl.col("torch_op").is_in(list(_MATMUL_OPS)))["stack_id"]
-        calls = (self.calls_table()
-                 .filter(pl.col("stack_id").is_in(stacks.implode()) & pl.col("op_shapes").is_not_null())
-                 .select("call_idx", "stack_id", "op_shapes", "op_dtypes")
+        raw = _conform(self.analysis.data.calls, "call")
+        calls = self.calls_table().filter(pl.col("stack_id").is_in(stacks.implode()))
+        calls = (calls.select("call_idx", "stack_id", *[raw[c].gather(calls["_orig"])
+                                                        for c in ("op_shapes", "op_dtypes")])
+                 .filter(pl.col("op_shapes").is_not_null())
                  .join(self.sites.select("stack_id", "torch_op"), on="stack_id", how="left"))
         return _with_flops(calls).select("call_idx", "flops", "dims_aligned8", "intensity")
 
@@ -398,8 +403,9 @@ class Relations:
 
     def _build_gpu(self, want: set[str]) -> pl.DataFrame:
         gpu = self.gpu_table()
-        keep = gpu["call_idx"].is_not_null()
-        rows = gpu.with_row_index("_row").filter(keep)
+        rows = gpu.with_row_index("_row")
+        if gpu["call_idx"].null_count():
+            rows = rows.filter(pl.col("call_idx").is_not_null())
         idx = rows["call_idx"]
         calls = self.calls_table()
         call_cols = {"tid": "tid", "call_ts_ns": "ts_ns", "call_dur_ns": "dur_ns",
@@ -459,12 +465,18 @@ class Relations:
 DEFERRED = ("op_id", "op_shapes", "op_dtypes", "dtype")
 
 
-def deferred_columns(calls: pl.DataFrame, names: set[str]) -> list[pl.Expr]:
-    exprs = [pl.lit(calls[c]).gather(pl.col("call_idx")).alias(c)
-             for c in ("op_id", "op_shapes", "op_dtypes")
-             if c in names or (c == "op_dtypes" and "dtype" in names)]
+def deferred_columns(rel: Relations, names: set[str]) -> list[pl.Expr]:
+    """Expressions gathering per-call text columns by ``call_idx`` (see ``DEFERRED``): two
+    gathers, so text moves only for the rows the expression runs on."""
+    calls = rel.calls_table()
+    raw = _conform(rel.analysis.data.calls, "call")
+    orig = pl.lit(calls["_orig"]).gather(pl.col("call_idx"))
+    exprs = [pl.lit(raw["op_id"]).gather(orig).alias("op_id")] if "op_id" in names else []
+    for c in ("op_shapes", "op_dtypes"):
+        if c in names:
+            exprs.append(pl.lit(raw[c]).gather(orig).alias(c))
     if "dtype" in names:
-        exprs.append(pl.lit(calls["op_dtypes"]).gather(pl.col("call_idx"))
+        exprs.append(pl.lit(raw["op_dtypes"]).gather(orig)
                      .str.extract(r'^\[\s*"([^"]*)"', 1).alias("dtype"))
     return exprs
 
