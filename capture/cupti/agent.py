@@ -61,12 +61,21 @@ THREAD_ID_SYSTEM = 1
 FLUSH_FORCED = 1
 ENABLED_KINDS = (KIND_CONCURRENT_KERNEL, KIND_MEMCPY, KIND_MEMSET, KIND_SYNCHRONIZATION,
                  KIND_INTERNAL_LAUNCH_API)
-# Record sizes of the CUPTI 13.0 layouts (CUpti_ActivityAPI, Kernel10, Memcpy6, Memset4,
+# Record sizes by CUPTI major (CUpti_ActivityAPI, Kernel10 or Kernel9, Memcpy6, Memset4,
 # Synchronization2); zym.capture.cupti.layouts holds the full dtypes and checks these sizes.
 RECORD_SIZES_13 = {KIND_DRIVER: 40, KIND_RUNTIME: 40, KIND_INTERNAL_LAUNCH_API: 40,
                    KIND_CONCURRENT_KERNEL: 216, KIND_MEMCPY: 96, KIND_MEMSET: 88,
                    KIND_SYNCHRONIZATION: 56}
-KERNEL_NAME_OFFSET_13 = 104
+RECORD_SIZES = {13: RECORD_SIZES_13, 12: {**RECORD_SIZES_13, KIND_CONCURRENT_KERNEL: 208}}
+KERNEL_NAME_OFFSET = 104  # same in Kernel9 and Kernel10
+
+
+def cupti_major(api_version: int) -> int:
+    """CUPTI's major version from ``cuptiGetVersion``: 130001 -> 13; CUDA 12.x reports a small
+    API number (26 for 12.8, 18 or more for 12.0+)."""
+    if api_version >= 10000:
+        return api_version // 10000
+    return 12 if api_version >= 18 else 11
 
 # Which API callbacks to record: the same name patterns as zym.schemas.apis (launch, copy,
 # memset, sync), applied to CUPTI's callback names with their _vNNNN suffix removed.
@@ -216,6 +225,7 @@ class Collector:
                       "callback_ns": 0, "stop_ns": 0}
         self.calibrations: list[list[int]] = []
         self.enabled_apis: dict[str, dict[int, str]] = {}
+        self.version = 0
         self.stopped = False
         fmt = os.environ.get(ENV_FORMAT, "arrow")
         os.makedirs(out_dir, exist_ok=True)
@@ -315,6 +325,7 @@ class Collector:
                     L.cuptiActivityRegisterCallbacks(self._req_cb, self._cmp_cb))
         version = ct.c_uint32()
         L.cuptiGetVersion(ct.byref(version))
+        self.version = version.value
         names = {"runtime": self.api_names(DOMAIN_RUNTIME), "driver": self.api_names(DOMAIN_DRIVER)}
         enabled: dict[str, dict[int, str]] = {"runtime": {}, "driver": {}}
         if os.environ.get(ENV_ALL_APIS) == "1":
@@ -400,11 +411,18 @@ class Collector:
         CUPTI shares one name string per kernel function, so the pointers are few; reading them
         is the only per-record pass the target makes, once, at stop.
         """
+        sizes = RECORD_SIZES.get(cupti_major(self.version))
+        if sizes is None:
+            self.stats["errors"].append(f"kernel names: no record layout for CUPTI {self.version}")
+            return {}
         ptrs: set[int] = set()
         q = struct.Struct("<q").unpack_from
         for data in read_activity_chunks(self.spool.path):
-            offsets, kinds, _ = record_offsets(data, RECORD_SIZES_13)
-            ptrs.update(q(data, o + KERNEL_NAME_OFFSET_13)[0]
+            offsets, kinds, end = record_offsets(data, sizes)
+            if end != len(data):  # a layout that does not fit: never follow its pointers
+                self.stats["errors"].append("kernel names: a buffer did not walk to its end")
+                continue
+            ptrs.update(q(data, o + KERNEL_NAME_OFFSET)[0]
                         for o, k in zip(offsets, kinds) if k == KIND_CONCURRENT_KERNEL)
         return {str(p): ct.string_at(p).decode(errors="replace") for p in ptrs if p}
 

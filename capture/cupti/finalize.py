@@ -80,6 +80,9 @@ def merge_gpu(tables: dict[str, pl.DataFrame] | None, spool_dir: str | Path,
     meta.clock_domain = "CLOCK_MONOTONIC"
     meta.cupti_version = ", ".join(f"{v} (CUPTI {cupti_major(v)}.x)" for v in sorted(versions) if v)
     meta.dropped["cupti"] = int(sum(s["dropped"] for s in cupti.stats["spools"]))
+    undecoded = int(sum(s["undecoded_bytes"] for s in cupti.stats["spools"]))
+    if undecoded:  # a record layout that does not fit this CUPTI: say so, never guess
+        meta.dropped["cupti_undecoded_bytes"] = undecoded
     meta.extra["cupti"] = {
         "spools": cupti.stats["spools"],
         "clock_fit": {str(pid): fit.to_meta() for pid, fit in cupti.clock.items()},

@@ -143,6 +143,8 @@ def summary_line(path: Path, meta) -> str:
             f"{cov.get('gpu_time_with_stack_pct', 0.0)}% of GPU time with its Python stack; "
             f"{join.get('ebpf_matched_pct', 0.0)}% of eBPF calls matched a CUPTI record; "
             f"clock fit residual {err:.0f} ns" + (f"; CUPTI LOST {dropped} records" if dropped else "")
+            + (f"; {meta.dropped['cupti_undecoded_bytes']} bytes of CUPTI records not decoded "
+               "(unknown record layout)" if meta.dropped.get("cupti_undecoded_bytes") else "")
             + f"\nnext: zym analyze {path}")
 
 

@@ -1,13 +1,19 @@
 """CUPTI activity record layouts as numpy structured dtypes, and the enums zym maps.
 
-Provenance: the CUPTI 13.0 layouts below are the ``cupti.activity_*_dtype`` objects of
-cupti-python 13.0.1 (NVIDIA, PyPI), which are generated from ``cupti_activity.h`` of CUPTI 13.0
-(``CUPTI_API_VERSION 130001``, nvidia-cuda-cupti 13.0.85): ``CUpti_ActivityAPI``,
-``CUpti_ActivityKernel10``, ``CUpti_ActivityMemcpy6``, ``CUpti_ActivityMemset4``,
-``CUpti_ActivitySynchronization2``. Only the fields zym reads are named; the rest is padding
-(``itemsize`` keeps the record size). ``tests/cupti/test_layouts.py`` compares them with
-cupti-python's when that is installed. When the spool's CUPTI major has no table here,
-``dtypes_for`` raises with the version it needs.
+Provenance: field offsets and sizes come from CUPTI's own headers, printed by
+``gen/generate.sh`` (offsetof/sizeof compiled with gcc):
+
+* CUPTI 13.0 (``CUPTI_API_VERSION 130001``, nvidia-cuda-cupti 13.0.85): ``CUpti_ActivityAPI``,
+  ``CUpti_ActivityKernel10``, ``CUpti_ActivityMemcpy6``, ``CUpti_ActivityMemset4``,
+  ``CUpti_ActivitySynchronization2``. They equal cupti-python 13.0.1's ``activity_*_dtype``
+  (``tests/cupti/test_decode.py`` compares them when cupti-python is installed), and the H200's
+  records decode with them.
+* CUPTI 12.8 (``CUPTI_API_VERSION 26``, nvidia-cuda-cupti-cu12 12.8.90): the same structs but
+  ``CUpti_ActivityKernel9`` (208 bytes instead of 216; the fields zym reads sit at the same
+  offsets). Other 12.x releases are decoded with it; a wrong record size cannot go unnoticed,
+  since the walk of each buffer must end exactly at its end (``undecoded_bytes``).
+
+Only the fields zym reads are named; ``itemsize`` keeps the record size.
 """
 from __future__ import annotations
 
@@ -21,7 +27,7 @@ from .agent import (
     KIND_MEMSET,
     KIND_RUNTIME,
     KIND_SYNCHRONIZATION,
-    RECORD_SIZES_13,
+    RECORD_SIZES,
 )
 
 
@@ -33,12 +39,14 @@ def _dt(fields: dict[str, tuple[str, int]], itemsize: int) -> np.dtype:
 API_13 = _dt({"kind": ("<i4", 0), "cbid": ("<u4", 4), "start": ("<u8", 8), "end": ("<u8", 16),
               "process_id": ("<u4", 24), "thread_id": ("<u4", 28),
               "correlation_id": ("<u4", 32), "return_value": ("<u4", 36)}, 40)
-KERNEL_13 = _dt({"kind": ("<i4", 0), "start": ("<u8", 16), "end": ("<u8", 24),
-                 "device_id": ("<u4", 40), "context_id": ("<u4", 44), "stream_id": ("<u4", 48),
-                 "grid_x": ("<i4", 52), "grid_y": ("<i4", 56), "grid_z": ("<i4", 60),
-                 "block_x": ("<i4", 64), "block_y": ("<i4", 68), "block_z": ("<i4", 72),
-                 "correlation_id": ("<u4", 92), "name": ("<i8", 104),
-                 "graph_node_id": ("<u8", 144), "graph_id": ("<u4", 156)}, 216)
+_KERNEL_FIELDS = {"kind": ("<i4", 0), "start": ("<u8", 16), "end": ("<u8", 24),
+                  "device_id": ("<u4", 40), "context_id": ("<u4", 44), "stream_id": ("<u4", 48),
+                  "grid_x": ("<i4", 52), "grid_y": ("<i4", 56), "grid_z": ("<i4", 60),
+                  "block_x": ("<i4", 64), "block_y": ("<i4", 68), "block_z": ("<i4", 72),
+                  "correlation_id": ("<u4", 92), "name": ("<i8", 104),
+                  "graph_node_id": ("<u8", 144), "graph_id": ("<u4", 156)}
+KERNEL_13 = _dt(_KERNEL_FIELDS, 216)  # CUpti_ActivityKernel10
+KERNEL_12 = _dt(_KERNEL_FIELDS, 208)  # CUpti_ActivityKernel9
 MEMCPY_13 = _dt({"kind": ("<i4", 0), "copy_kind": ("u1", 4), "src_kind": ("u1", 5),
                  "dst_kind": ("u1", 6), "bytes": ("<u8", 8), "start": ("<u8", 16),
                  "end": ("<u8", 24), "device_id": ("<u4", 32), "context_id": ("<u4", 36),
@@ -59,11 +67,13 @@ CUPTI_PYTHON_NAMES = {"API_13": "activity_api_dtype", "KERNEL_13": "activity_ker
                       "SYNC_13": "activity_synchronization2_dtype"}
 
 LAYOUTS: dict[int, dict[int, np.dtype]] = {
-    13: {KIND_RUNTIME: API_13, KIND_DRIVER: API_13, KIND_INTERNAL_LAUNCH_API: API_13,
-         KIND_CONCURRENT_KERNEL: KERNEL_13, KIND_MEMCPY: MEMCPY_13, KIND_MEMSET: MEMSET_13,
-         KIND_SYNCHRONIZATION: SYNC_13},
+    major: {KIND_RUNTIME: API_13, KIND_DRIVER: API_13, KIND_INTERNAL_LAUNCH_API: API_13,
+            KIND_CONCURRENT_KERNEL: kernel, KIND_MEMCPY: MEMCPY_13, KIND_MEMSET: MEMSET_13,
+            KIND_SYNCHRONIZATION: SYNC_13}
+    for major, kernel in ((13, KERNEL_13), (12, KERNEL_12))
 }
-assert {k: d.itemsize for k, d in LAYOUTS[13].items()} == RECORD_SIZES_13
+for _major, _sizes in RECORD_SIZES.items():  # the agent's walk uses the same sizes
+    assert {k: d.itemsize for k, d in LAYOUTS[_major].items()} == _sizes
 
 # CUpti_ActivityMemcpyKind -> schema copy_kind (array copies fold into device, as in apis.py)
 COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoD", 4: "DtoH", 5: "DtoD", 6: "DtoD", 7: "DtoD",
@@ -81,16 +91,17 @@ UINT32_MAX = 0xFFFFFFFF
 
 
 def cupti_major(api_version: int) -> int:
-    """CUPTI's major version from ``cuptiGetVersion`` (130001 -> 13; older releases report a
-    small API number: 18+ is CUDA 12.x)."""
-    if api_version >= 10000:
-        return api_version // 10000
-    return 12 if api_version >= 18 else 11
+    """CUPTI's major version from ``cuptiGetVersion`` (see ``agent.cupti_major``)."""
+    from .agent import cupti_major as major
+
+    return major(api_version)
 
 
 def dtypes_for(api_version: int) -> dict[int, np.dtype]:
     major = cupti_major(api_version)
     if major not in LAYOUTS:
-        raise ValueError(f"CUPTI {major}.x record layouts are not known to this zym (it decodes "
-                         f"{', '.join(f'{m}.x' for m in LAYOUTS)}); capture with CUPTI 13")
+        from zym.schemas.errors import CaptureError
+
+        raise CaptureError(f"CUPTI {major}.x record layouts are not known to this zym (it decodes "
+                           f"{', '.join(f'{m}.x' for m in LAYOUTS)}); capture with CUDA 12 or 13")
     return LAYOUTS[major]

@@ -25,10 +25,10 @@ def _mixed_buffer() -> bytes:
 
 def test_walk_finds_every_record_back_to_back():
     buf = _mixed_buffer()
-    offsets, kinds, end = agent.record_offsets(buf, agent.RECORD_SIZES_13)
+    offsets, kinds, end = agent.record_offsets(buf, agent.RECORD_SIZES[13])
     assert end == len(buf)
     assert kinds == [5, 10, 5, 1, 5, 38, 5, 2, 4, 10]
-    sizes = [agent.RECORD_SIZES_13[k] for k in kinds]
+    sizes = [agent.RECORD_SIZES[13][k] for k in kinds]
     assert offsets == list(np.cumsum([0] + sizes[:-1]))
 
 
@@ -120,3 +120,35 @@ def test_layouts_match_cupti_python():
         for name, (dt, off) in ((n, mine.fields[n][:2]) for n in mine.names):
             assert name in ref.fields, (ours, name)
             assert ref.fields[name][1] == off and ref.fields[name][0].itemsize == dt.itemsize, (ours, name)
+
+
+def test_cupti_12_records_decode_with_their_layout(tmp_path):
+    import json
+
+    dt12 = LAYOUTS[12]
+
+    def rec(kind, **fields):
+        a = np.zeros(1, dtype=dt12[kind])
+        a["kind"] = kind
+        for k, v in fields.items():
+            a[k] = v
+        return a.tobytes()
+
+    buf = (rec(K.KIND_RUNTIME, start=1_000, end=3_000, thread_id=5, process_id=100,
+               correlation_id=1, cbid=211)
+           + rec(K.KIND_CONCURRENT_KERNEL, start=4_000, end=9_000, correlation_id=1, name=0x20)
+           + rec(K.KIND_RUNTIME, start=10_000, end=11_000, thread_id=5, process_id=100,
+                 correlation_id=2, cbid=211)
+           + rec(K.KIND_CONCURRENT_KERNEL, start=12_000, end=13_000, correlation_id=2, name=0x20))
+    w = agent.SpoolWriter(str(tmp_path / "cupti-100.spool"), "framed")
+    w.write("header", json.dumps({"pid": 100, "cupti_api_version": 26,
+                                  "api_names": b.API_NAMES}).encode())
+    w.write("activity", buf)
+    w.write("names", json.dumps({str(0x20): "gemm"}).encode())
+    w.close()
+    t = decode_spool(read_spool(tmp_path / "cupti-100.spool"))
+    assert t.stats["cupti_major"] == 12 and t.stats["undecoded_bytes"] == 0
+    assert t.gpu["correlation_id"].to_list() == [1, 2] and t.gpu["name"].to_list() == ["gemm"] * 2
+    # read with CUPTI 13's layout, the same bytes cannot walk to the end: detected, not misread
+    _, undecoded = decode_buffers([buf], LAYOUTS[13])
+    assert undecoded > 0

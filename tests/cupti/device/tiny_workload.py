@@ -70,7 +70,7 @@ if agent and agent._collector:
         theirs = []
         while lib.cuptiActivityGetNextRecord(base, len(data), ct.byref(rec)) == 0:
             theirs.append((rec.value - base, ct.c_int32.from_address(rec.value).value))
-        offs, knd, _ = agent.record_offsets(data, agent.RECORD_SIZES_13)
+        offs, knd, _ = agent.record_offsets(data, agent.RECORD_SIZES[13])
         ours = list(zip(offs, knd))
         total += len(theirs)
         mismatches += int(ours != theirs)
