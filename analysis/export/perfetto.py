@@ -449,8 +449,10 @@ def _text(value) -> str | None:
 
 
 def _span_label() -> pl.Expr:
-    return pl.when(pl.col("kind") == "python").then(
-        pl.format("{} ({}:{})", "name", pl.col("file").fill_null("?"), pl.col("line").fill_null(0))
+    """Slice names of frames, as in the flamegraphs (``flamegraph.frame_label``)."""
+    base = pl.col("file").str.split("/").list.last()
+    return pl.when((pl.col("kind") == "python") & pl.col("file").is_not_null()).then(
+        pl.format("{} ({}:{})", "name", base, pl.col("line").fill_null(0))
     ).otherwise(pl.col("name").fill_null("(unknown frame)"))
 
 

@@ -1,0 +1,51 @@
+"""Captures without Python spans (eBPF): spans rebuilt from call stacks, and a valid trace."""
+from __future__ import annotations
+
+from collections import Counter
+
+from zym.analysis.export.check import check_trace
+from zym.analysis.export.perfetto import perfetto_bytes
+from zym.analysis.export.source import load_export_source
+from zym.rules.testing import CaptureBuilder
+
+SERVE = [("python", "serve", "/srv/app.py", 10), ("python", "step", "/srv/app.py", 20)]
+
+
+def _capture(tmp_path):
+    b = CaptureBuilder()
+    for i in range(3):
+        for j in range(4):  # four launches from the same forward()
+            b.kernel(SERVE + [("python", "forward", "/srv/model.py", 5),
+                              ("torch_op", "aten::mm")], f"gemm_{j}", gpu_us=20)
+        b.kernel(SERVE + [("python", "lonely", "/srv/model.py", 9)], "once", gpu_us=3)
+        b.scalar_readback(SERVE)
+        b.tick(50)
+    return b.write(tmp_path / "ebpf.parquet")
+
+
+def test_spans_rebuilt_from_consecutive_calls(tmp_path):
+    src = load_export_source(_capture(tmp_path), with_findings=False)
+    assert src.spans_reconstructed
+    nodes = src.analysis.call_paths.nodes.select("stack_id", "name")
+    names = Counter(src.spans.join(nodes, on="stack_id")["name"].to_list())
+    assert names["serve"] == 1 and names["step"] == 1  # one run across every call
+    assert names["forward"] == 3 and names["aten::mm"] == 3  # 4 calls a run, 3 runs
+    assert "lonely" not in names  # a single call: on its callstack, not a span
+    serve = src.spans.join(nodes, on="stack_id").filter(name="serve")
+    calls = src.data.calls
+    assert serve["ts_ns"][0] == calls["ts_ns"].min()
+    assert serve["ts_ns"][0] + serve["dur_ns"][0] == (calls["ts_ns"] + calls["dur_ns"]).max()
+
+
+def test_export_nests_rebuilt_spans_over_calls(tmp_path):
+    src = load_export_source(_capture(tmp_path), with_findings=False)
+    checked = check_trace(perfetto_bytes(src))
+    thread = next(u for u, t in checked.tracks.items() if t["kind"] == "thread")
+    slices = checked.slices[thread]
+    by_name = {s.name: s for s in slices}
+    assert by_name["serve (app.py:10)"].depth == 0
+    launches = [s for s in slices if s.name == "cudaLaunchKernel"]
+    assert len(launches) == 15 and {s.depth for s in launches} >= {2, 4}
+    assert checked.flows == src.data.gpu.height
+    lonely = [s for s in launches if s.callstack and "lonely (model.py:9)" in s.callstack]
+    assert len(lonely) == 3 and all(s.callstack[-1] == "once" for s in lonely)
