@@ -4,15 +4,17 @@ ids, no stacks), so that every kernel, copy, memset and sync finds the Python li
 Both sides saw the same calls on the same thread, in the same order, with CLOCK_MONOTONIC times
 (CUPTI's converted by the clock fit, ``zym.capture.cupti.clock``). Per thread:
 
-1. **By time** (anchors): an eBPF call at ``ts`` belongs to the runtime record whose
-   ``[start, end]`` contains it (the driver call inside the runtime call that made it), or to the
-   record that starts at most ``lead_ns`` after it with the same call kind (a direct driver
-   call: the uprobe fires before CUPTI stamps the start, 1.2-20 us later on the H200), or, within
-   ``eps_ns`` of clock error, the record that ended just before it, in that order of preference. Several eBPF calls may share one record (a runtime probe
-   and the driver probe inside it): they get the same correlation id.
-2. **Clock residual**: when fewer than ``anchor_share`` of the calls anchor (a bad clock fit), the
-   median offset between the k-th eBPF call and the k-th record of each thread is removed and
-   step 1 runs again; the better of the two is kept and the shift is reported.
+1. **By time** (anchors): a driver probe's call belongs to the runtime record whose
+   ``[start, end]`` contains it (the runtime call that made it), or to the record of its own
+   layer (libcuda probe: driver record; libcudart probe: runtime record) with the same call kind
+   that starts at most ``lead_ns`` after it (the uprobe fires before CUPTI stamps the start:
+   1.2-20 us later on the H200), or, within ``eps_ns`` of clock error, to the record that ended
+   just before it; in that order of preference. Several eBPF calls may share one record (a
+   runtime probe and the driver probe inside it): they get the same correlation id.
+2. **Clock residual**: when fewer than ``anchor_share`` of the calls anchor (a bad clock fit),
+   the median offset between the k-th call and the k-th record of each (thread, call kind)
+   estimates the clock error; a few shifts around it are tried, and the one with most
+   kind-consistent anchors is kept and reported.
 3. **By sequence** (resynchronized on anchors): an unmatched eBPF call takes the record whose rank
    on its thread is its own rank plus the rank offset of the nearest anchor before (or after)
    it, if that record is unmatched, of the same call kind, and within ``seq_window_ns``. A drop
@@ -64,8 +66,11 @@ def join_calls(calls: pl.DataFrame | None, api: pl.DataFrame, eps_ns: int = EPS_
     if "correlation_id" not in calls.columns:
         calls = calls.with_columns(pl.lit(None, pl.Int64).alias("correlation_id"))
     calls = calls.with_row_index("_e")
+    # the layer a probe sits on: libcudart (cuda*) or libcuda (cu*)
+    layer = pl.when(pl.col("name").str.starts_with("cuda")).then(pl.lit("runtime")).otherwise(
+        pl.lit("driver")).alias("_layer")
     e = (calls.filter(pl.col("kind").is_in(JOINABLE_KINDS) & pl.col("correlation_id").is_null())
-         .select("_e", "pid", "tid", "ts_ns", "kind").sort("pid", "tid", "ts_ns")
+         .select("_e", "pid", "tid", "ts_ns", "kind", layer).sort("pid", "tid", "ts_ns")
          .with_columns(pl.int_range(pl.len()).over(_KEYS).alias("_e_rank")))
     r = api.with_columns(pl.int_range(pl.len()).over(_KEYS).alias("_r_rank"))
 
@@ -108,20 +113,23 @@ def join_calls(calls: pl.DataFrame | None, api: pl.DataFrame, eps_ns: int = EPS_
 
 
 def _match_by_time(e: pl.DataFrame, r: pl.DataFrame, eps_ns: int, lead_ns: int) -> pl.DataFrame:
-    """(_e, _r) pairs by time: the record before the call contains it (a driver call inside a
-    runtime call, ``eps_ns`` of clock slack), or the record after it starts within ``lead_ns``
-    (a direct driver call: the uprobe fires before CUPTI stamps the call's start) with the same
-    call kind. A driver-domain record never contains the uprobe of its own call."""
+    """(_e, _r) pairs by time: the runtime record before a driver call contains it (the driver
+    call inside the runtime call, ``eps_ns`` of clock slack), or the record after the call starts
+    within ``lead_ns`` (same layer: the uprobe fires before CUPTI stamps the call's start) with
+    the same call kind. A record never contains the uprobe of its own call."""
     if e.height == 0 or r.height == 0:
         return pl.DataFrame(schema={"_e": pl.UInt32, "_r": pl.UInt32})
     domain = pl.col("domain") if "domain" in r.columns else pl.lit(None, pl.String)
     rr = r.select("pid", "tid", "_r", pl.col("ts_ns").alias("_start"),
                   (pl.col("ts_ns") + pl.col("dur_ns")).alias("_end"),
                   pl.col("kind").alias("_r_kind"), domain.alias("_domain")).sort("_start")
-    es = e.select("_e", "pid", "tid", "ts_ns", "kind").sort("ts_ns")
+    es = e.select("_e", "pid", "tid", "ts_ns", "kind", "_layer").sort("ts_ns")
+    same_layer = (pl.col("_domain") == pl.col("_layer")) | (
+        (pl.col("_domain") == "internal") & (pl.col("_layer") == "driver"))
     asof = {"left_on": "ts_ns", "right_on": "_start", "by": _KEYS, "check_sortedness": False}
     before = es.join_asof(rr, strategy="backward", **asof).filter(
-        pl.col("_r").is_not_null() & (pl.col("_domain").fill_null("") != "driver")
+        pl.col("_r").is_not_null() & (pl.col("_layer") == "driver")
+        & (pl.col("_domain").fill_null("runtime") == "runtime")
         & (pl.col("ts_ns") <= pl.col("_end") + eps_ns)
     ).with_columns(pl.max_horizontal(pl.col("ts_ns") - pl.col("_end"), pl.lit(0)).alias("_gap"),
                    # containment first, then a direct call's record, then clock slack
@@ -129,8 +137,7 @@ def _match_by_time(e: pl.DataFrame, r: pl.DataFrame, eps_ns: int, lead_ns: int) 
     after = es.join_asof(rr, strategy="forward", allow_exact_matches=False, **asof).with_columns(
         (pl.col("_start") - pl.col("ts_ns")).alias("_gap"), pl.lit(1).alias("_prio")
     ).filter(pl.col("_r").is_not_null() & (pl.col("kind") == pl.col("_r_kind"))
-             & (pl.col("_gap") <= pl.when(pl.col("_domain") == "driver").then(lead_ns)
-                .otherwise(eps_ns)))
+             & (pl.col("_gap") <= pl.when(same_layer).then(lead_ns).otherwise(eps_ns)))
     cols = ["_e", "_r", "_prio", "_gap"]
     return (pl.concat([before.select(cols), after.select(cols)])
             .sort("_prio", "_gap").unique("_e", keep="first").select("_e", "_r"))

@@ -194,3 +194,16 @@ def test_direct_call_right_after_a_runtime_call_takes_its_own_record():
     joined, stats = join_calls(calls, api)
     assert joined.select("stack_id", "correlation_id").rows() == [(10, 1), (20, 2)]
     assert stats["matched_by_time"] == 2
+
+
+def test_runtime_probes_match_their_runtime_records():
+    # with --runtime-api the eBPF call is the runtime entry: its uprobe fires 1.2-20 us before
+    # CUPTI's start of the same runtime call (as for direct driver calls)
+    w = make_world({7: MIX, 8: ["launch", "sync"] * 10}, gap_ns=30_000)
+    lead = pl.Series(np.random.default_rng(3).integers(1_200, 20_000, w.api.height))
+    calls = w.calls.sort("pid", "tid", "ts_ns").with_columns(
+        w.api.sort("pid", "tid", "ts_ns")["ts_ns"].alias("ts_ns") - lead,
+        w.api.sort("pid", "tid", "ts_ns")["name"].alias("name"))
+    joined, stats = join_calls(calls, w.api)
+    _check_exact(w, joined)
+    assert stats["matched_by_time"] == w.calls.height and stats["kind_mismatch"] == 0
