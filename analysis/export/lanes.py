@@ -22,9 +22,9 @@ _RANK = {END: 0, INSTANT: 1, BEGIN: 2}
 
 
 def begin_order(iv: pl.DataFrame) -> pl.DataFrame:
-    """``iv`` (``group, row, ts_ns, end_ns``) sorted so parents begin before their children,
-    with ``seq``: the position of each begin in that order."""
-    iv = iv.sort("row")  # ties (same group, start and end) keep row order
+    """``iv`` (``group, row, ts_ns, end_ns``, in row order) sorted so parents begin before
+    their children, with ``seq``: the position of each begin in that order. Identical
+    intervals keep row order."""
     return (iv.sort("group", "ts_ns", "end_ns", descending=[False, False, True],
                     maintain_order=True)
             .with_row_index("seq").with_columns(pl.col("seq").cast(pl.Int64)))
