@@ -32,7 +32,7 @@ def bench(path: Path, repeat: int, kineto_json: Path | None) -> dict:
     t = time.perf_counter()
     try:
         src = load_export_source(path)
-    except Exception as e:  # the rule engine failing must not stop a timing of the exporter
+    except Exception as e:  # noqa: BLE001 (a rule engine failure must not stop the timing)
         print(f"findings skipped ({type(e).__name__}: {str(e)[:200]})", file=sys.stderr)
         src = load_export_source(path, with_findings=False)
     load_s = time.perf_counter() - t
@@ -77,7 +77,6 @@ def tiled_capture(times: int, out: Path) -> Path:
     """The sample repeated ``times`` times back to back (times and correlation ids shifted): a
     large capture with the nesting and stream behaviour of a real one."""
     import polars as pl
-
     from zym.capture.kineto import load_kineto
     from zym.schemas import write_capture
 

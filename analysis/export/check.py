@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from google.protobuf.message import DecodeError
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TracePacket, TrackEvent
-
 from zym.schemas.errors import InputError
 
 
@@ -66,7 +66,7 @@ def check_trace(data: bytes) -> CheckedTrace:
     """Parse ``data`` and check it (see module doc); the slices, counters and tracks it holds."""
     try:
         trace = Trace.FromString(data)
-    except Exception as e:  # protobuf's DecodeError
+    except DecodeError as e:
         raise TraceCheckError(f"not a Perfetto protobuf trace ({e})") from None
     out = CheckedTrace(tracks={}, packets=len(trace.packet))
     interned: dict[int, dict[str, dict]] = {}

@@ -92,9 +92,9 @@ def _summary_html(d: dict) -> str:
             ("Host", c.get("host") or "—"), ("GPUs", gpus),
             ("Window", _ms(g.get("window_ns"))), ("GPU", busy),
             ("GPU time attributed to a call path", _ms(g.get("attributed_ns"))),
-            ("Work", f"{c['kernels']:,} kernels, {c['copies']:,} copies, {c['memsets']:,} "
-                     f"memsets from {c['calls']:,} CUDA calls on {c['threads']} thread(s), "
-                     f"{c['paths']:,} call paths")]
+            ("Work", (f"{c['kernels']:,} kernels, {c['copies']:,} copies, {c['memsets']:,} "
+                      f"memsets from {c['calls']:,} CUDA calls on {c['threads']} thread(s), "
+                      f"{c['paths']:,} call paths"))]
     if c.get("dropped"):
         rows.append(("Dropped events", ", ".join(f"{k}: {v:,}" for k, v in c["dropped"].items())))
     body = "".join(f"<tr><th>{escape(k)}</th><td>{escape(str(v))}</td></tr>" for k, v in rows)

@@ -37,16 +37,16 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Access-Control-Allow-Private-Network", "true")
         self.send_header("Cache-Control", "no-cache")
 
-    def do_OPTIONS(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_OPTIONS(self) -> None:
         self.send_response(HTTPStatus.NO_CONTENT)
         self._cors()
         self.send_header("Content-Length", "0")
         self.end_headers()
 
-    def do_HEAD(self) -> None:  # noqa: N802
+    def do_HEAD(self) -> None:
         self._send(body=False)
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self._send(body=True)
 
     def _send(self, body: bool) -> None:
@@ -123,7 +123,7 @@ class TraceServer:
         self.httpd.shutdown()
         self.httpd.server_close()
 
-    def __enter__(self) -> TraceServer:
+    def __enter__(self) -> TraceServer:  # noqa: PYI034 (not subclassed)
         return self
 
     def __exit__(self, *exc) -> None:

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
-
 from zym.schemas.errors import InputError
 from zym.schemas.io import conform
 

@@ -9,7 +9,6 @@ import urllib.request
 
 import pytest
 from typer.testing import CliRunner
-
 from zym.cli.main import app
 
 runner = CliRunner()
@@ -113,7 +112,7 @@ def test_view_serves_the_trace_on_loopback_and_stops_on_ctrl_c(sample_capture, t
             urllib.request.urlopen(url.rsplit("/", 1)[0] + "/etc/passwd", timeout=10)
     finally:
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
+        _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0 and "stopped" in err and "Traceback" not in err
 
 
@@ -133,6 +132,6 @@ def test_busy_port_is_a_clear_error(sample_pftrace):
     from zym.analysis.export.serve import TraceServer
     from zym.schemas.errors import InputError
 
-    with TraceServer(sample_pftrace, port=0) as first:
-        with pytest.raises(InputError, match="cannot listen on 127.0.0.1"):
-            TraceServer(sample_pftrace, port=first.port)
+    with TraceServer(sample_pftrace, port=0) as first, \
+            pytest.raises(InputError, match="cannot listen on 127.0.0.1"):
+        TraceServer(sample_pftrace, port=first.port)

@@ -4,7 +4,6 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from zym.analysis.export.flamegraph import folded_stacks, speedscope, weighted_stacks
 
 LINE = re.compile(r"^(?P<stack>[^\n]+) (?P<ns>\d+)$")  # speedscope's and flamegraph.pl's reader

@@ -3,9 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
-
-from zym.analysis.export.lanes import (BEGIN, END, assign_lanes, nesting_violations,
-                                       ordered_events)
+from zym.analysis.export.lanes import BEGIN, END, assign_lanes, nesting_violations, ordered_events
 
 
 def _replay(iv: pl.DataFrame, lanes: pl.DataFrame) -> None:

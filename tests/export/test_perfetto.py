@@ -12,7 +12,6 @@ from collections import Counter
 import polars as pl
 import pytest
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
-
 from zym.analysis.export.check import TraceCheckError, check_trace
 from zym.analysis.export.perfetto import export_perfetto, perfetto_bytes
 

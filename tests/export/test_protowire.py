@@ -4,8 +4,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import (
-    DebugAnnotation, Trace, TracePacket, TrackEvent)
-
+    DebugAnnotation,
+    Trace,
+    TracePacket,
+    TrackEvent,
+)
 from zym.analysis.export import protowire as pw
 
 K = pw.tag

@@ -6,7 +6,6 @@ import shutil
 import subprocess
 
 import pytest
-
 from zym.analysis.export.html_report import flame_tree, render_report, write_report
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -63,7 +62,7 @@ def test_trace_text_cannot_inject_markup(export_source):
 def test_renders_in_headless_chromium_without_console_errors(report_html, tmp_path):
     url = report_html.resolve().as_uri()
     dom = subprocess.run([CHROMIUM, *FLAGS, "--dump-dom", url], capture_output=True, text=True,
-                         timeout=120)
+                         timeout=120, check=True)
     console = [line for line in dom.stderr.splitlines() if ":CONSOLE" in line]
     assert not console, console
     frames = dom.stdout.count('class="fr')
@@ -71,7 +70,7 @@ def test_renders_in_headless_chromium_without_console_errors(report_html, tmp_pa
     assert dom.stdout.count('<article class="finding') >= 5
     shot = tmp_path / "report.png"
     run = subprocess.run([CHROMIUM, *FLAGS, "--window-size=1400,4200", f"--screenshot={shot}",
-                          url], capture_output=True, text=True, timeout=120)
+                          url], capture_output=True, text=True, timeout=120, check=True)
     assert not [line for line in run.stderr.splitlines() if ":CONSOLE" in line]
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 100_000
     keep = shutil.copy(shot, report_html.parent / "report.png")  # for people to look at
