@@ -22,7 +22,7 @@ import networkx as nx
 import polars as pl
 from zym.schemas.apis import is_blocking_api
 
-from .correlate import attribute_gpu_lazy
+from .correlate import launch_stack_ids
 from .load import CaptureData
 from .usercode import is_user_frame
 
@@ -78,29 +78,24 @@ def stack_nodes(frames: pl.DataFrame, stacks: pl.DataFrame) -> pl.DataFrame:
 def build_call_paths(data: CaptureData) -> CallPaths:
     """Attribute every GPU operation and CUDA call of ``data`` to its call path."""
     nodes = stack_nodes(data.frames, data.stacks)
-    gpu_ops = _gpu_ops(data.calls.lazy(), data.gpu.lazy())
+    gpu_ops = _gpu_ops(data.calls, data.gpu)
     paths = _paths(data.calls.lazy(), gpu_ops, nodes)
     graph = CallPathGraph.from_tables(nodes, paths)
     return CallPaths(paths=paths, gpu_ops=gpu_ops, nodes=nodes, graph=graph)
 
 
-def _gpu_ops(calls: pl.LazyFrame, gpu: pl.LazyFrame) -> pl.DataFrame:
+def _gpu_ops(calls: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     """GPU work per (path, operation name): the leaves of the call-path graph."""
-    size = pl.col("size_bytes").fill_null(0)
-    gpu = gpu.select("pid", "correlation_id", "kind", "name", "dur_ns", "size_bytes", "copy_kind",
-                     "src_mem", "dst_mem")
-    return (attribute_gpu_lazy(calls, gpu)
-            .with_columns(pl.col("stack_id").fill_null(UNKNOWN_STACK))
+    return (gpu.with_columns(launch_stack_ids(calls, gpu, missing=UNKNOWN_STACK))
             .group_by("stack_id", "kind", "name").agg(
                 pl.len().alias("count"),
                 pl.col("dur_ns").sum().alias("gpu_ns"),
                 pl.col("dur_ns").max().alias("max_ns"),
-                size.sum().alias("bytes"),
+                pl.col("size_bytes").fill_null(0).sum().alias("bytes"),
                 pl.col("copy_kind").drop_nulls().first().alias("copy_kind"),
                 pl.col("src_mem").drop_nulls().first().alias("src_mem"),
                 pl.col("dst_mem").drop_nulls().first().alias("dst_mem"),
-            ).sort("gpu_ns", "stack_id", "name", descending=[True, False, False])
-            .collect())
+            ).sort("gpu_ns", "stack_id", "name", descending=[True, False, False]))
 
 
 def _calls_by_path(calls: pl.LazyFrame) -> pl.DataFrame:

@@ -1,6 +1,7 @@
 """Join GPU work to the CPU call that caused it: same process, same CUDA correlation id."""
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 # CUPTI correlation ids are 32-bit: (pid, correlation id) packs into one int64 join key,
@@ -20,9 +21,41 @@ def attribute_gpu_lazy(calls: pl.LazyFrame, gpu: pl.LazyFrame) -> pl.LazyFrame:
                  .select(_PACKED, "stack_id", pl.col("name").alias("api"),
                          pl.col("tid").alias("call_tid"))
                  .unique("_key", keep="any"))
-    return gpu.with_columns(_PACKED).join(launchers, on="_key", how="left").drop("_key")
+    return (gpu.with_columns(_PACKED)
+            .join(launchers, on="_key", how="left", maintain_order="left").drop("_key"))
 
 
 def attribute_gpu(calls: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     """Eager form of ``attribute_gpu_lazy``: every GPU column plus the launching call's."""
     return attribute_gpu_lazy(calls.lazy(), gpu.lazy()).collect()
+
+
+def launch_stack_ids(calls: pl.DataFrame, gpu: pl.DataFrame, missing: int = -1) -> pl.Series:
+    """The ``stack_id`` of each GPU row's launching call (``missing`` where none), in row order.
+
+    CUPTI numbers correlation ids densely within a process, so per process a lookup array
+    indexed by correlation id replaces a hash join: two array gathers over millions of rows.
+    A process whose ids are too sparse for an array falls back to the join.
+    """
+    out = np.full(gpu.height, missing, dtype=np.int64)
+    g_pid, g_corr = gpu["pid"].to_numpy(), gpu["correlation_id"].fill_null(-1).to_numpy()
+    known = calls.filter(pl.col("correlation_id").is_not_null() & pl.col("stack_id").is_not_null())
+    for pid in np.unique(g_pid[g_corr >= 0]):
+        mine = known.filter(pl.col("pid") == pid)
+        c_corr, c_stack = mine["correlation_id"].to_numpy(), mine["stack_id"].to_numpy()
+        rows = np.flatnonzero((g_pid == pid) & (g_corr >= 0))
+        if not len(c_corr):
+            continue
+        lo, hi = int(c_corr.min()), int(c_corr.max())
+        if hi - lo > 4 * len(c_corr) + 1024:  # sparse: a hash join costs less than the array
+            joined = (gpu[rows].select(pl.col("correlation_id"))
+                      .join(mine.select("correlation_id", "stack_id").unique("correlation_id"),
+                            on="correlation_id", how="left", maintain_order="left"))
+            out[rows] = joined["stack_id"].fill_null(missing).to_numpy()
+            continue
+        table = np.full(hi - lo + 1, missing, dtype=np.int64)
+        table[c_corr - lo] = c_stack
+        wanted = g_corr[rows] - lo
+        inside = (wanted >= 0) & (wanted <= hi - lo)
+        out[rows[inside]] = table[wanted[inside]]
+    return pl.Series("stack_id", out)

@@ -1,0 +1,29 @@
+"""GPU work -> launching call: the array lookup agrees with a join, dense or sparse ids."""
+from __future__ import annotations
+
+import polars as pl
+import pytest
+from zym.analysis.correlate import attribute_gpu, launch_stack_ids
+
+
+def _frames(corr_step: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+    calls = pl.DataFrame({
+        "pid": [1, 1, 1, 2, 2, 1], "tid": [1] * 6, "name": ["cuLaunchKernel"] * 6,
+        "correlation_id": [c * corr_step for c in (1, 2, 3, 1, 2)] + [None],
+        "stack_id": [10, 11, 12, 20, 21, 13],
+    })
+    gpu = pl.DataFrame({
+        "pid": [2, 1, 1, 1, 2, 1, 3],
+        "correlation_id": [c * corr_step for c in (2, 3, 1, 1)] + [None, 99 * corr_step, 5],
+        "dur_ns": [1, 2, 3, 4, 5, 6, 7],
+    })
+    return calls, gpu
+
+
+@pytest.mark.parametrize("corr_step", [1, 1_000_000])  # dense ids: array; sparse: join
+def test_lookup_matches_the_join(corr_step):
+    calls, gpu = _frames(corr_step)
+    got = launch_stack_ids(calls, gpu).to_list()
+    assert got == [21, 12, 10, 10, -1, -1, -1]
+    joined = attribute_gpu(calls, gpu)["stack_id"].fill_null(-1).to_list()
+    assert got == joined
