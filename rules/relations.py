@@ -210,10 +210,9 @@ class Relations:
             calls = calls.sort("ts_ns")
         # Thread-major, time order within a thread (a stable sort on one packed key): per-thread
         # sequences (the previous call, runs) are then plain shifts, not window expressions.
-        if calls.select("pid", "tid").n_unique() > 1:
-            calls = calls.with_columns(_thread_key()).sort("_thread", maintain_order=True)
-        else:
-            calls = calls.with_columns(pl.lit(0, pl.Int64).alias("_thread"))
+        calls = calls.with_columns(_thread_key())
+        if calls.height and calls["_thread"].min() != calls["_thread"].max():
+            calls = calls.sort("_thread", maintain_order=True)
         return (calls.with_row_index("call_idx").with_columns(
                     pl.col("call_idx").cast(pl.Int64), pl.col("_orig").cast(pl.Int64),
                     (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"),
@@ -309,8 +308,11 @@ class Relations:
                                                                "copy_kind", "size_bytes")]
         df = calls.select(cols).with_columns(*self.site_of(calls["stack_id"]))
         if want & {"copy_kind", "src_mem", "dst_mem", "bytes", "gpu_ns", "follows_dtoh"}:
-            gpu = self.gpu_table().filter((pl.col("kind") != "kernel")
-                                          & pl.col("call_idx").is_not_null())
+            gpu = (self.gpu_table().lazy()
+                   .select("kind", "call_idx", "dur_ns", "copy_kind", "src_mem", "dst_mem",
+                           "size_bytes")
+                   .filter((pl.col("kind") != "kernel") & pl.col("call_idx").is_not_null())
+                   .collect())
             # One copy or memset per call: where a call has several, one of them is kept.
             pos = pl.repeat(None, n, dtype=pl.Int64, eager=True).scatter(
                 gpu["call_idx"], pl.int_range(gpu.height, eager=True).cast(pl.Int64))
