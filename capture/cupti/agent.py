@@ -200,7 +200,7 @@ def _torch_cuda_major() -> int | None:
                 text = f.read()
         except OSError:
             continue
-        m = re.search(r"^cuda(?:\s*:\s*\w+\s*)?\s*=\s*'(\d+)\.", text, re.MULTILINE)
+        m = re.search(r"^cuda\s*(?::[^=\n]*)?=\s*['\"](\d+)\.", text, re.MULTILINE)
         if m:
             return int(m.group(1))
     return None

@@ -152,3 +152,23 @@ def test_module_cli_run_and_finalize(tmp_path, fake_lib, monkeypatch):
     assert main(["finalize", str(tmp_path / "t.parquet.cupti"), "-o", str(again)]) == 0
     assert open_capture(again).load("call").height == 9
     assert main(["finalize", str(tmp_path), "-o", str(again)]) == 2  # no spool there
+
+
+def test_libcupti_of_torchs_cuda_major_is_found_during_the_torch_import(tmp_path, fake_lib):
+    # site-packages layout of torch's cu13 wheels: torch/version.py and nvidia/cu13/lib
+    site = tmp_path / "site"
+    (site / "torch").mkdir(parents=True)
+    (site / "torch" / "version.py").write_text(  # as torch writes it
+        "from typing import Optional\n__version__ = '2.8.0+cu128'\ncuda: Optional[str] = '12.8'\n")
+    (site / "torch" / "__init__.py").write_text(
+        "import sys\nc = sys.modules['_zym_cupti_agent']._collector\nLIB = c.lib_path if c else None\n")
+    for major in ("12", "13"):  # both installed: the one torch was built for (12) wins
+        d = site / "nvidia" / f"cu{major}" / "lib"
+        d.mkdir(parents=True)
+        shutil.copy(fake_lib, d / f"libcupti.so.{major}")
+    env = target_env(tmp_path / "spool")
+    env.pop("ZYM_CUPTI_LIB", None)
+    env["PYTHONPATH"] += f":{site}"
+    out = subprocess.run([sys.executable, "-c", "import torch; print(torch.LIB)"], env=env,
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.stdout.strip() == str(site / "nvidia" / "cu12" / "lib" / "libcupti.so.12"), out.stderr
