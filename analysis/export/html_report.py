@@ -175,8 +175,9 @@ def render_report(src: ExportSource, top: int = 15) -> str:
 <section id="flamegraph"><h2>GPU-time flamegraph <small>Python → torch op → CUDA call →
 GPU operation; width is GPU time. Click a frame to zoom, click the top bar to zoom out.</small>
 </h2>
-<div class="flame-tools"><input id="flame-search" type="search" placeholder="Highlight frames
-matching…" aria-label="search frames"><span id="flame-status"></span></div>
+<div class="flame-tools"><input id="flame-search" type="search"
+placeholder="Highlight frames matching…" aria-label="search frames">
+<span id="flame-status"></span></div>
 <div id="flame" role="img" aria-label="GPU-time flamegraph"></div>
 <div id="flame-tip" hidden></div></section>
 <section id="paths"><h2>Top call paths by GPU time</h2>

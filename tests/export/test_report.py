@@ -75,3 +75,21 @@ def test_renders_in_headless_chromium_without_console_errors(report_html, tmp_pa
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 100_000
     keep = shutil.copy(shot, report_html.parent / "report.png")  # for people to look at
     print(f"screenshot: {keep}")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (scripts/setup-browser.sh "
+                                             "installs Debian's chromium)")
+def test_flamegraph_search_and_zoom_in_chromium(report_html, tmp_path):
+    """Type in the search box and click a frame, as a user would: the status line reports the
+    matching share of GPU time and the zoomed frame, with no script error."""
+    poke = ('<script>var s=document.getElementById("flame-search");s.value="gemm";'
+            's.dispatchEvent(new Event("input"));'
+            'document.querySelectorAll("#flame .fr")[5].click();</script></body>')
+    page = tmp_path / "interact.html"
+    page.write_text(report_html.read_text().replace("</body>", poke))
+    dom = subprocess.run([CHROMIUM, *FLAGS, "--dump-dom", page.resolve().as_uri()],
+                         capture_output=True, text=True, timeout=120, check=True)
+    assert not [line for line in dom.stderr.splitlines() if ":CONSOLE" in line]
+    status = re.search(r'id="flame-status">([^<]*)<', dom.stdout).group(1)
+    assert status.startswith("zoomed: ") and "matches: 88.2% of 340.27 ms" in status
+    assert dom.stdout.count('class="fr hit"') >= 3
