@@ -61,24 +61,22 @@ def bpf_source() -> str:
 
 
 def slots_needed(libraries: tuple[str, ...]) -> int:
-    """Probe slots to compile: up to the last probe of the libraries in use."""
+    """Probe slots to load: up to the last probe of the libraries in use."""
     return 1 + max(slot for lib in libraries for slot, _ in probes_for(lib))
 
 
-def cflags(sample: int, fsbase_off: int, nprobes: int,
-           ringbuf_pages: int = DEFAULT_RINGBUF_PAGES) -> list[str]:
+def cflags(sample: int, fsbase_off: int, ringbuf_pages: int = DEFAULT_RINGBUF_PAGES) -> list[str]:
     return [f"-I{bpf_dir()}", f"-DZYM_FSBASE_OFF={fsbase_off}", f"-DZYM_SAMPLE={sample}",
-            f"-DZYM_RINGBUF_PAGES={ringbuf_pages}", f"-DZYM_NPROBES={nprobes}"]
+            f"-DZYM_RINGBUF_PAGES={ringbuf_pages}"]
 
 
-def printable_program(sample: int, libraries: tuple[str, ...] = (DRIVER,)) -> str:
+def printable_program(sample: int) -> str:
     """The program as BCC compiles it: the -D flags as #defines, then zym.bpf.c."""
     try:
         off = fsbase_offset()
     except (OSError, ValueError, KeyError):
         off = 0
-    defines = [f"#define {f[2:].replace('=', ' ', 1)}"
-               for f in cflags(sample, off, slots_needed(libraries))
+    defines = [f"#define {f[2:].replace('=', ' ', 1)}" for f in cflags(sample, off)
                if f.startswith("-D")]
     return "\n".join([f"// cflags: -I{bpf_dir()}", *defines, "", bpf_source()])
 
@@ -122,13 +120,12 @@ class BpfProgram:
         bcc = import_bcc()
         try:
             self._bpf = bcc.BPF(text=bpf_source(),
-                                cflags=cflags(self._sample, fsbase_offset(),
-                                              slots_needed(self._libraries), self._pages))
+                                cflags=cflags(self._sample, fsbase_offset(), self._pages))
         except Exception as e:
             raise CaptureError(f"the BPF program did not compile or load ({e}): check the "
                                f"kernel headers ({SETUP_HINT})") from None
         specs = self._bpf["probes"]
-        for slot, probe in enumerate(PROBES[:slots_needed(self._libraries)]):
+        for slot, probe in enumerate(PROBES):
             specs[ct.c_uint32(slot)] = _spec(probe)
         self._bpf["events"].open_ring_buffer(self._dispatch)
         self._load_programs()

@@ -261,7 +261,8 @@ def _start_command(command: list[str]) -> tuple[subprocess.Popen, int]:
     return popen, go_w
 
 
-def _attach_to_pid(collector: Collector, pid: int) -> None:
+def _python_of(pid: int) -> Interpreter:
+    """The interpreter of a process to attach to; checked before any BPF is compiled."""
     if not is_alive(pid):
         raise CaptureError(f"no process with PID {pid}")
     interp = detect(pid)    # raises UnsupportedInterpreter
@@ -269,7 +270,25 @@ def _attach_to_pid(collector: Collector, pid: int) -> None:
         comm = Path(f"/proc/{pid}/comm").read_text().strip()
         raise CaptureError(f"PID {pid} ({comm}) is not a CPython process: no libpython or "
                            "_PyRuntime in its mappings; attach to the Python process itself")
-    collector.track(pid, interp)
+    return interp
+
+
+def _start_target(cfg: CaptureConfig, collector: Collector, interp: Interpreter | None,
+                  libraries: tuple[str, ...]) -> tuple[subprocess.Popen | None, int | None]:
+    """Track the target and attach the CUDA libraries it will load; a command is started
+    held (returns its release fd), a PID is tracked as it runs."""
+    popen = go_fd = None
+    if cfg.command:
+        popen, go_fd = _start_command(cfg.command)
+        collector.track(popen.pid, None, await_exec=True)
+        env = dict(os.environ)
+    else:
+        collector.track(cfg.pid, interp)
+        env = _environ(cfg.pid)
+    for library in libraries:
+        for path in candidate_libraries(library, env):
+            collector.attach(path, library)
+    return popen, go_fd
 
 
 class _Stop:
@@ -314,6 +333,7 @@ def run_capture(cfg: CaptureConfig, log: Log | None = None) -> CaptureSummary:
     if cfg.sample < 1:
         raise CaptureError("--sample must be 1 or more")
     check_environment()
+    interp = _python_of(cfg.pid) if cfg.pid is not None else None
     raw_dir = cfg.output.with_name(cfg.output.name + ".raw")
     if raw_dir.exists():
         _remove_raw(raw_dir)
@@ -325,17 +345,7 @@ def run_capture(cfg: CaptureConfig, log: Log | None = None) -> CaptureSummary:
     try:
         with BpfProgram(lambda k, r: collector.on_record(k, r), libraries, cfg.sample) as bpf:
             collector = Collector(bpf, writer, log, libraries)
-            go_fd = None
-            if cfg.command:
-                popen, go_fd = _start_command(cfg.command)
-                collector.track(popen.pid, None, await_exec=True)
-                env = dict(os.environ)
-            else:
-                _attach_to_pid(collector, cfg.pid)
-                env = _environ(cfg.pid)
-            for library in libraries:
-                for path in candidate_libraries(library, env):
-                    collector.attach(path, library)
+            popen, go_fd = _start_target(cfg, collector, interp, libraries)
             if go_fd is not None:     # the command may exec now: it is tracked
                 os.write(go_fd, b"go\n")
                 os.close(go_fd)

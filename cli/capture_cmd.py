@@ -39,9 +39,7 @@ def capture(
         if print_bpf:
             from zym.capture.bpf_loader import printable_program
 
-            from zym.capture.probes import DRIVER, RUNTIME
-
-            typer.echo(printable_program(sample, (DRIVER, RUNTIME) if runtime_api else (DRIVER,)))
+            typer.echo(printable_program(sample))
             return
         from zym.capture.cupti.integrate import capture_with_gpu  # GPU side (CUPTI)
         from zym.capture.session import CaptureConfig

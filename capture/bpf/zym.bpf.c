@@ -10,7 +10,7 @@
  * Required -D flags: ZYM_FSBASE_OFF (offsetof(task_struct, thread.fsbase), from kernel BTF,
  * because the kernel headers BCC compiles against may belong to another kernel: then
  * task->thread.fsbase compiles and silently reads 0), ZYM_SAMPLE (walk every Nth stack per
- * thread), ZYM_RINGBUF_PAGES, ZYM_NPROBES (slots to compile).
+ * thread), ZYM_RINGBUF_PAGES.
  */
 #include <uapi/linux/ptrace.h>
 #define ZYM_BPF 1
@@ -305,201 +305,18 @@ int zym_gate(struct pt_regs *ctx) {
     return 0;
 }
 
-/* One entry and one return program per probe slot; probes.py maps symbols to slots. Only the
- * first ZYM_NPROBES slots are compiled: clang's time grows with every copy of on_entry. */
+/* One entry and one return program per probe slot; probes.py maps symbols to slots. They are
+ * small (the walk is zym_walk's), so all ZYM_MAX_PROBES are compiled; the loader loads those
+ * its libraries use. */
 #define ZYM_SLOT(n)                                                                   \
     int zym_entry_##n(struct pt_regs *ctx) { return on_entry(ctx, n); }               \
     int zym_return_##n(struct pt_regs *ctx) { return on_return(ctx, n); }
 
-#if ZYM_NPROBES > 0
-ZYM_SLOT(0)
-#endif
-#if ZYM_NPROBES > 1
-ZYM_SLOT(1)
-#endif
-#if ZYM_NPROBES > 2
-ZYM_SLOT(2)
-#endif
-#if ZYM_NPROBES > 3
-ZYM_SLOT(3)
-#endif
-#if ZYM_NPROBES > 4
-ZYM_SLOT(4)
-#endif
-#if ZYM_NPROBES > 5
-ZYM_SLOT(5)
-#endif
-#if ZYM_NPROBES > 6
-ZYM_SLOT(6)
-#endif
-#if ZYM_NPROBES > 7
-ZYM_SLOT(7)
-#endif
-#if ZYM_NPROBES > 8
-ZYM_SLOT(8)
-#endif
-#if ZYM_NPROBES > 9
-ZYM_SLOT(9)
-#endif
-#if ZYM_NPROBES > 10
-ZYM_SLOT(10)
-#endif
-#if ZYM_NPROBES > 11
-ZYM_SLOT(11)
-#endif
-#if ZYM_NPROBES > 12
-ZYM_SLOT(12)
-#endif
-#if ZYM_NPROBES > 13
-ZYM_SLOT(13)
-#endif
-#if ZYM_NPROBES > 14
-ZYM_SLOT(14)
-#endif
-#if ZYM_NPROBES > 15
-ZYM_SLOT(15)
-#endif
-#if ZYM_NPROBES > 16
-ZYM_SLOT(16)
-#endif
-#if ZYM_NPROBES > 17
-ZYM_SLOT(17)
-#endif
-#if ZYM_NPROBES > 18
-ZYM_SLOT(18)
-#endif
-#if ZYM_NPROBES > 19
-ZYM_SLOT(19)
-#endif
-#if ZYM_NPROBES > 20
-ZYM_SLOT(20)
-#endif
-#if ZYM_NPROBES > 21
-ZYM_SLOT(21)
-#endif
-#if ZYM_NPROBES > 22
-ZYM_SLOT(22)
-#endif
-#if ZYM_NPROBES > 23
-ZYM_SLOT(23)
-#endif
-#if ZYM_NPROBES > 24
-ZYM_SLOT(24)
-#endif
-#if ZYM_NPROBES > 25
-ZYM_SLOT(25)
-#endif
-#if ZYM_NPROBES > 26
-ZYM_SLOT(26)
-#endif
-#if ZYM_NPROBES > 27
-ZYM_SLOT(27)
-#endif
-#if ZYM_NPROBES > 28
-ZYM_SLOT(28)
-#endif
-#if ZYM_NPROBES > 29
-ZYM_SLOT(29)
-#endif
-#if ZYM_NPROBES > 30
-ZYM_SLOT(30)
-#endif
-#if ZYM_NPROBES > 31
-ZYM_SLOT(31)
-#endif
-#if ZYM_NPROBES > 32
-ZYM_SLOT(32)
-#endif
-#if ZYM_NPROBES > 33
-ZYM_SLOT(33)
-#endif
-#if ZYM_NPROBES > 34
-ZYM_SLOT(34)
-#endif
-#if ZYM_NPROBES > 35
-ZYM_SLOT(35)
-#endif
-#if ZYM_NPROBES > 36
-ZYM_SLOT(36)
-#endif
-#if ZYM_NPROBES > 37
-ZYM_SLOT(37)
-#endif
-#if ZYM_NPROBES > 38
-ZYM_SLOT(38)
-#endif
-#if ZYM_NPROBES > 39
-ZYM_SLOT(39)
-#endif
-#if ZYM_NPROBES > 40
-ZYM_SLOT(40)
-#endif
-#if ZYM_NPROBES > 41
-ZYM_SLOT(41)
-#endif
-#if ZYM_NPROBES > 42
-ZYM_SLOT(42)
-#endif
-#if ZYM_NPROBES > 43
-ZYM_SLOT(43)
-#endif
-#if ZYM_NPROBES > 44
-ZYM_SLOT(44)
-#endif
-#if ZYM_NPROBES > 45
-ZYM_SLOT(45)
-#endif
-#if ZYM_NPROBES > 46
-ZYM_SLOT(46)
-#endif
-#if ZYM_NPROBES > 47
-ZYM_SLOT(47)
-#endif
-#if ZYM_NPROBES > 48
-ZYM_SLOT(48)
-#endif
-#if ZYM_NPROBES > 49
-ZYM_SLOT(49)
-#endif
-#if ZYM_NPROBES > 50
-ZYM_SLOT(50)
-#endif
-#if ZYM_NPROBES > 51
-ZYM_SLOT(51)
-#endif
-#if ZYM_NPROBES > 52
-ZYM_SLOT(52)
-#endif
-#if ZYM_NPROBES > 53
-ZYM_SLOT(53)
-#endif
-#if ZYM_NPROBES > 54
-ZYM_SLOT(54)
-#endif
-#if ZYM_NPROBES > 55
-ZYM_SLOT(55)
-#endif
-#if ZYM_NPROBES > 56
-ZYM_SLOT(56)
-#endif
-#if ZYM_NPROBES > 57
-ZYM_SLOT(57)
-#endif
-#if ZYM_NPROBES > 58
-ZYM_SLOT(58)
-#endif
-#if ZYM_NPROBES > 59
-ZYM_SLOT(59)
-#endif
-#if ZYM_NPROBES > 60
-ZYM_SLOT(60)
-#endif
-#if ZYM_NPROBES > 61
-ZYM_SLOT(61)
-#endif
-#if ZYM_NPROBES > 62
-ZYM_SLOT(62)
-#endif
-#if ZYM_NPROBES > 63
-ZYM_SLOT(63)
-#endif
+ZYM_SLOT(0) ZYM_SLOT(1) ZYM_SLOT(2) ZYM_SLOT(3) ZYM_SLOT(4) ZYM_SLOT(5) ZYM_SLOT(6) ZYM_SLOT(7)
+ZYM_SLOT(8) ZYM_SLOT(9) ZYM_SLOT(10) ZYM_SLOT(11) ZYM_SLOT(12) ZYM_SLOT(13) ZYM_SLOT(14) ZYM_SLOT(15)
+ZYM_SLOT(16) ZYM_SLOT(17) ZYM_SLOT(18) ZYM_SLOT(19) ZYM_SLOT(20) ZYM_SLOT(21) ZYM_SLOT(22) ZYM_SLOT(23)
+ZYM_SLOT(24) ZYM_SLOT(25) ZYM_SLOT(26) ZYM_SLOT(27) ZYM_SLOT(28) ZYM_SLOT(29) ZYM_SLOT(30) ZYM_SLOT(31)
+ZYM_SLOT(32) ZYM_SLOT(33) ZYM_SLOT(34) ZYM_SLOT(35) ZYM_SLOT(36) ZYM_SLOT(37) ZYM_SLOT(38) ZYM_SLOT(39)
+ZYM_SLOT(40) ZYM_SLOT(41) ZYM_SLOT(42) ZYM_SLOT(43) ZYM_SLOT(44) ZYM_SLOT(45) ZYM_SLOT(46) ZYM_SLOT(47)
+ZYM_SLOT(48) ZYM_SLOT(49) ZYM_SLOT(50) ZYM_SLOT(51) ZYM_SLOT(52) ZYM_SLOT(53) ZYM_SLOT(54) ZYM_SLOT(55)
+ZYM_SLOT(56) ZYM_SLOT(57) ZYM_SLOT(58) ZYM_SLOT(59) ZYM_SLOT(60) ZYM_SLOT(61) ZYM_SLOT(62) ZYM_SLOT(63)

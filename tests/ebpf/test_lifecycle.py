@@ -163,3 +163,19 @@ def test_runtime_call_and_its_driver_call_are_one_event(fake_cuda, tmp_path):
     assert all(workload_lines(c)[0] == m["rt_launch"] for c in rt_launch)
     rt_sync = [c for c in calls if c["name"] == "cudaStreamSynchronize"]
     assert all(5 <= c["dur_ns"] / 1e6 < 40 for c in rt_sync)
+
+
+def test_pid_of_an_unsupported_python_exits_2(tmp_path):
+    from ebpf_helpers import python_for
+    old = python_for("3.9")
+    if old is None:
+        pytest.skip("no CPython 3.9 under pyenv")
+    target = subprocess.Popen([old, "-c", "import time; time.sleep(30)"])
+    try:
+        time.sleep(0.3)
+        run = zym_capture(["--pid", str(target.pid)], tmp_path / "cap.parquet")
+    finally:
+        kill(target)
+    assert run.rc == 2
+    assert (f"PID {target.pid} runs Python 3.9; zym capture supports CPython "
+            "3.10, 3.11, 3.12, 3.13") in run.stderr
