@@ -75,6 +75,43 @@ def where_expr(where: dict, sites: pl.DataFrame | None = None,
     return pl.all_horizontal(parts) if parts else pl.lit(True)
 
 
+def relaxed_where(where: dict, available: set[str], sites: pl.DataFrame | None = None
+                  ) -> pl.Expr | None:
+    """A condition that holds for every row ``where`` keeps, using only ``available`` columns
+    (and site columns through ``sites``): conditions on other columns count as true. None
+    when nothing constrains the rows. Used to drop rows no rule can keep, early."""
+    from .relations import SITE_COLUMNS
+
+    def usable(key: str) -> bool:
+        return key in available or (sites is not None and key in SITE_COLUMNS)
+
+    parts = []
+    for key, cond in where.items():
+        if key == "any_of":
+            branches = [relaxed_where(w, available, sites) for w in cond]
+            if all(b is not None for b in branches):
+                parts.append(pl.any_horizontal(branches))
+        elif key == "not":
+            if _all_usable(cond, usable):
+                parts.append(~where_expr(cond, sites))
+        elif usable(key):
+            parts.append(where_expr({key: cond}, sites))
+    return pl.all_horizontal(parts) if parts else None
+
+
+def _all_usable(where: dict, usable) -> bool:
+    for key, cond in where.items():
+        if key == "any_of":
+            if not all(_all_usable(w, usable) for w in cond):
+                return False
+        elif key == "not":
+            if not _all_usable(cond, usable):
+                return False
+        elif not usable(key):
+            return False
+    return True
+
+
 def _distinct(frame: pl.DataFrame | None, key: str, cond: Any) -> pl.Series | None:
     """Distinct text values of ``frame[key]``, for a regex condition on a text column."""
     if (frame is None or key not in frame.columns or not isinstance(cond, dict)

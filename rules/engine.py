@@ -37,11 +37,12 @@ def evaluate_rules(analysis: Analysis, rules: Sequence[Rule],
     """
     rel = relations or Relations(analysis)
     needed: dict[str, set[str]] = {}
+    wheres: dict[str, list[dict]] = {}
     for rule in rules:
         needed.setdefault(rule.relation, set()).update(rule_columns(rule))
-    for name, cols in needed.items():
-        rel.materialize(name, cols)
-    plans = [_plan(rule, rel) for rule in rules]
+        wheres.setdefault(rule.relation, []).append(rule.where)
+    frames = {name: rel.materialize(name, cols, wheres[name]) for name, cols in needed.items()}
+    plans = [_plan(rule, rel, frames[rule.relation]) for rule in rules]
     fired = pl.collect_all([p["grouped"] for p in plans]) if plans else []
     findings: list[Finding] = []
     for plan, frame in zip(plans, fired):
@@ -117,19 +118,17 @@ def _uses(where: dict, names: set[str]) -> bool:
 
 def run_rule(rule: Rule, rel: Relations) -> list[Finding]:
     """Findings of one rule (no supersedes, unranked): for tests and debugging."""
-    rel.materialize(rule.relation, rule_columns(rule))
-    plan = _plan(rule, rel)
+    plan = _plan(rule, rel, rel.materialize(rule.relation, rule_columns(rule), [rule.where]))
     frame = plan["grouped"].collect()
     if frame.height == 0:
         return []
     return _findings(plan, frame, rel)
 
 
-def _plan(rule: Rule, rel: Relations) -> dict:
+def _plan(rule: Rule, rel: Relations, frame: pl.DataFrame) -> dict:
     """The lazy query of one rule: filter, group, measure, derive, threshold."""
     from .relations import EVENT_SITE_COLUMNS, SITE_COLUMNS
 
-    frame = rel.frame(rule.relation)
     lf, columns = frame.lazy(), frame.columns
     sites = rel.sites if "stack_id" in columns else None
     keys = list(rule.group_by)

@@ -161,21 +161,35 @@ class Relations:
         self.window_ns = int(analysis.utilization.get("window_ns") or 0)
         self.sites = site_table(analysis.call_paths.nodes)
 
-    def materialize(self, name: str, columns: set[str]) -> pl.DataFrame:
-        """The relation with (at least) ``columns``, built on first use and widened on demand."""
-        key = f"rel:{name}"
+    def materialize(self, name: str, columns: set[str], wheres: list[dict] | None = None
+                    ) -> pl.DataFrame:
+        """The relation with (at least) ``columns``, built once per column set.
+
+        ``wheres``: the ``where`` of every rule that will read it; rows none of them can keep
+        are dropped before the per-row joins and gathers (``compile.relaxed_where``).
+        """
+        import json
+
+        key = f"rel:{name}:{json.dumps(wheres, sort_keys=True, default=str)}"
         have = self._eager.get(key)
         if have is not None and columns <= set(have.columns):
             return have
         wanted = (columns | set(have.columns)) if have is not None else set(columns)
-        wanted &= set(COLUMNS[name])
-        self._eager[key] = getattr(self, f"_build_{name}")(wanted)
+        wanted &= set(COLUMNS[name]) | {"call_idx"}
+        self._eager[key] = getattr(self, f"_build_{name}")(wanted, wheres)
         return self._eager[key]
 
-    def frame(self, name: str) -> pl.DataFrame:
-        """The materialized relation (``materialize`` first), or all of it."""
-        have = self._eager.get(f"rel:{name}")
-        return have if have is not None else self.materialize(name, set(COLUMNS[name]))
+    def _keep(self, df: pl.DataFrame, wheres: list[dict] | None) -> pl.DataFrame:
+        """Rows of ``df`` that at least one of ``wheres`` may keep."""
+        from .compile import relaxed_where
+
+        if not wheres:
+            return df
+        sites = self.sites if "stack_id" in df.columns else None
+        parts = [relaxed_where(w, set(df.columns), sites) for w in wheres]
+        if any(p is None for p in parts):
+            return df
+        return df.filter(pl.any_horizontal(parts))
 
     def get(self, name: str) -> pl.DataFrame:
         """A whole relation with its site columns joined (for inspection and tests)."""
@@ -301,13 +315,15 @@ class Relations:
 
     # -- relations ----------------------------------------------------------------------------
 
-    def _build_calls(self, want: set[str]) -> pl.DataFrame:
+    def _build_calls(self, want: set[str], wheres: list[dict] | None = None) -> pl.DataFrame:
         calls = self.calls_table()
         n = calls.height
         cols = [c for c in calls.columns if c in want or c in ("call_idx", "stack_id", "kind",
                                                                "copy_kind", "size_bytes")]
         df = calls.select(cols).with_columns(*self.site_of(calls["stack_id"]))
-        if want & {"copy_kind", "src_mem", "dst_mem", "bytes", "gpu_ns", "follows_dtoh"}:
+        gpu_cols = {"copy_kind", "src_mem", "dst_mem", "bytes", "gpu_ns", "follows_dtoh"}
+        pos = None
+        if want & gpu_cols:  # the copy or memset each call caused, by a dense gather
             gpu = (self.gpu_table().lazy()
                    .select("kind", "call_idx", "dur_ns", "copy_kind", "src_mem", "dst_mem",
                            "size_bytes")
@@ -316,31 +332,36 @@ class Relations:
             # One copy or memset per call: where a call has several, one of them is kept.
             pos = pl.repeat(None, n, dtype=pl.Int64, eager=True).scatter(
                 gpu["call_idx"], pl.int_range(gpu.height, eager=True).cast(pl.Int64))
-            g = gpu.select(pl.col("dur_ns").alias("gpu_ns"),
-                           *[pl.col(c).cast(pl.Categorical).alias(a) for c, a in (
-                               ("copy_kind", "g_copy"), ("src_mem", "src_mem"),
-                               ("dst_mem", "dst_mem"))],
-                           pl.col("size_bytes").alias("g_bytes"))
-            g = take(g, pos)
-            df = df.with_columns(
-                pl.coalesce(pl.col("copy_kind").cast(pl.Categorical), g["g_copy"]).alias("copy_kind"),
-                g["src_mem"], g["dst_mem"],
-                pl.coalesce(g["g_bytes"], pl.col("size_bytes"), pl.lit(0)).alias("bytes"),
-                g["gpu_ns"].fill_null(0))
-        if "blocked_ns" in want:
-            df = df.with_columns(pl.when(calls["blocking"]).then(calls["dur_ns"]).otherwise(0)
-                                 .alias("blocked_ns"))
+            direction = gpu["copy_kind"].cast(pl.Categorical).gather(pos)
+            df = df.with_columns(pl.coalesce(pl.col("copy_kind").cast(pl.Categorical),
+                                             direction).alias("copy_kind"))
+        # Sequence columns need every call of the thread, before any row is dropped.
         if "follows_dtoh" in want:  # the previous call of the same thread
             dtoh = ((pl.col("kind") == "copy") & (pl.col("copy_kind") == "DtoH")).shift(1)
             same = calls["_thread"] == calls["_thread"].shift(1)
             df = df.with_columns((dtoh & same).fill_null(False).alias("follows_dtoh"))
         if "call_instance" in want:
             df = df.with_columns(self._instances(calls, df["user_node"]))
+        df = self._keep(df, wheres)
+        idx = df["call_idx"]
+        if pos is not None:
+            at = pos.gather(idx)
+            df = df.with_columns(
+                gpu["src_mem"].cast(pl.Categorical).gather(at).alias("src_mem"),
+                gpu["dst_mem"].cast(pl.Categorical).gather(at).alias("dst_mem"),
+                pl.coalesce(gpu["size_bytes"].gather(at), pl.col("size_bytes"), pl.lit(0))
+                .alias("bytes"),
+                gpu["dur_ns"].gather(at).fill_null(0).alias("gpu_ns"))
+        if "blocked_ns" in want:
+            df = df.with_columns(pl.when(calls["blocking"].gather(idx))
+                                 .then(calls["dur_ns"].gather(idx)).otherwise(0)
+                                 .alias("blocked_ns"))
         if "gpu_idle_ns" in want:
             idle = (self.gap_table().filter(pl.col("block_idx").is_not_null())
                     .group_by("block_idx").agg(pl.col("dur_ns").sum()))
-            df = df.with_columns(pl.repeat(0, n, dtype=pl.Int64, eager=True).scatter(
-                idle["block_idx"], idle["dur_ns"]).alias("gpu_idle_ns"))
+            per_call = pl.repeat(0, n, dtype=pl.Int64, eager=True).scatter(
+                idle["block_idx"], idle["dur_ns"])
+            df = df.with_columns(per_call.gather(idx).alias("gpu_idle_ns"))
         return df.select([c for c in df.columns if c in want or c in ("call_idx",)])
 
     def _instances(self, calls: pl.DataFrame, user_node: pl.Series) -> pl.Series:
@@ -371,7 +392,7 @@ class Relations:
                                     .then("inst_ts"), runs).alias("call_instance"))
                 .to_series())
 
-    def _build_gaps(self, want: set[str]) -> pl.DataFrame:
+    def _build_gaps(self, want: set[str], wheres: list[dict] | None = None) -> pl.DataFrame:
         gaps = self.gap_table()
         gpu = self.gpu_table()
         launcher = gpu["call_idx"].gather(gaps["next_row"])
@@ -403,17 +424,18 @@ class Relations:
                     .alias("in_op_ns"))
                 .to_series())
 
-    def _build_gpu(self, want: set[str]) -> pl.DataFrame:
+    def _build_gpu(self, want: set[str], wheres: list[dict] | None = None) -> pl.DataFrame:
         gpu = self.gpu_table()
         rows = gpu.with_row_index("_row")
         if gpu["call_idx"].null_count():
             rows = rows.filter(pl.col("call_idx").is_not_null())
-        idx = rows["call_idx"]
         calls = self.calls_table()
-        call_cols = {"tid": "tid", "call_ts_ns": "ts_ns", "call_dur_ns": "dur_ns",
-                     "stack_id": "stack_id", "api": "api"}
+        rows = rows.with_columns(calls["stack_id"].gather(rows["call_idx"]).alias("stack_id"))
+        rows = self._keep(rows, wheres)
+        idx = rows["call_idx"]
+        call_cols = {"tid": "tid", "call_ts_ns": "ts_ns", "call_dur_ns": "dur_ns", "api": "api"}
         picked = [calls[src].gather(idx).alias(dst) for dst, src in call_cols.items()
-                  if dst in want or dst == "stack_id"]
+                  if dst in want]
         df = rows.rename({"size_bytes": "bytes"}).with_columns(picked)
         df = df.with_columns(*self.site_of(df["stack_id"]), pl.col("bytes").fill_null(0),
                              (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"))
@@ -432,7 +454,7 @@ class Relations:
                                  mm["intensity"].gather(at))
         return df.select([c for c in df.columns if c in want or c in ("stack_id", "call_idx")])
 
-    def _build_windows(self, want: set[str]) -> pl.DataFrame:
+    def _build_windows(self, want: set[str], wheres: list[dict] | None = None) -> pl.DataFrame:
         data = self.analysis.data
         empty = pl.DataFrame(schema={"device_id": pl.Int32, "window_index": pl.Int64,
                                      "ts_ns": pl.Int64, "dur_ns": pl.Int64, "end_ns": pl.Int64,
