@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ctypes as ct
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -32,6 +33,7 @@ def c_layout(tmp_path: Path) -> dict[str, int]:
     return {k: int(v) for k, v in (line.split() for line in out.splitlines())}
 
 
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 def test_ctypes_mirrors_match_events_h(tmp_path):
     c = c_layout(tmp_path)
     assert c["ZYM_MAX_FRAMES"] == events.MAX_FRAMES

@@ -2,6 +2,7 @@
 stand-in CUDA libraries, built with gcc at test time."""
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -21,6 +22,8 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def fake_cuda(tmp_path_factory) -> Path:
     """A directory holding libcuda.so.1 and libcudart.so.12 stand-ins."""
+    if shutil.which("gcc") is None:
+        pytest.skip("needs gcc to build the libcuda stand-in")
     d = tmp_path_factory.mktemp("fakecuda")
     subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-o", str(d / "libcuda.so.1"),
                     str(HERE / "fakecuda.c")], check=True)
