@@ -35,8 +35,10 @@ class Interner:
             self.iid(kind, v)
         if not table:
             return pl.Series(values.name, [None] * len(values), pl.UInt64)
-        return values.replace_strict(list(table), list(table.values()), default=None,
-                                     return_dtype=pl.UInt64)
+        lookup = pl.DataFrame({"v": list(table), "iid": list(table.values())},
+                              schema={"v": values.dtype, "iid": pl.UInt64})
+        return (values.to_frame("v").join(lookup, on="v", how="left", maintain_order="left")
+                ["iid"].alias(values.name))
 
     def frame(self, function: str, path: str | None, line: int | None) -> int:
         key = (self.iid("function_names", function),

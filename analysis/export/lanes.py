@@ -70,13 +70,21 @@ def nesting_violations(events: pl.DataFrame) -> np.ndarray:
     r = events["row"].to_numpy()[keep].astype(np.int64)
     if len(g) == 0:
         return np.zeros(0, np.int64)
-    o = _stable_argsort(g)
-    g, t, r = g[o], t[o], r[o]
     begin = t == BEGIN
-    running = np.cumsum(np.where(begin, 1, -1))
-    starts = np.r_[0, np.flatnonzero(np.diff(g)) + 1]
-    first_step = np.where(begin[starts], 1, -1)
-    depth = running - np.repeat(running[starts] - first_step, np.diff(np.r_[starts, len(g)]))
+    step = np.where(begin, 1, -1)
+    ids = np.flatnonzero(np.bincount(g)) if g.max() < 1 << 20 else np.unique(g)
+    if len(ids) <= 16:  # few tracks: one running sum per group, in place
+        depth = np.empty(len(g), np.int64)
+        for k in ids.tolist():
+            m = g == k
+            depth[m] = np.cumsum(step[m])
+    else:  # many: sort by group once (stable), one running sum, rebased per group
+        o = _stable_argsort(g)
+        g, t, r, begin, step = g[o], t[o], r[o], begin[o], step[o]
+        running = np.cumsum(step)
+        starts = np.r_[0, np.flatnonzero(np.diff(g)) + 1]
+        depth = running - np.repeat(running[starts] - step[starts],
+                                    np.diff(np.r_[starts, len(g)]))
     opened = np.zeros(int(r.max()) + 1, np.int64)
     opened[r[begin]] = depth[begin]  # depth after each begin
     ends = ~begin
