@@ -179,3 +179,19 @@ def test_pid_of_an_unsupported_python_exits_2(tmp_path):
     assert run.rc == 2
     assert (f"PID {target.pid} runs Python 3.9; zym capture supports CPython "
             "3.10, 3.11, 3.12, 3.13") in run.stderr
+
+
+def test_duration_stops_the_capture_and_leaves_the_target_running(fake_cuda, tmp_path):
+    target = start_workload({"FAKECUDA": "libcuda.so.1", "LD_LIBRARY_PATH": str(fake_cuda),
+                             "ITERS": "100000", "SYNC_US": "2000"})
+    try:
+        started = time.monotonic()
+        run = zym_capture(["--pid", str(target.pid), "--duration", "1.5"], tmp_path / "c.parquet")
+        assert run.rc == 0, run.stderr
+        assert time.monotonic() - started < 20
+        assert target.poll() is None        # detached, not killed
+    finally:
+        kill(target)
+    cap = open_capture(tmp_path / "c.parquet")
+    assert cap.load("call").height > 50
+    assert cap.meta.source == f"pid {target.pid}"
