@@ -206,8 +206,9 @@ class Relations:
     # -- shared pieces ------------------------------------------------------------------------
 
     def calls_table(self) -> pl.DataFrame:
-        """The call table (schema-conformed) in time order, with ``call_idx`` (its row number
-        here), ``api``, ``end_ns`` and ``blocking``."""
+        """The call table (schema-conformed, narrow) in time order, with ``call_idx`` (its row
+        number here), ``_orig`` (its row in the capture), ``_thread``, ``api``, ``end_ns`` and
+        ``blocking``."""
         return self._once("calls", self._calls_table)
 
     def _calls_table(self) -> pl.DataFrame:
@@ -222,16 +223,21 @@ class Relations:
                            "copy_kind", "op_id").with_row_index("_orig")
         if not calls["ts_ns"].is_sorted():
             calls = calls.sort("ts_ns")
-        # Thread-major, time order within a thread (a stable sort on one packed key): per-thread
-        # sequences (the previous call, runs) are then plain shifts, not window expressions.
+        # One int64 per thread: per-thread sequences (the previous call, runs) are windows
+        # over it, or plain shifts when the capture has one thread.
         calls = calls.with_columns(_thread_key())
-        if calls.height and calls["_thread"].min() != calls["_thread"].max():
-            calls = calls.sort("_thread", maintain_order=True)
+        self._eager["_many_threads"] = bool(calls.height) and (
+            calls["_thread"].min() != calls["_thread"].max())
         return (calls.with_row_index("call_idx").with_columns(
                     pl.col("call_idx").cast(pl.Int64), pl.col("_orig").cast(pl.Int64),
                     (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"),
                     (pl.col("api").cast(pl.String).is_in(blocking_names.implode())
                      | (pl.col("kind") == "copy")).alias("blocking")))
+
+    def _per_thread(self, expr: pl.Expr) -> pl.Expr:
+        """``expr`` evaluated per thread (calls are in time order)."""
+        self.calls_table()
+        return expr.over("_thread") if self._eager.get("_many_threads") else expr
 
     def gpu_table(self) -> pl.DataFrame:
         """The GPU table (schema-conformed) with ``call_idx``: its launching call's row in
@@ -292,8 +298,7 @@ class Relations:
                .unique(["device_id", "end_ns"], keep="first").collect())
         # The blocking call running when the GPU went idle (the latest one started before).
         blocking = (self.calls_table().filter("blocking")
-                    .select("call_idx", pl.col("ts_ns").alias("b_ts"), pl.col("end_ns").alias("b_end"))
-                    .sort("b_ts"))
+                    .select("call_idx", pl.col("ts_ns").alias("b_ts"), pl.col("end_ns").alias("b_end")))
         return (gaps.join(nxt, on=["device_id", "end_ns"], how="left")
                 .sort("ts_ns")
                 .join_asof(blocking, left_on="ts_ns", right_on="b_ts", strategy="backward",
@@ -337,9 +342,10 @@ class Relations:
                                              direction).alias("copy_kind"))
         # Sequence columns need every call of the thread, before any row is dropped.
         if "follows_dtoh" in want:  # the previous call of the same thread
-            dtoh = ((pl.col("kind") == "copy") & (pl.col("copy_kind") == "DtoH")).shift(1)
-            same = calls["_thread"] == calls["_thread"].shift(1)
-            df = df.with_columns((dtoh & same).fill_null(False).alias("follows_dtoh"))
+            dtoh = self._per_thread(
+                ((pl.col("kind") == "copy") & (pl.col("copy_kind") == "DtoH")).shift(1))
+            df = df.with_columns(calls["_thread"]).with_columns(
+                dtoh.fill_null(False).alias("follows_dtoh")).drop("_thread")
         if "call_instance" in want:
             df = df.with_columns(self._instances(calls, df["user_node"]))
         df = self._keep(df, wheres)
@@ -374,9 +380,8 @@ class Relations:
         """
         frame = calls.select("pid", "tid", "ts_ns", "_thread").with_columns(
             user_node.alias("user_node"))
-        same = ((pl.col("user_node") == pl.col("user_node").shift(1))
-                & (pl.col("_thread") == pl.col("_thread").shift(1)))
-        runs = -((~same.fill_null(False)).cast(pl.Int64).cum_sum() + 1)
+        same = self._per_thread(pl.col("user_node") == pl.col("user_node").shift(1))
+        runs = -(self._per_thread((~same.fill_null(False)).cast(pl.Int64).cum_sum()) + 1)
         spans = self.analysis.data.spans() if hasattr(self.analysis.data, "spans") else None
         if spans is None or spans.height == 0:
             return frame.select(runs.alias("call_instance")).to_series()
