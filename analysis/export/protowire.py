@@ -137,7 +137,7 @@ class Field:
 
 def _write_key(buf: np.ndarray, pos: np.ndarray, key: bytes) -> None:
     for j, byte in enumerate(key):
-        buf[pos + j] = byte
+        buf[pos + j if j else pos] = byte
 
 
 def _write_varints(buf: np.ndarray, pos: np.ndarray, v: np.ndarray, n: np.ndarray) -> None:
@@ -147,7 +147,7 @@ def _write_varints(buf: np.ndarray, pos: np.ndarray, v: np.ndarray, n: np.ndarra
     if lo == hi:  # one size for all (timestamps, small ids): no masks
         for k in range(hi):
             byte = ((v >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
-            buf[pos + k] = byte | np.uint8(0x80) if k < hi - 1 else byte
+            buf[pos + k if k else pos] = byte | np.uint8(0x80) if k < hi - 1 else byte
         return
     for k in range(hi):
         if k < lo:  # every value has this byte: no mask
