@@ -121,8 +121,10 @@ def _calls_by_path(calls: pl.LazyFrame) -> pl.DataFrame:
 
 def _paths(calls: pl.LazyFrame, gpu_ops: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
     direction = pl.col("copy_kind")
+    # Sync records (CUPTI SYNCHRONIZATION) time a host wait, not GPU work: counted, not summed.
+    busy = pl.col("kind") != "sync"
     gpu_by_path = gpu_ops.group_by("stack_id").agg(
-        pl.col("gpu_ns").sum(),
+        pl.col("gpu_ns").filter(busy).sum(),
         pl.col("count").filter(pl.col("kind") == "kernel").sum().alias("kernels"),
         pl.col("count").filter(pl.col("kind") == "copy").sum().alias("copies"),
         pl.col("count").filter(pl.col("kind") == "memset").sum().alias("memsets"),

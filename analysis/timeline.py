@@ -4,13 +4,19 @@ from __future__ import annotations
 import polars as pl
 
 
+def gpu_work(gpu: pl.DataFrame) -> pl.DataFrame:
+    """GPU activity that occupies the GPU: kernels, copies, memsets. Sync records time a host
+    thread waiting for the GPU (CUPTI SYNCHRONIZATION), so they are not GPU work."""
+    return gpu.filter(pl.col("kind") != "sync") if "kind" in gpu.columns else gpu
+
+
 def busy_intervals(gpu: pl.DataFrame) -> pl.DataFrame:
     """Union of GPU activity intervals per device: ``device_id, start_ns, end_ns`` (disjoint).
 
-    Overlapping work on several streams counts once. Sorted by start, an interval opens a new
+    Overlapping work on several streams counts once; sync records are not work. Sorted by start, an interval opens a new
     busy period when it starts after every earlier interval on its device has ended.
     """
-    iv = (gpu.select(pl.col("device_id").fill_null(-1), pl.col("ts_ns").alias("start_ns"),
+    iv = (gpu_work(gpu).select(pl.col("device_id").fill_null(-1), pl.col("ts_ns").alias("start_ns"),
                      (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"))
           .sort("device_id", "start_ns"))
     opened = pl.col("start_ns") > pl.col("end_ns").cum_max().shift(1).over("device_id")
@@ -37,4 +43,5 @@ def gpu_utilization(calls: pl.DataFrame, gpu: pl.DataFrame) -> dict:
                 "idle_ns": max(window - r["busy_ns"], 0),
                 "busy_pct": round(100 * r["busy_ns"] / window, 2) if window else 0.0}
                for r in busy.iter_rows(named=True)]
-    return {"window_ns": window, "activity_ns": int(gpu["dur_ns"].sum() or 0), "devices": devices}
+    return {"window_ns": window, "activity_ns": int(gpu_work(gpu)["dur_ns"].sum() or 0),
+            "devices": devices}

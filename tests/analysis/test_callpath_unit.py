@@ -1,6 +1,8 @@
 """Call paths on built traces: unknown stacks, multi-process correlation, busy time."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import polars as pl
 from kineto_builder import KinetoBuilder
 from zym.analysis import analyze
@@ -39,3 +41,30 @@ def test_busy_time_counts_overlapping_streams_once():
                         "dur_ns": [10, 10, 5, 3]})
     iv = busy_intervals(gpu)
     assert iv.rows() == [(0, 0, 15), (0, 20, 25), (1, 0, 3)]
+
+
+def test_sync_records_are_not_gpu_time():
+    """CUPTI SYNCHRONIZATION records time a host wait: never GPU busy time or path GPU time."""
+    from zym.analysis.callpath import build_call_paths
+    from zym.analysis.load import CaptureData
+    from zym.analysis.timeline import gpu_utilization
+    from zym.schemas import CaptureMeta, conform
+
+    frames = pl.DataFrame({"frame_id": [0, 1], "kind": ["python", "cuda_api"],
+                           "name": ["step", "cuStreamSynchronize"], "file": ["a.py", None],
+                           "line": [3, None]}, schema_overrides={"line": pl.Int32})
+    stacks = pl.DataFrame({"stack_id": [0, 1], "parent_id": [None, 0], "frame_id": [0, 1],
+                           "depth": [0, 1]}, schema_overrides={"depth": pl.Int32})
+    calls = pl.DataFrame({"pid": [1, 1], "tid": [1, 1], "ts_ns": [0, 100], "dur_ns": [10, 500],
+                          "name": ["cuLaunchKernel", "cuStreamSynchronize"],
+                          "kind": ["launch", "sync"], "correlation_id": [1, 2], "stack_id": [1, 1]})
+    gpu = pl.DataFrame({"pid": [1, 1], "device_id": [0, 0], "ts_ns": [20, 100],
+                        "dur_ns": [50, 500], "name": ["k", "Stream Sync"], "kind": ["kernel", "sync"],
+                        "correlation_id": [1, 2]})
+    frames, stacks, calls, gpu = (conform(t, df).drop("record") for t, df in (
+        ("frame", frames), ("stack", stacks), ("call", calls), ("gpu", gpu)))
+    data = CaptureData(Path("x"), CaptureMeta(producer="t"), frames, stacks, calls, gpu)
+    paths = build_call_paths(data).paths
+    assert paths["gpu_ns"].sum() == 50
+    util = gpu_utilization(calls, gpu)
+    assert util["activity_ns"] == 50 and util["devices"][0]["busy_ns"] == 50
