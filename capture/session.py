@@ -33,8 +33,7 @@ from .interpreter import Interpreter, UnsupportedInterpreter, detect
 from .libraries import candidate_libraries
 from .probes import DRIVER, LIBRARY_PATTERNS, RUNTIME
 from .process import ProcessMemory, host_path, is_alive, mapped_libraries, read_maps, thread_group
-from .sink import (MISSED_FRAME, STACK_MISSED, STACK_NONE, TRUNCATED_FRAME, RawWriter,
-                   finalize, write_raw_meta)
+from .sink import MISSED_FRAME, TRUNCATED_FRAME, RawWriter, finalize, write_raw_meta
 from .symbolize import Symbolizer
 
 Log = Callable[[str], None]
@@ -87,8 +86,6 @@ class Collector:
     procs: dict[int, Tracked] = field(default_factory=dict)
     stack_keys: dict[tuple[int, int], int] = field(default_factory=dict)
     cuda_libraries: set[str] = field(default_factory=set)
-    missed_stacks: int = 0
-    unreadable_frames: int = 0
     calls: int = 0
 
     # ---- records from the kernel
@@ -100,29 +97,13 @@ class Collector:
         elif kind == events.EV_PROC:
             self._on_proc(rec)
 
-    def _on_call(self, c: events.Call) -> None:
+    def _on_call(self, record: bytes) -> None:
         self.calls += 1
-        self.writer.add("calls", pid=c.pid, tid=c.tid, ts_ns=c.ts_ns, dur_ns=c.dur_ns,
-                        probe=c.probe, size_arg=c.size_arg, stream=c.stream,
-                        copy_arg=c.copy_arg, stack_key=self._stack_key(c), flags=c.flags)
-
-    def _stack_key(self, c: events.Call) -> int | None:
-        if c.flags & events.F_NOT_SAMPLED:
-            return None
-        if c.flags & events.F_NO_LAYOUT:
-            self.missed_stacks += 1
-            return STACK_MISSED
-        if not c.stack_hash:
-            return STACK_NONE
-        key = self.stack_keys.get((c.pid, c.stack_hash))
-        if key is None:     # its stack record was lost
-            self.missed_stacks += 1
-            return STACK_MISSED
-        return key
+        self.writer.add_call(record)
 
     def _on_stack(self, s: events.Stack) -> None:
         if (s.pid, s.hash) in self.stack_keys:
-            return
+            return     # sent again after it left the kernel's LRU
         key = len(self.stack_keys) + 1
         self.stack_keys[(s.pid, s.hash)] = key
         proc = self.procs.get(s.pid)
@@ -134,8 +115,9 @@ class Collector:
             frames.insert(0, (TRUNCATED_FRAME, "", 0))
         for depth, (name, file, line) in enumerate(frames):
             kind = "python" if file else "native"
-            self.writer.add("frames", stack_key=key, depth=depth, kind=kind, name=name,
-                            file=file or None, line=line if file else None)
+            self.writer.add("frames", pid=s.pid, hash=s.hash, stack_key=key, depth=depth,
+                            kind=kind, name=name, file=file or None,
+                            line=line if file else None)
 
     def _on_proc(self, e: events.ProcEvent) -> None:
         if e.what == events.PROC_FORK:
@@ -316,8 +298,7 @@ def _meta(cfg: CaptureConfig, collector: Collector, counters: dict[str, int]) ->
         python_version=interps[0].version_text if interps else "",
         dropped={"ebpf_ringbuf": counters.get("lost_calls", 0),
                  "ebpf_ringbuf_stacks": counters.get("lost_stacks", 0)},
-        extra={"sample": cfg.sample, "missed_stacks": collector.missed_stacks,
-               "unreadable_frames": sum(p.symbolizer.unreadable for p in collector.procs.values()
+        extra={"sample": cfg.sample, "unreadable_frames": sum(p.symbolizer.unreadable for p in collector.procs.values()
                                         if p.symbolizer),
                "nested_calls": counters.get("nested", 0), "calls_seen": counters.get("calls", 0),
                "pids": sorted(collector.procs), "libraries": sorted(collector.bpf.attached),

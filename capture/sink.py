@@ -10,6 +10,7 @@ last batch survives, and ``finalize`` reads what a truncated stream holds.
 from __future__ import annotations
 
 import json
+import struct
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from zym.schemas.meta import CaptureMeta
 
+from . import events
 from .probes import CUDA_MEMCPY_KIND, PROBES
 
 if TYPE_CHECKING:
@@ -32,13 +34,18 @@ TRUNCATED_FRAME = "[truncated]"
 
 # Raw stream columns and their Arrow types. Capturing needs pyarrow only: polars is imported
 # when finalizing, so a lean host can capture and another finalize (`zym capture --finalize`).
+# Calls are kept as the kernel sent them (struct zym_call) until a batch is flushed; their
+# stack is resolved from (pid, stack_hash) when finalizing, by a join with the frames' keys.
 RAW_COLUMNS: dict[str, dict[str, str]] = {
     "calls": {"pid": "int64", "tid": "int64", "ts_ns": "int64", "dur_ns": "int64",
               "probe": "int32", "size_arg": "uint64", "stream": "uint64",
-              "copy_arg": "uint64", "stack_key": "int64", "flags": "int32"},
-    "frames": {"stack_key": "int64", "depth": "int32", "kind": "string",
-               "name": "string", "file": "string", "line": "int32"},
+              "copy_arg": "uint64", "stack_hash": "uint64", "flags": "int32"},
+    "frames": {"pid": "int64", "hash": "uint64", "stack_key": "int64", "depth": "int32",
+               "kind": "string", "name": "string", "file": "string", "line": "int32"},
 }
+_CALL_FORMAT = events.struct_format(events.Call)
+_CALL_FIELDS = [name for name, _ in events.Call._fields_]
+_CALL_PICK = [_CALL_FIELDS.index(c) for c in RAW_COLUMNS["calls"]]
 
 
 def raw_schema(table: str):  # -> pa.Schema
@@ -74,16 +81,32 @@ class RawWriter:
             self._schemas = {t: raw_schema(t) for t in RAW_COLUMNS}
             self._writers = {t: ipc.new_stream(raw_dir / f"{t}.arrow", self._schemas[t])
                              for t in RAW_COLUMNS}
+        self._call_records: list[bytes] = []
         self._last_flush = time.monotonic()
         self.rows = {t: 0 for t in RAW_COLUMNS}
         self._closed = False
+
+    def add_call(self, record: bytes) -> None:
+        """One ``struct zym_call`` as received: decoded per batch, not per call."""
+        self._call_records.append(record)
+        if len(self._call_records) >= FLUSH_ROWS:
+            self.flush()
 
     def add(self, table: str, **row: Any) -> None:
         buf = self._buffers[table]
         for column, values in buf.items():
             values.append(row[column])
-        if len(buf["pid" if table == "calls" else "stack_key"]) >= FLUSH_ROWS:
+        if len(buf["pid"]) >= FLUSH_ROWS:
             self.flush()
+
+    def _decode_calls(self) -> None:
+        if not self._call_records:
+            return
+        rows = struct.iter_unpack(_CALL_FORMAT, b"".join(self._call_records))
+        columns = list(zip(*rows))
+        for name, index in zip(RAW_COLUMNS["calls"], _CALL_PICK):
+            self._buffers["calls"][name].extend(columns[index])
+        self._call_records.clear()
 
     def maybe_flush(self) -> None:
         if time.monotonic() - self._last_flush >= FLUSH_SECONDS:
@@ -91,20 +114,25 @@ class RawWriter:
 
     def flush(self) -> None:
         # Frames first: a call batch never refers to a stack that is not on disk yet.
+        self._decode_calls()
         for table in ("frames", "calls"):
             buf = self._buffers[table]
-            n = len(next(iter(buf.values())))
-            if n and self._pa is None:
-                rows = (dict(zip(buf, values)) for values in zip(*buf.values()))
-                self._writers[table].write("".join(json.dumps(r) + "\n" for r in rows))
-                self._writers[table].flush()
-            elif n:
-                batch = self._pa.record_batch(list(buf.values()), schema=self._schemas[table])
-                self._writers[table].write_batch(batch)
+            n = len(buf["pid"])
+            if n:
+                self._write(table, buf)
                 self.rows[table] += n
                 for values in buf.values():
                     values.clear()
         self._last_flush = time.monotonic()
+
+    def _write(self, table: str, buf: dict[str, list[Any]]) -> None:
+        if self._pa is None:
+            rows = (dict(zip(buf, values)) for values in zip(*buf.values()))
+            self._writers[table].write("".join(json.dumps(r) + "\n" for r in rows))
+            self._writers[table].flush()
+        else:
+            batch = self._pa.record_batch(list(buf.values()), schema=self._schemas[table])
+            self._writers[table].write_batch(batch)
 
     def close(self) -> None:
         if self._closed:
@@ -227,14 +255,32 @@ def _build_trie(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Data
     return frame_table, stacks, leaf
 
 
+def resolve_stacks(raw_calls: pl.DataFrame, raw_frames: pl.DataFrame) -> pl.DataFrame:
+    """Each raw call gets ``stack_key``: its stack's key, STACK_NONE (a thread without Python
+    frames), STACK_MISSED (the stack record was lost, or the interpreter was not known yet)
+    or null (not walked: --sample)."""
+    import polars as pl
+
+    keys = raw_frames.select("pid", pl.col("hash").alias("stack_hash"), "stack_key").unique()
+    flags = pl.col("flags")
+    return raw_calls.join(keys, on=["pid", "stack_hash"], how="left").with_columns(
+        pl.when((flags & events.F_NOT_SAMPLED) != 0).then(None)
+        .when((flags & events.F_NO_LAYOUT) != 0).then(STACK_MISSED)
+        .when(pl.col("stack_hash") == 0).then(STACK_NONE)
+        .otherwise(pl.col("stack_key").fill_null(STACK_MISSED))
+        .cast(pl.Int64).alias("stack_key"))
+
+
 def build_tables(raw_calls: pl.DataFrame, raw_frames: pl.DataFrame) -> dict[str, pl.DataFrame]:
     """Schema-v1 frame, stack and call tables from the raw streams (vectorized)."""
     import polars as pl
 
-    calls = decode_calls(raw_calls)
-    frames = pl.concat([raw_frames, pl.DataFrame(
-        {"stack_key": [STACK_MISSED], "depth": [0], "kind": ["native"], "name": [MISSED_FRAME],
-         "file": [None], "line": [None]}, schema=raw_polars_schema("frames"))])
+    calls = decode_calls(resolve_stacks(raw_calls, raw_frames))
+    missed = pl.DataFrame({"stack_key": [STACK_MISSED], "depth": [0], "kind": ["native"],
+                           "name": [MISSED_FRAME], "file": [None], "line": [None]},
+                          schema={c: t for c, t in raw_polars_schema("frames").items()
+                                  if c not in ("pid", "hash")})
+    frames = pl.concat([raw_frames.drop("pid", "hash").unique(["stack_key", "depth"]), missed])
     rows = _path_rows(calls, frames)
     if rows.height == 0:
         return {"call": calls.drop("stack_key")}
@@ -259,6 +305,11 @@ def finalize(raw_dir: Path, output: Path, meta: CaptureMeta) -> dict[str, pl.Dat
     """Write the capture Parquet from a raw directory; returns the tables written."""
     from zym.schemas import write_capture
 
-    tables = build_tables(read_raw(raw_dir, "calls"), read_raw(raw_dir, "frames"))
+    import polars as pl
+
+    raw_calls, raw_frames = read_raw(raw_dir, "calls"), read_raw(raw_dir, "frames")
+    tables = build_tables(raw_calls, raw_frames)
+    resolved = resolve_stacks(raw_calls, raw_frames)
+    meta.extra["missed_stacks"] = resolved.filter(pl.col("stack_key") == STACK_MISSED).height
     write_capture(output, tables, meta)
     return tables

@@ -43,14 +43,15 @@ def test_importing_the_cli_does_not_import_bcc():
 
 
 def test_finalize_a_raw_directory(tmp_path):
+    from zym.capture import events
     from zym.capture.sink import RawWriter, write_raw_meta
     from zym.schemas import CaptureMeta, open_capture
 
     raw = tmp_path / "cap.parquet.raw"
     w = RawWriter(raw)
-    w.add("frames", stack_key=1, depth=0, kind="python", name="main", file="m.py", line=3)
-    w.add("calls", pid=1, tid=1, ts_ns=5, dur_ns=0, probe=0, size_arg=0, stream=0, copy_arg=0,
-          stack_key=1, flags=0)
+    w.add("frames", pid=1, hash=9, stack_key=1, depth=0, kind="python", name="main",
+          file="m.py", line=3)
+    w.add_call(bytes(events.Call(type=events.EV_CALL, pid=1, tid=1, ts_ns=5, stack_hash=9)))
     w.close()
     write_raw_meta(raw, CaptureMeta(producer="zym capture", python_version="3.12"))
     result = runner.invoke(app, ["capture", "--finalize", str(raw)])

@@ -4,36 +4,39 @@ from __future__ import annotations
 
 import polars as pl
 
+from zym.capture import events
 from zym.capture.probes import PROBES
-from zym.capture.sink import (MISSED_FRAME, STACK_MISSED, STACK_NONE, RawWriter, build_tables,
-                              finalize, raw_polars_schema, read_raw)
+from zym.capture.sink import (MISSED_FRAME, RawWriter, build_tables, finalize,
+                              raw_polars_schema, read_raw)
 from zym.schemas import CaptureMeta, open_capture
 
 SLOT = {p.symbol: i for i, p in enumerate(PROBES)}
 
 
-def raw_call(api, stack_key, ts, size=0, stream=0, copy=0, dur=0, tid=7):
-    return {"pid": 1, "tid": tid, "ts_ns": ts, "dur_ns": dur, "probe": SLOT[api],
-            "size_arg": size, "stream": stream, "copy_arg": copy, "stack_key": stack_key,
-            "flags": 0}
+def raw_call(api, stack_hash, ts, size=0, stream=0, copy=0, dur=0, flags=0):
+    return {"pid": 1, "tid": 7, "ts_ns": ts, "dur_ns": dur, "probe": SLOT[api],
+            "size_arg": size, "stream": stream, "copy_arg": copy, "stack_hash": stack_hash,
+            "flags": flags}
 
 
-def frames(key, *names):
+def frames(key, stack_hash, *names):
     """Frames of one stack, root first, each at line 10 * depth of f.py."""
-    return [{"stack_key": key, "depth": d, "kind": "python", "name": n, "file": "f.py",
-             "line": 10 * (d + 1)} for d, n in enumerate(names)]
+    return [{"pid": 1, "hash": stack_hash, "stack_key": key, "depth": d, "kind": "python",
+             "name": n, "file": "f.py", "line": 10 * (d + 1)} for d, n in enumerate(names)]
 
 
-RAW_FRAMES = pl.DataFrame(frames(1, "main", "step", "launch") + frames(2, "main", "step", "sync"),
+RAW_FRAMES = pl.DataFrame(frames(1, 0xAAA, "main", "step", "launch")
+                          + frames(2, 0xBBB, "main", "step", "sync"),
                           schema=raw_polars_schema("frames"))
 RAW_CALLS = pl.DataFrame([
-    raw_call("cuLaunchKernel", 1, 100, stream=0x5),
-    raw_call("cuLaunchKernel", 1, 200, stream=0x5),
-    raw_call("cuMemsetD32Async", 1, 300, size=256, stream=0x5),
-    raw_call("cuStreamSynchronize", 2, 400, stream=0x5, dur=5000),
-    raw_call("cudaMemcpyAsync", STACK_NONE, 500, size=64, copy=2, stream=0x7),
-    raw_call("cuMemcpyDtoHAsync_v2", STACK_MISSED, 600, size=8),
-    raw_call("cuLaunchKernel", None, 700),          # --sample: not walked
+    raw_call("cuLaunchKernel", 0xAAA, 100, stream=0x5),
+    raw_call("cuLaunchKernel", 0xAAA, 200, stream=0x5),
+    raw_call("cuMemsetD32Async", 0xAAA, 300, size=256, stream=0x5),
+    raw_call("cuStreamSynchronize", 0xBBB, 400, stream=0x5, dur=5000),
+    raw_call("cudaMemcpyAsync", 0, 500, size=64, copy=2, stream=0x7,    # no Python frames
+             flags=events.F_NO_TSTATE),
+    raw_call("cuMemcpyDtoHAsync_v2", 0xCCC, 600, size=8),   # its stack record was lost
+    raw_call("cuLaunchKernel", 0, 700, flags=events.F_NOT_SAMPLED),
 ], schema=raw_polars_schema("calls"))
 
 
@@ -86,27 +89,30 @@ def test_stacks_form_a_trie_ending_in_the_api_frame():
 
 
 def test_finalize_writes_a_valid_capture(tmp_path):
-    raw = tmp_path / "raw"
-    w = RawWriter(raw)
-    for row in RAW_FRAMES.iter_rows(named=True):
-        w.add("frames", **row)
-    for row in RAW_CALLS.iter_rows(named=True):
-        w.add("calls", **row)
-    w.close()
+    raw = write_raw(tmp_path / "raw")
     out = finalize(raw, tmp_path / "c.parquet", CaptureMeta(producer="zym capture"))
     cap = open_capture(tmp_path / "c.parquet")
     assert cap.load("call").height == 7 == out["call"].height
     assert cap.load("frame").height == out["frame"].height
+    assert cap.meta.extra["missed_stacks"] == 1
+
+
+def write_raw(raw, copies=1):
+    """RAW_FRAMES and RAW_CALLS through the writer, calls as the kernel's struct bytes."""
+    w = RawWriter(raw)
+    for row in RAW_FRAMES.iter_rows(named=True):
+        w.add("frames", **row)
+    for _ in range(copies):
+        for row in RAW_CALLS.iter_rows(named=True):
+            w.add_call(bytes(events.Call(type=events.EV_CALL, **row)))
+        w.flush()
+    w.close()
+    return raw
 
 
 def test_a_stream_cut_mid_batch_keeps_the_complete_batches(tmp_path):
-    raw = tmp_path / "raw"
-    w = RawWriter(raw)
-    for i in range(3):
-        for row in RAW_CALLS.iter_rows(named=True):
-            w.add("calls", **row)
-        w.flush()
-    w.close()
+    raw = write_raw(tmp_path / "raw", copies=3)
+    assert read_raw(raw, "calls").equals(pl.concat([RAW_CALLS] * 3))
     path = raw / "calls.arrow"
     data = path.read_bytes()
     path.write_bytes(data[:len(data) - 200])     # a crash in the middle of the last batch
@@ -124,12 +130,8 @@ def test_json_lines_fallback_reads_back_the_same(tmp_path, monkeypatch):
             raise ImportError(name)
         return real_import(name, *args, **kwargs)
 
-    raw = tmp_path / "raw"
     monkeypatch.setattr(builtins, "__import__", no_pyarrow)
-    w = RawWriter(raw)
-    for row in RAW_CALLS.iter_rows(named=True):
-        w.add("calls", **row)
-    w.close()
+    raw = write_raw(tmp_path / "raw")
     monkeypatch.undo()
     assert (raw / "calls.jsonl").exists() and not (raw / "calls.arrow").exists()
     assert read_raw(raw, "calls").equals(RAW_CALLS)
