@@ -75,8 +75,8 @@ def where_expr(where: dict, sites: pl.DataFrame | None = None,
     return pl.all_horizontal(parts) if parts else pl.lit(True)
 
 
-def relaxed_where(where: dict, available: set[str], sites: pl.DataFrame | None = None
-                  ) -> pl.Expr | None:
+def relaxed_where(where: dict, available: set[str], sites: pl.DataFrame | None = None,
+                  frame: pl.DataFrame | None = None) -> pl.Expr | None:
     """A condition that holds for every row ``where`` keeps, using only ``available`` columns
     (and site columns through ``sites``): conditions on other columns count as true. None
     when nothing constrains the rows. Used to drop rows no rule can keep, early."""
@@ -88,14 +88,14 @@ def relaxed_where(where: dict, available: set[str], sites: pl.DataFrame | None =
     parts = []
     for key, cond in where.items():
         if key == "any_of":
-            branches = [relaxed_where(w, available, sites) for w in cond]
+            branches = [relaxed_where(w, available, sites, frame) for w in cond]
             if all(b is not None for b in branches):
                 parts.append(pl.any_horizontal(branches))
         elif key == "not":
             if _all_usable(cond, usable):
-                parts.append(~where_expr(cond, sites))
+                parts.append(~where_expr(cond, sites, frame))
         elif usable(key):
-            parts.append(where_expr({key: cond}, sites))
+            parts.append(where_expr({key: cond}, sites, frame))
     return pl.all_horizontal(parts) if parts else None
 
 

@@ -186,7 +186,7 @@ class Relations:
         if not wheres:
             return df
         sites = self.sites if "stack_id" in df.columns else None
-        parts = [relaxed_where(w, set(df.columns), sites) for w in wheres]
+        parts = [relaxed_where(w, set(df.columns), sites, df) for w in wheres]
         if any(p is None for p in parts):
             return df
         return df.filter(pl.any_horizontal(parts))
