@@ -251,13 +251,23 @@ class Relations:
         return gpu.with_columns(rows.alias("call_idx"), pl.col("device_id").fill_null(-1))
 
     def busy(self) -> pl.DataFrame:
-        """GPU busy periods per device; the analysis' own when it kept them."""
-        from zym.analysis.timeline import busy_intervals
+        """GPU busy periods per device: ``device_id, start_ns, end_ns, first_row`` (the GPU
+        op, a row of ``gpu_table``, that opened the period). One sort of the GPU table, as
+        ``analysis.timeline.busy_intervals`` (same periods) plus the opening op."""
+        return self._once("busy", self._busy)
 
-        kept = getattr(self.analysis, "busy_intervals", None)
-        if isinstance(kept, pl.DataFrame):
-            return kept
-        return self._once("busy", lambda: busy_intervals(self.analysis.data.gpu))
+    def _busy(self) -> pl.DataFrame:
+        gpu = self.gpu_table()
+        iv = (gpu.select("device_id", pl.col("ts_ns").alias("start_ns"),
+                         (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"))
+              .with_row_index("first_row").with_columns(pl.col("first_row").cast(pl.Int64))
+              .sort("device_id", "start_ns"))
+        opened = pl.col("start_ns") > pl.col("end_ns").cum_max().shift(1).over("device_id")
+        return (iv.with_columns(opened.fill_null(True).cum_sum().over("device_id").alias("period"))
+                .group_by("device_id", "period")
+                .agg(pl.col("start_ns").first(), pl.col("end_ns").max(),
+                     pl.col("first_row").first())
+                .drop("period").sort("device_id", "start_ns"))
 
     def site_of(self, stack: pl.Series, columns: tuple[str, ...] = EVENT_SITE_COLUMNS
                 ) -> list[pl.Series]:
@@ -281,26 +291,18 @@ class Relations:
         return self._once("gaps", self._gap_table)
 
     def _gap_table(self) -> pl.DataFrame:
-        gpu = self.gpu_table()
+        # Each gap ends where a busy period opens; the op that opened it ended the gap.
         gaps = (self.busy()
                 .with_columns(pl.col("end_ns").shift(1).over("device_id").alias("gap_start"))
                 .filter(pl.col("gap_start").is_not_null()
                         & (pl.col("start_ns") > pl.col("gap_start")))
                 .select("device_id", pl.col("gap_start").alias("ts_ns"),
-                        pl.col("start_ns").alias("end_ns"))
+                        pl.col("start_ns").alias("end_ns"), pl.col("first_row").alias("next_row"))
                 .with_columns((pl.col("end_ns") - pl.col("ts_ns")).alias("dur_ns")))
-        # The op that ended each gap: one starting at the gap's end on that device.
-        nxt = (gpu.lazy().with_row_index("next_row")
-               .select("device_id", pl.col("ts_ns").alias("end_ns"),
-                       pl.col("next_row").cast(pl.Int64))
-               .join(gaps.lazy().select("device_id", "end_ns"), on=["device_id", "end_ns"],
-                     how="semi")
-               .unique(["device_id", "end_ns"], keep="first").collect())
         # The blocking call running when the GPU went idle (the latest one started before).
         blocking = (self.calls_table().filter("blocking")
                     .select("call_idx", pl.col("ts_ns").alias("b_ts"), pl.col("end_ns").alias("b_end")))
-        return (gaps.join(nxt, on=["device_id", "end_ns"], how="left")
-                .sort("ts_ns")
+        return (gaps.sort("ts_ns")
                 .join_asof(blocking, left_on="ts_ns", right_on="b_ts", strategy="backward",
                            check_sortedness=False)
                 .with_columns(pl.when(pl.col("b_end") >= pl.col("ts_ns")).then("call_idx")
