@@ -39,7 +39,7 @@ def launch_stack_ids(calls: pl.DataFrame, gpu: pl.DataFrame, missing: int = -1) 
     """
     out = np.full(gpu.height, missing, dtype=np.int64)
     g_pid, g_corr = gpu["pid"].to_numpy(), gpu["correlation_id"].fill_null(-1).to_numpy()
-    known = calls.filter(pl.col("correlation_id").is_not_null() & pl.col("stack_id").is_not_null())
+    known = calls.select("pid", "correlation_id", "stack_id").drop_nulls()
     for pid in np.unique(g_pid[g_corr >= 0]):
         mine = known.filter(pl.col("pid") == pid)
         c_corr, c_stack = mine["correlation_id"].to_numpy(), mine["stack_id"].to_numpy()
