@@ -83,6 +83,8 @@ class ProcessMemory:
         self._f = open(f"/proc/{pid}/mem", "rb", buffering=0)
 
     def read(self, addr: int, size: int) -> bytes:
+        if self._f.closed:
+            raise OSError(f"pid {self.pid} has exited")
         self._f.seek(addr)
         data = self._f.read(size)
         if len(data) != size:

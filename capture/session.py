@@ -39,6 +39,8 @@ from .symbolize import Symbolizer
 Log = Callable[[str], None]
 # Call records do not wake zym (zym.bpf.c send_call): the loop drains them this often.
 DRAIN_MS = 10
+# After an exec, look for the new interpreter every few ms for this long.
+FAST_DETECT_S = 2.0
 
 
 @dataclass
@@ -73,6 +75,8 @@ class Tracked:
     symbolizer: Symbolizer | None = None
     detect_failed: str = ""
     await_exec: bool = False    # the command's holder: detect only after it execs
+    since: float = field(default_factory=time.monotonic)   # tracked, or exec'd, at
+    gone: bool = False
 
 
 @dataclass
@@ -172,18 +176,31 @@ class Collector:
         self.log(f"tracking PID {proc.pid}: CPython {interp.version_text} ({interp.path})")
 
     def detecting(self) -> bool:
-        """True while some live process's interpreter is not known yet (it just exec'd)."""
+        """True while a process that exec'd in the last FAST_DETECT_S seconds has no known
+        interpreter. (Later, or for a non-Python image, the CUDA init gate still holds it
+        until detection.)"""
+        now = time.monotonic()
         return any(p.interp is None and not p.detect_failed and not p.await_exec
-                   and is_alive(p.pid) for p in self.procs.values())
+                   and not p.gone and now - p.since < FAST_DETECT_S
+                   for p in self.procs.values())
 
     def tick(self) -> None:
         for proc in list(self.procs.values()):
+            if proc.gone:
+                continue
             if not is_alive(proc.pid):
+                self._forget(proc)
                 continue
             if proc.interp is None and not proc.detect_failed and not proc.await_exec:
                 self._try_detect(proc)
             self.attach_mapped(proc.pid)
         self.writer.maybe_flush()
+
+    def _forget(self, proc: Tracked) -> None:
+        """A process exited: close its memory (its code-object cache stays for late records)."""
+        proc.gone = True
+        if proc.symbolizer is not None:
+            proc.symbolizer.mem.close()
 
     def _try_detect(self, proc: Tracked) -> None:
         try:
