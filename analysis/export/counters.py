@@ -2,7 +2,8 @@
 
 Bins are at most :data:`MAX_BINS` per capture and at least :data:`MIN_BIN_NS` wide. A GPU is
 busy in a bin for the union of its activity there (work on several streams counts once); copy
-bandwidth spreads each copy's bytes evenly over its duration.
+bandwidth spreads each copy's bytes evenly over its duration. Sync records (a host thread
+waiting for the GPU) are not GPU work and do not count as busy.
 """
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def gpu_counters(gpu: pl.DataFrame) -> pl.DataFrame:
                    pl.col("size_bytes").fill_null(0))
     t0, t1 = int(g["ts_ns"].min()), int(g["end_ns"].max())
     width = bin_width(t0, t1)
-    busy = _spread(_union(g), width, t0).with_columns(
+    work = g.filter(pl.col("kind") != "sync")  # sync records time host waits, not GPU work
+    busy = _spread(_union(work), width, t0).with_columns(
         (100.0 * pl.col("overlap_ns") / width).alias("value"))
     copies = g.filter((pl.col("kind") == "copy") & (pl.col("end_ns") > pl.col("ts_ns")))
     bw = _spread(copies, width, t0, weight="size_bytes").with_columns(

@@ -57,8 +57,8 @@ def weighted_stacks(analysis: Analysis, weight: str = "gpu") -> pl.DataFrame:
         raise ValueError(f"weight must be one of {WEIGHTS}, not {weight!r}")
     cp = analysis.call_paths
     if weight == "gpu":
-        rows = cp.gpu_ops.select("stack_id", pl.col("name").alias("leaf"),
-                                 pl.col("gpu_ns").alias("weight_ns"))
+        rows = cp.gpu_ops.filter(pl.col("kind") != "sync").select(  # syncs: host waits
+            "stack_id", pl.col("name").alias("leaf"), pl.col("gpu_ns").alias("weight_ns"))
     else:
         rows = cp.paths.select(pl.col("path_id").alias("stack_id"),
                                pl.lit(None, pl.String).alias("leaf"),

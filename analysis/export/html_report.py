@@ -35,7 +35,7 @@ def flame_tree(src: ExportSource) -> dict:
     ops: dict[int, list[dict]] = {}
     for sid, name, kind, ns, count in src.analysis.call_paths.gpu_ops.select(
             "stack_id", "name", "kind", "gpu_ns", "count").iter_rows():
-        if ns >= floor:
+        if ns >= floor and kind != "sync":  # sync records time host waits, not GPU work
             ops.setdefault(UNKNOWN_STACK if sid is None else sid, []).append(
                 {"n": name, "v": int(ns), "k": kind, "f": f"{count:,} ops", "c": []})
 

@@ -255,7 +255,8 @@ class _TraceBuilder:
             (pl.col("kind") == "sync").alias("sync"), "correlation_id", "size_bytes",
             "copy_kind", "src_mem", "dst_mem", "graph_id",
             "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
-            "flow_in", pl.col("dur_ns").alias("weight"),
+            "flow_in",
+            pl.when(pl.col("kind") == "sync").then(0).otherwise("dur_ns").alias("weight"),
             intern.column("event_names", gpu["name"]).alias("name_iid"),
             intern.column("event_categories", gpu["kind"].replace_strict(
                 CATEGORY, default="kernel")).alias("cat_iid"),
@@ -456,10 +457,13 @@ def _flows_and_weights(calls: pl.DataFrame, gpu: pl.DataFrame
     gpu = gpu.with_columns(
         pl.when(pl.col("call_row").is_not_null()).then(pl.col("gpu_row") + 1)
         .cast(pl.UInt64).alias("flow_in"))
+    work = pl.col("kind") != "sync"  # sync records time host waits: not GPU time
     caused = (gpu.filter(pl.col("call_row").is_not_null()).sort("gpu_row")
-              .group_by("call_row").agg(pl.col("flow_in").alias("flow_out"),
-                                        pl.col("dur_ns").sum().alias("gpu_ns"),
-                                        pl.col("name").sort_by("dur_ns").last().alias("leaf")))
+              .group_by("call_row").agg(
+                  pl.col("flow_in").alias("flow_out"),
+                  pl.col("dur_ns").filter(work).sum().alias("gpu_ns"),
+                  pl.col("name").sort_by(pl.when(work).then("dur_ns").otherwise(-1))
+                  .last().alias("leaf")))
     calls = calls.join(caused, on="call_row", how="left", maintain_order="left").with_columns(
         pl.col("gpu_ns").fill_null(0))
     return calls, gpu

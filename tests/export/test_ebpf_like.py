@@ -49,3 +49,37 @@ def test_export_nests_rebuilt_spans_over_calls(tmp_path):
     assert checked.flows == src.data.gpu.height
     lonely = [s for s in launches if s.callstack and "lonely (model.py:9)" in s.callstack]
     assert len(lonely) == 3 and all(s.callstack[-1] == "once" for s in lonely)
+
+
+def test_sync_records_are_not_gpu_time(tmp_path):
+    """CUPTI sync records time a host wait: on the sync track, but weightless everywhere."""
+    import polars as pl
+
+    from zym.analysis.export.counters import gpu_counters
+    from zym.analysis.export.flamegraph import folded_stacks
+    from zym.analysis.export.html_report import flame_tree
+    from zym.schemas import write_capture
+    from zym.schemas.meta import CaptureMeta
+
+    b = CaptureBuilder()
+    b.kernel(SERVE, "k", gpu_us=10)
+    corr = b.call(SERVE, "cudaStreamSynchronize", "sync", 2.0)
+    tables = b.tables()
+    call = tables["call"].filter(pl.col("correlation_id") == corr)
+    sync = tables["gpu"].with_columns(
+        pl.lit("sync").alias("kind"), pl.lit("Stream Sync").alias("name"),
+        pl.lit(corr, pl.Int64).alias("correlation_id"), call["ts_ns"].alias("ts_ns"),
+        pl.lit(500_000, pl.Int64).alias("dur_ns"))
+    tables["gpu"] = pl.concat([tables["gpu"], sync])
+    src = load_export_source(write_capture(tmp_path / "s.parquet", tables,
+                                           CaptureMeta(producer="test")), with_findings=False)
+    kernel_ns = 10_000
+    assert sum(int(x.rsplit(" ", 1)[1]) for x in folded_stacks(src.analysis).splitlines()) \
+        == kernel_ns
+    assert flame_tree(src)["v"] == kernel_ns
+    checked = check_trace(perfetto_bytes(src))
+    sync_track = next(u for u, t in checked.tracks.items() if t["name"] == "Stream 7 sync")
+    assert [s.weight for s in checked.slices[sync_track]] == [0.0]
+    busy = gpu_counters(src.data.gpu).filter(pl.col("counter") == "GPU busy")
+    width = busy["ts_ns"][1] - busy["ts_ns"][0]
+    assert abs(busy["value"].sum() * width / 100 - kernel_ns) < 1
