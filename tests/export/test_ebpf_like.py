@@ -54,7 +54,6 @@ def test_export_nests_rebuilt_spans_over_calls(tmp_path):
 def test_sync_records_are_not_gpu_time(tmp_path):
     """CUPTI sync records time a host wait: on the sync track, but weightless everywhere."""
     import polars as pl
-
     from zym.analysis.export.counters import gpu_counters
     from zym.analysis.export.flamegraph import folded_stacks
     from zym.analysis.export.html_report import flame_tree
