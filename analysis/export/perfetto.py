@@ -54,6 +54,8 @@ COUNTER = 4  # TrackEvent.TYPE_COUNTER
 CHUNK_EVENTS = 1 << 20  # events encoded and written per step
 CATEGORY = {"python": "python_function", "native": "python_function", "torch_op": "cpu_op",
             "kernel": "kernel", "copy": "gpu_memcpy", "memset": "gpu_memset", "sync": "cuda_sync"}
+
+
 @dataclass
 class PerfettoStats:
     path: Path
@@ -125,7 +127,7 @@ class _TraceBuilder:
 
     def process_track(self, pid: int) -> int:
         def fill(d):
-            d.process.pid = int(pid)
+            d.process.pid = _int32(pid)
             d.process.process_name = f"{Path(self.data.meta.source or 'python').name} ({pid})"
         return self._track(("process", pid), fill)
 
@@ -141,7 +143,7 @@ class _TraceBuilder:
 
         def fill(d):
             d.parent_uuid = parent
-            d.thread.pid, d.thread.tid = int(pid), int(tid)
+            d.thread.pid, d.thread.tid = _int32(pid), _int32(tid)
             d.thread.thread_name = "main thread" if tid == pid else f"thread {tid}"
         return self._track(("thread", pid, tid, 0), fill)
 
@@ -166,7 +168,7 @@ class _TraceBuilder:
         def fill(d):
             d.parent_uuid, d.name = parent, label
             d.description = f"CUDA stream {stream} on device {device}"
-            d.sibling_order_rank = int(stream) * 64 + 32 * sync + lane
+            d.sibling_order_rank = min(max(int(stream), 0), 1 << 24) * 64 + 32 * sync + lane
             d.sibling_merge_behavior = TrackDescriptor.SIBLING_MERGE_BEHAVIOR_NONE
         return self._track(("stream", pid, device, stream, sync, lane), fill)
 
@@ -415,6 +417,13 @@ class _TraceBuilder:
             p.track_descriptor.CopyFrom(desc)
         self.n_header_packets = len(b.packet)
         return b.SerializeToString()
+
+
+def _int32(value: int) -> int:
+    """Perfetto's pid and tid fields are int32: larger ids (some runtimes' thread ids) are
+    folded into range; track names keep the real id."""
+    value = int(value)
+    return value if -(1 << 31) <= value < 1 << 31 else value % (1 << 31)
 
 
 def _merge_by_time(first: pl.DataFrame, second: pl.DataFrame) -> pl.DataFrame:

@@ -82,3 +82,21 @@ def test_sync_records_are_not_gpu_time(tmp_path):
     busy = gpu_counters(src.data.gpu).filter(pl.col("counter") == "GPU busy")
     width = busy["ts_ns"][1] - busy["ts_ns"][0]
     assert abs(busy["value"].sum() * width / 100 - kernel_ns) < 1
+
+
+def test_ids_beyond_int32_still_export(tmp_path):
+    """Perfetto's pid/tid and track ranks are int32; eBPF thread ids and CUDA stream handles
+    can be larger. They are folded into range, and the names keep the real ids."""
+    import polars as pl
+    from zym.schemas import write_capture
+    from zym.schemas.meta import CaptureMeta
+
+    b = CaptureBuilder(pid=7, tid=(1 << 40) + 5)
+    b.kernel(SERVE, "k", gpu_us=10)
+    b.kernel(SERVE, "k", gpu_us=10)
+    tables = b.tables()
+    tables["gpu"] = tables["gpu"].with_columns(pl.lit(1 << 45, pl.Int64).alias("stream_id"))
+    path = write_capture(tmp_path / "big.parquet", tables, CaptureMeta(producer="test"))
+    checked = check_trace(perfetto_bytes(load_export_source(path, with_findings=False)))
+    names = {t["name"] for t in checked.tracks.values()}
+    assert f"thread {(1 << 40) + 5}" in names and f"Stream {1 << 45}" in names
