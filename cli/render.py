@@ -151,8 +151,9 @@ def render_markdown(report: dict) -> str:
                        f"{_md(f['title'])} | `{f['rule_id']}` |")
         out.append("")
         for i, f in enumerate(findings, 1):
-            out += [f"**{i}. {_md(f['title'])}** (`{f['rule_id']}`, {f['severity']}) at "
-                    f"`{f['site']}`", "", f["message"], "", f"*Fix:* {f['fix']}", ""]
+            head = (f"**{i}. {_md(f['title'])}** (`{f['rule_id']}`, {f['severity']}) at "
+                    f"`{f['site']}`")
+            out += [head, "", f["message"], "", f"*Fix:* {f['fix']}", ""]
             if f["user_chain"]:
                 out += ["<details><summary>call chain</summary>", "",
                         *[f"{'  ' * d}- `{frame}`" for d, frame in enumerate(f["user_chain"])],

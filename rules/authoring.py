@@ -36,7 +36,6 @@ def fixtures_dir(pack_path: Path) -> Path:
 def run_pack_tests(pack_path: str | Path, fixtures: str | Path | None = None) -> list[CaseResult]:
     """Run one pack against every ``*.expect.yaml`` case in its fixtures folder."""
     import yaml
-
     from zym.analysis import analyze
 
     from .engine import evaluate_rules

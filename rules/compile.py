@@ -184,7 +184,7 @@ def fmt(value: Any, kind: str | None) -> str:
     if kind == "x":
         return f"{value:.1f}×"
     if kind == "int":
-        return f"{int(round(value)):,}"
+        return f"{round(value):,}"
     if kind == "float" or isinstance(value, float):
         return f"{value:.3g}"
     if isinstance(value, int) and not isinstance(value, bool):

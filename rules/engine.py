@@ -14,8 +14,7 @@ import polars as pl
 from .compile import aggregation, derived, having_expr, render, where_expr
 from .findings import OCCURRENCE_COLUMNS, Finding
 from .model import SEVERITY_RANK, Pack, Rule, RuleError
-from .relations import (COLUMNS, DEFERRED, OCCURRENCE, STANDARD_MEASURES, Relations,
-                        deferred_columns)
+from .relations import COLUMNS, DEFERRED, OCCURRENCE, STANDARD_MEASURES, Relations, deferred_columns
 
 if TYPE_CHECKING:
     from zym.analysis import Analysis

@@ -93,7 +93,7 @@ def parse_pack(text: str, source: str = "<string>") -> Pack:
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        doc = yaml.load(text, Loader=loader)  # noqa: S506 (safe loader)
+        doc = yaml.load(text, Loader=loader)
     except yaml.constructor.ConstructorError as e:
         raise RuleError(f"{source}: {_yaml_where(e)}YAML tag {e.problem.split()[-1] if e.problem else ''}"
                         " would construct a Python object; rules are data and cannot run code"

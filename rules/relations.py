@@ -24,8 +24,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import polars as pl
-
 from zym.schemas.apis import is_blocking_api
+
+from .derive import MATMUL_OPS, site_table, with_flops
 
 if TYPE_CHECKING:
     from zym.analysis import Analysis
@@ -133,10 +134,6 @@ OCCURRENCE: dict[str, list[pl.Expr]] = {
                 pl.col("ts_ns"), pl.col("dur_ns"), pl.lit(None, pl.Int64).alias("correlation_id")],
 }
 
-_MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
-_SHAPES = pl.List(pl.List(pl.Int64))
-_ELEMENT_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "half": 2,
-                  "bfloat16": 2, "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1}
 # CUPTI correlation ids are 32-bit: (pid, correlation id) packs into one int64 join key.
 _KEY = (pl.col("pid").cast(pl.Int64) * (1 << 32) + pl.col("correlation_id")).alias("_key")
 # Columns that are a function of the call stack: rules filter them on the (small) site table
@@ -311,14 +308,14 @@ class Relations:
 
     def _matmuls(self) -> pl.DataFrame:
         """FLOPs, arithmetic intensity and 8-alignment per matmul-family call (``call_idx``)."""
-        stacks = self.sites.filter(pl.col("torch_op").is_in(list(_MATMUL_OPS)))["stack_id"]
+        stacks = self.sites.filter(pl.col("torch_op").is_in(list(MATMUL_OPS)))["stack_id"]
         raw = _conform(self.analysis.data.calls, "call")
         calls = self.calls_table().filter(pl.col("stack_id").is_in(stacks.implode()))
         calls = (calls.select("call_idx", "stack_id", *[raw[c].gather(calls["_orig"])
                                                         for c in ("op_shapes", "op_dtypes")])
                  .filter(pl.col("op_shapes").is_not_null())
                  .join(self.sites.select("stack_id", "torch_op"), on="stack_id", how="left"))
-        return _with_flops(calls).select("call_idx", "flops", "dims_aligned8", "intensity")
+        return with_flops(calls).select("call_idx", "flops", "dims_aligned8", "intensity")
 
     # -- relations ----------------------------------------------------------------------------
 
@@ -550,91 +547,3 @@ def _conform(df: pl.DataFrame, table: str) -> pl.DataFrame:
     schema = polars_schema(table)
     missing = [c for c in TABLES[table] if c != "record" and c not in df.columns]
     return df.with_columns([pl.lit(None, schema[c]).alias(c) for c in missing]) if missing else df
-
-
-def _dtype_expr() -> pl.Expr:
-    return pl.col("op_dtypes").str.extract(r'^\[\s*"([^"]*)"', 1).alias("dtype")
-
-
-def site_table(nodes: pl.DataFrame) -> pl.DataFrame:
-    """Per stack node (``stack_id``): ``site_id`` and the site's user frame, torch ops and the
-    innermost Python built-in above it.
-
-    One join per depth level, like ``stack_nodes``; the work scales with distinct stack nodes.
-    """
-    parts = pl.col("name").str.extract_groups(r"^<built-in (?P<how>method|function) (?P<fn>\w+)")
-    builtin = pl.when(parts.struct.field("how") == "method").then(
-        pl.lit(".") + parts.struct.field("fn")).otherwise(parts.struct.field("fn"))
-    base = nodes.select(
-        "stack_id", "parent_id", "depth", "kind", "user_node", "op_node", "user_module",
-        pl.when(pl.col("kind") == "torch_op").then(pl.col("name")).alias("_op"),
-        pl.when(pl.col("kind") == "native").then(builtin).alias("_builtin"))
-    chains: list[pl.DataFrame] = []
-    prev: pl.DataFrame | None = None
-    for depth in range(int(base["depth"].max() or 0) + 1 if base.height else 0):
-        level = base.filter(pl.col("depth") == depth)
-        if prev is None:
-            level = level.with_columns(pl.lit("", pl.String).alias("p_chain"),
-                                       pl.lit(None, pl.String).alias("p_api"))
-        else:
-            level = level.join(prev.select(pl.col("stack_id").alias("parent_id"),
-                                           pl.col("op_chain").alias("p_chain"),
-                                           pl.col("py_api").alias("p_api")),
-                               on="parent_id", how="left")
-        level = level.with_columns(
-            pl.when(pl.col("_op").is_not_null())
-            .then(pl.concat_str(pl.col("p_chain").fill_null(""), pl.lit(";"), "_op"))
-            .otherwise(pl.col("p_chain").fill_null("")).alias("op_chain"),
-            pl.coalesce("_builtin", "p_api").alias("py_api"))
-        chains.append(level.select("stack_id", "op_chain", "py_api"))
-        prev = level
-    chain = (pl.concat(chains) if chains else
-             pl.DataFrame(schema={"stack_id": pl.Int64, "op_chain": pl.String,
-                                  "py_api": pl.String}))
-    chain = chain.with_columns(pl.when(pl.col("op_chain") == "").then(pl.lit(""))
-                               .otherwise(pl.col("op_chain") + ";").alias("op_chain"))
-    site_id = (pl.when(pl.col("kind") == "cuda_api").then(pl.coalesce("parent_id", "stack_id"))
-               .otherwise("stack_id"))
-    frames = nodes.select(pl.col("stack_id").alias("user_node"), pl.col("name").alias("user_function"),
-                          pl.col("file").alias("user_file"), pl.col("line").alias("user_line"))
-    ops = nodes.select(pl.col("stack_id").alias("op_node"), pl.col("name").alias("torch_op"))
-    site = (base.select("stack_id", site_id.alias("site_id"))
-            .join(base.select(pl.col("stack_id").alias("site_id"), "user_node", "op_node",
-                              "user_module"), on="site_id", how="left")
-            .join(chain.rename({"stack_id": "site_id"}), on="site_id", how="left")
-            .join(frames, on="user_node", how="left")
-            .join(ops, on="op_node", how="left").drop("op_node"))
-    return site
-
-
-def _with_flops(calls: pl.DataFrame) -> pl.DataFrame:
-    """FLOPs, intensity and 8-alignment of matmul-family calls from their input shapes.
-
-    ``mm [M,K]x[K,N]``, ``addmm (bias, [M,K], [K,N])``, ``bmm [B,M,K]x[B,K,N]``: 2*M*N*K
-    (*B). Intensity: FLOPs per byte of both inputs and the output. Unparsable shapes: null.
-    """
-    nulls = [pl.lit(None, pl.Int64).alias("flops"), pl.lit(None, pl.Boolean).alias("dims_aligned8"),
-             pl.lit(None, pl.Float64).alias("intensity")]
-    if calls.height == 0:
-        return calls.with_columns(nulls)
-    try:
-        mm = calls.with_columns(pl.col("op_shapes").str.json_decode(_SHAPES).alias("_s"),
-                                _dtype_expr())
-    except pl.exceptions.PolarsError:  # shapes of an unexpected form: FLOPs stay unknown
-        return calls.with_columns(nulls)
-    a_idx = pl.when(pl.col("torch_op").is_in(["aten::addmm", "aten::baddbmm"])).then(1).otherwise(0)
-    mm = mm.with_columns(pl.col("_s").list.get(a_idx, null_on_oob=True).alias("_a"),
-                         pl.col("_s").list.get(a_idx + 1, null_on_oob=True).alias("_b"))
-    batch = pl.when(pl.col("_a").list.len() == 3).then(pl.col("_a").list.get(0, null_on_oob=True)
-                                                       ).otherwise(1)
-    m_, k_ = (pl.col("_a").list.reverse().list.get(i, null_on_oob=True) for i in (1, 0))
-    n_ = pl.col("_b").list.reverse().list.get(0, null_on_oob=True)
-    size = pl.col("dtype").replace_strict(_ELEMENT_BYTES, default=None, return_dtype=pl.Int64)
-    aligned = pl.col("_s").list.eval(
-        pl.element().list.tail(2).list.eval(pl.element() % 8 == 0).list.all()).list.all()
-    return (mm.with_columns((2 * batch * m_ * k_ * n_).cast(pl.Int64).alias("flops"),
-                            aligned.alias("dims_aligned8"),
-                            (batch * (m_ * k_ + k_ * n_ + m_ * n_) * size).cast(pl.Float64)
-                            .alias("_mem"))
-            .with_columns((pl.col("flops") / pl.col("_mem")).alias("intensity"))
-            .drop("_s", "_a", "_b", "_mem"))

@@ -6,7 +6,6 @@ the GPU), so stalls and idle gaps arise as on hardware. Each test runs only its 
 from __future__ import annotations
 
 import pytest
-
 from zym.rules import load_packs
 from zym.rules.engine import evaluate_rules
 from zym.rules.testing import CaptureBuilder

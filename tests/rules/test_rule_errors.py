@@ -5,7 +5,6 @@ import json
 import textwrap
 
 import pytest
-
 from zym.rules import RuleError, builtin_pack_paths, load_pack, parse_pack
 from zym.rules.model import schema, validate
 from zym.schemas.errors import InputError

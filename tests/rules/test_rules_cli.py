@@ -5,7 +5,6 @@ import json
 
 import pytest
 from typer.testing import CliRunner
-
 from zym.cli.main import app
 from zym.rules.testing import CaptureBuilder
 

@@ -5,7 +5,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from zym import rules
 from zym.rules.relations import COLUMNS
 
@@ -28,7 +27,7 @@ def test_every_builtin_rule_and_column_is_documented(doc):
 
 
 def test_the_worked_example_runs_as_documented(doc, sample_analysis):
-    blocks = re.findall(r"```yaml\n(.*?)```", doc, re.S)
+    blocks = re.findall(r"```yaml\n(.*?)```", doc, re.DOTALL)
     text = next(b for b in blocks if "pack: myteam" in b and "memory-bound" in b)
     pack = rules.parse_pack(text, "docs/rules.md")
     [finding] = rules.evaluate(sample_analysis, [pack])

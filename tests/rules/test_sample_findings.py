@@ -14,7 +14,6 @@ import json
 from collections import defaultdict
 
 import pytest
-
 from zym import rules
 
 SOURCE = "gpt_decode_server.py"
@@ -28,7 +27,8 @@ def findings(sample_analysis):
 @pytest.fixture(scope="module")
 def raw(sample_trace):
     """The trace's events by category, durations in ns (as Kineto's µs floats, rounded)."""
-    events = json.load(gzip.open(sample_trace))["traceEvents"]
+    with gzip.open(sample_trace) as f:
+        events = json.load(f)["traceEvents"]
     by = defaultdict(list)
     for e in events:
         if e.get("ph") == "X":
