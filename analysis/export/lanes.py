@@ -48,8 +48,20 @@ def emission_keys(iv: pl.DataFrame) -> pl.DataFrame:
 
 def ordered_events(iv: pl.DataFrame) -> pl.DataFrame:
     """The begin/end events of ``iv`` (``group, row, ts_ns, end_ns``) in the order they are
-    written: by time, then ends, instants, begins (see module doc)."""
-    return emission_keys(begin_order(iv)).sort("ts_ns", "key")
+    written: by time, then ends, instants, begins (see module doc).
+
+    When time, rank and tie fit one 63-bit key together (captures up to hours long), the sort
+    is on that single column, about twice as fast as on two."""
+    ev = emission_keys(begin_order(iv))
+    if ev.height == 0:
+        return ev
+    t0, t1 = int(ev["ts_ns"].min()), int(ev["ts_ns"].max())
+    tie_bits = (2 * iv.height + 1).bit_length()
+    if (t1 - t0).bit_length() + 2 + tie_bits > 62:
+        return ev.sort("ts_ns", "key")
+    packed = (((pl.col("ts_ns") - t0) * (1 << (tie_bits + 2)))
+              + pl.col("rank").cast(pl.Int64) * (1 << tie_bits) + pl.col("tie") + iv.height)
+    return ev.sort(packed)
 
 
 def write_key() -> pl.Expr:

@@ -42,3 +42,15 @@ def test_random_intervals_always_replay_cleanly():
         iv = pl.DataFrame({"group": rng.integers(0, 3, n), "row": np.arange(n),
                            "ts_ns": start, "end_ns": start + rng.integers(0, 200, n)})
         _replay(iv, assign_lanes(iv))
+
+
+def test_packed_and_two_key_orders_agree():
+    rng = np.random.default_rng(1)
+    n = 500
+    start = rng.integers(0, 10_000, n)
+    iv = pl.DataFrame({"group": rng.integers(0, 2, n), "row": np.arange(n), "ts_ns": start,
+                       "end_ns": start + rng.integers(0, 300, n)})
+    packed = ordered_events(iv)  # a short capture: one packed sort key
+    far = iv.with_columns(pl.col("ts_ns") + (1 << 61), pl.col("end_ns") + (1 << 61))
+    two_keys = ordered_events(far)  # too long a span to pack: sorted on two keys
+    assert packed.select("row", "type").equals(two_keys.select("row", "type"))
