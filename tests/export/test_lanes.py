@@ -3,7 +3,15 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
-from zym.analysis.export.lanes import BEGIN, END, assign_lanes, nesting_violations, ordered_events
+from zym.analysis.export.lanes import (
+    BEGIN,
+    END,
+    assign_lanes,
+    begin_order,
+    emission_keys,
+    nesting_violations,
+    ordered_events,
+)
 
 
 def _replay(iv: pl.DataFrame, lanes: pl.DataFrame) -> None:
@@ -51,6 +59,8 @@ def test_packed_and_two_key_orders_agree():
     iv = pl.DataFrame({"group": rng.integers(0, 2, n), "row": np.arange(n), "ts_ns": start,
                        "end_ns": start + rng.integers(0, 300, n)})
     packed = ordered_events(iv)  # a short capture: one packed sort key
-    far = iv.with_columns(pl.col("ts_ns") + (1 << 61), pl.col("end_ns") + (1 << 61))
-    two_keys = ordered_events(far)  # too long a span to pack: sorted on two keys
+    two_keys = emission_keys(begin_order(iv)).sort("ts_ns", "key")
     assert packed.select("row", "type").equals(two_keys.select("row", "type"))
+    far = iv.with_columns(pl.when(pl.col("group") == 1).then(pl.col(c) + (1 << 58))
+                          .otherwise(c).alias(c) for c in ("ts_ns", "end_ns"))
+    _replay(far, assign_lanes(far))  # too long a span to pack: the two-key sort
