@@ -117,7 +117,7 @@ rules:
       dur_ns: {lt: 5000}                # eq ne lt le gt ge between in not_in regex not_regex is_null
       # any_of: [{...}, {...}]          # one of several conditions
       # not: {name: {regex: "nccl"}}
-    group_by: [site_id]                 # default: the call site; [] = one finding overall
+    group_by: [code_site]               # default: the code line; [] = one finding overall
     measures:                           # standard ones (count, gpu_ns, ...) come for free
       share: {div: [gpu_ns, total_gpu_ns]}
       # slowest: {agg: max, of: dur_ns, where: {...}}  # count sum mean max min median p90 p99 n_unique

@@ -18,7 +18,9 @@ def dtype_expr() -> pl.Expr:
 
 def site_table(nodes: pl.DataFrame) -> pl.DataFrame:
     """Per stack node (``stack_id``): ``site_id`` and the site's user frame, torch ops and the
-    innermost Python built-in above it.
+    innermost Python built-in above it, and ``code_site``: one id per distinct (user frame
+    file/line/function, torch op chain, built-in), shared by call paths that reach the same
+    code from different callers.
 
     One join per depth level, like ``stack_nodes``; the work scales with distinct stack nodes.
     """
@@ -64,7 +66,11 @@ def site_table(nodes: pl.DataFrame) -> pl.DataFrame:
             .join(chain.rename({"stack_id": "site_id"}), on="site_id", how="left")
             .join(frames, on="user_node", how="left")
             .join(ops, on="op_node", how="left").drop("op_node"))
-    return site
+    # The code site: same line, same torch ops, same built-in, whatever the callers above.
+    key = pl.concat_str([pl.col(c).cast(pl.String).fill_null("") for c in (
+        "user_file", "user_line", "user_function", "user_module", "op_chain", "py_api")],
+        separator="\x1f")
+    return site.with_columns(key.rank("dense").cast(pl.Int64).alias("code_site"))
 
 
 def with_flops(calls: pl.DataFrame) -> pl.DataFrame:

@@ -228,7 +228,8 @@ def _finding(rule: Rule, row: dict, occ: Any, cost: str, constants: dict,
         rule_id=rule.id, severity=rule.severity, title=render(rule.title, values),
         message=render(rule.message, values), site=site, user_chain=chain, evidence=evidence,
         fix=render(rule.fix, values), cost_ns=int(measures.get(cost) or 0), pack=rule.pack,
-        site_id=site_id, occurrence_count=int(row["count"]), occurrence_source=occ)
+        site_id=site_id, occurrence_count=int(row["count"]), occurrence_source=occ,
+        group_key=tuple((k, row[k]) for k in rule.group_by))
 
 
 def site_text(labels: dict) -> str:
@@ -256,11 +257,10 @@ def _plain(v: Any) -> Any:
 
 
 def _apply_supersedes(findings: list[Finding], rules: Iterable[Rule]) -> list[Finding]:
-    """Drop a finding when a more specific rule fired at the same site."""
+    """Drop a finding when a more specific rule fired on the same group (same code site)."""
     by_id = {r.id: r for r in rules}
-    hidden = {(old, f.site_id) for f in findings for old in by_id[f.rule_id].supersedes
-              if f.site_id is not None}
-    return [f for f in findings if (f.rule_id, f.site_id) not in hidden]
+    hidden = {(old, f.group_key) for f in findings for old in by_id[f.rule_id].supersedes}
+    return [f for f in findings if (f.rule_id, f.group_key) not in hidden]
 
 
 def select_rules(packs: Sequence[Pack], disabled: Iterable[str] = ()) -> list[Rule]:

@@ -33,6 +33,7 @@ class Finding:
     pack: str = ""
     site_id: int | None = None  # stack node of the site (joins the call-path graph)
     occurrence_count: int = 0
+    group_key: tuple = ()  # the rule's group: ((column, value), ...), e.g. the code site
     # Builds this finding's occurrences on first use (exports ask; text reports never do).
     occurrence_source: Callable[[], pl.DataFrame] | None = field(default=None, repr=False)
     _frame: pl.DataFrame | None = field(default=None, repr=False)

@@ -48,7 +48,7 @@ class Rule:
     message: str
     fix: str
     where: dict = field(default_factory=dict)
-    group_by: tuple[str, ...] = ("site_id",)
+    group_by: tuple[str, ...] = ("code_site",)
     measures: dict = field(default_factory=dict)
     having: dict = field(default_factory=dict)
     cost: str | None = None
@@ -176,7 +176,7 @@ def _rule(raw: dict, pack: str, source: str) -> Rule:
     relation = raw["relation"]
     columns = COLUMNS[relation]
     _check_where(raw.get("where", {}), columns, "where", fail)
-    group_by = tuple(raw.get("group_by", ["site_id"]))
+    group_by = tuple(raw.get("group_by", ["code_site"]))
     for i, col in enumerate(group_by):
         if col not in columns:
             raise fail(f"group_by[{i}]", _unknown_column(col, relation))

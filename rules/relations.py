@@ -33,7 +33,9 @@ if TYPE_CHECKING:
 
 SITE_DOC = {
     "stack_id": "leaf stack node of the event's CPU call",
-    "site_id": "call site: the innermost stack node above the CUDA API frame",
+    "code_site": "the code a finding points at: one id per user line + torch op chain + "
+                 "built-in, whatever the callers above (the default grouping)",
+    "site_id": "call path site: the innermost stack node above the CUDA API frame",
     "user_node": "stack node of the innermost user (non-framework) frame",
     "user_function": "innermost user frame: function",
     "user_file": "innermost user frame: file",
@@ -64,6 +66,8 @@ COLUMNS: dict[str, dict[str, str]] = {
         "blocking": "the call blocks the CPU until the GPU catches up (syncs, copies, sync memsets)",
         "blocked_ns": "duration when blocking, else 0",
         "follows_dtoh": "the previous call on the thread was a device-to-host copy",
+        "follows_copy": "the previous call on the thread was a copy (any direction)",
+        "prev_copy_bytes": "bytes of the previous call on the thread when it was a copy",
         "call_instance": "the enclosing call of the user function (span start, or run id)",
         "gpu_idle_ns": "GPU idle time that began while the CPU was blocked in this call",
         **SITE_DOC, **OP_DOC,
@@ -138,9 +142,9 @@ OCCURRENCE: dict[str, list[pl.Expr]] = {
 _KEY = (pl.col("pid").cast(pl.Int64) * (1 << 32) + pl.col("correlation_id")).alias("_key")
 # Columns that are a function of the call stack: rules filter them on the (small) site table
 # and match events by stack id; they are joined onto events only where a rule groups by them.
-SITE_COLUMNS = ("site_id", "user_node", "user_function", "user_file", "user_line",
+SITE_COLUMNS = ("code_site", "site_id", "user_node", "user_function", "user_file", "user_line",
                 "user_module", "torch_op", "op_chain", "py_api")
-EVENT_SITE_COLUMNS = ("site_id", "user_node")  # carried on every event row
+EVENT_SITE_COLUMNS = ("code_site", "site_id", "user_node")  # carried on every event row
 
 
 class Relations:
@@ -325,7 +329,8 @@ class Relations:
         cols = [c for c in calls.columns if c in want or c in ("call_idx", "stack_id", "kind",
                                                                "copy_kind", "size_bytes")]
         df = calls.select(cols).with_columns(*self.site_of(calls["stack_id"]))
-        gpu_cols = {"copy_kind", "src_mem", "dst_mem", "bytes", "gpu_ns", "follows_dtoh"}
+        seq = {"follows_dtoh", "follows_copy", "prev_copy_bytes"}
+        gpu_cols = {"copy_kind", "src_mem", "dst_mem", "bytes", "gpu_ns"} | seq
         pos = None
         if want & gpu_cols:  # the copy or memset each call caused, by a dense gather
             gpu = (self.gpu_table().lazy()
@@ -340,11 +345,16 @@ class Relations:
             df = df.with_columns(pl.coalesce(pl.col("copy_kind").cast(pl.Categorical),
                                              direction).alias("copy_kind"))
         # Sequence columns need every call of the thread, before any row is dropped.
-        if "follows_dtoh" in want:  # the previous call of the same thread
-            dtoh = self._per_thread(
-                ((pl.col("kind") == "copy") & (pl.col("copy_kind") == "DtoH")).shift(1))
-            df = df.with_columns(calls["_thread"]).with_columns(
-                dtoh.fill_null(False).alias("follows_dtoh")).drop("_thread")
+        if want & seq:  # about the previous call of the same thread
+            is_copy = pl.col("kind") == "copy"
+            nbytes = pl.coalesce(pl.col("_nbytes"), pl.col("size_bytes"))
+            df = df.with_columns(calls["_thread"],
+                                 gpu["size_bytes"].gather(pos).alias("_nbytes")).with_columns(
+                self._per_thread((is_copy & (pl.col("copy_kind") == "DtoH")).shift(1))
+                .fill_null(False).alias("follows_dtoh"),
+                self._per_thread(is_copy.shift(1)).fill_null(False).alias("follows_copy"),
+                self._per_thread(pl.when(is_copy).then(nbytes).shift(1))
+                .alias("prev_copy_bytes")).drop("_thread", "_nbytes")
         if "call_instance" in want:
             df = df.with_columns(self._instances(calls, df["user_node"]))
         df = self._keep(df, wheres)

@@ -45,7 +45,7 @@ def error_of(text: str) -> str:
 
 def test_the_good_pack_loads():
     pack = parse_pack(GOOD, "mine.yaml")
-    assert [r.id for r in pack.rules] == ["mine.slow"] and pack.rules[0].group_by == ("site_id",)
+    assert [r.id for r in pack.rules] == ["mine.slow"] and pack.rules[0].group_by == ("code_site",)
 
 
 @pytest.mark.parametrize("text, field, words", [
