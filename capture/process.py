@@ -63,6 +63,31 @@ def thread_group(pid: int) -> int | None:
     return None
 
 
+def children(pid: int) -> list[int]:
+    """Processes whose parent is ``pid`` (threads excluded)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            out.append(int(entry.name))
+    return out
+
+
+def descendants(pid: int) -> list[int]:
+    """Children, grandchildren... of ``pid``, parents before their children."""
+    found, frontier = [], [pid]
+    while frontier:
+        kids = [c for p in frontier for c in children(p)]
+        found += kids
+        frontier = kids
+    return found
+
+
 def is_alive(pid: int) -> bool:
     """True while ``pid`` exists and is not a zombie."""
     try:

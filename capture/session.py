@@ -32,7 +32,8 @@ from .bpf_loader import BpfProgram, check_environment
 from .interpreter import Interpreter, UnsupportedInterpreter, detect
 from .libraries import candidate_libraries
 from .probes import DRIVER, LIBRARY_PATTERNS, RUNTIME
-from .process import ProcessMemory, host_path, is_alive, mapped_libraries, read_maps, thread_group
+from .process import (ProcessMemory, descendants, host_path, is_alive, mapped_libraries,
+                      read_maps, thread_group)
 from .sink import MISSED_FRAME, TRUNCATED_FRAME, RawWriter, finalize, write_raw_meta
 from .symbolize import Symbolizer
 
@@ -169,6 +170,15 @@ class Collector:
         if interp is not None:
             self._set_interpreter(proc, interp)
 
+    def adopt(self, pid: int) -> None:
+        """Track a running process found at attach time: its interpreter, if any, now."""
+        self.track(pid, None)
+        proc = self.procs[pid]
+        self._try_detect(proc)
+        if proc.interp is None and not proc.detect_failed:
+            proc.detect_failed = "no CPython interpreter mapped"
+            self.bpf.track(pid, None, events.LAYOUT_NONE)
+
     def _set_interpreter(self, proc: Tracked, interp: Interpreter) -> None:
         proc.interp = interp
         proc.symbolizer = Symbolizer(interp, ProcessMemory(proc.pid))
@@ -283,6 +293,8 @@ def _start_target(cfg: CaptureConfig, collector: Collector, interp: Interpreter 
         env = dict(os.environ)
     else:
         collector.track(cfg.pid, interp)
+        for child in descendants(cfg.pid):   # workers forked before the attach
+            collector.adopt(child)
         env = _environ(cfg.pid)
     for library in libraries:
         for path in candidate_libraries(library, env):

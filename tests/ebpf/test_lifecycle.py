@@ -195,3 +195,27 @@ def test_duration_stops_the_capture_and_leaves_the_target_running(fake_cuda, tmp
     cap = open_capture(tmp_path / "c.parquet")
     assert cap.load("call").height > 50
     assert cap.meta.source == f"pid {target.pid}"
+
+
+def test_pid_attach_follows_children_forked_before(fake_cuda, tmp_path):
+    # A Python parent (no CUDA itself) whose worker, started before the attach, uses the GPU.
+    go = tmp_path / "go"
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys; "
+         f"sys.exit(subprocess.run([sys.executable, {str(WORKLOAD)!r}]).returncode)"],
+        env={**os.environ, "FAKECUDA": "libcuda.so.1", "LD_LIBRARY_PATH": str(fake_cuda),
+             "GO_FILE": str(go), "ITERS": "3", "SYNC_US": "1000", "LINGER": "0.3"})
+    try:
+        time.sleep(1.0)     # the worker is waiting for GO_FILE
+        zym = start_zym(["--pid", str(parent.pid)], tmp_path / "cap.parquet")
+        wait_for_line(zym.stderr, rf"tracking PID {parent.pid}")
+        go.touch()
+        assert parent.wait(timeout=30) == 0
+        err = zym.stderr.read()
+        assert zym.wait(timeout=30) == 0, err
+    finally:
+        kill(parent)
+    calls = calls_with_stacks(tmp_path / "cap.parquet")
+    assert Counter(c["name"] for c in calls) == {api: 6 for api in APIS}
+    assert {c["pid"] for c in calls} != {parent.pid}
+    assert all(workload_lines(c) for c in calls)
