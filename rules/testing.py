@@ -79,10 +79,12 @@ class CaptureBuilder:
 
     def call(self, frames: Sequence[Frame], api: str, kind: str, cpu_us: float = 5.0,
              gpu: dict | None = None, shapes: list | None = None, dtypes: list | None = None,
-             copy_kind: str | None = None, op_id: int | None = None) -> int:
+             copy_kind: str | None = None, op_id: int | None = None,
+             nbytes: int | None = None) -> int:
         """A CUDA API call at ``frames`` + the API frame, and optionally the GPU work it caused.
 
         ``gpu``: ``kind, name, dur_us`` and optional ``copy_kind, src_mem, dst_mem, bytes``.
+        ``copy_kind``/``nbytes``: what the call itself says (driver copy APIs, eBPF).
         A ``sync`` call lasts until the GPU is idle. Returns the correlation id.
         """
         corr = self._corr
@@ -105,7 +107,7 @@ class CaptureBuilder:
             dur = max(dur, self.gpu_free - ts + 1000)
         self.calls.append({"pid": self.pid, "tid": self.tid, "ts_ns": ts, "dur_ns": dur,
                            "name": api, "kind": kind, "correlation_id": corr, "stack_id": stack,
-                           "copy_kind": copy_kind, "op_id": op_id,
+                           "copy_kind": copy_kind, "op_id": op_id, "size_bytes": nbytes,
                            "op_shapes": None if shapes is None else json.dumps(shapes),
                            "op_dtypes": None if dtypes is None else json.dumps(dtypes)})
         self.now = ts + dur + 1000

@@ -57,6 +57,24 @@ def test_scalar_readback__fires_at_the_loop_line_with_counts():
                                                      "app.py:20 step"]
 
 
+def test_scalar_readback__fires_without_torch_ops_on_a_scalar_copy():
+    """eBPF captures record no torch ops: a 1-byte DtoH copy plus a sync is the readback."""
+    b = CaptureBuilder()
+    line = STEP[:-1] + [("python", "step", "app.py", 23)]
+    for _ in range(3):
+        b.kernel(line, "add", gpu_us=20)
+        b.call(line, "cuMemcpyDtoHAsync_v2", "copy", copy_kind="DtoH", nbytes=1)
+        b.call(line, "cuStreamSynchronize", "sync")
+    other = STEP[:-1] + [("python", "step", "app.py", 24)]
+    b.call(other, "cuMemcpyDtoHAsync_v2", "copy", copy_kind="DtoH", nbytes=64)  # a row: not it
+    b.call(other, "cuStreamSynchronize", "sync")
+    findings = evaluate_rules(b.analysis(), [RULES["syncs.scalar-readback"],
+                                             RULES["syncs.dtoh-copy-sync"]])
+    assert [(f.rule_id, f.site) for f in findings] == [
+        ("syncs.scalar-readback", "app.py:23 step"), ("syncs.dtoh-copy-sync", "app.py:24 step")]
+    assert findings[0].evidence["syncs"] == 3
+
+
 def test_scalar_readback__silent_without_readback():
     b = CaptureBuilder()
     decode_loop(b, readback=False)
@@ -84,26 +102,34 @@ def test_dtoh_copy_sync__silent_for_async_copy_and_scalar_reads():
     assert fired(b, "syncs.dtoh-copy-sync") == []
 
 
-def _explicit_syncs(b: CaptureBuilder, n: int) -> None:
+def _explicit_syncs(b: CaptureBuilder, n: int, calls: int = 3) -> None:
     sync_frames = STEP + [("python", "synchronize", "torch/cuda/__init__.py", 1)]
-    with b.enclosing(STEP):
-        for _ in range(n):
-            b.kernel(STEP + [("torch_op", "aten::add")], "add", gpu_us=50)
-            b.call(sync_frames, "cudaDeviceSynchronize", "sync")
+    for _ in range(calls):
+        with b.enclosing(STEP):
+            for _ in range(n):
+                b.kernel(STEP + [("torch_op", "aten::add")], "add", gpu_us=50)
+                b.call(sync_frames, "cudaDeviceSynchronize", "sync")
 
 
 def test_explicit_sync_in_loop__fires_when_repeated():
     b = CaptureBuilder()
-    _explicit_syncs(b, 12)
+    _explicit_syncs(b, 4)
     [f] = fired(b, "syncs.explicit-sync-in-loop")
     assert f.site == "app.py:20 step" and f.evidence["count"] == 12
-    assert f.evidence["per_call"] == 12.0
+    assert f.evidence["per_call"] == 4.0
 
 
-def test_explicit_sync_in_loop__silent_for_a_few_timing_syncs():
-    b = CaptureBuilder()
-    _explicit_syncs(b, 2)
-    assert fired(b, "syncs.explicit-sync-in-loop") == []
+def test_explicit_sync_in_loop__silent_for_timing_setup_and_copy_syncs():
+    timing, setup, copies = CaptureBuilder(), CaptureBuilder(), CaptureBuilder()
+    _explicit_syncs(timing, 1)  # one per call
+    _explicit_syncs(setup, 20, calls=1)  # a one-off loop
+    for _ in range(3):  # syncs of copies (no torch ops recorded, as in eBPF captures)
+        with copies.enclosing(STEP):
+            for _ in range(4):
+                copies.call(STEP, "cuMemcpyDtoHAsync_v2", "copy", copy_kind="DtoH")
+                copies.call(STEP, "cuStreamSynchronize", "sync")
+    for b in (timing, setup, copies):
+        assert fired(b, "syncs.explicit-sync-in-loop") == []
 
 
 def test_synchronous_memcpy__fires_on_cudaMemcpy():
