@@ -208,7 +208,7 @@ def test_pid_attach_follows_children_forked_before(fake_cuda, tmp_path):
     try:
         time.sleep(1.0)     # the worker is waiting for GO_FILE
         zym = start_zym(["--pid", str(parent.pid)], tmp_path / "cap.parquet")
-        wait_for_line(zym.stderr, rf"tracking PID {parent.pid}")
+        wait_for_line(zym.stderr, r"attached \d+ probes")   # after the children are adopted
         go.touch()
         assert parent.wait(timeout=30) == 0
         err = zym.stderr.read()
@@ -216,6 +216,6 @@ def test_pid_attach_follows_children_forked_before(fake_cuda, tmp_path):
     finally:
         kill(parent)
     calls = calls_with_stacks(tmp_path / "cap.parquet")
-    assert Counter(c["name"] for c in calls) == {api: 6 for api in APIS}
+    assert Counter(c["name"] for c in calls) == {api: 6 for api in APIS}, err
     assert {c["pid"] for c in calls} != {parent.pid}
     assert all(workload_lines(c) for c in calls)
