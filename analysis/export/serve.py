@@ -59,9 +59,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/octet-stream")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
+        self.server.fetches += 1  # before the body: a client that has it sees the count
         if body:
             self.wfile.write(data)
-        self.server.fetches += 1
 
     def log_message(self, format: str, *args) -> None:  # quiet: the CLI prints what matters
         pass
