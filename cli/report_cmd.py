@@ -16,6 +16,7 @@ def report(
                                                                 "folder is created).")
                       ] = Path("report.html"),
     top: Annotated[int, typer.Option("--top", "-n", min=1, help="Call paths per ranking.")] = 15,
+    findings: Annotated[bool, typer.Option(help="Run the rules and show their findings.")] = True,
     force: Annotated[bool, typer.Option("--force", help="Overwrite OUTPUT if it exists.")] = False,
     progress: Annotated[bool, typer.Option(help="Show progress on stderr.")] = True,
 ) -> None:
@@ -32,7 +33,7 @@ def report(
     with exit_on_error():
         out = check_output(output, force)
         with stage_progress(progress) as say:
-            src = load_export_source(file, say)
+            src = load_export_source(file, say, with_findings=findings)
             say("writing report")
             size = write_report(src, out, top)
     typer.echo(f"wrote {out} ({size / 1e3:.0f} kB, {len(src.findings)} findings); "
