@@ -34,33 +34,40 @@ Progress = Callable[[str], None]
 
 
 def events_to_tables(groups: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
-    """Turn the event groups (python, op, call, gpu) into the capture tables."""
+    """Turn the event groups (python, op, call, gpu) into the capture tables.
+
+    The CPU events stay one frame whose row index is the node id; derived columns are attached
+    with ``with_columns`` (no copy of the other columns), never by joining the wide frame.
+    ``groups`` is consumed: each group is released once it is copied into that frame.
+    """
     times = [(pl.col("ts_us") * 1000).round().cast(pl.Int64).alias("ts_ns"),
              (pl.col("dur_us").fill_null(0) * 1000).round().cast(pl.Int64).alias("dur_ns")]
-    cpu = (pl.concat([groups["python"], groups["op"].with_columns(pl.col("op_shapes", "op_dtypes")
-                                                                  .cast(pl.String)),
-                      groups["call"]], how="diagonal")
-           .with_row_index("node").with_columns(pl.col("node").cast(pl.Int64), *times)
-           .drop("ts_us", "dur_us"))
-    cpu = _drop_nested_driver_calls(cpu)
+    calls = _drop_nested_driver_calls(groups.pop("call").with_columns(*times))
+    cpu = (pl.concat([groups.pop("python").with_columns(*times),
+                      groups.pop("op").with_columns(*times, pl.col("op_shapes", "op_dtypes")
+                                                    .cast(pl.String)),
+                      calls], how="diagonal")
+           .drop("ts_us", "dur_us").with_row_index("node")
+           .with_columns(pl.col("node").cast(pl.Int64)))
     # Frames are parsed once per distinct (category, name), not once per event.
     names = cpu.select("cat", "name").unique(maintain_order=True).with_columns(_frame_columns())
     frames = intern_frames(names.select("kind", pl.col("name_f").alias("name"), "file", "line"))
     names = names.join(frames.rename({"name": "name_f"}), on=["kind", "name_f", "file", "line"],
                        how="left", nulls_equal=True)
-    cpu = cpu.join(names.select("cat", "name", "frame_id"), on=["cat", "name"], how="left",
-                   nulls_equal=True)
+    cpu = cpu.with_columns(cpu.select("cat", "name").join(
+        names.select("cat", "name", "frame_id"), on=["cat", "name"], how="left",
+        nulls_equal=True, maintain_order="left")["frame_id"])
     parents = _parents(cpu)
     node_stack, stacks = intern_forest(
         cpu.select("node", "frame_id").join(parents, on="node", how="left"))
-    cpu = cpu.join(node_stack, on="node", how="left")
+    cpu = cpu.with_columns(node_stack["stack_id"])  # sorted by node: the row order
     calls = _calls(cpu)
     return {
         "frame": frames.select("frame_id", "kind", "name", "file", "line"),
         "stack": stacks,
         "span": _spans(cpu),
         "call": calls,
-        "gpu": _gpu(groups["gpu"].with_columns(*times).drop("ts_us", "dur_us"), calls),
+        "gpu": _gpu(groups.pop("gpu").with_columns(*times).drop("ts_us", "dur_us"), calls),
     }
 
 
@@ -86,18 +93,20 @@ def _frame_columns() -> list[pl.Expr]:
     ]
 
 
-def _drop_nested_driver_calls(cpu: pl.DataFrame) -> pl.DataFrame:
+def _drop_nested_driver_calls(calls: pl.DataFrame) -> pl.DataFrame:
     """A driver call made inside a runtime call on the same thread is part of that call."""
-    runtime = (cpu.filter(pl.col("cat") == "cuda_runtime")
+    runtime = (calls.filter(pl.col("cat") == "cuda_runtime")
                .select("tid", pl.col("ts_ns").alias("rt_ts"),
                        (pl.col("ts_ns") + pl.col("dur_ns")).alias("rt_end")).sort("rt_ts"))
-    driver = cpu.filter(pl.col("cat") == "cuda_driver").sort("ts_ns")
+    driver = calls.with_row_index("_row").filter(pl.col("cat") == "cuda_driver").sort("ts_ns")
     if not (runtime.height and driver.height):
-        return cpu
+        return calls
     inside = (driver.join_asof(runtime, left_on="ts_ns", right_on="rt_ts", by="tid",
-                                 check_sortedness=False)
-              .filter(pl.col("ts_ns") + pl.col("dur_ns") <= pl.col("rt_end")).select("node"))
-    return cpu.join(inside, on="node", how="anti")
+                               check_sortedness=False)
+              .filter(pl.col("ts_ns") + pl.col("dur_ns") <= pl.col("rt_end"))["_row"])
+    if inside.len() == 0:
+        return calls
+    return calls.with_row_index("_row").filter(~pl.col("_row").is_in(inside.implode())).drop("_row")
 
 
 def _parents(cpu: pl.DataFrame) -> pl.DataFrame:
