@@ -71,7 +71,9 @@ def analyze(
                 say("applying rules")
                 findings = evaluate(result, packs, disable or ())
         report = result.to_dict(top if top is not None or format is Format.json else 10)
-        report["findings"] = [f.to_dict() for f in findings]
+        # Example events only for machines: people read the message, and it costs a join.
+        examples = 5 if format is Format.json else 0
+        report["findings"] = [f.to_dict(examples) for f in findings]
     if format is Format.json:
         json.dump(report, sys.stdout, indent=1)
         sys.stdout.write("\n")

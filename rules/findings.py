@@ -65,5 +65,5 @@ class Finding:
             "message": self.message, "site": self.site, "site_id": self.site_id,
             "user_chain": self.user_chain, "cost_ns": self.cost_ns, "evidence": self.evidence,
             "fix": self.fix, "occurrence_count": self.occurrence_count,
-            "examples": self.examples(examples),
+            "examples": self.examples(examples) if examples else [],
         }
