@@ -192,3 +192,15 @@ def test_entry_point_packs_are_loaded(monkeypatch, tmp_path):
     monkeypatch.setattr(md, "entry_points", lambda group=None, **kw: [EP()]
                         if group == rules.ENTRY_POINT_GROUP else real(group=group, **kw))
     assert "plug.many-small-launches" in {r.id for p in rules.load_packs() for r in p.rules}
+
+
+@pytest.mark.parametrize("pack", ["syncs", "transfers", "compute", "utilization"])
+def test_builtin_packs_pass_their_own_fixtures(pack):
+    """`zym rules test` on each shipped pack, against the Kineto and eBPF samples kept in
+    rules/packs/PACK.tests/."""
+    from zym.rules import builtin_pack_paths
+
+    path = next(p for p in builtin_pack_paths() if p.stem == pack)
+    result = run("rules", "test", str(path))
+    assert result.exit_code == 0, result.stdout
+    assert "2 passed, 0 failed" in result.stdout
