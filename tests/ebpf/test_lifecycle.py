@@ -162,7 +162,7 @@ def test_runtime_call_and_its_driver_call_are_one_event(fake_cuda, tmp_path):
     assert {c["stream_id"] for c in rt_launch} == {0x6}       # after two dim3 by value
     assert all(workload_lines(c)[0] == m["rt_launch"] for c in rt_launch)
     rt_sync = [c for c in calls if c["name"] == "cudaStreamSynchronize"]
-    assert all(5 <= c["dur_ns"] / 1e6 < 40 for c in rt_sync)
+    assert all(5 <= c["dur_ns"] / 1e6 < 100 for c in rt_sync)    # the stand-in sleeps 5 ms
 
 
 def test_pid_of_an_unsupported_python_exits_2(tmp_path):
