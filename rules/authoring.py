@@ -109,7 +109,7 @@ rules:
     severity: info                      # info | warning | error
     doc: >
       What it detects and why it costs. Shown by `zym rules show`.
-    # Relations: calls (CUDA API calls), gpu (kernels/copies/memsets), gaps (GPU idle gaps),
+    # Relations: calls (CUDA API calls), gpu (kernels/copies/memsets), gaps (GPU idle gaps), paths,
     # windows (capture cut in 50 windows). `zym rules show RELATION` lists its columns.
     relation: gpu
     where:                              # every condition must hold

@@ -30,23 +30,32 @@ def site_table(nodes: pl.DataFrame) -> pl.DataFrame:
     base = nodes.select(
         "stack_id", "parent_id", "depth", "kind", "user_node", "op_node", "user_module",
         pl.when(pl.col("kind") == "torch_op").then(pl.col("name")).alias("_op"),
-        pl.when(pl.col("kind") == "native").then(builtin).alias("_builtin"))
+        pl.when(pl.col("kind") == "native").then(builtin).alias("_builtin"),
+        pl.when(pl.col("kind") == "python").then(
+            pl.concat_str(pl.col("file").fill_null("?"), pl.lit(":"), pl.col("name")))
+        .alias("_py"))
     # Inherited top-down: a dict pass in depth order over the distinct stack nodes (a trie of
     # thousands of nodes however many events), cheaper than one join per depth level.
     chain_of: dict[int, str] = {}
+    frames_of: dict[int, str] = {}
     api_of: dict[int, str | None] = {}
-    ids, chains, apis = [], [], []
-    for sid, parent, op, api in base.sort("depth").select(
-            "stack_id", "parent_id", "_op", "_builtin").iter_rows():
+    ids, chains, apis, frames_col = [], [], [], []
+    for sid, parent, op, api, py in base.sort("depth").select(
+            "stack_id", "parent_id", "_op", "_builtin", "_py").iter_rows():
         up = chain_of.get(parent, "") if parent is not None else ""
         chain_of[sid] = f"{up};{op}" if op is not None else up
+        up_py = frames_of.get(parent, "") if parent is not None else ""
+        frames_of[sid] = f"{up_py};{py}" if py is not None else up_py
         api_of[sid] = api if api is not None else (api_of.get(parent) if parent is not None
                                                    else None)
         ids.append(sid)
         chains.append(chain_of[sid])
+        frames_col.append(frames_of[sid] + ";" if frames_of[sid] else "")
         apis.append(api_of[sid])
-    chain = pl.DataFrame({"stack_id": ids, "op_chain": chains, "py_api": apis},
-                         schema={"stack_id": pl.Int64, "op_chain": pl.String, "py_api": pl.String})
+    chain = pl.DataFrame({"stack_id": ids, "op_chain": chains, "py_api": apis,
+                          "frames": frames_col},
+                         schema={"stack_id": pl.Int64, "op_chain": pl.String, "py_api": pl.String,
+                                 "frames": pl.String})
     chain = chain.with_columns(pl.when(pl.col("op_chain") == "").then(pl.lit(""))
                                .otherwise(pl.col("op_chain") + ";").alias("op_chain"))
     site_id = (pl.when(pl.col("kind") == "cuda_api").then(pl.coalesce("parent_id", "stack_id"))

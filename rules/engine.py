@@ -19,7 +19,8 @@ from .relations import COLUMNS, DEFERRED, OCCURRENCE, STANDARD_MEASURES, Relatio
 if TYPE_CHECKING:
     from zym.analysis import Analysis
 
-DEFAULT_COST = {"calls": "stall_ns", "gpu": "gpu_ns", "gaps": "idle_ns", "windows": "span_ns"}
+DEFAULT_COST = {"calls": "stall_ns", "gpu": "gpu_ns", "gaps": "idle_ns", "paths": "gpu_ns",
+                "windows": "span_ns"}
 # Event-level columns whose first value in a group labels the finding (messages, site).
 _EVENT_LABELS = ("api", "copy_kind", "src_mem", "dst_mem", "dtype", "name", "cause", "kind")
 # Labels read from the site table, for the group's site (or its first event's stack).

@@ -12,6 +12,8 @@ once per evaluation, only when a rule reads it, with polars joins (no per-event 
 * ``gaps``: one row per GPU idle gap between two busy periods of a device, attributed to what
   the CPU was doing: waiting in a blocking call (``cause = "sync"``) or launching the work
   that ended the gap (``cause = "launch"``), with that call's site.
+* ``paths``: one row per call path of the analysis (``zym analyze``'s rankings): calls,
+  blocked CPU time, GPU time, kernels, copies and bytes per direction.
 * ``windows``: the capture cut into equal windows, with each device's busy time in each.
 
 ``COLUMNS`` documents each relation's columns; rule validation rejects any other column.
@@ -43,6 +45,8 @@ SITE_DOC = {
     "user_module": "nn.Module class the user frame runs in, if any",
     "torch_op": "innermost torch op (aten::...) above the call",
     "op_chain": "every torch op above the call, outermost first, as ';op1;op2;'",
+    "frames": "every Python frame above the call, outermost first, as ';file:function;...;' "
+              "(match a caller anywhere in the stack with a regex)",
     "py_api": "innermost Python built-in above the call: .tolist, .item, .cpu (Tensor methods "
               "start with a dot), linear...; null when the producer records no built-ins",
 }
@@ -97,6 +101,17 @@ COLUMNS: dict[str, dict[str, str]] = {
                     "ended it (from its span; null without spans)",
         **SITE_DOC,
     },
+    "paths": {
+        "path_id": "call path (its leaf stack node, as in zym analyze)",
+        "calls": "CUDA calls on the path", "launches": "kernel launches", "syncs": "sync calls",
+        "cpu_call_ns": "CPU time in the path's CUDA calls",
+        "cpu_blocked_ns": "CPU time blocked in syncs and copies",
+        "max_blocked_ns": "longest single blocking call", "api": "first CUDA API of the path",
+        "gpu_ns": "GPU time caused", "kernels": "kernels", "copies": "copies", "memsets": "memsets",
+        "bytes_htod": "bytes copied host to device", "bytes_dtoh": "bytes copied device to host",
+        "bytes_dtod": "bytes copied device to device", "top_gpu_op": "costliest GPU op name",
+        **SITE_DOC,
+    },
     "windows": {
         "device_id": "device", "ts_ns": "window start", "dur_ns": "window length",
         "end_ns": "window end", "busy_ns": "device busy time in the window",
@@ -123,6 +138,10 @@ STANDARD_MEASURES: dict[str, dict[str, pl.Expr]] = {
             "launch_wait_ns": pl.col("launch_wait_ns").sum()},
     "gaps": {"count": pl.len(), "idle_ns": pl.col("dur_ns").sum(),
              "worst_idle_ns": pl.col("dur_ns").max()},
+    "paths": {"count": pl.len(), "gpu_ns": pl.col("gpu_ns").sum(),
+              "stall_ns": pl.col("cpu_blocked_ns").sum(),
+              "worst_stall_ns": pl.col("max_blocked_ns").max(),
+              "calls": pl.col("calls").sum(), "kernels": pl.col("kernels").sum()},
     "windows": {"count": pl.len(), "span_ns": pl.col("dur_ns").sum(),
                 "busy_ns": pl.col("busy_ns").sum()},
 }
@@ -134,6 +153,9 @@ OCCURRENCE: dict[str, list[pl.Expr]] = {
             pl.col("call_dur_ns").alias("dur_ns"), pl.col("correlation_id")],
     "gaps": [pl.col("pid"), pl.col("tid"), pl.col("ts_ns"), pl.col("dur_ns"),
              pl.col("correlation_id")],
+    # A path is not an event: its findings list none (the calls relation has them).
+    "paths": [pl.lit(None, pl.Int64).alias(c) for c in ("pid", "tid", "ts_ns", "dur_ns",
+                                                          "correlation_id")],
     "windows": [pl.lit(None, pl.Int64).alias("pid"), pl.lit(None, pl.Int64).alias("tid"),
                 pl.col("ts_ns"), pl.col("dur_ns"), pl.lit(None, pl.Int64).alias("correlation_id")],
 }
@@ -143,7 +165,7 @@ _KEY = (pl.col("pid").cast(pl.Int64) * (1 << 32) + pl.col("correlation_id")).ali
 # Columns that are a function of the call stack: rules filter them on the (small) site table
 # and match events by stack id; they are joined onto events only where a rule groups by them.
 SITE_COLUMNS = ("code_site", "site_id", "user_node", "user_function", "user_file", "user_line",
-                "user_module", "torch_op", "op_chain", "py_api")
+                "user_module", "torch_op", "op_chain", "py_api", "frames")
 EVENT_SITE_COLUMNS = ("code_site", "site_id", "user_node")  # carried on every event row
 
 
@@ -467,6 +489,14 @@ class Relations:
             df = df.with_columns(mm["flops"].gather(at), mm["dims_aligned8"].gather(at),
                                  mm["intensity"].gather(at))
         return df.select([c for c in df.columns if c in want or c in ("stack_id", "call_idx")])
+
+    def _build_paths(self, want: set[str], wheres: list[dict] | None = None) -> pl.DataFrame:
+        paths = self.analysis.call_paths.paths
+        df = paths.select([c for c in paths.columns if c in COLUMNS["paths"]
+                           and c not in SITE_COLUMNS]).with_columns(
+            pl.col("path_id").alias("stack_id"))
+        df = df.with_columns(*self.site_of(df["stack_id"]))
+        return df.select([c for c in df.columns if c in want or c == "stack_id"])
 
     def _build_windows(self, want: set[str], wheres: list[dict] | None = None) -> pl.DataFrame:
         data = self.analysis.data
