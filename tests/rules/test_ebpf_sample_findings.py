@@ -11,7 +11,6 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-
 from zym import rules
 
 EBPF = Path(__file__).parents[2] / "sample_traces" / "gpt_decode_server.ebpf.parquet"
