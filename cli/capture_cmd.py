@@ -71,6 +71,6 @@ def _finalize(raw_dir: Path, output: Optional[Path]) -> None:
 
 def register(app: typer.Typer) -> None:
     app.command(
-        "capture", help=HELP,
+        "capture", help=HELP, options_metavar="[OPTIONS] [-- COMMAND [ARGS]...]",
         context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
     )(capture)
