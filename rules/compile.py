@@ -80,10 +80,11 @@ def relaxed_where(where: dict, available: set[str], sites: pl.DataFrame | None =
     """A condition that holds for every row ``where`` keeps, using only ``available`` columns
     (and site columns through ``sites``): conditions on other columns count as true. None
     when nothing constrains the rows. Used to drop rows no rule can keep, early."""
-    from .relations import SITE_COLUMNS
+    from .relations import EVENT_SITE_COLUMNS, SITE_COLUMNS
 
     def usable(key: str) -> bool:
-        return key in available or (sites is not None and key in SITE_COLUMNS)
+        return key in available or (sites is not None and key in SITE_COLUMNS
+                                    and key not in EVENT_SITE_COLUMNS)
 
     parts = []
     for key, cond in where.items():

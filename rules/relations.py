@@ -350,7 +350,7 @@ class Relations:
         n = calls.height
         cols = [c for c in calls.columns if c in want or c in ("call_idx", "stack_id", "kind",
                                                                "copy_kind", "size_bytes")]
-        df = calls.select(cols).with_columns(*self.site_of(calls["stack_id"]))
+        df = calls.select(cols)
         seq = {"follows_dtoh", "follows_copy", "prev_copy_bytes"}
         gpu_cols = {"copy_kind", "src_mem", "dst_mem", "bytes", "gpu_ns"} | seq
         pos = None
@@ -367,20 +367,21 @@ class Relations:
             df = df.with_columns(pl.coalesce(pl.col("copy_kind").cast(pl.Categorical),
                                              direction).alias("copy_kind"))
         # Sequence columns need every call of the thread, before any row is dropped.
-        if want & seq:  # about the previous call of the same thread
-            is_copy = pl.col("kind") == "copy"
-            nbytes = pl.coalesce(pl.col("_nbytes"), pl.col("size_bytes"))
-            df = df.with_columns(calls["_thread"],
-                                 gpu["size_bytes"].gather(pos).alias("_nbytes")).with_columns(
-                self._per_thread((is_copy & (pl.col("copy_kind") == "DtoH")).shift(1))
-                .fill_null(False).alias("follows_dtoh"),
-                self._per_thread(is_copy.shift(1)).fill_null(False).alias("follows_copy"),
-                self._per_thread(pl.when(is_copy).then(nbytes).shift(1))
-                .alias("prev_copy_bytes")).drop("_thread", "_nbytes")
+        if want & seq:  # about the previous call of the same thread: one window, then gathers
+            prev = (calls.select(self._per_thread(pl.col("call_idx").shift(1)).alias("p"))
+                    ["p"])
+            is_copy = (df["kind"] == "copy").gather(prev).fill_null(False)
+            dtoh = is_copy & (df["copy_kind"] == "DtoH").gather(prev).fill_null(False)
+            nbytes = pl.select(pl.coalesce(gpu["size_bytes"].gather(pos),
+                                           df["size_bytes"])).to_series().gather(prev)
+            df = df.with_columns(dtoh.alias("follows_dtoh"), is_copy.alias("follows_copy"),
+                                 pl.when(is_copy).then(nbytes).alias("prev_copy_bytes"))
         if "call_instance" in want:
-            df = df.with_columns(self._instances(calls, df["user_node"]))
+            user_node = self.site_of(calls["stack_id"], ("user_node",))[0]
+            df = df.with_columns(self._instances(calls, user_node))
         df = self._keep(df, wheres)
         idx = df["call_idx"]
+        df = df.with_columns(*self.site_of(df["stack_id"]))
         if pos is not None:
             at = pos.gather(idx)
             df = df.with_columns(
