@@ -379,3 +379,31 @@ def test_per_thread_sequences_do_not_mix_threads():
     calls = evaluate_rules(b.analysis(), [RULES["syncs.dtoh-copy-sync"]])
     assert [f.site for f in calls] == ["app.py:20 step"]
     assert calls[0].evidence["syncs"] == 3
+
+
+def test_user_rules_may_filter_and_group_on_any_site_column():
+    """Site columns filter through the site table or on events; grouping by a text column
+    (user_function) joins it to the events."""
+    from zym.rules import parse_pack
+
+    b = CaptureBuilder()
+    decode_loop(b, calls=2)
+    pack = parse_pack("""
+pack: mine
+version: 1
+rules:
+  - id: mine.by-function
+    title: "{user_function}"
+    severity: info
+    doc: Syncs per user function, under serve(), with a known code site.
+    relation: calls
+    where:
+      kind: sync
+      code_site: {ge: 0}
+      frames: {regex: "app.py:serve;"}
+    group_by: [user_function]
+    message: "{count} syncs in {user_function}"
+    fix: none
+""", "mine.yaml")
+    [f] = evaluate_rules(b.analysis(), list(pack.rules))
+    assert f.title == "step" and f.evidence["count"] == 16
