@@ -85,8 +85,15 @@ def build_call_paths(data: CaptureData) -> CallPaths:
 
 
 def _gpu_ops(calls: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
-    """GPU work per (path, operation name): the leaves of the call-path graph."""
-    return (gpu.with_columns(launch_stack_ids(calls, gpu, missing=UNKNOWN_STACK))
+    """GPU work per (path, operation name): the leaves of the call-path graph.
+
+    Names are grouped as categorical codes: hashing each distinct kernel name once, not once
+    per operation, keeps the grouping of tens of millions of rows small.
+    """
+    codes = [pl.col(c).cast(pl.Categorical) for c in ("kind", "name", "copy_kind", "src_mem",
+                                                      "dst_mem")]
+    stack_ids = launch_stack_ids(calls, gpu, missing=UNKNOWN_STACK)
+    return (gpu.lazy().select(pl.lit(stack_ids), *codes, "dur_ns", "size_bytes")
             .group_by("stack_id", "kind", "name").agg(
                 pl.len().alias("count"),
                 pl.col("dur_ns").sum().alias("gpu_ns"),
@@ -95,7 +102,10 @@ def _gpu_ops(calls: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
                 pl.col("copy_kind").drop_nulls().first().alias("copy_kind"),
                 pl.col("src_mem").drop_nulls().first().alias("src_mem"),
                 pl.col("dst_mem").drop_nulls().first().alias("dst_mem"),
-            ).sort("gpu_ns", "stack_id", "name", descending=[True, False, False]))
+            ).with_columns(pl.col("kind", "name", "copy_kind", "src_mem", "dst_mem")
+                           .cast(pl.String))
+            .sort("gpu_ns", "stack_id", "name", descending=[True, False, False])
+            .collect())
 
 
 def _calls_by_path(calls: pl.LazyFrame) -> pl.DataFrame:

@@ -38,23 +38,25 @@ def launch_stack_ids(calls: pl.DataFrame, gpu: pl.DataFrame, missing: int = -1) 
     A process whose ids are too sparse for an array falls back to the join.
     """
     out = np.full(gpu.height, missing, dtype=np.int64)
-    g_pid, g_corr = gpu["pid"].to_numpy(), gpu["correlation_id"].fill_null(-1).to_numpy()
-    known = calls.select("pid", "correlation_id", "stack_id").drop_nulls()
-    for pid in np.unique(g_pid[g_corr >= 0]):
-        mine = known.filter(pl.col("pid") == pid)
-        c_corr, c_stack = mine["correlation_id"].to_numpy(), mine["stack_id"].to_numpy()
+    g_pid, g_corr = gpu["pid"].fill_null(-1).to_numpy(), gpu["correlation_id"].fill_null(-1).to_numpy()
+    c_pid, c_corr = calls["pid"].to_numpy(), calls["correlation_id"].fill_null(-1).to_numpy()
+    c_stack = calls["stack_id"].fill_null(missing).to_numpy()
+    for pid in gpu["pid"].drop_nulls().unique().to_list():
+        mine = (c_pid == pid) & (c_corr >= 0)
         rows = np.flatnonzero((g_pid == pid) & (g_corr >= 0))
-        if not len(c_corr):
+        if not mine.any() or not len(rows):
             continue
-        lo, hi = int(c_corr.min()), int(c_corr.max())
-        if hi - lo > 4 * len(c_corr) + 1024:  # sparse: a hash join costs less than the array
-            joined = (gpu[rows].select(pl.col("correlation_id"))
-                      .join(mine.select("correlation_id", "stack_id").unique("correlation_id"),
+        corr, stack = c_corr[mine], c_stack[mine]
+        lo, hi = int(corr.min()), int(corr.max())
+        if hi - lo > 4 * len(corr) + 1024:  # sparse: a hash join costs less than the array
+            joined = (pl.DataFrame({"correlation_id": g_corr[rows]})
+                      .join(pl.DataFrame({"correlation_id": corr, "stack_id": stack})
+                            .unique("correlation_id"),
                             on="correlation_id", how="left", maintain_order="left"))
             out[rows] = joined["stack_id"].fill_null(missing).to_numpy()
             continue
         table = np.full(hi - lo + 1, missing, dtype=np.int64)
-        table[c_corr - lo] = c_stack
+        table[corr - lo] = stack
         wanted = g_corr[rows] - lo
         inside = (wanted >= 0) & (wanted <= hi - lo)
         out[rows[inside]] = table[wanted[inside]]
