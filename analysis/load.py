@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
-
 from zym.schemas.errors import InputError
 from zym.schemas.io import is_parquet, open_capture
 from zym.schemas.meta import CaptureMeta
