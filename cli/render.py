@@ -25,8 +25,9 @@ def fmt_bytes(n: int) -> str:
 def render_summary(report: dict, console: Console) -> None:
     cap, gpu = report["capture"], report["gpu"]
     gpus = ", ".join(g.get("name", "?") for g in cap["gpus"]) or "unknown GPU"
-    versions = ", ".join(f"{k} {v}" for k, v in (("driver", cap["driver_version"]),
-                                                  ("runtime", cap["runtime_version"])) if v)
+    versions = ", ".join(v if k in v else f"{k} {v}"  # "CUDA driver API 13.0" names itself
+                         for k, v in (("driver", cap["driver_version"]),
+                                      ("runtime", cap["runtime_version"])) if v)
     console.print(Text(f"zym · {cap['source']}", style="bold"))
     console.print(f"  {cap['producer']} · {gpus}" + (f" ({versions})" if versions else ""))
     console.print(f"  {cap['calls']:,} CUDA calls on {cap['threads']} thread(s) · "
