@@ -236,8 +236,10 @@ def _finding(rule: Rule, row: dict, occ: Any, cost: str, constants: dict,
 def site_text(labels: dict) -> str:
     """``file:line function`` (``Module.forward`` inside an nn.Module) of a group's user frame."""
     if labels.get("user_function") is None:
-        if labels.get("site_id") is None and labels.get("user_node") is None:
+        if "stack_id" not in labels:  # a relation without stacks (windows)
             return "(whole capture)"
+        if labels.get("stack_id") is None:
+            return "(call not captured)"
         return "(no user frame)"
     function = labels["user_function"]
     if labels.get("user_module") and function == "forward":

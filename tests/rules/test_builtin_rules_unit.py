@@ -407,3 +407,22 @@ rules:
 """, "mine.yaml")
     [f] = evaluate_rules(b.analysis(), list(pack.rules))
     assert f.title == "step" and f.evidence["count"] == 16
+
+
+def test_captures_missing_a_side_do_not_break_rules():
+    """GPU activity without its calls (or calls without GPU activity): no crash, no finding
+    pointing at a call that was not captured."""
+    from zym.rules import evaluate
+
+    b = CaptureBuilder()
+    for _ in range(20):
+        b.kernel(STEP, "k", gpu_us=5)
+        b.tick(1000)
+    gpu_only = b.analysis()
+    gpu_only.data.calls = gpu_only.data.calls.clear()
+    assert [f.site for f in evaluate(gpu_only)] == ["(whole capture)"]
+    b = CaptureBuilder()
+    b.copy(STEP, "DtoH")
+    calls_only = b.analysis()
+    calls_only.data.gpu = calls_only.data.gpu.clear()
+    assert evaluate(calls_only) == [] and evaluate(CaptureBuilder().analysis()) == []
