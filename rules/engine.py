@@ -60,7 +60,9 @@ def rule_columns(rule: Rule) -> set[str]:
     from .relations import EVENT_SITE_COLUMNS, SITE_COLUMNS
 
     cols = set(rule.group_by) | {"stack_id", *EVENT_SITE_COLUMNS}
-    for expr in [*STANDARD_MEASURES[rule.relation].values(), *OCCURRENCE[rule.relation]]:
+    skip = {"instances"} - _referenced(rule)
+    standard = [e for n, e in STANDARD_MEASURES[rule.relation].items() if n not in skip]
+    for expr in [*standard, *OCCURRENCE[rule.relation]]:
         cols.update(expr.meta.root_names())
 
     def walk(where: dict) -> None:
@@ -102,6 +104,20 @@ def rule_columns_deferred(rule: Rule) -> set[str]:
     for text in (rule.title, rule.message, rule.fix):
         names.update(m.group(1) for m in TEMPLATE.finditer(text))
     return names & set(DEFERRED)
+
+
+def _referenced(rule: Rule) -> set[str]:
+    """Measure names a rule reads: in derived measures, thresholds, cost and templates."""
+    from .model import TEMPLATE
+
+    names = set(rule.having) | {rule.cost or ""}
+    for spec in rule.measures.values():
+        names.update(x for x in spec.get("div", []) + spec.get("mul", []) + spec.get("sub", [])
+                     if isinstance(x, str))
+        names.add(spec.get("rel", ""))
+    for text in (rule.title, rule.message, rule.fix):
+        names.update(m.group(1) for m in TEMPLATE.finditer(text))
+    return names
 
 
 def _uses(where: dict, names: set[str]) -> bool:
@@ -146,7 +162,9 @@ def _plan(rule: Rule, rel: Relations, frame: pl.DataFrame) -> dict:
     if late:
         rows = rows.filter(where_expr(late, sites))
     constants = {"total_gpu_ns": rel.total_gpu_ns, "window_ns": rel.window_ns}
-    aggs = [e.alias(n) for n, e in STANDARD_MEASURES[rule.relation].items()]
+    # n_unique is the one costly standard measure: computed for rules that read it.
+    costly = {"instances"} - _referenced(rule)
+    aggs = [e.alias(n) for n, e in STANDARD_MEASURES[rule.relation].items() if n not in costly]
     aggs += [aggregation(n, s, sites, frame) for n, s in rule.measures.items() if "agg" in s]
     labels = [pl.col(c).drop_nulls().first().alias(f"_l_{c}") for c in _EVENT_LABELS
               if c in columns and c not in keys]
