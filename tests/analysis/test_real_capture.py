@@ -1,11 +1,12 @@
 """The committed real H200 capture (eBPF + CUPTI joined): every host round trip at its line."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
-from conftest import REPO
 from zym.analysis import analyze
 
-CAPTURE = REPO / "sample_traces" / "gpt_decode_server.parquet"
+CAPTURE = Path(__file__).resolve().parents[2] / "sample_traces" / "gpt_decode_server.parquet"
 
 
 @pytest.fixture(scope="module")
