@@ -3,23 +3,7 @@ from __future__ import annotations
 
 from rich.console import Console
 from rich.text import Text
-
-
-def fmt_ns(ns: int | None) -> str:
-    """Human duration: 1.23 s, 45.6 ms, 789 µs, 12 ns."""
-    if ns is None:
-        return "-"
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
-        if abs(ns) >= scale:
-            return f"{ns / scale:.3g} {unit}" if ns / scale < 100 else f"{ns / scale:.1f} {unit}"
-    return f"{ns} ns"
-
-
-def fmt_bytes(n: int) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{n} B"
+from zym.analysis.units import fmt_bytes, fmt_ns
 
 
 def render_summary(report: dict, console: Console) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import polars as pl
+from zym.analysis.units import fmt_bytes, fmt_ns
 
 _CMP = {
     "eq": lambda c, v: c == v, "ne": lambda c, v: c != v, "lt": lambda c, v: c < v,
@@ -191,17 +192,3 @@ def fmt(value: Any, kind: str | None) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
     return str(value)
-
-
-def fmt_ns(ns: float) -> str:
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
-        if abs(ns) >= scale:
-            return f"{ns / scale:.3g} {unit}" if ns / scale < 100 else f"{ns / scale:.1f} {unit}"
-    return f"{int(ns)} ns"
-
-
-def fmt_bytes(n: float) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{int(n)} B"
