@@ -20,8 +20,7 @@ from zym.schemas.errors import CaptureError
 
 from . import events
 from .btf import BTF_PATH, fsbase_offset
-from .probes import (DRIVER, GATE_FN, GATE_SYMBOLS, PROBES, Probe, entry_fn, probes_for,
-                     return_fn)
+from .probes import DRIVER, GATE_FN, GATE_SYMBOLS, PROBES, Probe, entry_fn, probes_for, return_fn
 
 SYSTEM_DIST_PACKAGES = Path("/usr/lib/python3/dist-packages")
 DEFAULT_RINGBUF_PAGES = 4096     # 16 MiB: ~230,000 call records, 10+ ms at 20 M calls/s

@@ -24,16 +24,23 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from zym.schemas.meta import CaptureMeta
 from zym.schemas.errors import CaptureError
+from zym.schemas.meta import CaptureMeta
 
 from . import events
 from .bpf_loader import BpfProgram, check_environment
 from .interpreter import Interpreter, UnsupportedInterpreter, detect
 from .libraries import candidate_libraries
 from .probes import DRIVER, LIBRARY_PATTERNS, RUNTIME
-from .process import (ProcessMemory, descendants, host_path, is_alive, mapped_libraries,
-                      read_maps, thread_group)
+from .process import (
+    ProcessMemory,
+    descendants,
+    host_path,
+    is_alive,
+    mapped_libraries,
+    read_maps,
+    thread_group,
+)
 from .sink import MISSED_FRAME, TRUNCATED_FRAME, RawWriter, finalize, write_raw_meta
 from .symbolize import Symbolizer
 

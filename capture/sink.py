@@ -72,7 +72,7 @@ class RawWriter:
             t: {c: [] for c in cols} for t, cols in RAW_COLUMNS.items()}
         try:
             import pyarrow as pa
-            import pyarrow.ipc as ipc
+            from pyarrow import ipc
         except ImportError:
             self._pa = None
             self._writers = {t: open(raw_dir / f"{t}.jsonl", "w") for t in RAW_COLUMNS}
@@ -151,7 +151,7 @@ def read_raw(raw_dir: Path, table: str) -> pl.DataFrame:
     """Every complete batch of one raw stream; a stream cut short by a crash keeps its start."""
     import polars as pl
     import pyarrow as pa
-    import pyarrow.ipc as ipc
+    from pyarrow import ipc
 
     jsonl = raw_dir / f"{table}.jsonl"
     if jsonl.exists():      # written on a host without pyarrow; a cut last line is dropped
@@ -303,9 +303,8 @@ def read_raw_meta(raw_dir: Path) -> CaptureMeta:
 
 def finalize(raw_dir: Path, output: Path, meta: CaptureMeta) -> dict[str, pl.DataFrame]:
     """Write the capture Parquet from a raw directory; returns the tables written."""
-    from zym.schemas import write_capture
-
     import polars as pl
+    from zym.schemas import write_capture
 
     raw_calls, raw_frames = read_raw(raw_dir, "calls"), read_raw(raw_dir, "frames")
     tables = build_tables(raw_calls, raw_frames)

@@ -3,7 +3,6 @@ exact Python line that made it (eBPF; needs root). Library: zym.capture.session.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -19,17 +18,17 @@ Example: sudo zym capture --pid 1234 --duration 30 -o trace.parquet
 
 def capture(
     ctx: typer.Context,
-    pid: Optional[int] = typer.Option(None, "--pid", help="Attach to this running Python process."),
-    output: Optional[Path] = typer.Option(None, "-o", "--output",
+    pid: int | None = typer.Option(None, "--pid", help="Attach to this running Python process."),
+    output: Path | None = typer.Option(None, "-o", "--output",
                                           help="Capture file to write (default zym-<pid|cmd>.parquet)."),
-    duration: Optional[float] = typer.Option(None, "--duration", help="Stop after this many seconds."),
+    duration: float | None = typer.Option(None, "--duration", help="Stop after this many seconds."),
     sample: int = typer.Option(1, "--sample", min=1,
                                help="Walk the Python stack of every Nth call per thread; every call is still recorded."),
     runtime_api: bool = typer.Option(False, "--runtime-api",
                                      help="Also probe libcudart, to name calls after the runtime API (cudaLaunchKernel...); costs two more traps per call."),
     keep_raw: bool = typer.Option(False, "--keep-raw", help="Keep the raw Arrow streams next to the output."),
     print_bpf: bool = typer.Option(False, "--print-bpf", help="Print the BPF program with its -D flags and exit."),
-    finalize: Optional[Path] = typer.Option(None, "--finalize", metavar="RAW_DIR",
+    finalize: Path | None = typer.Option(None, "--finalize", metavar="RAW_DIR",
                                             help="Write the capture file from a raw directory left by an interrupted or lean-host capture (no root needed)."),
 ) -> None:
     with exit_on_error():
@@ -52,7 +51,7 @@ def capture(
                                        keep_raw=keep_raw))
 
 
-def _finalize(raw_dir: Path, output: Optional[Path]) -> None:
+def _finalize(raw_dir: Path, output: Path | None) -> None:
     from zym.capture.sink import finalize, read_raw_meta
     from zym.schemas.errors import CaptureError
 

@@ -5,7 +5,15 @@ See README.md beside this module for the layout and why it was chosen.
 from .errors import CaptureError, InputError, SchemaError, ZymError
 from .io import Capture, conform, is_parquet, open_capture, write_capture
 from .meta import CaptureMeta
-from .tables import CALL_KINDS, COPY_KINDS, FRAME_KINDS, GPU_KINDS, TABLES, arrow_schema, polars_schema
+from .tables import (
+    CALL_KINDS,
+    COPY_KINDS,
+    FRAME_KINDS,
+    GPU_KINDS,
+    TABLES,
+    arrow_schema,
+    polars_schema,
+)
 from .version import SCHEMA_VERSION
 
 __all__ = [

@@ -7,7 +7,6 @@ import sys
 
 import pytest
 from typer.testing import CliRunner
-
 from zym.cli.main import app
 
 runner = CliRunner()

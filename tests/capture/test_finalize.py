@@ -3,11 +3,16 @@ missed and unsampled stacks, and reading raw streams cut short by a crash."""
 from __future__ import annotations
 
 import polars as pl
-
 from zym.capture import events
 from zym.capture.probes import PROBES
-from zym.capture.sink import (MISSED_FRAME, RawWriter, build_tables, finalize,
-                              raw_polars_schema, read_raw)
+from zym.capture.sink import (
+    MISSED_FRAME,
+    RawWriter,
+    build_tables,
+    finalize,
+    raw_polars_schema,
+    read_raw,
+)
 from zym.schemas import CaptureMeta, open_capture
 
 SLOT = {p.symbol: i for i, p in enumerate(PROBES)}

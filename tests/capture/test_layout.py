@@ -8,7 +8,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from zym.capture import events
 from zym.capture.bpf_loader import GATE_FN, WALK_FN, bpf_dir, bpf_source
 from zym.capture.interpreter import Interpreter
@@ -24,7 +23,7 @@ def c_layout(tmp_path: Path) -> dict[str, int]:
         lines.append(f'printf("{name} %zu\\n", sizeof(struct {name}));')
         for field, _ in cls._fields_:
             lines.append(f'printf("{name}.{field} %zu\\n", offsetof(struct {name}, {field}));')
-    lines.append(f'printf("ZYM_MAX_FRAMES %d\\nZYM_MAX_PROBES %d\\n", ZYM_MAX_FRAMES, ZYM_MAX_PROBES);')
+    lines.append('printf("ZYM_MAX_FRAMES %d\\nZYM_MAX_PROBES %d\\n", ZYM_MAX_FRAMES, ZYM_MAX_PROBES);')
     lines.append("return 0; }")
     src, exe = tmp_path / "layout.c", tmp_path / "layout"
     src.write_text("\n".join(lines))

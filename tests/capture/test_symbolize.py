@@ -9,7 +9,6 @@ import os
 import subprocess
 
 import pytest
-
 from zym.capture.interpreter import detect
 from zym.capture.process import ProcessMemory
 from zym.capture.symbolize import Symbolizer, parse_location_table, parse_pep626_table

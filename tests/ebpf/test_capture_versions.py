@@ -6,9 +6,14 @@ import os
 from collections import Counter
 
 import pytest
-
-from ebpf_helpers import (PYENV_VERSIONS, WORKLOAD, calls_with_stacks, markers, python_for,
-                          zym_capture)
+from ebpf_helpers import (
+    PYENV_VERSIONS,
+    WORKLOAD,
+    calls_with_stacks,
+    markers,
+    python_for,
+    zym_capture,
+)
 
 ITERS = 6
 SYNC_US = 20_000

@@ -12,9 +12,15 @@ import time
 from collections import Counter
 
 import pytest
-
-from ebpf_helpers import (WORKLOAD, calls_with_stacks, kill, markers, start_zym,
-                          wait_for_line, zym_capture)
+from ebpf_helpers import (
+    WORKLOAD,
+    calls_with_stacks,
+    kill,
+    markers,
+    start_zym,
+    wait_for_line,
+    zym_capture,
+)
 from zym.schemas import open_capture
 
 APIS = ("cuLaunchKernel", "cuLaunchKernelEx", "cuMemsetD32Async", "cuMemcpyDtoHAsync_v2",
