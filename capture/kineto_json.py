@@ -28,12 +28,7 @@ PYTHON_CATS = ("python_function",)
 OP_CATS = ("cpu_op", "user_annotation")
 CALL_CATS = ("cuda_runtime", "cuda_driver")
 GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "copy", "gpu_memset": "memset", "cuda_sync": "sync"}
-_READ_CHUNK = 1 << 20
-
-
-
-# ---------------------------------------------------------------------------------------------
-# Parsing: JSON -> one flat events frame
+_READ_CHUNK = 1 << 20  # decompressed bytes per piece: ~3,000 events decoded at a time
 
 _EMPTY_RAW = msgspec.Raw(b"")
 
