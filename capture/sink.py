@@ -16,6 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from zym.schemas.errors import InputError
 from zym.schemas.meta import CaptureMeta
 
 from . import events
@@ -169,7 +170,12 @@ def read_raw(raw_dir: Path, table: str) -> pl.DataFrame:
         pass    # truncated: keep the batches read so far
     if not batches:
         return pl.DataFrame(schema=raw_polars_schema(table))
-    return pl.from_arrow(pa.Table.from_batches(batches)).cast(raw_polars_schema(table))
+    frame = pl.from_arrow(pa.Table.from_batches(batches))
+    missing = sorted(set(raw_polars_schema(table)) - set(frame.columns))
+    if missing:
+        raise InputError(f"{raw_dir}: raw {table} stream lacks {', '.join(missing)}: it was "
+                         "written by another zym version; finalize it with that version")
+    return frame.cast(raw_polars_schema(table))
 
 
 def _probe_table() -> pl.DataFrame:

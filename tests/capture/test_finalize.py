@@ -140,3 +140,18 @@ def test_json_lines_fallback_reads_back_the_same(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert (raw / "calls.jsonl").exists() and not (raw / "calls.arrow").exists()
     assert read_raw(raw, "calls").equals(RAW_CALLS)
+
+
+def test_a_raw_stream_of_another_format_is_a_one_line_error(tmp_path):
+    """A raw directory written by another zym version (a column renamed) is refused clearly."""
+    import pytest
+    from pyarrow import ipc
+    from zym.schemas.errors import InputError
+
+    raw = write_raw(tmp_path / "raw")
+    old = RAW_CALLS.rename({"stack_hash": "stack_key"}).to_arrow()
+    with ipc.new_stream(raw / "calls.arrow", old.schema) as writer:
+        writer.write_table(old)
+    with pytest.raises(InputError, match="lacks stack_hash") as e:
+        read_raw(raw, "calls")
+    assert "\n" not in str(e.value)
