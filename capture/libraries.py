@@ -17,7 +17,7 @@ from .probes import LIBRARY_PATTERNS
 def _ldconfig_paths() -> list[str]:
     try:
         out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True,
-                             timeout=5).stdout
+                             timeout=5, check=False).stdout
     except (OSError, subprocess.TimeoutExpired):
         return []
     return [line.rsplit("=>", 1)[1].strip() for line in out.splitlines() if "=>" in line]

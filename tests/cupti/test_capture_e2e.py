@@ -14,6 +14,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from ebpf_env import ebpf_unavailable
 from zym.analysis import analyze
 from zym.schemas import open_capture
 
@@ -22,25 +23,12 @@ WORKLOAD = HERE / "e2e_workload.py"
 ITERS = 20
 
 
-def _ebpf_unavailable() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root"
-    try:
-        from zym.capture.bpf_loader import check_environment
-        from zym.schemas.errors import CaptureError
-
-        check_environment()
-    except CaptureError as e:
-        return str(e)
-    return None
-
-
 pytestmark = pytest.mark.ebpf
 
 
 @pytest.fixture(scope="module")
 def libs(tmp_path_factory):
-    reason = _ebpf_unavailable()
+    reason = ebpf_unavailable()
     if reason:
         pytest.skip(f"eBPF unavailable: {reason}")
     cc = shutil.which("gcc") or shutil.which("cc")
