@@ -26,6 +26,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import polars as pl
+from zym.analysis.correlate import match_rows
+from zym.analysis.timeline import busy_intervals
 from zym.schemas.apis import is_blocking_api
 
 from .derive import MATMUL_OPS, site_table, with_flops
@@ -160,8 +162,6 @@ OCCURRENCE: dict[str, list[pl.Expr]] = {
                 pl.col("ts_ns"), pl.col("dur_ns"), pl.lit(None, pl.Int64).alias("correlation_id")],
 }
 
-# CUPTI correlation ids are 32-bit: (pid, correlation id) packs into one int64 join key.
-_KEY = (pl.col("pid").cast(pl.Int64) * (1 << 32) + pl.col("correlation_id")).alias("_key")
 # Columns that are a function of the call stack: rules filter them on the (small) site table
 # and match events by stack id; they are joined onto events only where a rule groups by them.
 SITE_COLUMNS = ("code_site", "site_id", "user_node", "user_function", "user_file", "user_line",
@@ -275,22 +275,11 @@ class Relations:
 
     def busy(self) -> pl.DataFrame:
         """GPU busy periods per device: ``device_id, start_ns, end_ns, first_row`` (the GPU
-        op, a row of ``gpu_table``, that opened the period). One sort of the GPU table, as
-        ``analysis.timeline.busy_intervals`` (same periods) plus the opening op."""
+        op, a row of ``gpu_table``, that opened the period): ``analysis.timeline``'s."""
         return self._once("busy", self._busy)
 
     def _busy(self) -> pl.DataFrame:
-        gpu = self.gpu_table()
-        iv = (gpu.select("device_id", pl.col("ts_ns").alias("start_ns"),
-                         (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"))
-              .with_row_index("first_row").with_columns(pl.col("first_row").cast(pl.Int64))
-              .sort("device_id", "start_ns"))
-        opened = pl.col("start_ns") > pl.col("end_ns").cum_max().shift(1).over("device_id")
-        return (iv.with_columns(opened.fill_null(True).cum_sum().over("device_id").alias("period"))
-                .group_by("device_id", "period")
-                .agg(pl.col("start_ns").first(), pl.col("end_ns").max(),
-                     pl.col("first_row").first())
-                .drop("period").sort("device_id", "start_ns"))
+        return busy_intervals(self.gpu_table())
 
     def site_of(self, stack: pl.Series, columns: tuple[str, ...] = EVENT_SITE_COLUMNS
                 ) -> list[pl.Series]:
@@ -553,26 +542,6 @@ def deferred_columns(rel: Relations, names: set[str]) -> list[pl.Expr]:
 def take(df: pl.DataFrame, idx: pl.Series) -> pl.DataFrame:
     """Rows ``idx`` of ``df``; a null index gives a row of nulls."""
     return pl.DataFrame([df[c].gather(idx) for c in df.columns]) if df.width else df
-
-
-def match_rows(src_pid: pl.Series, src_corr: pl.Series, dst_pid: pl.Series,
-               dst_corr: pl.Series) -> pl.Series:
-    """For each destination row, the row of ``src`` with the same (pid, correlation id), or
-    null. A dense gather when one process and compact ids (the usual case), else a join."""
-    n = src_corr.len()
-    pids = pl.concat([src_pid.drop_nulls().unique(), dst_pid.drop_nulls().unique()]).unique()
-    lo = min(int(src_corr.min() or 0), int(dst_corr.min() or 0))
-    hi = max(int(src_corr.max() or 0), int(dst_corr.max() or 0))
-    if pids.len() <= 1 and lo >= 0 and hi < 4 * (n + dst_corr.len()) + 1024:
-        ok = src_corr.is_not_null()
-        pos = pl.repeat(None, hi + 1, dtype=pl.Int64, eager=True).scatter(
-            src_corr.filter(ok), pl.int_range(n, eager=True).cast(pl.Int64).filter(ok))
-        return pos.gather(dst_corr)
-    src = pl.DataFrame({"pid": src_pid, "correlation_id": src_corr}).with_row_index("row").select(
-        _KEY, pl.col("row").cast(pl.Int64)).filter(pl.col("_key").is_not_null()).unique(
-        "_key", keep="first")
-    dst = pl.DataFrame({"pid": dst_pid, "correlation_id": dst_corr}).select(_KEY)
-    return dst.join(src, on="_key", how="left", maintain_order="left")["row"]
 
 
 def _thread_key() -> pl.Expr:

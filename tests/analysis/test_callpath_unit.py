@@ -40,7 +40,7 @@ def test_busy_time_counts_overlapping_streams_once():
     gpu = pl.DataFrame({"device_id": [0, 0, 0, 1], "ts_ns": [0, 5, 20, 0],
                         "dur_ns": [10, 10, 5, 3]})
     iv = busy_intervals(gpu)
-    assert iv.rows() == [(0, 0, 15), (0, 20, 25), (1, 0, 3)]
+    assert iv.rows() == [(0, 0, 15, 0), (0, 20, 25, 2), (1, 0, 3, 3)]  # + the opening row
 
 
 def test_sync_records_are_not_gpu_time():
