@@ -76,9 +76,10 @@ def _gpu(pid, ts, dur, name, kind, corr, graph_id) -> dict:
 
 def attributed(calls: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     """GPU rows with the stack the joined calls give them (null: unknown stack)."""
-    from zym.analysis.correlate import attribute_gpu
+    from zym.analysis.correlate import launch_stack_ids
 
-    return attribute_gpu(calls, gpu)
+    stack = launch_stack_ids(calls, gpu)
+    return gpu.with_columns(pl.when(stack >= 0).then(stack).alias("stack_id"))
 
 
 def drop_rows(df: pl.DataFrame, rows: list[int]) -> pl.DataFrame:
