@@ -6,16 +6,17 @@ frame); ``intern_forest`` turns it into trie ids so that identical root-to-node 
 
 Each node's whole root path is reduced to a 64-bit polynomial hash by pointer jumping: in every
 round a node adds its current ancestor's segment to its own and jumps to that ancestor's
-ancestor, so a forest of depth D takes log2(D) rounds of array gathers, not D rounds of joins
+ancestor, so a forest of depth D takes log2(D) rounds of column gathers, not D rounds of joins
 and not one Python step per node. Nodes with equal (hash, depth, frame) have the same path.
+All of it is polars expressions: UInt64 arithmetic wraps mod 2**64, which the hash relies on.
 """
 from __future__ import annotations
 
-import numpy as np
 import polars as pl
 
 MAX_ROUNDS = 40  # 2**40 levels: more rounds means cyclic parent links
-_BASE = np.uint64(0x9E3779B97F4A7C15)  # odd 64-bit multiplier: arithmetic wraps mod 2**64
+_BASE = 0x9E3779B97F4A7C15  # odd 64-bit multiplier
+_MASK = (1 << 64) - 1
 
 
 def intern_forest(nodes: pl.DataFrame, first_id: int = 0) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -34,75 +35,67 @@ def intern_forest(nodes: pl.DataFrame, first_id: int = 0) -> tuple[pl.DataFrame,
     >>> ns.sort("node")["stack_id"].to_list()  # nodes 2 and 3 share a path: one stack
     [0, 1, 1]
     """
-    nodes = nodes.select("node", "parent", "frame_id").sort("node")
-    keys = nodes["node"].to_numpy()
-    parent = _positions(keys, nodes["parent"])
-    frames = nodes["frame_id"].to_numpy().astype(np.int64)
-    path_hash, size = _path_hashes(parent, frames)
-    order = np.lexsort((np.arange(len(keys)), frames, path_hash, size))  # depth-major
-    key_cols = np.stack([size, path_hash.view(np.int64), frames])[:, order]
-    new_path = np.ones(len(order), dtype=bool)
-    new_path[1:] = (key_cols[:, 1:] != key_cols[:, :-1]).any(axis=0)
-    path_of_sorted = np.cumsum(new_path) - 1
-    stack_of = np.empty(len(order), dtype=np.int64)
-    stack_of[order] = path_of_sorted
-    # Renumber paths by (depth, first node) so ids do not depend on hash values.
-    first = order[new_path]
-    renumber = np.empty(len(first), dtype=np.int64)
-    renumber[np.lexsort((first, size[first]))] = np.arange(len(first))
-    stack_of = renumber[stack_of] + first_id
-    stacks = pl.DataFrame({
-        "stack_id": stack_of[first],
-        "parent_id": pl.Series(np.where(parent[first] >= 0, stack_of[parent[first]], -1)),
-        "frame_id": frames[first],
-        "depth": (size[first] - 1).astype(np.int32),
-    }).with_columns(pl.col("parent_id").replace(-1, None)).sort("stack_id")
-    return pl.DataFrame({"node": nodes["node"], "stack_id": stack_of}), stacks
+    nodes = nodes.select("node", "parent", pl.col("frame_id").cast(pl.Int64)).sort("node")
+    rows = nodes.select(pl.col("node").alias("parent"),
+                        pl.int_range(pl.len(), dtype=pl.Int64).alias("parent_row"))
+    forest = (nodes.join(rows, on="parent", how="left", maintain_order="left")
+              .with_row_index("row").with_columns(pl.col("row").cast(pl.Int64)))
+    forest = forest.with_columns(_path_hashes(forest))
+    # One row per distinct path (its first node in key order), numbered depth-major.
+    forest = forest.with_columns(
+        pl.col("row").min().over("size", "hash", "frame_id").alias("first_row"))
+    paths = (forest.filter(pl.col("row") == pl.col("first_row"))
+             .sort("size", "row")
+             .with_columns(pl.int_range(pl.len(), dtype=pl.Int64).add(first_id).alias("stack_id")))
+    stack_of_row = (pl.Series([None], dtype=pl.Int64).extend_constant(None, forest.height - 1)
+                    .scatter(paths["row"], paths["stack_id"]))
+    node_stack = forest.select(
+        "node", stack_of_row.gather(forest["first_row"]).alias("stack_id"))
+    stack_of_path = node_stack["stack_id"]
+    stacks = paths.select(
+        "stack_id",
+        stack_of_path.gather(paths["parent_row"]).alias("parent_id"),
+        "frame_id",
+        (pl.col("size") - 1).cast(pl.Int32).alias("depth"),
+    )
+    return node_stack, stacks
 
 
-def _positions(keys: np.ndarray, parents: pl.Series) -> np.ndarray:
-    """Row of each parent among the sorted ``keys``; -1 for a null or unknown parent."""
-    if not len(keys):
-        return np.empty(0, dtype=np.int64)
-    wanted = parents.fill_null(int(keys[0]) - 1).to_numpy()  # a key smaller than all
-    pos = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
-    return np.where(keys[pos] == wanted, pos, -1)
-
-
-def _path_hashes(parent: np.ndarray, frames: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per node: a hash of the frames on its root path, and the path's length (depth + 1)."""
-    anc = parent.copy()
-    size = np.ones(len(parent), dtype=np.int64)
-    with np.errstate(over="ignore"):
-        h = _mix(frames.astype(np.uint64))
-        for _ in range(MAX_ROUNDS):
-            live = np.flatnonzero(anc >= 0)
-            if not len(live):
-                return h, size
-            up = anc[live]
-            # The ancestor's segment is further from the node: it takes the higher powers.
-            h[live] = h[live] + h[up] * _power(size[live])
-            size[live] += size[up]
-            anc[live] = anc[up]
+def _path_hashes(forest: pl.DataFrame) -> list[pl.Series]:
+    """Per row: a hash of the frames on its root path (``hash``) and the path's length, depth
+    + 1 (``size``). ``forest`` has ``frame_id`` and ``parent_row`` (null at a root)."""
+    state = forest.select(_mix(pl.col("frame_id").cast(pl.UInt64)).alias("hash"),
+                          pl.lit(1, pl.Int64).alias("size"), pl.col("parent_row").alias("anc"))
+    for _ in range(MAX_ROUNDS):
+        if state["anc"].null_count() == state.height:
+            return [state["hash"], state["size"]]
+        up, bits = pl.col("anc"), int(state["size"].max()).bit_length()
+        # The ancestor's segment is further from the node: it takes the higher powers.
+        state = state.select(
+            pl.when(up.is_not_null())
+            .then(pl.col("hash") + pl.col("hash").gather(up) * _power(pl.col("size"), bits))
+            .otherwise(pl.col("hash")).alias("hash"),
+            (pl.col("size") + pl.col("size").gather(up).fill_null(0)).alias("size"),
+            up.gather(up).alias("anc"),
+        )
     raise ValueError("call stacks with cyclic parent links (or deeper than 2**40 frames)")
 
 
-def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64 finalizer: spreads small frame ids over all 64 bits."""
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
+def _mix(x: pl.Expr) -> pl.Expr:
+    """splitmix64 finalizer: spreads small frame ids over all 64 bits (x >> k as x // 2**k)."""
+    x = x.xor(x // (1 << 30)) * pl.lit(0xBF58476D1CE4E5B9, pl.UInt64)
+    x = x.xor(x // (1 << 27)) * pl.lit(0x94D049BB133111EB, pl.UInt64)
+    return x.xor(x // (1 << 31))
 
 
-def _power(exponent: np.ndarray) -> np.ndarray:
-    """``_BASE ** exponent`` mod 2**64, elementwise, by repeated squaring."""
-    result = np.ones(len(exponent), dtype=np.uint64)
-    base, e = _BASE, exponent.copy()
-    while e.any():
-        odd = (e & 1).astype(bool)
-        result[odd] *= base
-        base = base * base
-        e >>= 1
+def _power(exponent: pl.Expr, bits: int) -> pl.Expr:
+    """``_BASE ** exponent`` mod 2**64, elementwise, by square-and-multiply over the low
+    ``bits`` bits of the exponent."""
+    result, base = pl.lit(1, pl.UInt64), _BASE
+    for bit in range(bits):
+        result = pl.when((exponent // (1 << bit)) % 2 == 1).then(result * pl.lit(base, pl.UInt64)
+                                                                ).otherwise(result)
+        base = base * base & _MASK
     return result
 
 
