@@ -16,7 +16,6 @@ import polars as pl
 
 MAX_ROUNDS = 40  # 2**40 levels: more rounds means cyclic parent links
 _BASE = 0x9E3779B97F4A7C15  # odd 64-bit multiplier
-_MASK = (1 << 64) - 1
 
 
 def intern_forest(nodes: pl.DataFrame, first_id: int = 0) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -63,18 +62,22 @@ def intern_forest(nodes: pl.DataFrame, first_id: int = 0) -> tuple[pl.DataFrame,
 
 def _path_hashes(forest: pl.DataFrame) -> list[pl.Series]:
     """Per row: a hash of the frames on its root path (``hash``) and the path's length, depth
-    + 1 (``size``). ``forest`` has ``frame_id`` and ``parent_row`` (null at a root)."""
+    + 1 (``size``). ``forest`` has ``frame_id`` and ``parent_row`` (null at a root).
+
+    A segment's hash is sum(frame_i * B**i), nearest frame first; ``power`` carries B**length,
+    so joining a segment to its ancestor's is one multiply-add."""
     state = forest.select(_mix(pl.col("frame_id").cast(pl.UInt64)).alias("hash"),
+                          pl.lit(_BASE, pl.UInt64).alias("power"),
                           pl.lit(1, pl.Int64).alias("size"), pl.col("parent_row").alias("anc"))
     for _ in range(MAX_ROUNDS):
         if state["anc"].null_count() == state.height:
             return [state["hash"], state["size"]]
-        up, bits = pl.col("anc"), int(state["size"].max()).bit_length()
+        up = pl.col("anc")
         # The ancestor's segment is further from the node: it takes the higher powers.
         state = state.select(
-            pl.when(up.is_not_null())
-            .then(pl.col("hash") + pl.col("hash").gather(up) * _power(pl.col("size"), bits))
-            .otherwise(pl.col("hash")).alias("hash"),
+            (pl.col("hash") + pl.col("hash").gather(up).fill_null(0) * pl.col("power"))
+            .alias("hash"),
+            (pl.col("power") * pl.col("power").gather(up).fill_null(1)).alias("power"),
             (pl.col("size") + pl.col("size").gather(up).fill_null(0)).alias("size"),
             up.gather(up).alias("anc"),
         )
@@ -86,17 +89,6 @@ def _mix(x: pl.Expr) -> pl.Expr:
     x = x.xor(x // (1 << 30)) * pl.lit(0xBF58476D1CE4E5B9, pl.UInt64)
     x = x.xor(x // (1 << 27)) * pl.lit(0x94D049BB133111EB, pl.UInt64)
     return x.xor(x // (1 << 31))
-
-
-def _power(exponent: pl.Expr, bits: int) -> pl.Expr:
-    """``_BASE ** exponent`` mod 2**64, elementwise, by square-and-multiply over the low
-    ``bits`` bits of the exponent."""
-    result, base = pl.lit(1, pl.UInt64), _BASE
-    for bit in range(bits):
-        result = pl.when((exponent // (1 << bit)) % 2 == 1).then(result * pl.lit(base, pl.UInt64)
-                                                                ).otherwise(result)
-        base = base * base & _MASK
-    return result
 
 
 def intern_frames(frames: pl.DataFrame, first_id: int = 0) -> pl.DataFrame:
