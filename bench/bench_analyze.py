@@ -24,6 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "sample_traces" / "gpt_decode_server.trace.json.gz"
 CHILD = Path(__file__).resolve().parent / "child.py"
+PACKAGES = ("analysis", "capture", "cli", "rules", "schemas")
 
 
 def run_job(python: str, *args: str) -> dict:
@@ -52,7 +53,15 @@ def hta_trace_dir(tmp: Path) -> Path:
     return folder
 
 
+def precompile() -> None:
+    """Byte-compile zym's sources, as a (non-editable) pip install does: HTA's venv has its
+    .pyc files, and PYTHONDONTWRITEBYTECODE would otherwise make each zym run recompile."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *(str(REPO / d) for d in PACKAGES)],
+                   check=True)
+
+
 def measure(args: argparse.Namespace) -> dict[str, dict]:
+    precompile()
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)

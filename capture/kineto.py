@@ -34,41 +34,64 @@ Progress = Callable[[str], None]
 
 
 def events_to_tables(groups: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
-    """Turn the event groups (python, op, call, gpu) into the capture tables.
+    """Turn the event groups (python, op, call, gpu, and the names and shapes their ids refer
+    to) into the capture tables.
 
-    The CPU events stay one frame whose row index is the node id; derived columns are attached
-    with ``with_columns`` (no copy of the other columns), never by joining the wide frame.
-    ``groups`` is consumed: each group is released once it is copied into that frame.
+    The CPU groups stay separate, narrow frames; each row's node id is its position in
+    python, op, call order, and derived columns (frame, stack) are attached with
+    ``with_columns`` (no copy of the other columns). ``groups`` is consumed.
     """
-    times = [(pl.col("ts_us") * 1000).round().cast(pl.Int64).alias("ts_ns"),
-             (pl.col("dur_us").fill_null(0) * 1000).round().cast(pl.Int64).alias("dur_ns")]
-    calls = _drop_nested_driver_calls(groups.pop("call").with_columns(*times))
-    cpu = (pl.concat([groups.pop("python").with_columns(*times),
-                      groups.pop("op").with_columns(*times, pl.col("op_shapes", "op_dtypes")
-                                                    .cast(pl.String)),
-                      calls], how="diagonal")
-           .drop("ts_us", "dur_us").with_row_index("node")
-           .with_columns(pl.col("node").cast(pl.Int64)))
-    # Frames are parsed once per distinct (category, name), not once per event.
-    names = cpu.select("cat", "name").unique(maintain_order=True).with_columns(_frame_columns())
-    frames = intern_frames(names.select("kind", pl.col("name_f").alias("name"), "file", "line"))
-    names = names.join(frames.rename({"name": "name_f"}), on=["kind", "name_f", "file", "line"],
-                       how="left", nulls_equal=True)
-    cpu = cpu.with_columns(cpu.select("cat", "name").join(
-        names.select("cat", "name", "frame_id"), on=["cat", "name"], how="left",
-        nulls_equal=True, maintain_order="left")["frame_id"])
-    parents = _parents(cpu)
+    names, shapes = groups.pop("names"), groups.pop("shapes")
+    py, op, call = _numbered([groups.pop("python"), groups.pop("op"),
+                              _drop_nested_driver_calls(
+                                  groups.pop("call").with_columns(_TIMES).drop("ts_us", "dur_us"))])
+    frames, py, op, call = _with_frames(names, py, op, call)
+    parents = _parents(py, pl.concat([g.select("node", "tid", "ts_ns", "dur_ns") for g in (op, call)]))
     node_stack, stacks = intern_forest(
-        cpu.select("node", "frame_id").join(parents, on="node", how="left"))
-    cpu = cpu.with_columns(node_stack["stack_id"])  # sorted by node: the row order
-    calls = _calls(cpu)
+        pl.concat([g.select("node", "frame_id") for g in (py, op, call)])
+        .join(parents, on="node", how="left"))
+    stack_ids = node_stack["stack_id"]  # sorted by node: python, op, call rows in order
+    py = py.with_columns(stack_ids.slice(0, py.height))
+    op = op.with_columns(stack_ids.slice(py.height, op.height))
+    call = call.with_columns(stack_ids.slice(py.height + op.height, call.height))
+    calls = _calls(call, op, names, shapes)
     return {
         "frame": frames.select("frame_id", "kind", "name", "file", "line"),
         "stack": stacks,
-        "span": _spans(cpu),
+        "span": _spans(py, op, shapes),
         "call": calls,
-        "gpu": _gpu(groups.pop("gpu").with_columns(*times).drop("ts_us", "dur_us"), calls),
+        "gpu": _gpu(groups.pop("gpu").with_columns(_TIMES).drop("ts_us", "dur_us"), calls),
     }
+
+
+_TIMES = [(pl.col("ts_us") * 1000).round().cast(pl.Int64).alias("ts_ns"),
+          (pl.col("dur_us").fill_null(0) * 1000).round().cast(pl.Int64).alias("dur_ns")]
+
+
+def _numbered(cpu_groups: list[pl.DataFrame]) -> list[pl.DataFrame]:
+    """The CPU groups with times in ns and a ``node`` id, numbered across the groups."""
+    out, first = [], 0
+    for group in cpu_groups:
+        out.append(group.with_columns(_TIMES if "ts_us" in group.columns else [])
+                   .drop("ts_us", "dur_us", strict=False)  # the calls come converted
+                   .with_columns(pl.int_range(first, first + pl.len(), dtype=pl.Int64).alias("node")))
+        first += group.height
+    return out
+
+
+def _with_frames(names: pl.DataFrame, *cpu_groups: pl.DataFrame) -> list[pl.DataFrame]:
+    """The frame table, and each CPU group with its rows' ``frame_id``.
+
+    Frames are parsed once per distinct (category, name), not once per event."""
+    keys = (pl.concat([g.select("cat", "name_id") for g in cpu_groups]).unique(maintain_order=True)
+            .join(names, on="name_id", how="left", maintain_order="left")
+            .with_columns(_frame_columns()))
+    frames = intern_frames(keys.select("kind", pl.col("name_f").alias("name"), "file", "line"))
+    keys = keys.join(frames.rename({"name": "name_f"}), on=["kind", "name_f", "file", "line"],
+                     how="left", nulls_equal=True).select("cat", "name_id", "frame_id")
+    return [frames, *(g.with_columns(g.select("cat", "name_id").join(
+        keys, on=["cat", "name_id"], how="left", maintain_order="left")["frame_id"])
+        for g in cpu_groups)]
 
 
 def _frame_columns() -> list[pl.Expr]:
@@ -109,19 +132,18 @@ def _drop_nested_driver_calls(calls: pl.DataFrame) -> pl.DataFrame:
     return calls.with_row_index("_row").filter(~pl.col("_row").is_in(inside.implode())).drop("_row")
 
 
-def _parents(cpu: pl.DataFrame) -> pl.DataFrame:
+def _parents(py: pl.DataFrame, nested: pl.DataFrame) -> pl.DataFrame:
     """Parent node of every CPU event.
 
-    Python frames: their ``Python parent id``. Torch ops and CUDA calls: the innermost op or call
-    that contains them in time on their thread (RecordFunction keeps these well nested), and for
-    the outermost ones, the innermost Python frame running at their start.
+    Python frames (``py``): their ``Python parent id``. Torch ops and CUDA calls (``nested``:
+    ``node, tid, ts_ns, dur_ns``): the innermost op or call that contains them in time on their
+    thread (RecordFunction keeps these well nested), and for the outermost ones, the innermost
+    Python frame running at their start.
     """
-    py = cpu.filter(pl.col("cat").is_in(list(PYTHON_CATS)))
     py_parent = py.join(py.select(pl.col("python_id").alias("python_parent_id"),
                                   pl.col("node").alias("parent")),
                         on="python_parent_id", how="left").select("node", "parent")
-    nested = cpu.filter(~pl.col("cat").is_in(list(PYTHON_CATS)))
-    op_parent = nest_intervals(nested.select("node", "tid", "ts_ns", "dur_ns"))
+    op_parent = nest_intervals(nested)
     roots = op_parent.filter(pl.col("parent").is_null()).join(nested, on="node").select(
         "node", "tid", "ts_ns")
     root_parent = innermost_enclosing(roots, py.select("node", "tid", "ts_ns", "dur_ns"),
@@ -167,46 +189,61 @@ def innermost_enclosing(points: pl.DataFrame, iv: pl.DataFrame,
     that time on the same thread, given the intervals' own tree (``iv_parent``: node, parent).
 
     The latest interval that started before the point is a candidate; while it ended before the
-    point, its parent is the next candidate: one join per tree level, not per point.
+    point, its parent is the next candidate: one round of gathers per tree level, not a step
+    per point. Candidates are rows of ``iv`` sorted by start, so a step is an array lookup.
     Returns ``node, parent``.
     """
-    spans = iv.select(pl.col("node").alias("cand"), "tid", pl.col("ts_ns").alias("c_ts"),
-                      (pl.col("ts_ns") + pl.col("dur_ns")).alias("c_end")).sort("c_ts", "c_end",
-                                                                                descending=[False, True])
-    ends = spans.select("cand", "c_end").join(
-        iv_parent.select(pl.col("node").alias("cand"), pl.col("parent").alias("up")),
-        on="cand", how="left")
+    spans = (iv.select("node", "tid", pl.col("ts_ns").alias("c_ts"),
+                       (pl.col("ts_ns") + pl.col("dur_ns")).alias("c_end"))
+             .sort("c_ts", "c_end", descending=[False, True])
+             .with_row_index("cand").with_columns(pl.col("cand").cast(pl.Int64)))
+    up = spans.select("node").join(  # each interval's parent, as a row of ``spans``
+        iv_parent.join(spans.select(pl.col("node").alias("parent"), pl.col("cand").alias("up")),
+                       on="parent", how="left"),
+        on="node", how="left", maintain_order="left")["up"]
+    node_of, end_of = spans["node"], spans["c_end"]
     cur = points.sort("ts_ns").join_asof(spans.select("cand", "tid", "c_ts"), left_on="ts_ns",
                                          right_on="c_ts", by="tid", strategy="backward",
                                          check_sortedness=False).select("node", "ts_ns", "cand")
     done = []
     for _ in range(4096):
-        cur = cur.join(ends, on="cand", how="left")
-        ok = pl.col("cand").is_null() | (pl.col("c_end") >= pl.col("ts_ns"))
-        done.append(cur.filter(ok).select("node", pl.col("cand").alias("parent")))
-        cur = cur.filter(~ok).select("node", "ts_ns", pl.col("up").alias("cand"))
+        cand = cur["cand"]
+        ok = (cand.is_null() | (end_of.gather(cand) >= cur["ts_ns"])).fill_null(True)
+        done.append(pl.DataFrame({"node": cur["node"].filter(ok),
+                                  "parent": node_of.gather(cand.filter(ok))}))
+        cur = pl.DataFrame({"node": cur["node"].filter(~ok), "ts_ns": cur["ts_ns"].filter(~ok),
+                            "cand": up.gather(cand.filter(~ok))})
         if cur.height == 0:
             break
     return pl.concat(done)
 
 
-def _spans(cpu: pl.DataFrame) -> pl.DataFrame:
-    spans = cpu.filter(pl.col("cat").is_in(list(PYTHON_CATS + OP_CATS)))
-    return spans.select(
-        "pid", "tid", "ts_ns", "dur_ns", "stack_id",
-        pl.when(pl.col("cat").is_in(list(OP_CATS))).then("external_id").alias("op_id"),
-        "op_shapes", "op_dtypes",
-    )
+def _spans(py: pl.DataFrame, op: pl.DataFrame, shapes: pl.DataFrame) -> pl.DataFrame:
+    cols = ["pid", "tid", "ts_ns", "dur_ns", "stack_id"]
+    py_spans = py.select(*cols, pl.lit(None, pl.Int64).alias("op_id"),
+                         pl.lit(None, pl.String).alias("op_shapes"),
+                         pl.lit(None, pl.String).alias("op_dtypes"))
+    op_spans = _with_shapes(op, shapes).select(*cols, pl.col("external_id").alias("op_id"),
+                                               "op_shapes", "op_dtypes")
+    return pl.concat([py_spans, op_spans])
 
 
-def _calls(cpu: pl.DataFrame) -> pl.DataFrame:
-    calls = cpu.filter(pl.col("cat").is_in(list(CALL_CATS)))
-    ops = cpu.filter(pl.col("cat").is_in(list(OP_CATS))).select(
-        pl.col("external_id").alias("op_id"), "op_shapes", "op_dtypes").unique("op_id")
-    return (calls.select("pid", "tid", "ts_ns", "dur_ns", "name", api_kind(pl.col("name")).alias("kind"),
-                         "correlation_id", "stack_id", "cbid", pl.col("external_id").alias("op_id"),
-                         api_copy_kind(pl.col("name")).alias("copy_kind"))
-            .join(ops, on="op_id", how="left"))
+def _calls(call: pl.DataFrame, op: pl.DataFrame, names: pl.DataFrame, shapes: pl.DataFrame
+           ) -> pl.DataFrame:
+    ops = op.select(pl.col("external_id").alias("op_id"), "shape_id", "dtypes_id").unique("op_id")
+    calls = (call.join(names, on="name_id", how="left", maintain_order="left")
+             .select("pid", "tid", "ts_ns", "dur_ns", "name", api_kind(pl.col("name")).alias("kind"),
+                     "correlation_id", "stack_id", "cbid", pl.col("external_id").alias("op_id"),
+                     api_copy_kind(pl.col("name")).alias("copy_kind"))
+             .join(ops, on="op_id", how="left", maintain_order="left"))
+    return _with_shapes(calls, shapes).drop("shape_id", "dtypes_id")
+
+
+def _with_shapes(rows: pl.DataFrame, shapes: pl.DataFrame) -> pl.DataFrame:
+    """``op_shapes`` and ``op_dtypes`` (JSON text) from the rows' shape ids."""
+    text = shapes["shape"]
+    return rows.with_columns(text.gather(rows["shape_id"]).alias("op_shapes"),
+                             text.gather(rows["dtypes_id"]).alias("op_dtypes"))
 
 
 def _gpu(gpu: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:

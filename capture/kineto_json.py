@@ -8,8 +8,8 @@ tagged union on ``cat``), so a category's other fields are skipped without build
 Kineto pretty-prints one event per block at a fixed indentation, so the ``traceEvents`` array
 can be cut between events (``\n  },\n  {``: JSON strings hold no raw newlines) and decoded
 a megabyte at a time as the file is decompressed (ISA-L): the text is never held whole, and
-only one batch of Python objects is alive. A file
-laid out otherwise (minified, re-exported) is decoded whole instead, with the same result.
+only one batch of Python objects is alive. A file laid out otherwise (minified, re-exported)
+is decoded whole instead, with the same result.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from itertools import compress, repeat
 from operator import attrgetter, eq
 from pathlib import Path
-from typing import BinaryIO, Union
+from typing import BinaryIO, Literal, Union
 
 import msgspec
 import polars as pl
@@ -29,7 +29,7 @@ OP_CATS = ("cpu_op", "user_annotation")
 CALL_CATS = ("cuda_runtime", "cuda_driver")
 GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "copy", "gpu_memset": "memset", "cuda_sync": "sync"}
 _READ_CHUNK = 1 << 20  # decompressed bytes per piece
-_DECODE_BATCH = 1 << 20  # text decoded at a time: ~3,000 events
+_DECODE_BATCH = 1 << 19  # text decoded at a time: ~1,500 events
 
 _EMPTY_RAW = msgspec.Raw(b"")
 
@@ -114,7 +114,7 @@ class _Tagged(msgspec.Struct, tag_field="cat", gc=False):
 
 
 class _Complete(_Tagged):
-    ph: str = ""
+    ph: Literal["X"]  # zym reads complete events; another phase sends the batch to _Event
     name: str | None = None
     pid: int | str | None = None
     tid: int | str | None = None
@@ -235,6 +235,8 @@ class _GroupAccumulator:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.parts: dict[str, list[pl.DataFrame]] = {group: [] for group in _GROUP_SCHEMAS}
+        # CPU events repeat a few thousand names and shapes: rows hold their ids.
+        self.names, self.shapes = _Interner(), _Interner(b"")
 
     def add_array(self, buf: bytearray, end: int) -> bool:
         """Decode ``buf[:end]``, whole events separated by commas, in place: its leading
@@ -254,17 +256,42 @@ class _GroupAccumulator:
         return True
 
     def add_events(self, events: list) -> None:
-        for group, frame in _group_frames(events).items():
+        for group, frame in _group_frames(events, self.names, self.shapes).items():
             self.parts[group].append(frame)
 
     def groups(self) -> dict[str, pl.DataFrame]:
+        """The event groups, and the ``names`` (``name_id, name``) and ``shapes``
+        (``shape_id, shape``: JSON text) their ids refer to."""
         groups = {g: pl.concat(dfs) if dfs else pl.DataFrame(schema=_GROUP_SCHEMAS[g])
                   for g, dfs in self.parts.items()}
-        groups["op"] = groups["op"].with_columns(pl.col("op_shapes", "op_dtypes").replace(b"", None))
         if sum(df.height for df in groups.values()) == 0:
             raise InputError(f"{self.path}: JSON, but no torch.profiler events (python_function, "
                              "cpu_op, cuda_runtime, kernel...): not a Kineto trace")
+        groups["names"] = self.names.frame("name_id", "name", pl.String)
+        groups["shapes"] = self.shapes.frame("shape_id", "shape", pl.Binary).with_columns(
+            pl.col("shape").cast(pl.String))
         return groups
+
+
+class _Interner:
+    """Dense ids for repeated values, in order of first appearance; ``preset`` values map to
+    null."""
+
+    def __init__(self, *preset: object) -> None:
+        self.ids: dict = dict.fromkeys(preset)
+        self.values: list = []
+
+    def __call__(self, values: list) -> list[int | None]:
+        ids = self.ids
+        for value in dict.fromkeys(values):  # the batch's distinct values: a few hundred
+            if value not in ids:
+                ids[value] = len(self.values)
+                self.values.append(value)
+        return list(map(ids.__getitem__, values))
+
+    def frame(self, id_name: str, value_name: str, dtype: pl.DataType) -> pl.DataFrame:
+        return pl.DataFrame({id_name: pl.int_range(len(self.values), dtype=pl.UInt32, eager=True),
+                             value_name: pl.Series(self.values, dtype=dtype)})
 
 
 def read_json_bytes(path: Path) -> bytearray:
@@ -307,7 +334,8 @@ def _decode_events(text: bytes | memoryview) -> list:
         return _DECODER.decode(text)
 
 
-def _group_frames(events: list) -> dict[str, pl.DataFrame]:
+def _group_frames(events: list, names: _Interner, shapes: _Interner
+                  ) -> dict[str, pl.DataFrame]:
     """Columns of the complete events that zym reads, one frame per event group.
 
     Each group's events are picked with ``itertools.compress`` and read with
@@ -316,29 +344,34 @@ def _group_frames(events: list) -> dict[str, pl.DataFrame]:
     torch ops: shapes).
     """
     groups = list(map(_GROUP_OF.get, map(_CAT, events)))
+    if groups and groups[0] is not None and groups.count(groups[0]) == len(groups):
+        return {groups[0]: _group_frame(groups[0], events, names, shapes)}  # Kineto: most batches
     out = {}
     for group in _GROUPS:
         picked = list(compress(events, map(eq, groups, repeat(group))))
         if picked:
-            out[group] = _group_frame(group, picked)
+            out[group] = _group_frame(group, picked, names, shapes)
     return out
 
 
-def _group_frame(group: str, events: list) -> pl.DataFrame:
-    """The columns of one group's events."""
+def _group_frame(group: str, events: list, names: _Interner, shapes: _Interner
+                 ) -> pl.DataFrame:
+    """The columns of one group's events (CPU events: names and shapes as interned ids)."""
     schema = _GROUP_SCHEMAS[group]
-    ph, cat, name, pid, tid, ts, dur, args = _columns(events, "ph", "cat", "name", "pid", "tid",
-                                                      "ts", "dur", "args")
-    cols = {"cat": cat, "name": name, "pid": _int_column(pid), "tid": _int_column(tid),
-            "ts_us": ts, "dur_us": dur}
+    name, pid, tid, ts, dur, args = _columns(events, "name", "pid", "tid", "ts", "dur", "args")
+    cats = _CATS_OF_GROUP[group]
+    cols = {"cat": pl.repeat(cats[0], len(events), dtype=CAT_TYPE, eager=True) if len(cats) == 1
+            else _columns(events, "cat")[0],
+            "pid": _int_column(pid), "tid": _int_column(tid), "ts_us": ts, "dur_us": dur}
+    cols["name" if group == "gpu" else "name_id"] = name if group == "gpu" else names(name)
     fields = [f for f in schema if f not in cols]
     cols.update(zip(fields, _columns(args, *[_ARG_ATTR[f] for f in fields])))
-    if group == "op":  # shapes stay JSON text (an absent one: empty, nulled in groups())
-        cols["op_shapes"] = list(map(bytes, cols["op_shapes"]))
-        cols["op_dtypes"] = list(map(bytes, cols["op_dtypes"]))
+    if group == "op":  # shapes stay JSON text, by id (an absent one: empty, a null id)
+        cols["shape_id"] = shapes(list(map(bytes, cols["shape_id"])))
+        cols["dtypes_id"] = shapes(list(map(bytes, cols["dtypes_id"])))
     frame = pl.DataFrame(cols, schema=schema)
-    if ph.count("X") != len(ph):  # complete events only; Kineto writes no others in these
-        frame = frame.filter(pl.Series(ph, dtype=pl.String) == "X")
+    if isinstance(events[0], _Event):  # the general decoder: complete events only
+        frame = frame.filter(pl.Series(_columns(events, "ph")[0], dtype=pl.String) == "X")
     return frame
 
 
@@ -353,6 +386,7 @@ _GROUP_OF = ({c: "python" for c in PYTHON_CATS} | {c: "op" for c in OP_CATS}
              | {c: "call" for c in CALL_CATS} | {c: "gpu" for c in GPU_CATS})
 _GROUPS = ("python", "op", "call", "gpu")
 _CATS = tuple(_GROUP_OF)
+_CATS_OF_GROUP = {g: [c for c in _CATS if _GROUP_OF[c] == g] for g in _GROUPS}
 _CAT = attrgetter("cat")
 _FAST_DECODER = msgspec.json.Decoder(
     list[Union[tuple(_event_struct(cat) for cat in (*_CATS, *_SKIPPED_CATS))]])  # noqa: UP007
@@ -360,16 +394,19 @@ _FAST_DECODER = msgspec.json.Decoder(
 _ARG_ATTR = {"external_id": "external_id", "correlation_id": "correlation",
              "python_id": "python_id", "python_parent_id": "python_parent_id",
              "device_id": "device", "stream_id": "stream", "size_bytes": "bytes", "cbid": "cbid",
-             "graph_id": "graph_id", "op_shapes": "input_dims", "op_dtypes": "input_type",
+             "graph_id": "graph_id", "shape_id": "input_dims", "dtypes_id": "input_type",
              **{f"{d}_{axis}": f"{d}.{axis}" for d in ("grid", "block") for axis in "xyz"}}
-_COMMON = {"cat": pl.String, "name": pl.String, "pid": pl.Int64, "tid": pl.Int64,
-           "ts_us": pl.Float64, "dur_us": pl.Float64}
+CAT_TYPE = pl.Enum([*_CATS])
+_COMMON = {"cat": CAT_TYPE, "pid": pl.Int64, "tid": pl.Int64, "ts_us": pl.Float64,
+           "dur_us": pl.Float64}
+_CPU = _COMMON | {"name_id": pl.UInt32}
 _GROUP_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
-    "python": _COMMON | {"python_id": pl.Int64, "python_parent_id": pl.Int64},
-    "op": _COMMON | {"external_id": pl.Int64, "op_shapes": pl.Binary, "op_dtypes": pl.Binary},
-    "call": _COMMON | {"external_id": pl.Int64, "correlation_id": pl.Int64, "cbid": pl.Int32},
-    "gpu": _COMMON | {"external_id": pl.Int64, "correlation_id": pl.Int64, "device_id": pl.Int32,
-                      "stream_id": pl.Int64, "size_bytes": pl.Int64, "graph_id": pl.Int64}
+    "python": _CPU | {"python_id": pl.Int64, "python_parent_id": pl.Int64},
+    "op": _CPU | {"external_id": pl.Int64, "shape_id": pl.UInt32, "dtypes_id": pl.UInt32},
+    "call": _CPU | {"external_id": pl.Int64, "correlation_id": pl.Int64, "cbid": pl.Int32},
+    "gpu": _COMMON | {"name": pl.String, "external_id": pl.Int64, "correlation_id": pl.Int64,
+                      "device_id": pl.Int32, "stream_id": pl.Int64, "size_bytes": pl.Int64,
+                      "graph_id": pl.Int64}
     | {f"{d}_{axis}": pl.Int32 for d in ("grid", "block") for axis in "xyz"},
 }
 
