@@ -43,36 +43,38 @@ def stack_nodes(frames: pl.DataFrame, stacks: pl.DataFrame) -> pl.DataFrame:
     """Every stack node with its frame and, inherited top-down, the innermost user frame and
     torch op at or above it, and the nearest ``nn.Module`` above that user frame.
 
-    One join per depth level: a node inherits from its parent unless it is itself one.
+    Each is the nearest ancestor-or-self that qualifies, found by pointer jumping: after k
+    rounds a node has looked 2**k levels up, so a trie of depth D takes log2(D) rounds.
     """
-    nodes = stacks.join(frames, on="frame_id", how="left").with_columns(
-        is_user_frame().fill_null(False).alias("is_user"))
-    is_module = pl.col("name").str.starts_with("nn.Module: ")
-    inherited = ("user_node", "op_node", "module", "user_module")
-    out: list[pl.DataFrame] = []
-    parent_level: pl.DataFrame | None = None
-    for depth in range(int(nodes["depth"].max() or 0) + 1 if nodes.height else 0):
-        level = nodes.filter(pl.col("depth") == depth)
-        if parent_level is None:
-            level = level.with_columns([pl.lit(None, pl.Int64).alias(c) for c in inherited[:2]]
-                                       + [pl.lit(None, pl.String).alias(c) for c in inherited[2:]])
-        else:
-            level = level.join(parent_level.select(pl.col("stack_id").alias("parent_id"),
-                                                   *inherited), on="parent_id", how="left")
-        level = level.with_columns(
-            pl.when("is_user").then("stack_id").otherwise("user_node").alias("user_node"),
-            pl.when(pl.col("kind") == "torch_op").then("stack_id").otherwise("op_node")
-            .alias("op_node"),
-            pl.when(is_module).then(pl.col("name").str.strip_prefix("nn.Module: "))
-            .otherwise("module").alias("module"),
-        ).with_columns(
-            pl.when("is_user").then("module").otherwise("user_module").alias("user_module"))
-        out.append(level)
-        parent_level = level
-    if not out:
-        return nodes.with_columns([pl.lit(None, pl.Int64).alias(c) for c in inherited[:2]]
-                                  + [pl.lit(None, pl.String).alias(c) for c in inherited[2:]])
-    return pl.concat(out)
+    nodes = (stacks.join(frames, on="frame_id", how="left", maintain_order="left")
+             .with_columns(is_user_frame().fill_null(False).alias("is_user"))
+             .with_row_index("row").with_columns(pl.col("row").cast(pl.Int64)))
+    parent_row = nodes.select("parent_id").join(
+        nodes.select(pl.col("stack_id").alias("parent_id"), pl.col("row").alias("up")),
+        on="parent_id", how="left", maintain_order="left")["up"]
+    row = pl.col("row")
+    near = nodes.select(
+        pl.when("is_user").then(row).alias("user"),
+        pl.when(pl.col("kind") == "torch_op").then(row).alias("op"),
+        pl.when(pl.col("name").str.starts_with("nn.Module: ")).then(row).alias("module"),
+        parent_row.alias("jump"))
+    for _ in range(MAX_DEPTH_ROUNDS):
+        if near["jump"].null_count() == near.height:
+            break
+        jump = pl.col("jump")
+        near = near.select(*(pl.coalesce(c, pl.col(c).gather(jump)).alias(c)
+                             for c in ("user", "op", "module")), jump.gather(jump))
+    stack_id, module_name = nodes["stack_id"], nodes["name"].str.strip_prefix("nn.Module: ")
+    module_of = near["module"]
+    return nodes.drop("row").with_columns(
+        stack_id.gather(near["user"]).alias("user_node"),
+        stack_id.gather(near["op"]).alias("op_node"),
+        module_name.gather(module_of).alias("module"),
+        module_name.gather(module_of.gather(near["user"])).alias("user_module"),
+    ).sort("depth", maintain_order=True)
+
+
+MAX_DEPTH_ROUNDS = 40  # 2**40 levels: more would mean cyclic parent links
 
 
 def build_call_paths(data: CaptureData) -> CallPaths:

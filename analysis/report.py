@@ -31,13 +31,23 @@ class Analysis:
             "cpu_blocked_ns", "path_id", descending=[True, False])
         if top is not None:
             by_gpu, by_blocked = by_gpu.head(top), by_blocked.head(top)
+        ops = self._gpu_ops_by_path()
         return {
             "capture": self.capture_facts(),
             "gpu": self.utilization | {"attributed_ns": total_gpu - self._unknown_gpu_ns()},
-            "paths_by_gpu_time": [self._path_dict(r, total_gpu) for r in by_gpu.iter_rows(named=True)],
-            "paths_by_cpu_blocked": [self._path_dict(r, total_gpu)
+            "paths_by_gpu_time": [self._path_dict(r, total_gpu, ops)
+                                  for r in by_gpu.iter_rows(named=True)],
+            "paths_by_cpu_blocked": [self._path_dict(r, total_gpu, ops)
                                      for r in by_blocked.iter_rows(named=True)],
         }
+
+    def _gpu_ops_by_path(self) -> dict[int, list[dict]]:
+        """Each path's GPU operations (the leaves), read in one pass."""
+        by_path: dict[int, list[dict]] = {}
+        for row in self.call_paths.gpu_ops.select(
+                "stack_id", "name", "kind", "count", "gpu_ns", "bytes").iter_rows(named=True):
+            by_path.setdefault(row.pop("stack_id"), []).append(row)
+        return by_path
 
     def capture_facts(self) -> dict:
         d, m, ops = self.data, self.data.meta, self.call_paths.gpu_ops
@@ -59,11 +69,10 @@ class Analysis:
         unknown = self.call_paths.paths.filter(pl.col("path_id") == UNKNOWN_STACK)
         return int(unknown["gpu_ns"].sum() or 0)
 
-    def _path_dict(self, row: dict, total_gpu: int) -> dict:
+    def _path_dict(self, row: dict, total_gpu: int, ops: dict[int, list[dict]]) -> dict:
         graph = self.call_paths.graph
         stack = graph.path(row["path_id"])
         node = graph.graph.nodes.get(row["path_id"], {})
-        ops = self.call_paths.gpu_ops.filter(pl.col("stack_id") == row["path_id"])
         return {
             "path_id": row["path_id"],
             "site": site_label(row),
@@ -81,7 +90,7 @@ class Analysis:
                       "DtoD": row["bytes_dtod"]},
             "calls": row["calls"], "launches": row["launches"], "syncs": row["syncs"],
             "cpu_call_ns": row["cpu_call_ns"], "cpu_blocked_ns": row["cpu_blocked_ns"],
-            "gpu_ops": ops.select("name", "kind", "count", "gpu_ns", "bytes").to_dicts(),
+            "gpu_ops": ops.get(row["path_id"], []),
             "stack": [{k: f[k] for k in ("kind", "name", "file", "line")} for f in stack],
         }
 

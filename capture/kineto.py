@@ -28,7 +28,8 @@ from zym.schemas.errors import InputError
 from zym.schemas.meta import CaptureMeta
 from zym.schemas.stacks import intern_forest, intern_frames
 
-from .kineto_json import CALL_CATS, GPU_CATS, OP_CATS, PYTHON_CATS, _TraceFile, read_events
+from .kineto_json import (CALL_CATS, CAT_TYPE, GPU_CATS, OP_CATS, PYTHON_CATS, _TraceFile,
+                          read_events)
 
 Progress = Callable[[str], None]
 
@@ -82,16 +83,20 @@ def _numbered(cpu_groups: list[pl.DataFrame]) -> list[pl.DataFrame]:
 def _with_frames(names: pl.DataFrame, *cpu_groups: pl.DataFrame) -> list[pl.DataFrame]:
     """The frame table, and each CPU group with its rows' ``frame_id``.
 
-    Frames are parsed once per distinct (category, name), not once per event."""
+    Frames are parsed once per distinct (category, name), not once per event; rows find theirs
+    in a table indexed by name id and category code (a gather, no join)."""
+    n_cats = len(CAT_TYPE.categories)
+    key = pl.col("name_id").cast(pl.Int64) * n_cats + pl.col("cat").to_physical()
     keys = (pl.concat([g.select("cat", "name_id") for g in cpu_groups]).unique(maintain_order=True)
             .join(names, on="name_id", how="left", maintain_order="left")
             .with_columns(_frame_columns()))
     frames = intern_frames(keys.select("kind", pl.col("name_f").alias("name"), "file", "line"))
     keys = keys.join(frames.rename({"name": "name_f"}), on=["kind", "name_f", "file", "line"],
-                     how="left", nulls_equal=True).select("cat", "name_id", "frame_id")
-    return [frames, *(g.with_columns(g.select("cat", "name_id").join(
-        keys, on=["cat", "name_id"], how="left", maintain_order="left")["frame_id"])
-        for g in cpu_groups)]
+                     how="left", nulls_equal=True, maintain_order="left")
+    lookup = pl.Series([None], dtype=pl.Int64).extend_constant(None, names.height * n_cats)
+    lookup = lookup.scatter(keys.select(key)["name_id"], keys["frame_id"])
+    return [frames, *(g.with_columns(lookup.gather(g.select(key)["name_id"]).alias("frame_id"))
+                      for g in cpu_groups)]
 
 
 def _frame_columns() -> list[pl.Expr]:
@@ -172,7 +177,9 @@ def nest_intervals(iv: pl.DataFrame) -> pl.DataFrame:
                        .alias("order"), (-pl.col("ts_ns")).alias("tie"),
                        (-pl.col("node")).alias("tie2"))
     timeline = (pl.concat([opens, closes]).sort("tid", "t", "order", "tie", "tie2")
-                .with_columns(pl.col("step").cast(pl.Int32).cum_sum().over("tid").alias("level"))
+                # Each thread's opens and closes cancel out, so one running sum over the sorted
+                # threads restarts at zero at every thread.
+                .with_columns(pl.col("step").cast(pl.Int32).cum_sum().alias("level"))
                 .with_row_index("pos")
                 .filter(pl.col("step") == 1)
                 .select("node", "tid", "pos", (pl.col("level") - 1).alias("depth")))

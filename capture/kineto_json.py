@@ -29,7 +29,7 @@ OP_CATS = ("cpu_op", "user_annotation")
 CALL_CATS = ("cuda_runtime", "cuda_driver")
 GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "copy", "gpu_memset": "memset", "cuda_sync": "sync"}
 _READ_CHUNK = 1 << 20  # decompressed bytes per piece
-_DECODE_BATCH = 1 << 19  # text decoded at a time: ~1,500 events
+_DECODE_BATCH = 1 << 20  # text decoded at a time: ~3,000 events
 
 _EMPTY_RAW = msgspec.Raw(b"")
 
