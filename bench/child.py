@@ -33,7 +33,7 @@ def hta_parse(trace_dir: str) -> None:
 # ``hta.trace_analysis`` brings its own.
 IMPORTS = {
     "zym_analyze": ("zym.analysis", "zym.capture.kineto"),
-    "zym_import": ("zym.capture.kineto", "zym.schemas.io"),
+    "zym_import": ("zym.capture.kineto", "zym.schemas.io", "pyarrow.parquet"),
     "hta_parse": ("hta.trace_analysis",),
 }
 

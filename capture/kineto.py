@@ -28,8 +28,14 @@ from zym.schemas.errors import InputError
 from zym.schemas.meta import CaptureMeta
 from zym.schemas.stacks import intern_forest, intern_frames
 
-from .kineto_json import (CALL_CATS, CAT_TYPE, GPU_CATS, OP_CATS, PYTHON_CATS, _TraceFile,
-                          read_events)
+from .kineto_json import (
+    CALL_CATS,
+    CAT_TYPE,
+    GPU_CATS,
+    OP_CATS,
+    _TraceFile,
+    read_events,
+)
 
 Progress = Callable[[str], None]
 

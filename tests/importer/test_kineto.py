@@ -224,6 +224,46 @@ def test_sample_streams_and_matches_whole_decoding(sample_trace, monkeypatch):
         assert streamed[table].equals(whole[table]), table
 
 
+def test_fast_and_general_decoders_give_the_same_tables(sample_trace, monkeypatch):
+    """The per-category decoder (tagged union on "cat") and the general one it falls back to
+    read the same columns: force the fallback for every batch and compare."""
+    import msgspec
+    from zym.capture import kineto_json
+
+    fast, _ = load_kineto(sample_trace)
+    calls = []
+
+    class Refuses:
+        def decode(self, text):
+            calls.append(1)
+            raise msgspec.ValidationError("forced fallback")
+
+    monkeypatch.setattr(kineto_json, "_FAST_DECODER", Refuses())
+    general, _ = load_kineto(sample_trace)
+    assert len(calls) > 10  # every batch went through the general decoder
+    for table in fast:
+        assert fast[table].equals(general[table]), table
+
+
+def test_an_event_of_another_phase_or_category_falls_back_and_is_kept_out(tmp_path):
+    """A complete-event category with another phase (an instant "i") or an unknown category
+    sends its batch to the general decoder, which keeps only complete events."""
+    b = KinetoBuilder()
+    for _ in range(5):
+        decode_step(b)
+    expected = load_kineto(b.write(tmp_path / "plain.json", kineto_layout=True))[0]
+    b.events += [
+        {"ph": "i", "cat": "cpu_op", "name": "aten::instant", "pid": 1, "tid": 1, "ts": 1.0,
+         "s": "t"},
+        {"ph": "X", "cat": "some_new_category", "name": "x", "pid": 1, "tid": 1, "ts": 1.0,
+         "dur": 1.0},
+    ]
+    odd = b.write(tmp_path / "odd.json", kineto_layout=True)
+    got = load_kineto(odd)[0]
+    for table in expected:
+        assert got[table].equals(expected[table]), table
+
+
 def test_small_pieces_cut_events_anywhere(tmp_path, monkeypatch):
     from zym.capture import kineto_json
 
