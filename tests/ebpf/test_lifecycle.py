@@ -207,8 +207,8 @@ def test_pid_attach_follows_children_forked_before(fake_cuda, tmp_path):
     # A Python parent (no CUDA itself) whose worker, started before the attach, uses the GPU.
     go = tmp_path / "go"
     parent = subprocess.Popen(
-        [sys.executable, "-c", "import subprocess, sys; "
-         f"sys.exit(subprocess.run([sys.executable, {str(WORKLOAD)!r}]).returncode)"],
+        [sys.executable, "-c", ("import subprocess, sys; "
+                                f"sys.exit(subprocess.run([sys.executable, {str(WORKLOAD)!r}]).returncode)")],
         env={**os.environ, "FAKECUDA": "libcuda.so.1", "LD_LIBRARY_PATH": str(fake_cuda),
              "GO_FILE": str(go), "ITERS": "3", "SYNC_US": "1000", "LINGER": "0.3"})
     try:
