@@ -46,8 +46,8 @@ def intern_forest(nodes: pl.DataFrame, first_id: int = 0) -> tuple[pl.DataFrame,
     paths = (forest.filter(pl.col("row") == pl.col("first_row"))
              .sort("size", "row")
              .with_columns(pl.int_range(pl.len(), dtype=pl.Int64).add(first_id).alias("stack_id")))
-    stack_of_row = (pl.Series([None], dtype=pl.Int64).extend_constant(None, forest.height - 1)
-                    .scatter(paths["row"], paths["stack_id"]))
+    stack_of_row = pl.repeat(None, forest.height, dtype=pl.Int64, eager=True).scatter(
+        paths["row"], paths["stack_id"])
     node_stack = forest.select(
         "node", stack_of_row.gather(forest["first_row"]).alias("stack_id"))
     stack_of_path = node_stack["stack_id"]

@@ -276,3 +276,14 @@ def test_small_pieces_cut_events_anywhere(tmp_path, monkeypatch):
     got = load_kineto(path)[0]
     for table in expected:
         assert got[table].equals(expected[table]), table
+
+
+def test_a_trace_with_gpu_activity_only_imports(tmp_path):
+    """No CPU events at all (a GPU-only export): empty stack tables, the GPU work kept."""
+    path = tmp_path / "gpu_only.json"
+    path.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1.0, "dur": 2.0,
+         "args": {"correlation": 5, "device": 0, "stream": 7}}]}))
+    tables, _ = load_kineto(path)
+    assert tables["gpu"].height == 1 and tables["gpu"]["dur_ns"].to_list() == [2000]
+    assert tables["stack"].height == tables["call"].height == tables["span"].height == 0

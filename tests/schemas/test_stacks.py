@@ -61,3 +61,10 @@ def test_cycles_are_refused():
     nodes = pl.DataFrame({"node": [1, 2], "parent": [2, 1], "frame_id": [0, 0]})
     with pytest.raises(ValueError, match="cyclic"):
         intern_forest(nodes)
+
+
+def test_an_empty_forest_interns_to_nothing():
+    nodes = pl.DataFrame(schema={"node": pl.Int64, "parent": pl.Int64, "frame_id": pl.Int64})
+    node_stack, stacks = intern_forest(nodes)
+    assert node_stack.height == 0 and stacks.height == 0
+    assert stacks.columns == ["stack_id", "parent_id", "frame_id", "depth"]
