@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import networkx as nx
 import polars as pl
 from zym.schemas.apis import is_blocking_api
+from zym.schemas.stacks import MAX_ROUNDS
 
 from .correlate import launch_stack_ids
 from .load import CaptureData
@@ -58,7 +59,7 @@ def stack_nodes(frames: pl.DataFrame, stacks: pl.DataFrame) -> pl.DataFrame:
         pl.when(pl.col("kind") == "torch_op").then(row).alias("op"),
         pl.when(pl.col("name").str.starts_with("nn.Module: ")).then(row).alias("module"),
         parent_row.alias("jump"))
-    for _ in range(MAX_DEPTH_ROUNDS):
+    for _ in range(MAX_ROUNDS):
         if near["jump"].null_count() == near.height:
             break
         jump = pl.col("jump")
@@ -72,9 +73,6 @@ def stack_nodes(frames: pl.DataFrame, stacks: pl.DataFrame) -> pl.DataFrame:
         module_name.gather(module_of).alias("module"),
         module_name.gather(module_of.gather(near["user"])).alias("user_module"),
     ).sort("depth", maintain_order=True)
-
-
-MAX_DEPTH_ROUNDS = 40  # 2**40 levels: more would mean cyclic parent links
 
 
 def build_call_paths(data: CaptureData) -> CallPaths:

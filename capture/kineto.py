@@ -49,9 +49,8 @@ def events_to_tables(groups: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]
     ``with_columns`` (no copy of the other columns). ``groups`` is consumed.
     """
     names, shapes = groups.pop("names"), groups.pop("shapes")
-    py, op, call = _numbered([groups.pop("python"), groups.pop("op"),
-                              _drop_nested_driver_calls(
-                                  groups.pop("call").with_columns(_TIMES).drop("ts_us", "dur_us"))])
+    py, op, call = _numbered([_in_ns(groups.pop("python")), _in_ns(groups.pop("op")),
+                              _drop_nested_driver_calls(_in_ns(groups.pop("call")))])
     frames, py, op, call = _with_frames(names, py, op, call)
     parents = _parents(py, pl.concat([g.select("node", "tid", "ts_ns", "dur_ns") for g in (op, call)]))
     node_stack, stacks = intern_forest(
@@ -67,21 +66,24 @@ def events_to_tables(groups: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]
         "stack": stacks,
         "span": _spans(py, op, shapes),
         "call": calls,
-        "gpu": _gpu(groups.pop("gpu").with_columns(_TIMES).drop("ts_us", "dur_us"), calls),
+        "gpu": _gpu(_in_ns(groups.pop("gpu")), calls),
     }
 
 
-_TIMES = [(pl.col("ts_us") * 1000).round().cast(pl.Int64).alias("ts_ns"),
-          (pl.col("dur_us").fill_null(0) * 1000).round().cast(pl.Int64).alias("dur_ns")]
+def _in_ns(group: pl.DataFrame) -> pl.DataFrame:
+    """Kineto's microsecond times (floats, ns in the fraction) as integer ns."""
+    return group.with_columns(
+        (pl.col("ts_us") * 1000).round().cast(pl.Int64).alias("ts_ns"),
+        (pl.col("dur_us").fill_null(0) * 1000).round().cast(pl.Int64).alias("dur_ns"),
+    ).drop("ts_us", "dur_us")
 
 
 def _numbered(cpu_groups: list[pl.DataFrame]) -> list[pl.DataFrame]:
-    """The CPU groups with times in ns and a ``node`` id, numbered across the groups."""
+    """The CPU groups with a ``node`` id each, numbered across the groups in order."""
     out, first = [], 0
     for group in cpu_groups:
-        out.append(group.with_columns(_TIMES if "ts_us" in group.columns else [])
-                   .drop("ts_us", "dur_us", strict=False)  # the calls come converted
-                   .with_columns(pl.int_range(first, first + pl.len(), dtype=pl.Int64).alias("node")))
+        out.append(group.with_columns(
+            pl.int_range(first, first + pl.len(), dtype=pl.Int64).alias("node")))
         first += group.height
     return out
 
@@ -92,16 +94,16 @@ def _with_frames(names: pl.DataFrame, *cpu_groups: pl.DataFrame) -> list[pl.Data
     Frames are parsed once per distinct (category, name), not once per event; rows find theirs
     in a table indexed by name id and category code (a gather, no join)."""
     n_cats = len(CAT_TYPE.categories)
-    key = pl.col("name_id").cast(pl.Int64) * n_cats + pl.col("cat").to_physical()
+    key = (pl.col("name_id").cast(pl.Int64) * n_cats + pl.col("cat").to_physical()).alias("key")
     keys = (pl.concat([g.select("cat", "name_id") for g in cpu_groups]).unique(maintain_order=True)
             .join(names, on="name_id", how="left", maintain_order="left")
             .with_columns(_frame_columns()))
     frames = intern_frames(keys.select("kind", pl.col("name_f").alias("name"), "file", "line"))
     keys = keys.join(frames.rename({"name": "name_f"}), on=["kind", "name_f", "file", "line"],
                      how="left", nulls_equal=True, maintain_order="left")
-    lookup = pl.Series([None], dtype=pl.Int64).extend_constant(None, names.height * n_cats)
-    lookup = lookup.scatter(keys.select(key)["name_id"], keys["frame_id"])
-    return [frames, *(g.with_columns(lookup.gather(g.select(key)["name_id"]).alias("frame_id"))
+    lookup = pl.repeat(None, names.height * n_cats, dtype=pl.Int64, eager=True).scatter(
+        keys.select(key)["key"], keys["frame_id"])
+    return [frames, *(g.with_columns(lookup.gather(g.select(key)["key"]).alias("frame_id"))
                       for g in cpu_groups)]
 
 

@@ -13,7 +13,7 @@ is decoded whole instead, with the same result.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from itertools import compress, repeat
 from operator import attrgetter, eq
 from pathlib import Path
@@ -45,42 +45,10 @@ class _Dim3(msgspec.Struct, array_like=True, frozen=True, gc=False):
 _NO_DIM = _Dim3()
 
 
-class _Args(msgspec.Struct, gc=False):
-    """Every ``args`` field zym reads, for events of any category (the general decoder)."""
-
-    external_id: int | None = msgspec.field(default=None, name="External id")
-    correlation: int | None = None
-    python_id: int | None = msgspec.field(default=None, name="Python id")
-    python_parent_id: int | None = msgspec.field(default=None, name="Python parent id")
-    device: int | None = None
-    stream: int | None = None
-    bytes: int | None = None
-    cbid: int | None = None
-    grid: _Dim3 = _NO_DIM
-    block: _Dim3 = _NO_DIM
-    graph_id: int | None = msgspec.field(default=None, name="graph id")
-    # Kept as JSON text: shapes nest to varying depth (tensor lists), and only rules read them.
-    input_dims: msgspec.Raw = msgspec.field(default=_EMPTY_RAW, name="Input Dims")
-    input_type: msgspec.Raw = msgspec.field(default=_EMPTY_RAW, name="Input type")
-
-
-class _Event(msgspec.Struct, gc=False):
-    """Any trace event (the general decoder)."""
-
-    ph: str = ""
-    cat: str | None = None
-    name: str | None = None
-    pid: int | str | None = None
-    tid: int | str | None = None
-    ts: float | None = None
-    dur: float | None = None
-    args: _Args = msgspec.field(default_factory=_Args)
-
-
-# The fast decoder: one struct per category, told apart by "cat" (a msgspec tagged union), each
-# with only its own fields, and one empty struct per category zym skips. A batch with an event
-# outside these categories, or without "cat" (Kineto's trailing metadata), falls back to the
-# general decoder above; both give the same columns, as the attribute names are the same.
+# Two decoders. The fast one: one struct per category, told apart by "cat" (a msgspec tagged
+# union), each with only its own fields, and one empty struct per category zym skips. A batch
+# with an event outside these categories, or without "cat" (Kineto's trailing metadata), falls
+# back to the general one (``_Event``); both give the same columns, as attribute names agree.
 class _PythonArgs(msgspec.Struct, gc=False):
     python_id: int | None = msgspec.field(default=None, name="Python id")
     python_parent_id: int | None = msgspec.field(default=None, name="Python parent id")
@@ -88,6 +56,7 @@ class _PythonArgs(msgspec.Struct, gc=False):
 
 class _OpArgs(msgspec.Struct, gc=False):
     external_id: int | None = msgspec.field(default=None, name="External id")
+    # Kept as JSON text: shapes nest to varying depth (tensor lists), and only rules read them.
     input_dims: msgspec.Raw = msgspec.field(default=_EMPTY_RAW, name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=_EMPTY_RAW, name="Input type")
 
@@ -109,6 +78,36 @@ class _GpuArgs(msgspec.Struct, gc=False):
     graph_id: int | None = msgspec.field(default=None, name="graph id")
 
 
+_ARGS_OF_GROUP = {"python": _PythonArgs, "op": _OpArgs, "call": _CallArgs, "gpu": _GpuArgs}
+
+
+def _union_struct(name: str, structs: Iterable[type]) -> type:
+    """One struct with every field of ``structs`` (same names, JSON names and defaults)."""
+    fields = {}
+    for struct in structs:
+        for f in msgspec.structs.fields(struct):  # all have plain defaults
+            fields.setdefault(f.name, (f.name, f.type,
+                                       msgspec.field(default=f.default, name=f.encode_name)))
+    return msgspec.defstruct(name, list(fields.values()), gc=False)
+
+
+# Every ``args`` field zym reads, for events of any category (the general decoder).
+_Args = _union_struct("_Args", _ARGS_OF_GROUP.values())
+
+
+class _Event(msgspec.Struct, gc=False):
+    """Any trace event (the general decoder)."""
+
+    ph: str = ""
+    cat: str | None = None
+    name: str | None = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: float | None = None
+    dur: float | None = None
+    args: _Args = msgspec.field(default_factory=_Args)
+
+
 class _Tagged(msgspec.Struct, tag_field="cat", gc=False):
     pass
 
@@ -122,7 +121,6 @@ class _Complete(_Tagged):
     dur: float | None = None
 
 
-_ARGS_OF_GROUP = {"python": _PythonArgs, "op": _OpArgs, "call": _CallArgs, "gpu": _GpuArgs}
 # Kineto's other categories (ActivityType names, flows, the profiler's own spans).
 _SKIPPED_CATS = ("ac2g", "fwdbwd", "gpu_user_annotation", "overhead", "Trace",
                  "cpu_instant_event", "external_correlation", "cuda_profiler_range",
