@@ -361,7 +361,10 @@ def _group_frame(group: str, events: list, names: _Interner, shapes: _Interner
     cols = {"cat": pl.repeat(cats[0], len(events), dtype=CAT_TYPE, eager=True) if len(cats) == 1
             else _columns(events, "cat")[0],
             "pid": _int_column(pid), "tid": _int_column(tid), "ts_us": ts, "dur_us": dur}
-    cols["name" if group == "gpu" else "name_id"] = name if group == "gpu" else names(name)
+    if group == "gpu":  # kernel names: a few per path, kept as text
+        cols["name"] = name
+    else:
+        cols["name_id"] = names(name)
     fields = [f for f in schema if f not in cols]
     cols.update(zip(fields, _columns(args, *[_ARG_ATTR[f] for f in fields])))
     if group == "op":  # shapes stay JSON text, by id (an absent one: empty, a null id)
