@@ -5,9 +5,7 @@ One primitive, ``match_rows``, serves the call paths and the rules alike.
 from __future__ import annotations
 
 import polars as pl
-
-# CUPTI correlation ids are 32-bit: (pid, correlation id) packs into one int64 join key.
-_KEY = (pl.col("pid").cast(pl.Int64) * (1 << 32) + pl.col("correlation_id")).alias("_key")
+from zym.schemas.lookup import first_row_of
 
 
 def match_rows(src_pid: pl.Series, src_corr: pl.Series, dst_pid: pl.Series,
@@ -15,26 +13,19 @@ def match_rows(src_pid: pl.Series, src_corr: pl.Series, dst_pid: pl.Series,
     """For each destination row, the row of ``src`` with the same (pid, correlation id), or
     null.
 
-    CUPTI numbers correlation ids densely within a process, so with one process and compact
-    ids (the usual case) this is an array indexed by correlation id and one gather; otherwise
-    a hash join on the packed key. A correlation id that two source rows share (a producer
-    bug) matches the first, so GPU time is never counted twice.
+    CUPTI numbers correlation ids densely within a process, so with one process (the usual
+    case) the id alone is the key, and the lookup an array gather; with several, CUPTI's 32-bit
+    ids pack with the pid into one int64 key. A correlation id that two source rows share (a
+    producer bug) matches the first, so GPU time is never counted twice.
     """
-    n = src_corr.len()
     pids = pl.concat([src_pid.drop_nulls().unique(), dst_pid.drop_nulls().unique()]).unique()
-    lo = min(int(src_corr.min() or 0), int(dst_corr.min() or 0))
-    hi = max(int(src_corr.max() or 0), int(dst_corr.max() or 0))
-    if pids.len() <= 1 and lo >= 0 and hi < 4 * (n + dst_corr.len()) + 1024:
-        ok = src_corr.is_not_null()
-        rows = pl.int_range(n, eager=True).cast(pl.Int64).filter(ok).reverse()
-        pos = pl.repeat(None, hi + 1, dtype=pl.Int64, eager=True).scatter(
-            src_corr.filter(ok).reverse(), rows)  # reversed: the first row of an id wins
-        return pos.gather(dst_corr)
-    src = (pl.DataFrame({"pid": src_pid, "correlation_id": src_corr}).with_row_index("row")
-           .select(_KEY, pl.col("row").cast(pl.Int64)).filter(pl.col("_key").is_not_null())
-           .unique("_key", keep="first"))
-    dst = pl.DataFrame({"pid": dst_pid, "correlation_id": dst_corr}).select(_KEY)
-    return dst.join(src, on="_key", how="left", maintain_order="left")["row"]
+    if pids.len() <= 1:
+        return first_row_of(src_corr, dst_corr)
+    return first_row_of(_packed(src_pid, src_corr), _packed(dst_pid, dst_corr))
+
+
+def _packed(pid: pl.Series, corr: pl.Series) -> pl.Series:
+    return pid.cast(pl.Int64) * (1 << 32) + corr.cast(pl.Int64)
 
 
 def launch_stack_ids(calls: pl.DataFrame, gpu: pl.DataFrame, missing: int = -1) -> pl.Series:

@@ -25,6 +25,7 @@ from pathlib import Path
 import polars as pl
 from zym.schemas.apis import api_copy_kind, api_kind
 from zym.schemas.errors import InputError
+from zym.schemas.lookup import first_row_of
 from zym.schemas.meta import CaptureMeta
 from zym.schemas.stacks import intern_forest, intern_frames
 
@@ -95,7 +96,12 @@ def _with_frames(names: pl.DataFrame, *cpu_groups: pl.DataFrame) -> list[pl.Data
     in a table indexed by name id and category code (a gather, no join)."""
     n_cats = len(CAT_TYPE.categories)
     key = (pl.col("name_id").cast(pl.Int64) * n_cats + pl.col("cat").to_physical()).alias("key")
-    keys = (pl.concat([g.select("cat", "name_id") for g in cpu_groups]).unique(maintain_order=True)
+    seen = pl.repeat(False, names.height * n_cats, dtype=pl.Boolean, eager=True)
+    for g in cpu_groups:  # the (name, category) pairs that occur, by marking their keys
+        seen = seen.scatter(g.select(key)["key"], True)
+    pair = seen.arg_true().cast(pl.Int64)
+    keys = (pl.DataFrame({"name_id": (pair // n_cats).cast(pl.UInt32),
+                          "cat": pl.Series(CAT_TYPE.categories, dtype=CAT_TYPE).gather(pair % n_cats)})
             .join(names, on="name_id", how="left", maintain_order="left")
             .with_columns(_frame_columns()))
     frames = intern_frames(keys.select("kind", pl.col("name_f").alias("name"), "file", "line"))
@@ -153,49 +159,60 @@ def _parents(py: pl.DataFrame, nested: pl.DataFrame) -> pl.DataFrame:
     thread (RecordFunction keeps these well nested), and for the outermost ones, the innermost
     Python frame running at their start.
     """
-    py_parent = py.join(py.select(pl.col("python_id").alias("python_parent_id"),
-                                  pl.col("node").alias("parent")),
-                        on="python_parent_id", how="left").select("node", "parent")
-    op_parent = nest_intervals(nested)
-    roots = op_parent.filter(pl.col("parent").is_null()).join(nested, on="node").select(
-        "node", "tid", "ts_ns")
+    py_node = py["node"]
+    py_parent = py.select("node", py_node.gather(first_row_of(py["python_id"],
+                                                              py["python_parent_id"]))
+                          .alias("parent"))
+    op_parent = nested.select("node", "tid", "ts_ns", nest_intervals(nested))
+    roots = op_parent.filter(pl.col("parent").is_null()).drop("parent")
     root_parent = innermost_enclosing(roots, py.select("node", "tid", "ts_ns", "dur_ns"),
                                       py_parent)
-    op_parent = op_parent.filter(pl.col("parent").is_not_null())
+    op_parent = op_parent.filter(pl.col("parent").is_not_null()).select("node", "parent")
     return pl.concat([py_parent, op_parent, root_parent], how="vertical")
 
 
-def nest_intervals(iv: pl.DataFrame) -> pl.DataFrame:
-    """Parent of each interval in a set that nests properly per thread, by one sort.
+def nest_intervals(iv: pl.DataFrame) -> pl.Series:
+    """Parent node of each interval (null at the top), in row order, for intervals that nest
+    properly per thread.
 
-    ``iv``: ``node, tid, ts_ns, dur_ns``. Opens and closes are sorted together (at one instant:
-    closes first, then opens longest first, then closes of zero-length intervals), a running sum
-    gives each open its depth, and its parent is the latest earlier open one level up.
-    Returns ``node, parent`` (parent null at depth 0).
+    ``iv``: ``node, tid, ts_ns, dur_ns``. In preorder (thread, start, longest first, node), an
+    interval's depth is the number of earlier intervals of its thread still open when it
+    opens, and its parent is the latest earlier interval one level up: a few sorts and
+    sorted-array searches, no join. Every open and close gets one integer key that orders
+    threads, then instants, then, at one instant, closes of intervals that have length before
+    opens before closes of zero-length ones; identical intervals nest in node order.
     """
-    # Ties: at one instant, closes of intervals that have length, then opens (longest first,
-    # then in node order), then closes of zero-length intervals; identical intervals nest in
-    # node order, so the later-opened one closes first.
-    opens = iv.select("node", "tid", pl.col("ts_ns").alias("t"), pl.lit(1, pl.Int8).alias("step"),
-                      pl.lit(1, pl.Int8).alias("order"), (-pl.col("dur_ns")).alias("tie"),
-                      pl.col("node").alias("tie2"))
-    closes = iv.select("node", "tid", (pl.col("ts_ns") + pl.col("dur_ns")).alias("t"),
-                       pl.lit(-1, pl.Int8).alias("step"),
-                       pl.when(pl.col("dur_ns") == 0).then(2).otherwise(0).cast(pl.Int8)
-                       .alias("order"), (-pl.col("ts_ns")).alias("tie"),
-                       (-pl.col("node")).alias("tie2"))
-    timeline = (pl.concat([opens, closes]).sort("tid", "t", "order", "tie", "tie2")
-                # Each thread's opens and closes cancel out, so one running sum over the sorted
-                # threads restarts at zero at every thread.
-                .with_columns(pl.col("step").cast(pl.Int32).cum_sum().alias("level"))
-                .with_row_index("pos")
-                .filter(pl.col("step") == 1)
-                .select("node", "tid", "pos", (pl.col("level") - 1).alias("depth")))
-    parents = timeline.select("tid", "pos", pl.col("depth"), pl.col("node").alias("parent"))
-    return (timeline.with_columns((pl.col("depth") - 1).alias("parent_depth"))
-            .join_asof(parents, on="pos", by_left=["tid", "parent_depth"],
-                       by_right=["tid", "depth"], strategy="backward", check_sortedness=False)
-            .select("node", "parent"))
+    n = iv.height
+    if n == 0:
+        return pl.Series("parent", [], dtype=pl.Int64)
+    t0 = iv["ts_ns"].min()
+    width = 3 * (int((iv["ts_ns"] + iv["dur_ns"]).max() - t0) + 1)  # key space of one thread
+    threads = iv["tid"].n_unique() + 1
+    if threads * width >= 1 << 62:
+        raise ValueError(f"{threads} threads over {width // 3} ns: too many to nest in int64 keys")
+    base = (pl.col("tid").rank("dense").fill_null(0).cast(pl.Int64) * width).alias("base")
+    end = pl.col("ts_ns") + pl.col("dur_ns")
+    pre = iv.select(
+        pl.int_range(n, dtype=pl.Int64).alias("row"), "node", "dur_ns", base,
+        (base + 3 * (pl.col("ts_ns") - t0) + 1).alias("open"),
+        (base + 3 * (end - t0) + pl.when(pl.col("dur_ns") == 0).then(2).otherwise(0))
+        .alias("close"),
+    ).sort("open", "dur_ns", "node", descending=[False, True, False])
+    closes, opens = pre["close"].sort(), pre["open"]
+    position = pl.int_range(n, dtype=pl.Int64, eager=True)
+    earlier = position - opens.search_sorted(pre["base"], side="left").cast(pl.Int64)
+    closed = (closes.search_sorted(opens, side="left").cast(pl.Int64)
+              - closes.search_sorted(pre["base"], side="left").cast(pl.Int64))
+    depth = earlier - closed
+    # The latest earlier interval one level up: the largest (depth, position) key below
+    # (depth - 1, position). At depth > 0 it exists and is on the same thread, because a
+    # thread's first interval is at depth 0.
+    level = (depth * n + position).sort()
+    up = level.gather((level.search_sorted(depth * n + position - n, side="left")
+                       .cast(pl.Int64) - 1).clip(0)) % n
+    parent = pre["node"].gather(pl.select(pl.when(depth > 0).then(up)).to_series())
+    return pl.repeat(None, n, dtype=pl.Int64, eager=True).scatter(pre["row"], parent).alias(
+        "parent")
 
 
 def innermost_enclosing(points: pl.DataFrame, iv: pl.DataFrame,
@@ -212,11 +229,9 @@ def innermost_enclosing(points: pl.DataFrame, iv: pl.DataFrame,
                        (pl.col("ts_ns") + pl.col("dur_ns")).alias("c_end"))
              .sort("c_ts", "c_end", descending=[False, True])
              .with_row_index("cand").with_columns(pl.col("cand").cast(pl.Int64)))
-    up = spans.select("node").join(  # each interval's parent, as a row of ``spans``
-        iv_parent.join(spans.select(pl.col("node").alias("parent"), pl.col("cand").alias("up")),
-                       on="parent", how="left"),
-        on="node", how="left", maintain_order="left")["up"]
     node_of, end_of = spans["node"], spans["c_end"]
+    parent_of = iv_parent["parent"].gather(first_row_of(iv_parent["node"], node_of))
+    up = first_row_of(node_of, parent_of)  # each interval's parent, as a row of ``spans``
     cur = points.sort("ts_ns").join_asof(spans.select("cand", "tid", "c_ts"), left_on="ts_ns",
                                          right_on="c_ts", by="tid", strategy="backward",
                                          check_sortedness=False).select("node", "ts_ns", "cand")

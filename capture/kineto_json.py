@@ -28,7 +28,9 @@ PYTHON_CATS = ("python_function",)
 OP_CATS = ("cpu_op", "user_annotation")
 CALL_CATS = ("cuda_runtime", "cuda_driver")
 GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "copy", "gpu_memset": "memset", "cuda_sync": "sync"}
-_READ_CHUNK = 1 << 20  # decompressed bytes per piece
+_READ_CHUNK = 1 << 20  # bytes per piece of plain text
+_GZ_READ = 1 << 16  # compressed bytes per read
+_PIECE_CAP = 1 << 24  # decompressed bytes per piece, at most
 _DECODE_BATCH = 1 << 20  # text decoded at a time: ~3,000 events
 
 _EMPTY_RAW = msgspec.Raw(b"")
@@ -175,10 +177,12 @@ def _pieces(f: BinaryIO, path: Path) -> Iterator[bytes]:
     d = isal_zlib.decompressobj(wbits=31)  # ISA-L: zlib's format, about 3x the speed
     try:
         while not d.eof:
-            chunk = d.unconsumed_tail or f.read(_READ_CHUNK)
+            # Small reads: Kineto's text compresses ~15:1, so a piece is about _READ_CHUNK; the
+            # cap only bounds a bomb, and leaves no unconsumed tail (a copy) in the usual case.
+            chunk = d.unconsumed_tail or f.read(_GZ_READ)
             if not chunk:
                 break
-            yield d.decompress(chunk, _READ_CHUNK)
+            yield d.decompress(chunk, _PIECE_CAP)
     except isal_zlib.error as e:
         raise InputError(f"{path}: corrupt gzip data ({e})") from e
     if not d.eof:

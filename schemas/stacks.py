@@ -7,12 +7,16 @@ frame); ``intern_forest`` turns it into trie ids so that identical root-to-node 
 Each node's whole root path is reduced to a 64-bit polynomial hash by pointer jumping: in every
 round a node adds its current ancestor's segment to its own and jumps to that ancestor's
 ancestor, so a forest of depth D takes log2(D) rounds of column gathers, not D rounds of joins
-and not one Python step per node. Nodes with equal (hash, depth, frame) have the same path.
-All of it is polars expressions: UInt64 arithmetic wraps mod 2**64, which the hash relies on.
+and not one Python step per node. Nodes with equal (hash, depth) have the same path, and
+paths are numbered by a sort of that one key: no joins or group-bys, which on a trace's
+hundred thousand nodes cost more memory than the data. UInt64 arithmetic in polars wraps mod
+2**64, which the hash relies on.
 """
 from __future__ import annotations
 
 import polars as pl
+
+from .lookup import first_row_of
 
 MAX_ROUNDS = 40  # 2**40 levels: more rounds means cyclic parent links
 _BASE = 0x9E3779B97F4A7C15  # odd 64-bit multiplier
@@ -35,43 +39,49 @@ def intern_forest(nodes: pl.DataFrame, first_id: int = 0) -> tuple[pl.DataFrame,
     [0, 1, 1]
     """
     nodes = nodes.select("node", "parent", pl.col("frame_id").cast(pl.Int64)).sort("node")
-    rows = nodes.select(pl.col("node").alias("parent"),
-                        pl.int_range(pl.len(), dtype=pl.Int64).alias("parent_row"))
-    forest = (nodes.join(rows, on="parent", how="left", maintain_order="left")
-              .with_row_index("row").with_columns(pl.col("row").cast(pl.Int64)))
-    forest = forest.with_columns(_path_hashes(forest))
-    # One row per distinct path (its first node in key order), numbered depth-major.
-    forest = forest.with_columns(
-        pl.col("row").min().over("size", "hash", "frame_id").alias("first_row"))
-    paths = (forest.filter(pl.col("row") == pl.col("first_row"))
-             .sort("size", "row")
-             .with_columns(pl.int_range(pl.len(), dtype=pl.Int64).add(first_id).alias("stack_id")))
-    stack_of_row = pl.repeat(None, forest.height, dtype=pl.Int64, eager=True).scatter(
-        paths["row"], paths["stack_id"])
-    node_stack = forest.select(
-        "node", stack_of_row.gather(forest["first_row"]).alias("stack_id"))
-    stack_of_path = node_stack["stack_id"]
-    stacks = paths.select(
-        "stack_id",
-        stack_of_path.gather(paths["parent_row"]).alias("parent_id"),
-        "frame_id",
-        (pl.col("size") - 1).cast(pl.Int32).alias("depth"),
-    )
+    if nodes.height == 0:
+        return (pl.DataFrame(schema={"node": nodes["node"].dtype, "stack_id": pl.Int64}),
+                pl.DataFrame(schema={"stack_id": pl.Int64, "parent_id": pl.Int64,
+                                     "frame_id": pl.Int64, "depth": pl.Int32}))
+    frame, parent_row = nodes["frame_id"], first_row_of(nodes["node"], nodes["parent"])
+    # Each distinct path gets a number and its first row; stack ids go depth-major, then by
+    # that first row.
+    hashes, size = _path_hashes(frame, parent_row)
+    path = _path_numbers(hashes, size)
+    n_paths = int(path.max()) + 1
+    rows = pl.int_range(nodes.height, dtype=pl.Int64, eager=True)
+    first_row = pl.repeat(None, n_paths, dtype=pl.Int64, eager=True).scatter(
+        path.reverse(), rows.reverse())  # reversed: a path's first row is written last
+    paths = (pl.DataFrame({"first_row": first_row, "size": size.gather(first_row)})
+             .with_row_index("path").sort("size", "first_row"))
+    ids = pl.int_range(first_id, first_id + n_paths, dtype=pl.Int64, eager=True)
+    stack_of_path = pl.repeat(None, n_paths, dtype=pl.Int64, eager=True).scatter(
+        paths["path"], ids)
+    node_stack_ids = stack_of_path.gather(path)
+    node_stack = pl.DataFrame({"node": nodes["node"], "stack_id": node_stack_ids})
+    first_rows = paths["first_row"]
+    stacks = pl.DataFrame({
+        "stack_id": ids,
+        "parent_id": node_stack_ids.gather(parent_row.gather(first_rows)),
+        "frame_id": frame.gather(first_rows),
+        "depth": (paths["size"] - 1).cast(pl.Int32),
+    })
     return node_stack, stacks
 
 
-def _path_hashes(forest: pl.DataFrame) -> list[pl.Series]:
-    """Per row: a hash of the frames on its root path (``hash``) and the path's length, depth
-    + 1 (``size``). ``forest`` has ``frame_id`` and ``parent_row`` (null at a root).
+def _path_hashes(frame: pl.Series, parent_row: pl.Series) -> tuple[pl.Series, pl.Series]:
+    """Per row: a hash of the frames on its root path, and the path's length (depth + 1).
 
-    A segment's hash is sum(frame_i * B**i), nearest frame first; ``power`` carries B**length,
-    so joining a segment to its ancestor's is one multiply-add."""
-    state = forest.select(_mix(pl.col("frame_id").cast(pl.UInt64)).alias("hash"),
-                          pl.lit(_BASE, pl.UInt64).alias("power"),
-                          pl.lit(1, pl.Int64).alias("size"), pl.col("parent_row").alias("anc"))
+    ``parent_row``: each row's parent row (null at a root). A segment's hash is
+    sum(frame_i * B**i), nearest frame first; ``power`` carries B**length, so joining a
+    segment to its ancestor's is one multiply-add."""
+    state = pl.DataFrame({"frame": frame, "anc": parent_row}).select(
+        _mix(pl.col("frame").cast(pl.UInt64)).alias("hash"),
+        pl.lit(_BASE, pl.UInt64).alias("power"),
+        pl.lit(1, pl.Int64).alias("size"), "anc")
     for _ in range(MAX_ROUNDS):
         if state["anc"].null_count() == state.height:
-            return [state["hash"], state["size"]]
+            return state["hash"], state["size"]
         up = pl.col("anc")
         # The ancestor's segment is further from the node: it takes the higher powers.
         state = state.select(
@@ -82,6 +92,16 @@ def _path_hashes(forest: pl.DataFrame) -> list[pl.Series]:
             up.gather(up).alias("anc"),
         )
     raise ValueError("call stacks with cyclic parent links (or deeper than 2**40 frames)")
+
+
+def _path_numbers(hashes: pl.Series, sizes: pl.Series) -> pl.Series:
+    """A dense number per distinct (size, hash) pair, for each row: one sort, no hash table."""
+    ordered = (pl.DataFrame({"size": sizes, "hash": hashes})
+               .with_row_index("row").sort("size", "hash"))
+    new_path = ((pl.col("size") != pl.col("size").shift()) | (pl.col("hash") != pl.col("hash").shift()))
+    number = ordered.select(new_path.fill_null(True).cum_sum().cast(pl.Int64) - 1).to_series()
+    return pl.repeat(None, ordered.height, dtype=pl.Int64, eager=True).scatter(
+        ordered["row"], number)
 
 
 def _mix(x: pl.Expr) -> pl.Expr:

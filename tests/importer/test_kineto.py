@@ -171,11 +171,28 @@ def _random_nested(rng: random.Random, n: int) -> list[tuple[int, int, int]]:
 
 @pytest.mark.parametrize("seed", range(5))
 def test_nest_intervals_matches_a_stack_walk(seed):
-    iv = _random_nested(random.Random(seed), 400)
-    df = pl.DataFrame({"node": [r[0] for r in iv], "tid": [1] * len(iv),
-                       "ts_ns": [r[1] for r in iv], "dur_ns": [r[2] - r[1] for r in iv]})
-    got = dict(nest_intervals(df).iter_rows())
-    assert got == _reference_parents(iv)
+    """Two threads over the same time range, rows shuffled: each nests on its own."""
+    rng = random.Random(seed)
+    threads = {7: _random_nested(rng, 400), 3: _random_nested(rng, 300)}
+    rows, want = [], {}
+    for tid, iv in threads.items():
+        offset = 10_000 * (tid == 3)  # distinct node keys per thread
+        rows += [(node + offset, tid, start, end - start) for node, start, end in iv]
+        want |= {node + offset: None if parent is None else parent + offset
+                 for node, parent in _reference_parents(iv).items()}
+    rng.shuffle(rows)
+    df = pl.DataFrame(rows, schema=["node", "tid", "ts_ns", "dur_ns"], orient="row")
+    assert dict(zip(df["node"], nest_intervals(df))) == want
+
+
+def test_nest_intervals_ties():
+    """At one instant: an interval that ends does not contain one that starts; identical
+    intervals nest in node order; zero-length ones at the same instant nest in node order."""
+    df = pl.DataFrame({"node": [1, 2, 3, 4, 5, 6], "tid": [1] * 6,
+                       "ts_ns": [0, 10, 10, 20, 20, 20], "dur_ns": [10, 5, 5, 0, 0, 3]})
+    got = dict(zip(df["node"], nest_intervals(df)))
+    assert got == {1: None, 2: None, 3: 2, 4: 6, 5: 4, 6: None}
+    assert got == _reference_parents([(r[0], r[2], r[2] + r[3]) for r in df.iter_rows()])
 
 
 def test_innermost_enclosing_walks_up_ended_candidates():
