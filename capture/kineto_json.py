@@ -362,7 +362,7 @@ def _group_frame(group: str, events: list, names: _Interner, shapes: _Interner
     schema = _GROUP_SCHEMAS[group]
     name, pid, tid, ts, dur, args = _columns(events, "name", "pid", "tid", "ts", "dur", "args")
     cats = _CATS_OF_GROUP[group]
-    cols = {"cat": pl.repeat(cats[0], len(events), dtype=CAT_TYPE, eager=True) if len(cats) == 1
+    cols = {"cat": _CAT_VALUE[cats[0]].new_from_index(0, len(events)) if len(cats) == 1
             else _columns(events, "cat")[0],
             "pid": _int_column(pid), "tid": _int_column(tid), "ts_us": ts, "dur_us": dur}
     if group == "gpu":  # kernel names: a few per path, kept as text
@@ -402,6 +402,7 @@ _ARG_ATTR = {"external_id": "external_id", "correlation_id": "correlation",
              "graph_id": "graph_id", "shape_id": "input_dims", "dtypes_id": "input_type",
              **{f"{d}_{axis}": f"{d}.{axis}" for d in ("grid", "block") for axis in "xyz"}}
 CAT_TYPE = pl.Enum([*_CATS])
+_CAT_VALUE = {cat: pl.Series("cat", [cat], dtype=CAT_TYPE) for cat in _CATS}  # repeated per batch
 _COMMON = {"cat": CAT_TYPE, "pid": pl.Int64, "tid": pl.Int64, "ts_us": pl.Float64,
            "dur_us": pl.Float64}
 _CPU = _COMMON | {"name_id": pl.UInt32}
