@@ -125,6 +125,8 @@ rules:
     having:                             # thresholds on measures
       count: {ge: 1000}
     cost: gpu_ns                        # the measure (ns) findings are ranked by
+    # {name:fmt} substitutes; {torch_op|api}: the first with a value; {? ... ?}: left out
+    # when a placeholder in it has no value (eBPF captures have no torch ops).
     message: >
       {count} kernels under 5 µs at {site} ({gpu_ns:ns}, {share:pct} of GPU time).
     fix: Fuse the small ops (torch.compile) or capture the loop in a CUDA graph.

@@ -6,6 +6,7 @@ measure relative to the same measure of the other groups. Each maps to one expre
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import polars as pl
@@ -168,10 +169,24 @@ def having_expr(having: dict) -> pl.Expr:
 # Message templates: substitution of names, never evaluation
 
 def render(template: str, values: dict[str, Any]) -> str:
-    """Fill ``{name}`` / ``{name:fmt}`` placeholders (fmt: ns, bytes, pct, x, int, float, str)."""
-    from .model import TEMPLATE
+    """Fill ``{name}`` / ``{name:fmt}`` placeholders (fmt: ns, bytes, pct, x, int, float, str);
+    ``{a|b}`` takes the first name that has a value, and a ``{? ... ?}`` part is left out
+    when one of its placeholders has none. One pass: substituted text is never rescanned."""
+    from .model import PARTS, TEMPLATE
 
-    return TEMPLATE.sub(lambda m: fmt(values.get(m.group(1)), m.group(2)), template)
+    def value(names: str) -> Any:
+        return next((values[n] for n in names.split("|") if values.get(n) is not None), None)
+
+    def part(m: re.Match) -> str:
+        optional, names, kind = m.groups()
+        if optional is None:
+            return fmt(value(names), kind)
+        inside = list(TEMPLATE.finditer(optional))
+        if any(value(p.group(1)) is None for p in inside):
+            return ""
+        return TEMPLATE.sub(lambda p: fmt(value(p.group(1)), p.group(2)), optional)
+
+    return PARTS.sub(part, template)
 
 
 def fmt(value: Any, kind: str | None) -> str:

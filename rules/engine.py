@@ -56,7 +56,7 @@ def evaluate_rules(analysis: Analysis, rules: Sequence[Rule],
 def rule_columns(rule: Rule) -> set[str]:
     """Event columns a rule reads: filters, groups, measures, labels in its templates, and
     what every rule needs (standard measures, occurrences, site keys)."""
-    from .model import TEMPLATE
+    from .model import template_names
     from .relations import EVENT_SITE_COLUMNS, SITE_COLUMNS
 
     cols = set(rule.group_by) | {"stack_id", *EVENT_SITE_COLUMNS}
@@ -81,7 +81,7 @@ def rule_columns(rule: Rule) -> set[str]:
         if "of" in spec:
             cols.add(spec["of"])
     for text in (rule.title, rule.message, rule.fix):
-        cols.update(m.group(1) for m in TEMPLATE.finditer(text))
+        cols.update(template_names(text))
     cols.update(c for c in ("api", "name") if c in COLUMNS[rule.relation])  # "what" fallback
     site_only = set(SITE_COLUMNS) - set(EVENT_SITE_COLUMNS) - set(rule.group_by)
     cols = (cols - site_only) & set(COLUMNS[rule.relation])
@@ -92,7 +92,7 @@ def rule_columns(rule: Rule) -> set[str]:
 
 def rule_columns_deferred(rule: Rule) -> set[str]:
     """The per-call text columns (``DEFERRED``) a rule reads anywhere."""
-    from .model import TEMPLATE
+    from .model import template_names
 
     names: set[str] = set(rule.group_by)
     for spec in rule.measures.values():
@@ -102,13 +102,13 @@ def rule_columns_deferred(rule: Rule) -> set[str]:
     if _uses(rule.where, set(DEFERRED)):
         names.update(k for k in DEFERRED if _uses(rule.where, {k}))
     for text in (rule.title, rule.message, rule.fix):
-        names.update(m.group(1) for m in TEMPLATE.finditer(text))
+        names.update(template_names(text))
     return names & set(DEFERRED)
 
 
 def _referenced(rule: Rule) -> set[str]:
     """Measure names a rule reads: in derived measures, thresholds, cost and templates."""
-    from .model import TEMPLATE
+    from .model import template_names
 
     names = set(rule.having) | {rule.cost or ""}
     for spec in rule.measures.values():
@@ -116,7 +116,7 @@ def _referenced(rule: Rule) -> set[str]:
                      if isinstance(x, str))
         names.add(spec.get("rel", ""))
     for text in (rule.title, rule.message, rule.fix):
-        names.update(m.group(1) for m in TEMPLATE.finditer(text))
+        names.update(template_names(text))
     return names
 
 

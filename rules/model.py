@@ -26,12 +26,21 @@ SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
 # Keys that someone might try in order to run code from a rule; named in the error.
 CODE_KEYS = frozenset({"eval", "exec", "code", "python", "lambda", "script", "expr", "import",
                        "function", "callable", "map_elements", "apply"})
-TEMPLATE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::([a-z]+))?\}")
+# ``{name}``, ``{name:fmt}``, ``{a|b:fmt}`` (the first of the names that has a value).
+TEMPLATE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*(?:\|[A-Za-z_][A-Za-z0-9_]*)*)(?::([a-z]+))?\}")
+# ``{? ... ?}``: a part rendered only when every placeholder in it has a value.
+OPTIONAL = re.compile(r"\{\?(.*?)\?\}", re.DOTALL)
+PARTS = re.compile(f"{OPTIONAL.pattern}|{TEMPLATE.pattern}", re.DOTALL)  # rendering, left to right
 FORMATS = frozenset({"ns", "bytes", "pct", "x", "int", "float", "str"})
 # Variables every message template may use besides the rule's measures.
 LABELS = ("site", "what", "user_function", "torch_op", "py_api", "api", "copy_kind", "src_mem",
           "dst_mem", "dtype", "name", "cause", "kind")
 CONSTANTS = ("total_gpu_ns", "window_ns")
+
+
+def template_names(text: str) -> set[str]:
+    """Every name a template reads, alternatives included."""
+    return {name for m in TEMPLATE.finditer(text) for name in m.group(1).split("|")}
 
 
 class RuleError(InputError):
@@ -209,17 +218,7 @@ def _rule(raw: dict, pack: str, source: str) -> Rule:
         raise fail("cost", f"unknown measure {cost!r}")
     names = known | set(LABELS) | set(group_by)
     for key in ("message", "fix", "title"):
-        for m in TEMPLATE.finditer(raw[key]):
-            if m.group(1) not in names:
-                raise fail(key, f"unknown placeholder {{{m.group(1)}}}; use a measure or one of "
-                                f"{', '.join(LABELS)}")
-            if m.group(2) and m.group(2) not in FORMATS:
-                raise fail(key, f"unknown format :{m.group(2)} in {{{m.group(0)[1:-1]}}}; "
-                                f"formats: {', '.join(sorted(FORMATS))}")
-        stray = TEMPLATE.sub("", raw[key])
-        if "{" in stray or "}" in stray:
-            raise fail(key, "a brace that is not a {placeholder}; templates only substitute "
-                            "names, they do not evaluate expressions")
+        _check_template(raw[key], names, lambda msg, key=key: fail(key, msg))
     return Rule(id=rid, title=raw["title"], severity=raw["severity"], doc=raw["doc"].strip(),
                 relation=relation, message=raw["message"].strip(), fix=raw["fix"].strip(),
                 where=raw.get("where", {}), group_by=group_by, measures=measures,
@@ -247,6 +246,26 @@ def _check_where(where: dict, columns: dict, path: str, fail) -> None:
 
 def _relation_of(columns: dict) -> str:
     return next(r for r, c in COLUMNS.items() if c is columns)
+
+
+def _check_template(text: str, names: set[str], fail: Any) -> None:
+    """Placeholders name known values with known formats; ``{? ?}`` parts do not nest; no
+    other braces (templates substitute names, they never evaluate)."""
+    for m in TEMPLATE.finditer(text):
+        for name in m.group(1).split("|"):
+            if name not in names:
+                raise fail(f"unknown placeholder {{{name}}}; use a measure or one of "
+                           f"{', '.join(LABELS)}")
+        if m.group(2) and m.group(2) not in FORMATS:
+            raise fail(f"unknown format :{m.group(2)} in {{{m.group(0)[1:-1]}}}; "
+                       f"formats: {', '.join(sorted(FORMATS))}")
+    flat = OPTIONAL.sub(lambda m: m.group(1), text)
+    if "{?" in flat or "?}" in flat:
+        raise fail("an optional part {? ... ?} that is unclosed or nested in another")
+    stray = TEMPLATE.sub("", flat)
+    if "{" in stray or "}" in stray:
+        raise fail("a brace that is not a {placeholder}; templates only substitute names, "
+                   "they do not evaluate expressions")
 
 
 def _check_condition(cond: Any, path: str, fail) -> None:

@@ -343,6 +343,18 @@ def test_idle_before_launch__attributes_gaps_to_the_launching_site():
     assert "aten::_cudnn_attention_forward" in f.message
 
 
+def test_idle_before_launch__names_the_call_without_torch_ops():
+    """An eBPF capture has no torch ops: the finding names the CUDA call, and leaves out the
+    time-inside-the-op clause instead of printing '?'."""
+    b = CaptureBuilder()
+    for _ in range(5):
+        b.tick(2000)
+        b.kernel(ATTN, "attn", gpu_us=300)
+    [f] = fired(b, "utilization.idle-before-launch")
+    assert "launched cudaLaunchKernel." in f.message
+    assert "?" not in f.message and "inside" not in f.message
+
+
 def test_idle_before_launch__silent_when_launches_keep_up():
     b = CaptureBuilder()
     _think_then_launch(b, 10)

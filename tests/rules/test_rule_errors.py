@@ -59,6 +59,10 @@ def test_the_good_pack_loads():
     (bad("count: {ge: 1}", "slowness: {ge: 1}"), "field having.slowness", "unknown measure"),
     (bad("{share:pct}", "{share.__class__}"), "field message", "not a {placeholder}"),
     (bad("{share:pct}", "{shares}"), "field message", "unknown placeholder {shares}"),
+    (bad("{share:pct}", "{count|shares:pct}"), "field message", "unknown placeholder {shares}"),
+    (bad("({share:pct})", "{?({share:pct}{? {count}?})?}"), "field message",
+     "unclosed or nested"),
+    (bad("({share:pct})", "{?({share:pct})"), "field message", "unclosed or nested"),
     (bad("kind: kernel", "name: {regex: '(unclosed'}"), "field where.name.regex",
      "invalid regular expression"),
     (bad("cost: gpu_ns", "cost: money"), "field cost", "unknown measure 'money'"),
@@ -156,3 +160,16 @@ def test_rule_code_has_no_row_wise_python():
         for word in (".map_elements(", ".apply(", "iterrows", "itertuples"):
             assert word not in code, f"{path.name} uses {word}"
         assert not re.search(r"(?<![.\w])(eval|exec)\(", code), f"{path.name} evaluates code"
+
+
+@pytest.mark.parametrize("template, values, want", [
+    ("launched {a|b}", {"a": None, "b": "cuLaunchKernel"}, "launched cuLaunchKernel"),
+    ("launched {a|b}", {"a": "aten::mm", "b": "cuLaunchKernel"}, "launched aten::mm"),
+    ("x{?, {share:pct} in {a}?}.", {"a": None, "share": 0.5}, "x."),
+    ("x{?, {share:pct} in {a}?}.", {"a": "mm", "share": 0.5}, "x, 50.0% in mm."),
+    ("{a} and {b}", {"a": "{b}", "b": None}, "{b} and ?"),  # values are never rescanned
+])
+def test_templates_fall_back_and_leave_out_parts(template, values, want):
+    from zym.rules.compile import render
+
+    assert render(template, values) == want
