@@ -185,11 +185,10 @@ def nest_intervals(iv: pl.DataFrame) -> pl.Series:
     n = iv.height
     if n == 0:
         return pl.Series("parent", [], dtype=pl.Int64)
-    t0 = iv["ts_ns"].min()
-    width = 3 * (int((iv["ts_ns"] + iv["dur_ns"]).max() - t0) + 1)  # key space of one thread
     threads = iv["tid"].n_unique() + 1
-    if threads * width >= 1 << 62:
-        raise ValueError(f"{threads} threads over {width // 3} ns: too many to nest in int64 keys")
+    if threads * _key_width(iv) >= 1 << 62:  # times too far apart (a bogus one): keep their order
+        iv = _ranked_times(iv)
+    t0, width = iv["ts_ns"].min(), _key_width(iv)
     base = (pl.col("tid").rank("dense").fill_null(0).cast(pl.Int64) * width).alias("base")
     end = pl.col("ts_ns") + pl.col("dur_ns")
     pre = iv.select(
@@ -213,6 +212,20 @@ def nest_intervals(iv: pl.DataFrame) -> pl.Series:
     parent = pre["node"].gather(pl.select(pl.when(depth > 0).then(up)).to_series())
     return pl.repeat(None, n, dtype=pl.Int64, eager=True).scatter(pre["row"], parent).alias(
         "parent")
+
+
+def _key_width(iv: pl.DataFrame) -> int:
+    """Keys one thread's opens and closes need: three per instant of its time span."""
+    return 3 * (int((iv["ts_ns"] + iv["dur_ns"]).max() - iv["ts_ns"].min()) + 1)
+
+
+def _ranked_times(iv: pl.DataFrame) -> pl.DataFrame:
+    """Starts and ends replaced by their dense rank among all of them: the same order, ties
+    and zero lengths, in a span of at most 2n instants."""
+    start = iv["ts_ns"]
+    rank = pl.concat([start, start + iv["dur_ns"]]).rank("dense").cast(pl.Int64)
+    first, last = rank.slice(0, iv.height), rank.slice(iv.height)
+    return iv.with_columns(first.alias("ts_ns"), (last - first).alias("dur_ns"))
 
 
 def innermost_enclosing(points: pl.DataFrame, iv: pl.DataFrame,

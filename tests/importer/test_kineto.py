@@ -185,6 +185,21 @@ def test_nest_intervals_matches_a_stack_walk(seed):
     assert dict(zip(df["node"], nest_intervals(df))) == want
 
 
+def test_nest_intervals_with_times_too_far_apart_for_keys():
+    """A bogus timestamp (0, among epoch-ns ones) stretches the time span so far that a
+    thread's int64 keys would wrap in the middle of its intervals: nesting still follows the
+    time order."""
+    iv = _random_nested(random.Random(7), 300)
+    span = max(end for _, _, end in iv)
+    # Thread 1's keys are 3 * (base + span + 1) + 3 * (base + t) + 1: 2**63 is mid-range.
+    base = (2**63 - 9 * span // 2 - 4) // 6
+    rows = [(node, 1, base + start, end - start) for node, start, end in iv]
+    rows.append((10_000, 2, 0, 5))  # the bogus event, on another thread
+    df = pl.DataFrame(rows, schema=["node", "tid", "ts_ns", "dur_ns"], orient="row")
+    got = dict(zip(df["node"], nest_intervals(df)))
+    assert got == _reference_parents(iv) | {10_000: None}
+
+
 def test_nest_intervals_ties():
     """At one instant: an interval that ends does not contain one that starts; identical
     intervals nest in node order; zero-length ones at the same instant nest in node order."""
