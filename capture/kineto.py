@@ -27,7 +27,7 @@ from zym.schemas.apis import api_copy_kind, api_kind
 from zym.schemas.errors import InputError
 from zym.schemas.lookup import first_row_of
 from zym.schemas.meta import CaptureMeta
-from zym.schemas.stacks import intern_forest, intern_frames
+from zym.schemas.stacks import CyclicStacksError, intern_forest, intern_frames
 
 from .kineto_json import (
     CALL_CATS,
@@ -344,7 +344,12 @@ def load_kineto(path: str | Path, progress: Progress | None = None
     say("reading and decoding JSON")
     groups, top = read_events(path)
     say("building call stacks")
-    return events_to_tables(groups), capture_meta(top, path)
+    try:
+        tables = events_to_tables(groups)
+    except CyclicStacksError as e:
+        raise InputError(f"{path}: Python parent ids form a loop ({e}): not a valid "
+                         "torch.profiler trace") from None
+    return tables, capture_meta(top, path)
 
 
 def import_kineto(path: str | Path, out: str | Path, progress: Progress | None = None) -> Path:

@@ -19,6 +19,11 @@ import polars as pl
 from .lookup import first_row_of
 
 MAX_ROUNDS = 40  # 2**40 levels: more rounds means cyclic parent links
+
+
+class CyclicStacksError(ValueError):
+    """Parent links that loop: the producer's data is not a forest."""
+
 _BASE = 0x9E3779B97F4A7C15  # odd 64-bit multiplier
 
 
@@ -91,7 +96,7 @@ def _path_hashes(frame: pl.Series, parent_row: pl.Series) -> tuple[pl.Series, pl
             (pl.col("size") + pl.col("size").gather(up).fill_null(0)).alias("size"),
             up.gather(up).alias("anc"),
         )
-    raise ValueError("call stacks with cyclic parent links (or deeper than 2**40 frames)")
+    raise CyclicStacksError("call stacks with cyclic parent links (or deeper than 2**40 frames)")
 
 
 def _path_numbers(hashes: pl.Series, sizes: pl.Series) -> pl.Series:

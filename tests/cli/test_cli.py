@@ -63,11 +63,16 @@ def _bad_inputs(tmp_path, sample_trace, sample_capture) -> dict[str, bytes]:
         "foreign parquet": other.read_bytes(),
         "other version": v9.read_bytes(),
         "truncated parquet": sample_capture.read_bytes()[:5000],
+        "looping python ids": json.dumps({"traceEvents": [
+            {"ph": "X", "cat": "python_function", "name": f"a.py({i}): f{i}", "pid": 1,
+             "tid": 1, "ts": float(i), "dur": 10.0 - i,
+             "args": {"Python id": i, "Python parent id": 3 - i}} for i in (1, 2)]}).encode(),
     }
 
 
 @pytest.mark.parametrize("case", ["empty", "truncated gzip", "not kineto", "not json",
-                                  "foreign parquet", "other version", "truncated parquet"])
+                                  "foreign parquet", "other version", "truncated parquet",
+                                  "looping python ids"])
 def test_unusable_input_is_one_line_and_exit_2(tmp_path, sample_trace, sample_capture, case):
     path = tmp_path / "input.bin"
     path.write_bytes(_bad_inputs(tmp_path, sample_trace, sample_capture)[case])
@@ -76,6 +81,14 @@ def test_unusable_input_is_one_line_and_exit_2(tmp_path, sample_trace, sample_ca
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("zym: error: "), result.stderr
     assert "Traceback" not in result.output
+
+
+def test_import_of_a_looping_trace_fails_cleanly(tmp_path, sample_trace, sample_capture):
+    path, out = tmp_path / "loop.json", tmp_path / "loop.parquet"
+    path.write_bytes(_bad_inputs(tmp_path, sample_trace, sample_capture)["looping python ids"])
+    result = run("import", str(path), "-o", str(out), "--no-progress")
+    assert result.exit_code == 2 and "Python parent ids form a loop" in result.stderr
+    assert list(tmp_path.glob("loop.parquet*")) == []  # nothing half-written
 
 
 def test_missing_file_is_exit_2(tmp_path):
