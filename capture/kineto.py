@@ -185,10 +185,11 @@ def nest_intervals(iv: pl.DataFrame) -> pl.Series:
     n = iv.height
     if n == 0:
         return pl.Series("parent", [], dtype=pl.Int64)
-    threads = iv["tid"].n_unique() + 1
-    if threads * _key_width(iv) >= 1 << 62:  # times too far apart (a bogus one): keep their order
+    width, threads = _key_width(iv), iv["tid"].n_unique() + 1
+    if threads * width >= 1 << 62:  # times too far apart (a bogus one): keep only their order
         iv = _ranked_times(iv)
-    t0, width = iv["ts_ns"].min(), _key_width(iv)
+        width = _key_width(iv)
+    t0 = iv["ts_ns"].min()
     base = (pl.col("tid").rank("dense").fill_null(0).cast(pl.Int64) * width).alias("base")
     end = pl.col("ts_ns") + pl.col("dur_ns")
     pre = iv.select(

@@ -1,0 +1,32 @@
+"""Row lookup by key: the array path (compact ids) and the join path (others) agree."""
+from __future__ import annotations
+
+import random
+
+import polars as pl
+import pytest
+from zym.schemas.lookup import first_row_of
+
+
+def _reference(keys: list, queries: list) -> list:
+    first: dict = {}
+    for row, key in enumerate(keys):
+        if key is not None:
+            first.setdefault(key, row)
+    return [first.get(q) for q in queries]
+
+
+@pytest.mark.parametrize("scale", [1, 10**12])  # compact ids: array; far apart: join
+@pytest.mark.parametrize("seed", range(3))
+def test_first_row_of_matches_a_dict(scale, seed):
+    rng = random.Random(seed)
+    keys = [None if rng.random() < 0.1 else rng.randrange(50) * scale for _ in range(200)]
+    queries = [None if rng.random() < 0.1 else rng.randrange(60) * scale for _ in range(300)]
+    got = first_row_of(pl.Series(keys, dtype=pl.Int64), pl.Series(queries, dtype=pl.UInt64))
+    assert got.dtype == pl.Int64 and got.to_list() == _reference(keys, queries)
+
+
+def test_first_row_of_with_nothing_to_find():
+    assert first_row_of(pl.Series([], dtype=pl.Int64), pl.Series([None, None])).to_list() == [
+        None, None]
+    assert first_row_of(pl.Series([None], dtype=pl.Int64), pl.Series([], dtype=pl.Int64)).len() == 0
