@@ -1,7 +1,10 @@
-"""Whether this machine can run the eBPF capture, for tests that need it (tests/ebpf, tests/cupti)."""
+"""For the capture tests (tests/ebpf, tests/cupti): whether this machine can run the eBPF
+capture, and where a workload's marked lines are."""
 from __future__ import annotations
 
 import os
+import re
+from pathlib import Path
 
 
 def ebpf_unavailable() -> str | None:
@@ -16,3 +19,13 @@ def ebpf_unavailable() -> str | None:
     except CaptureError as e:
         return str(e)
     return None
+
+
+def line_markers(workload: Path) -> dict[str, int]:
+    """Line numbers of the ``# @name`` markers in a workload script."""
+    out = {}
+    for n, line in enumerate(workload.read_text().splitlines(), 1):
+        m = re.search(r"# @(\w+)", line)
+        if m:
+            out[m.group(1)] = n
+    return out

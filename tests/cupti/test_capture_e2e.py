@@ -6,7 +6,6 @@ boot (CLOCK_MONOTONIC): the clock fit and the join run on real clocks and real u
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from ebpf_env import ebpf_unavailable
+from ebpf_env import ebpf_unavailable, line_markers
 from zym.analysis import analyze
 from zym.schemas import open_capture
 
@@ -40,15 +39,6 @@ def libs(tmp_path_factory):
     return d
 
 
-def _lines() -> dict[str, int]:
-    out = {}
-    for n, line in enumerate(WORKLOAD.read_text().splitlines(), 1):
-        m = re.search(r"# @(\w+)", line)
-        if m:
-            out[m.group(1)] = n
-    return out
-
-
 def test_zym_capture_joins_gpu_work_to_python_lines(libs, tmp_path):
     out = tmp_path / "trace.parquet"
     env = {**os.environ, "FAKECUDA": str(libs / "libcuda.so.1"), "ITERS": str(ITERS),
@@ -71,7 +61,7 @@ def test_zym_capture_joins_gpu_work_to_python_lines(libs, tmp_path):
     fit = next(iter(cap.meta.extra["cupti"]["clock_fit"].values()))
     assert fit["offset_ns"] < -10**18  # epoch -> boot
     # every kernel's call path ends at the @launch line, every sync's at @sync
-    m = _lines()
+    m = line_markers(WORKLOAD)
     paths = analyze(out).call_paths.paths
     kernels = paths.filter(pl.col("kernels") > 0)
     assert kernels["user_line"].unique().to_list() == [m["launch"]]

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ebpf_env import ebpf_unavailable  # noqa: F401 (re-exported for conftest)
+from ebpf_env import ebpf_unavailable, line_markers  # noqa: F401 (ebpf_unavailable: re-exported for conftest)
 from zym.schemas import open_capture
 
 HERE = Path(__file__).resolve().parent
@@ -64,12 +64,7 @@ def wait_for_line(stream, pattern: str, timeout: float = 30) -> str:
 
 def markers() -> dict[str, int]:
     """Line numbers of the ``# @name`` markers in workload.py."""
-    out = {}
-    for n, line in enumerate(WORKLOAD.read_text().splitlines(), 1):
-        m = re.search(r"# @(\w+)", line)
-        if m:
-            out[m.group(1)] = n
-    return out
+    return line_markers(WORKLOAD)
 
 
 def kill(proc: subprocess.Popen) -> None:

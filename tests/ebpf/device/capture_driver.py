@@ -46,7 +46,8 @@ def main() -> int:
         raw = output.parent / (output.name + ".raw")
         if (raw / "meta.json").exists():
             meta = json.loads((raw / "meta.json").read_text())
-            rows = sum(1 for _ in open(next(raw.glob("calls.*")), "rb")) if raw.exists() else 0
+            with open(next(raw.glob("calls.*")), "rb") as f:
+                rows = sum(1 for _ in f)
             print(f"zym: kept raw: calls~{rows} dropped={meta['dropped']} "
                   f"extra={meta['extra']}", file=sys.stderr)
         return 0 if raw.exists() else 2
