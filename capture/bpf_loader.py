@@ -46,7 +46,7 @@ def import_bcc() -> ModuleType:
     sys.modules["bcc"] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as e:  # libbcc.so missing or of another ABI
+    except Exception as e:  # noqa: BLE001 (libbcc.so missing or of another ABI: any error)
         del sys.modules["bcc"]
         raise CaptureError(f"BCC could not be loaded ({e}): {SETUP_HINT}") from None
     return module
@@ -117,12 +117,12 @@ class BpfProgram:
         self._bpf = None
         self.attached: dict[str, int] = {}   # library path -> number of probes attached
 
-    def __enter__(self) -> BpfProgram:
+    def __enter__(self) -> BpfProgram:  # noqa: PYI034 (typing.Self needs 3.11; not subclassed)
         bcc = import_bcc()
         try:
             self._bpf = bcc.BPF(text=bpf_source(),
                                 cflags=cflags(self._sample, fsbase_offset(), self._pages))
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 (BCC raises bare Exception)
             raise CaptureError(f"the BPF program did not compile or load ({e}): check the "
                                f"kernel headers ({SETUP_HINT})") from None
         specs = self._bpf["probes"]
@@ -176,7 +176,7 @@ class BpfProgram:
         for slot, probe in probes_for(library):
             try:
                 self._bpf.attach_uprobe(name=path, sym=probe.symbol, fn_name=entry_fn(slot))
-            except Exception:
+            except Exception:  # noqa: BLE001, S112 (BCC raises bare Exception)
                 continue   # this library version lacks the symbol
             if probe.has_return:
                 self._bpf.attach_uretprobe(name=path, sym=probe.symbol, fn_name=return_fn(slot))
@@ -185,7 +185,7 @@ class BpfProgram:
             for symbol in GATE_SYMBOLS:
                 try:
                     self._bpf.attach_uprobe(name=path, sym=symbol, fn_name=GATE_FN)
-                except Exception:
+                except Exception:  # noqa: BLE001, S112 (a driver without this gate symbol)
                     continue
         self.attached[path] = n
         return n

@@ -50,16 +50,16 @@ class Interpreter:
     def bpf_proc_fields(self) -> dict[str, int]:
         """Values for events.h ``struct zym_proc`` (the BPF program's per-process layout)."""
         lay = self.layout
-        return dict(
-            tss_key_addr=self.runtime_addr + lay["rt_autotss"] + lay["tss_key"],
-            none_addr=self.none_addr, has_layout=1,
-            tsd_first=GLIBC_TSD_FIRST, tsd_stride=GLIBC_TSD_STRIDE,
-            cframe_current=lay["cframe_current"], ts_frame=lay["ts_frame"],
-            f_code=lay["f_code"], f_previous=lay["f_previous"], f_instr=lay["f_instr"],
-            f_owner=lay["f_owner"], owned_by_cstack=lay["owned_by_cstack"],
-            frame_read=max(lay["f_code"] + 8, lay["f_previous"] + 8, lay["f_instr"] + 8,
-                           lay["f_owner"] + 1),
-        )
+        copied = ("cframe_current", "ts_frame", "f_code", "f_previous", "f_instr", "f_owner",
+                  "owned_by_cstack")
+        return {
+            "tss_key_addr": self.runtime_addr + lay["rt_autotss"] + lay["tss_key"],
+            "none_addr": self.none_addr, "has_layout": 1,
+            "tsd_first": GLIBC_TSD_FIRST, "tsd_stride": GLIBC_TSD_STRIDE,
+            **{name: lay[name] for name in copied},
+            "frame_read": max(lay["f_code"] + 8, lay["f_previous"] + 8, lay["f_instr"] + 8,
+                              lay["f_owner"] + 1),
+        }
 
 
 def _python_object(pid: int, maps: list[Mapping]) -> str | None:

@@ -105,7 +105,7 @@ class ProcessMemory:
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
-        self._f = open(f"/proc/{pid}/mem", "rb", buffering=0)
+        self._f = open(f"/proc/{pid}/mem", "rb", buffering=0)  # noqa: SIM115 (closed by close())
 
     def read(self, addr: int, size: int) -> bytes:
         if self._f.closed:

@@ -76,7 +76,8 @@ class RawWriter:
             from pyarrow import ipc
         except ImportError:
             self._pa = None
-            self._writers = {t: open(raw_dir / f"{t}.jsonl", "w") for t in RAW_COLUMNS}
+            self._writers = {t: open(raw_dir / f"{t}.jsonl", "w")  # noqa: SIM115 (close())
+                             for t in RAW_COLUMNS}
         else:
             self._pa = pa
             self._schemas = {t: raw_schema(t) for t in RAW_COLUMNS}

@@ -3,6 +3,7 @@ exact Python line that made it (eBPF; needs root). Library: zym.capture.session.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -18,18 +19,26 @@ Example: sudo zym capture --pid 1234 --duration 30 -o trace.parquet
 
 def capture(
     ctx: typer.Context,
-    pid: int | None = typer.Option(None, "--pid", help="Attach to this running Python process."),
-    output: Path | None = typer.Option(None, "-o", "--output",
-                                          help="Capture file to write (default zym-<pid|cmd>.parquet)."),
-    duration: float | None = typer.Option(None, "--duration", help="Stop after this many seconds."),
-    sample: int = typer.Option(1, "--sample", min=1,
-                               help="Walk the Python stack of every Nth call per thread; every call is still recorded."),
-    runtime_api: bool = typer.Option(False, "--runtime-api",
-                                     help="Also probe libcudart, to name calls after the runtime API (cudaLaunchKernel...); costs two more traps per call."),
-    keep_raw: bool = typer.Option(False, "--keep-raw", help="Keep the raw Arrow streams next to the output."),
-    print_bpf: bool = typer.Option(False, "--print-bpf", help="Print the BPF program with its -D flags and exit."),
-    finalize: Path | None = typer.Option(None, "--finalize", metavar="RAW_DIR",
-                                            help="Write the capture file from a raw directory left by an interrupted or lean-host capture (no root needed)."),
+    pid: Annotated[int | None, typer.Option(
+        "--pid", help="Attach to this running Python process.")] = None,
+    output: Annotated[Path | None, typer.Option(
+        "-o", "--output", help="Capture file to write (default zym-<pid|cmd>.parquet).")] = None,
+    duration: Annotated[float | None, typer.Option(
+        "--duration", help="Stop after this many seconds.")] = None,
+    sample: Annotated[int, typer.Option(
+        "--sample", min=1, help="Walk the Python stack of every Nth call per thread; every call "
+                                "is still recorded.")] = 1,
+    runtime_api: Annotated[bool, typer.Option(
+        "--runtime-api", help="Also probe libcudart, to name calls after the runtime API "
+                              "(cudaLaunchKernel...); costs two more traps per call.")] = False,
+    keep_raw: Annotated[bool, typer.Option(
+        "--keep-raw", help="Keep the raw Arrow streams next to the output.")] = False,
+    print_bpf: Annotated[bool, typer.Option(
+        "--print-bpf", help="Print the BPF program with its -D flags and exit.")] = False,
+    finalize: Annotated[Path | None, typer.Option(
+        "--finalize", metavar="RAW_DIR", help="Write the capture file from a raw directory left "
+                                              "by an interrupted or lean-host capture (no root "
+                                              "needed).")] = None,
 ) -> None:
     with exit_on_error():
         if finalize is not None:
