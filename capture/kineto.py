@@ -159,10 +159,8 @@ def _parents(py: pl.DataFrame, nested: pl.DataFrame) -> pl.DataFrame:
     thread (RecordFunction keeps these well nested), and for the outermost ones, the innermost
     Python frame running at their start.
     """
-    py_node = py["node"]
-    py_parent = py.select("node", py_node.gather(first_row_of(py["python_id"],
-                                                              py["python_parent_id"]))
-                          .alias("parent"))
+    parent_row = first_row_of(py["python_id"], py["python_parent_id"])
+    py_parent = py.select("node", py["node"].gather(parent_row).alias("parent"))
     op_parent = nested.select("node", "tid", "ts_ns", nest_intervals(nested))
     roots = op_parent.filter(pl.col("parent").is_null()).drop("parent")
     root_parent = innermost_enclosing(roots, py.select("node", "tid", "ts_ns", "dur_ns"),

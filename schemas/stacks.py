@@ -7,8 +7,8 @@ frame); ``intern_forest`` turns it into trie ids so that identical root-to-node 
 Each node's whole root path is reduced to a 64-bit polynomial hash by pointer jumping: in every
 round a node adds its current ancestor's segment to its own and jumps to that ancestor's
 ancestor, so a forest of depth D takes log2(D) rounds of column gathers, not D rounds of joins
-and not one Python step per node. Nodes with equal (hash, depth) have the same path, and
-paths are numbered by a sort of that one key: no joins or group-bys, which on a trace's
+and not one Python step per node. Nodes with equal (depth, hash) have the same path, and
+paths are numbered by one sort on that pair: no joins or group-bys, which on a trace's
 hundred thousand nodes cost more memory than the data. UInt64 arithmetic in polars wraps mod
 2**64, which the hash relies on.
 """
@@ -19,12 +19,11 @@ import polars as pl
 from .lookup import first_row_of
 
 MAX_ROUNDS = 40  # 2**40 levels: more rounds means cyclic parent links
+_BASE = 0x9E3779B97F4A7C15  # odd 64-bit multiplier
 
 
 class CyclicStacksError(ValueError):
     """Parent links that loop: the producer's data is not a forest."""
-
-_BASE = 0x9E3779B97F4A7C15  # odd 64-bit multiplier
 
 
 def intern_forest(nodes: pl.DataFrame, first_id: int = 0) -> tuple[pl.DataFrame, pl.DataFrame]:
