@@ -6,7 +6,7 @@
 """
 from .callpath import CallPathGraph, CallPaths, build_call_paths
 from .load import CaptureData, load_capture
-from .report import Analysis, analyze
+from .report import Analysis, analyze, analyze_data
 
-__all__ = ["Analysis", "CallPathGraph", "CallPaths", "CaptureData", "analyze",
+__all__ = ["Analysis", "CallPathGraph", "CallPaths", "CaptureData", "analyze", "analyze_data",
            "build_call_paths", "load_capture"]

@@ -17,15 +17,16 @@ operations (subtree totals, export) scale with the number of distinct paths, not
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import networkx as nx
 import polars as pl
-from zym.schemas.apis import is_blocking_api
 from zym.schemas.stacks import MAX_ROUNDS
 
-from .correlate import launch_stack_ids
-from .load import CaptureData
 from .usercode import is_user_frame
+
+if TYPE_CHECKING:
+    from .facts import Facts
 
 UNKNOWN_STACK = -1  # path id of GPU work whose launching call was not captured
 
@@ -75,16 +76,15 @@ def stack_nodes(frames: pl.DataFrame, stacks: pl.DataFrame) -> pl.DataFrame:
     ).sort("depth", maintain_order=True)
 
 
-def build_call_paths(data: CaptureData) -> CallPaths:
-    """Attribute every GPU operation and CUDA call of ``data`` to its call path."""
-    nodes = stack_nodes(data.frames, data.stacks)
-    gpu_ops = _gpu_ops(data.calls, data.gpu)
-    paths = _paths(data.calls.lazy(), gpu_ops, nodes)
-    graph = CallPathGraph.from_tables(nodes, paths)
-    return CallPaths(paths=paths, gpu_ops=gpu_ops, nodes=nodes, graph=graph)
+def build_call_paths(facts: Facts) -> CallPaths:
+    """Attribute every GPU operation and CUDA call of an analysis window to its call path."""
+    gpu_ops = _gpu_ops(facts.gpu)
+    paths = _paths(facts.calls, gpu_ops, facts.sites)
+    graph = CallPathGraph.from_tables(facts.nodes, paths)
+    return CallPaths(paths=paths, gpu_ops=gpu_ops, nodes=facts.nodes, graph=graph)
 
 
-def _gpu_ops(calls: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
+def _gpu_ops(gpu: pl.DataFrame) -> pl.DataFrame:
     """GPU work per (path, operation name): the leaves of the call-path graph.
 
     Names are grouped as categorical codes: hashing each distinct kernel name once, not once
@@ -92,8 +92,8 @@ def _gpu_ops(calls: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     """
     codes = [pl.col(c).cast(pl.Categorical) for c in ("kind", "name", "copy_kind", "src_mem",
                                                       "dst_mem")]
-    stack_ids = launch_stack_ids(calls, gpu, missing=UNKNOWN_STACK)
-    return (gpu.lazy().select(pl.lit(stack_ids), *codes, "dur_ns", "size_bytes")
+    return (gpu.lazy().select(pl.col("stack_id").fill_null(UNKNOWN_STACK), *codes, "dur_ns",
+                              "size_bytes")
             .group_by("stack_id", "kind", "name").agg(
                 pl.len().alias("count"),
                 pl.col("dur_ns").sum().alias("gpu_ns"),
@@ -108,28 +108,27 @@ def _gpu_ops(calls: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
             .collect())
 
 
-def _calls_by_path(calls: pl.LazyFrame) -> pl.DataFrame:
-    """CPU-side measures per path. Calls are first reduced per (path, API name), so the API
-    classification runs once per distinct name, not once per call."""
-    per_api = calls.group_by("stack_id", "name", "kind").agg(
+def _calls_by_path(calls: pl.DataFrame) -> pl.DataFrame:
+    """CPU-side measures per path; blocking as the facts define it (:func:`facts.blocking`)."""
+    per_api = calls.lazy().group_by("stack_id", "api", "kind").agg(
         pl.len().alias("calls"),
         pl.col("dur_ns").sum().alias("cpu_call_ns"),
-        pl.col("dur_ns").max().alias("max_call_ns"),
+        pl.col("dur_ns").filter("blocking").sum().alias("cpu_blocked_ns"),
+        pl.col("dur_ns").filter("blocking").max().alias("max_blocked_ns"),
         pl.col("ts_ns").min().alias("first_ts"),
     ).collect()
-    blocking = is_blocking_api(pl.col("name")) | (pl.col("kind") == "copy")
     return per_api.sort("first_ts").group_by("stack_id", maintain_order=True).agg(
         pl.col("calls").sum(),
         pl.col("calls").filter(pl.col("kind") == "launch").sum().alias("launches"),
         pl.col("calls").filter(pl.col("kind") == "sync").sum().alias("syncs"),
         pl.col("cpu_call_ns").sum(),
-        pl.col("cpu_call_ns").filter(blocking).sum().alias("cpu_blocked_ns"),
-        pl.col("max_call_ns").filter(blocking).max().alias("max_blocked_ns"),
-        pl.col("name").first().alias("api"),
+        pl.col("cpu_blocked_ns").sum(),
+        pl.col("max_blocked_ns").max(),
+        pl.col("api").first().cast(pl.String).alias("api"),
     ).with_columns(pl.col("stack_id").fill_null(UNKNOWN_STACK))
 
 
-def _paths(calls: pl.LazyFrame, gpu_ops: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
+def _paths(calls: pl.DataFrame, gpu_ops: pl.DataFrame, sites: pl.DataFrame) -> pl.DataFrame:
     direction = pl.col("copy_kind")
     # Sync records (CUPTI SYNCHRONIZATION) time a host wait, not GPU work: counted, not summed.
     busy = pl.col("kind") != "sync"
@@ -140,22 +139,20 @@ def _paths(calls: pl.LazyFrame, gpu_ops: pl.DataFrame, nodes: pl.DataFrame) -> p
         pl.col("count").filter(pl.col("kind") == "memset").sum().alias("memsets"),
         *[pl.col("bytes").filter((pl.col("kind") == "copy") & (direction == d)).sum()
           .alias(f"bytes_{d.lower()}") for d in ("HtoD", "DtoH", "DtoD")],
-        pl.col("name").first().alias("top_gpu_op"),
+        pl.col("name").filter(busy).first().alias("top_gpu_op"),
     )
-    calls_by_path = _calls_by_path(calls)
-    site = nodes.select(
-        "stack_id", "user_node", "op_node", "user_module",
-    ).join(nodes.select(pl.col("stack_id").alias("user_node"), pl.col("name").alias("user_function"),
-                        pl.col("file").alias("user_file"), pl.col("line").alias("user_line")),
-           on="user_node", how="left"
-    ).join(nodes.select(pl.col("stack_id").alias("op_node"), pl.col("name").alias("torch_op")),
-           on="op_node", how="left")
+    site = sites.select("stack_id", "user_node", "user_function", "user_file", "user_line",
+                        "user_module", "user_short_file", "user_source", "mechanism",
+                        "torch_op", "site")
     counts = ["kernels", "copies", "memsets", "bytes_htod", "bytes_dtoh", "bytes_dtod", "gpu_ns",
               "calls", "launches", "syncs", "cpu_call_ns", "cpu_blocked_ns"]
-    return (calls_by_path.join(gpu_by_path, on="stack_id", how="full", coalesce=True)
+    return (_calls_by_path(calls).join(gpu_by_path, on="stack_id", how="full", coalesce=True)
             .join(site, on="stack_id", how="left")
             .with_columns([pl.col(c).fill_null(0).cast(pl.Int64) for c in counts])
-            .with_columns(pl.col("api").fill_null("(unknown: no CUDA call captured)"))
+            .with_columns(pl.col("api").fill_null("(unknown: no CUDA call captured)"),
+                          pl.when(pl.col("stack_id") == UNKNOWN_STACK)
+                          .then(pl.lit("(unknown stack)")).otherwise(
+                              pl.col("site").fill_null("(no user frame)")).alias("site"))
             .rename({"stack_id": "path_id"})
             .sort("gpu_ns", "cpu_blocked_ns", "path_id", descending=[True, True, False]))
 

@@ -1,69 +1,194 @@
-"""The analysis result as plain data: what `zym analyze --format json` prints and renderers read."""
+"""One function assembles an analysis (:func:`analyze`); :class:`Analysis` holds it and says it
+as plain data (what ``zym analyze --format json`` prints and every renderer reads).
+
+capture file -> facts of the whole capture -> phases (steps, warm-up, startup) -> the analysis
+window (steady state unless asked otherwise) -> facts of the window -> call paths, utilization,
+the replayable timeline; rules read the same facts (:mod:`zym.analysis.relations`).
+"""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
-from .callpath import UNKNOWN_STACK, CallPaths, build_call_paths
+from .callpath import UNKNOWN_STACK, CallPaths, build_call_paths, stack_nodes
+from .facts import Facts
 from .load import CaptureData, load_capture
-from .timeline import gpu_utilization
+from .phases import Phases, Steps, find_phases, parse_window
+from .replay import Timeline, events_in_gaps
+
+Progress = Callable[[str], None]
 
 
 @dataclass
 class Analysis:
+    """The analysis of one window of a capture.
+
+    ``data``/``facts``: the window's tables and facts; ``whole``: the facts of the whole
+    capture (the same object when the window is the whole capture); ``phases``: steps,
+    warm-up and startup found in the whole capture.
+    """
+
     data: CaptureData
+    facts: Facts
     call_paths: CallPaths
-    utilization: dict
+    phases: Phases
+    whole: Facts
+    window_spec: str = "steady"
+    _steps: Steps | None = field(default=None, repr=False)
+
+    @property
+    def window(self) -> tuple[int, int]:
+        return self.facts.window
+
+    @property
+    def utilization(self) -> dict:
+        """The window and each GPU's busy and idle time within it."""
+        lo, hi = self.window
+        window = hi - lo
+        busy = (self.facts.busy.group_by("device_id")
+                .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("busy_ns"))
+                .sort("device_id"))
+        devices = [{"device_id": r["device_id"], "busy_ns": r["busy_ns"],
+                    "idle_ns": max(window - r["busy_ns"], 0),
+                    "busy_pct": round(100 * r["busy_ns"] / window, 2) if window else 0.0}
+                   for r in busy.iter_rows(named=True)]
+        return {"window_ns": window, "activity_ns": self.facts.gpu_ns, "devices": devices}
+
+    def steps_in_window(self) -> Steps | None:
+        """The steps that start inside the window (None without steps)."""
+        steps = self.phases.steps
+        if steps is None:
+            return None
+        lo, hi = self.window
+        # a step belongs to the window when most of it lies inside (a step starts a little
+        # before its first CUDA call, the window's edge for a whole capture)
+        mid = steps.start_ns + (steps.end_ns - steps.start_ns) // 2
+        keep = (mid >= lo) & (mid < hi)
+        if not keep.any():
+            return None
+        return Steps(steps.function, steps.file, steps.name, np.maximum(steps.start_ns[keep], lo),
+                     np.minimum(steps.end_ns[keep], hi), steps.source, steps.thread)
+
+    @cached_property
+    def timeline(self) -> Timeline:
+        """The window's replayable timeline (what-if estimates), with the capture's own CPU
+        cost taken out where it is known (:func:`capture_overhead`)."""
+        return Timeline(self.facts, capture_overhead(self))
 
     def to_dict(self, top: int | None = None) -> dict:
-        """Capture facts, GPU utilization and the call paths ranked two ways.
-
-        ``top`` limits each ranking; None keeps every path (machines usually want all).
+        """Capture facts, phases, GPU utilization, the call paths ranked two ways and the top
+        kernels. ``top`` limits each ranking; None keeps every path (machines usually want all).
         """
         paths = self.call_paths.paths
-        total_gpu = int(paths["gpu_ns"].sum() or 0)
+        total_gpu = self.facts.gpu_ns
         by_gpu = paths.filter(pl.col("gpu_ns") > 0).sort("gpu_ns", "path_id",
                                                          descending=[True, False])
         by_blocked = paths.filter(pl.col("cpu_blocked_ns") > 0).sort(
             "cpu_blocked_ns", "path_id", descending=[True, False])
+        kernels = self.top_kernels()
         if top is not None:
-            by_gpu, by_blocked = by_gpu.head(top), by_blocked.head(top)
+            by_gpu, by_blocked, kernels = by_gpu.head(top), by_blocked.head(top), kernels[:top]
         ops = self._gpu_ops_by_path()
         return {
             "capture": self.capture_facts(),
+            "phases": self.phase_facts(),
             "gpu": self.utilization | {"attributed_ns": total_gpu - self._unknown_gpu_ns()},
             "paths_by_gpu_time": [self._path_dict(r, total_gpu, ops)
                                   for r in by_gpu.iter_rows(named=True)],
             "paths_by_cpu_blocked": [self._path_dict(r, total_gpu, ops)
                                      for r in by_blocked.iter_rows(named=True)],
+            "top_kernels": kernels,
         }
+
+    def top_kernels(self) -> list[dict]:
+        """GPU operations by name, costliest first, with their class and share of GPU time."""
+        g = self.facts.gpu.filter("work")
+        if g.height == 0:
+            return []
+        total = self.facts.gpu_ns
+        rows = (g.group_by("name").agg(
+            pl.col("kind").first(), pl.col("op_class").first(), pl.col("precision").first(),
+            pl.col("tensor_core").first(), pl.len().alias("count"),
+            pl.col("dur_ns").sum().alias("gpu_ns"), pl.col("dur_ns").mean().alias("mean_ns"))
+            .sort("gpu_ns", "name", descending=[True, False]))
+        return [r | {"mean_ns": round(r["mean_ns"]),
+                     "gpu_share_pct": round(100 * r["gpu_ns"] / total, 3) if total else 0.0}
+                for r in rows.iter_rows(named=True)]
 
     def _gpu_ops_by_path(self) -> dict[int, list[dict]]:
         """Each path's GPU operations (the leaves), read in one pass."""
         by_path: dict[int, list[dict]] = {}
-        for row in self.call_paths.gpu_ops.select(
+        for row in self.call_paths.gpu_ops.filter(pl.col("kind") != "sync").select(
                 "stack_id", "name", "kind", "count", "gpu_ns", "bytes").iter_rows(named=True):
             by_path.setdefault(row.pop("stack_id"), []).append(row)
         return by_path
 
     def capture_facts(self) -> dict:
-        d, m, ops = self.data, self.data.meta, self.call_paths.gpu_ops
-        return {
+        d, m = self.data, self.data.meta
+        counts = self.facts.counts
+        out = {
             "source": str(d.source), "producer": m.producer, "host": m.host,
             "gpus": m.gpus, "driver_version": m.driver_version,
             "runtime_version": m.runtime_version, "cupti_version": m.cupti_version,
             "clock_domain": m.clock_domain, "dropped": m.dropped,
-            "calls": d.calls.height, "gpu_ops": d.gpu.height,
-            # From the per-path leaves: no pass over millions of events here.
-            **{plural: int(ops.filter(pl.col("kind") == kind)["count"].sum())
-               for kind, plural in (("kernel", "kernels"), ("copy", "copies"),
-                                    ("memset", "memsets"))},
-            "paths": self.call_paths.paths.height,
-            "threads": d.calls.lazy().select("pid", "tid").unique().select(pl.len()).collect().item(),
+            **counts, "paths": self.call_paths.paths.height,
         }
+        cost = m.extra.get("capture_cost") if isinstance(m.extra, dict) else None
+        if cost:
+            out["capture_cost"] = cost
+        return out
+
+    def phase_facts(self) -> dict:
+        """The window analyzed, the steps found, and what happened outside it."""
+        ph = self.phases
+        lo, hi = self.window
+        w0, w1 = ph.window
+        steps = self.steps_in_window()
+        out: dict = {
+            "capture_ns": w1 - w0, "window": self.window_spec,
+            "window_from_ns": lo - w0, "window_to_ns": hi - w0, "window_ns": hi - lo,
+            "steps": None, "startup": None, "warmup": None, "notes": list(ph.notes),
+        }
+        if ph.steps is not None:
+            durs = steps.durations() if steps is not None else np.zeros(0)
+            out["steps"] = {
+                "function": ph.steps.function, "found": ph.steps.count,
+                "how": ph.steps.source, "in_window": 0 if steps is None else steps.count,
+                "median_ns": int(np.median(durs)) if len(durs) else None,
+                "min_ns": int(durs.min()) if len(durs) else None,
+                "max_ns": int(durs.max()) if len(durs) else None,
+            }
+        for name, span in (("startup", ph.startup), ("warmup", ph.warmup)):
+            if span and span[1] > span[0]:
+                out[name] = self.whole_summary(*span) | (
+                    {"steps": ph.warmup_steps} if name == "warmup" else {})
+        if ph.compile_calls:
+            out["compile"] = {"calls": ph.compile_calls, "span_ns": ph.compile_ns}
+        return out
+
+    def whole_summary(self, t0: int, t1: int) -> dict:
+        """What the whole capture did between ``t0`` and ``t1``: its length, GPU time, bytes
+        copied host to device, and its costliest call sites (GPU time plus blocked time)."""
+        w = self.whole
+        calls = w.calls.filter((pl.col("ts_ns") >= t0) & (pl.col("ts_ns") < t1))
+        gpu = w.gpu.filter(pl.col("work") & (pl.col("ts_ns") >= t0) & (pl.col("ts_ns") < t1))
+        per_call_gpu = gpu.group_by("call_idx").agg(pl.col("dur_ns").sum().alias("g"))
+        c = (calls.join(per_call_gpu, on="call_idx", how="left")
+             .with_columns(*w.site_of(calls["stack_id"], ("site",))))
+        top = (c.group_by("site").agg(
+            (pl.col("g").fill_null(0) + pl.when("blocking").then("dur_ns").otherwise(0))
+            .sum().alias("cost_ns"), pl.len().alias("calls"))
+            .sort("cost_ns", "site", descending=[True, False]).head(3))
+        htod = calls.filter(pl.col("copy_kind") == "HtoD")["bytes"].sum()
+        return {"from_ns": t0 - w.window[0], "to_ns": t1 - w.window[0], "dur_ns": t1 - t0,
+                "gpu_ns": int(gpu["dur_ns"].sum() or 0), "bytes_htod": int(htod or 0),
+                "calls": calls.height,
+                "top_sites": [r for r in top.iter_rows(named=True) if r["cost_ns"]]}
 
     def _unknown_gpu_ns(self) -> int:
         unknown = self.call_paths.paths.filter(pl.col("path_id") == UNKNOWN_STACK)
@@ -75,10 +200,12 @@ class Analysis:
         node = graph.graph.nodes.get(row["path_id"], {})
         return {
             "path_id": row["path_id"],
-            "site": site_label(row),
+            "site": row["site"],
             "user_frame": None if row["user_function"] is None else {
                 "file": row["user_file"], "line": row["user_line"],
-                "function": row["user_function"], "module": row["user_module"]},
+                "function": row["user_function"], "module": row["user_module"],
+                "source": row["user_source"]},
+            "mechanism": row["mechanism"],
             "user_chain": [f"{f['file']}:{f['line']} {f['name']}" for f in stack if f["is_user"]],
             "torch_op": row["torch_op"], "api": row["api"],
             "gpu_ns": row["gpu_ns"],
@@ -95,20 +222,70 @@ class Analysis:
         }
 
 
-def site_label(row: dict) -> str:
-    """``file:line function`` of a path's innermost user frame (``Module.forward`` for modules)."""
-    if row["user_function"] is None:
-        return "(no user frame)" if row["path_id"] != UNKNOWN_STACK else "(unknown stack)"
-    function = row["user_function"]
-    if row["user_module"] and function == "forward":
-        function = f"{row['user_module']}.forward"
-    return f"{row['user_file']}:{row['user_line']} {function}"
+def capture_overhead(analysis: Analysis) -> np.ndarray:
+    """CPU time the recording itself added before each call of the window (``Facts.calls``
+    order), so replays predict the run without the profiler: a zym capture states its own
+    cost per call (``extra.capture_cost.added_ns_per_call``); a torch.profiler trace costs
+    :data:`zym.analysis.replay.KINETO_NS_PER_EVENT` per recorded CPU event."""
+    from .replay import KINETO_NS_PER_EVENT
+
+    meta = analysis.data.meta
+    n = analysis.facts.calls.height
+    cost = (meta.extra or {}).get("capture_cost") or {}
+    per_call = cost.get("added_ns_per_call")
+    if isinstance(per_call, (int, float)) and per_call > 0:
+        return np.full(n, int(per_call), np.int64)
+    spans = analysis.data.spans()
+    if "kineto" in (meta.producer or "").lower() and KINETO_NS_PER_EVENT:
+        events = events_in_gaps(analysis.facts.calls, spans) + 1  # the call itself is one
+        return events * KINETO_NS_PER_EVENT
+    return np.zeros(n, np.int64)
 
 
-def analyze(path: str | Path, progress: Callable[[str], None] | None = None) -> Analysis:
-    """Load a capture (or Kineto trace) and build its call paths and GPU utilization."""
+def restrict(data: CaptureData, whole: Facts, t0: int, t1: int) -> CaptureData:
+    """The capture's rows of the window ``[t0, t1)``: calls that start in it, the GPU work they
+    launched (or, with no captured launch, that starts in it), spans that overlap it."""
+    calls = whole.calls
+    keep_calls = calls.filter((pl.col("ts_ns") >= t0) & (pl.col("ts_ns") < t1))["_orig"]
+    in_window = pl.Series([False] * calls.height).scatter(
+        calls.filter((pl.col("ts_ns") >= t0) & (pl.col("ts_ns") < t1))["call_idx"], True) \
+        if calls.height else pl.Series([], dtype=pl.Boolean)
+    g = whole.gpu
+    launched_in = in_window.gather(g["call_idx"]) if calls.height else pl.Series(
+        [None] * g.height, dtype=pl.Boolean)
+    keep_gpu = g.filter(pl.coalesce(launched_in, (pl.col("ts_ns") >= t0) & (pl.col("ts_ns") < t1))
+                        .fill_null(False))["gpu_idx"]
+    def window_spans() -> pl.DataFrame | None:
+        sp = data.spans()
+        if sp is None:
+            return None
+        return sp.filter((pl.col("ts_ns") < t1) & (pl.col("ts_ns") + pl.col("dur_ns") > t0))
+
+    return CaptureData(data.source, data.meta, data.frames, data.stacks,
+                       data.calls[keep_calls.sort()], data.gpu[keep_gpu.sort()], window_spans)
+
+
+def analyze(path: str | Path, progress: Progress | None = None, window: str = "steady"
+            ) -> Analysis:
+    """Load a capture (or Kineto trace), find its phases, and analyze ``window`` of it
+    (``steady``: steady state; ``all``; ``FROM:TO``; ``steps:A:B``: see
+    :func:`zym.analysis.phases.parse_window`)."""
     data = load_capture(path, progress)
     if progress:
         progress("attributing GPU work to call paths")
-    call_paths = build_call_paths(data)
-    return Analysis(data, call_paths, gpu_utilization(data.calls, data.gpu))
+    return analyze_data(data, window)
+
+
+def analyze_data(data: CaptureData, window: str = "steady") -> Analysis:
+    """:func:`analyze` on tables already in memory."""
+    nodes = stack_nodes(data.frames, data.stacks)
+    whole = Facts(data, nodes)
+    phases = find_phases(whole.calls, whole.gpu, nodes, data.spans(), whole.window)
+    t0, t1 = parse_window(window, phases)
+    if (t0, t1) == whole.window or (t0 <= whole.window[0] and t1 >= whole.window[1]):
+        facts, part = whole, data
+    else:
+        part = restrict(data, whole, t0, t1)
+        facts = Facts(part, nodes, window=(t0, t1))
+        facts.__dict__["sites"] = whole.sites  # same stacks: the site table is shared
+    return Analysis(part, facts, build_call_paths(facts), phases, whole, window)

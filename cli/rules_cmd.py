@@ -57,7 +57,7 @@ def show(rule_id: Annotated[str, typer.Argument(help="A rule id, or a relation n
     Example: zym rules show syncs.scalar-readback
     """
     import yaml
-    from zym.rules.relations import COLUMNS, STANDARD_MEASURES
+    from zym.analysis.relations import COLUMNS, STANDARD_MEASURES
 
     if rule_id in COLUMNS:
         typer.echo(f"relation {rule_id}: columns")

@@ -39,7 +39,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .findings import Finding
+from .findings import Finding, Findings
 from .model import Pack, Rule, RuleError, load_pack, parse_pack
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ def load_packs(paths: Iterable[str | Path] = (), builtin: bool = True,
 
 
 def evaluate(analysis: Analysis, packs: Sequence[Pack | str | Path] | None = None,
-             disabled: Iterable[str] = ()) -> list[Finding]:
+             disabled: Iterable[str] = ()) -> Findings:
     """Run rule packs over an analysis; findings most costly first (see module doc)."""
     from .engine import evaluate_rules, select_rules
 

@@ -61,7 +61,7 @@ def where_expr(where: dict, sites: pl.DataFrame | None = None,
     ``user_function``...) is evaluated once per distinct stack on that small table and becomes
     ``stack_id`` membership on the events: string work scales with stacks, not events.
     """
-    from .relations import EVENT_SITE_COLUMNS, SITE_COLUMNS
+    from zym.analysis.relations import EVENT_SITE_COLUMNS, SITE_COLUMNS
 
     parts = []
     for key, cond in where.items():
@@ -82,7 +82,7 @@ def relaxed_where(where: dict, available: set[str], sites: pl.DataFrame | None =
     """A condition that holds for every row ``where`` keeps, using only ``available`` columns
     (and site columns through ``sites``): conditions on other columns count as true. None
     when nothing constrains the rows. Used to drop rows no rule can keep, early."""
-    from .relations import EVENT_SITE_COLUMNS, SITE_COLUMNS
+    from zym.analysis.relations import EVENT_SITE_COLUMNS, SITE_COLUMNS
 
     def usable(key: str) -> bool:
         return key in available or (sites is not None and key in SITE_COLUMNS

@@ -1,8 +1,9 @@
 """Run rule packs over an analysis: each rule is one lazy polars query over one relation.
 
 filter (``where``) -> group (``group_by``) -> aggregate (standard + rule measures) -> derive
--> threshold (``having``) -> findings, ranked by cost. Occurrences are the filtered rows of the
-firing groups (a semi-join), never a Python loop over events.
+-> threshold (``having``) -> findings -> what fixing each saves (its ``saving`` model replayed
+on the timeline: :mod:`zym.rules.savings`) -> ranked by that saving. Occurrences are the
+filtered rows of the firing groups (a semi-join), never a Python loop over events.
 """
 from __future__ import annotations
 
@@ -10,27 +11,40 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
+from zym.analysis.relations import (
+    COLUMNS,
+    DEFERRED,
+    OCCURRENCE,
+    ROW_KEY,
+    STANDARD_MEASURES,
+    Relations,
+    deferred_columns,
+)
 
 from .compile import aggregation, derived, having_expr, render, where_expr
-from .findings import OCCURRENCE_COLUMNS, Finding
+from .findings import OCCURRENCE_COLUMNS, Finding, Findings
 from .model import SEVERITY_RANK, Pack, Rule, RuleError
-from .relations import COLUMNS, DEFERRED, OCCURRENCE, STANDARD_MEASURES, Relations, deferred_columns
 
 if TYPE_CHECKING:
     from zym.analysis import Analysis
 
 DEFAULT_COST = {"calls": "stall_ns", "gpu": "gpu_ns", "gaps": "idle_ns", "paths": "gpu_ns",
-                "windows": "span_ns"}
+                "steps": "span_ns", "windows": "span_ns"}
 # Event-level columns whose first value in a group labels the finding (messages, site).
-_EVENT_LABELS = ("api", "copy_kind", "src_mem", "dst_mem", "dtype", "name", "cause", "kind")
+_EVENT_LABELS = ("api", "copy_kind", "src_mem", "dst_mem", "dtype", "name", "cause", "kind",
+                 "precision", "op_class", "function")
 # Labels read from the site table, for the group's site (or its first event's stack).
 _SITE_LABELS = ("user_node", "user_function", "user_file", "user_line", "user_module",
-                "torch_op", "py_api")
+                "user_source", "mechanism", "torch_op", "py_api", "site")
+# Event columns each saving model reads (besides the relation's row key).
+_MODEL_COLUMNS = {"speedup": ("dur_ns", "precision", "flops", "intensity"),
+                  "cuda-graph": ("step",), "batch": ("call_instance",)}
 
 
 def evaluate_rules(analysis: Analysis, rules: Sequence[Rule],
-                   relations: Relations | None = None) -> list[Finding]:
-    """Findings of ``rules`` on ``analysis``, most costly first (ties: severity, rule id).
+                   relations: Relations | None = None) -> Findings:
+    """Findings of ``rules`` on ``analysis``, ranked by what fixing each would save (see
+    :func:`rank`).
 
     All rules are collected together (``polars.collect_all``): the relations they share are
     built once, with only the columns some rule reads.
@@ -49,17 +63,56 @@ def evaluate_rules(analysis: Analysis, rules: Sequence[Rule],
         if frame.height:
             findings.extend(_findings(plan, frame, rel))
     findings = _apply_supersedes(findings, rules)
-    findings.sort(key=lambda f: (-f.cost_ns, -SEVERITY_RANK[f.severity], f.rule_id, f.site))
-    return findings
+    return rank(analysis, findings)
+
+
+def rank(analysis: Analysis, findings: list[Finding]) -> Findings:
+    """Estimate each finding's saving, merge findings whose fixes are the same edit, rank by
+    saving (findings without an estimate last, by observed cost), and replay all fixes
+    together for the window's total, and each in rank order for what it adds to those above
+    it (``saving_incremental_ns``: these sum to the total, so no time is counted twice)."""
+    from .savings import fix_for
+
+    for f in findings:
+        f.estimate(analysis, fix_for)
+    findings = _merge_same_fix(findings)
+    findings.sort(key=lambda f: (f.saving_ns is None, -(f.saving_ns or 0), -f.cost_ns,
+                                 -SEVERITY_RANK[f.severity], f.rule_id, f.site))
+    return Findings(findings, analysis)
+
+
+def _merge_same_fix(findings: list[Finding]) -> list[Finding]:
+    """Findings whose fix is the same timeline edit keep one entry (the one that saves more,
+    then the more severe); the others are named in its ``also``."""
+    out: dict[tuple, Finding] = {}
+    rest = []
+    for f in findings:
+        key = f.fix_key()
+        if key is None:
+            rest.append(f)
+            continue
+        have = out.get(key)
+        if have is None:
+            out[key] = f
+            continue
+        keep, drop = (have, f) if (have.saving_ns or 0, SEVERITY_RANK[have.severity]) >= (
+            f.saving_ns or 0, SEVERITY_RANK[f.severity]) else (f, have)
+        keep.also.append(f"{drop.rule_id}: {drop.title}")
+        out[key] = keep
+    return list(out.values()) + rest
 
 
 def rule_columns(rule: Rule) -> set[str]:
     """Event columns a rule reads: filters, groups, measures, labels in its templates, and
     what every rule needs (standard measures, occurrences, site keys)."""
-    from .model import template_names
-    from .relations import EVENT_SITE_COLUMNS, SITE_COLUMNS
+    from zym.analysis.relations import EVENT_SITE_COLUMNS, SITE_COLUMNS
 
-    cols = set(rule.group_by) | {"stack_id", *EVENT_SITE_COLUMNS}
+    from .model import template_names
+
+    cols = set(rule.group_by) | {"stack_id", *EVENT_SITE_COLUMNS, ROW_KEY[rule.relation],
+                                 *_MODEL_COLUMNS.get(rule.saving.get("model", "none"), ())}
+    if rule.relation in ("calls", "gaps", "gpu"):
+        cols.add("call_idx")
     skip = {"instances"} - _referenced(rule)
     standard = [e for n, e in STANDARD_MEASURES[rule.relation].items() if n not in skip]
     for expr in [*standard, *OCCURRENCE[rule.relation]]:
@@ -83,6 +136,8 @@ def rule_columns(rule: Rule) -> set[str]:
     for text in (rule.title, rule.message, rule.fix):
         cols.update(template_names(text))
     cols.update(c for c in ("api", "name") if c in COLUMNS[rule.relation])  # "what" fallback
+    if rule.relation == "steps":
+        cols.add("function")
     site_only = set(SITE_COLUMNS) - set(EVENT_SITE_COLUMNS) - set(rule.group_by)
     cols = (cols - site_only) & set(COLUMNS[rule.relation])
     if cols & set(DEFERRED):  # gathered per rule after its other filters (see _plan)
@@ -143,7 +198,7 @@ def run_rule(rule: Rule, rel: Relations) -> list[Finding]:
 
 def _plan(rule: Rule, rel: Relations, frame: pl.DataFrame) -> dict:
     """The lazy query of one rule: filter, group, measure, derive, threshold."""
-    from .relations import EVENT_SITE_COLUMNS, SITE_COLUMNS
+    from zym.analysis.relations import EVENT_SITE_COLUMNS, SITE_COLUMNS
 
     lf, columns = frame.lazy(), frame.columns
     sites = rel.sites if "stack_id" in columns else None
@@ -189,18 +244,24 @@ class _Occurrences:
         self.plan, self.fired = plan, fired
         self.parts: dict[tuple, pl.DataFrame] | None = None
 
-    def of(self, key: tuple) -> pl.DataFrame:
+    def rows(self, key: tuple) -> pl.DataFrame:
+        """Every column of the group's filtered rows."""
         if self.parts is None:
-            cols, keys = OCCURRENCE[self.plan["rule"].relation], self.plan["keys"]
+            keys = self.plan["keys"]
             if not keys:
-                self.parts = {(): self.plan["rows"].select(cols).collect()}
+                self.parts = {(): self.plan["rows"].collect()}
             else:
                 occ = (self.plan["rows"].join(self.fired.lazy().select(keys), on=keys,
-                                              how="semi", nulls_equal=True)
-                       .select(*keys, *cols).collect())
-                self.parts = {k: v.drop(keys) for k, v in occ.partition_by(
-                    keys, as_dict=True, maintain_order=True).items()}
-        return self.parts.get(key, _EMPTY_OCC)
+                                              how="semi", nulls_equal=True).collect())
+                self.parts = dict(occ.partition_by(keys, as_dict=True, maintain_order=True))
+        return self.parts.get(key, self.plan["rows"].clear().collect())
+
+    def of(self, key: tuple) -> pl.DataFrame:
+        """The group's occurrences: ``pid, tid, ts_ns, dur_ns, correlation_id``."""
+        rows = self.rows(key)
+        if rows.height == 0:
+            return _EMPTY_OCC
+        return rows.select(OCCURRENCE[self.plan["rule"].relation])
 
 
 def _findings(plan: dict, fired: pl.DataFrame, rel: Relations) -> list[Finding]:
@@ -212,11 +273,14 @@ def _findings(plan: dict, fired: pl.DataFrame, rel: Relations) -> list[Finding]:
             pl.col(c).alias(f"_l_{c}") for c in _SITE_LABELS if c not in keys])
         fired = fired.join(info, on=site_of, how="left", maintain_order="left")
     graph = rel.analysis.call_paths.graph
+    extra = {"instance": rel.instance_label()}
     out = []
     for row in fired.iter_rows(named=True):  # one row per finding: few, not per event
         key = tuple(row[k] for k in keys)
-        out.append(_finding(rule, row, lambda key=key: store.of(key), plan["cost"],
-                            plan["constants"], graph))
+        f = _finding(rule, row, lambda key=key: store.of(key), plan["cost"],
+                     plan["constants"] | extra, graph)
+        f.event_source = lambda key=key: store.rows(key)
+        out.append(f)
     return out
 
 
@@ -230,15 +294,20 @@ def _finding(rule: Rule, row: dict, occ: Any, cost: str, constants: dict,
         labels[k] = row[k]
     site_id = labels.get("site_id")
     site = site_text(labels)
+    if "function" in labels and labels.get("user_function") is None and rule.relation == "steps":
+        site = f"each step: {labels['function']}"
     measures = {k: v for k, v in row.items() if not k.startswith("_l_") and k not in rule.group_by}
     evidence = {k: _plain(v) for k, v in measures.items()}
+    if rule.relation == "calls" and "instances" in evidence:
+        evidence["instance"] = constants["instance"]
     if "gpu_ns" in evidence and constants["total_gpu_ns"]:
         evidence["gpu_share"] = round(evidence["gpu_ns"] / constants["total_gpu_ns"], 4)
     if "idle_ns" in evidence and constants["window_ns"]:
         evidence["idle_share_of_window"] = round(evidence["idle_ns"] / constants["window_ns"], 4)
     for k in rule.group_by:
         evidence.setdefault(k, _plain(row[k]))
-    values = measures | labels | constants | {"site": site, "what": _what(labels)}
+    values = measures | labels | constants | {"site": site, "what": _what(labels),
+                                               "instance": _instance(labels, constants)}
     chain = []
     if site_id is not None and graph is not None:
         chain = [f"{f['file']}:{f['line']} {f['name']}" for f in graph.path(site_id)
@@ -248,27 +317,38 @@ def _finding(rule: Rule, row: dict, occ: Any, cost: str, constants: dict,
         message=render(rule.message, values), site=site, user_chain=chain, evidence=evidence,
         fix=render(rule.fix, values), cost_ns=int(measures.get(cost) or 0), pack=rule.pack,
         site_id=site_id, occurrence_count=int(row["count"]), occurrence_source=occ,
-        group_key=tuple((k, row[k]) for k in rule.group_by))
+        group_key=tuple((k, row[k]) for k in rule.group_by), saving_model=dict(rule.saving),
+        relation=rule.relation, measures={k: v for k, v in measures.items()
+                                          if isinstance(v, (int, float))},
+        source=labels.get("user_source"))
 
 
 def site_text(labels: dict) -> str:
-    """``file:line function`` (``Module.forward`` inside an nn.Module) of a group's user frame."""
+    """The site of a group as users read it (:func:`zym.analysis.sites.site_label`)."""
+    if labels.get("site") is not None and labels.get("user_function") is not None:
+        return labels["site"]
     if labels.get("user_function") is None:
-        if "stack_id" not in labels:  # a relation without stacks (windows)
-            return "(whole capture)"
+        if "stack_id" not in labels:  # a relation without stacks (windows, steps)
+            return "(whole window)"
         if labels.get("stack_id") is None:
             return "(call not captured)"
         return "(no user frame)"
-    function = labels["user_function"]
-    if labels.get("user_module") and function == "forward":
-        function = f"{labels['user_module']}.forward"
-    return f"{labels['user_file']}:{labels['user_line']} {function}"
+    from zym.analysis.sites import site_label
+
+    return site_label(labels["user_function"], labels.get("user_file"), labels.get("user_line"),
+                      labels.get("user_module"))
 
 
 def _what(labels: dict) -> str:
-    if labels.get("py_api"):
-        return f"{labels['py_api']}()"
-    return labels.get("torch_op") or labels.get("api") or labels.get("name") or "?"
+    """What the code does, in the user's terms: the Python call on the line (``.item()``,
+    ``.cpu()``), else the torch op, the CUDA API or the kernel."""
+    return (labels.get("mechanism") or labels.get("torch_op") or labels.get("api")
+            or labels.get("name") or "CUDA calls")
+
+
+def _instance(labels: dict, constants: dict) -> str:
+    """What ``per_call`` counts per: a call of the site's function."""
+    return f"call of {labels.get('user_function') or 'the enclosing function'}"
 
 
 def _plain(v: Any) -> Any:
@@ -278,10 +358,18 @@ def _plain(v: Any) -> Any:
 
 
 def _apply_supersedes(findings: list[Finding], rules: Iterable[Rule]) -> list[Finding]:
-    """Drop a finding when a more specific rule fired on the same group (same code site)."""
+    """Drop a finding when a more specific rule fired on the same group (same code site); the
+    finding that stays names it in ``also``."""
     by_id = {r.id: r for r in rules}
-    hidden = {(old, f.group_key) for f in findings for old in by_id[f.rule_id].supersedes}
-    return [f for f in findings if (f.rule_id, f.group_key) not in hidden]
+    winner = {(old, f.group_key): f for f in findings for old in by_id[f.rule_id].supersedes}
+    kept = []
+    for f in findings:
+        w = winner.get((f.rule_id, f.group_key))
+        if w is None:
+            kept.append(f)
+        else:
+            w.also.append(f"{f.rule_id}: {f.title}")
+    return kept
 
 
 def select_rules(packs: Sequence[Pack], disabled: Iterable[str] = ()) -> list[Rule]:
@@ -297,4 +385,4 @@ def select_rules(packs: Sequence[Pack], disabled: Iterable[str] = ()) -> list[Ru
     return [r for r in rules if r.id not in off and r.pack not in off]
 
 
-__all__ = ["COLUMNS", "evaluate_rules", "run_rule", "select_rules", "site_text"]
+__all__ = ["COLUMNS", "evaluate_rules", "rank", "run_rule", "select_rules", "site_text"]

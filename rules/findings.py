@@ -1,18 +1,29 @@
-"""A finding: one rule firing on one group (usually one call site) of a capture."""
+"""A finding: one rule firing on one group (usually one call site) of a capture, with what
+fixing it would save; :class:`Findings`: all of them, ranked, with the total of all fixes."""
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import polars as pl
+
+if TYPE_CHECKING:
+    from zym.analysis import Analysis
+    from zym.analysis.replay import Fix
 
 OCCURRENCE_COLUMNS = ("pid", "tid", "ts_ns", "dur_ns", "correlation_id")
 
 
 @dataclass
 class Finding:
-    """What is wrong, where, what it costs and how to fix it.
+    """What is wrong, where, what it costs, what fixing it saves and how to fix it.
+
+    ``cost_ns`` is what was observed (CPU time blocked, GPU time, GPU idle time);
+    ``saving_ns`` what the window would lose if the fix were applied, from replaying the
+    capture with it (:mod:`zym.rules.savings`; None when the rule's model makes no estimate),
+    and ``saving_how`` how that was estimated.
 
     ``occurrences`` lists every offending event as ``{pid, tid, ts_ns, dur_ns,
     correlation_id}`` (CPU call times for call and kernel rules; the gap or window for
@@ -29,13 +40,23 @@ class Finding:
     user_chain: list[str]  # user frames from the outermost down to the site
     evidence: dict[str, Any]
     fix: str
-    cost_ns: int = 0  # what findings are ranked by (CPU stall, GPU time or GPU idle)
+    cost_ns: int = 0  # the observed cost: CPU stall, GPU time or GPU idle
     pack: str = ""
     site_id: int | None = None  # stack node of the site (joins the call-path graph)
     occurrence_count: int = 0
     group_key: tuple = ()  # the rule's group: ((column, value), ...), e.g. the code site
+    saving_model: dict = field(default_factory=lambda: {"model": "none"})
+    relation: str = ""
+    measures: dict = field(default_factory=dict, repr=False)
+    source: str | None = None  # the source text of the site's line, where the capture has it
+    saving_ns: int | None = None
+    saving_how: str = ""
+    saving_incremental_ns: int | None = None
+    also: list[str] = field(default_factory=list)  # other rules whose fix is the same edit
     # Builds this finding's occurrences on first use (exports ask; text reports never do).
     occurrence_source: Callable[[], pl.DataFrame] | None = field(default=None, repr=False)
+    event_source: Callable[[], pl.DataFrame] | None = field(default=None, repr=False)
+    edit: Fix | None = field(default=None, repr=False)
     _frame: pl.DataFrame | None = field(default=None, repr=False)
     _occurrences: list[dict] | None = field(default=None, repr=False)
 
@@ -59,11 +80,89 @@ class Finding:
                                            nulls_last=True)
                 .head(n).select(OCCURRENCE_COLUMNS).to_dicts())
 
-    def to_dict(self, examples: int = 5) -> dict:
+    def estimate(self, analysis: Analysis, fix_for: Callable) -> None:
+        """Build this finding's fix and replay it (sets ``edit``, ``saving_ns``,
+        ``saving_how``)."""
+        if not analysis.timeline.usable and self.saving_model.get("model", "none") != "none":
+            self.edit, self.saving_ns = None, None
+            self.saving_how = ("no estimate: the capture has no GPU side, so waiting for the GPU "
+                               "cannot be told from the calls' own cost (capture with CUPTI)")
+            return
+        from .savings import NoEstimate
+
+        rows = self.event_source() if self.event_source is not None else pl.DataFrame()
+        try:
+            self.edit = fix_for(self.saving_model, self.relation, rows, analysis, self.measures)
+        except NoEstimate as why:
+            self.edit, self.saving_ns, self.saving_how = None, None, f"no estimate: {why}"
+            return
+        if self.edit is None or self.edit.is_empty():
+            self.edit = None
+            self.saving_ns = None
+            model = self.saving_model.get("model", "none")
+            self.saving_how = ("no estimate: this finding describes the window"
+                               if model == "none" else f"no estimate ({model}: nothing to edit)")
+            return
+        self.saving_ns = analysis.timeline.saving(self.edit)
+        self.saving_how = self.edit.describe
+
+    def fix_key(self) -> tuple | None:
+        """Identifies the timeline edit: two findings with the same key fix the same thing."""
+        e = self.edit
+        if e is None:
+            return None
+        parts = []
+        for name in ("remove_calls", "unblock_calls", "cost_calls", "cost_ns", "gap_calls",
+                     "gap_ns", "gpu_ops", "gpu_dur_ns", "graph_first", "graph_last"):
+            parts.append(hash(np.asarray(getattr(e, name)).tobytes()))
+        return tuple(parts)
+
+    def to_dict(self, examples: int = 5, window_ns: int = 0, steps: int = 0) -> dict:
+        pct = (round(100 * self.saving_ns / window_ns, 2)
+               if self.saving_ns is not None and window_ns else None)
         return {
             "rule_id": self.rule_id, "severity": self.severity, "title": self.title,
             "message": self.message, "site": self.site, "site_id": self.site_id,
-            "user_chain": self.user_chain, "cost_ns": self.cost_ns, "evidence": self.evidence,
-            "fix": self.fix, "occurrence_count": self.occurrence_count,
+            "source": self.source, "user_chain": self.user_chain,
+            "saving_ns": self.saving_ns, "saving_pct_of_window": pct,
+            "saving_per_step_ns": (self.saving_ns // steps
+                                   if self.saving_ns is not None and steps else None),
+            "saving_incremental_ns": self.saving_incremental_ns,
+            "saving_how": self.saving_how, "saving_model": self.saving_model,
+            "cost_ns": self.cost_ns, "evidence": self.evidence,
+            "fix": self.fix, "also": self.also, "occurrence_count": self.occurrence_count,
             "examples": self.examples(examples) if examples else [],
         }
+
+
+class Findings(list):
+    """Findings, ranked by saving, and what all their fixes save together (``total_ns``: one
+    replay with every fix applied, so no nanosecond is counted twice). Each finding's
+    ``saving_incremental_ns`` is what it adds to the fixes ranked above it."""
+
+    def __init__(self, findings: list[Finding], analysis: Analysis | None = None) -> None:
+        super().__init__(findings)
+        self.total_ns: int | None = None
+        if analysis is not None:
+            self._replay_together(analysis)
+
+    def _replay_together(self, analysis: Analysis) -> None:
+        from zym.analysis.replay import Fix
+
+        edits: list = []
+        before = 0
+        for f in self:
+            if f.edit is None:
+                continue
+            edits.append(f.edit)
+            now = analysis.timeline.saving(Fix.combine(edits))
+            f.saving_incremental_ns = max(now - before, 0)
+            before = now
+        self.total_ns = before if edits else None
+
+    def what_if(self, window_ns: int, steps: int) -> dict:
+        total = self.total_ns
+        return {"saving_ns": total, "findings": sum(1 for f in self if f.edit is not None),
+                "saving_pct_of_window": round(100 * total / window_ns, 2)
+                if total is not None and window_ns else None,
+                "saving_per_step_ns": total // steps if total is not None and steps else None}

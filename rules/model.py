@@ -17,9 +17,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from zym.analysis.relations import COLUMNS, STANDARD_MEASURES
 from zym.schemas.errors import InputError
-
-from .relations import COLUMNS, STANDARD_MEASURES
 
 SEVERITIES = ("info", "warning", "error")
 SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
@@ -33,7 +32,8 @@ OPTIONAL = re.compile(r"\{\?(.*?)\?\}", re.DOTALL)
 PARTS = re.compile(f"{OPTIONAL.pattern}|{TEMPLATE.pattern}", re.DOTALL)  # rendering, left to right
 FORMATS = frozenset({"ns", "bytes", "pct", "x", "int", "float", "str"})
 # Variables every message template may use besides the rule's measures.
-LABELS = ("site", "what", "user_function", "torch_op", "py_api", "api", "copy_kind", "src_mem",
+LABELS = ("site", "what", "instance", "user_function", "user_source", "mechanism", "torch_op",
+          "py_api", "api", "copy_kind", "src_mem", "precision", "op_class", "function",
           "dst_mem", "dtype", "name", "cause", "kind")
 CONSTANTS = ("total_gpu_ns", "window_ns")
 
@@ -62,6 +62,7 @@ class Rule:
     having: dict = field(default_factory=dict)
     cost: str | None = None
     supersedes: tuple[str, ...] = ()
+    saving: dict = field(default_factory=lambda: {"model": "none"})
     examples: int = 5
     pack: str = ""
     source: str = ""
@@ -72,6 +73,7 @@ class Rule:
         out["group_by"] = list(self.group_by)
         if self.supersedes:
             out["supersedes"] = list(self.supersedes)
+        out["saving"] = dict(self.saving)
         return out
 
 
@@ -216,6 +218,8 @@ def _rule(raw: dict, pack: str, source: str) -> Rule:
     cost = raw.get("cost")
     if cost is not None and cost not in known:
         raise fail("cost", f"unknown measure {cost!r}")
+    saving = raw.get("saving", {"model": "none"})
+    _check_saving(saving, relation, known, fail)
     names = known | set(LABELS) | set(group_by)
     for key in ("message", "fix", "title"):
         _check_template(raw[key], names, lambda msg, key=key: fail(key, msg))
@@ -223,8 +227,32 @@ def _rule(raw: dict, pack: str, source: str) -> Rule:
                 relation=relation, message=raw["message"].strip(), fix=raw["fix"].strip(),
                 where=raw.get("where", {}), group_by=group_by, measures=measures,
                 having=raw.get("having", {}), cost=cost,
-                supersedes=tuple(raw.get("supersedes", ())), examples=raw.get("examples", 5),
+                supersedes=tuple(raw.get("supersedes", ())), saving=dict(saving),
+                examples=raw.get("examples", 5),
                 pack=pack, source=source)
+
+
+# Which relations each saving model can read its events from (zym.rules.savings).
+SAVING_RELATIONS = {
+    "batch": ("calls",), "remove": ("calls",), "unblock": ("calls", "gaps"),
+    "pin": ("calls",), "async": ("calls",), "speedup": ("gpu",),
+    "shorten-gaps": ("gaps", "calls"), "cuda-graph": ("steps",),
+    "none": ("calls", "gpu", "gaps", "paths", "steps", "windows"),
+}
+
+
+def _check_saving(saving: dict, relation: str, measures: set[str], fail) -> None:
+    model = saving["model"]
+    if relation not in SAVING_RELATIONS[model]:
+        raise fail("saving.model", f"{model} replays events of relation "
+                                   f"{' or '.join(SAVING_RELATIONS[model])}, not {relation}")
+    if model == "speedup" and ("to" in saving) == ("factor" in saving):
+        raise fail("saving", "speedup takes one of to: PRECISION or factor: MEASURE")
+    if "factor" in saving and saving["factor"] not in measures:
+        raise fail("saving.factor", f"unknown measure {saving['factor']!r}")
+    for key, only in (("keep", "batch"), ("to", "speedup"), ("factor", "speedup")):
+        if key in saving and model != only:
+            raise fail(f"saving.{key}", f"{key} applies to model {only} only")
 
 
 def _unknown_column(col: str, relation: str) -> str:

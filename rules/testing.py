@@ -161,19 +161,21 @@ class CaptureBuilder:
             out[table] = conform(table, df).drop("record")
         return out
 
-    def analysis(self, spans: bool = True):
-        """The ``Analysis`` of this capture (as ``zym.analysis.analyze`` would build it)."""
-        from zym.analysis.callpath import build_call_paths
+    def analysis(self, spans: bool = True, window: str = "all", drop: str | None = None):
+        """The ``Analysis`` of this capture (as ``zym.analysis.analyze`` would build it; the
+        whole capture unless ``window`` says otherwise). ``drop``: a table (``call``, ``gpu``)
+        to leave empty, as a producer that recorded one side only would."""
+        from zym.analysis import analyze_data
         from zym.analysis.load import CaptureData
-        from zym.analysis.report import Analysis
-        from zym.analysis.timeline import gpu_utilization
         from zym.schemas.meta import CaptureMeta
 
         t = self.tables()
+        if drop is not None:
+            t[drop] = t[drop].clear()
         data = CaptureData(Path("synthetic"), CaptureMeta(producer="zym.rules.testing"),
                            t["frame"], t["stack"], t["call"], t["gpu"],
                            t["span"] if spans else None)
-        return Analysis(data, build_call_paths(data), gpu_utilization(data.calls, data.gpu))
+        return analyze_data(data, window)
 
     def write(self, path: str | Path) -> Path:
         """Write a zym capture file (Parquet) of this capture."""

@@ -108,7 +108,7 @@ def perfetto_bytes(src: ExportSource) -> bytes:
 class _TraceBuilder:
     def __init__(self, src: ExportSource) -> None:
         self.src = src
-        self.data = src.analysis.data
+        self.data = src.data
         self.intern = Interner()
         self.tracks: dict[tuple, TrackDescriptor] = {}
         self.overlap_tracks = 0

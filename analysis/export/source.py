@@ -13,29 +13,32 @@ import polars as pl
 from zym.schemas.errors import InputError
 from zym.schemas.io import conform
 
-from ..callpath import build_call_paths
 from ..load import load_capture
 from ..report import Analysis
-from ..timeline import gpu_utilization
 
 Progress = Callable[[str], None]
 
 
 @dataclass
 class ExportSource:
-    analysis: Analysis
-    spans: pl.DataFrame  # span table (pid, tid, ts_ns, dur_ns, stack_id, op_id, op_shapes, ...)
-    findings: list[dict]  # rule findings as plain dicts (see findings_of)
+    analysis: Analysis  # the analysis window (steady state unless asked otherwise)
+    spans: pl.DataFrame  # span table of the whole capture (pid, tid, ts_ns, dur_ns, stack_id, ...)
+    findings: list[dict]  # rule findings as plain dicts (see findings_of), ranked as the CLI ranks
     spans_reconstructed: bool = False  # True when rebuilt from call stacks (eBPF captures)
+    what_if: dict | None = None  # all fixes together (Findings.what_if)
 
     @property
     def data(self):
-        return self.analysis.data
+        """The whole capture: a timeline shows everything, the findings come from the window."""
+        return self.analysis.whole.data
 
 
 def load_export_source(path: str | Path, progress: Progress | None = None,
-                       with_findings: bool = True) -> ExportSource:
-    """Load ``path`` (zym capture or Kineto trace), analyze it, and gather spans and findings."""
+                       with_findings: bool = True, window: str = "steady") -> ExportSource:
+    """Load ``path`` (zym capture or Kineto trace), analyze it (:func:`analyze_data`), and
+    gather spans and findings."""
+    from ..report import analyze_data
+
     path = Path(path)
     data = load_capture(path, progress)
     data.calls = _conformed("call", data.calls)
@@ -43,12 +46,12 @@ def load_export_source(path: str | Path, progress: Progress | None = None,
     spans = _spans_of(data, path)
     if progress:
         progress("attributing GPU work to call paths")
-    analysis = Analysis(data, build_call_paths(data), gpu_utilization(data.calls, data.gpu))
+    analysis = analyze_data(data, window)
     reconstructed = False
     if spans.height == 0 and data.calls.height:
         spans, reconstructed = spans_from_call_stacks(data.calls, data.stacks, data.frames), True
-    findings = findings_of(analysis) if with_findings else []
-    return ExportSource(analysis, spans, findings, reconstructed)
+    findings, what_if = findings_of(analysis) if with_findings else ([], None)
+    return ExportSource(analysis, spans, findings, reconstructed, what_if)
 
 
 def _conformed(table: str, df: pl.DataFrame) -> pl.DataFrame:
@@ -138,17 +141,25 @@ def _ancestors(stacks: pl.DataFrame) -> pl.DataFrame:
     return pl.concat(out)
 
 
-def findings_of(analysis: Analysis) -> list[dict]:
-    """The rule engine's findings as dicts; an empty list when ``zym.rules`` has no engine."""
-    try:
-        from zym.rules import evaluate
-    except ImportError:
-        return []
-    return [finding_dict(f) for f in evaluate(analysis)]
+def findings_of(analysis: Analysis) -> tuple[list[dict], dict | None]:
+    """The rule engine's findings as dicts, ranked, and what all their fixes save together."""
+    from zym.rules import evaluate
+
+    found = evaluate(analysis)
+    window, steps = analysis_scale(analysis)
+    return ([finding_dict(f) | f.to_dict(0, window, steps) for f in found],
+            found.what_if(window, steps))
+
+
+def analysis_scale(analysis: Analysis) -> tuple[int, int]:
+    """The window length and its number of steps (0 without steps): what savings are
+    expressed against."""
+    steps = analysis.steps_in_window()
+    return analysis.facts.window_ns, (steps.count if steps is not None else 0)
 
 
 FINDING_KEYS = ("rule_id", "severity", "title", "message", "site", "site_id", "user_chain",
-                "evidence", "fix", "cost_ns", "pack")
+                "evidence", "fix", "cost_ns", "pack", "saving_ns", "saving_how")
 OCCURRENCE_SCHEMA = {c: pl.Int64 for c in ("pid", "tid", "ts_ns", "dur_ns", "correlation_id")}
 
 

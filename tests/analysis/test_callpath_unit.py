@@ -45,9 +45,8 @@ def test_busy_time_counts_overlapping_streams_once():
 
 def test_sync_records_are_not_gpu_time():
     """CUPTI SYNCHRONIZATION records time a host wait: never GPU busy time or path GPU time."""
-    from zym.analysis.callpath import build_call_paths
+    from zym.analysis import analyze_data
     from zym.analysis.load import CaptureData
-    from zym.analysis.timeline import gpu_utilization
     from zym.schemas import CaptureMeta, conform
 
     frames = pl.DataFrame({"frame_id": [0, 1], "kind": ["python", "cuda_api"],
@@ -64,7 +63,8 @@ def test_sync_records_are_not_gpu_time():
     frames, stacks, calls, gpu = (conform(t, df).drop("record") for t, df in (
         ("frame", frames), ("stack", stacks), ("call", calls), ("gpu", gpu)))
     data = CaptureData(Path("x"), CaptureMeta(producer="t"), frames, stacks, calls, gpu)
-    paths = build_call_paths(data).paths
+    analysis = analyze_data(data, "all")
+    paths = analysis.call_paths.paths
     assert paths["gpu_ns"].sum() == 50
-    util = gpu_utilization(calls, gpu)
+    util = analysis.utilization
     assert util["activity_ns"] == 50 and util["devices"][0]["busy_ns"] == 50

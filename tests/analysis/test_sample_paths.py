@@ -9,7 +9,6 @@ import polars as pl
 import pytest
 from zym.analysis import analyze
 from zym.analysis.callpath import UNKNOWN_STACK
-from zym.analysis.report import site_label
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 
@@ -46,7 +45,7 @@ def test_gpu_time_of_all_paths_is_the_traces_gpu_activity(report, raw_events):
 def test_three_matmul_paths_stay_separate(sample_analysis):
     paths = sample_analysis.call_paths.paths
     matmuls = paths.filter(pl.col("torch_op").is_in(["aten::addmm", "aten::mm"]))
-    by_site = {site_label(r) for r in matmuls.iter_rows(named=True)}
+    by_site = set(matmuls["site"])
     assert {"gpt_decode_server.py:24 Attention.forward", "gpt_decode_server.py:40 FeedForward.forward",
             "gpt_decode_server.py:68 lm_head"} <= by_site
     # the float32 feed-forward matmuls dominate: the same kernels family does not merge them

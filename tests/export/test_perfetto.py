@@ -120,12 +120,13 @@ def test_chunked_writing_gives_the_same_trace(export_source, sample_pftrace, tmp
 def _shifted(src, **changes):
     src = copy.copy(src)
     src.analysis = copy.copy(src.analysis)
-    src.analysis.data = copy.copy(src.data)
+    src.analysis.whole = copy.copy(src.analysis.whole)
+    src.analysis.whole.data = copy.copy(src.data)
     for k, v in changes.items():
         if k == "spans":
             src.spans = v
         else:
-            setattr(src.analysis.data, k, v)
+            setattr(src.analysis.whole.data, k, v)
     return src
 
 

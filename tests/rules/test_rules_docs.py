@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from zym import rules
-from zym.rules.relations import COLUMNS
+from zym.analysis.relations import COLUMNS
 
 DOC = Path(__file__).parents[2] / "docs" / "rules.md"
 

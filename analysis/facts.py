@@ -1,0 +1,232 @@
+"""The facts of one analysis window, each defined once: every table, rule and output reads them.
+
+* ``calls``: the CUDA API calls in time order with ``call_idx`` (their row here), the GPU
+  operation each one caused (``own_row``), whether the call **blocks** the CPU until the GPU
+  catches up (:func:`blocking`) and the GPU completion it waited for (``awaited_end_ns``);
+* ``gpu``: the GPU operations with ``gpu_idx``, ``call_idx`` (the launching call, by CUDA
+  correlation id: :func:`zym.analysis.correlate.match_rows`) and ``work`` (kernels, copies and
+  memsets occupy the GPU; CUPTI sync records time a host wait and do not);
+* ``busy``: the GPU busy periods per device (:func:`zym.analysis.timeline.busy_intervals`);
+* ``gaps``: the idle gaps between them, with the blocking call the CPU was in when each began;
+* ``sites``: per stack node, its call site (:mod:`zym.analysis.sites`);
+* ``gpu_ns``: **GPU time**, the one definition: the summed duration of GPU work.
+
+Everything is built on first use and kept, with polars joins and gathers (no per-event Python).
+"""
+from __future__ import annotations
+
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import polars as pl
+from zym.schemas.apis import is_blocking_api
+
+from .correlate import match_rows
+from .kernels import classify_kernels
+from .sites import site_table
+from .timeline import busy_intervals, gpu_work
+
+if TYPE_CHECKING:
+    from .load import CaptureData
+
+EVENT_SITE_COLUMNS = ("code_site", "site_id", "user_node")  # carried on every event row
+
+
+def thread_key() -> pl.Expr:
+    """One int64 per (pid, tid): OS ids fit in 31 bits (Linux pid_max is at most 2^22)."""
+    return ((pl.col("pid").cast(pl.Int64) * (1 << 32))
+            + (pl.col("tid").cast(pl.Int64) & 0xFFFFFFFF)).alias("_thread")
+
+
+def conform(df: pl.DataFrame, table: str) -> pl.DataFrame:
+    """Add the schema columns a producer left out (Kineto calls have no size or stream) as null."""
+    from zym.schemas.tables import TABLES, polars_schema
+
+    schema = polars_schema(table)
+    missing = [c for c in TABLES[table] if c != "record" and c not in df.columns]
+    return df.with_columns([pl.lit(None, schema[c]).alias(c) for c in missing]) if missing else df
+
+
+def take(df: pl.DataFrame, idx: pl.Series) -> pl.DataFrame:
+    """Rows ``idx`` of ``df``; a null index gives a row of nulls."""
+    return pl.DataFrame([df[c].gather(idx) for c in df.columns]) if df.width else df
+
+
+def blocking(api: pl.Expr, kind: pl.Expr, src_mem: pl.Expr, dst_mem: pl.Expr) -> pl.Expr:
+    """Whether a call blocks its CPU thread until the GPU has done (some of) its queued work.
+
+    Syncs; synchronous copies and memsets (no ``Async`` in the name); and async copies that
+    touch pageable host memory, which the driver stages synchronously (CUDA Runtime API,
+    "API synchronization behavior"). A copy whose memory kinds are unknown (no GPU side in the
+    capture) counts as blocking: PyTorch's own device-to-host copies land in pageable memory.
+    """
+    pageable = (src_mem == "pageable") | (dst_mem == "pageable")
+    unknown = src_mem.is_null() & dst_mem.is_null()
+    return (is_blocking_api(api) | (kind == "sync")
+            | ((kind == "copy") & (pageable | unknown))).fill_null(False)
+
+
+class Facts:
+    """The facts of one (windowed) capture. See the module doc."""
+
+    def __init__(self, data: CaptureData, nodes: pl.DataFrame,
+                 window: tuple[int, int] | None = None) -> None:
+        self.data = data
+        self.nodes = nodes
+        if window is not None:  # an analysis window chosen by the caller
+            self.__dict__["window"] = window
+
+    # -- sites -------------------------------------------------------------------------------
+
+    @cached_property
+    def sites(self) -> pl.DataFrame:
+        return site_table(self.nodes)
+
+    def site_of(self, stack: pl.Series, columns: tuple[str, ...] = EVENT_SITE_COLUMNS
+                ) -> list[pl.Series]:
+        """Site columns for each stack id of ``stack`` (a gather when ids are dense)."""
+        from zym.schemas.lookup import first_row_of
+
+        idx = first_row_of(self.sites["stack_id"], stack.cast(pl.Int64))
+        return [self.sites[c].gather(idx).alias(c) for c in columns]
+
+    # -- calls -------------------------------------------------------------------------------
+
+    @cached_property
+    def calls(self) -> pl.DataFrame:
+        """The call table in time order (see the module doc for the added columns)."""
+        raw = conform(self.data.calls, "call")
+        # Narrow: long per-call text (shapes, dtypes) stays in the capture's table and is
+        # gathered through ``_orig`` only for rows a rule keeps. API names are few: as a
+        # categorical, sorting and gathering moves an integer, not text.
+        calls = raw.select("pid", "tid", "ts_ns", "dur_ns", pl.col("name").cast(pl.Categorical)
+                           .alias("api"), "kind", "correlation_id", "stack_id", "size_bytes",
+                           "copy_kind", "op_id").with_row_index("_orig")
+        if not calls["ts_ns"].is_sorted():
+            calls = calls.sort("ts_ns", maintain_order=True)
+        calls = calls.with_columns(thread_key()).with_row_index("call_idx").with_columns(
+            pl.col("call_idx").cast(pl.Int64), pl.col("_orig").cast(pl.Int64),
+            (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"))
+        gpu = self._work_rows(calls)
+        own = first_own_row(gpu["call_idx"], calls.height)
+        at = own.gather(calls["call_idx"])
+        g = gpu.select("copy_kind", "src_mem", "dst_mem", "size_bytes", "dur_ns", "end_ns",
+                       "gpu_kind")
+        calls = calls.with_columns(
+            at.alias("own_row"),
+            pl.coalesce(pl.col("copy_kind"), g["copy_kind"].gather(at)).alias("copy_kind"),
+            g["src_mem"].gather(at).alias("src_mem"), g["dst_mem"].gather(at).alias("dst_mem"),
+            pl.coalesce(g["size_bytes"].gather(at), pl.col("size_bytes")).alias("bytes"),
+            g["dur_ns"].gather(at).alias("own_gpu_ns"), g["end_ns"].gather(at).alias("own_end_ns"))
+        return calls.with_columns(blocking(pl.col("api").cast(pl.String), pl.col("kind"),
+                                           pl.col("src_mem"), pl.col("dst_mem")).alias("blocking"))
+
+    @cached_property
+    def many_threads(self) -> bool:
+        t = self.calls["_thread"]
+        return bool(t.len()) and t.min() != t.max()
+
+    def per_thread(self, expr: pl.Expr) -> pl.Expr:
+        """``expr`` evaluated per thread (calls are in time order)."""
+        return expr.over("_thread") if self.many_threads else expr
+
+    # -- GPU ---------------------------------------------------------------------------------
+
+    def _work_rows(self, calls: pl.DataFrame) -> pl.DataFrame:
+        """The GPU table matched to ``calls`` (used while ``calls`` is being built)."""
+        gpu = conform(self.data.gpu, "gpu")
+        rows = match_rows(calls["pid"], calls["correlation_id"], gpu["pid"], gpu["correlation_id"])
+        g = gpu.with_columns(rows.alias("call_idx"), pl.col("kind").alias("gpu_kind"),
+                             (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"))
+        if "kind" in g.columns:  # the own GPU row of a call is work, not a sync record
+            g = g.with_columns(pl.when(pl.col("kind") != "sync").then("call_idx")
+                               .alias("call_idx"))
+        return g
+
+    @cached_property
+    def gpu(self) -> pl.DataFrame:
+        """GPU operations with ``gpu_idx``, ``call_idx``, ``stack_id`` (of the launching call),
+        ``end_ns``, ``work`` and the kernel classes (:mod:`zym.analysis.kernels`)."""
+        calls = self.calls
+        gpu = conform(self.data.gpu, "gpu")
+        rows = match_rows(calls["pid"], calls["correlation_id"], gpu["pid"], gpu["correlation_id"])
+        gpu = gpu.with_columns(rows.alias("call_idx"), pl.col("device_id").fill_null(-1),
+                               (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"),
+                               (pl.col("kind") != "sync").fill_null(True).alias("work"))
+        gpu = gpu.with_row_index("gpu_idx").with_columns(pl.col("gpu_idx").cast(pl.Int64))
+        return gpu.with_columns(calls["stack_id"].gather(gpu["call_idx"]).alias("stack_id"),
+                                *classify_kernels(gpu["name"], gpu["kind"]))
+
+    @cached_property
+    def gpu_ns(self) -> int:
+        """GPU time: the summed duration of GPU work (kernels, copies, memsets)."""
+        return int(gpu_work(self.data.gpu)["dur_ns"].sum() or 0)
+
+    @cached_property
+    def busy(self) -> pl.DataFrame:
+        """GPU busy periods per device: ``device_id, start_ns, end_ns, first_row`` (the
+        ``gpu_idx`` of the operation that opened the period)."""
+        return busy_intervals(self.gpu.drop("gpu_idx"))
+
+    @cached_property
+    def window(self) -> tuple[int, int]:
+        """``(start_ns, end_ns)``: from the first recorded call or GPU operation to the end of the
+        last; ``(0, 0)`` for an empty capture."""
+        bounds = [df.select(pl.col("ts_ns").min().alias("lo"),
+                            (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("hi")).row(0)
+                  for df in (self.data.calls, gpu_work(self.data.gpu)) if df.height]
+        if not bounds:
+            return (0, 0)
+        return (min(lo for lo, _ in bounds), max(hi for _, hi in bounds))
+
+    @property
+    def window_ns(self) -> int:
+        lo, hi = self.window
+        return hi - lo
+
+    @cached_property
+    def gaps(self) -> pl.DataFrame:
+        """Idle gaps per device between busy periods (leading and trailing idle excluded):
+        ``device_id, ts_ns, end_ns, dur_ns, next_row`` (the GPU op that ended it) and
+        ``block_idx``: the blocking call the CPU was in when the GPU went idle, or null."""
+        gaps = (self.busy
+                .with_columns(pl.col("end_ns").shift(1).over("device_id").alias("gap_start"))
+                .filter(pl.col("gap_start").is_not_null()
+                        & (pl.col("start_ns") > pl.col("gap_start")))
+                .select("device_id", pl.col("gap_start").alias("ts_ns"),
+                        pl.col("start_ns").alias("end_ns"), pl.col("first_row").alias("next_row"))
+                .with_columns((pl.col("end_ns") - pl.col("ts_ns")).alias("dur_ns")))
+        # The blocking call running when the GPU went idle (the latest one started before).
+        held = (self.calls.filter("blocking")
+                .select("call_idx", pl.col("ts_ns").alias("b_ts"), pl.col("end_ns").alias("b_end")))
+        return (gaps.sort("ts_ns")
+                .join_asof(held, left_on="ts_ns", right_on="b_ts", strategy="backward",
+                           check_sortedness=False)
+                .with_columns(pl.when(pl.col("b_end") >= pl.col("ts_ns")).then("call_idx")
+                              .alias("block_idx"))
+                .drop("call_idx", "b_ts", "b_end"))
+
+    # -- counts the header shows -------------------------------------------------------------
+
+    @cached_property
+    def counts(self) -> dict:
+        """Calls, GPU operations by kind (sync records apart: they are not GPU work),
+        processes and threads."""
+        kinds = dict(self.gpu.group_by("kind").len().iter_rows()) if self.gpu.height else {}
+        calls = self.calls
+        return {
+            "calls": calls.height,
+            "gpu_ops": sum(v for k, v in kinds.items() if k != "sync"),
+            "kernels": kinds.get("kernel", 0), "copies": kinds.get("copy", 0),
+            "memsets": kinds.get("memset", 0), "sync_records": kinds.get("sync", 0),
+            "processes": calls["pid"].n_unique() if calls.height else 0,
+            "threads": calls["_thread"].n_unique() if calls.height else 0,
+        }
+
+
+def first_own_row(call_idx: pl.Series, n_calls: int) -> pl.Series:
+    """Per call (0..n_calls-1), the first row of ``call_idx`` naming it, or null."""
+    ok = call_idx.is_not_null()
+    rows = pl.int_range(call_idx.len(), dtype=pl.Int64, eager=True).filter(ok).reverse()
+    return pl.repeat(None, n_calls, dtype=pl.Int64, eager=True).scatter(
+        call_idx.filter(ok).reverse(), rows)

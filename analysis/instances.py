@@ -1,0 +1,89 @@
+"""Which call of its enclosing function a CUDA call ran in, from call stacks alone.
+
+"16 copies per call of ``strip_padding``" needs the calls of ``strip_padding``. Kineto records
+a span per Python call (exact); ``zym capture`` records stacks at CUDA calls only. There, a
+call of a function ``F`` made from one caller line ``P`` is a maximal run of consecutive CUDA
+calls (on the thread) whose stacks pass through ``P`` then ``F``: the run ends when a call
+comes from elsewhere. Two calls of ``F`` from the same line with no CUDA call in between
+merge into one run; the steps (:mod:`zym.analysis.phases`) split them where the step function
+is above ``F``, so a run never spans two steps.
+
+Work per distinct (caller node, function) pair is two gathers over the thread's calls through
+a table of every stack node's ancestors (nodes x depth, small: stack tries have thousands of
+nodes), never a Python loop over calls.
+"""
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+
+class Ancestors:
+    """Every stack node's ancestor at every depth: ``at(rows, depth)``."""
+
+    def __init__(self, nodes: pl.DataFrame) -> None:
+        n = nodes.sort("depth")
+        ids = n["stack_id"].to_numpy()
+        self.index = {int(s): i for i, s in enumerate(ids)}
+        parent = n["parent_id"].replace_strict(self.index, default=-1,
+                                               return_dtype=pl.Int64).to_numpy()
+        depth = n["depth"].to_numpy().astype(np.int64)
+        self.depth = depth
+        self.key = (n["file"].fill_null("") + "\x1f" + n["name"].fill_null("")).to_numpy()
+        width = int(depth.max()) + 1 if len(depth) else 1
+        table = np.full((len(ids), width), -1, np.int32)
+        for d in range(width):  # nodes are sorted by depth: parents are filled first
+            rows = np.nonzero(depth == d)[0]
+            if d:
+                ok = parent[rows] >= 0
+                table[rows[ok], :d] = table[parent[rows[ok]], :d]
+            table[rows, d] = rows
+        self.table = table
+
+    def rows(self, stack: pl.Series) -> np.ndarray:
+        """Row of each stack id in the table (-1 for null or unknown ids)."""
+        return stack.replace_strict(self.index, default=-1, return_dtype=pl.Int64).to_numpy()
+
+    def at(self, rows: np.ndarray, depth: int) -> np.ndarray:
+        """Ancestor row at ``depth`` of each of ``rows`` (-1 where there is none)."""
+        if depth < 0 or depth >= self.table.shape[1]:
+            return np.full(len(rows), -1, np.int64)
+        out = self.table[np.maximum(rows, 0), depth].astype(np.int64)
+        return np.where(rows >= 0, out, -1)
+
+
+def call_instances(calls: pl.DataFrame, user_node: pl.Series, wanted: np.ndarray,
+                   ancestors: Ancestors, steps: pl.Series | None) -> np.ndarray:
+    """Instance id (an int64) for each call of ``wanted`` (``call_idx`` values), per the module
+    doc. ``calls``: ``Facts.calls`` (time order); ``user_node``: each call's innermost user
+    frame; ``steps``: each call's step or null."""
+    out = np.full(len(wanted), -1, np.int64)
+    if not len(wanted):
+        return out
+    rows = ancestors.rows(calls["stack_id"])
+    thread = calls["_thread"].to_numpy()
+    step = steps.fill_null(-1).to_numpy() if steps is not None else np.full(len(rows), -1)
+    u = ancestors.rows(user_node.gather(pl.Series(wanted)))
+    depth = np.where(u >= 0, ancestors.depth[np.maximum(u, 0)], -1)
+    caller = np.where((u >= 0) & (depth > 0), ancestors.table[
+        np.maximum(u, 0), np.maximum(depth - 1, 0)], -1).astype(np.int64)
+    fkey = np.where(u >= 0, ancestors.key[np.maximum(u, 0)], "")
+    pairs = pl.DataFrame({"caller": caller, "depth": depth, "fkey": fkey}).with_row_index("w")
+    order = np.lexsort((np.arange(len(thread)), thread))  # per thread, in time order
+    for pair_id, ((p, d, f), grp) in enumerate(pairs.group_by("caller", "depth", "fkey")):
+        w = grp["w"].to_numpy()
+        if d < 0:
+            continue
+        inside = ancestors.at(rows, d) >= 0
+        if d > 0:
+            inside &= ancestors.at(rows, d - 1) == p
+        inside &= ancestors.key[np.maximum(ancestors.at(rows, d), 0)] == f
+        m = inside[order]
+        st = step[order]
+        new_thread = np.r_[True, thread[order][1:] != thread[order][:-1]]
+        prev_m = np.r_[False, m[:-1]]
+        starts = m & (~prev_m | new_thread | np.r_[True, st[1:] != st[:-1]])
+        inv = np.empty(len(m), np.int64)
+        inv[order] = np.cumsum(starts)
+        out[w] = (pair_id << 40) | inv[wanted[w]]
+    return out

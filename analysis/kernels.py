@@ -1,0 +1,76 @@
+"""What each GPU operation is, from its name: operation class, math precision, tensor cores.
+
+The classification is data (``kernel_classes.yaml`` beside this module): ordered regular
+expressions on kernel names, first match wins per field. It runs once per distinct name and
+is gathered onto the operations, so it costs the same on ten or ten million kernels, and it
+is the same on every producer (zym captures carry no torch ops or dtypes; Kineto traces do,
+and rules refine with them where present).
+
+>>> names = pl.Series(["sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize64x64x8_ffma_x",
+...                    "nvjet_sm90_hsh_192x128_64x5_1x2_h_bz_coopB_bias_TNT", "Memcpy DtoH"])
+>>> kinds = pl.Series(["kernel", "kernel", "copy"])
+>>> pl.DataFrame(classify_kernels(names, kinds)).rows()
+[('gemm', 'fp32', False), ('gemm', 'fp16', True), ('copy', None, None)]
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+
+import polars as pl
+
+FIELDS = {"op_class": pl.String, "precision": pl.String, "tensor_core": pl.Boolean}
+OP_CLASSES = ("gemm", "gemv", "attention", "conv", "elementwise", "reduction", "norm",
+              "softmax", "index", "copy", "memset", "sort", "nccl", "other")
+PRECISIONS = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
+
+
+@lru_cache(maxsize=1)
+def kernel_rules() -> tuple[dict, ...]:
+    """The classification rules, in order (``kernel_classes.yaml``)."""
+    import yaml
+
+    text = resources.files("zym.analysis").joinpath("kernel_classes.yaml").read_text("utf-8")
+    rules = tuple(yaml.safe_load(text)["kernels"])
+    for r in rules:
+        unknown = set(r) - {"match", *FIELDS}
+        if unknown or r.get("op_class", OP_CLASSES[0]) not in OP_CLASSES \
+                or r.get("precision", PRECISIONS[0]) not in PRECISIONS:
+            raise ValueError(f"kernel_classes.yaml: bad rule {r}")
+    return rules
+
+
+def classify_names(names: pl.Series) -> pl.DataFrame:
+    """One row per name: ``name`` and the :data:`FIELDS` (null where no rule says)."""
+    df = pl.DataFrame({"name": names.cast(pl.String)})
+    out = []
+    for field, dtype in FIELDS.items():
+        expr = pl.lit(None, dtype)
+        for rule in reversed(kernel_rules()):
+            if field in rule:
+                expr = (pl.when(pl.col("name").str.contains(rule["match"]))
+                        .then(pl.lit(rule[field], dtype)).otherwise(expr))
+        out.append(expr.alias(field))
+    return df.with_columns(out)
+
+
+def classify_kernels(names: pl.Series, kinds: pl.Series) -> list[pl.Series]:
+    """``op_class``, ``precision`` and ``tensor_core`` for each GPU operation.
+
+    Copies and memsets are their own class; a kernel no rule names is ``other``.
+    """
+    if names.len() == 0:
+        return [pl.Series(f, [], dtype) for f, dtype in FIELDS.items()]
+    distinct = names.cast(pl.String).unique().drop_nulls()
+    table = classify_names(distinct)
+    idx = (pl.DataFrame({"name": names.cast(pl.String)})
+           .join(table.with_row_index("_r"), on="name", how="left", maintain_order="left")["_r"])
+    cols = [table[f].gather(idx).alias(f) for f in FIELDS]
+    kind = kinds.cast(pl.String)
+    op_class = pl.select(
+        pl.when(kind.is_in(["copy", "memset"])).then(kind)
+        .when(kind == "sync").then(pl.lit(None, pl.String))
+        .otherwise(pl.coalesce(cols[0], pl.lit("other")))).to_series().alias("op_class")
+    is_kernel = kind == "kernel"
+    return [op_class, pl.select(pl.when(is_kernel).then(cols[1])).to_series().alias("precision"),
+            pl.select(pl.when(is_kernel).then(cols[2])).to_series().alias("tensor_core")]

@@ -1,0 +1,294 @@
+"""Steps and phases: where a capture repeats itself, and what is one-time work around that.
+
+A service or a generation loop repeats a *step* (a request, a batch, a decoding step): one call
+of a user function. :func:`find_steps` finds the outermost such function and its calls from
+the call stacks:
+
+* Kineto traces record a span for every Python call: a step is a span of the step function;
+* ``zym capture`` records stacks at CUDA calls only, with the **executing line** of every
+  frame: within one call of a function the line moves forward, and a new call starts where
+  the line goes back to the first line of the function that issues CUDA work.
+
+The step function is the user function present in the stacks of most calls of the main thread
+(the one that launches most GPU work) that is called at least ``MIN_STEPS`` times. The steps
+then split the capture into phases:
+
+* **startup**: before the first step (model loading, compilation outside the loop);
+* **warm-up**: leading steps markedly slower than the typical step (first-time compilation,
+  autotuning, allocator growth, cuDNN plans);
+* **steady state**: the remaining steps, what findings are ranked on (:func:`choose_window`).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+MIN_STEPS = 3
+MIN_COVERAGE = 0.5  # a step function is on the stack of at least this share of main-thread calls
+WARMUP_FACTOR = 1.25  # a leading step this much slower than the median is warm-up
+# Frames of compilers at work (not of compiled code running): their calls are compilation.
+COMPILE_FRAMES = re.compile(
+    r"torch/_dynamo/(?:convert_frame|symbolic_convert|output_graph)\.py"
+    r"|torch/_inductor/(?:compile_fx|graph|codecache|select_algorithm|autotune_process"
+    r"|async_compile)\.py|torch/_inductor/runtime/(?:triton_heuristics|benchmarking)\.py"
+    r"|triton/compiler/|triton/testing\.py")
+
+
+@dataclass
+class Steps:
+    """The calls of the step function: ``start_ns``/``end_ns`` per step (a step ends where the
+    next begins; the last where its last call ends)."""
+
+    function: str  # "file function", as users read it
+    file: str
+    name: str
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    source: str  # "spans" (Kineto) or "lines" (executing lines of eBPF stacks)
+    thread: int  # _thread key of the main thread
+
+    @property
+    def count(self) -> int:
+        return len(self.start_ns)
+
+    def durations(self) -> np.ndarray:
+        return self.end_ns - self.start_ns
+
+
+@dataclass
+class Phases:
+    """How the capture divides: the whole window, the steps, and the parts outside steady
+    state (all times in the capture's clock)."""
+
+    window: tuple[int, int]
+    steps: Steps | None = None
+    warmup_steps: int = 0
+    steady: tuple[int, int] | None = None
+    compile_ns: int = 0  # CPU time between the first and last compiler call (startup/warm-up)
+    compile_calls: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def startup(self) -> tuple[int, int] | None:
+        if self.steps is None or not self.steps.count:
+            return None
+        return (self.window[0], int(self.steps.start_ns[0]))
+
+    @property
+    def warmup(self) -> tuple[int, int] | None:
+        if self.steps is None or not self.warmup_steps:
+            return None
+        return (int(self.steps.start_ns[0]), int(self.steps.start_ns[self.warmup_steps]))
+
+    def steady_steps(self) -> int:
+        return 0 if self.steps is None else self.steps.count - self.warmup_steps
+
+
+def user_paths(nodes: pl.DataFrame) -> dict[int, list[tuple[str, str, int]]]:
+    """Per stack node, its user frames from the outermost: ``(file, function, line)``.
+    A pass over the distinct stack nodes (a trie: thousands, however many events)."""
+    out: dict[int, list[tuple[str, str, int]]] = {}
+    for sid, parent, is_user, file, name, line in nodes.sort("depth").select(
+            "stack_id", "parent_id", "is_user", "file", "name", "line").iter_rows():
+        up = out.get(parent, []) if parent is not None else []
+        out[sid] = up + [(file, name, line)] if is_user else up
+    return out
+
+
+def main_thread(calls: pl.DataFrame, gpu: pl.DataFrame) -> int | None:
+    """The thread that launched the most GPU time (else made the most calls)."""
+    if calls.height == 0:
+        return None
+    work = gpu.filter(pl.col("work") & pl.col("call_idx").is_not_null())
+    launched = (pl.DataFrame({"_thread": calls["_thread"].gather(work["call_idx"]),
+                              "dur_ns": work["dur_ns"]})
+                .group_by("_thread").agg(pl.col("dur_ns").sum()).sort("dur_ns", descending=True))
+    if launched.height:
+        return int(launched["_thread"][0])
+    return int(calls.group_by("_thread").len().sort("len", descending=True)["_thread"][0])
+
+
+def find_steps(calls: pl.DataFrame, gpu: pl.DataFrame, nodes: pl.DataFrame,
+               spans: pl.DataFrame | None) -> Steps | None:
+    """The repeated step of the capture, or None (see the module doc)."""
+    thread = main_thread(calls, gpu)
+    if thread is None:
+        return None
+    mine = calls.filter((pl.col("_thread") == thread) & pl.col("stack_id").is_not_null())
+    if mine.height < MIN_STEPS:
+        return None
+    paths = user_paths(nodes)
+    # Functions on the stacks of main-thread calls, counted once per distinct stack.
+    per_stack = mine.group_by("stack_id").len()
+    coverage: dict[tuple[str, str], int] = {}
+    for sid, n in per_stack.iter_rows():
+        for key in {(f, fn) for f, fn, _ in paths.get(sid, [])}:
+            coverage[key] = coverage.get(key, 0) + n
+    ranked = sorted(((n, key) for key, n in coverage.items() if n >= MIN_COVERAGE * mine.height),
+                    key=lambda x: -x[0])
+    have_spans = spans is not None and spans.height > 0
+    for _, (file, name) in ranked:
+        if have_spans:
+            starts, ends = _span_steps(spans, nodes, file, name, mine)
+            source = "spans"
+        else:
+            starts, ends = _line_steps(mine, paths, file, name)
+            source = "lines"
+        if len(starts) >= MIN_STEPS:
+            from .sites import short_paths
+
+            shown = short_paths(nodes.filter(pl.col("is_user"))["file"]).get(file, file)
+            return Steps(function=f"{shown} {name}", file=file, name=name, start_ns=starts,
+                         end_ns=ends, source=source, thread=thread)
+    return None
+
+
+def _line_steps(mine: pl.DataFrame, paths: dict, file: str, name: str
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Calls of ``file:name`` from executing lines: a new call starts where the function's
+    line goes back to its first CUDA-issuing line, or after calls outside it."""
+    line_of = {}
+    for sid, path in paths.items():
+        hit = next((ln for f, fn, ln in path if f == file and fn == name), None)
+        if hit is not None:
+            line_of[sid] = hit
+    lines = mine["stack_id"].replace_strict(line_of, default=None, return_dtype=pl.Int64)
+    has = lines.is_not_null().to_numpy()
+    ln = lines.fill_null(-1).to_numpy()
+    if not has.any():
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    first_line = int(ln[has].min())
+    prev_has = np.concatenate([[False], has[:-1]])
+    prev_ln = np.concatenate([[-1], ln[:-1]])
+    new = has & (~prev_has | ((ln == first_line) & (prev_ln != first_line)))
+    ts = mine["ts_ns"].to_numpy()
+    end = (mine["ts_ns"] + mine["dur_ns"]).to_numpy()
+    inv = np.cumsum(new) - 1
+    starts = ts[new]
+    last_end = np.full(len(starts), -1, np.int64)
+    np.maximum.at(last_end, inv[has], end[has])
+    ends = np.append(starts[1:], last_end[-1]) if len(starts) else starts
+    return starts.astype(np.int64), np.maximum(ends, starts).astype(np.int64)
+
+
+def _span_steps(spans: pl.DataFrame, nodes: pl.DataFrame, file: str, name: str,
+                mine: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Calls of ``file:name`` from Kineto's Python spans on the main thread, outermost only
+    (a recursive call is part of its caller's step)."""
+    ids = nodes.filter((pl.col("file") == file) & (pl.col("name") == name))["stack_id"]
+    pid, tid = mine["pid"][0], mine["tid"][0]
+    sp = (spans.filter(pl.col("stack_id").is_in(ids.implode()) & (pl.col("pid") == pid)
+                       & (pl.col("tid") == tid))
+          .select("ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end")).sort("ts_ns"))
+    if sp.height == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    outer = sp["ts_ns"] >= sp["end"].cum_max().shift(1).fill_null(-(1 << 62))
+    sp = sp.filter(outer)
+    starts = sp["ts_ns"].to_numpy()
+    ends = np.append(starts[1:], sp["end"][-1]) if sp.height else starts
+    return starts.astype(np.int64), ends.astype(np.int64)
+
+
+def warmup_steps(steps: Steps) -> int:
+    """Leading steps slower than ``WARMUP_FACTOR`` x the median step (at most half of them)."""
+    d = steps.durations()
+    if len(d) < MIN_STEPS:
+        return 0
+    median = float(np.median(d))
+    n = 0
+    while n < len(d) // 2 and d[n] > WARMUP_FACTOR * median:
+        n += 1
+    return n
+
+
+def compile_activity(calls: pl.DataFrame, nodes: pl.DataFrame) -> tuple[int, int, int]:
+    """Calls made by compilers (torch.compile, Inductor autotuning, Triton): ``(calls,
+    first_ts, last_end)``; ``(0, 0, 0)`` when there are none."""
+    frames = nodes.filter(pl.col("file").str.contains(COMPILE_FRAMES.pattern).fill_null(False))
+    if frames.height == 0:
+        return 0, 0, 0
+    under = _descendants(nodes, frames["stack_id"])
+    hit = calls.filter(pl.col("stack_id").is_in(under.implode()))
+    if hit.height == 0:
+        return 0, 0, 0
+    return hit.height, int(hit["ts_ns"].min()), int((hit["ts_ns"] + hit["dur_ns"]).max())
+
+
+def _descendants(nodes: pl.DataFrame, roots: pl.Series) -> pl.Series:
+    """Stack nodes at or below any of ``roots``."""
+    inside: set[int] = set(roots.to_list())
+    for sid, parent in nodes.sort("depth").select("stack_id", "parent_id").iter_rows():
+        if parent in inside:
+            inside.add(sid)
+    return pl.Series("stack_id", sorted(inside), dtype=pl.Int64)
+
+
+def find_phases(calls: pl.DataFrame, gpu: pl.DataFrame, nodes: pl.DataFrame,
+                spans: pl.DataFrame | None, window: tuple[int, int]) -> Phases:
+    """Steps, warm-up, startup and the steady-state window of a capture."""
+    steps = find_steps(calls, gpu, nodes, spans)
+    phases = Phases(window=window, steps=steps)
+    n, first, last = compile_activity(calls, nodes)
+    if n:
+        phases.compile_calls, phases.compile_ns = n, last - first
+    if steps is None:
+        phases.steady = window
+        phases.notes.append("no repeated step found: the whole capture is analyzed "
+                            "(--window FROM:TO picks a part)")
+        return phases
+    phases.warmup_steps = warmup_steps(steps)
+    if n:  # a step that compiled is warm-up, whatever its length
+        while (phases.warmup_steps < steps.count - 1
+               and steps.start_ns[phases.warmup_steps] < last):
+            phases.warmup_steps += 1
+    phases.steady = (int(steps.start_ns[phases.warmup_steps]), int(steps.end_ns[-1]))
+    return phases
+
+
+def parse_window(spec: str, phases: Phases) -> tuple[int, int]:
+    """``--window``: ``steady`` (default), ``all``, ``FROM:TO`` in seconds from the capture's
+    start (units ``s``, ``ms``, ``us``; either end may be empty), or ``steps:A:B`` (steps A to
+    B-1, 0-based; the steps :func:`find_steps` found)."""
+    from zym.schemas.errors import InputError
+
+    lo, hi = phases.window
+    spec = spec.strip()
+    if spec in ("", "steady"):
+        return phases.steady or phases.window
+    if spec == "all":
+        return phases.window
+    if spec.startswith("steps:"):
+        if phases.steps is None:
+            raise InputError(f"--window {spec}: this capture has no repeated steps")
+        a, _, b = spec[len("steps:"):].partition(":")
+        n = phases.steps.count
+        try:
+            i = int(a) if a else 0
+            j = int(b) if b else n
+        except ValueError:
+            raise InputError(f"--window {spec}: steps:A:B takes step numbers") from None
+        if not (0 <= i < j <= n):
+            raise InputError(f"--window {spec}: steps run from 0 to {n}")
+        return int(phases.steps.start_ns[i]), int(phases.steps.end_ns[j - 1])
+    a, sep, b = spec.partition(":")
+    if not sep:
+        raise InputError(f"--window {spec}: use steady, all, FROM:TO (e.g. 1.5s:3s) or "
+                         "steps:A:B")
+    t0 = lo + _duration(a, spec) if a else lo
+    t1 = lo + _duration(b, spec) if b else hi
+    if t1 <= t0:
+        raise InputError(f"--window {spec}: the window is empty")
+    return t0, min(t1, hi)
+
+
+def _duration(text: str, spec: str) -> int:
+    from zym.schemas.errors import InputError
+
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(s|ms|us|µs|ns)?\s*", text)
+    if not m:
+        raise InputError(f"--window {spec}: {text!r} is not a time (e.g. 2.5s, 300ms)")
+    scale = {"s": 1e9, "ms": 1e6, "us": 1e3, "µs": 1e3, "ns": 1, None: 1e9}[m.group(2)]
+    return int(float(m.group(1)) * scale)

@@ -1,0 +1,516 @@
+"""What-if replay: re-run a capture's timeline with a fix applied, and see how much sooner it ends.
+
+The timeline is the capture's dependency graph:
+
+* each CPU thread runs its CUDA calls in order; between two calls it does other work (Python,
+  the framework), the call's *gap*, which no fix of a CUDA call changes; a call costs its own
+  CPU time (*intrinsic*); a call that **waits** for the GPU (a sync, a blocking copy) also
+  waits until the GPU work it depends on has finished;
+* each GPU stream runs its operations in launch order: an operation starts when it has been
+  launched (its call started, plus the launch latency observed for it) and the one before it
+  on the stream has finished, and runs for its recorded duration.
+
+A fix edits the graph: a removed sync no longer waits (and costs nothing), so the calls after
+it move earlier and the GPU no longer idles behind it; a copy made non-blocking costs only its
+launch; a kernel class sped up by a factor runs shorter; a CUDA graph collapses the CPU work
+of a run of launches into one launch. The replay recomputes every start time; the saving is
+``replay(no fix) - replay(fix)``, so the model's own error on the baseline cancels (it is
+reported as ``fidelity``).
+
+The computation is exact max-plus algebra, vectorised. Between two waiting calls of a thread
+(an *epoch*) every call moves by the same amount ``D``, so per stream the end of the newest
+operation is ``S + max(ready - S_before)`` (``S``: summed durations on the stream) and the
+running maxima are kept per (epoch, stream). Only epochs are visited one by one: a Python
+loop over waiting calls (syncs), never over events.
+
+Modelled: launch latency, stream FIFO order, host waits, blocking copies. Not modelled: work
+the GPU does for other processes, cross-stream event dependencies (their delay is kept as the
+operation's launch latency), the launch queue limit, and CPU work that waits for something
+other than the GPU (a request arriving): the replay is of a closed loop.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import numpy as np
+import polars as pl
+
+if TYPE_CHECKING:
+    from .facts import Facts
+
+# CPU time torch.profiler (with_stack=True, record_shapes=True) adds per recorded CPU event
+# (Python span, torch op, runtime call), measured on the H200 (docs/benchmarks.md, "Replay
+# calibration"). Traces of other settings or machines are deflated by the same figure.
+KINETO_NS_PER_EVENT = 0
+# An operation that starts within this of its stream's previous one ending was queued behind
+# it: its launch latency is not observable.
+QUEUED_SLACK_NS = 1_000
+# A blocking copy that returned this long before its GPU copy ended did not wait for it.
+RETURN_SLACK_NS = 2_000
+
+
+@dataclass
+class Fix:
+    """Edits to the timeline, by ``call_idx`` (rows of ``Facts.calls``) and ``gpu_idx`` (rows of
+    ``Facts.gpu``). Empty arrays change nothing. ``describe`` says how the estimate was made."""
+
+    remove_calls: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    unblock_calls: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    cost_calls: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    cost_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    gap_calls: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    gap_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    gpu_ops: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    gpu_dur_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    graph_first: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    graph_last: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    graph_launch_ns: int = 0
+    graph_node_ns: int = 0
+    describe: str = ""
+
+    def is_empty(self) -> bool:
+        return not any(len(getattr(self, f)) for f in (
+            "remove_calls", "unblock_calls", "cost_calls", "gap_calls", "gpu_ops", "graph_first"))
+
+    @staticmethod
+    def combine(fixes: list[Fix]) -> Fix:
+        """All of ``fixes`` at once. Where two edit the same call or operation, the larger
+        change holds (the shorter duration, the smaller cost), so nothing is counted twice."""
+        def cat(name: str) -> np.ndarray:
+            parts = [getattr(f, name) for f in fixes]
+            return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+        def smallest(keys: str, values: str) -> tuple[np.ndarray, np.ndarray]:
+            k, v = cat(keys), cat(values)
+            if not len(k):
+                return k, v
+            order = np.lexsort((v, k))
+            k, v = k[order], v[order]
+            first = np.ones(len(k), bool)
+            first[1:] = k[1:] != k[:-1]
+            return k[first], v[first]
+
+        cost_calls, cost_ns = smallest("cost_calls", "cost_ns")
+        gap_calls, gap_ns = smallest("gap_calls", "gap_ns")
+        gpu_ops, gpu_dur = smallest("gpu_ops", "gpu_dur_ns")
+        graphs = [f for f in fixes if len(f.graph_first)]
+        return Fix(remove_calls=np.unique(cat("remove_calls")),
+                   unblock_calls=np.unique(cat("unblock_calls")), cost_calls=cost_calls,
+                   cost_ns=cost_ns, gap_calls=gap_calls, gap_ns=gap_ns, gpu_ops=gpu_ops,
+                   gpu_dur_ns=gpu_dur, graph_first=cat("graph_first"),
+                   graph_last=cat("graph_last"),
+                   graph_launch_ns=max((f.graph_launch_ns for f in graphs), default=0),
+                   graph_node_ns=max((f.graph_node_ns for f in graphs), default=0),
+                   describe="; ".join(f.describe for f in fixes if f.describe))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    end_ns: int  # when the replayed window ends (capture clock)
+    cpu_end_ns: int  # when the last CPU call returns
+    gpu_end_ns: int  # when the last GPU operation ends
+
+
+class Timeline:
+    """The replayable timeline of one analysis window (see the module doc).
+
+    ``overhead_ns``: CPU time the recording itself added before each call (one figure for all,
+    or one per call in ``Facts.calls`` order); it is taken out of the gaps, so predictions are
+    of the run without the profiler.
+    """
+
+    def __init__(self, facts: Facts, overhead_ns: int | np.ndarray = 0) -> None:
+        self.facts = facts
+        calls = facts.calls
+        self.overhead_ns = np.clip(np.broadcast_to(np.asarray(overhead_ns, np.int64),
+                                                   (calls.height,)), 0, None)
+        self.n_calls = calls.height
+        self.w0, self.w1 = facts.window
+        self._build_gpu(facts.gpu.filter("work"), calls)
+        self._build_calls(calls)
+
+    # -- model --------------------------------------------------------------------------------
+
+    def _build_gpu(self, gpu: pl.DataFrame, calls: pl.DataFrame) -> None:
+        """GPU operations in stream order, their launching call and launch latency."""
+        launch_ts = calls["ts_ns"].gather(gpu["call_idx"])
+        g = gpu.select(
+            "gpu_idx", "ts_ns", "dur_ns", "end_ns",
+            (pl.col("device_id").cast(pl.Int64) * (1 << 40)
+             + pl.col("stream_id").fill_null(0).cast(pl.Int64)).alias("stream"),
+            pl.col("call_idx").fill_null(-1),
+            pl.coalesce(launch_ts, pl.col("ts_ns")).alias("launch_ts"),
+        ).sort("stream", "ts_ns", "gpu_idx")
+        prev_end = g["end_ns"].shift(1).fill_null(-(1 << 62))
+        same = g["stream"] == g["stream"].shift(1).fill_null(-1)
+        prev_end = pl.select(pl.when(same).then(prev_end).otherwise(-(1 << 62))).to_series()
+        lat_obs = (g["ts_ns"] - g["launch_ts"])
+        idle = g["ts_ns"] > prev_end + QUEUED_SLACK_NS
+        launched = g["call_idx"] >= 0
+        seen = lat_obs.filter(idle & launched & (lat_obs >= 0))
+        self.launch_latency_ns = int(seen.median()) if seen.len() else 0
+        lat = pl.select(
+            pl.when(~launched).then(0)
+            .when(idle).then(lat_obs.clip(0))
+            .otherwise(pl.min_horizontal(lat_obs.clip(0), pl.lit(self.launch_latency_ns)))
+        ).to_series()
+        self.skewed_ops = int((launched & (lat_obs < 0)).sum())
+        self.op_gpu_idx = g["gpu_idx"].to_numpy()
+        self.op_stream = g["stream"].to_numpy()
+        self.op_call = g["call_idx"].to_numpy()
+        self.op_dur = g["dur_ns"].to_numpy().astype(np.int64)
+        self.op_start = g["ts_ns"].to_numpy()
+        self.op_lat = lat.to_numpy().astype(np.int64)
+        self.op_launch = g["launch_ts"].to_numpy()
+        streams, self.op_sid = np.unique(self.op_stream, return_inverse=True)
+        self.n_streams = len(streams)
+        # position of each gpu_idx in stream order
+        self.pos_of_gpu = np.full(facts_len(gpu), -1, np.int64)
+        self.pos_of_gpu[self.op_gpu_idx] = np.arange(len(self.op_gpu_idx))
+
+    def _build_calls(self, calls: pl.DataFrame) -> None:
+        """Per call: its thread, gap, intrinsic cost, and whether (and for what) it waits."""
+        c = calls.select("call_idx", "_thread", "ts_ns", "dur_ns", "end_ns", "kind", "blocking",
+                         "own_end_ns")
+        self.call_thread = c["_thread"].to_numpy()
+        self.call_ts = c["ts_ns"].to_numpy()
+        self.call_dur = c["dur_ns"].to_numpy().astype(np.int64)
+        end = c["end_ns"].to_numpy()
+        order = np.lexsort((self.call_ts, self.call_thread))  # per thread, in time order
+        self.order = order
+        t_sorted = self.call_thread[order]
+        first = np.ones(len(order), bool)
+        first[1:] = t_sorted[1:] != t_sorted[:-1]
+        self.first_of_thread = first
+        # The previous calls' latest end on the thread (overlapping calls nest).
+        end_sorted = end[order]
+        run_max = _segmented_cummax(end_sorted, first)
+        prev_end = np.empty_like(run_max)
+        prev_end[1:] = run_max[:-1]
+        prev_end[first] = self.w0
+        gap = np.clip(self.call_ts[order] - prev_end, 0, None)
+        self.gap = np.empty(len(order), np.int64)
+        self.gap[order] = gap
+        # What each waiting call waited for: its own GPU operation (a blocking copy), else every
+        # operation launched before it (a sync).
+        blocking = c["blocking"].to_numpy()
+        own_end = c["own_end_ns"].fill_null(-1).to_numpy()
+        self.own_row = calls["own_row"].fill_null(-1).to_numpy()
+        has_own = own_end >= 0
+        returned_early = has_own & (end < own_end - RETURN_SLACK_NS)
+        self.waits = blocking & ~returned_early
+        self.waits_own = self.waits & has_own
+        g_all = self._completed_before(self.call_ts)
+        awaited = np.where(self.waits_own, own_end, g_all)
+        wait_obs = np.where(self.waits, np.clip(awaited - self.call_ts, 0, self.call_dur), 0)
+        self.wait_obs = wait_obs
+        self.intrinsic = self.call_dur - wait_obs
+        self.blocked_ns = np.where(blocking, self.call_dur, 0)
+
+    def _completed_before(self, ts: np.ndarray) -> np.ndarray:
+        """For each time, the latest end among GPU operations launched before it (observed)."""
+        if not len(self.op_launch):
+            return np.full(len(ts), -(1 << 62), np.int64)
+        order = np.argsort(self.op_launch, kind="stable")
+        launch = self.op_launch[order]
+        ends = np.maximum.accumulate((self.op_start + self.op_dur)[order])
+        k = np.searchsorted(launch, ts, side="left")
+        return np.where(k > 0, ends[np.maximum(k - 1, 0)], -(1 << 62))
+
+    # -- replay -------------------------------------------------------------------------------
+
+    @cached_property
+    def baseline(self) -> Outcome:
+        return self.replay(Fix())
+
+    @property
+    def fidelity(self) -> dict:
+        """How well the unfixed replay reproduces the recorded window."""
+        obs = self.w1 - self.w0
+        sim = self.baseline.end_ns - self.w0
+        return {"recorded_ns": int(obs), "replayed_ns": int(sim),
+                "error_pct": round(100 * (sim - obs) / obs, 2) if obs else 0.0,
+                "launch_latency_ns": self.launch_latency_ns, "skewed_ops": self.skewed_ops,
+                "profiler_overhead_ns": int(self.overhead_ns.sum())}
+
+    @property
+    def usable(self) -> bool:
+        """Whether the capture has a GPU side to replay against: without it, waiting for the
+        GPU cannot be told from a call's own cost, so nothing is estimated."""
+        return len(self.op_dur) > 0 and self.n_calls > 0
+
+    def saving(self, fix: Fix) -> int:
+        """Nanoseconds the window would end sooner with ``fix`` applied (never negative)."""
+        if fix.is_empty():
+            return 0
+        return max(self.baseline.end_ns - self.replay(fix).end_ns, 0)
+
+    def replay(self, fix: Fix) -> Outcome:
+        n = self.n_calls
+        if n == 0:  # nothing on the CPU side to move: the window is what was recorded
+            return Outcome(self.w1, self.w0, self.w1)
+        gap = np.clip(self.gap - self.overhead_ns, 0, None)
+        cost = self.intrinsic.copy()
+        waits = self.waits.copy()
+        op_dur = self.op_dur.copy()
+        op_lat = self.op_lat.copy()
+        op_ready_call = self.op_call.copy()  # the call whose start the operation follows
+
+        if len(fix.gap_calls):
+            gap[fix.gap_calls] = np.minimum(gap[fix.gap_calls], fix.gap_ns)
+        if len(fix.cost_calls):
+            cost[fix.cost_calls] = np.minimum(cost[fix.cost_calls], fix.cost_ns)
+        if len(fix.unblock_calls):
+            waits[fix.unblock_calls] = False
+        if len(fix.remove_calls):
+            cost[fix.remove_calls] = 0
+            waits[fix.remove_calls] = False
+            gone = np.isin(self.op_call, fix.remove_calls)
+            op_dur[gone] = 0
+        if len(fix.gpu_ops):
+            pos = self.pos_of_gpu[fix.gpu_ops]
+            ok = pos >= 0
+            op_dur[pos[ok]] = np.minimum(op_dur[pos[ok]], fix.gpu_dur_ns[ok])
+        if len(fix.graph_first):
+            self._apply_graphs(fix, gap, cost, waits, op_dur, op_lat, op_ready_call)
+
+        order = self.order
+        # Per thread: start of each call if nothing waited (C), relative to the window start.
+        step = (gap + cost)[order]
+        first = self.first_of_thread
+        csum = _segmented_cumsum(step, first)
+        c_sorted = csum - cost[order]  # start = everything before it + its own gap
+        start_nowait = np.empty(n, np.int64)
+        start_nowait[order] = c_sorted
+        # Epochs: a waiting call ends its epoch. Epoch ids are global, in thread order.
+        w_sorted = waits[order]
+        before = np.empty(n, np.int64)
+        before[order] = _segmented_exclusive_cumsum(w_sorted.astype(np.int64), first)
+        thread_rank = np.empty(n, np.int64)
+        thread_rank[order] = np.cumsum(first) - 1
+        n_threads = int(thread_rank.max()) + 1 if n else 0
+        epoch_base = np.zeros(n_threads + 1, np.int64)
+        if n:
+            epochs_per_thread = np.bincount(thread_rank, weights=waits, minlength=n_threads)
+            epoch_base[1:] = np.cumsum(epochs_per_thread.astype(np.int64) + 1)
+        epoch = epoch_base[thread_rank] + before if n else before
+        n_epochs = int(epoch_base[-1])
+
+        # GPU side: per stream, S (summed durations) before each operation, and each
+        # operation's contribution ready - S_before (with the epoch's shift added in the loop).
+        sid = self.op_sid
+        s_incl = _segmented_cumsum(op_dur, _starts(sid))
+        s_before = s_incl - op_dur
+        launched = op_ready_call >= 0
+        ready_rel = np.where(launched, start_nowait[np.maximum(op_ready_call, 0)] + op_lat,
+                             self.op_start - self.w0)
+        contrib = ready_rel - s_before
+        op_epoch = np.where(launched, epoch[np.maximum(op_ready_call, 0)], -1)
+        # Unlaunched (anchored) operations join the epoch running at their recorded start.
+        epoch_start = np.full(n_epochs, np.iinfo(np.int64).max, np.int64)
+        if n:
+            np.minimum.at(epoch_start, epoch, self.call_ts)
+        epoch_order = np.argsort(epoch_start, kind="stable")
+        rank_of_epoch = np.empty(n_epochs, np.int64)
+        rank_of_epoch[epoch_order] = np.arange(n_epochs)
+        if (~launched).any():
+            k = np.searchsorted(epoch_start[epoch_order], self.op_start[~launched], side="right")
+            op_epoch[~launched] = epoch_order[np.clip(k - 1, 0, max(n_epochs - 1, 0))] \
+                if n_epochs else -1
+        # Group maxima per (epoch, stream, anchored?).
+        groups = _group_max(rank_of_epoch[np.maximum(op_epoch, 0)] if n_epochs else op_epoch,
+                            sid, (~launched).astype(np.int64), contrib)
+
+        # The waiting call that ends each epoch, and what it waits for.
+        wait_idx = np.nonzero(waits)[0]
+        epoch_wait = np.full(n_epochs, -1, np.int64)
+        epoch_wait[epoch[wait_idx]] = wait_idx
+        thread_of_epoch = np.zeros(n_epochs, np.int64)
+        if n:
+            thread_of_epoch[epoch] = thread_rank
+        # For a sync: per stream, S up to the newest operation launched before the call;
+        # for a blocking copy: its own operation's stream and S.
+        s_at, own_pos = self._awaited_prefix(wait_idx, s_incl)
+        total = self._loop(n_epochs, epoch_order, groups, epoch_wait, thread_of_epoch,
+                           start_nowait, cost, s_at, own_pos, wait_idx, sid, s_incl, n_threads)
+        return total
+
+    def _awaited_prefix(self, wait_idx: np.ndarray, s_incl: np.ndarray
+                        ) -> tuple[np.ndarray, np.ndarray]:
+        """Per waiting call: ``s_at[k, stream]``, the summed durations on each stream up to the
+        newest operation launched before the call (-1: none), and ``own_pos``, the stream
+        position of its own operation when it waits for that (a blocking copy), else -1."""
+        s_at = np.full((len(wait_idx), self.n_streams), -1, np.int64)
+        own_pos = np.full(len(wait_idx), -1, np.int64)
+        if not len(wait_idx) or not self.n_streams:
+            return s_at, own_pos
+        for s in range(self.n_streams):
+            on = np.nonzero(self.op_sid == s)[0]
+            k = np.searchsorted(self.op_launch[on], self.call_ts[wait_idx], side="left")
+            has = k > 0
+            s_at[has, s] = s_incl[on[k[has] - 1]]
+        own = self.own_row[wait_idx]
+        ok = (own >= 0) & self.waits_own[wait_idx]
+        own_pos[ok] = self.pos_of_gpu[own[ok]]
+        return s_at, own_pos
+
+    def _loop(self, n_epochs, epoch_order, groups, epoch_wait, thread_of_epoch, start_nowait,
+              cost, s_at, own_pos, wait_idx, sid, s_incl, n_threads) -> Outcome:
+        neg = -(1 << 62)
+        R = [neg] * self.n_streams  # per stream: max(ready - S_before) so far
+        D = [0] * max(n_threads, 1)  # per thread: waits so far
+        _, g_stream, g_fixed, g_val, g_start = groups
+        g_start = g_start.tolist()
+        g_stream = g_stream.tolist()
+        g_fixed = g_fixed.tolist()
+        g_val = g_val.tolist()
+        wait_row = {int(k): i for i, k in enumerate(wait_idx.tolist())}
+        start_nw = start_nowait.tolist()
+        s_at_l = s_at.tolist()
+        own_l = own_pos.tolist()
+        s_incl_l = s_incl.tolist()
+        sid_l = sid.tolist()
+        ew = epoch_wait.tolist()
+        te = thread_of_epoch.tolist()
+        gi, ng = 0, len(g_val)
+        for rank in range(n_epochs):
+            e = int(epoch_order[rank])
+            t = te[e]
+            d = D[t]
+            while gi < ng and g_start[gi] == rank:
+                s = g_stream[gi]
+                v = g_val[gi] if g_fixed[gi] else g_val[gi] + d
+                R[s] = max(R[s], v)
+                gi += 1
+            k = ew[e]
+            if k < 0:
+                continue
+            row = wait_row[k]
+            start = start_nw[k] + d
+            own = own_l[row]
+            if own >= 0:
+                g = s_incl_l[own] + R[sid_l[own]]
+            else:
+                g = neg
+                for s, prefix in enumerate(s_at_l[row]):
+                    if prefix >= 0 and prefix + R[s] > g:
+                        g = prefix + R[s]
+            if g > start:
+                D[t] = d + (g - start)
+        # Ends: each thread's last call; each stream's last operation.
+        cpu_end = neg
+        if self.n_calls:
+            last_end = (start_nowait + cost).tolist()
+            ranks = np.cumsum(self.first_of_thread) - 1
+            last = np.nonzero(np.append(self.first_of_thread[1:], True))[0]
+            for p in last.tolist():
+                i = int(self.order[p])
+                cpu_end = max(cpu_end, last_end[i] + D[int(ranks[p])])
+        gpu_end = neg
+        if len(sid):
+            last_pos = np.nonzero(np.append(sid[1:] != sid[:-1], True))[0]
+            for p in last_pos.tolist():
+                gpu_end = max(gpu_end, s_incl_l[p] + R[sid_l[p]])
+        end = max(cpu_end, gpu_end)
+        return Outcome(end_ns=self.w0 + end, cpu_end_ns=self.w0 + cpu_end,
+                       gpu_end_ns=self.w0 + gpu_end)
+
+    def _apply_graphs(self, fix, gap, cost, waits, op_dur, op_lat, op_ready_call) -> None:
+        """A CUDA graph replays each segment ``[first, last]`` of a thread's calls with one
+        launch: the CPU work inside it (gaps and launch costs) goes, every operation it launched
+        follows the one graph launch, and each costs ``graph_node_ns`` more on the GPU."""
+        order = self.order
+        rank = np.empty(len(order), np.int64)
+        rank[order] = np.arange(len(order))
+        inside = np.zeros(len(order), bool)  # by rank
+        head = np.full(len(order), -1, np.int64)  # by rank: the segment's first call
+        for a, b in zip(fix.graph_first.tolist(), fix.graph_last.tolist()):
+            ra, rb = rank[a], rank[b]
+            inside[ra + 1:rb + 1] = True
+            head[ra:rb + 1] = a
+        members = order[inside]
+        gap[members] = 0
+        cost[members] = 0
+        waits[members] = False
+        firsts = fix.graph_first
+        cost[firsts] = fix.graph_launch_ns
+        call_head = np.full(len(order), -1, np.int64)
+        call_head[order] = head
+        op_head = np.where(op_ready_call >= 0, call_head[np.maximum(op_ready_call, 0)], -1)
+        in_graph = op_head >= 0
+        op_ready_call[in_graph] = op_head[in_graph]
+        op_lat[in_graph] = self.launch_latency_ns
+        op_dur[in_graph] += fix.graph_node_ns
+
+
+def events_in_gaps(calls: pl.DataFrame, spans: pl.DataFrame | None) -> np.ndarray:
+    """Per call (``Facts.calls`` order): how many recorded CPU spans start on its thread in the
+    gap before it (after the previous call of the thread started). A profiler's own cost lands
+    there. One search per thread (threads are few), none per event."""
+    n = calls.height
+    out = np.zeros(n, np.int64)
+    if spans is None or spans.height == 0 or n == 0:
+        return out
+    sp = spans.select("pid", "tid", "ts_ns").sort("ts_ns")
+    by_thread = {k: g["ts_ns"].to_numpy() for k, g in sp.group_by("pid", "tid")}
+    c = calls.select("call_idx", "pid", "tid", "ts_ns")
+    for key, g in c.group_by("pid", "tid"):
+        starts = by_thread.get(key)
+        if starts is None:
+            continue
+        g = g.sort("ts_ns")
+        ts = g["ts_ns"].to_numpy()
+        lo = np.concatenate([[np.iinfo(np.int64).min], ts[:-1]])
+        out[g["call_idx"].to_numpy()] = (np.searchsorted(starts, ts, side="right")
+                                         - np.searchsorted(starts, lo, side="right"))
+    return out
+
+
+def facts_len(gpu: pl.DataFrame) -> int:
+    return int(gpu["gpu_idx"].max()) + 1 if gpu.height else 0
+
+
+def _starts(keys: np.ndarray) -> np.ndarray:
+    first = np.ones(len(keys), bool)
+    first[1:] = keys[1:] != keys[:-1]
+    return first
+
+
+def _segmented_cumsum(x: np.ndarray, first: np.ndarray) -> np.ndarray:
+    if not len(x):
+        return x.astype(np.int64)
+    c = np.cumsum(x, dtype=np.int64)
+    head = np.maximum.accumulate(np.where(first, np.arange(len(x)), 0))
+    return c - (c - x)[head]
+
+
+def _segmented_exclusive_cumsum(x: np.ndarray, first: np.ndarray) -> np.ndarray:
+    return _segmented_cumsum(x, first) - x
+
+
+def _segmented_cummax(x: np.ndarray, first: np.ndarray) -> np.ndarray:
+    if not len(x):
+        return x
+    seg = np.cumsum(first) - 1
+    # Offset each segment above all earlier ones so one running max stays inside segments.
+    lo, hi = int(x.min()), int(x.max())
+    span = hi - lo + 1
+    shifted = (x - lo) + seg.astype(np.int64) * span
+    return np.maximum.accumulate(shifted) - seg.astype(np.int64) * span + lo
+
+
+def _group_max(rank: np.ndarray, stream: np.ndarray, fixed: np.ndarray, value: np.ndarray):
+    """Max of ``value`` per (rank, stream, fixed), sorted by rank: five parallel arrays
+    (rank, stream, fixed, max, rank again for the loop's cursor)."""
+    if not len(value):
+        z = np.zeros(0, np.int64)
+        return z, z, z, z, z
+    order = np.lexsort((fixed, stream, rank))
+    r, s, f, v = rank[order], stream[order], fixed[order], value[order]
+    new = np.ones(len(r), bool)
+    new[1:] = (r[1:] != r[:-1]) | (s[1:] != s[:-1]) | (f[1:] != f[:-1])
+    idx = np.nonzero(new)[0]
+    vmax = np.maximum.reduceat(v, idx)
+    return r[idx], s[idx], f[idx], vmax, r[idx]

@@ -1,0 +1,157 @@
+"""Call sites: for every stack node, the line a finding points at and how to name it.
+
+The *site* of a CUDA call is the innermost user (non-framework) frame above it: the line to
+change. :func:`site_table` derives, per distinct stack node (thousands, however many events),
+that frame, the torch ops and Python built-in above the call, the source text of the line
+where the capture stored it, and the Python mechanism the line uses (``.item()``, ``.cpu()``,
+...). :func:`site_label` is the one way a site is written, in text, JSON, HTML and exports.
+"""
+from __future__ import annotations
+
+import re
+
+import polars as pl
+
+# Python mechanisms that move data or synchronize, recognised in the source text of a line.
+# First match wins: ``x.cpu().item()`` is a scalar read. Each is (label, regex).
+MECHANISMS: tuple[tuple[str, str], ...] = (
+    (".item()", r"\.item\(\s*\)"),
+    (".tolist()", r"\.tolist\(\s*\)"),
+    (".numpy()", r"\.numpy\(\s*\)"),
+    (".cpu()", r"\.cpu\(\s*\)"),
+    ('.to("cpu")', r"""\.to\(\s*(?:device\s*=\s*)?['"]cpu['"]"""),
+    ("torch.cuda.synchronize()", r"torch\.cuda\.synchronize\("),
+    (".synchronize()", r"\.synchronize\(\s*\)"),
+    ("torch.tensor(..., device=)", r"torch\.(?:as_)?tensor\(.*device\s*="),
+    (".cuda()", r"\.cuda\(\s*\)"),
+    (".to(device)", r"\.to\("),
+    ("print(tensor)", r"\bprint\("),
+    ("bool(tensor)", r"\bbool\("),
+    ("int()/float() of a tensor", r"\b(?:int|float)\("),
+    ("if <tensor>:", r"^\s*(?:if|elif|while|assert)\b"),
+)
+# Packages inside an installed tree are shown from the package down.
+_INSTALLED = re.compile(r"^.*/(?:site-packages|dist-packages)/")
+
+
+def mechanism_of(source: pl.Expr) -> pl.Expr:
+    """Expression: the first :data:`MECHANISMS` label whose pattern matches ``source``."""
+    expr = pl.lit(None, pl.String)
+    for label, pattern in reversed(MECHANISMS):
+        expr = pl.when(source.str.contains(pattern)).then(pl.lit(label)).otherwise(expr)
+    return expr
+
+
+def short_paths(files: pl.Series) -> dict[str, str]:
+    """Each file as users read it: installed packages from the package down, other files
+    relative to the deepest folder they all share (a one-folder workload: the bare name)."""
+    names = [f for f in files.drop_nulls().unique().to_list() if f]
+    local = [f for f in names if not _INSTALLED.match(f) and f.startswith("/")]
+    root = ""
+    if local:
+        parts = [f.split("/")[:-1] for f in local]
+        common = parts[0]
+        for p in parts[1:]:
+            n = 0
+            while n < min(len(common), len(p)) and common[n] == p[n]:
+                n += 1
+            common = common[:n]
+        root = "/".join(common) + "/" if common else ""
+    out = {}
+    for f in names:
+        m = _INSTALLED.match(f)
+        out[f] = f[m.end():] if m else (f[len(root):] if root and f.startswith(root) else f)
+    return out
+
+
+def site_label(function: str | None, file: str | None, line: int | None,
+               module: str | None = None, fallback: str = "(no user frame)") -> str:
+    """``file:line function``; ``Module.forward`` inside an ``nn.Module``; ``fallback`` when
+    there is no user frame."""
+    if function is None:
+        return fallback
+    if module and function == "forward":
+        function = f"{module}.forward"
+    return f"{file}:{line} {function}" if line is not None else f"{file} {function}"
+
+
+def site_label_expr(prefix: str = "user_", fallback: str = "(no user frame)") -> pl.Expr:
+    """:func:`site_label` as an expression over ``{prefix}function/_short_file/line/module``."""
+    fn = pl.col(f"{prefix}function")
+    shown = (pl.when((pl.col(f"{prefix}module").is_not_null()) & (fn == "forward"))
+             .then(pl.col(f"{prefix}module") + ".forward").otherwise(fn))
+    line = pl.col(f"{prefix}line").cast(pl.String)
+    where = pl.when(line.is_null()).then(pl.col(f"{prefix}short_file")).otherwise(
+        pl.col(f"{prefix}short_file") + ":" + line)
+    return pl.when(fn.is_null()).then(pl.lit(fallback)).otherwise(where + " " + shown)
+
+
+def site_table(nodes: pl.DataFrame) -> pl.DataFrame:
+    """Per stack node (``stack_id``): ``site_id`` and the site's user frame (``user_*``, with
+    ``user_short_file``, ``user_source`` and ``site``, its label), torch ops and the innermost
+    Python built-in above it, the Python ``mechanism`` of the line, and ``code_site``: one id per
+    distinct (user frame file/line/function, torch op chain, built-in), shared by call paths
+    that reach the same code from different callers.
+
+    The work scales with distinct stack nodes, not with events.
+    """
+    parts = pl.col("name").str.extract_groups(r"^<built-in (?P<how>method|function) (?P<fn>\w+)")
+    builtin = pl.when(parts.struct.field("how") == "method").then(
+        pl.lit(".") + parts.struct.field("fn")).otherwise(parts.struct.field("fn"))
+    base = nodes.select(
+        "stack_id", "parent_id", "depth", "kind", "user_node", "op_node", "user_module",
+        pl.when(pl.col("kind") == "torch_op").then(pl.col("name")).alias("_op"),
+        pl.when(pl.col("kind") == "native").then(builtin).alias("_builtin"),
+        pl.when(pl.col("kind") == "python").then(
+            pl.concat_str(pl.col("file").fill_null("?"), pl.lit(":"), pl.col("name")))
+        .alias("_py"))
+    # Inherited top-down: a dict pass in depth order over the distinct stack nodes (a trie of
+    # thousands of nodes however many events), cheaper than one join per depth level.
+    chain_of: dict[int, str] = {}
+    frames_of: dict[int, str] = {}
+    api_of: dict[int, str | None] = {}
+    ids, chains, apis, frames_col = [], [], [], []
+    for sid, parent, op, api, py in base.sort("depth").select(
+            "stack_id", "parent_id", "_op", "_builtin", "_py").iter_rows():
+        up = chain_of.get(parent, "") if parent is not None else ""
+        chain_of[sid] = f"{up};{op}" if op is not None else up
+        up_py = frames_of.get(parent, "") if parent is not None else ""
+        frames_of[sid] = f"{up_py};{py}" if py is not None else up_py
+        api_of[sid] = api if api is not None else (api_of.get(parent) if parent is not None
+                                                   else None)
+        ids.append(sid)
+        chains.append(chain_of[sid])
+        frames_col.append(frames_of[sid] + ";" if frames_of[sid] else "")
+        apis.append(api_of[sid])
+    chain = pl.DataFrame({"stack_id": ids, "op_chain": chains, "py_api": apis,
+                          "frames": frames_col},
+                         schema={"stack_id": pl.Int64, "op_chain": pl.String, "py_api": pl.String,
+                                 "frames": pl.String})
+    chain = chain.with_columns(pl.when(pl.col("op_chain") == "").then(pl.lit(""))
+                               .otherwise(pl.col("op_chain") + ";").alias("op_chain"))
+    site_id = (pl.when(pl.col("kind") == "cuda_api").then(pl.coalesce("parent_id", "stack_id"))
+               .otherwise("stack_id"))
+    source = pl.col("source") if "source" in nodes.columns else pl.lit(None, pl.String)
+    short = short_paths(nodes.filter(pl.col("is_user"))["file"]) if "is_user" in nodes.columns \
+        else {}
+    frames = nodes.select(pl.col("stack_id").alias("user_node"), pl.col("name").alias("user_function"),
+                          pl.col("file").alias("user_file"), pl.col("line").alias("user_line"),
+                          source.alias("user_source"))
+    ops = nodes.select(pl.col("stack_id").alias("op_node"), pl.col("name").alias("torch_op"))
+    site = (base.select("stack_id", site_id.alias("site_id"))
+            .join(base.select(pl.col("stack_id").alias("site_id"), "user_node", "op_node",
+                              "user_module"), on="site_id", how="left")
+            .join(chain.rename({"stack_id": "site_id"}), on="site_id", how="left")
+            .join(frames, on="user_node", how="left")
+            .join(ops, on="op_node", how="left").drop("op_node"))
+    site = site.with_columns(
+        pl.col("user_file").replace_strict(short, default=pl.col("user_file"),
+                                           return_dtype=pl.String).alias("user_short_file"),
+        pl.coalesce(pl.col("py_api").str.replace(r"^(\.\w+)$", "$1()"),
+                    mechanism_of(pl.col("user_source"))).alias("mechanism"))
+    # The code site: same line, same torch ops, same built-in, whatever the callers above.
+    key = pl.concat_str([pl.col(c).cast(pl.String).fill_null("") for c in (
+        "user_file", "user_line", "user_function", "user_module", "op_chain", "py_api")],
+        separator="\x1f")
+    return site.with_columns(key.rank("dense").cast(pl.Int64).alias("code_site"),
+                             site_label_expr().alias("site"))

@@ -1,0 +1,305 @@
+"""What fixing a finding would save: each rule names a fix model (``saving:`` in its YAML), the
+model turns the finding's events into an edit of the capture's timeline
+(:class:`zym.analysis.replay.Fix`), and the replay says how much sooner the window ends.
+
+Models (``saving: {model: NAME, ...}``):
+
+* ``batch``: one call per enclosing call (or step) instead of many: in each instance the
+  ``keep: first`` (default) or ``last`` blocking call of the finding stays, with the
+  non-blocking calls that lead to it; the finding's other calls go (their CPU cost, their wait,
+  their GPU copies). The kept call still waits for the GPU: what it waited for is not saved.
+* ``remove``: the finding's calls go entirely.
+* ``unblock``: the finding's blocking calls stop waiting (for gaps: the call the CPU was
+  blocked in); their own CPU cost stays.
+* ``pin``: copies through pageable memory become pinned, non-blocking copies: the call costs
+  what a pinned async copy costs in this capture, the GPU copy runs at the host link's
+  bandwidth, and host-to-device copies stop blocking (device-to-host copies still wait: the
+  host needs the data).
+* ``async``: synchronous copies/memsets become their async forms (cost of an async call, no
+  wait).
+* ``speedup``: the finding's kernels run in another precision (``to: tf32|fp16|bf16``:
+  :mod:`zym.analysis.throughput`), or ``factor: MEASURE`` times faster.
+* ``shorten-gaps``: the CPU work before each launch that ended a GPU idle gap shrinks to the
+  median CPU time before calls of the same site.
+* ``cuda-graph``: the finding's steps run their launches as CUDA graphs: each run of
+  consecutive launches costs one graph launch on the CPU, and each kernel ``GRAPH_NODE_NS``
+  more on the GPU.
+* ``none``: no estimate (the finding is context, e.g. a utilization summary).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import polars as pl
+from zym.analysis.replay import Fix
+
+if TYPE_CHECKING:
+    from zym.analysis import Analysis
+
+MODELS = ("batch", "remove", "unblock", "pin", "async", "speedup", "shorten-gaps", "cuda-graph",
+          "none")
+# CPU cost of one async copy call, when the capture has no pinned copy to measure it from;
+# and of one graph launch and the GPU time each graph node adds, when it has no graph launch.
+# Measured on the H200 (docs/benchmarks.md, "Replay calibration").
+ASYNC_COPY_CALL_NS = 4_000
+GRAPH_LAUNCH_NS = 8_000
+GRAPH_NODE_NS = 1_000
+MIN_GRAPH_RUN = 4  # consecutive launches a CUDA graph would replace
+
+
+class NoEstimate(Exception):
+    """A fix model that cannot estimate this finding; the message says why."""
+
+
+def fix_for(model: dict, relation: str, rows: pl.DataFrame, analysis: Analysis,
+            measures: dict) -> Fix | None:
+    """The timeline edit of one finding (``rows``: its events, with the relation's row key),
+    or None when its model makes no estimate."""
+    name = model.get("model", "none")
+    if name == "none" or rows.height == 0:
+        return None
+    calls = _call_rows(relation, rows, analysis)
+    if name == "batch":
+        return _batch(calls, analysis, model.get("keep", "first"))
+    if name == "remove":
+        return Fix(remove_calls=_idx(calls), describe=f"replayed without these {len(calls):,} "
+                                                      "calls")
+    if name == "unblock":
+        waiting = calls[analysis.timeline.waits[calls]] if len(calls) else calls
+        return Fix(unblock_calls=waiting, describe=f"replayed with these {len(waiting):,} "
+                                                   "calls not waiting for the GPU")
+    if name == "pin":
+        return _pin(calls, analysis)
+    if name == "async":
+        cost = _async_copy_cost(analysis, None)
+        return Fix(unblock_calls=calls, cost_calls=calls, cost_ns=np.full(len(calls), cost),
+                   describe=f"replayed with these {len(calls):,} calls async "
+                            f"({cost / 1e3:.1f} µs each, not waiting)")
+    if name == "speedup":
+        return _speedup(model, relation, rows, analysis, measures)
+    if name == "shorten-gaps":
+        return _shorten_gaps(calls, analysis)
+    if name == "cuda-graph":
+        return _cuda_graph(relation, rows, analysis)
+    raise ValueError(f"unknown saving model {name!r}")
+
+
+def _idx(s) -> np.ndarray:
+    return np.asarray(s, dtype=np.int64)
+
+
+def _call_rows(relation: str, rows: pl.DataFrame, analysis: Analysis) -> np.ndarray:
+    """The ``call_idx`` of each event of a finding (its own call, or the gap's call)."""
+    if "call_idx" in rows.columns:
+        return np.unique(rows["call_idx"].drop_nulls().to_numpy().astype(np.int64))
+    return np.zeros(0, np.int64)
+
+
+def _batch(calls: np.ndarray, analysis: Analysis, keep: str) -> Fix:
+    """One blocking call per instance (see the module doc)."""
+    tl = analysis.timeline
+    if not len(calls):
+        return Fix()
+    from zym.analysis.relations import Relations
+
+    rel = Relations(analysis)
+    inst = rel.materialize("calls", {"call_instance"})
+    inst = inst.filter(pl.col("call_idx").is_in(pl.Series(calls).implode())).select(
+        "call_idx", "call_instance").sort("call_idx")
+    idx = inst["call_idx"].to_numpy()
+    waits = tl.waits[idx]
+    group = inst["call_instance"].to_numpy()
+    keep_mask = np.zeros(len(idx), bool)
+    # Per instance (rows are in time order): the kept blocking call, and the calls since the
+    # previous blocking call of the finding that lead to it (e.g. the copy before its sync).
+    order = np.lexsort((idx, group))
+    g, w = group[order], waits[order]
+    starts = np.nonzero(np.r_[True, g[1:] != g[:-1]])[0]
+    ends = np.r_[starts[1:], len(g)]
+    for a, b in zip(starts.tolist(), ends.tolist()):
+        blocking = np.nonzero(w[a:b])[0]
+        if not len(blocking):
+            continue
+        k = blocking[0] if keep == "first" else blocking[-1]
+        prev = blocking[blocking < k]
+        lo = (prev[-1] + 1) if len(prev) else 0
+        keep_mask[order[a + lo:a + k + 1]] = True
+    gone = idx[~keep_mask]
+    instances = len(starts)
+    kept = int(keep_mask.sum())
+    return Fix(remove_calls=gone, describe=(
+        f"replayed with {kept:,} of these {len(idx):,} calls kept, the {keep} wait of each of "
+        f"{instances:,} {rel.instance_plural()} (its wait for the GPU work before it "
+        f"stays), and the other {len(gone):,} removed"))
+
+
+def _async_copy_cost(analysis: Analysis, direction: str | None) -> int:
+    """CPU cost of an async copy that does not wait: the median of such calls in the
+    capture (same direction), else :data:`ASYNC_COPY_CALL_NS`."""
+    c = analysis.facts.calls
+    ok = c.filter((pl.col("kind") == "copy") & ~pl.col("blocking"))
+    if direction is not None:
+        ok = ok.filter(pl.col("copy_kind") == direction)
+    if ok.height >= 3:
+        return int(ok["dur_ns"].median())
+    return ASYNC_COPY_CALL_NS
+
+
+def _host_bandwidth(analysis: Analysis, direction: str) -> tuple[float, str]:
+    """Bytes per ns of a pinned copy in ``direction``: measured on this capture's pinned
+    copies of 1 MB or more, else the GPU's host link (``gpus.yaml``)."""
+    from zym.analysis.throughput import gpu_spec
+
+    g = analysis.facts.gpu.filter((pl.col("kind") == "copy") & (pl.col("copy_kind") == direction)
+                                  & ((pl.col("src_mem") == "pinned") | (pl.col("dst_mem") == "pinned"))
+                                  & (pl.col("size_bytes") >= 1 << 20))
+    if g.height >= 3:
+        bw = float((g["size_bytes"] / g["dur_ns"]).median())
+        return bw, f"{bw:.1f} GB/s, this capture's pinned {direction} copies"
+    spec, _ = gpu_spec(_gpu_name(analysis))
+    return spec["host_gbs"], f"{spec['host_gbs']:g} GB/s host link (datasheet)"
+
+
+def _gpu_name(analysis: Analysis) -> str | None:
+    gpus = analysis.data.meta.gpus or []
+    return gpus[0].get("name") if gpus else None
+
+
+def _pin(calls: np.ndarray, analysis: Analysis) -> Fix:
+    c = analysis.facts.calls
+    rows = c[calls.tolist()] if len(calls) else c.clear()
+    fix = Fix(describe="")
+    parts = []
+    costs, cost_calls, unblock, ops, op_dur = [], [], [], [], []
+    for direction in ("HtoD", "DtoH"):
+        mine = rows.filter(pl.col("copy_kind") == direction)
+        if mine.height == 0:
+            continue
+        cost = _async_copy_cost(analysis, direction)
+        bw, where = _host_bandwidth(analysis, direction)
+        cost_calls.append(mine["call_idx"].to_numpy())
+        costs.append(np.full(mine.height, cost))
+        if direction == "HtoD":
+            unblock.append(mine["call_idx"].to_numpy())
+        own = mine.filter(pl.col("own_row").is_not_null())
+        ops.append(own["own_row"].to_numpy())
+        op_dur.append((own["bytes"].fill_null(0).to_numpy() / bw + 1_000).astype(np.int64))
+        parts.append(f"{mine.height:,} {direction} copies at {cost / 1e3:.1f} µs a call and "
+                     f"{where}" + (", not blocking" if direction == "HtoD" else ""))
+    cat = (lambda xs: np.concatenate(xs).astype(np.int64) if xs else np.zeros(0, np.int64))
+    fix = Fix(cost_calls=cat(cost_calls), cost_ns=cat(costs), unblock_calls=cat(unblock),
+              gpu_ops=cat(ops), gpu_dur_ns=cat(op_dur),
+              describe="replayed with pinned memory: " + "; ".join(parts))
+    return fix
+
+
+def _speedup(model: dict, relation: str, rows: pl.DataFrame, analysis: Analysis,
+             measures: dict) -> Fix | None:
+    from zym.analysis.throughput import speedup_durations
+
+    if "gpu_idx" not in rows.columns or "dur_ns" not in rows.columns:
+        return None
+    ops, durs, hows = [], [], []
+    if "factor" in model:
+        factor = measures.get(model["factor"])
+        if not factor or factor <= 1:
+            return None
+        d = rows["dur_ns"].to_numpy()
+        return Fix(gpu_ops=rows["gpu_idx"].to_numpy(), gpu_dur_ns=(d / factor).astype(np.int64),
+                   describe=f"replayed with these {rows.height:,} kernels {factor:.1f}x faster "
+                            f"({model['factor']})")
+    target = model["to"]
+    by_precision = rows.with_columns(pl.col("precision").fill_null("fp32")) \
+        if "precision" in rows.columns else rows.with_columns(pl.lit("fp32").alias("precision"))
+    for (precision,), part in by_precision.group_by("precision"):
+        d = part["dur_ns"].to_numpy()
+        flops = part["flops"].cast(pl.Float64).to_numpy() if "flops" in part.columns else None
+        moved = None
+        if flops is not None and "intensity" in part.columns:
+            moved = (part["flops"].cast(pl.Float64) / part["intensity"]).to_numpy()
+        new, how = speedup_durations(d, precision, target, _gpu_name(analysis), flops, moved)
+        ops.append(part["gpu_idx"].to_numpy())
+        durs.append(new)
+        hows.append(how)
+    return Fix(gpu_ops=np.concatenate(ops), gpu_dur_ns=np.concatenate(durs),
+               describe=f"replayed with these {rows.height:,} kernels in {target}: "
+                        + "; ".join(hows))
+
+
+def _shorten_gaps(calls: np.ndarray, analysis: Analysis) -> Fix | None:
+    """The CPU time before each of ``calls`` cut to the median before calls of its site."""
+    if not len(calls):
+        return None
+    tl = analysis.timeline
+    site = analysis.facts.site_of(analysis.facts.calls["stack_id"], ("code_site",))[0]
+    per_site = (pl.DataFrame({"site": site, "gap": tl.gap})
+                .group_by("site").agg(pl.col("gap").median().cast(pl.Int64).alias("typical")))
+    target = (pl.DataFrame({"site": site.gather(calls)})
+              .join(per_site, on="site", how="left", maintain_order="left")["typical"]
+              .fill_null(0).to_numpy())
+    before = int(tl.gap[calls].sum())
+    return Fix(gap_calls=calls, gap_ns=target, describe=(
+        f"replayed with the CPU time before these {len(calls):,} launches ({before / 1e6:.3g} ms"
+        f" in all) cut to the median before calls of the same site"))
+
+
+def _cuda_graph(relation: str, rows: pl.DataFrame, analysis: Analysis) -> Fix | None:
+    """Runs of at least ``MIN_GRAPH_RUN`` consecutive non-blocking launches (and memsets) in
+    the finding's steps, each replayed as one graph launch."""
+    if "step" not in rows.columns:
+        return None
+    from zym.analysis.relations import Relations
+
+    rel = Relations(analysis)
+    c = analysis.facts.calls.with_columns(rel.call_steps())
+    steps = repeating_steps(c, analysis.facts.gpu, set(rows["step"].drop_nulls().to_list()))
+    if not steps:
+        raise NoEstimate("no two steps launch the same kernels with the same grids (shapes "
+                         "change from step to step); a CUDA graph needs fixed shapes first")
+    c = c.filter(pl.col("step").is_in(list(steps))).sort("_thread", "ts_ns")
+    # Launches, memsets and the runtime's own queries (cudaGetDevice...) replay inside a graph;
+    # a blocking call or a copy to or from the host ends a run.
+    graphable = (pl.col("kind").is_in(["launch", "memset", "other"]) & ~pl.col("blocking"))
+    runs = (c.with_columns(graphable.alias("_g"))
+            .with_columns(((pl.col("_g") != pl.col("_g").shift(1))
+                           | (pl.col("step") != pl.col("step").shift(1))).fill_null(True)
+                          .cum_sum().alias("_run"))
+            .filter("_g").group_by("_run").agg(pl.col("call_idx").first().alias("first"),
+                                               pl.col("call_idx").last().alias("last"),
+                                               pl.len().alias("n"))
+            .filter(pl.col("n") >= MIN_GRAPH_RUN))
+    if runs.height == 0:
+        return None
+    launch = _graph_launch_cost(analysis)
+    n = int(runs["n"].sum())
+    return Fix(graph_first=runs["first"].to_numpy(), graph_last=runs["last"].to_numpy(),
+               graph_launch_ns=launch, graph_node_ns=GRAPH_NODE_NS, describe=(
+                   f"replayed with {n:,} launches in {runs.height:,} runs as CUDA graph "
+                   f"replays: {launch / 1e3:.1f} µs of CPU per graph launch and "
+                   f"{GRAPH_NODE_NS / 1e3:.1f} µs of GPU per kernel in a graph"))
+
+
+def repeating_steps(calls: pl.DataFrame, gpu: pl.DataFrame, steps: set[int]) -> set[int]:
+    """The steps among ``steps`` whose launches repeat another step's exactly (same call
+    sites, kernels and grids, in order): what a CUDA graph captured once can replay. Steps
+    whose shapes change from step to step launch other grids and are left out."""
+    c = calls.filter(pl.col("step").is_in(list(steps)) & (pl.col("kind") == "launch"))
+    if c.height == 0:
+        return set()
+    kernel = gpu.filter("work").group_by("call_idx").agg(
+        pl.col("name").first(), pl.col("grid_x").first(), pl.col("grid_y").first(),
+        pl.col("grid_z").first())
+    sig = (c.select("call_idx", "step", "stack_id").join(kernel, on="call_idx", how="left")
+           .sort("call_idx")
+           .group_by("step", maintain_order=True).agg(
+               pl.concat_str([pl.col(x).cast(pl.String).fill_null("") for x in (
+                   "stack_id", "name", "grid_x", "grid_y", "grid_z")], separator=",")
+               .str.join("|").hash().alias("sig")))
+    counts = sig.group_by("sig").len()
+    return set(sig.join(counts.filter(pl.col("len") >= 2), on="sig")["step"].to_list())
+
+
+def _graph_launch_cost(analysis: Analysis) -> int:
+    c = analysis.facts.calls.filter(pl.col("api").cast(pl.String).str.contains("GraphLaunch"))
+    return int(c["dur_ns"].median()) if c.height >= 3 else GRAPH_LAUNCH_NS
