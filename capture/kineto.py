@@ -351,14 +351,18 @@ def load_kineto(path: str | Path, progress: Progress | None = None
     return tables, capture_meta(top, path)
 
 
-def import_kineto(path: str | Path, out: str | Path, progress: Progress | None = None) -> Path:
-    """Convert a Kineto trace into a zym capture file at ``out``."""
+def import_kineto(path: str | Path, out: str | Path, progress: Progress | None = None,
+                  force: bool = True) -> Path:
+    """Convert a Kineto trace into a zym capture file at ``out`` (``force``: replace an
+    existing file; see ``zym.schemas.output`` for how outputs are written)."""
     from zym.schemas.io import write_capture
+    from zym.schemas.output import check_target
 
+    check_target(Path(out), force)  # before the work, not only after it
     tables, meta = load_kineto(path, progress)
     if progress:
         progress("writing")
-    return write_capture(out, tables, meta)
+    return write_capture(out, tables, meta, force=force)
 
 
 def looks_like_kineto(path: str | Path) -> bool:

@@ -144,6 +144,7 @@ def new(name: Annotated[str, typer.Argument(help="Pack name (lowercase, e.g. myt
 
     from zym.rules.authoring import new_pack_text
     from zym.schemas.errors import InputError
+    from zym.schemas.output import atomic_output, display
 
     with exit_on_error():
         if not re.fullmatch(r"[a-z][a-z0-9_-]*", name):
@@ -153,10 +154,9 @@ def new(name: Annotated[str, typer.Argument(help="Pack name (lowercase, e.g. myt
             sys.stdout.write(text)
             return
         out = output or Path(f"{name}.yaml")
-        if out.exists() and not force:
-            raise InputError(f"{out}: exists; pass --force to overwrite it")
-        out.write_text(text, encoding="utf-8")
-    typer.echo(f"wrote {out}; next: zym rules lint {out}")
+        with atomic_output(out, force) as tmp:
+            tmp.write_text(text, encoding="utf-8")
+    typer.echo(f"wrote {display(out)}; next: zym rules lint {display(out)}")
 
 
 def register(app: typer.Typer) -> None:
