@@ -53,7 +53,6 @@ def capture(
             return
         from zym.capture.cupti.integrate import capture_with_gpu  # GPU side (CUPTI)
         from zym.capture.session import CaptureConfig
-
         from zym.schemas.output import check_target
 
         command = list(ctx.args)

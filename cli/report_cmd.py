@@ -31,11 +31,10 @@ def report(
 
     from .progress import stage_progress
 
-    with exit_on_error(), atomic_output(output, force) as tmp:
-        with stage_progress(progress) as say:
-            src = load_export_source(file, say, with_findings=findings)
-            say("writing report")
-            size = write_report(src, tmp, top)
+    with exit_on_error(), atomic_output(output, force) as tmp, stage_progress(progress) as say:
+        src = load_export_source(file, say, with_findings=findings)
+        say("writing report")
+        size = write_report(src, tmp, top)
     typer.echo(f"wrote {display(output)} ({size / 1e3:.0f} kB, {len(src.findings)} findings); "
                "open it in any browser")
 

@@ -8,8 +8,6 @@ homogeneous); reading goes through polars alone, so ``zym analyze`` never import
 """
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,10 +109,27 @@ class Capture:
                 .select(cols))
 
     def load(self, table: str) -> pl.DataFrame:
+        """One table, every field checked (``schemas.validate``): out-of-range or inconsistent
+        values are an ``InvalidCaptureError``, never a traceback or a wrong answer."""
+        from .validate import check_refs, check_stacks, check_table
+
+        df = check_table(table, self._read(table), display(self.path))
+        if table == "stack":
+            check_stacks(df, self._keys("frame", "frame_id"), display(self.path))
+        elif table in ("call", "span"):
+            check_refs(table, df, self._keys("stack", "stack_id"), display(self.path))
+        return df
+
+    def _read(self, table: str, columns: list[str] | None = None) -> pl.DataFrame:
         try:
-            return self.scan(table).collect()
-        except (pl.exceptions.ComputeError, OSError) as e:
-            raise InputError(f"{self.path}: cannot read the {table} table ({_first_line(e)})") from e
+            lf = self.scan(table)
+            return (lf.select(columns) if columns else lf).collect()
+        except (pl.exceptions.PolarsError, OSError) as e:
+            raise InputError(f"{display(self.path)}: cannot read the {table} table "
+                             f"({_first_line(e)})") from e
+
+    def _keys(self, table: str, column: str) -> pl.Series:
+        return self._read(table, [column])[column]
 
 
 def open_capture(path: str | Path) -> Capture:

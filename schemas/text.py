@@ -23,7 +23,7 @@ import re
 
 # Bidirectional controls that reorder what a reader sees (CVE-2021-42574, "Trojan Source").
 _BIDI = [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
-_ESCAPES = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)]}
+_ESCAPES = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F, *range(0x80, 0xA0)]}
 _ESCAPES.update({c: f"\\u{c:04x}" for c in _BIDI})
 # Lone surrogates (from undecodable file names) cannot be encoded on a UTF-8 terminal.
 _SURROGATE = re.compile("[\ud800-\udfff]")
