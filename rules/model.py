@@ -96,8 +96,8 @@ def _read_pack_text(path: Path) -> str:
     from .packcheck import MAX_PACK_BYTES
 
     try:
-        if not path.is_file():
-            raise RuleError(f"{path}: not a regular file (a rule pack is a YAML file)")
+        if path.exists() and not path.is_file():
+            raise RuleError(f"{path}: cannot read rule pack (not a regular file)")
         with open(path, "rb") as f:
             data = f.read(MAX_PACK_BYTES + 1)
     except OSError as e:
