@@ -24,7 +24,7 @@ from __future__ import annotations
 import polars as pl
 
 from .errors import InputError
-from .tables import CALL_KINDS, COPY_KINDS, FRAME_KINDS, GPU_KINDS
+from .tables import CALL_KINDS, COPY_KINDS, FRAME_KINDS, GPU_KINDS, REQUIRED
 
 MAX_STACK_DEPTH = 2048  # frames from the root; Python's default recursion limit is 1000
 MAX_NAME_CHARS = 16_384
@@ -60,6 +60,9 @@ def _fail(source: str, table: str, what: str) -> InvalidCaptureError:
 def check_table(table: str, df: pl.DataFrame, source: str = "capture") -> pl.DataFrame:
     """One table's own checks (ranges, vocabularies, keys, time ends); returns the table with
     the documented truncations applied."""
+    nulls = [c for c in REQUIRED.get(table, ()) if c in df.columns and df[c].null_count()]
+    if nulls:
+        raise _fail(source, table, f"null values in required column(s) {nulls}")
     checks = [(c, pl.col(c).is_between(lo, hi)) for c, (lo, hi) in RANGES.items()
               if c in df.columns]
     if "ts_ns" in df.columns and "dur_ns" in df.columns:  # the end must fit in int64 too
