@@ -156,7 +156,7 @@ def test_multi_member_gzip_is_read_whole(tmp_path):
     one = zym("analyze", SAMPLE_JSON, "-f", "json", "--no-progress")
     two = zym("analyze", p, "-f", "json", "--no-progress")
     assert two.returncode == 0, two.stderr[-500:]
-    strip = lambda out: {k: v for k, v in json.loads(out).items() if k != "capture"}  # noqa: E731
+    strip = lambda out: {k: v for k, v in json.loads(out).items() if k != "capture"}
     assert strip(two.stdout) == strip(one.stdout)
 
 

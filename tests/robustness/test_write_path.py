@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from hostile import SAMPLE_JSON, SAMPLE_PARQUET, assert_clean_error, zym
