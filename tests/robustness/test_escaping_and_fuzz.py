@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from hostile import SAMPLE_PARQUET, assert_clean_error, capture_rows, write_sealed, zym
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from hostile import SAMPLE_PARQUET, assert_clean_error, capture_rows, write_sealed, zym
 from zym.schemas.errors import InputError
 
 EVIL = "evil\x1b[2J[/]<script>alert(1)</script>|`x\u202e"
