@@ -33,7 +33,7 @@ def zym(*args: str | os.PathLike, timeout: float = 120, cwd: Path | None = None,
         memory: bool = True) -> subprocess.CompletedProcess:
     """Run ``zym ARGS`` (``python -m zym.cli.main``) with a time and memory limit."""
     cmd = [sys.executable, "-m", "zym.cli.main", *map(os.fspath, args)]
-    return subprocess.run(cmd, capture_output=True, timeout=timeout, cwd=cwd,
+    return subprocess.run(cmd, check=False, capture_output=True, timeout=timeout, cwd=cwd,
                           preexec_fn=_limit_memory if memory else None,
                           env={**os.environ, "COLUMNS": "120"})
 

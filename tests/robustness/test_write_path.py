@@ -116,10 +116,10 @@ def test_concurrent_writer_is_detected(tmp_path):
 
 def test_output_that_appears_meanwhile_is_not_replaced_without_force(tmp_path):
     out = tmp_path / "t.txt"
-    with pytest.raises(OutputError, match="appeared while zym was writing"):
-        with atomic_output(out) as tmp:
-            tmp.write_text("new")
-            out.write_text("someone else's")
+    with pytest.raises(OutputError, match="appeared while zym was writing"), \
+            atomic_output(out) as tmp:
+        tmp.write_text("new")
+        out.write_text("someone else's")
     assert out.read_text() == "someone else's"
     assert [p.name for p in tmp_path.iterdir()] == ["t.txt"]
 
