@@ -27,7 +27,9 @@ from zym.schemas.apis import api_copy_kind, api_kind
 from zym.schemas.errors import InputError
 from zym.schemas.lookup import first_row_of
 from zym.schemas.meta import CaptureMeta
+from zym.schemas.output import display
 from zym.schemas.stacks import CyclicStacksError, intern_forest, intern_frames
+from zym.schemas.validate import check_tables
 
 from .kineto_json import (
     CALL_CATS,
@@ -39,6 +41,10 @@ from .kineto_json import (
 )
 
 Progress = Callable[[str], None]
+
+
+class TimeRangeError(ValueError):
+    """An event time zym cannot hold as int64 nanoseconds."""
 
 
 def events_to_tables(groups: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
@@ -71,8 +77,19 @@ def events_to_tables(groups: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]
     }
 
 
+# Kineto times in µs that stay inside int64 ns once converted (and once an end is added).
+_MAX_US = float(1 << 61) / 1000
+
+
 def _in_ns(group: pl.DataFrame) -> pl.DataFrame:
-    """Kineto's microsecond times (floats, ns in the fraction) as integer ns."""
+    """Kineto's microsecond times (floats, ns in the fraction) as integer ns; a time that is
+    not finite, negative, or past the int64 ns range is bad input (``TimeRangeError``)."""
+    bad = group.filter(~pl.col("ts_us").is_between(0, _MAX_US).fill_null(False)
+                       | ~pl.col("dur_us").fill_null(0).is_between(0, _MAX_US))
+    if bad.height:
+        raise TimeRangeError(f"{bad.height} event(s) with a timestamp or duration that is "
+                             f"missing, negative, not finite or past 2^61 ns (first: ts "
+                             f"{bad['ts_us'][0]}, dur {bad['dur_us'][0]} µs)")
     return group.with_columns(
         (pl.col("ts_us") * 1000).round().cast(pl.Int64).alias("ts_ns"),
         (pl.col("dur_us").fill_null(0) * 1000).round().cast(pl.Int64).alias("dur_ns"),
@@ -338,27 +355,44 @@ def load_kineto(path: str | Path, progress: Progress | None = None
     """Read a Kineto trace (``.json`` or ``.json.gz``) into capture tables and metadata."""
     say = progress or (lambda _stage: None)
     path = Path(path)
+    shown = display(path)
     if path.exists() and path.stat().st_size == 0:
-        raise InputError(f"{path}: empty file")
+        raise InputError(f"{shown}: empty file")
     say("reading and decoding JSON")
-    groups, top = read_events(path)
-    say("building call stacks")
     try:
+        groups, top = read_events(path)
+        say("building call stacks")
         tables = events_to_tables(groups)
+        meta = capture_meta(top, path)
     except CyclicStacksError as e:
-        raise InputError(f"{path}: Python parent ids form a loop ({e}): not a valid "
+        raise InputError(f"{shown}: Python parent ids form a loop ({e}): not a valid "
                          "torch.profiler trace") from None
-    return tables, capture_meta(top, path)
+    except RecursionError:
+        raise InputError(f"{shown}: JSON nested too deeply to be a torch.profiler trace") from None
+    except (pl.exceptions.PolarsError, OverflowError, ValueError, TypeError) as e:
+        # The boundary: whatever the decoder let through and the table code could not use is
+        # bad input, named as such (schemas.validate checks the values it produced).
+        raise InputError(f"{shown}: unusable torch.profiler trace ({_first_line(e)})") from None
+    return check_tables(tables, shown), meta
 
 
-def import_kineto(path: str | Path, out: str | Path, progress: Progress | None = None) -> Path:
-    """Convert a Kineto trace into a zym capture file at ``out``."""
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0][:200] if text else type(e).__name__
+
+
+def import_kineto(path: str | Path, out: str | Path, progress: Progress | None = None,
+                  force: bool = True) -> Path:
+    """Convert a Kineto trace into a zym capture file at ``out`` (``force``: replace an
+    existing file; see ``zym.schemas.output`` for how outputs are written)."""
     from zym.schemas.io import write_capture
+    from zym.schemas.output import check_target
 
+    check_target(Path(out), force)  # before the work, not only after it
     tables, meta = load_kineto(path, progress)
     if progress:
         progress("writing")
-    return write_capture(out, tables, meta)
+    return write_capture(out, tables, meta, force=force)
 
 
 def looks_like_kineto(path: str | Path) -> bool:

@@ -176,7 +176,14 @@ def _pieces(f: BinaryIO, path: Path) -> Iterator[bytes]:
         return
     d = isal_zlib.decompressobj(wbits=31)  # ISA-L: zlib's format, about 3x the speed
     try:
-        while not d.eof:
+        while True:
+            if d.eof:  # a gzip file may hold several members, one after another (RFC 1952)
+                rest = d.unused_data or f.read(_GZ_READ)
+                if not rest:
+                    return
+                d = isal_zlib.decompressobj(wbits=31)
+                yield d.decompress(rest, _PIECE_CAP)
+                continue
             # Small reads: Kineto's text compresses ~15:1, so a piece is about _READ_CHUNK; the
             # cap only bounds a bomb, and leaves no unconsumed tail (a copy) in the usual case.
             chunk = d.unconsumed_tail or f.read(_GZ_READ)
@@ -185,8 +192,7 @@ def _pieces(f: BinaryIO, path: Path) -> Iterator[bytes]:
             yield d.decompress(chunk, _PIECE_CAP)
     except isal_zlib.error as e:
         raise InputError(f"{path}: corrupt gzip data ({e})") from e
-    if not d.eof:
-        raise InputError(f"{path}: truncated gzip file: the trace was cut short")
+    raise InputError(f"{path}: truncated gzip file: the trace was cut short")
 
 
 _ARRAY_OPEN = b'\n  "traceEvents": ['
@@ -216,6 +222,8 @@ def _decode_streaming(pieces: Iterator[bytes], path: Path
         if len(buf) < _DECODE_BATCH:
             continue
         cut = buf.rfind(_BETWEEN_EVENTS)
+        if cut < 0 and len(buf) > _HEADER_LIMIT:  # no event boundary in 16 MB: not Kineto's
+            return None
         if cut > 0:
             if not acc.add_array(buf, cut + 4):  # events up to and with this one's "\n  }"
                 return None
@@ -296,10 +304,27 @@ class _Interner:
                              value_name: pl.Series(self.values, dtype=dtype)})
 
 
+# JSON not laid out as Kineto writes it is decoded whole, so its text must fit in memory; past
+# this size it is refused rather than risking the machine (a gzip bomb stops here too).
+MAX_WHOLE_JSON = 512 << 20
+
+
 def read_json_bytes(path: Path) -> bytearray:
-    """The whole JSON text of a trace file, gunzipped when it is gzip."""
+    """The whole JSON text of a trace file, gunzipped when it is gzip, at most MAX_WHOLE_JSON
+    bytes (an ``InputError`` past that, before more is read)."""
+    text = bytearray()
     with open(path, "rb") as f:
-        return bytearray().join(_pieces(f, path))
+        for piece in _pieces(f, path):
+            if not text.strip():  # until the text starts: JSON or not?
+                start = (text + piece).lstrip()[:1]
+                if start and start not in b"{[":
+                    raise InputError(f"{path}: not JSON (it starts with {bytes(start)!r})")
+            text += piece
+            if len(text) > MAX_WHOLE_JSON:
+                raise InputError(f"{path}: more than {MAX_WHOLE_JSON >> 20} MiB of JSON text "
+                                 "not laid out as torch.profiler writes it (a re-exported trace, "
+                                 "or a decompression bomb): refused")
+    return text
 
 
 def parse_events(text: bytes | bytearray, path: Path) -> tuple[dict[str, pl.DataFrame], _TraceFile]:
@@ -428,6 +453,7 @@ def _int_column(values: list[int | str | None]) -> pl.Series:
 def _as_int(value: int | str | None) -> int | None:
     if isinstance(value, int) or value is None:
         return value
-    return int(value) if value.lstrip("-").isdigit() else None
+    digits = value.removeprefix("-")
+    return int(value) if digits.isascii() and digits.isdigit() else None
 
 

@@ -9,6 +9,7 @@ last batch survives, and ``finalize`` reads what a truncated stream holds.
 """
 from __future__ import annotations
 
+import io
 import json
 import struct
 import time
@@ -21,6 +22,7 @@ from zym.schemas.meta import CaptureMeta
 
 from . import events
 from .probes import CUDA_MEMCPY_KIND, PROBES
+from .rawcheck import ChecksummedFile
 
 if TYPE_CHECKING:
     import polars as pl
@@ -76,12 +78,15 @@ class RawWriter:
             from pyarrow import ipc
         except ImportError:
             self._pa = None
-            self._writers = {t: open(raw_dir / f"{t}.jsonl", "w")  # noqa: SIM115 (close())
+            self._sinks = {t: ChecksummedFile(raw_dir / f"{t}.jsonl") for t in RAW_COLUMNS}
+            self._writers = {t: io.TextIOWrapper(self._sinks[t], encoding="utf-8")
                              for t in RAW_COLUMNS}
         else:
             self._pa = pa
             self._schemas = {t: raw_schema(t) for t in RAW_COLUMNS}
-            self._writers = {t: ipc.new_stream(raw_dir / f"{t}.arrow", self._schemas[t])
+            # Each stream gets a checksum per batch (rawcheck): --finalize verifies them.
+            self._sinks = {t: ChecksummedFile(raw_dir / f"{t}.arrow") for t in RAW_COLUMNS}
+            self._writers = {t: ipc.new_stream(self._sinks[t], self._schemas[t])
                              for t in RAW_COLUMNS}
         self._call_records: list[bytes] = []
         self._last_flush = time.monotonic()
@@ -135,6 +140,7 @@ class RawWriter:
         else:
             batch = self._pa.record_batch(list(buf.values()), schema=self._schemas[table])
             self._writers[table].write_batch(batch)
+        self._sinks[table].checkpoint()
 
     def close(self) -> None:
         if self._closed:
@@ -143,6 +149,8 @@ class RawWriter:
         self.flush()
         for w in self._writers.values():
             w.close()
+        for sink in self._sinks.values():
+            sink.close()
 
 
 def write_raw_meta(raw_dir: Path, meta: CaptureMeta) -> None:

@@ -57,6 +57,10 @@ def analyze(
     from .progress import stage_progress
 
     with exit_on_error():
+        if no_rules and fail_on is not FailOn.never:  # it could never fail: say so, not exit 0
+            from zym.schemas.errors import InputError
+
+            raise InputError(f"--fail-on {fail_on.value} needs the rules: drop --no-rules")
         packs = None
         if not no_rules:
             from zym.rules import load_packs

@@ -35,6 +35,8 @@ def capture(
         "--keep-raw", help="Keep the raw Arrow streams next to the output.")] = False,
     print_bpf: Annotated[bool, typer.Option(
         "--print-bpf", help="Print the BPF program with its -D flags and exit.")] = False,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Overwrite OUTPUT if it exists.")] = False,
     finalize: Annotated[Path | None, typer.Option(
         "--finalize", metavar="RAW_DIR", help="Write the capture file from a raw directory left "
                                               "by an interrupted or lean-host capture (no root "
@@ -42,7 +44,7 @@ def capture(
 ) -> None:
     with exit_on_error():
         if finalize is not None:
-            _finalize(finalize, output)
+            _finalize(finalize, output, force)
             return
         if print_bpf:
             from zym.capture.bpf_loader import printable_program
@@ -51,30 +53,34 @@ def capture(
             return
         from zym.capture.cupti.integrate import capture_with_gpu  # GPU side (CUPTI)
         from zym.capture.session import CaptureConfig
+        from zym.schemas.output import check_target
 
         command = list(ctx.args)
         if output is None:
             output = Path(f"zym-{pid if pid else Path(command[0]).name if command else 'capture'}.parquet")
+        check_target(output, force)  # before the target runs, not after
         capture_with_gpu(CaptureConfig(output=output, pid=pid, command=command or None,
                                        duration=duration, sample=sample, runtime_api=runtime_api,
                                        keep_raw=keep_raw))
 
 
-def _finalize(raw_dir: Path, output: Path | None) -> None:
-    from zym.capture.sink import finalize, read_raw_meta
+def _finalize(raw_dir: Path, output: Path | None, force: bool) -> None:
+    from zym.capture.finalize_raw import finalize_raw
     from zym.schemas.errors import CaptureError
+    from zym.schemas.output import display
 
     if not any((raw_dir / f"calls.{ext}").exists() for ext in ("arrow", "jsonl")):
-        raise CaptureError(f"{raw_dir}: not a raw capture directory (no calls.arrow)")
+        raise CaptureError(f"{display(raw_dir)}: not a raw capture directory (no calls.arrow)")
     if output is None:
         output = raw_dir.with_name(raw_dir.name.removesuffix(".raw") or "capture.parquet")
-    tables = finalize(raw_dir, output, read_raw_meta(raw_dir))
-    typer.echo(f"zym: {tables['call'].height} calls -> {output}", err=True)
-    spool = raw_dir.with_name(raw_dir.name.removesuffix(".raw") + ".cupti")
-    if spool.is_dir():  # GPU side (CUPTI) recorded beside the raw capture
-        from zym.capture.cupti.integrate import add_gpu
+    tables, meta = finalize_raw(raw_dir, output, force)
+    lost = meta.dropped.get("raw_unverified_bytes")
+    note = f" ({lost} bytes of an unfinished last batch left out)" if lost else ""
+    typer.echo(f"zym: {tables['call'].height} calls -> {display(output)}{note}", err=True)
+    if "gpu" in tables:  # GPU side (CUPTI) recorded beside the raw capture, joined
+        from zym.capture.cupti.integrate import summary_line
 
-        add_gpu(output, spool)
+        typer.echo(summary_line(output, meta), err=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -55,36 +55,35 @@ def export(
 
     Example: zym export sample_traces/gpt_decode_server.trace.json.gz -o trace.pftrace
     """
-    from zym.analysis.export.source import check_output
+    from zym.schemas.output import atomic_output, display
 
     from .progress import stage_progress
 
-    with exit_on_error():
-        out = check_output(output or default_output(file, format), force)
-        with stage_progress(progress) as say:
-            if format is ExportFormat.perfetto:
-                from zym.analysis.export.perfetto import export_perfetto
-                from zym.analysis.export.source import load_export_source
+    out = output or default_output(file, format)
+    with exit_on_error(), atomic_output(out, force) as tmp, stage_progress(progress) as say:
+        if format is ExportFormat.perfetto:
+            from zym.analysis.export.perfetto import export_perfetto
+            from zym.analysis.export.source import load_export_source
 
-                src = load_export_source(file, say, with_findings=findings)
-                say("writing Perfetto trace")
-                stats = export_perfetto(src, out)
-                summary = f"{stats.events:,} events, {stats.bytes / 1e6:.1f} MB"
-                hint = f"open it with: zym view {out}"
+            src = load_export_source(file, say, with_findings=findings)
+            say("writing Perfetto trace")
+            stats = export_perfetto(src, tmp)
+            summary = f"{stats.events:,} events, {stats.bytes / 1e6:.1f} MB"
+            hint = f"open it with: zym view {display(out)}"
+        else:
+            from zym.analysis import analyze
+            from zym.analysis.export.flamegraph import write_folded, write_speedscope
+
+            analysis = analyze(file, say)
+            if format is ExportFormat.folded:
+                n = write_folded(analysis, tmp, weight.value)
+                summary = f"{n:,} stacks weighted by {weight.value} ns"
+                hint = "render it with flamegraph.pl or https://www.speedscope.app"
             else:
-                from zym.analysis import analyze
-                from zym.analysis.export.flamegraph import write_folded, write_speedscope
-
-                analysis = analyze(file, say)
-                if format is ExportFormat.folded:
-                    n = write_folded(analysis, out, weight.value)
-                    summary = f"{n:,} stacks weighted by {weight.value} ns"
-                    hint = "render it with flamegraph.pl or https://www.speedscope.app"
-                else:
-                    n = write_speedscope(analysis, out)
-                    summary = f"{n:,} stacks"
-                    hint = "open it at https://www.speedscope.app"
-    typer.echo(f"wrote {out} ({summary}); {hint}")
+                n = write_speedscope(analysis, tmp)
+                summary = f"{n:,} stacks"
+                hint = "open it at https://www.speedscope.app"
+    typer.echo(f"wrote {display(out)} ({summary}); {hint}")
 
 
 def register(app: typer.Typer) -> None:

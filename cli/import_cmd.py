@@ -12,8 +12,8 @@ from .errors import exit_on_error
 def import_trace(
     trace: Annotated[Path, typer.Argument(help="torch.profiler trace: .json or .json.gz.",
                                           show_default=False)],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Capture file to write.",
-                                         show_default=False)],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Capture file to write (a "
+                                         "missing folder is created).", show_default=False)],
     force: Annotated[bool, typer.Option("--force", help="Overwrite OUTPUT if it exists.")] = False,
     progress: Annotated[bool, typer.Option(help="Show progress on stderr.")] = True,
 ) -> None:
@@ -22,18 +22,15 @@ def import_trace(
     Example: zym import sample_traces/gpt_decode_server.trace.json.gz -o trace.parquet
     """
     from zym.capture.kineto import import_kineto
-    from zym.schemas.errors import InputError
+    from zym.schemas.output import display
 
     from .progress import stage_progress
 
     with exit_on_error():
-        if output.exists() and not force:
-            raise InputError(f"{output}: exists; pass --force to overwrite it")
-        if not output.parent.exists():
-            raise InputError(f"{output.parent}: no such folder for the output")
         with stage_progress(progress) as say:
-            out = import_kineto(trace, output, say)
-        typer.echo(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB); next: zym analyze {out}")
+            out = import_kineto(trace, output, say, force=force)
+        size = out.stat().st_size
+    typer.echo(f"wrote {display(out)} ({size / 1e6:.1f} MB); next: zym analyze {display(out)}")
 
 
 def register(app: typer.Typer) -> None:

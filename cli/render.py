@@ -4,16 +4,17 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 from zym.analysis.units import fmt_bytes, fmt_ns
+from zym.schemas.text import markup, printable
 
 
 def render_summary(report: dict, console: Console) -> None:
     cap, gpu = report["capture"], report["gpu"]
-    gpus = ", ".join(g.get("name", "?") for g in cap["gpus"]) or "unknown GPU"
+    gpus = markup(", ".join(str(g.get("name", "?")) for g in cap["gpus"]) or "unknown GPU")
     versions = ", ".join(v if k in v else f"{k} {v}"  # "CUDA driver API 13.0" names itself
                          for k, v in (("driver", cap["driver_version"]),
                                       ("runtime", cap["runtime_version"])) if v)
     console.print(Text(f"zym · {cap['source']}", style="bold"))
-    console.print(f"  {cap['producer']} · {gpus}" + (f" ({versions})" if versions else ""))
+    console.print(f"  {markup(cap['producer'])} · {gpus}" + (f" ({versions})" if versions else ""))
     console.print(f"  {cap['calls']:,} CUDA calls on {cap['threads']} thread(s) · "
                   f"{cap['gpu_ops']:,} GPU ops ({cap['kernels']:,} kernels, {cap['copies']:,} "
                   f"copies, {cap['memsets']:,} memsets) · {cap['paths']:,} call paths")
@@ -47,7 +48,7 @@ def render_paths_by_gpu(paths: list[dict], console: Console) -> None:
     for i, p in enumerate(paths, 1):
         what = ", ".join(f"{p[k]:,} {k}" for k in ("kernels", "copies", "memsets") if p[k])
         console.print(f"{i:>3}  [bold]{fmt_ns(p['gpu_ns']):>9}[/bold] {p['gpu_share_pct']:5.1f}%"
-                      f"  [cyan]{p['site']}[/cyan]  ({what})", highlight=False)
+                      f"  [cyan]{markup(p['site'])}[/cyan]  ({what})", highlight=False)
         console.print(Text(_clip("       " + _chain(p), console.width), style="dim"))
 
 
@@ -59,7 +60,7 @@ def render_paths_by_blocked(paths: list[dict], console: Console) -> None:
         per_call = fmt_ns(p["cpu_blocked_ns"] // max(p["calls"], 1))
         extra = f", {fmt_bytes(copied)} copied" if copied else ""
         console.print(f"{i:>3}  [bold]{fmt_ns(p['cpu_blocked_ns']):>9}[/bold]  "
-                      f"[cyan]{p['site']}[/cyan]  ({p['calls']:,} calls, {per_call} each{extra})",
+                      f"[cyan]{markup(p['site'])}[/cyan]  ({p['calls']:,} calls, {per_call} each{extra})",
                       highlight=False)
         console.print(Text(_clip("       " + _chain(p), console.width), style="dim"))
 
@@ -99,6 +100,10 @@ def render_findings(findings: list[dict], console: Console, limit: int | None = 
 
 
 def render_report(report: dict, console: Console) -> None:
+    """The text report. Every name from the capture is shown with control characters escaped
+    (``schemas.text.printable``: no terminal escape sequence gets through), and where a line
+    is rich markup, with its brackets escaped too (``markup``)."""
+    report = _printable(report)
     render_summary(report, console)
     console.print()
     if "findings" in report:
@@ -111,18 +116,34 @@ def render_report(report: dict, console: Console) -> None:
         render_paths_by_blocked(report["paths_by_cpu_blocked"], console)
 
 
+def _printable(value):
+    """``value`` with every string made printable (iteratively deep: lists and dicts)."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {k: _printable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_printable(v) for v in value]
+    return value
+
+
 # ---------------------------------------------------------------------------------------------
 # Markdown, for pasting into a pull request or an issue
 
 def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """Markdown-safe prose (names from the capture render no HTML and stay in their cell)."""
+    from zym.schemas.text import md_text
+
+    return md_text(text)
 
 
 def render_markdown(report: dict) -> str:
     """The report as GitHub-flavoured Markdown: findings table and details, then the paths."""
+    from zym.schemas.text import md_code
+
     cap, gpu = report["capture"], report["gpu"]
-    gpus = ", ".join(g.get("name", "?") for g in cap["gpus"]) or "unknown GPU"
-    out = [f"## zym: `{cap['source']}`", "",
+    gpus = _md(", ".join(str(g.get("name", "?")) for g in cap["gpus"]) or "unknown GPU")
+    out = [f"## zym: {md_code(cap['source'])}", "",
            f"{cap['producer']} · {gpus} · {cap['calls']:,} CUDA calls · {cap['gpu_ops']:,} GPU "
            f"ops · window {fmt_ns(gpu['window_ns'])}"
            + "".join(f" · GPU {d['device_id']} busy {d['busy_pct']:.1f}%" for d in gpu["devices"]),
@@ -132,27 +153,27 @@ def render_markdown(report: dict) -> str:
     if findings:
         out += ["| | Severity | Cost | Site | Finding | Rule |", "|---|---|---:|---|---|---|"]
         for i, f in enumerate(findings, 1):
-            out.append(f"| {i} | {f['severity']} | {finding_cost(f)} | `{_md(f['site'])}` | "
-                       f"{_md(f['title'])} | `{f['rule_id']}` |")
+            out.append(f"| {i} | {f['severity']} | {finding_cost(f)} | {md_code(f['site'])} | "
+                       f"{_md(f['title'])} | {md_code(f['rule_id'])} |")
         out.append("")
         for i, f in enumerate(findings, 1):
-            head = (f"**{i}. {_md(f['title'])}** (`{f['rule_id']}`, {f['severity']}) at "
-                    f"`{f['site']}`")
-            out += [head, "", f["message"], "", f"*Fix:* {f['fix']}", ""]
+            head = (f"**{i}. {_md(f['title'])}** ({md_code(f['rule_id'])}, {f['severity']}) at "
+                    f"{md_code(f['site'])}")
+            out += [head, "", _md(f["message"]), "", f"*Fix:* {_md(f['fix'])}", ""]
             if f["user_chain"]:
                 out += ["<details><summary>call chain</summary>", "",
-                        *[f"{'  ' * d}- `{frame}`" for d, frame in enumerate(f["user_chain"])],
+                        *[f"{'  ' * d}- {md_code(frame)}" for d, frame in enumerate(f["user_chain"])],
                         "", "</details>", ""]
     else:
         out += ["No rule fired.", ""]
     out += ["### Top call paths by GPU time", "", "| GPU time | Share | Site | Chain |",
             "|---:|---:|---|---|"]
     for p in report["paths_by_gpu_time"]:
-        out.append(f"| {fmt_ns(p['gpu_ns'])} | {p['gpu_share_pct']:.1f}% | `{_md(p['site'])}` | "
+        out.append(f"| {fmt_ns(p['gpu_ns'])} | {p['gpu_share_pct']:.1f}% | {md_code(p['site'])} | "
                    f"{_md(_chain(p))} |")
     out += ["", "### Top call paths by CPU time blocked", "", "| Blocked | Calls | Site | Chain |",
             "|---:|---:|---|---|"]
     for p in report["paths_by_cpu_blocked"]:
-        out.append(f"| {fmt_ns(p['cpu_blocked_ns'])} | {p['calls']:,} | `{_md(p['site'])}` | "
+        out.append(f"| {fmt_ns(p['cpu_blocked_ns'])} | {p['calls']:,} | {md_code(p['site'])} | "
                    f"{_md(_chain(p))} |")
     return "\n".join(out) + "\n"

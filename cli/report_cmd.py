@@ -26,17 +26,16 @@ def report(
     Example: zym report sample_traces/gpt_decode_server.trace.json.gz -o report.html
     """
     from zym.analysis.export.html_report import write_report
-    from zym.analysis.export.source import check_output, load_export_source
+    from zym.analysis.export.source import load_export_source
+    from zym.schemas.output import atomic_output, display
 
     from .progress import stage_progress
 
-    with exit_on_error():
-        out = check_output(output, force)
-        with stage_progress(progress) as say:
-            src = load_export_source(file, say, with_findings=findings)
-            say("writing report")
-            size = write_report(src, out, top)
-    typer.echo(f"wrote {out} ({size / 1e3:.0f} kB, {len(src.findings)} findings); "
+    with exit_on_error(), atomic_output(output, force) as tmp, stage_progress(progress) as say:
+        src = load_export_source(file, say, with_findings=findings)
+        say("writing report")
+        size = write_report(src, tmp, top)
+    typer.echo(f"wrote {display(output)} ({size / 1e3:.0f} kB, {len(src.findings)} findings); "
                "open it in any browser")
 
 

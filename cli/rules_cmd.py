@@ -87,20 +87,33 @@ def show(rule_id: Annotated[str, typer.Argument(help="A rule id, or a relation n
 @rules_app.command("lint")
 def lint(paths: Annotated[list[Path], typer.Argument(help="Pack files or folders.",
                                                      show_default=False)]) -> None:
-    """Check rule packs: structure (schemas/rule.schema.json), columns, measures, templates.
+    """Check rule packs: structure (schemas/rule.schema.json), columns, measures, templates,
+    rule ids against the built-in packs, and a run of every rule by the rule engine on a
+    synthetic capture: a pack that lints clean runs clean.
 
     Exits 2 at the first problem, naming the file, the rule and the field.
 
     Example: zym rules lint my_rules/
     """
-    from zym.rules import load_pack
+    from zym.rules import RuleError, builtin_pack_paths, load_pack
     from zym.rules import pack_files as files_of
+    from zym.rules.packcheck import run_against_engine
+    from zym.schemas.output import display
 
     with exit_on_error():
+        builtin = {p.resolve() for p in builtin_pack_paths()}
+        taken = {r.id: str(f) for f in builtin for r in load_pack(f).rules}
         for path in paths:
             for f in files_of(path):
                 pack = load_pack(f)
-                typer.echo(f"ok  {f}: pack {pack.name}, {len(pack.rules)} rule(s)")
+                if f.resolve() not in builtin:
+                    for r in pack.rules:
+                        if r.id in taken:
+                            raise RuleError(f"{display(f)}: rule {r.id}: field id: already "
+                                            f"defined by the built-in pack {taken[r.id]}")
+                run_against_engine(pack, lambda rid, msg, f=f: RuleError(
+                    f"{display(f)}: rule {rid}: {msg}"))
+                typer.echo(f"ok  {display(f)}: pack {pack.name}, {len(pack.rules)} rule(s)")
 
 
 @rules_app.command("test")
@@ -144,6 +157,7 @@ def new(name: Annotated[str, typer.Argument(help="Pack name (lowercase, e.g. myt
 
     from zym.rules.authoring import new_pack_text
     from zym.schemas.errors import InputError
+    from zym.schemas.output import atomic_output, display
 
     with exit_on_error():
         if not re.fullmatch(r"[a-z][a-z0-9_-]*", name):
@@ -153,10 +167,9 @@ def new(name: Annotated[str, typer.Argument(help="Pack name (lowercase, e.g. myt
             sys.stdout.write(text)
             return
         out = output or Path(f"{name}.yaml")
-        if out.exists() and not force:
-            raise InputError(f"{out}: exists; pass --force to overwrite it")
-        out.write_text(text, encoding="utf-8")
-    typer.echo(f"wrote {out}; next: zym rules lint {out}")
+        with atomic_output(out, force) as tmp:
+            tmp.write_text(text, encoding="utf-8")
+    typer.echo(f"wrote {display(out)}; next: zym rules lint {display(out)}")
 
 
 def register(app: typer.Typer) -> None:

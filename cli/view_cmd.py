@@ -31,14 +31,18 @@ def view(
     Example: zym view sample_traces/gpt_decode_server.trace.json.gz --no-browser
     """
     from zym.analysis.export.serve import TraceServer, is_perfetto_trace
+    from zym.schemas.output import display, terminate_as_exception
 
     from .progress import stage_progress
 
-    with exit_on_error(), tempfile.TemporaryDirectory(prefix="zym-view-") as tmp:
-        if not file.exists():
+    # SIGTERM raises inside, so the temporary folder is removed on the way out.
+    with exit_on_error(), terminate_as_exception(), \
+            tempfile.TemporaryDirectory(prefix="zym-view-") as tmp:
+        if not file.is_file():  # a FIFO or device would block the first read forever
             from zym.schemas.errors import InputError
 
-            raise InputError(f"{file}: no such file")
+            raise InputError(f"{display(file)}: " + (
+                "no such file" if not file.exists() else "not a regular file"))
         trace = file
         if not is_perfetto_trace(file):
             from zym.analysis.export.perfetto import export_perfetto

@@ -34,6 +34,7 @@ and ``schemas/rule.schema.json``.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from importlib import resources
 from pathlib import Path
@@ -120,7 +121,20 @@ def evaluate(analysis: Analysis, packs: Sequence[Pack | str | Path] | None = Non
         loaded = []
         for p in packs:
             loaded += [p] if isinstance(p, Pack) else [load_pack(f) for f in pack_files(p)]
-    return evaluate_rules(analysis, select_rules(loaded, disabled))
+    rules = select_rules(loaded, disabled)
+    try:
+        return evaluate_rules(analysis, rules)
+    except RuleError:
+        raise
+    except Exception as e:  # noqa: BLE001 (a pack the checks missed: name it, no traceback)
+        from .packcheck import run_against_engine
+
+        for pack in loaded:  # find the rule: each alone, on this capture
+            run_against_engine(dataclasses.replace(pack, rules=tuple(
+                r for r in pack.rules if r in rules)), lambda rid, msg, src=pack.source:
+                RuleError(f"{src}: rule {rid}: {msg}"), analysis)
+        raise RuleError(f"the rule engine failed on this capture ({type(e).__name__}: "
+                        f"{' '.join(str(e).split())[:200]})") from None
 
 
 __all__ = ["ENTRY_POINT_GROUP", "Finding", "Pack", "Rule", "RuleError", "builtin_pack_paths",

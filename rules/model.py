@@ -90,18 +90,36 @@ class Pack:
 
 def load_pack(path: str | Path) -> Pack:
     """Read and validate one pack file."""
-    path = Path(path)
+    return parse_pack(_read_pack_text(Path(path)), str(path))
+
+
+def _read_pack_text(path: Path) -> str:
+    """A pack's text: a regular file of at most MAX_PACK_BYTES, UTF-8 (one-line errors)."""
+    from .packcheck import MAX_PACK_BYTES
+
     try:
-        text = path.read_text(encoding="utf-8")
+        if path.exists() and not path.is_file():
+            raise RuleError(f"{path}: cannot read rule pack (not a regular file)")
+        with open(path, "rb") as f:
+            data = f.read(MAX_PACK_BYTES + 1)
     except OSError as e:
         raise RuleError(f"{path}: cannot read rule pack ({e.strerror or e})") from e
-    return parse_pack(text, str(path))
+    if len(data) > MAX_PACK_BYTES:
+        raise RuleError(f"{path}: larger than {MAX_PACK_BYTES >> 10} KiB; a rule pack is a few kB")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise RuleError(f"{path}: not UTF-8 text (byte {e.start}); save the pack as UTF-8"
+                        ) from None
 
 
 def parse_pack(text: str, source: str = "<string>") -> Pack:
     """Validate the YAML text of one pack; ``source`` names it in errors."""
     import yaml
 
+    from .packcheck import check_yaml_bounds
+
+    check_yaml_bounds(text, lambda msg: RuleError(f"{source}: {msg}"))
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
         doc = yaml.load(text, Loader=loader)
@@ -301,12 +319,25 @@ def _check_condition(cond: Any, path: str, fail) -> None:
         return
     for op in ("regex", "not_regex"):
         if op in cond:
-            try:
-                re.compile(cond[op])
-            except re.error as e:
-                raise fail(f"{path}.{op}", f"invalid regular expression ({e})") from e
+            _check_regex(cond[op], f"{path}.{op}", fail)
     if "between" in cond and cond["between"][0] > cond["between"][1]:
         raise fail(f"{path}.between", "lower bound is above the upper bound")
+
+
+def _check_regex(pattern: Any, path: str, fail) -> None:
+    """A regular expression that both Python and polars (which runs it) accept."""
+    from .packcheck import polars_regex_problem
+
+    if not isinstance(pattern, str):
+        raise fail(path, "a regular expression is a string")
+    try:
+        re.compile(pattern)
+    except re.error as e:
+        raise fail(path, f"invalid regular expression ({e})") from e
+    problem = polars_regex_problem(pattern)
+    if problem:
+        raise fail(path, f"polars, which runs rule patterns, cannot compile it (no look-around "
+                         f"or back-references): {problem}")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,3 +16,12 @@ class SchemaError(InputError):
 
 class CaptureError(ZymError):
     """Capture could not start or run (permissions, missing kernel support, target problems)."""
+
+
+class OutputError(ZymError):
+    """An output cannot be written: the folder is missing, read-only or full, the name is not
+    usable, the target is not a regular file, or another zym is writing the same file."""
+
+
+class Terminated(ZymError):
+    """zym was asked to stop (SIGTERM) while running; what it was writing has been removed."""

@@ -8,8 +8,6 @@ homogeneous); reading goes through polars alone, so ``zym analyze`` never import
 """
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +16,11 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from .errors import InputError, SchemaError
+from .integrity import HASH_KEY, HASH_PLACEHOLDER, seal, verify
 from .meta import META_KEY, VERSION_KEY, CaptureMeta
+from .output import atomic_output, display
 from .tables import COLUMNS, RECORD_ORDER, REQUIRED, TABLES, arrow_schema, polars_schema
+from .text import printable
 from .version import READABLE_VERSIONS, SCHEMA_VERSION
 
 if TYPE_CHECKING:
@@ -49,30 +50,32 @@ def conform(table: str, df: pl.DataFrame) -> pl.DataFrame:
     return df
 
 
-def write_capture(path: str | Path, tables: Mapping[str, pl.DataFrame], meta: CaptureMeta) -> Path:
-    """Write one capture file atomically (a temporary file renamed into place).
+def write_capture(path: str | Path, tables: Mapping[str, pl.DataFrame], meta: CaptureMeta,
+                  force: bool = True) -> Path:
+    """Write one capture file through ``schemas.output.atomic_output`` (temporary file, fsync,
+    rename; ``force``: replace an existing regular file), sealed with a content hash.
 
     ``tables`` maps record kinds to frames holding any subset of that table's columns;
-    kinds that are absent are written empty.
+    kinds that are absent are written empty. Every frame is conformed (and so type-checked)
+    before the output is touched.
     """
     import pyarrow.parquet as pq
 
     path = Path(path)
+    conformed = {record: conform(record, tables.get(record, pl.DataFrame()))
+                 for record in RECORD_ORDER}
     file_schema = arrow_schema().with_metadata(
-        {VERSION_KEY: str(SCHEMA_VERSION), META_KEY: meta.to_json()}
+        {VERSION_KEY: str(SCHEMA_VERSION), META_KEY: meta.to_json(), HASH_KEY: HASH_PLACEHOLDER}
     )
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with pq.ParquetWriter(tmp, file_schema, compression="zstd",
-                              write_statistics=True) as writer:
+    with atomic_output(path, force=force) as tmp:
+        with pq.ParquetWriter(tmp, file_schema, compression="zstd", write_statistics=True,
+                              write_page_checksum=True) as writer:
             for record in RECORD_ORDER:
-                df = conform(record, tables.get(record, pl.DataFrame()))
+                df = conformed[record]
                 if df.height:
                     writer.write_table(_to_file_layout(df, file_schema),
                                        row_group_size=ROW_GROUP_ROWS)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+        seal(tmp)
     return path
 
 
@@ -106,10 +109,27 @@ class Capture:
                 .select(cols))
 
     def load(self, table: str) -> pl.DataFrame:
+        """One table, every field checked (``schemas.validate``): out-of-range or inconsistent
+        values are an ``InvalidCaptureError``, never a traceback or a wrong answer."""
+        from .validate import check_refs, check_stacks, check_table
+
+        df = check_table(table, self._read(table), display(self.path))
+        if table == "stack":
+            check_stacks(df, self._keys("frame", "frame_id"), display(self.path))
+        elif table in ("call", "span"):
+            check_refs(table, df, self._keys("stack", "stack_id"), display(self.path))
+        return df
+
+    def _read(self, table: str, columns: list[str] | None = None) -> pl.DataFrame:
         try:
-            return self.scan(table).collect()
-        except (pl.exceptions.ComputeError, OSError) as e:
-            raise InputError(f"{self.path}: cannot read the {table} table ({_first_line(e)})") from e
+            lf = self.scan(table)
+            return (lf.select(columns) if columns else lf).collect()
+        except (pl.exceptions.PolarsError, OSError) as e:
+            raise InputError(f"{display(self.path)}: cannot read the {table} table "
+                             f"({_first_line(e)})") from e
+
+    def _keys(self, table: str, column: str) -> pl.Series:
+        return self._read(table, [column])[column]
 
 
 def open_capture(path: str | Path) -> Capture:
@@ -125,16 +145,18 @@ def open_capture(path: str | Path) -> Capture:
     version = kv.get(VERSION_KEY)
     if version is None:
         raise SchemaError(f"{path}: a Parquet file, but not a zym capture (no {VERSION_KEY} key)")
-    if not version.isdigit() or int(version) not in READABLE_VERSIONS:
+    if not (version.isascii() and version.isdigit()) or int(version) not in READABLE_VERSIONS:
         raise SchemaError(
-            f"{path}: zym capture schema version {version}; this zym reads version(s) "
+            f"{display(path)}: zym capture schema version {printable(version[:40])}; this zym reads version(s) "
             f"{', '.join(map(str, sorted(READABLE_VERSIONS)))}: upgrade zym or re-import the trace"
         )
     _check_columns(path, file_schema)
+    verify(path, kv.get(HASH_KEY))
     try:
         meta = CaptureMeta.from_json(kv.get(META_KEY, '{"producer": "unknown"}'))
-    except (json.JSONDecodeError, TypeError) as e:
-        raise SchemaError(f"{path}: corrupt {META_KEY} metadata ({_first_line(e)})") from e
+    except (ValueError, TypeError) as e:
+        raise SchemaError(f"{display(path)}: corrupt {META_KEY} metadata ({_first_line(e)})"
+                          ) from e
     return Capture(path, meta)
 
 

@@ -37,6 +37,41 @@ class CaptureMeta:
 
     @classmethod
     def from_json(cls, text: str) -> CaptureMeta:
-        data = json.loads(text)
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        """Parse and type-check; ``ValueError`` (or ``TypeError``) names the bad field."""
+        if len(text) > MAX_META_CHARS:
+            raise ValueError(f"metadata larger than {MAX_META_CHARS} characters")
+        try:
+            data = json.loads(text)
+        except RecursionError:
+            raise ValueError("metadata nested too deeply") from None
+        return meta_from_dict(data)
+
+
+MAX_META_CHARS = 16 << 20
+_STR_FIELDS = ("producer", "producer_version", "created_at", "source", "host", "clock_domain",
+               "driver_version", "runtime_version", "cupti_version", "python_version",
+               "torch_version")
+
+
+def meta_from_dict(data: object) -> CaptureMeta:
+    """``CaptureMeta`` from decoded JSON, every field of the type the dataclass declares:
+    ``TypeError`` naming the field otherwise. Unknown keys are ignored (newer writers)."""
+    if not isinstance(data, dict):
+        raise TypeError(f"metadata is a JSON {type(data).__name__}, not an object")
+    known = {f.name for f in fields(CaptureMeta)}
+    data = {k: v for k, v in data.items() if k in known}
+    for name in _STR_FIELDS:
+        if name in data and not isinstance(data[name], str):
+            raise TypeError(f"metadata field {name} is not a string")
+    if "producer" not in data:
+        raise TypeError("metadata has no producer")
+    if not isinstance(data.get("gpus", []), list) or not all(
+            isinstance(g, dict) for g in data.get("gpus", [])):
+        raise TypeError("metadata field gpus is not a list of objects")
+    dropped = data.get("dropped", {})
+    if not isinstance(dropped, dict) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in dropped.values()):
+        raise TypeError("metadata field dropped is not a map of counts")
+    if not isinstance(data.get("extra", {}), dict):
+        raise TypeError("metadata field extra is not an object")
+    return CaptureMeta(**data)

@@ -38,6 +38,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache")
 
     def do_OPTIONS(self) -> None:
+        if not self._loopback_host():
+            return
         self.send_response(HTTPStatus.NO_CONTENT)
         self._cors()
         self.send_header("Content-Length", "0")
@@ -49,7 +51,17 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self._send(body=True)
 
+    def _loopback_host(self) -> bool:
+        """Only requests addressed to a loopback name: a page on another site that points its
+        own DNS name at 127.0.0.1 (DNS rebinding) sends that name as Host and is refused."""
+        if is_loopback_host(self.headers.get("Host")):
+            return True
+        self.send_error(HTTPStatus.FORBIDDEN, "Host must be 127.0.0.1, localhost or [::1]")
+        return False
+
     def _send(self, body: bool) -> None:
+        if not self._loopback_host():
+            return
         if self.path.split("?", 1)[0] != self.server.url_path:
             self.send_error(HTTPStatus.NOT_FOUND, "not the served trace")
             return
@@ -128,6 +140,25 @@ class TraceServer:
 
     def __exit__(self, *exc) -> None:
         self.httpd.server_close()
+
+
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+
+
+def is_loopback_host(host: str | None) -> bool:
+    """True for a Host header naming the loopback interface (any port).
+
+    >>> is_loopback_host("127.0.0.1:9001"), is_loopback_host("evil.example:9001")
+    (True, False)
+    """
+    if not host:
+        return False
+    name = host.strip().lower()
+    if name.startswith("["):
+        name = name[:name.find("]") + 1]
+    else:
+        name = name.rsplit(":", 1)[0] if name.count(":") == 1 else name
+    return name in LOOPBACK_NAMES
 
 
 def is_perfetto_trace(path: str | Path) -> bool:
