@@ -20,7 +20,9 @@ from .rawcheck import RawCorruptError, read_meta_text, verify_stream
 from .sink import RAW_COLUMNS, STACK_MISSED, build_tables, raw_polars_schema, resolve_stacks
 
 MAX_RAW_DEPTH = 4096  # frames per raw stack; the collector walks at most a few hundred
-# Ranges of raw values; anything outside is damage or a foreign file.
+# Ranges of raw values; anything outside is damage or a foreign file. Columns in _NULLABLE
+# may be null (a frame whose code object could not be read has no line).
+_NULLABLE = {"frames": {"line"}}
 _RANGES = {
     "calls": {"pid": (0, 1 << 31), "tid": (0, 1 << 31), "ts_ns": (0, (1 << 63) - 1),
               "dur_ns": (0, 1 << 50), "probe": (0, len(PROBES) - 1)},
@@ -78,7 +80,8 @@ def _decode_jsonl(path: Path, data: bytes, table: str) -> pl.DataFrame:
 
 def _check_ranges(where: Path, frame: pl.DataFrame, table: str) -> None:
     for col, (lo, hi) in _RANGES[table].items():
-        bad = frame.filter(~pl.col(col).is_between(lo, hi) | pl.col(col).is_null())
+        missing = pl.lit(False) if col in _NULLABLE.get(table, ()) else pl.col(col).is_null()
+        bad = frame.filter(~pl.col(col).is_between(lo, hi).fill_null(True) | missing)
         if bad.height:
             raise RawCorruptError(f"{where}: {bad.height} row(s) with {col} outside {lo}..{hi} "
                                   f"(first: {bad[col][0]}): damaged or foreign raw stream")

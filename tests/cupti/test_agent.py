@@ -107,7 +107,7 @@ def test_cupti_only_capture_is_valid_and_analyzable(tmp_path, fake_lib):
     assert calls.height == 130 and calls["stack_id"].null_count() == 130
     assert meta.clock_domain == "CLOCK_MONOTONIC"
     assert meta.extra["cupti"]["join"]["cupti_unclaimed"] == 130
-    result = analyze(out)
+    result = analyze(out, window="all")
     paths = result.call_paths.paths
     assert paths.filter(pl.col("path_id") == -1)["kernels"].to_list() == [130]
 

@@ -62,7 +62,7 @@ def test_zym_capture_joins_gpu_work_to_python_lines(libs, tmp_path):
     assert fit["offset_ns"] < -10**18  # epoch -> boot
     # every kernel's call path ends at the @launch line, every sync's at @sync
     m = line_markers(WORKLOAD)
-    paths = analyze(out).call_paths.paths
+    paths = analyze(out, window="all").call_paths.paths
     kernels = paths.filter(pl.col("kernels") > 0)
     assert kernels["user_line"].unique().to_list() == [m["launch"]]
     assert kernels["kernels"].sum() == launches

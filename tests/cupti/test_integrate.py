@@ -71,7 +71,7 @@ def test_add_gpu_joins_an_ebpf_capture_in_place(tmp_path):
     assert meta.extra["cupti"]["stack_coverage"]["gpu_time_with_stack_pct"] == 100.0
     assert cap.meta.clock_domain == "CLOCK_MONOTONIC" and cap.load("frame").height > 0
     assert "100.0% of GPU time with its Python stack" in logs[0] and "zym analyze" in logs[0]
-    result = analyze(out)
+    result = analyze(out, window="all")
     assert result.call_paths.paths.filter(pl.col("path_id") == -1).height == 0
 
 

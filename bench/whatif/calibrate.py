@@ -1,0 +1,171 @@
+"""Measure, on the GPU machine, the constants zym's what-if replay takes from the hardware when a
+capture cannot supply them itself (rules/savings.py, analysis/replay.py):
+
+* ``kineto_ns_per_event``: CPU time torch.profiler (CPU + CUDA activities, with_stack,
+  record_shapes) adds per recorded CPU event (Python span, torch op, runtime call), from the
+  same passes of a workload timed with and without it, interleaved;
+* ``graph_launch_ns`` and ``graph_node_ns``: the CPU cost of one CUDA graph replay and the GPU
+  time each kernel node adds in a graph, against the same kernels launched eagerly;
+* ``async_copy_call_ns``: the CPU cost of a small non-blocking copy from pinned memory;
+* ``gemm``: achieved TFLOP/s of fp32 (CUDA cores), tf32, fp16 and bf16 GEMMs at decode and
+  prefill shapes, with the kernel names cuBLAS picked (checks kernel_classes.yaml).
+
+    python bench/whatif/calibrate.py OUT.json
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE / "workloads"))
+
+
+def profiler_cost(workload: str, pairs: int = 5) -> dict:
+    """Per-event CPU cost of torch.profiler on ``workload``'s passes (interleaved pairs)."""
+    import tempfile
+
+    from harness import load, serve
+    from torch.profiler import ProfilerActivity, profile
+
+    svc = load(workload).build("base", "cuda")
+    serve(svc, 1)
+    acts = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+    plain, traced = [], []
+    events = None
+    for i in range(pairs):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        serve(svc, 1)
+        plain.append(time.perf_counter() - t)
+        with profile(activities=acts, with_stack=True, record_shapes=True) as prof:
+            t = time.perf_counter()
+            serve(svc, 1)
+            traced.append(time.perf_counter() - t)
+        if events is None:
+            path = Path(tempfile.mkdtemp()) / "t.json"
+            prof.export_chrome_trace(str(path))
+            doc = json.loads(path.read_text())
+            cats = {}
+            for e in doc["traceEvents"]:
+                if e.get("ph") == "X":
+                    cats[e.get("cat")] = cats.get(e.get("cat"), 0) + 1
+            events = {k: v for k, v in cats.items()
+                      if k in ("python_function", "cpu_op", "cuda_runtime", "cuda_driver",
+                               "user_annotation")}
+    n = sum(events.values())
+    extra = statistics.median(traced) - statistics.median(plain)
+    return {"workload": workload, "plain_s": plain, "traced_s": traced, "events": events,
+            "events_total": n, "ns_per_event": extra * 1e9 / n if n else None}
+
+
+def graph_costs(nodes: int = 200, reps: int = 50) -> dict:
+    """A graph of ``nodes`` small kernels: its replay's GPU time against the summed durations
+    of its kernels (as CUPTI records them), and the CPU time of one replay call."""
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.zeros(1024, device="cuda")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3 * nodes):
+            x.add_(1.0)
+    torch.cuda.current_stream().wait_stream(stream)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(nodes):
+            x.add_(1.0)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    gpu = []
+    for _ in range(reps):
+        start.record()
+        g.replay()
+        end.record()
+        torch.cuda.synchronize()
+        gpu.append(start.elapsed_time(end) * 1e6)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        g.replay()
+        torch.cuda.synchronize()
+    kernel_ns = [e.device_time_total * 1e3 for e in prof.events()
+                 if e.device_type.name == "CUDA" and "add" in e.name]
+    cpu = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t = time.perf_counter_ns()
+        g.replay()
+        cpu.append(time.perf_counter_ns() - t)
+    replay_ns = statistics.median(gpu)
+    summed = sum(kernel_ns)
+    return {"nodes": nodes, "replay_gpu_ns": replay_ns, "kernels_seen": len(kernel_ns),
+            "kernel_ns_sum": summed,
+            "graph_node_ns": (replay_ns - summed) / nodes if len(kernel_ns) == nodes else None,
+            "graph_launch_ns": statistics.median(cpu)}
+
+
+def async_copy_cost(reps: int = 200) -> dict:
+    src = torch.ones(16, dtype=torch.long).pin_memory()
+    dst = torch.empty(16, dtype=torch.long, device="cuda")
+    times = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t = time.perf_counter_ns()
+        dst.copy_(src, non_blocking=True)
+        times.append(time.perf_counter_ns() - t)
+    return {"async_copy_call_ns": statistics.median(times)}
+
+
+def gemm_survey() -> list[dict]:
+    from torch.profiler import ProfilerActivity, profile
+
+    out = []
+    shapes = [(16, 1024, 4096), (16, 4096, 1024), (1024, 1024, 4096), (1024, 4096, 1024),
+              (4096, 4096, 4096)]
+    for name, dtype, tf32 in (("fp32", torch.float32, False), ("tf32", torch.float32, True),
+                              ("fp16", torch.float16, False), ("bf16", torch.bfloat16, False)):
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        for m, k, n in shapes:
+            a = torch.randn(m, k, device="cuda", dtype=dtype)
+            b = torch.randn(k, n, device="cuda", dtype=dtype)
+            for _ in range(5):
+                a @ b
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            times = []
+            for _ in range(20):
+                start.record()
+                a @ b
+                end.record()
+                torch.cuda.synchronize()
+                times.append(start.elapsed_time(end) * 1e6)
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                a @ b
+                torch.cuda.synchronize()
+            kernels = sorted({e.name for e in prof.events() if e.device_type.name == "CUDA"})
+            ns = statistics.median(times)
+            out.append({"math": name, "m": m, "k": k, "n": n, "ns": ns,
+                        "tflops": 2 * m * n * k / ns / 1e3, "kernels": kernels})
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return out
+
+
+def main() -> int:
+    out = Path(sys.argv[1])
+    result = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
+              "graph": graph_costs(), "copy": async_copy_cost(), "gemm": gemm_survey(),
+              "profiler": [profiler_cost(w) for w in ("decode_loop", "gpt_decode")]}
+    out.write_text(json.dumps(result, indent=1))
+    print(json.dumps({k: v for k, v in result.items() if k != "gemm"}, indent=1)[:3000])
+    for g in result["gemm"]:
+        print(f"{g['math']:5s} {g['m']:5d}x{g['k']:5d}x{g['n']:5d} {g['tflops']:7.1f} TFLOP/s "
+              f"{g['kernels'][:1]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

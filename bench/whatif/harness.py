@@ -1,0 +1,131 @@
+"""Predicted vs measured: run a workload's variants (the baseline and each fix zym names) on a
+GPU, interleaved, and time what users feel (one pass over the workload's requests, end to end).
+
+    python bench/whatif/harness.py WORKLOAD serve [--passes N]       # baseline, for zym capture
+    python bench/whatif/harness.py WORKLOAD trace OUT.json [--passes N]   # baseline under
+                                                                     # torch.profiler (stacks)
+    python bench/whatif/harness.py WORKLOAD measure OUT.json [--rounds R] [--variants a,b]
+
+WORKLOAD is a module of bench/whatif/workloads/ (gpt_decode, rerank, decode_loop). Each builds
+a ``Service`` per variant: ``requests`` and ``handle(request)`` (the step zym finds), and an
+optional ``active()`` context for process-wide switches (TF32). ``serve`` and ``trace`` run a
+warm-up pass, then ``--passes`` passes over the same requests, as a service in steady state
+does; ``measure`` builds every variant, warms each up, then times one pass of each variant per
+round in a shuffled order, ``--rounds`` times, and writes every time to OUT.json.
+
+Runs where torch and a CUDA GPU are (the H200 of the device tool); ``--device cpu`` runs the
+same code on the CPU to check it (timings then mean nothing).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import json
+import platform
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE / "workloads"))
+
+
+def load(workload: str):
+    return importlib.import_module(workload)
+
+
+def sync(device: str) -> None:
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def serve(svc, passes: int) -> None:
+    """``passes`` passes over the requests: the requests are the steps."""
+    with svc.active() if hasattr(svc, "active") else contextlib.nullcontext():
+        for _ in range(passes):
+            for request in svc.requests:
+                svc.handle(request)
+        sync(svc.device)
+
+
+def timed_pass(svc) -> float:
+    sync(svc.device)
+    start = time.perf_counter()
+    serve(svc, 1)
+    return time.perf_counter() - start
+
+
+def measure(mod, variants: list[str], rounds: int, device: str, seed: int = 0) -> dict:
+    services = {v: mod.build(v, device) for v in variants}
+    for svc in services.values():  # warm-up: the same requests, so every shape is known
+        serve(svc, 1)
+    times: dict[str, list[float]] = {v: [] for v in variants}
+    rng = random.Random(seed)
+    for _ in range(rounds):
+        order = list(variants)
+        rng.shuffle(order)
+        for v in order:
+            times[v].append(timed_pass(services[v]))
+    out = {}
+    for v, ts in times.items():
+        q = statistics.quantiles(ts, n=4) if len(ts) >= 2 else [ts[0]] * 3
+        out[v] = {"fix": mod.VARIANTS[v], "times_s": ts, "median_s": statistics.median(ts),
+                  "p25_s": q[0], "p75_s": q[2], "min_s": min(ts), "max_s": max(ts)}
+    return out
+
+
+def environment(device: str) -> dict:
+    import torch
+
+    env = {"torch": torch.__version__, "python": platform.python_version(), "device": device}
+    if device == "cuda":
+        env |= {"gpu": torch.cuda.get_device_name(0), "cuda": torch.version.cuda}
+    return env
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("workload")
+    p.add_argument("mode", choices=["serve", "trace", "measure"])
+    p.add_argument("out", nargs="?")
+    p.add_argument("--passes", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("--variants", default="")
+    p.add_argument("--device", default="cuda")
+    a = p.parse_args()
+    mod = load(a.workload)
+    if a.mode == "serve":
+        svc = mod.build("base", a.device)
+        serve(svc, 1)  # warm-up
+        serve(svc, a.passes)
+        return 0
+    if a.mode == "trace":
+        from torch.profiler import ProfilerActivity, profile
+
+        svc = mod.build("base", a.device)
+        serve(svc, 1)
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if a.device == "cuda"
+                                               else [])
+        with profile(activities=activities, with_stack=True, record_shapes=True) as prof:
+            serve(svc, a.passes)
+        prof.export_chrome_trace(a.out)
+        return 0
+    variants = a.variants.split(",") if a.variants else list(mod.VARIANTS)
+    result = {"workload": a.workload, "rounds": a.rounds, "requests_per_pass": None,
+              "env": environment(a.device),
+              "variants": measure(mod, variants, a.rounds, a.device)}
+    result["requests_per_pass"] = len(mod.build("base", a.device).requests)
+    Path(a.out).write_text(json.dumps(result, indent=1))
+    for v, r in result["variants"].items():
+        print(f"{a.workload:12s} {v:14s} median {r['median_s'] * 1e3:8.2f} ms  "
+              f"[{r['p25_s'] * 1e3:.2f}, {r['p75_s'] * 1e3:.2f}]")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
