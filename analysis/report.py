@@ -160,6 +160,7 @@ class Analysis:
                 "function": ph.steps.function, "found": ph.steps.count,
                 "how": ph.steps.source, "in_window": 0 if steps is None else steps.count,
                 "median_ns": int(np.median(durs)) if len(durs) else None,
+                "mean_ns": int(durs.mean()) if len(durs) else None,
                 "min_ns": int(durs.min()) if len(durs) else None,
                 "max_ns": int(durs.max()) if len(durs) else None,
             }
@@ -266,7 +267,7 @@ def restrict(data: CaptureData, whole: Facts, t0: int, t1: int) -> CaptureData:
 
 
 def analyze(path: str | Path, progress: Progress | None = None, window: str = "steady"
-            ) -> Analysis:
+            ) -> Analysis:  # noqa: D417
     """Load a capture (or Kineto trace), find its phases, and analyze ``window`` of it
     (``steady``: steady state; ``all``; ``FROM:TO``; ``steps:A:B``: see
     :func:`zym.analysis.phases.parse_window`)."""

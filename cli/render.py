@@ -1,34 +1,213 @@
-"""Rich rendering of an analysis for people. Only presentation lives here."""
+"""Rendering of the report (``zym.analysis.export.summary.build_report``) for people: text for a
+terminal or a CI log, and Markdown for a pull request. Only presentation lives here.
+
+Text wraps at the console's width (at most 100 columns; 80 when piped) with hanging indents:
+titles, messages and fixes are never cut. Every name from the capture is shown with control
+characters escaped (``schemas.text.printable``) and, where rich parses markup, its brackets
+escaped too (``markup``).
+"""
 from __future__ import annotations
+
+import textwrap
 
 from rich.console import Console
 from rich.text import Text
 from zym.analysis.units import fmt_bytes, fmt_ns
-from zym.schemas.text import markup, printable
+from zym.schemas.text import md_code, md_text, printable
 
+MAX_WIDTH = 100
+PIPED_WIDTH = 80
+_SEVERITY_STYLE = {"error": ("✖", "bold red"), "warning": ("▲", "yellow"), "info": ("●", "cyan")}
+
+
+def console_for_stdout() -> Console:
+    """A console as wide as the terminal (at most :data:`MAX_WIDTH`), :data:`PIPED_WIDTH` when
+    the output goes to a file or a CI log."""
+    probe = Console()
+    width = min(probe.width, MAX_WIDTH) if probe.is_terminal else PIPED_WIDTH
+    return Console(width=width, highlight=False, soft_wrap=False)
+
+
+def _wrap(console: Console, text: str, indent: int, first: str | None = None,
+          style: str | None = None) -> None:
+    """``text`` wrapped at the console width, every line indented by ``indent`` (the first by
+    ``first`` when given). Long names break at the width rather than run past it."""
+    pad = " " * indent
+    lines = textwrap.wrap(text, width=max(console.width, 40), initial_indent=first or pad,
+                          subsequent_indent=pad, break_on_hyphens=False) or [first or pad]
+    for line in lines:
+        console.print(Text(line, style=style or ""), soft_wrap=False)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}" + ("" if n == 1 else "s")
+
+
+# ---------------------------------------------------------------------------------------------
+# Summary
 
 def render_summary(report: dict, console: Console) -> None:
-    cap, gpu = report["capture"], report["gpu"]
-    gpus = markup(", ".join(str(g.get("name", "?")) for g in cap["gpus"]) or "unknown GPU")
+    cap, gpu, ph = report["capture"], report["gpu"], report.get("phases") or {}
+    console.print(Text(f"zym · {cap['source']}", style="bold"))
+    gpus = ", ".join(str(g.get("name", "?")) for g in cap["gpus"]) or "no GPU side recorded"
     versions = ", ".join(v if k in v else f"{k} {v}"  # "CUDA driver API 13.0" names itself
                          for k, v in (("driver", cap["driver_version"]),
                                       ("runtime", cap["runtime_version"])) if v)
-    console.print(Text(f"zym · {cap['source']}", style="bold"))
-    console.print(f"  {markup(cap['producer'])} · {gpus}" + (f" ({versions})" if versions else ""))
-    console.print(f"  {cap['calls']:,} CUDA calls on {cap['threads']} thread(s) · "
-                  f"{cap['gpu_ops']:,} GPU ops ({cap['kernels']:,} kernels, {cap['copies']:,} "
-                  f"copies, {cap['memsets']:,} memsets) · {cap['paths']:,} call paths")
-    line = f"  window {fmt_ns(gpu['window_ns'])} · GPU activity {fmt_ns(gpu['activity_ns'])}"
+    who = f"{_plural(cap['processes'], 'process')}, {_plural(cap['threads'], 'thread')}"
+    _wrap(console, f"{cap['producer']} · {gpus}" + (f" ({versions})" if versions else "")
+          + f" · {who}", 4, "  ")
+    _wrap(console, _phase_line(ph), 4, "  ")
+    ops = (f"{cap['gpu_ops']:,} GPU ops ({cap['kernels']:,} kernels, {cap['copies']:,} copies, "
+           f"{cap['memsets']:,} memsets)")
+    syncs = f" · {cap['sync_records']:,} sync records" if cap.get("sync_records") else ""
+    _wrap(console, f"in the window: {cap['calls']:,} CUDA calls · {ops}{syncs} · "
+                   f"{cap['paths']:,} call paths", 4, "  ")
     for d in gpu["devices"]:
-        line += (f" · GPU {d['device_id']} busy {fmt_ns(d['busy_ns'])} ({d['busy_pct']:.1f}%),"
-                 f" idle {fmt_ns(d['idle_ns'])}")
-    console.print(line)
-    if gpu["activity_ns"] and gpu["attributed_ns"] < gpu["activity_ns"]:
+        _wrap(console, f"GPU {d['device_id']} busy {fmt_ns(d['busy_ns'])} of "
+                       f"{fmt_ns(gpu['window_ns'])} ({d['busy_pct']:.1f}%), idle "
+                       f"{fmt_ns(d['idle_ns'])}", 4, "  ")
+    if gpu["activity_ns"]:
         share = 100 * gpu["attributed_ns"] / gpu["activity_ns"]
-        console.print(f"  [yellow]{share:.1f}% of GPU time has a call stack[/yellow]")
+        _wrap(console, f"{share:.1f}% of GPU time has its Python line", 4, "  ",
+              style=None if share >= 99.95 else "yellow")
+    cost = cap.get("capture_cost")
+    if cost:
+        _wrap(console, "capture cost: " + _capture_cost(cost), 4, "  ")
     if any(cap["dropped"].values()):
-        console.print(f"  [yellow]dropped events: {cap['dropped']}[/yellow]")
+        _wrap(console, f"dropped events: {cap['dropped']}", 4, "  ", style="yellow")
+    replay = report.get("replay") or {}
+    if replay.get("usable") and abs(replay.get("error_pct", 0)) >= 5:
+        _wrap(console, f"the replay of this window is off by {replay['error_pct']:+.1f}%: "
+                       "savings are rough", 4, "  ", style="yellow")
 
+
+def _capture_cost(cost: dict) -> str:
+    parts = []
+    if cost.get("added_ns_per_call") is not None:
+        parts.append(f"~{fmt_ns(cost['added_ns_per_call'])} added per CUDA call")
+    if cost.get("estimated_overhead_pct") is not None:
+        parts.append(f"~{cost['estimated_overhead_pct']:.2g}% of the run")
+    return ", ".join(parts) or ", ".join(f"{k} {v}" for k, v in cost.items())
+
+
+def _phase_line(ph: dict) -> str:
+    if not ph:
+        return ""
+    parts = [f"capture {fmt_ns(ph['capture_ns'])}"]
+    if ph.get("startup"):
+        parts.append(f"startup {fmt_ns(ph['startup']['dur_ns'])}")
+    if ph.get("warmup"):
+        parts.append(f"warm-up {_plural(ph['warmup']['steps'], 'step')} "
+                     f"({fmt_ns(ph['warmup']['dur_ns'])})")
+    steps = ph.get("steps")
+    window = ph["window"]
+    if window == "steady" and steps and steps["in_window"]:
+        parts.append(f"analyzed: steady state, {_plural(steps['in_window'], 'step')} of "
+                     f"{steps['function']} ({fmt_ns(ph['window_ns'])}, "
+                     f"{fmt_ns(steps['mean_ns'])} a step on average)")
+    else:
+        what = "the whole capture" if window in ("all",) or not ph.get("startup") and \
+            window == "steady" else f"--window {window}"
+        parts.append(f"analyzed: {what} ({fmt_ns(ph['window_ns'])})")
+    return " · ".join(parts)
+
+
+def render_outside(report: dict, console: Console) -> None:
+    """Startup and warm-up: one-time work, reported apart and not ranked."""
+    ph = report.get("phases") or {}
+    rows = [(name, ph[key]) for name, key in (("startup", "startup"), ("warm-up", "warmup"))
+            if ph.get(key)]
+    notes = ph.get("notes") or []
+    if not rows and not notes:
+        return
+    console.print(Text("Outside the analyzed window (one-time work, not ranked)",
+                       style="bold underline"))
+    for name, part in rows:
+        what = [f"{name} {fmt_ns(part['dur_ns'])}"]
+        if part.get("bytes_htod"):
+            what.append(f"{fmt_bytes(part['bytes_htod'])} copied to the GPU")
+        if part.get("gpu_ns"):
+            what.append(f"GPU busy {fmt_ns(part['gpu_ns'])}")
+        if part.get("top_sites"):
+            top = part["top_sites"][0]
+            what.append(f"most at {top['site'] or '(no user frame)'} ({fmt_ns(top['cost_ns'])})")
+        _wrap(console, ", ".join(what), 4, "  ")
+    if ph.get("compile"):
+        _wrap(console, f"compilation (torch.compile, Triton): "
+                       f"{_plural(ph['compile']['calls'], 'CUDA call')} over "
+                       f"{fmt_ns(ph['compile']['span_ns'])}", 4, "  ")
+    for note in notes:
+        _wrap(console, note, 4, "  ", style="dim")
+
+
+# ---------------------------------------------------------------------------------------------
+# Findings
+
+def saving_text(f: dict) -> str:
+    """``saves ~12.3 ms (4.5% · 1.2 ms/step)``, or why there is no estimate."""
+    if f.get("saving_ns") is None:
+        return "no estimate"
+    parts = [f"{f['saving_pct_of_window']:.1f}%"] if f.get("saving_pct_of_window") is not None \
+        else []
+    if f.get("saving_per_step_ns") is not None:
+        parts.append(f"{fmt_ns(f['saving_per_step_ns'])}/step")
+    return f"saves ~{fmt_ns(f['saving_ns'])}" + (f" ({' · '.join(parts)})" if parts else "")
+
+
+def render_findings(report: dict, console: Console, limit: int | None = None) -> None:
+    """Findings ranked by what fixing them saves: the saving, severity and title; the site and
+    its source line; what was observed; how the saving was estimated; the fix."""
+    findings = report["findings"]
+    shown = findings if limit is None else findings[:limit]
+    together = report.get("fixes_together") or {}
+    head = f"What to fix first: {_plural(len(findings), 'finding')}"
+    if together.get("saving_ns") is not None:
+        head += (f"; all their fixes together save ~{fmt_ns(together['saving_ns'])} of the "
+                 f"{fmt_ns(report['gpu']['window_ns'])} window")
+        if together.get("saving_pct_of_window") is not None:
+            head += f" ({together['saving_pct_of_window']:.1f}%"
+            head += (f", {fmt_ns(together['saving_per_step_ns'])} a step)"
+                     if together.get("saving_per_step_ns") is not None else ")")
+    console.print(Text(head, style="bold underline"))
+    if not findings:
+        console.print("  none: no rule fired")
+    for i, f in enumerate(shown, 1):
+        mark, _ = _SEVERITY_STYLE[f["severity"]]
+        _wrap(console, f"{saving_text(f)}  {mark} {f['title']}", 6, f"{i:>2}. ", style="bold")
+        _wrap(console, f["site"], 6, style="cyan")
+        if f.get("source"):
+            _wrap(console, f"│ {f['source']}", 6, style="dim")
+        _wrap(console, f["message"], 6)
+        if f.get("saving_ns") is not None:
+            inc = f.get("saving_incremental_ns")
+            after = (f" After the fixes above: ~{fmt_ns(inc)}."
+                     if inc is not None and i > 1 and abs(inc - f["saving_ns"]) > 0.1 * max(
+                         f["saving_ns"], 1) else "")
+            _wrap(console, f"estimate: {f['saving_how']}.{after}", 6, style="dim")
+        elif f.get("saving_how"):
+            _wrap(console, f["saving_how"], 6, style="dim")
+        if f.get("also"):
+            _wrap(console, "also: " + "; ".join(f["also"]), 6, style="dim")
+        _wrap(console, f"fix: {f['fix']}  [{f['rule_id']}]", 6, style="green")
+    if len(shown) < len(findings):
+        console.print(Text(f"  … {len(findings) - len(shown)} more (--top, or --format json)",
+                           style="dim"))
+
+
+def render_what_if(what: dict, console: Console) -> None:
+    console.print(Text("What if", style="bold underline"))
+    for row in what["specs"]:
+        _wrap(console, f"{row['spec']}: saves ~{fmt_ns(row['saving_ns'])}", 4, "  ",
+              style="bold")
+        _wrap(console, row["how"], 6, style="dim")
+    pct = what.get("saving_pct_of_window")
+    _wrap(console, f"together: saves ~{fmt_ns(what['saving_ns'])} of the "
+                   f"{fmt_ns(what['window_ns'])} window"
+                   + (f" ({pct:.1f}%)" if pct is not None else ""), 4, "  ", style="bold")
+
+
+# ---------------------------------------------------------------------------------------------
+# Paths and kernels
 
 def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(width - 1, 1)] + "…"
@@ -43,71 +222,67 @@ def _chain(p: dict) -> str:
     return " → ".join(x for x in parts if x)
 
 
+def render_kernels(kernels: list[dict], console: Console) -> None:
+    console.print(Text("Top kernels by GPU time", style="bold underline"))
+    for i, k in enumerate(kernels, 1):
+        what = "/".join(x for x in (k["op_class"], k["precision"]) if x)
+        tc = {True: ", tensor cores", False: ", CUDA cores"}.get(k["tensor_core"], "")
+        console.print(Text(f"{i:>3}  {fmt_ns(k['gpu_ns']):>9} {k['gpu_share_pct']:5.1f}%  "
+                           f"{k['count']:,} × {fmt_ns(k['mean_ns'])}  {what}{tc}"), soft_wrap=False)
+        console.print(Text(_clip("       " + k["name"], console.width), style="dim"),
+                      soft_wrap=False)
+
+
 def render_paths_by_gpu(paths: list[dict], console: Console) -> None:
     console.print(Text("Top call paths by GPU time", style="bold underline"))
     for i, p in enumerate(paths, 1):
         what = ", ".join(f"{p[k]:,} {k}" for k in ("kernels", "copies", "memsets") if p[k])
-        console.print(f"{i:>3}  [bold]{fmt_ns(p['gpu_ns']):>9}[/bold] {p['gpu_share_pct']:5.1f}%"
-                      f"  [cyan]{markup(p['site'])}[/cyan]  ({what})", highlight=False)
-        console.print(Text(_clip("       " + _chain(p), console.width), style="dim"))
+        line = Text(f"{i:>3}  ")
+        line.append(f"{fmt_ns(p['gpu_ns']):>9}", style="bold")
+        line.append(f" {p['gpu_share_pct']:5.1f}%  ")
+        line.append(p["site"], style="cyan")
+        line.append(f"  ({what})")
+        for chunk in line.wrap(console, console.width):
+            console.print(chunk, soft_wrap=False)
+        console.print(Text(_clip("       " + _chain(p), console.width), style="dim"),
+                      soft_wrap=False)
 
 
 def render_paths_by_blocked(paths: list[dict], console: Console) -> None:
-    console.print(Text("Top call paths by CPU time blocked (syncs and copies)",
+    console.print(Text("Top call paths by CPU time blocked (syncs and blocking copies)",
                        style="bold underline"))
     for i, p in enumerate(paths, 1):
         copied = sum(p["bytes"].values())
         per_call = fmt_ns(p["cpu_blocked_ns"] // max(p["calls"], 1))
         extra = f", {fmt_bytes(copied)} copied" if copied else ""
-        console.print(f"{i:>3}  [bold]{fmt_ns(p['cpu_blocked_ns']):>9}[/bold]  "
-                      f"[cyan]{markup(p['site'])}[/cyan]  ({p['calls']:,} calls, {per_call} each{extra})",
-                      highlight=False)
-        console.print(Text(_clip("       " + _chain(p), console.width), style="dim"))
+        line = Text(f"{i:>3}  ")
+        line.append(f"{fmt_ns(p['cpu_blocked_ns']):>9}", style="bold")
+        line.append("  ")
+        line.append(p["site"], style="cyan")
+        line.append(f"  ({p['calls']:,} calls, {per_call} each{extra})")
+        for chunk in line.wrap(console, console.width):
+            console.print(chunk, soft_wrap=False)
+        console.print(Text(_clip("       " + _chain(p), console.width), style="dim"),
+                      soft_wrap=False)
 
 
-_SEVERITY_STYLE = {"error": ("✖", "bold red"), "warning": ("▲", "yellow"), "info": ("●", "cyan")}
-
-
-def finding_cost(f: dict) -> str:
-    return fmt_ns(f["cost_ns"]) if f["cost_ns"] else "-"
-
-
-def render_findings(findings: list[dict], console: Console, limit: int | None = None) -> None:
-    """Findings ranked by cost: severity, cost, site and title; the message; the fix."""
-    shown = findings if limit is None else findings[:limit]
-    console.print(Text(f"Findings ({len(findings)})", style="bold underline"))
-    if not findings:
-        console.print("  none: no rule fired")
-    for f in shown:
-        mark, style = _SEVERITY_STYLE[f["severity"]]
-        head = Text("  ")
-        head.append(f"{mark} {f['severity']:<7}", style=style)
-        head.append(f" {finding_cost(f):>9}  ", style="bold")
-        head.append(f["site"], style="cyan")
-        head.append(f"  {f['title']}")
-        head.truncate(console.width, overflow="ellipsis")
-        console.print(head)
-        # Narrow terminals get one line per part; --format markdown/json keep everything.
-        message = "      " + f["message"]
-        console.print(Text(message if console.width >= 100 else _clip(message, console.width)),
-                      highlight=False)
-        console.print(Text(_clip(f"      fix: {f['fix']}", console.width - len(f["rule_id"]) - 5),
-                           style="green").append(f"  [{f['rule_id']}]", style="dim"),
-                      highlight=False)
-    if len(shown) < len(findings):
-        console.print(Text(f"  … {len(findings) - len(shown)} more (--top, or --format json)",
-                           style="dim"))
-
-
-def render_report(report: dict, console: Console) -> None:
-    """The text report. Every name from the capture is shown with control characters escaped
-    (``schemas.text.printable``: no terminal escape sequence gets through), and where a line
-    is rich markup, with its brackets escaped too (``markup``)."""
+def render_report(report: dict, console: Console, top: int | None = None) -> None:
+    """The text report (see the module doc). ``top`` limits the findings and each ranking."""
     report = _printable(report)
     render_summary(report, console)
     console.print()
+    ph = report.get("phases") or {}
+    if ph.get("startup") or ph.get("warmup") or ph.get("notes"):
+        render_outside(report, console)
+        console.print()
     if "findings" in report:
-        render_findings(report["findings"], console, len(report["paths_by_gpu_time"]) or None)
+        render_findings(report, console, top)
+        console.print()
+    if report.get("what_if"):
+        render_what_if(report["what_if"], console)
+        console.print()
+    if report.get("top_kernels"):
+        render_kernels(report["top_kernels"], console)
         console.print()
     if report["paths_by_gpu_time"]:
         render_paths_by_gpu(report["paths_by_gpu_time"], console)
@@ -132,40 +307,55 @@ def _printable(value):
 
 def _md(text: str) -> str:
     """Markdown-safe prose (names from the capture render no HTML and stay in their cell)."""
-    from zym.schemas.text import md_text
-
     return md_text(text)
 
 
-def render_markdown(report: dict) -> str:
+def render_markdown(report: dict, top: int | None = None) -> str:
     """The report as GitHub-flavoured Markdown: findings table and details, then the paths."""
-    from zym.schemas.text import md_code
-
-    cap, gpu = report["capture"], report["gpu"]
-    gpus = _md(", ".join(str(g.get("name", "?")) for g in cap["gpus"]) or "unknown GPU")
+    cap, gpu, ph = report["capture"], report["gpu"], report.get("phases") or {}
+    gpus = _md(", ".join(str(g.get("name", "?")) for g in cap["gpus"]) or "no GPU side")
     out = [f"## zym: {md_code(cap['source'])}", "",
-           f"{cap['producer']} · {gpus} · {cap['calls']:,} CUDA calls · {cap['gpu_ops']:,} GPU "
-           f"ops · window {fmt_ns(gpu['window_ns'])}"
+           f"{_md(cap['producer'])} · {gpus} · {cap['calls']:,} CUDA calls · {cap['gpu_ops']:,} "
+           f"GPU ops · window {fmt_ns(gpu['window_ns'])}"
            + "".join(f" · GPU {d['device_id']} busy {d['busy_pct']:.1f}%" for d in gpu["devices"]),
-           ""]
+           "", _md(_phase_line(ph)), ""]
     findings = report.get("findings", [])
-    out += [f"### Findings ({len(findings)})", ""]
-    if findings:
-        out += ["| | Severity | Cost | Site | Finding | Rule |", "|---|---|---:|---|---|---|"]
-        for i, f in enumerate(findings, 1):
-            out.append(f"| {i} | {f['severity']} | {finding_cost(f)} | {md_code(f['site'])} | "
-                       f"{_md(f['title'])} | {md_code(f['rule_id'])} |")
+    shown = findings if top is None else findings[:top]
+    together = report.get("fixes_together") or {}
+    out += [f"### What to fix first ({len(findings)} findings)", ""]
+    if together.get("saving_ns") is not None:
+        out += [f"All fixes together save ~{fmt_ns(together['saving_ns'])} of the "
+                f"{fmt_ns(gpu['window_ns'])} window"
+                + (f" ({together['saving_pct_of_window']:.1f}%)."
+                   if together.get("saving_pct_of_window") is not None else "."), ""]
+    if shown:
+        out += ["| | Saves | Severity | Site | Finding | Rule |", "|---|---:|---|---|---|---|"]
+        for i, f in enumerate(shown, 1):
+            out.append(f"| {i} | {_md(saving_text(f))} | {f['severity']} | {md_code(f['site'])} "
+                       f"| {_md(f['title'])} | {md_code(f['rule_id'])} |")
         out.append("")
-        for i, f in enumerate(findings, 1):
+        for i, f in enumerate(shown, 1):
             head = (f"**{i}. {_md(f['title'])}** ({md_code(f['rule_id'])}, {f['severity']}) at "
                     f"{md_code(f['site'])}")
-            out += [head, "", _md(f["message"]), "", f"*Fix:* {_md(f['fix'])}", ""]
+            out += [head, ""]
+            if f.get("source"):
+                out += [f"Line: {md_code(f['source'])}", ""]
+            out += [_md(f["message"]), "", f"*{_md(saving_text(f))}:* {_md(f['saving_how'])}", "",
+                    f"*Fix:* {_md(f['fix'])}", ""]
             if f["user_chain"]:
                 out += ["<details><summary>call chain</summary>", "",
                         *[f"{'  ' * d}- {md_code(frame)}" for d, frame in enumerate(f["user_chain"])],
                         "", "</details>", ""]
-    else:
+    elif not findings:
         out += ["No rule fired.", ""]
+    if report.get("top_kernels"):
+        out += ["### Top kernels by GPU time", "", "| GPU time | Share | Count | Class | Kernel |",
+                "|---:|---:|---:|---|---|"]
+        for k in report["top_kernels"]:
+            cls = "/".join(x for x in (k["op_class"], k["precision"]) if x)
+            out.append(f"| {fmt_ns(k['gpu_ns'])} | {k['gpu_share_pct']:.1f}% | {k['count']:,} | "
+                       f"{_md(cls)} | {md_code(k['name'])} |")
+        out.append("")
     out += ["### Top call paths by GPU time", "", "| GPU time | Share | Site | Chain |",
             "|---:|---:|---|---|"]
     for p in report["paths_by_gpu_time"]:

@@ -306,7 +306,7 @@ def _finding(rule: Rule, row: dict, occ: Any, cost: str, constants: dict,
         evidence["idle_share_of_window"] = round(evidence["idle_ns"] / constants["window_ns"], 4)
     for k in rule.group_by:
         evidence.setdefault(k, _plain(row[k]))
-    values = measures | labels | constants | {"site": site, "what": _what(labels),
+    values = measures | labels | constants | {"site": site, "what": _what(labels, rule.what),
                                                "instance": _instance(labels, constants)}
     chain = []
     if site_id is not None and graph is not None:
@@ -339,10 +339,11 @@ def site_text(labels: dict) -> str:
                       labels.get("user_module"))
 
 
-def _what(labels: dict) -> str:
+def _what(labels: dict, default: str = "") -> str:
     """What the code does, in the user's terms: the Python call on the line (``.item()``,
-    ``.cpu()``), else the torch op, the CUDA API or the kernel."""
-    return (labels.get("mechanism") or labels.get("torch_op") or labels.get("api")
+    ``.cpu()``: from its source text or built-ins), else what the rule says the calls are, else
+    the torch op, the CUDA API or the kernel."""
+    return (labels.get("mechanism") or default or labels.get("torch_op") or labels.get("api")
             or labels.get("name") or "CUDA calls")
 
 

@@ -63,6 +63,7 @@ class Rule:
     cost: str | None = None
     supersedes: tuple[str, ...] = ()
     saving: dict = field(default_factory=lambda: {"model": "none"})
+    what: str = ""  # what the code does, when the capture cannot say (no source, no built-ins)
     examples: int = 5
     pack: str = ""
     source: str = ""
@@ -246,6 +247,7 @@ def _rule(raw: dict, pack: str, source: str) -> Rule:
                 where=raw.get("where", {}), group_by=group_by, measures=measures,
                 having=raw.get("having", {}), cost=cost,
                 supersedes=tuple(raw.get("supersedes", ())), saving=dict(saving),
+                what=raw.get("what", ""),
                 examples=raw.get("examples", 5),
                 pack=pack, source=source)
 

@@ -63,8 +63,10 @@ def fix_for(model: dict, relation: str, rows: pl.DataFrame, analysis: Analysis,
     if name == "batch":
         return _batch(calls, analysis, model.get("keep", "first"))
     if name == "remove":
-        return Fix(remove_calls=_idx(calls), describe=f"replayed without these {len(calls):,} "
-                                                      "calls")
+        return Fix(remove_calls=_idx(calls), gap_calls=_idx(calls),
+                   gap_ns=np.zeros(len(calls), np.int64),
+                   describe=f"replayed without these {len(calls):,} calls and the CPU work that "
+                            "led to each (the Python and framework time before it)")
     if name == "unblock":
         waiting = calls[analysis.timeline.waits[calls]] if len(calls) else calls
         return Fix(unblock_calls=waiting, describe=f"replayed with these {len(waiting):,} "
@@ -128,10 +130,11 @@ def _batch(calls: np.ndarray, analysis: Analysis, keep: str) -> Fix:
     gone = idx[~keep_mask]
     instances = len(starts)
     kept = int(keep_mask.sum())
-    return Fix(remove_calls=gone, describe=(
+    return Fix(remove_calls=gone, gap_calls=gone, gap_ns=np.zeros(len(gone), np.int64),
+               describe=(
         f"replayed with {kept:,} of these {len(idx):,} calls kept, the {keep} wait of each of "
         f"{instances:,} {rel.instance_plural()} (its wait for the GPU work before it "
-        f"stays), and the other {len(gone):,} removed"))
+        f"stays), and the other {len(gone):,} removed with the CPU work that led to each"))
 
 
 def _async_copy_cost(analysis: Analysis, direction: str | None) -> int:

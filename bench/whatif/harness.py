@@ -60,8 +60,16 @@ def timed_pass(svc) -> float:
     return time.perf_counter() - start
 
 
-def measure(mod, variants: list[str], rounds: int, device: str, seed: int = 0) -> dict:
-    services = {v: mod.build(v, device) for v in variants}
+def build(mod, variant: str, device: str, requests: int | None):
+    svc = mod.build(variant, device)
+    if requests:  # a shorter pass, to check the code paths (--device cpu)
+        svc.requests = svc.requests[:requests]
+    return svc
+
+
+def measure(mod, variants: list[str], rounds: int, device: str, requests: int | None = None,
+            seed: int = 0) -> dict:
+    services = {v: build(mod, v, device, requests) for v in variants}
     for svc in services.values():  # warm-up: the same requests, so every shape is known
         serve(svc, 1)
     times: dict[str, list[float]] = {v: [] for v in variants}
@@ -97,17 +105,18 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--variants", default="")
     p.add_argument("--device", default="cuda")
+    p.add_argument("--requests", type=int, default=None, help="serve only the first N")
     a = p.parse_args()
     mod = load(a.workload)
     if a.mode == "serve":
-        svc = mod.build("base", a.device)
+        svc = build(mod, "base", a.device, a.requests)
         serve(svc, 1)  # warm-up
         serve(svc, a.passes)
         return 0
     if a.mode == "trace":
         from torch.profiler import ProfilerActivity, profile
 
-        svc = mod.build("base", a.device)
+        svc = build(mod, "base", a.device, a.requests)
         serve(svc, 1)
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if a.device == "cuda"
                                                else [])
@@ -116,10 +125,9 @@ def main() -> int:
         prof.export_chrome_trace(a.out)
         return 0
     variants = a.variants.split(",") if a.variants else list(mod.VARIANTS)
-    result = {"workload": a.workload, "rounds": a.rounds, "requests_per_pass": None,
+    result = {"workload": a.workload, "rounds": a.rounds, "requests_per_pass": a.requests,
               "env": environment(a.device),
-              "variants": measure(mod, variants, a.rounds, a.device)}
-    result["requests_per_pass"] = len(mod.build("base", a.device).requests)
+              "variants": measure(mod, variants, a.rounds, a.device, a.requests)}
     Path(a.out).write_text(json.dumps(result, indent=1))
     for v, r in result["variants"].items():
         print(f"{a.workload:12s} {v:14s} median {r['median_s'] * 1e3:8.2f} ms  "
