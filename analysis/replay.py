@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 # CPU time torch.profiler (with_stack=True, record_shapes=True) adds per recorded CPU event
 # (Python span, torch op, runtime call), measured on the H200 (docs/benchmarks.md, "Replay
 # calibration"). Traces of other settings or machines are deflated by the same figure.
-KINETO_NS_PER_EVENT = 0
+KINETO_NS_PER_EVENT = 1_395
 # An operation that starts within this of its stream's previous one ending was queued behind
 # it: its launch latency is not observable.
 QUEUED_SLACK_NS = 1_000
@@ -66,7 +66,7 @@ class Fix:
     gpu_dur_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     graph_first: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     graph_last: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    graph_launch_ns: int = 0
+    graph_launch_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     graph_node_ns: int = 0
     describe: str = ""
 
@@ -227,13 +227,16 @@ class Timeline:
 
     @property
     def fidelity(self) -> dict:
-        """How well the unfixed replay reproduces the recorded window."""
+        """How well the unfixed replay reproduces the recorded window (``error_pct``, with the
+        recording's own cost left in), and how long the window would have lasted without that
+        cost (``uninstrumented_ns``: the baseline savings are taken from)."""
         obs = self.w1 - self.w0
-        sim = self.baseline.end_ns - self.w0
+        sim = self.replay(Fix(), deflate=False).end_ns - self.w0
         return {"recorded_ns": int(obs), "replayed_ns": int(sim),
                 "error_pct": round(100 * (sim - obs) / obs, 2) if obs else 0.0,
-                "launch_latency_ns": self.launch_latency_ns, "skewed_ops": self.skewed_ops,
-                "profiler_overhead_ns": int(self.overhead_ns.sum())}
+                "uninstrumented_ns": int(self.baseline.end_ns - self.w0),
+                "profiler_overhead_ns": int(self.overhead_ns.sum()),
+                "launch_latency_ns": self.launch_latency_ns, "skewed_ops": self.skewed_ops}
 
     @property
     def usable(self) -> bool:
@@ -247,11 +250,12 @@ class Timeline:
             return 0
         return max(self.baseline.end_ns - self.replay(fix).end_ns, 0)
 
-    def replay(self, fix: Fix) -> Outcome:
+    def replay(self, fix: Fix, deflate: bool = True) -> Outcome:
+        """The window replayed with ``fix`` (``deflate``: without the recording's own cost)."""
         n = self.n_calls
         if n == 0:  # nothing on the CPU side to move: the window is what was recorded
             return Outcome(self.w1, self.w0, self.w1)
-        gap = np.clip(self.gap - self.overhead_ns, 0, None)
+        gap = np.clip(self.gap - (self.overhead_ns if deflate else 0), 0, None)
         cost = self.intrinsic.copy()
         waits = self.waits.copy()
         op_dur = self.op_dur.copy()
@@ -264,6 +268,7 @@ class Timeline:
             cost[fix.cost_calls] = np.minimum(cost[fix.cost_calls], fix.cost_ns)
         if len(fix.unblock_calls):
             waits[fix.unblock_calls] = False
+        gone = np.zeros(len(op_dur), bool)
         if len(fix.remove_calls):
             cost[fix.remove_calls] = 0
             waits[fix.remove_calls] = False
@@ -306,7 +311,7 @@ class Timeline:
         launched = op_ready_call >= 0
         ready_rel = np.where(launched, start_nowait[np.maximum(op_ready_call, 0)] + op_lat,
                              self.op_start - self.w0)
-        contrib = ready_rel - s_before
+        contrib = np.where(gone, -(1 << 62), ready_rel - s_before)  # removed work: no start
         op_epoch = np.where(launched, epoch[np.maximum(op_ready_call, 0)], -1)
         # Unlaunched (anchored) operations join the epoch running at their recorded start.
         epoch_start = np.full(n_epochs, np.iinfo(np.int64).max, np.int64)
@@ -419,8 +424,9 @@ class Timeline:
 
     def _apply_graphs(self, fix, gap, cost, waits, op_dur, op_lat, op_ready_call) -> None:
         """A CUDA graph replays each segment ``[first, last]`` of a thread's calls with one
-        launch: the CPU work inside it (gaps and launch costs) goes, every operation it launched
-        follows the one graph launch, and each costs ``graph_node_ns`` more on the GPU."""
+        launch (costing ``graph_launch_ns`` of that segment): the CPU work inside it (gaps and
+        launch costs) goes, every operation it launched follows the one graph launch, and each
+        costs ``graph_node_ns`` more on the GPU."""
         order = self.order
         rank = np.empty(len(order), np.int64)
         rank[order] = np.arange(len(order))

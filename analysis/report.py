@@ -267,7 +267,7 @@ def restrict(data: CaptureData, whole: Facts, t0: int, t1: int) -> CaptureData:
 
 
 def analyze(path: str | Path, progress: Progress | None = None, window: str = "steady"
-            ) -> Analysis:  # noqa: D417
+            ) -> Analysis:
     """Load a capture (or Kineto trace), find its phases, and analyze ``window`` of it
     (``steady``: steady state; ``all``; ``FROM:TO``; ``steps:A:B``: see
     :func:`zym.analysis.phases.parse_window`)."""

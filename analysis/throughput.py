@@ -1,17 +1,19 @@
-"""How much faster a kernel would run in another math precision: the GPU's documented peak
-rates (``gpus.yaml``), and the kernel's own FLOPs and bytes where the capture recorded its
-shapes.
+"""How much faster a kernel would run in another math precision.
 
-* Shapes known (torch.profiler ``record_shapes``): a roofline. The kernel keeps the share of the
-  peak it reaches now (its achieved FLOP/s over the current precision's peak), and cannot run
-  faster than moving its operands at the GPU's memory bandwidth in the new precision:
-  ``new = max(flops / (efficiency * peak_new), bytes_new / bandwidth)``.
-* Shapes unknown (``zym capture``): the same efficiency assumption without the memory bound,
-  ``new = old * peak_old / peak_new``: right for compute-bound GEMMs (prefill, batched
-  serving), an overestimate of the saving for memory-bound ones (small-batch decode), and said
-  so in the finding.
+Two sources, both data:
 
-Every kernel keeps at least ``FLOOR_NS`` (a kernel launch on the GPU is not free).
+* ``gemm_rates.yaml``: GEMM throughput *measured* on a GPU (bench/whatif/calibrate.py), by math
+  and problem size. Small GEMMs are bound by memory and launch, not math, so the gain of a
+  faster precision grows with size (on the H200, fp32 -> tf32 is ~1x at 0.1 GFLOP, ~3.4x at
+  8.6 GFLOP and ~7.4x at 137 GFLOP). A GPU without its own measurements uses the measured
+  curves scaled by the datasheet peaks (``gpus.yaml``) of that GPU over the measured one's.
+* ``gpus.yaml``: datasheet peaks, for kernels that are not GEMMs (attention, convolution):
+  the same share of the peak in the new precision.
+
+A GEMM's size comes from its recorded input shapes (torch.profiler ``record_shapes``); without
+shapes (``zym capture``) it is the size whose measured fp32 time matches the kernel's duration
+(the time a size takes grows with the size, so one size fits). Every kernel keeps at least
+``FLOOR_NS``.
 """
 from __future__ import annotations
 
@@ -23,54 +25,106 @@ import numpy as np
 
 FLOOR_NS = 2_500
 MATH = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
-BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
+MEASURED = ("fp32", "tf32", "fp16", "bf16")
 
 
 @lru_cache(maxsize=1)
-def _table() -> tuple[list[dict], str]:
+def _peaks() -> tuple[list[dict], str]:
     import yaml
 
     doc = yaml.safe_load(resources.files("zym.analysis").joinpath("gpus.yaml").read_text("utf-8"))
     return doc["gpus"], doc["default"]
 
 
+@lru_cache(maxsize=1)
+def _measured() -> list[dict]:
+    import yaml
+
+    text = resources.files("zym.analysis").joinpath("gemm_rates.yaml").read_text("utf-8")
+    return yaml.safe_load(text)["gpus"]
+
+
 def gpu_spec(name: str | None) -> tuple[dict, bool]:
-    """The throughput row for a GPU name, and whether it is that GPU's own (False: default)."""
-    rows, default = _table()
+    """The datasheet row for a GPU name, and whether it is that GPU's own (False: default)."""
+    rows, default = _peaks()
     for row in rows:
         if name and re.search(row["match"], name):
             return row, True
     return next(r for r in rows if r["match"] == default), False
 
 
+def gemm_curve(name: str | None, math: str) -> tuple[np.ndarray, np.ndarray, str] | None:
+    """``(gflop, tflops)`` measured points for ``math`` on this GPU (or another GPU's, scaled by
+    the datasheet peaks), and where they come from; None when nothing was measured."""
+    table = _measured()
+    own = next((g for g in table if name and re.search(g["match"], name)), None)
+    ref = own or (table[0] if table else None)
+    if ref is None or math not in ref:
+        return None
+    pts = np.array(ref[math], dtype=float)
+    gflop, tflops = pts[:, 0], pts[:, 1]
+    if own is not None:
+        return gflop, tflops, f"measured on the {ref['match']}"
+    spec, _ = gpu_spec(name)
+    ref_spec, _ = gpu_spec(ref["match"])
+    scale = (spec.get(math) or 0) / (ref_spec.get(math) or 1)
+    return gflop, tflops * scale, (f"measured on the {ref['match']}, scaled to "
+                                   f"{name or 'this GPU'} by datasheet peaks")
+
+
+def _rate(curve: tuple[np.ndarray, np.ndarray], gflop: np.ndarray) -> np.ndarray:
+    """TFLOP/s at each size: log-log interpolation, flat past the measured ends."""
+    x, y = np.log(curve[0]), np.log(curve[1])
+    return np.exp(np.interp(np.log(np.clip(gflop, 1e-9, None)), x, y))
+
+
+def _size_from_time(curve: tuple[np.ndarray, np.ndarray], dur_ns: np.ndarray) -> np.ndarray:
+    """The GEMM size (GFLOP) whose time on ``curve`` is ``dur_ns``: bisection in log size
+    (time = size / rate(size) grows with size)."""
+    lo = np.full(len(dur_ns), np.log(1e-6))
+    hi = np.full(len(dur_ns), np.log(1e5))
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        g = np.exp(mid)
+        t_ns = g / _rate(curve, g) * 1e6  # GFLOP / (TFLOP/s) = ms; * 1e6: ns
+        longer = t_ns > dur_ns
+        hi = np.where(longer, mid, hi)
+        lo = np.where(longer, lo, mid)
+    return np.exp((lo + hi) / 2)
+
+
 def speedup_durations(dur_ns: np.ndarray, precision: str, target: str, gpu: str | None,
-                      flops: np.ndarray | None = None, bytes_now: np.ndarray | None = None
+                      flops: np.ndarray | None = None, op_class: str = "gemm"
                       ) -> tuple[np.ndarray, str]:
     """New durations of kernels now in ``precision`` if run in ``target``, and how that was
-    estimated (one sentence for the finding). ``flops``/``bytes_now``: per kernel, NaN where
-    unknown."""
+    estimated (one sentence for the finding). ``flops``: per kernel, NaN where unknown."""
+    dur = dur_ns.astype(float)
+    old_c, new_c = gemm_curve(gpu, precision), gemm_curve(gpu, target)
+    if op_class in ("gemm", "gemv") and old_c is not None and new_c is not None:
+        size = _size_from_time(old_c[:2], dur)
+        how_size = "sized from their fp32 times" if precision == "fp32" else "sized from times"
+        if flops is not None:
+            known = np.isfinite(flops) & (flops > 0)
+            size = np.where(known, flops / 1e9, size)
+            n_known = int(known.sum())
+            if n_known == len(dur):
+                how_size = "sized from their recorded shapes"
+            elif n_known:
+                how_size = (f"{n_known:,} of {len(dur):,} sized from their recorded shapes, the "
+                            "rest from their times")
+        ratio = _rate(new_c[:2], size) / _rate(old_c[:2], size)
+        new = np.maximum(dur / ratio, np.minimum(dur, FLOOR_NS))
+        mean = float(dur.sum() / new.sum()) if new.sum() else 1.0
+        how = (f"{target} GEMMs run {mean:.1f}x faster than {precision} at these sizes "
+               f"(achieved TFLOP/s {new_c[2]}; kernels {how_size})")
+        return new.astype(np.int64), how
     spec, own = gpu_spec(gpu)
     old_peak, new_peak = spec.get(precision), spec.get(target)
     if not old_peak or not new_peak:
         return dur_ns.copy(), f"no documented {precision}/{target} rate for this GPU"
     ratio = new_peak / old_peak
     where = (gpu or "this GPU") if own else f"{gpu or 'unknown GPU'} (H100 ratios)"
-    new = np.maximum(dur_ns / ratio, np.minimum(dur_ns, FLOOR_NS))
-    how = (f"{target} runs at {new_peak:g} vs {old_peak:g} TFLOP/s for {precision} on {where} "
-           f"(datasheet, dense): {ratio:.1f}x faster at the same efficiency")
-    if flops is not None and bytes_now is not None:
-        known = np.isfinite(flops) & np.isfinite(bytes_now) & (flops > 0) & (dur_ns > 0)
-        if known.any():
-            eff = np.clip(flops[known] / (dur_ns[known] * 1e-9) / (old_peak * 1e12), 0, 1)
-            compute = flops[known] / (eff * new_peak * 1e12) * 1e9
-            moved = bytes_now[known] * BYTES[target] / BYTES[precision]
-            memory = moved / (spec["hbm_tbs"] * 1e12) * 1e9
-            new[known] = np.maximum(np.maximum(compute, memory),
-                                    np.minimum(dur_ns[known], FLOOR_NS))
-            how += (f"; {known.sum():,} of {len(dur_ns):,} kernels from their shapes (roofline: "
-                    f"their own efficiency, {spec['hbm_tbs']:g} TB/s)")
-        else:
-            how += "; no shapes recorded, so assuming the kernels are compute-bound"
-    else:
-        how += "; no shapes recorded, so assuming the kernels are compute-bound"
-    return new.astype(np.int64), how
+    new = np.maximum(dur / ratio, np.minimum(dur, FLOOR_NS))
+    return new.astype(np.int64), (f"{target} runs at {new_peak:g} vs {old_peak:g} TFLOP/s for "
+                                  f"{precision} on {where} (datasheet, dense): {ratio:.1f}x "
+                                  "faster at the same share of the peak")

@@ -25,6 +25,24 @@ SUFFIX = {ExportFormat.perfetto: ".pftrace", ExportFormat.folded: ".folded",
           ExportFormat.speedscope: ".speedscope.json"}
 
 
+def format_for(output: Path | None, given: ExportFormat | None) -> ExportFormat:
+    """The export format: ``--format`` when given (an output name with another format's
+    extension is refused: it would hold the wrong thing), else the output's extension, else
+    Perfetto."""
+    from zym.schemas.errors import InputError
+
+    implied = None
+    if output is not None:
+        name = output.name.lower()
+        implied = next((f for f, suffix in SUFFIX.items() if name.endswith(suffix)), None)
+        if implied is None and name.endswith(".json"):
+            implied = ExportFormat.speedscope
+    if given is not None and implied is not None and given is not implied:
+        raise InputError(f"{output}: the name says {implied.value} ({SUFFIX[implied]}) but "
+                         f"--format is {given.value}; rename the output or drop --format")
+    return given or implied or ExportFormat.perfetto
+
+
 def default_output(file: Path, fmt: ExportFormat) -> Path:
     """``trace.json.gz`` -> ``trace.pftrace`` (in the current folder)."""
     name = file.name
@@ -36,9 +54,11 @@ def default_output(file: Path, fmt: ExportFormat) -> Path:
 def export(
     file: Annotated[Path, typer.Argument(help="A zym capture (.parquet) or a torch.profiler trace "
                                               "(.json, .json.gz).", show_default=False)],
-    format: Annotated[ExportFormat, typer.Option(
+    format: Annotated[ExportFormat | None, typer.Option(
         "--format", "-f", help="perfetto: timeline for ui.perfetto.dev; folded: flamegraph.pl / "
-        "speedscope stacks (integer ns); speedscope: speedscope JSON.")] = ExportFormat.perfetto,
+        "speedscope stacks (integer ns); speedscope: speedscope JSON [default: from the output's "
+        "extension (.pftrace, .folded, .speedscope.json), else perfetto].",
+        show_default=False)] = None,
     output: Annotated[Path | None, typer.Option(
         "--output", "-o", help="File to write [default: FILE's name with .pftrace, .folded or "
         ".speedscope.json, in the current folder]. A missing folder is created.",
@@ -48,6 +68,9 @@ def export(
     )] = Weight.gpu,
     findings: Annotated[bool, typer.Option(help="Run the rules and put their findings on a "
                                                 "track (perfetto).")] = True,
+    window: Annotated[str, typer.Option("--window", "-w", help=(
+        "The part flamegraphs weigh and findings come from: steady, all, FROM:TO or "
+        "steps:A:B (as zym analyze); a Perfetto timeline shows the whole capture."))] = "steady",
     force: Annotated[bool, typer.Option("--force", help="Overwrite OUTPUT if it exists.")] = False,
     progress: Annotated[bool, typer.Option(help="Show progress on stderr.")] = True,
 ) -> None:
@@ -59,13 +82,15 @@ def export(
 
     from .progress import stage_progress
 
+    with exit_on_error():
+        format = format_for(output, format)
     out = output or default_output(file, format)
     with exit_on_error(), atomic_output(out, force) as tmp, stage_progress(progress) as say:
         if format is ExportFormat.perfetto:
             from zym.analysis.export.perfetto import export_perfetto
             from zym.analysis.export.source import load_export_source
 
-            src = load_export_source(file, say, with_findings=findings)
+            src = load_export_source(file, say, with_findings=findings, window=window)
             say("writing Perfetto trace")
             stats = export_perfetto(src, tmp)
             summary = f"{stats.events:,} events, {stats.bytes / 1e6:.1f} MB"
@@ -74,7 +99,7 @@ def export(
             from zym.analysis import analyze
             from zym.analysis.export.flamegraph import write_folded, write_speedscope
 
-            analysis = analyze(file, say)
+            analysis = analyze(file, say, window)
             if format is ExportFormat.folded:
                 n = write_folded(analysis, tmp, weight.value)
                 summary = f"{n:,} stacks weighted by {weight.value} ns"

@@ -16,6 +16,27 @@ app = typer.Typer(
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        from zym.schemas.version import SCHEMA_VERSION
+
+        try:
+            v = version("zym")
+        except PackageNotFoundError:  # run from a source tree without an install
+            v = "unknown (not installed)"
+        typer.echo(f"zym {v} (capture file schema v{SCHEMA_VERSION})")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                      help="Print zym's version and exit.")) -> None:
+    """Whole-stack GPU profiler for Python AI inference: Python line -> torch op -> CUDA call
+    -> GPU kernel."""
+
+
 def _register() -> None:
     from . import analyze_cmd, capture_cmd, export_cmd, import_cmd, report_cmd, rules_cmd, view_cmd
 

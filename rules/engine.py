@@ -37,7 +37,7 @@ _EVENT_LABELS = ("api", "copy_kind", "src_mem", "dst_mem", "dtype", "name", "cau
 _SITE_LABELS = ("user_node", "user_function", "user_file", "user_line", "user_module",
                 "user_source", "mechanism", "torch_op", "py_api", "site")
 # Event columns each saving model reads (besides the relation's row key).
-_MODEL_COLUMNS = {"speedup": ("dur_ns", "precision", "flops", "intensity"),
+_MODEL_COLUMNS = {"speedup": ("dur_ns", "precision", "op_class", "flops"),
                   "cuda-graph": ("step",), "batch": ("call_instance",)}
 
 

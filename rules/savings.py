@@ -40,11 +40,13 @@ if TYPE_CHECKING:
 MODELS = ("batch", "remove", "unblock", "pin", "async", "speedup", "shorten-gaps", "cuda-graph",
           "none")
 # CPU cost of one async copy call, when the capture has no pinned copy to measure it from;
-# and of one graph launch and the GPU time each graph node adds, when it has no graph launch.
-# Measured on the H200 (docs/benchmarks.md, "Replay calibration").
-ASYNC_COPY_CALL_NS = 4_000
-GRAPH_LAUNCH_NS = 8_000
-GRAPH_NODE_NS = 1_000
+# and of one graph replay (its cost grows with the graph's kernels) and the GPU time each
+# graph node adds, when it has no graph launch. Measured on the H200 by
+# bench/whatif/calibrate.py (bench/whatif/results/h200/, docs/benchmarks.md).
+ASYNC_COPY_CALL_NS = 6_500
+GRAPH_LAUNCH_NS = 5_000  # per replay
+GRAPH_LAUNCH_NODE_NS = 200  # per kernel node of the replayed graph
+GRAPH_NODE_NS = 0  # replayed kernels ran back to back: no GPU time added per node
 MIN_GRAPH_RUN = 4  # consecutive launches a CUDA graph would replace
 
 
@@ -213,15 +215,16 @@ def _speedup(model: dict, relation: str, rows: pl.DataFrame, analysis: Analysis,
                    describe=f"replayed with these {rows.height:,} kernels {factor:.1f}x faster "
                             f"({model['factor']})")
     target = model["to"]
-    by_precision = rows.with_columns(pl.col("precision").fill_null("fp32")) \
-        if "precision" in rows.columns else rows.with_columns(pl.lit("fp32").alias("precision"))
-    for (precision,), part in by_precision.group_by("precision"):
+    part_cols = [c for c in ("precision", "op_class") if c in rows.columns]
+    rows = rows.with_columns([pl.col(c).fill_null("fp32" if c == "precision" else "gemm")
+                              for c in part_cols])
+    for col, default in (("precision", "fp32"), ("op_class", "gemm")):
+        if col not in rows.columns:
+            rows = rows.with_columns(pl.lit(default).alias(col))
+    for (precision, op_class), part in rows.group_by("precision", "op_class"):
         d = part["dur_ns"].to_numpy()
         flops = part["flops"].cast(pl.Float64).to_numpy() if "flops" in part.columns else None
-        moved = None
-        if flops is not None and "intensity" in part.columns:
-            moved = (part["flops"].cast(pl.Float64) / part["intensity"]).to_numpy()
-        new, how = speedup_durations(d, precision, target, _gpu_name(analysis), flops, moved)
+        new, how = speedup_durations(d, precision, target, _gpu_name(analysis), flops, op_class)
         ops.append(part["gpu_idx"].to_numpy())
         durs.append(new)
         hows.append(how)
@@ -274,13 +277,15 @@ def _cuda_graph(relation: str, rows: pl.DataFrame, analysis: Analysis) -> Fix | 
             .filter(pl.col("n") >= MIN_GRAPH_RUN))
     if runs.height == 0:
         return None
-    launch = _graph_launch_cost(analysis)
-    n = int(runs["n"].sum())
+    base, per_node, where = _graph_launch_cost(analysis)
+    sizes = runs["n"].to_numpy()
+    n = int(sizes.sum())
     return Fix(graph_first=runs["first"].to_numpy(), graph_last=runs["last"].to_numpy(),
-               graph_launch_ns=launch, graph_node_ns=GRAPH_NODE_NS, describe=(
+               graph_launch_ns=(base + per_node * sizes).astype(np.int64),
+               graph_node_ns=GRAPH_NODE_NS, describe=(
                    f"replayed with {n:,} launches in {runs.height:,} runs as CUDA graph "
-                   f"replays: {launch / 1e3:.1f} µs of CPU per graph launch and "
-                   f"{GRAPH_NODE_NS / 1e3:.1f} µs of GPU per kernel in a graph"))
+                   f"replays, each costing {base / 1e3:.1f} µs + {per_node:g} ns a kernel of CPU "
+                   f"({where}) and its kernels run back to back"))
 
 
 def repeating_steps(calls: pl.DataFrame, gpu: pl.DataFrame, steps: set[int]) -> set[int]:
@@ -303,6 +308,16 @@ def repeating_steps(calls: pl.DataFrame, gpu: pl.DataFrame, steps: set[int]) -> 
     return set(sig.join(counts.filter(pl.col("len") >= 2), on="sig")["step"].to_list())
 
 
-def _graph_launch_cost(analysis: Analysis) -> int:
-    c = analysis.facts.calls.filter(pl.col("api").cast(pl.String).str.contains("GraphLaunch"))
-    return int(c["dur_ns"].median()) if c.height >= 3 else GRAPH_LAUNCH_NS
+def _graph_launch_cost(analysis: Analysis) -> tuple[int, int, str]:
+    """CPU cost of a graph replay: base and per kernel node. From this capture's own graph
+    launches where it has some (their median, the kernels they replay counted in), else the
+    H200 measurements."""
+    facts = analysis.facts
+    c = facts.calls.filter(pl.col("api").cast(pl.String).str.contains("GraphLaunch"))
+    if c.height >= 3:
+        nodes = (facts.gpu.filter(pl.col("call_idx").is_in(c["call_idx"].implode()) & pl.col("work"))
+                 .group_by("call_idx").len()["len"])
+        per = int(c["dur_ns"].median())
+        mean_nodes = float(nodes.mean()) if nodes.len() else 0.0
+        return per, 0, f"this capture's {c.height:,} graph launches, ~{mean_nodes:.0f} kernels each"
+    return GRAPH_LAUNCH_NS, GRAPH_LAUNCH_NODE_NS, "measured on the H200"

@@ -99,7 +99,8 @@ class CaptureBuilder:
                              "ts_ns": start, "dur_ns": g_dur, "name": gpu["name"],
                              "kind": gpu["kind"], "correlation_id": corr,
                              "size_bytes": gpu.get("bytes"), "copy_kind": gpu.get("copy_kind"),
-                             "src_mem": gpu.get("src_mem"), "dst_mem": gpu.get("dst_mem")})
+                             "src_mem": gpu.get("src_mem"), "dst_mem": gpu.get("dst_mem"),
+                             "grid_x": gpu.get("grid_x")})
             self.gpu_free = start + g_dur
             if gpu.get("blocking"):  # a copy that returns when the GPU copy is done
                 dur = max(dur, self.gpu_free - ts + 1000)
@@ -115,9 +116,11 @@ class CaptureBuilder:
 
     def kernel(self, frames: Sequence[Frame], name: str = "kernel", gpu_us: float = 5.0,
                cpu_us: float = 5.0, api: str = "cudaLaunchKernel", shapes: list | None = None,
-               dtypes: list | None = None) -> int:
+               dtypes: list | None = None, grid: int | None = None) -> int:
+        """A kernel launch; ``grid``: its grid size in x (what changes with the shapes)."""
         return self.call(frames, api, "launch", cpu_us,
-                         {"kind": "kernel", "name": name, "dur_us": gpu_us}, shapes, dtypes)
+                         {"kind": "kernel", "name": name, "dur_us": gpu_us, "grid_x": grid},
+                         shapes, dtypes)
 
     def copy(self, frames: Sequence[Frame], direction: str = "DtoH", nbytes: int = 64,
              host_mem: str = "pageable", gpu_us: float = 2.0, sync: bool = True) -> None:

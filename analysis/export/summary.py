@@ -29,9 +29,9 @@ def build_report(analysis: Analysis, findings: Findings | None, top: int | None 
     window, steps = window_scale(analysis)
     tl = analysis.timeline
     report["replay"] = tl.fidelity | {"usable": tl.usable}
-    if findings is not None:
-        report["findings"] = [f.to_dict(examples, window, steps) for f in findings]
-        report["fixes_together"] = findings.what_if(window, steps)
+    report["findings"] = ([] if findings is None
+                          else [f.to_dict(examples, window, steps) for f in findings])
+    report["fixes_together"] = None if findings is None else findings.what_if(window, steps)
     if what_if is not None:
         report["what_if"] = what_if
     return report

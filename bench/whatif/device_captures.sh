@@ -20,6 +20,7 @@ for w in gpt_decode rerank decode_loop; do
         && gzip -1 "$OUT/$w/$w.trace.json"
 done
 cap compiled -- python3 bench/whatif/harness.py compiled serve --passes 3
+timeout 150 python3 bench/whatif/calibrate.py "$OUT/calibration2.json" graph,gemm,profiler_micro | tail -80
 for d in gpt_decode rerank decode_loop compiled; do
     tar czf "$OUT/$d.tgz" -C "$OUT" "$d" && rm -rf "${OUT:?}/$d"
 done

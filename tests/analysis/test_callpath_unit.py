@@ -68,3 +68,46 @@ def test_sync_records_are_not_gpu_time():
     assert paths["gpu_ns"].sum() == 50
     util = analysis.utilization
     assert util["activity_ns"] == 50 and util["devices"][0]["busy_ns"] == 50
+
+
+def test_compiled_code_is_framework_and_the_calling_line_is_the_site():
+    """torch.compile: kernels launched from Inductor's generated wrapper (under its
+    torchinductor_<user> cache folder) through Triton's launcher, and graph replays through
+    cudagraph_trees, are the user's line that called the compiled module; compiler calls (the
+    first step's autotuning) make that step warm-up and are reported as compilation."""
+    from zym.rules.testing import CaptureBuilder
+
+    user = [("python", "serve", "/srv/app/serve.py", 10), ("python", "handle", "/srv/app/serve.py", 42)]
+    dynamo = ("python", "_fn", "/usr/lib/python3.12/site-packages/torch/_dynamo/eval_frame.py", 655)
+    wrapper = ("python", "call", "/tmp/torchinductor_root/ab/cabcd1234.py", 200)
+    launcher = ("python", "launch", "/usr/lib/python3.12/site-packages/triton/backends/nvidia/driver.py", 40)
+    trees = ("python", "run", "/usr/lib/python3.12/site-packages/torch/_inductor/cudagraph_trees.py", 1800)
+    tune = ("python", "benchmark_all_configs",
+            "/usr/lib/python3.12/site-packages/torch/_inductor/runtime/triton_heuristics.py", 900)
+    b = CaptureBuilder()
+    for step in range(5):
+        with b.enclosing(user):
+            if step == 0:  # first call: Inductor autotunes (launches candidate kernels)
+                for _ in range(30):
+                    b.kernel(user + [dynamo, tune, launcher], "triton_poi_fused_0", gpu_us=5)
+            for _ in range(4):
+                b.kernel(user + [dynamo, wrapper, launcher], "triton_poi_fused_add_0", gpu_us=5)
+            b.kernel(user + [dynamo, trees], "graph", api="cuGraphLaunch", gpu_us=20)
+            b.scalar_readback(user[:1] + [("python", "handle", "/srv/app/serve.py", 43)])
+    a = b.analysis(spans=False, window="steady")
+    paths = a.call_paths.paths.filter(pl.col("kernels") > 0)
+    assert set(paths["site"]) == {"serve.py:42 handle"}
+    assert a.phases.compile_calls == 30 and a.phases.warmup_steps == 1
+    assert a.steps_in_window().count == 4
+
+
+def test_the_header_counts_processes_and_threads():
+    """Two worker processes of one thread each: 2 processes, 2 threads (not '2 thread(s)')."""
+    from zym.rules.testing import CaptureBuilder
+
+    b = CaptureBuilder()
+    for pid in (100, 200):
+        b.pid = b.tid = pid
+        b.kernel([("python", "work", "w.py", 3)], "k", gpu_us=5)
+    facts = b.analysis().to_dict()["capture"]
+    assert (facts["processes"], facts["threads"]) == (2, 2)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import subprocess
 import sys
 
@@ -26,7 +27,12 @@ def test_analyze_text_names_the_sites(sample_capture):
     assert "Top call paths by GPU time" in out and "CPU time blocked" in out
     assert "gpt_decode_server.py:40 FeedForward.forward" in out
     assert "gpt_decode_server.py:83 generate" in out
-    assert out.count("\n") < 60
+    # --top 5: at most 5 findings, kernels and paths per ranking
+    assert len(re.findall(r"^ ?\d+\. (saves|no estimate)", out, re.MULTILINE)) <= 5
+    for section in ("Top kernels by GPU time", "Top call paths by GPU time"):
+        block = out.split(section, 1)[1].split("\n\n", 1)[0]
+        assert 1 <= len(re.findall(r"^ +\d+  ", block, re.MULTILINE)) <= 5, section
+    assert max(len(line) for line in out.splitlines()) <= 80  # piped: 80 columns
 
 
 def test_analyze_json_top_limits_both_rankings(sample_capture):
@@ -117,3 +123,25 @@ def test_every_command_has_help_with_an_example(command):
     result = run(command, "--help")
     assert result.exit_code == 0
     assert "Example" in result.stdout, f"zym {command} --help shows no example"
+
+
+def test_version():
+    result = run("--version")
+    assert result.exit_code == 0 and re.fullmatch(r"zym \S+ \(capture file schema v\d+\)\n",
+                                                  result.stdout)
+
+
+def test_export_format_comes_from_the_output_name(sample_capture, tmp_path):
+    """-o x.folded writes folded stacks (not a Perfetto trace under that name); a --format
+    that the name contradicts is refused and nothing is written."""
+    folded = tmp_path / "x.folded"
+    assert run("export", str(sample_capture), "-o", str(folded), "--no-progress").exit_code == 0
+    first = folded.read_text().splitlines()[0]
+    assert re.fullmatch(r"[^ ].* \d+", first)  # "frame;frame;... weight"
+    spec = tmp_path / "x.speedscope.json"
+    assert run("export", str(sample_capture), "-o", str(spec), "--no-progress").exit_code == 0
+    assert json.loads(spec.read_text())["$schema"].startswith("https://www.speedscope.app")
+    bad = tmp_path / "y.folded"
+    result = run("export", str(sample_capture), "-o", str(bad), "-f", "perfetto")
+    assert result.exit_code == 2 and "the name says folded" in result.stderr
+    assert not bad.exists()

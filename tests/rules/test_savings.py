@@ -1,0 +1,137 @@
+"""What fixing a finding saves (rules/savings.py), on synthetic captures worked out by hand.
+
+CaptureBuilder times (rules/testing.py): a call lasts its ``cpu_us`` and the next starts 1 us
+after it; GPU work starts 1 us after its call, or when the stream is free; a sync returns 1 us
+after the GPU is done; ``scalar_readback`` is a 4 us copy into pinned memory (1 us on the GPU)
+and a 2 us sync.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from zym import rules
+from zym.analysis.throughput import speedup_durations
+from zym.rules.testing import CaptureBuilder
+
+US = 1_000
+MAIN = ("python", "main", "app.py", 1)
+SERVE = [MAIN, ("python", "serve", "app.py", 10)]
+
+HANDLE = {"kineto": SERVE + [("python", "handle", "app.py", 20)],  # a frame: its first line
+          "ebpf": SERVE + [("python", "handle", "app.py", 21)]}  # the executing line
+LOOP = {"kineto": HANDLE["kineto"], "ebpf": SERVE + [("python", "handle", "app.py", 25)]}
+FP32_GEMM = "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize64x64x8_stage3_warpsize1x4x1_ffma_x"
+
+
+def rerank(requests: int = 3, style: str = "kineto"):
+    """Per request: an encoder of 20 kernels (5 ms of GPU), then 24 scores read one by one.
+    ``kineto``: frames named by their first line, with a span per call (torch.profiler);
+    ``ebpf``: the executing line of each frame, no spans (zym capture)."""
+    b = CaptureBuilder()
+    encode = HANDLE[style] + [("python", "forward", "encoder.py", 5)]
+    for _ in range(requests):
+        with b.enclosing(HANDLE["kineto"]):
+            for _ in range(20):
+                b.kernel(encode, FP32_GEMM, gpu_us=250, cpu_us=5)
+            for _ in range(24):
+                b.scalar_readback(LOOP[style])
+    return b.analysis(spans=style == "kineto")
+
+
+@pytest.mark.parametrize("style", ["kineto", "ebpf"])
+def test_a_per_item_readback_loop_is_charged_its_round_trips_not_the_forward(style):
+    """The first .item() of a request waits ~4.9 ms for the encoder; each of the other 23 is
+    a 4 us copy, 1 us, a 2 us sync, 1 us: 8 us. Reading the scores once keeps the first wait
+    and removes 23 x 8 us per request: 3 x 184 us, not the 14.6 ms the syncs blocked."""
+    a = rerank(style=style)
+    [f] = [f for f in rules.evaluate(a) if f.rule_id == "syncs.scalar-readback"]
+    assert f.evidence["per_call"] == 24.0
+    assert f.saving_ns == 3 * 23 * 8 * US
+    assert f.cost_ns > 14 * 1000 * US  # what the syncs blocked: mostly the encoder's time
+    assert "first wait of each of 3" in f.saving_how
+
+
+def test_fp32_kernels_to_tf32_save_what_the_measured_rates_say():
+    """The encoder's 60 fp32 GEMMs of 250 us make the run GPU-bound. On the H200 (analysis/
+    gemm_rates.yaml) fp32 reaches 43.9 TFLOP/s at 8.59 GFLOP: a 250 us kernel is a ~11 GFLOP
+    GEMM, where tf32 runs ~3.6x faster, so each kernel drops to ~70 us."""
+    a = rerank()
+    a.data.meta.gpus = [{"name": "NVIDIA H200"}]
+    [f] = [f for f in rules.evaluate(a) if f.rule_id == "compute.fp32-matmul-no-tf32"]
+    per_kernel = 250 * US - 250 * US / f_ratio()
+    # every kernel is on the critical path (each request waits for its encoder)
+    assert f.saving_ns == pytest.approx(60 * per_kernel, rel=0.02)
+
+
+def f_ratio() -> float:
+    """tf32/fp32 rate ratio for a 250 us fp32 GEMM, by hand from gemm_rates.yaml: the fp32
+    curve is log-log linear between (8.59 GFLOP, 43.9) and (137.4, 50.8); the size whose time
+    is 250 us solves g / rate(g) = 250 us."""
+    import math
+
+    def rate(g, p0, p1):
+        (x0, y0), (x1, y1) = p0, p1
+        t = (math.log(g) - math.log(x0)) / (math.log(x1) - math.log(x0))
+        return math.exp(math.log(y0) + t * (math.log(y1) - math.log(y0)))
+
+    lo, hi = 8.59, 137.439
+    for _ in range(80):
+        g = (lo + hi) / 2
+        if g / rate(g, (8.59, 43.9), (137.439, 50.8)) * 1e6 > 250 * US:
+            hi = g
+        else:
+            lo = g
+    return rate(g, (8.59, 150.7), (137.439, 377.9)) / rate(g, (8.59, 43.9), (137.439, 50.8))
+
+
+def test_speedup_sizes_small_gemms_as_memory_bound():
+    """A 0.13 GFLOP fp32 GEMM (27 us at 4.7 TFLOP/s) gains nothing from tf32 on the H200
+    (4.6 TFLOP/s): decode-sized matmuls are bound by memory, not math."""
+    new, how = speedup_durations(np.array([28_500]), "fp32", "tf32", "NVIDIA H200")
+    assert new[0] >= 28_500 and "measured on the H200" in how
+    new, _ = speedup_durations(np.array([195_700]), "fp32", "tf32", "NVIDIA H200")
+    assert new[0] == pytest.approx(195_700 * 43.9 / 150.7, rel=0.01)  # 8.59 GFLOP
+
+
+def _steps(b: CaptureBuilder, grids: list[int]) -> None:
+    for g in grids:
+        with b.enclosing(SERVE + [("python", "step", "app.py", 30)]):
+            for _ in range(40):
+                b.kernel(SERVE + [("python", "step", "app.py", 31)], "tiny", gpu_us=2, cpu_us=8,
+                         grid=g)
+            b.scalar_readback(SERVE + [("python", "step", "app.py", 32)])
+
+
+def test_cuda_graphs_replay_only_steps_that_repeat():
+    """Steps launching the same kernels with the same grids can be graphed (all but the
+    first occurrence of each shape); when every step's grids differ, there is no estimate."""
+    b = CaptureBuilder()
+    _steps(b, [64] * 6)
+    [f] = [f for f in rules.evaluate(b.analysis()) if f.rule_id == "compute.launch-bound-step"]
+    # per step: 40 launches cost 359 us of CPU for 80 us of GPU; as graphs, the GPU bounds it
+    assert 5 * 250 * US < f.saving_ns < 6 * 300 * US
+    b = CaptureBuilder()
+    _steps(b, [64, 65, 66, 67, 68, 69])
+    [f] = [f for f in rules.evaluate(b.analysis()) if f.rule_id == "compute.launch-bound-step"]
+    assert f.saving_ns is None and "shapes change" in f.saving_how
+
+
+def test_no_estimate_without_a_gpu_side():
+    """An eBPF-only capture (no CUPTI): waiting and working cannot be told apart."""
+    b = CaptureBuilder()
+    for _ in range(3):
+        with b.enclosing(SERVE + [("python", "handle", "app.py", 20)]):
+            for _ in range(8):
+                b.scalar_readback(LOOP["ebpf"])
+    found = rules.evaluate(b.analysis(drop="gpu"))
+    assert found and all(f.saving_ns is None for f in found)
+    assert "no GPU side" in found[0].saving_how and found.total_ns is None
+
+
+def test_fixes_together_are_one_replay_and_increments_add_up():
+    a = rerank()
+    found = rules.evaluate(a)
+    estimated = [f for f in found if f.saving_ns is not None]
+    assert len(estimated) >= 2
+    assert sum(f.saving_incremental_ns for f in estimated) == found.total_ns
+    assert found.total_ns <= sum(f.saving_ns for f in estimated)
