@@ -8,13 +8,14 @@ from __future__ import annotations
 import json
 import sys
 from collections import defaultdict
+from pathlib import Path
 from statistics import median
 
 
 def main() -> int:
     rows, sources, gpu = [], [], None
     for path in sys.argv[1:]:
-        doc = json.loads(open(path).read())
+        doc = json.loads(Path(path).read_text())
         gpu = gpu or doc["gpu"]
         rows += doc.get("gemm", [])
         sources.append(f"{path} (torch {doc['torch']})")
