@@ -40,10 +40,12 @@ import polars as pl
 if TYPE_CHECKING:
     from .facts import Facts
 
-# CPU time torch.profiler (with_stack=True, record_shapes=True) adds per recorded CPU event
-# (Python span, torch op, runtime call), measured on the H200 (docs/benchmarks.md, "Replay
-# calibration"). Traces of other settings or machines are deflated by the same figure.
-KINETO_NS_PER_EVENT = 1_395
+# CPU time torch.profiler (CPU + CUDA activities, with_stack=True, record_shapes=True) adds
+# per recorded CPU event, by kind: a Python call, a torch op, a CUDA runtime/driver call.
+# Measured on the H200 host (bench/whatif/calibrate.py, bench/whatif/results/h200/;
+# docs/benchmarks.md, "Replay calibration"): the average over a launch-bound decoding loop's
+# events was 1.40 us. Traces of other settings or machines are deflated by the same figures.
+KINETO_NS_PER_EVENT = {"python_function": 1_395, "cpu_op": 1_395, "cuda_runtime": 1_395}
 # An operation that starts within this of its stream's previous one ending was queued behind
 # it: its launch latency is not observable.
 QUEUED_SLACK_NS = 1_000
@@ -452,8 +454,8 @@ class Timeline:
 
 
 def events_in_gaps(calls: pl.DataFrame, spans: pl.DataFrame | None) -> np.ndarray:
-    """Per call (``Facts.calls`` order): how many recorded CPU spans start on its thread in the
-    gap before it (after the previous call of the thread started). A profiler's own cost lands
+    """Per call (``Facts.calls`` order): how many of ``spans`` start on its thread in the gap
+    before it (after the previous call of the thread started). A profiler's own cost lands
     there. One search per thread (threads are few), none per event."""
     n = calls.height
     out = np.zeros(n, np.int64)

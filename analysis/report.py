@@ -227,8 +227,9 @@ def capture_overhead(analysis: Analysis) -> np.ndarray:
     """CPU time the recording itself added before each call of the window (``Facts.calls``
     order), so replays predict the run without the profiler: a zym capture states its own
     cost per call (``extra.capture_cost.added_ns_per_call``); a torch.profiler trace costs
-    :data:`zym.analysis.replay.KINETO_NS_PER_EVENT` per recorded CPU event."""
-    from .replay import KINETO_NS_PER_EVENT
+    :data:`zym.analysis.replay.KINETO_NS_PER_EVENT` per recorded event (its torch ops and
+    Python calls that start in the gap, and the runtime call itself)."""
+    from .replay import KINETO_NS_PER_EVENT as COST
 
     meta = analysis.data.meta
     n = analysis.facts.calls.height
@@ -236,11 +237,19 @@ def capture_overhead(analysis: Analysis) -> np.ndarray:
     per_call = cost.get("added_ns_per_call")
     if isinstance(per_call, (int, float)) and per_call > 0:
         return np.full(n, int(per_call), np.int64)
+    if "kineto" not in (meta.producer or "").lower():
+        return np.zeros(n, np.int64)
     spans = analysis.data.spans()
-    if "kineto" in (meta.producer or "").lower() and KINETO_NS_PER_EVENT:
-        events = events_in_gaps(analysis.facts.calls, spans) + 1  # the call itself is one
-        return events * KINETO_NS_PER_EVENT
-    return np.zeros(n, np.int64)
+    calls = analysis.facts.calls
+    out = np.full(n, COST["cuda_runtime"], np.int64)
+    if spans is not None and spans.height:
+        is_op = spans["op_id"].is_not_null() if "op_id" in spans.columns else None
+        for kind, part in (("cpu_op", spans.filter(is_op) if is_op is not None else None),
+                           ("python_function", spans.filter(~is_op) if is_op is not None
+                            else spans)):
+            if part is not None:
+                out += events_in_gaps(calls, part) * COST[kind]
+    return out
 
 
 def restrict(data: CaptureData, whole: Facts, t0: int, t1: int) -> CaptureData:

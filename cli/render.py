@@ -12,6 +12,7 @@ import textwrap
 
 from rich.console import Console
 from rich.text import Text
+from zym.analysis.export.summary import phase_line, plural, saving_text
 from zym.analysis.units import fmt_bytes, fmt_ns
 from zym.schemas.text import md_code, md_text, printable
 
@@ -39,10 +40,6 @@ def _wrap(console: Console, text: str, indent: int, first: str | None = None,
         console.print(Text(line, style=style or ""), soft_wrap=False)
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n:,} {word}" + ("" if n == 1 else "s")
-
-
 # ---------------------------------------------------------------------------------------------
 # Summary
 
@@ -53,10 +50,10 @@ def render_summary(report: dict, console: Console) -> None:
     versions = ", ".join(v if k in v else f"{k} {v}"  # "CUDA driver API 13.0" names itself
                          for k, v in (("driver", cap["driver_version"]),
                                       ("runtime", cap["runtime_version"])) if v)
-    who = f"{_plural(cap['processes'], 'process')}, {_plural(cap['threads'], 'thread')}"
+    who = f"{plural(cap['processes'], 'process')}, {plural(cap['threads'], 'thread')}"
     _wrap(console, f"{cap['producer']} · {gpus}" + (f" ({versions})" if versions else "")
           + f" · {who}", 4, "  ")
-    _wrap(console, _phase_line(ph), 4, "  ")
+    _wrap(console, phase_line(ph), 4, "  ")
     ops = (f"{cap['gpu_ops']:,} GPU ops ({cap['kernels']:,} kernels, {cap['copies']:,} copies, "
            f"{cap['memsets']:,} memsets)")
     syncs = f" · {cap['sync_records']:,} sync records" if cap.get("sync_records") else ""
@@ -90,28 +87,6 @@ def _capture_cost(cost: dict) -> str:
     return ", ".join(parts) or ", ".join(f"{k} {v}" for k, v in cost.items())
 
 
-def _phase_line(ph: dict) -> str:
-    if not ph:
-        return ""
-    parts = [f"capture {fmt_ns(ph['capture_ns'])}"]
-    if ph.get("startup"):
-        parts.append(f"startup {fmt_ns(ph['startup']['dur_ns'])}")
-    if ph.get("warmup"):
-        parts.append(f"warm-up {_plural(ph['warmup']['steps'], 'step')} "
-                     f"({fmt_ns(ph['warmup']['dur_ns'])})")
-    steps = ph.get("steps")
-    window = ph["window"]
-    if window == "steady" and steps and steps["in_window"]:
-        parts.append(f"analyzed: steady state, {_plural(steps['in_window'], 'step')} of "
-                     f"{steps['function']} ({fmt_ns(ph['window_ns'])}, "
-                     f"{fmt_ns(steps['mean_ns'])} a step on average)")
-    else:
-        what = "the whole capture" if window in ("all",) or not ph.get("startup") and \
-            window == "steady" else f"--window {window}"
-        parts.append(f"analyzed: {what} ({fmt_ns(ph['window_ns'])})")
-    return " · ".join(parts)
-
-
 def render_outside(report: dict, console: Console) -> None:
     """Startup and warm-up: one-time work, reported apart and not ranked."""
     ph = report.get("phases") or {}
@@ -134,7 +109,7 @@ def render_outside(report: dict, console: Console) -> None:
         _wrap(console, ", ".join(what), 4, "  ")
     if ph.get("compile"):
         _wrap(console, f"compilation (torch.compile, Triton): "
-                       f"{_plural(ph['compile']['calls'], 'CUDA call')} over "
+                       f"{plural(ph['compile']['calls'], 'CUDA call')} over "
                        f"{fmt_ns(ph['compile']['span_ns'])}", 4, "  ")
     for note in notes:
         _wrap(console, note, 4, "  ", style="dim")
@@ -143,24 +118,13 @@ def render_outside(report: dict, console: Console) -> None:
 # ---------------------------------------------------------------------------------------------
 # Findings
 
-def saving_text(f: dict) -> str:
-    """``saves ~12.3 ms (4.5% · 1.2 ms/step)``, or why there is no estimate."""
-    if f.get("saving_ns") is None:
-        return "no estimate"
-    parts = [f"{f['saving_pct_of_window']:.1f}%"] if f.get("saving_pct_of_window") is not None \
-        else []
-    if f.get("saving_per_step_ns") is not None:
-        parts.append(f"{fmt_ns(f['saving_per_step_ns'])}/step")
-    return f"saves ~{fmt_ns(f['saving_ns'])}" + (f" ({' · '.join(parts)})" if parts else "")
-
-
 def render_findings(report: dict, console: Console, limit: int | None = None) -> None:
     """Findings ranked by what fixing them saves: the saving, severity and title; the site and
     its source line; what was observed; how the saving was estimated; the fix."""
     findings = report["findings"]
     shown = findings if limit is None else findings[:limit]
     together = report.get("fixes_together") or {}
-    head = f"What to fix first: {_plural(len(findings), 'finding')}"
+    head = f"What to fix first: {plural(len(findings), 'finding')}"
     if together.get("saving_ns") is not None:
         head += (f"; all their fixes together save ~{fmt_ns(together['saving_ns'])} of the "
                  f"{fmt_ns(report['gpu']['window_ns'])} window")
@@ -318,7 +282,7 @@ def render_markdown(report: dict, top: int | None = None) -> str:
            f"{_md(cap['producer'])} · {gpus} · {cap['calls']:,} CUDA calls · {cap['gpu_ops']:,} "
            f"GPU ops · window {fmt_ns(gpu['window_ns'])}"
            + "".join(f" · GPU {d['device_id']} busy {d['busy_pct']:.1f}%" for d in gpu["devices"]),
-           "", _md(_phase_line(ph)), ""]
+           "", _md(phase_line(ph)), ""]
     findings = report.get("findings", [])
     shown = findings if top is None else findings[:top]
     together = report.get("fixes_together") or {}

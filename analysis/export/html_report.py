@@ -55,27 +55,13 @@ def flame_tree(src: ExportSource) -> dict:
 
 
 def report_data(src: ExportSource, top: int = 15) -> dict:
-    """Everything the page shows, as JSON-ready data."""
-    summary = src.analysis.to_dict(top)
-    findings = sorted(src.findings, key=lambda f: (SEVERITY_ORDER.get(f["severity"], 3),
-                                                   -(f.get("cost_ns") or 0)))
-    return {
-        "capture": summary["capture"], "gpu": summary["gpu"],
-        "paths_by_gpu_time": summary["paths_by_gpu_time"],
-        "paths_by_cpu_blocked": summary["paths_by_cpu_blocked"],
-        "findings": [_finding(f) for f in findings],
-        "flame": flame_tree(src),
-        "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
+    """Everything the page shows, as JSON-ready data: ``zym analyze``'s report (the same
+    findings in the same order, with the same counts and savings) and the flamegraph."""
+    from .summary import build_report
 
-
-def _finding(f: dict) -> dict:
-    occ = f["occurrences"]
-    examples = (occ.sort("dur_ns", "ts_ns", descending=[True, False], nulls_last=True).head(5)
-                .to_dicts())
-    return {k: f.get(k) for k in ("rule_id", "severity", "title", "message", "site",
-                                  "user_chain", "evidence", "fix", "cost_ns")} | {
-        "occurrences": occ.height, "examples": examples}
+    d = build_report(src.analysis, src.found, top, examples=5)
+    return d | {"flame": flame_tree(src),
+                "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
 
 def _ms(ns) -> str:
@@ -88,13 +74,22 @@ def _summary_html(d: dict) -> str:
     gpus = ", ".join(f"GPU {x.get('id')}: {x.get('name')}" for x in c.get("gpus") or []) or "—"
     busy = "; ".join(f"GPU {x['device_id']} busy {x['busy_pct']:.1f}% ({_ms(x['busy_ns'])}), "
                      f"idle {_ms(x['idle_ns'])}" for x in g.get("devices", [])) or "no GPU work"
+    from .summary import phase_line
+
+    together = d.get("fixes_together") or {}
+    saving = ("—" if together.get("saving_ns") is None else
+              f"~{_ms(together['saving_ns'])} of the window"
+              + (f" ({together['saving_pct_of_window']:.1f}%)"
+                 if together.get("saving_pct_of_window") is not None else ""))
     rows = [("Capture", Path(str(c["source"])).name), ("Producer", c.get("producer") or "—"),
             ("Host", c.get("host") or "—"), ("GPUs", gpus),
-            ("Window", _ms(g.get("window_ns"))), ("GPU", busy),
+            ("Analyzed", phase_line(d.get("phases") or {}) or _ms(g.get("window_ns"))),
+            ("GPU", busy),
             ("GPU time attributed to a call path", _ms(g.get("attributed_ns"))),
             ("Work", (f"{c['kernels']:,} kernels, {c['copies']:,} copies, {c['memsets']:,} "
-                      f"memsets from {c['calls']:,} CUDA calls on {c['threads']} thread(s), "
-                      f"{c['paths']:,} call paths"))]
+                      f"memsets from {c['calls']:,} CUDA calls on {c['processes']:,} "
+                      f"process(es), {c['threads']:,} thread(s); {c['paths']:,} call paths")),
+            ("All fixes together save", saving)]
     if c.get("dropped"):
         rows.append(("Dropped events", ", ".join(f"{k}: {v:,}" for k, v in c["dropped"].items())))
     body = "".join(f"<tr><th>{escape(k)}</th><td>{escape(str(v))}</td></tr>" for k, v in rows)
@@ -104,6 +99,8 @@ def _summary_html(d: dict) -> str:
 def _findings_html(findings: list[dict]) -> str:
     if not findings:
         return '<p class="none">No findings: no rule fired on this capture.</p>'
+    from .summary import saving_text
+
     out = []
     for i, f in enumerate(findings):
         ev = "".join(f"<tr><th>{escape(str(k))}</th><td>{escape(_fmt(k, v))}</td></tr>"
@@ -114,9 +111,11 @@ def _findings_html(findings: list[dict]) -> str:
             f'<header><span class="badge">{escape(f["severity"] or "")}</span>'
             f'<h3>{escape(f["title"] or f["rule_id"])}</h3>'
             f'<code class="rule">{escape(f["rule_id"])}</code></header>'
-            f'<p class="site">at <code>{escape(f["site"] or "")}</code> · '
-            f'{f["occurrences"]:,} occurrence(s) · cost {_ms(f.get("cost_ns"))}</p>'
-            f'<p>{escape(f["message"] or "")}</p>'
+            f'<p class="site"><b>{i + 1}.</b> at <code>{escape(f["site"] or "")}</code> · '
+            f'<b>{escape(saving_text(f))}</b> · observed {_ms(f.get("cost_ns"))}</p>'
+            + (f'<pre class="source">{escape(f["source"])}</pre>' if f.get("source") else "")
+            + f'<p>{escape(f["message"] or "")}</p>'
+            + f'<p class="estimate">{escape(f.get("saving_how") or "")}</p>'
             + (f'<p class="fix"><b>Fix:</b> {escape(f["fix"])}</p>' if f.get("fix") else "")
             + (f'<details><summary>Evidence and call chain</summary>'
                f'<p class="chain">{chain}</p><table class="kv">{ev}</table></details>')
@@ -166,11 +165,12 @@ def render_report(src: ExportSource, top: int = 15) -> str:
 <title>zym report: {escape(name)}</title><style>{STYLE}</style></head>
 <body>
 <header class="top"><h1>zym report <span>{escape(name)}</span></h1>
-<nav><a href="#summary">Summary</a><a href="#findings">Findings ({n})</a>
+<nav><a href="#summary">Summary</a><a href="#findings">What to fix first ({n})</a>
 <a href="#flamegraph">GPU-time flamegraph</a><a href="#paths">Top call paths</a></nav></header>
 <main>
 <section id="summary"><h2>Summary</h2>{_summary_html(d)}</section>
-<section id="findings"><h2>Findings <small>{n}, most severe and costly first</small></h2>
+<section id="findings"><h2>What to fix first <small>{n} findings, ranked by what fixing
+each saves (as zym analyze ranks them)</small></h2>
 {_findings_html(d["findings"])}</section>
 <section id="flamegraph"><h2>GPU-time flamegraph <small>Python → torch op → CUDA call →
 GPU operation; width is GPU time. Click a frame to zoom, click the top bar to zoom out.</small>

@@ -25,7 +25,7 @@ class ExportSource:
     spans: pl.DataFrame  # span table of the whole capture (pid, tid, ts_ns, dur_ns, stack_id, ...)
     findings: list[dict]  # rule findings as plain dicts (see findings_of), ranked as the CLI ranks
     spans_reconstructed: bool = False  # True when rebuilt from call stacks (eBPF captures)
-    what_if: dict | None = None  # all fixes together (Findings.what_if)
+    found: object = None  # the zym.rules.Findings behind ``findings`` (ranking, savings)
 
     @property
     def data(self):
@@ -50,8 +50,13 @@ def load_export_source(path: str | Path, progress: Progress | None = None,
     reconstructed = False
     if spans.height == 0 and data.calls.height:
         spans, reconstructed = spans_from_call_stacks(data.calls, data.stacks, data.frames), True
-    findings, what_if = findings_of(analysis) if with_findings else ([], None)
-    return ExportSource(analysis, spans, findings, reconstructed, what_if)
+    found = None
+    if with_findings:
+        from zym.rules import evaluate
+
+        found = evaluate(analysis)
+    findings = findings_of(analysis, found) if found is not None else []
+    return ExportSource(analysis, spans, findings, reconstructed, found)
 
 
 def _conformed(table: str, df: pl.DataFrame) -> pl.DataFrame:
@@ -141,21 +146,16 @@ def _ancestors(stacks: pl.DataFrame) -> pl.DataFrame:
     return pl.concat(out)
 
 
-def findings_of(analysis: Analysis) -> tuple[list[dict], dict | None]:
-    """The rule engine's findings as dicts, ranked, and what all their fixes save together."""
+def findings_of(analysis: Analysis, found=None) -> list[dict]:
+    """The rule engine's findings as dicts (ranked as ``zym analyze`` ranks them), each with
+    its occurrences as a polars frame."""
     from zym.rules import evaluate
 
-    found = evaluate(analysis)
-    window, steps = analysis_scale(analysis)
-    return ([finding_dict(f) | f.to_dict(0, window, steps) for f in found],
-            found.what_if(window, steps))
+    from .summary import window_scale
 
-
-def analysis_scale(analysis: Analysis) -> tuple[int, int]:
-    """The window length and its number of steps (0 without steps): what savings are
-    expressed against."""
-    steps = analysis.steps_in_window()
-    return analysis.facts.window_ns, (steps.count if steps is not None else 0)
+    found = evaluate(analysis) if found is None else found
+    window, steps = window_scale(analysis)
+    return [finding_dict(f) | f.to_dict(0, window, steps) for f in found]
 
 
 FINDING_KEYS = ("rule_id", "severity", "title", "message", "site", "site_id", "user_chain",

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from zym.analysis.units import fmt_ns
+
 if TYPE_CHECKING:
     from zym.analysis import Analysis
     from zym.rules.findings import Findings
@@ -35,3 +37,41 @@ def build_report(analysis: Analysis, findings: Findings | None, top: int | None 
     if what_if is not None:
         report["what_if"] = what_if
     return report
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n:,} {word}" + ("" if n == 1 else ("es" if word.endswith("ss") else "s"))
+
+
+def phase_line(ph: dict) -> str:
+    """One line: the capture's phases and what was analyzed."""
+    if not ph:
+        return ""
+    parts = [f"capture {fmt_ns(ph['capture_ns'])}"]
+    if ph.get("startup"):
+        parts.append(f"startup {fmt_ns(ph['startup']['dur_ns'])}")
+    if ph.get("warmup"):
+        parts.append(f"warm-up {plural(ph['warmup']['steps'], 'step')} "
+                     f"({fmt_ns(ph['warmup']['dur_ns'])})")
+    steps = ph.get("steps")
+    window = ph["window"]
+    if window == "steady" and steps and steps["in_window"]:
+        parts.append(f"analyzed: steady state, {plural(steps['in_window'], 'step')} of "
+                     f"{steps['function']} ({fmt_ns(ph['window_ns'])}, "
+                     f"{fmt_ns(steps['mean_ns'])} a step on average)")
+    else:
+        what = "the whole capture" if window in ("all",) or not ph.get("startup") and \
+            window == "steady" else f"--window {window}"
+        parts.append(f"analyzed: {what} ({fmt_ns(ph['window_ns'])})")
+    return " · ".join(parts)
+
+
+def saving_text(f: dict) -> str:
+    """``saves ~12.3 ms (4.5% · 1.2 ms/step)``, or why there is no estimate."""
+    if f.get("saving_ns") is None:
+        return "no estimate"
+    parts = [f"{f['saving_pct_of_window']:.1f}%"] if f.get("saving_pct_of_window") is not None \
+        else []
+    if f.get("saving_per_step_ns") is not None:
+        parts.append(f"{fmt_ns(f['saving_per_step_ns'])}/step")
+    return f"saves ~{fmt_ns(f['saving_ns'])}" + (f" ({' · '.join(parts)})" if parts else "")

@@ -29,7 +29,8 @@ def test_self_contained(report_html):
 
 def test_sections_and_findings(report_html, export_source):
     html = report_html.read_text()
-    for heading in ("Summary", "Findings", "GPU-time flamegraph", "Top call paths by GPU time"):
+    for heading in ("Summary", "What to fix first", "GPU-time flamegraph",
+                    "Top call paths by GPU time"):
         assert heading in html
     for f in export_source.findings:
         assert f["rule_id"] in html
@@ -50,11 +51,34 @@ def test_flame_tree_widths_add_up(export_source):
 def test_trace_text_cannot_inject_markup(export_source):
     import copy
 
+    import dataclasses
+
+    from zym.rules.findings import Findings
+
     src = copy.copy(export_source)
     evil = "</script><script>alert(1)</script><b>x</b>"
-    src.findings = [dict(export_source.findings[0], title=evil, message=evil, site=evil)]
+    first = dataclasses.replace(export_source.found[0], title=evil, message=evil, site=evil,
+                                source=evil, saving_how=evil)
+    src.found = Findings([first])
     html = render_report(src)
     assert evil not in html and "&lt;/script&gt;" in html
+
+
+def test_the_page_ranks_and_counts_findings_as_the_cli_does(report_html, sample_capture):
+    """Same findings, same order, same numbers as `zym analyze -f json` (one report dict)."""
+    import json
+    import re
+    from html import escape
+
+    from typer.testing import CliRunner
+    from zym.cli.main import app
+
+    cli = json.loads(CliRunner().invoke(app, ["analyze", str(sample_capture), "-f", "json"]).stdout)
+    html = report_html.read_text()
+    rules_in_page = re.findall(r'<code class="rule">([^<]+)</code>', html)
+    assert rules_in_page == [f["rule_id"] for f in cli["findings"]]
+    for i, f in enumerate(cli["findings"], 1):
+        assert escape(f["message"]) in html and f"<b>{i}.</b> at" in html
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (scripts/setup-browser.sh "
