@@ -50,7 +50,6 @@ def test_flame_tree_widths_add_up(export_source):
 
 def test_trace_text_cannot_inject_markup(export_source):
     import copy
-
     import dataclasses
 
     from zym.rules.findings import Findings
