@@ -81,8 +81,9 @@ COLUMNS: dict[str, dict[str, str]] = {
         "follows_dtoh": "the previous call on the thread was a device-to-host copy",
         "follows_copy": "the previous call on the thread was a copy (any direction)",
         "prev_copy_bytes": "bytes of the previous call on the thread when it was a copy",
-        "call_instance": "the enclosing call of the user function (Kineto span), else the step "
-                         "the call ran in, else a run of calls from one user frame",
+        "call_instance": "the call of the site's function the call ran in: its Kineto span, "
+                         "else the run of calls through the same caller line and function, "
+                         "never across two steps (zym.analysis.instances)",
         "step": "index of the step the call ran in (null outside steps)",
         "gpu_idle_ns": "GPU idle time that began while the CPU was blocked in this call",
         **SITE_DOC, **OP_DOC,
