@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import io
 import json
-import struct
 import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from zym.schemas.errors import InputError
 from zym.schemas.meta import CaptureMeta
 
@@ -46,9 +46,6 @@ RAW_COLUMNS: dict[str, dict[str, str]] = {
     "frames": {"pid": "int64", "hash": "uint64", "stack_key": "int64", "depth": "int32",
                "kind": "string", "name": "string", "file": "string", "line": "int32"},
 }
-_CALL_FORMAT = events.struct_format(events.Call)
-_CALL_FIELDS = [name for name, _ in events.Call._fields_]
-_CALL_PICK = [_CALL_FIELDS.index(c) for c in RAW_COLUMNS["calls"]]
 
 
 def raw_schema(table: str):  # -> pa.Schema
@@ -88,16 +85,23 @@ class RawWriter:
             self._sinks = {t: ChecksummedFile(raw_dir / f"{t}.arrow") for t in RAW_COLUMNS}
             self._writers = {t: ipc.new_stream(self._sinks[t], self._schemas[t])
                              for t in RAW_COLUMNS}
-        self._call_records: list[bytes] = []
+        self._call_records: list[np.ndarray] = []
+        self._pending_calls = 0
         self._last_flush = time.monotonic()
         self.rows = {t: 0 for t in RAW_COLUMNS}
         self._closed = False
 
-    def add_call(self, record: bytes) -> None:
-        """One ``struct zym_call`` as received: decoded per batch, not per call."""
-        self._call_records.append(record)
-        if len(self._call_records) >= FLUSH_ROWS:
+    def add_calls(self, records: np.ndarray) -> None:
+        """Call records as drained from the ring (``events.CALL_DTYPE``): kept as they are and
+        decoded into columns a batch at a time, never one call at a time."""
+        self._call_records.append(records)
+        self._pending_calls += len(records)
+        if self._pending_calls >= FLUSH_ROWS:
             self.flush()
+
+    def add_call(self, record: bytes) -> None:
+        """One ``struct zym_call`` as bytes (tests, and records from elsewhere)."""
+        self.add_calls(np.frombuffer(record, dtype=events.CALL_DTYPE, count=1).copy())
 
     def add(self, table: str, **row: Any) -> None:
         buf = self._buffers[table]
@@ -107,13 +111,14 @@ class RawWriter:
             self.flush()
 
     def _decode_calls(self) -> None:
+        """The pending call records as the raw stream's columns, one numpy cast each."""
         if not self._call_records:
             return
-        rows = struct.iter_unpack(_CALL_FORMAT, b"".join(self._call_records))
-        columns = list(zip(*rows))
-        for name, index in zip(RAW_COLUMNS["calls"], _CALL_PICK):
-            self._buffers["calls"][name].extend(columns[index])
+        recs = np.concatenate(self._call_records)
+        for name, type_ in RAW_COLUMNS["calls"].items():
+            self._buffers["calls"][name].append(recs[name].astype(type_))
         self._call_records.clear()
+        self._pending_calls = 0
 
     def maybe_flush(self) -> None:
         if time.monotonic() - self._last_flush >= FLUSH_SECONDS:
@@ -124,21 +129,26 @@ class RawWriter:
         self._decode_calls()
         for table in ("frames", "calls"):
             buf = self._buffers[table]
+            if table == "calls" and buf["pid"]:   # numpy arrays, one per decoded batch
+                buf = {c: np.concatenate(v) for c, v in buf.items()}
             n = len(buf["pid"])
             if n:
                 self._write(table, buf)
                 self.rows[table] += n
-                for values in buf.values():
+                for values in self._buffers[table].values():
                     values.clear()
         self._last_flush = time.monotonic()
 
     def _write(self, table: str, buf: dict[str, list[Any]]) -> None:
         if self._pa is None:
-            rows = (dict(zip(buf, values)) for values in zip(*buf.values()))
+            cols = {c: v.tolist() if isinstance(v, np.ndarray) else v for c, v in buf.items()}
+            rows = (dict(zip(cols, values)) for values in zip(*cols.values()))
             self._writers[table].write("".join(json.dumps(r) + "\n" for r in rows))
             self._writers[table].flush()
         else:
-            batch = self._pa.record_batch(list(buf.values()), schema=self._schemas[table])
+            batch = self._pa.record_batch([self._pa.array(v, type=f.type) for v, f in
+                                           zip(buf.values(), self._schemas[table])],
+                                          schema=self._schemas[table])
             self._writers[table].write_batch(batch)
         self._sinks[table].checkpoint()
 
