@@ -69,6 +69,7 @@ class CaptureConfig:
     # Return probes on syncs and blocking copies give their CPU-side duration; off when CUPTI
     # records those durations (capture_with_gpu), which saves a trap per such call.
     return_probes: bool = True
+    force_return_probes: bool = False   # keep them even when CUPTI records the durations
     # Budget mode: adapt the stack-walk sampling to keep the estimated overhead under this %.
     max_overhead_pct: float | None = None
 

@@ -47,7 +47,7 @@ def test_exact_stacks_per_python_version(version, fake_cuda, tmp_path):
     python = python_for(version)
     if python is None:
         pytest.skip(f"no CPython {version} under pyenv")
-    run = zym_capture(["--", python, str(WORKLOAD)], tmp_path / "cap.parquet", env={
+    run = zym_capture(["--return-probes", "--", python, str(WORKLOAD)], tmp_path / "cap.parquet", env={
         "FAKECUDA": "libcuda.so.1", "LD_LIBRARY_PATH": str(fake_cuda),
         "ITERS": str(ITERS), "SYNC_US": str(SYNC_US)})
     assert run.rc == 0, run.stderr
@@ -97,7 +97,7 @@ def test_statically_linked_distribution_python(fake_cuda, tmp_path):
     """Debian's /usr/bin/python3 has the interpreter in the executable (no libpython)."""
     if not os.path.exists(DISTRO_PYTHON):
         pytest.skip("no /usr/bin/python3")
-    run = zym_capture(["--", DISTRO_PYTHON, str(WORKLOAD)], tmp_path / "cap.parquet", env={
+    run = zym_capture(["--return-probes", "--", DISTRO_PYTHON, str(WORKLOAD)], tmp_path / "cap.parquet", env={
         "FAKECUDA": "libcuda.so.1", "LD_LIBRARY_PATH": str(fake_cuda), "ITERS": "2",
         "SYNC_US": "1000", "LINGER": LINGER})
     assert run.rc == 0, run.stderr
