@@ -144,7 +144,8 @@ class Collector:
             kind = "python" if file else "native"
             self.writer.add("frames", pid=s.pid, hash=s.hash, stack_key=key, depth=depth,
                             kind=kind, name=name, file=file or None,
-                            line=line if file else None)
+                            line=line if file else None,
+                            source=sym.source(file, line) if sym and file else None)
 
     def _on_proc(self, e: events.ProcEvent) -> None:
         if e.what == events.PROC_FORK:

@@ -1,5 +1,5 @@
 """Stream raw capture records to Arrow IPC files while capturing, and finalize them into the
-schema-v1 capture Parquet.
+schema-v2 capture Parquet.
 
 During a capture, records go to ``<output>.raw/``: ``calls.arrow`` (one row per API call,
 arguments still raw) and ``frames.arrow`` (one row per frame of each distinct stack,
@@ -44,8 +44,11 @@ RAW_COLUMNS: dict[str, dict[str, str]] = {
               "probe": "int32", "size_arg": "uint64", "stream": "uint64",
               "copy_arg": "uint64", "stack_hash": "uint64", "flags": "int32"},
     "frames": {"pid": "int64", "hash": "uint64", "stack_key": "int64", "depth": "int32",
-               "kind": "string", "name": "string", "file": "string", "line": "int32"},
+               "kind": "string", "name": "string", "file": "string", "line": "int32",
+               "source": "string"},
 }
+# Raw columns added later: a raw directory written before them reads them as nulls.
+RAW_OPTIONAL = {"frames": ("source",)}
 
 
 def raw_schema(table: str):  # -> pa.Schema
@@ -105,8 +108,9 @@ class RawWriter:
 
     def add(self, table: str, **row: Any) -> None:
         buf = self._buffers[table]
+        optional = RAW_OPTIONAL.get(table, ())
         for column, values in buf.items():
-            values.append(row[column])
+            values.append(row.get(column) if column in optional else row[column])
         if len(buf["pid"]) >= FLUSH_ROWS:
             self.flush()
 
@@ -190,6 +194,8 @@ def read_raw(raw_dir: Path, table: str) -> pl.DataFrame:
     if not batches:
         return pl.DataFrame(schema=raw_polars_schema(table))
     frame = pl.from_arrow(pa.Table.from_batches(batches))
+    frame = frame.with_columns(pl.lit(None, pl.String).alias(c) for c in RAW_OPTIONAL.get(table, ())
+                               if c not in frame.columns)
     missing = sorted(set(raw_polars_schema(table)) - set(frame.columns))
     if missing:
         raise InputError(f"{raw_dir}: raw {table} stream lacks {', '.join(missing)}: it was "
@@ -243,7 +249,8 @@ def _path_rows(calls: pl.DataFrame, frames: pl.DataFrame) -> pl.DataFrame:
     api = (paths.join(depth, on="path_id", how="left")
            .select("path_id", "stack_key", pl.col("depth").fill_null(0),
                    pl.lit("cuda_api").alias("kind"), "name",
-                   pl.lit(None, pl.String).alias("file"), pl.lit(None, pl.Int32).alias("line")))
+                   pl.lit(None, pl.String).alias("file"), pl.lit(None, pl.Int32).alias("line"),
+                   pl.lit(None, pl.String).alias("source")))
     return pl.concat([python.select(api.columns), api])
 
 
@@ -254,7 +261,7 @@ def _build_trie(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Data
     prefixes of different paths share their nodes."""
     import polars as pl
 
-    frame_cols = ["kind", "name", "file", "line"]
+    frame_cols = ["kind", "name", "file", "line", "source"]
     frame_table = (rows.select(frame_cols).unique(maintain_order=True)
                    .with_row_index("frame_id").with_columns(pl.col("frame_id").cast(pl.Int64)))
     rows = rows.join(frame_table, on=frame_cols, how="left", nulls_equal=True)
@@ -302,7 +309,8 @@ def build_tables(raw_calls: pl.DataFrame, raw_frames: pl.DataFrame) -> dict[str,
 
     calls = decode_calls(resolve_stacks(raw_calls, raw_frames))
     missed = pl.DataFrame({"stack_key": [STACK_MISSED], "depth": [0], "kind": ["native"],
-                           "name": [MISSED_FRAME], "file": [None], "line": [None]},
+                           "name": [MISSED_FRAME], "file": [None], "line": [None],
+                           "source": [None]},
                           schema={c: t for c, t in raw_polars_schema("frames").items()
                                   if c not in ("pid", "hash")})
     frames = pl.concat([raw_frames.drop("pid", "hash").unique(["stack_key", "depth"]), missed])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 
+import polars as pl
 import pytest
 from ebpf_helpers import (
     PYENV_VERSIONS,
@@ -14,6 +15,7 @@ from ebpf_helpers import (
     python_for,
     zym_capture,
 )
+from zym.schemas import open_capture
 
 ITERS = 6
 SYNC_US = 20_000
@@ -84,6 +86,13 @@ def test_exact_stacks_per_python_version(version, fake_cuda, tmp_path):
     # at least the stand-in's sleep; the upper bound leaves room for a loaded 2-core CI box
     assert all(SYNC_US / 1000 <= ms < 5 * SYNC_US / 1000 for ms in sync_ms), sync_ms
     assert all(c["dur_ns"] == 0 for c in by_api["cuLaunchKernel"])           # no return probe
+
+    # Each frame of the workload carries the text of its line, as the file has it.
+    text = WORKLOAD.read_text().splitlines()
+    frames = open_capture(run.output).load("frame").filter(pl.col("file") == str(WORKLOAD))
+    assert frames.height >= len(EXPECTED)
+    for row in frames.iter_rows(named=True):
+        assert row["source"] == text[row["line"] - 1].strip()[:200], row
 
 
 DISTRO_PYTHON = "/usr/bin/python3"
