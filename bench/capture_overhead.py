@@ -136,6 +136,7 @@ def percall(a: argparse.Namespace) -> dict:
                             results["runs"].append({"lib": lib_name, "consumer": consumer,
                                                     "cupti": cupti, "pair": pair, "depth": depth,
                                                     "arm": arm, **r})
+                            _save(a.output, {**results, "partial": True})
                             print(f"{tag} {arm}: " + ", ".join(
                                 f"{x['kind']} {statistics.median(x['ns_per_call']):.0f} ns"
                                 for x in r["results"]), file=sys.stderr, flush=True)
@@ -148,13 +149,12 @@ def percall(a: argparse.Namespace) -> dict:
 def trap_floor(lib: str, kinds: str, work: Path, a: argparse.Namespace) -> dict:
     """ns added per call by a probe whose BPF program does nothing, on each probed symbol,
     placed as zym places it: the trap alone."""
+    _import_zym()
     from zym.capture.bpf_loader import import_bcc
     from zym.capture.prologue import choose, read_function_start
 
     bcc = import_bcc()
-    path = os.path.realpath("/usr/lib/x86_64-linux-gnu/libcuda.so.1" if lib == "real" else lib)
-    if lib == "real":
-        path = _real_libcuda() or path
+    path = os.path.realpath((_real_libcuda() or "libcuda.so.1") if lib == "real" else lib)
     symbols = {"launch": "cuLaunchKernel", "copy": "cuMemcpyHtoDAsync_v2",
                "sync": "cuStreamSynchronize"}
     b = bcc.BPF(text="int zym_nothing(void *ctx) { return 0; }")
@@ -181,14 +181,33 @@ def trap_floor(lib: str, kinds: str, work: Path, a: argparse.Namespace) -> dict:
                         **placements[x["kind"]]} for x in r["results"]}
 
 
-def _real_libcuda() -> str | None:
+def _import_zym() -> None:
+    """zym's capture package, installed or (on the GPU machine) through the device shim."""
     try:
-        out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=False).stdout
+        import zym.capture  # noqa: F401
+    except ImportError:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location(
+            "capture_driver", REPO / "tests" / "ebpf" / "device" / "capture_driver.py")
+        driver = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(driver)
+        driver.import_zym()
+
+
+def _real_libcuda() -> str | None:
+    """The file the dynamic linker loads as libcuda.so.1 here."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
     except OSError:
         return None
-    for line in out.splitlines():
-        if "libcuda.so.1 " in line and "=>" in line:
-            return line.rsplit("=>", 1)[1].strip()
+    with open("/proc/self/maps") as f:
+        for line in f:
+            path = line.split()[-1]
+            if "/libcuda.so" in path:
+                return path
     return None
 
 
@@ -227,6 +246,14 @@ def summarize_percall(runs: list[dict]) -> list[dict]:
     return out
 
 
+def _save(path: str, result: dict) -> None:
+    """Write results so far: a run cut short by its time limit still leaves them."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(path).with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=1))
+    tmp.replace(path)
+
+
 def _median(values: list) -> float | None:
     values = [v for v in values if v is not None]
     return round(statistics.median(values), 1) if values else None
@@ -258,6 +285,8 @@ def e2e(a: argparse.Namespace) -> dict:
                 run["capture_cost"] = meta.get("extra", {}).get("capture_cost")
                 run["dropped"] = meta.get("dropped")
             runs.append(run)
+            _save(a.output, {"name": a.name, "command": a.command, "runs": runs, "partial": True,
+                             "summary": summarize_e2e(runs)})
             print(f"{a.name} pair {pair} {arm}: {run['median_step_ms']:.3f} ms/step",
                   file=sys.stderr, flush=True)
     if a.keep_dir:
