@@ -133,9 +133,9 @@ def percall(a: argparse.Namespace) -> dict:
                         for arm in ("plain", "zym"):
                             r = run_loop(lib, arm_env, loop_args, zym if arm == "zym" else None,
                                          work, f"{tag}-{arm}", a.target_cpu, zym_cpu, a.timeout)
-                            results["runs"].append({"lib": lib_name, "consumer": consumer,
+                            results["runs"].append({**r, "lib": lib_name, "consumer": consumer,
                                                     "cupti": cupti, "pair": pair, "depth": depth,
-                                                    "arm": arm, **r})
+                                                    "arm": arm})
                             _save(a.output, {**results, "partial": True})
                             print(f"{tag} {arm}: " + ", ".join(
                                 f"{x['kind']} {statistics.median(x['ns_per_call']):.0f} ns"
