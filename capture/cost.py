@@ -186,7 +186,7 @@ def capture_cost(inp: CostInputs) -> dict:
     for kind, (weighted, n) in ((k, _pair_sum(v)) for k, v in sorted(by_kind.items())):
         out[f"added_ns_per_call_{kind}"] = round(weighted / n, 1)
     # The calling threads' time in zym's probes as a share of the capture's duration.
-    out["overhead_pct"] = (round(100 * total_added / max(inp.wall_ns, 1), 2)
+    out["estimated_overhead_pct"] = (round(100 * total_added / max(inp.wall_ns, 1), 2)
                            if estimated_calls else None)
     return out
 

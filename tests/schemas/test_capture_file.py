@@ -19,6 +19,7 @@ from zym.schemas import (
     polars_schema,
     write_capture,
 )
+from zym.schemas.integrity import HASH_KEY, HASH_PLACEHOLDER, seal
 from zym.schemas.meta import META_KEY, VERSION_KEY
 from zym.schemas.version import SCHEMA_VERSION
 
@@ -120,8 +121,9 @@ def test_version_1_files_read_with_source_null(capture_file, tmp_path):
     # a v1 file is a v2 file without the frame.source column
     t = pq.read_table(capture_file)
     v1 = t.drop_columns(["source"]).replace_schema_metadata(
-        {**t.schema.metadata, VERSION_KEY.encode(): b"1"})
+        {**t.schema.metadata, VERSION_KEY.encode(): b"1", HASH_KEY.encode(): HASH_PLACEHOLDER.encode()})
     _write_raw(tmp_path / "v1.parquet", v1)
+    seal(tmp_path / "v1.parquet")
     cap = open_capture(tmp_path / "v1.parquet")
     frames = cap.load("frame")
     assert frames.columns == [c for c in TABLES["frame"] if c != "record"]
@@ -129,7 +131,8 @@ def test_version_1_files_read_with_source_null(capture_file, tmp_path):
     assert frames["source"].null_count() == frames.height
     # the same file claiming v2 lacks a column
     _write_raw(tmp_path / "bad.parquet", v1.replace_schema_metadata(
-        {**t.schema.metadata, VERSION_KEY.encode(): b"2"}))
+        {**v1.schema.metadata, VERSION_KEY.encode(): b"2"}))
+    seal(tmp_path / "bad.parquet")
     with pytest.raises(SchemaError, match="lacks column.*source"):
         open_capture(tmp_path / "bad.parquet")
 
