@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes as ct
 import importlib.util
+import mmap
 import os
 import platform
 import sys
@@ -16,16 +17,31 @@ from importlib import resources
 from pathlib import Path
 from types import ModuleType
 
+import numpy as np
 from zym.schemas.errors import CaptureError
 
-from . import events
+from . import bpfstats, events
 from .btf import BTF_PATH, fsbase_offset
-from .probes import DRIVER, GATE_FN, GATE_SYMBOLS, PROBES, Probe, entry_fn, probes_for, return_fn
+from .elf import ElfError, ElfFile
+from .probes import (
+    DRIVER,
+    GATE_FN,
+    GATE_SYMBOLS,
+    PROBES,
+    RUNTIME,
+    Probe,
+    entry_fn,
+    probes_for,
+    return_fn,
+)
+from .prologue import Placement, choose, read_function_start
+from .ringbuf import FixedRecordRing
 
 SYSTEM_DIST_PACKAGES = Path("/usr/lib/python3/dist-packages")
-DEFAULT_RINGBUF_PAGES = 4096     # 16 MiB: ~230,000 call records, 10+ ms at 20 M calls/s
+DEFAULT_RINGBUF_PAGES = 4096     # 16 MiB: ~200,000 call records, 10+ ms at 20 M calls/s
+EVENT_PAGES = 1024               # 4 MiB: stacks (1 KiB each, once per distinct stack), processes
 WALK_FN = "zym_walk"
-_CALL_SIZE = ct.sizeof(events.Call)
+CALIB_FN = "zym_calib"
 SETUP_HINT = "run scripts/setup-ebpf.sh as root (or apt-get install python3-bpfcc)"
 
 
@@ -65,18 +81,20 @@ def slots_needed(libraries: tuple[str, ...]) -> int:
     return 1 + max(slot for lib in libraries for slot, _ in probes_for(lib))
 
 
-def cflags(sample: int, fsbase_off: int, ringbuf_pages: int = DEFAULT_RINGBUF_PAGES) -> list[str]:
-    return [f"-I{bpf_dir()}", f"-DZYM_FSBASE_OFF={fsbase_off}", f"-DZYM_SAMPLE={sample}",
-            f"-DZYM_RINGBUF_PAGES={ringbuf_pages}"]
+def cflags(fsbase_off: int, ringbuf_pages: int = DEFAULT_RINGBUF_PAGES,
+           returns: bool = False) -> list[str]:
+    return [f"-I{bpf_dir()}", f"-DZYM_FSBASE_OFF={fsbase_off}",
+            f"-DZYM_RINGBUF_PAGES={ringbuf_pages}", f"-DZYM_EVENT_PAGES={EVENT_PAGES}",
+            f"-DZYM_RETURNS={int(returns)}"]
 
 
-def printable_program(sample: int) -> str:
+def printable_program(returns: bool = False) -> str:
     """The program as BCC compiles it: the -D flags as #defines, then zym.bpf.c."""
     try:
         off = fsbase_offset()
     except (OSError, ValueError, KeyError):
         off = 0
-    defines = [f"#define {f[2:].replace('=', ' ', 1)}" for f in cflags(sample, off)
+    defines = [f"#define {f[2:].replace('=', ' ', 1)}" for f in cflags(off, returns=returns)
                if f.startswith("-D")]
     return "\n".join([f"// cflags: -I{bpf_dir()}", *defines, "", bpf_source()])
 
@@ -94,41 +112,61 @@ def check_environment() -> None:
     import_bcc()
 
 
-def _spec(probe: Probe) -> events.ProbeSpec:
+def _spec(probe: Probe, has_return: bool) -> events.ProbeSpec:
     return events.ProbeSpec(probe.size_slot, probe.stream_slot, probe.copy_slot,
-                            int(probe.has_return), probe.stream_deref)
+                            int(has_return), probe.stream_deref)
 
 
 class BpfProgram:
     """The loaded program. A context manager: leaving it detaches every probe.
 
-    ``on_record(kind, record)`` receives each ring buffer record: a call as the bytes of
-    ``struct zym_call``, the others as owned ctypes structs (``events.Stack``,
-    ``events.ProcEvent``).
+    ``on_calls(records)`` receives call records a batch at a time, as a numpy array of
+    ``struct zym_call`` (``events.CALL_DTYPE``); ``on_record(kind, record)`` receives stack and
+    process records as owned ctypes structs (``events.Stack``, ``events.ProcEvent``).
+
+    ``return_probes``: also probe the return of syncs and blocking copies (their CPU-side
+    duration). Without them (when CUPTI records those durations) every driver call takes one
+    trap. Runtime probes (``--runtime-api``) always have theirs: they bound the nesting window.
     """
 
     def __init__(self, on_record: Callable[[int, ct.Structure], None],
+                 on_calls: Callable[[np.ndarray], None],
                  libraries: tuple[str, ...] = (DRIVER,), sample: int = 1,
-                 ringbuf_pages: int = DEFAULT_RINGBUF_PAGES) -> None:
+                 ringbuf_pages: int = DEFAULT_RINGBUF_PAGES, return_probes: bool = True) -> None:
         self._on_record = on_record
+        self._on_calls = on_calls
         self._libraries = libraries
         self._sample = sample
         self._pages = ringbuf_pages
         self._bpf = None
+        self._ring: FixedRecordRing | None = None
+        self._stats_fd: int | None = None
+        self._returns = {slot: p.has_return and (return_probes or p.library == RUNTIME)
+                         for slot, p in enumerate(PROBES)}
         self.attached: dict[str, int] = {}   # library path -> number of probes attached
+        self.placements: dict[str, Placement] = {}   # "symbol" -> where its probe went
+        self.single_stepped: set[str] = set()  # probed symbols whose probe is single-stepped
+
+    @property
+    def any_returns(self) -> bool:
+        return any(self._returns[slot] for lib in self._libraries for slot, _ in probes_for(lib))
 
     def __enter__(self) -> BpfProgram:  # noqa: PYI034 (typing.Self needs 3.11; not subclassed)
         bcc = import_bcc()
+        self._stats_fd = bpfstats.enable_run_time_stats()
         try:
-            self._bpf = bcc.BPF(text=bpf_source(),
-                                cflags=cflags(self._sample, fsbase_offset(), self._pages))
+            self._bpf = bcc.BPF(text=bpf_source(), cflags=cflags(
+                fsbase_offset(), self._pages, self.any_returns))
         except Exception as e:  # noqa: BLE001 (BCC raises bare Exception)
             raise CaptureError(f"the BPF program did not compile or load ({e}): check the "
                                f"kernel headers ({SETUP_HINT})") from None
         specs = self._bpf["probes"]
         for slot, probe in enumerate(PROBES):
-            specs[ct.c_uint32(slot)] = _spec(probe)
+            specs[ct.c_uint32(slot)] = _spec(probe, self._returns[slot])
+        self.set_sample(self._sample)
         self._bpf["events"].open_ring_buffer(self._dispatch)
+        calls = self._bpf["calls"]
+        self._ring = FixedRecordRing(calls.map_fd, self._pages * mmap.PAGESIZE, events.CALL_DTYPE)
         self._load_programs()
         return self
 
@@ -137,49 +175,92 @@ class BpfProgram:
         that was just mapped then costs only the perf events (the target is already calling
         into it)."""
         bcc = import_bcc()
-        for slot, probe in enumerate(PROBES[:slots_needed(self._libraries)]):
+        for slot, _ in enumerate(PROBES[:slots_needed(self._libraries)]):
             self._bpf.load_func(entry_fn(slot), bcc.BPF.KPROBE)
-            if probe.has_return:
+            if self._returns[slot]:
                 self._bpf.load_func(return_fn(slot), bcc.BPF.KPROBE)
         self._bpf.load_func(GATE_FN, bcc.BPF.KPROBE)
+        self._bpf.load_func(CALIB_FN, bcc.BPF.KPROBE)
         walk = self._bpf.load_func(WALK_FN, bcc.BPF.KPROBE)
         self._bpf["walker"][ct.c_int(0)] = ct.c_int(walk.fd)
 
     def __exit__(self, *exc: object) -> None:
+        if self._ring is not None:
+            try:
+                self._ring.close()
+            except BufferError:
+                pass    # a view still exported: the mapping goes with the process
+            self._ring = None
         if self._bpf is not None:
             self._bpf.cleanup()
             self._bpf = None
+        bpfstats.close(self._stats_fd)
+        self._stats_fd = None
 
     def _dispatch(self, _ctx: object, data: int, size: int) -> None:
         kind = ct.cast(data, ct.POINTER(ct.c_uint32))[0]
-        if kind == events.EV_CALL:     # the hot path: bytes, decoded in batches by the sink
-            self._on_record(kind, ct.string_at(data, _CALL_SIZE))
-            return
         cls = {events.EV_STACK: events.Stack, events.EV_PROC: events.ProcEvent}.get(kind)
         if cls is not None and size >= ct.sizeof(cls):
             self._on_record(kind, cls.from_buffer_copy(ct.string_at(data, ct.sizeof(cls))))
+
+    def calibrate(self, log: Callable[[str], None] | None = None):
+        """Time the uprobe trap on this machine (``cost.calibrate_traps``)."""
+        from .cost import calibrate_traps
+
+        return calibrate_traps(self._bpf, log)
+
+    @property
+    def returns(self) -> dict[int, bool]:
+        return dict(self._returns)
+
+    def set_sample(self, period: int) -> None:
+        """Walk the stack of every ``period``-th call per thread from now on."""
+        self._bpf["config"][ct.c_int(events.CFG_SAMPLE)] = ct.c_uint64(max(1, int(period)))
 
     def track(self, pid: int, fields: dict[str, int] | None,
               no_layout: int = events.LAYOUT_UNKNOWN) -> None:
         """Record calls of process ``pid``; walk its stacks when its layout (``fields``) is
         known. Without one, ``no_layout`` says whether CUDA init waits for it (UNKNOWN) or
         not (NONE)."""
-        self._bpf["procs"][ct.c_uint32(pid)] = events.Proc(**(fields or {"has_layout": no_layout}))
+        values = fields or {"has_layout": no_layout, "tss_key": -1, "ts_chunk": -1}
+        self._bpf["procs"][ct.c_uint32(pid)] = events.Proc(**values)
 
     def attach_library(self, path: str, library: str) -> int:
         """Attach every probe of ``library`` that ``path`` exports, for all processes (the
-        BPF side filters by tracked pid, so children and threads are seen too)."""
+        BPF side filters by tracked pid, so children and threads are seen too). Each probe
+        goes on the first instruction the kernel emulates if only ``endbr64`` precedes it
+        (``prologue.py``), else on the function's first instruction."""
         path = os.path.realpath(path)   # one inode, one set of probes (symlinks share it)
         if path in self.attached:
             return 0
         n = 0
-        for slot, probe in probes_for(library):
-            try:
-                self._bpf.attach_uprobe(name=path, sym=probe.symbol, fn_name=entry_fn(slot))
+        probes = probes_for(library)
+        try:    # virtual addresses, for return probes placed past the entry
+            vaddrs = ElfFile(path).symbols({p.symbol for _, p in probes})
+        except (OSError, ElfError):
+            vaddrs = {}
+        for slot, probe in probes:
+            try:    # BCC's resolution gives the file offset the kernel probes
+                _, offset = self._bpf._check_path_symbol(path.encode(), probe.symbol.encode(),
+                                                         None, -1)
             except Exception:  # noqa: BLE001, S112 (BCC raises bare Exception)
                 continue   # this library version lacks the symbol
-            if probe.has_return:
-                self._bpf.attach_uretprobe(name=path, sym=probe.symbol, fn_name=return_fn(slot))
+            place = choose(read_function_start(path, offset))
+            if self._returns[slot] and place.offset and probe.symbol not in vaddrs:
+                place = Placement(0, False, place.first)   # endbr64 at the entry: stepped
+            try:
+                self._bpf.attach_uprobe(name=path, sym=probe.symbol, sym_off=place.offset,
+                                        fn_name=entry_fn(slot))
+                if self._returns[slot]:
+                    self._bpf.attach_uretprobe(name=path, addr=vaddrs[probe.symbol] + place.offset
+                                               if place.offset else None,
+                                               sym="" if place.offset else probe.symbol,
+                                               fn_name=return_fn(slot))
+            except Exception:  # noqa: BLE001, S112 (BCC raises bare Exception)
+                continue
+            self.placements[probe.symbol] = place
+            if not place.emulated:
+                self.single_stepped.add(probe.symbol)
             n += 1
         if library == DRIVER:
             for symbol in GATE_SYMBOLS:
@@ -191,10 +272,34 @@ class BpfProgram:
         return n
 
     def poll(self, timeout_ms: int) -> None:
-        """Wait up to ``timeout_ms`` for a record that wakes the reader, then drain every
-        record, including the call records that never wake it."""
+        """Wait up to ``timeout_ms`` for a record that wakes the reader (stacks, processes),
+        handle those, then drain the call records, which never wake it."""
         self._bpf.ring_buffer_poll(timeout_ms)
         self._bpf.ring_buffer_consume()
+        self.drain_calls()
+
+    def drain_calls(self) -> int:
+        records = self._ring.drain()
+        if len(records):
+            self._on_calls(records)
+        return len(records)
+
+    @property
+    def ring_bytes(self) -> int:
+        """Bytes of call records read from the calls ring so far (headers included)."""
+        return self._ring.bytes_read if self._ring is not None else 0
+
+    def prog_stats(self) -> dict[str, bpfstats.ProgStats]:
+        """The kernel's run count and run time of each loaded program (empty when the kernel
+        keeps no statistics). A tail call's time counts toward the program that made it."""
+        if self._stats_fd is None:
+            return {}
+        out = {}
+        for name, fn in self._bpf.funcs.items():
+            st = bpfstats.prog_stats(fn.fd)
+            if st is not None:
+                out[name.decode() if isinstance(name, bytes) else name] = st
+        return out
 
     def counters(self) -> dict[str, int]:
         table = self._bpf["counters"]

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import ctypes as ct
 
+import numpy as np
+
 MAX_FRAMES = 128
 MAX_PROBES = 64
 EV_CALL, EV_STACK, EV_PROC = 1, 2, 3
 F_NO_LAYOUT, F_NO_TSTATE, F_NO_FRAMES, F_NOT_SAMPLED, F_TRUNCATED = 1, 2, 4, 8, 16
 PROC_FORK, PROC_EXEC, PROC_GATE = 1, 2, 3
 LAYOUT_UNKNOWN, LAYOUT_KNOWN, LAYOUT_NONE = 0, 1, 2
-COUNTERS = {"calls": 0, "nested": 1, "lost_calls": 2, "lost_stacks": 3, "not_sampled": 4}
+COUNTERS = {"calls": 0, "nested": 1, "lost_calls": 2, "lost_stacks": 3, "not_sampled": 4,
+            "bulk_reads": 5, "frame_reads": 6}
 NCOUNTERS = 8
+CFG_SAMPLE, NCONFIG = 0, 4
 
 
 class Call(ct.Structure):
@@ -19,6 +23,10 @@ class Call(ct.Structure):
                 ("tid", ct.c_uint32), ("ts_ns", ct.c_uint64), ("dur_ns", ct.c_uint64),
                 ("stack_hash", ct.c_uint64), ("size_arg", ct.c_uint64), ("stream", ct.c_uint64),
                 ("copy_arg", ct.c_uint64), ("flags", ct.c_uint32), ("pad", ct.c_uint32)]
+
+
+# A call record as numpy sees it: the calls ring is drained into arrays of it (ringbuf.py).
+CALL_DTYPE = np.dtype(Call)
 
 
 class Frame(ct.Structure):
@@ -37,6 +45,8 @@ class ProcEvent(ct.Structure):
 
 class Proc(ct.Structure):
     _fields_ = [("tss_key_addr", ct.c_uint64), ("none_addr", ct.c_uint64),
+                ("tss_key", ct.c_int32), ("ts_chunk", ct.c_int32), ("chunk_data", ct.c_uint32),
+                ("ts_lo", ct.c_uint32), ("ts_span", ct.c_uint32),
                 ("has_layout", ct.c_uint32), ("tsd_first", ct.c_uint32),
                 ("tsd_stride", ct.c_uint32), ("cframe_current", ct.c_int32),
                 ("ts_frame", ct.c_uint32), ("f_code", ct.c_uint32), ("f_previous", ct.c_uint32),

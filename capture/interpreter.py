@@ -50,11 +50,14 @@ class Interpreter:
     def bpf_proc_fields(self) -> dict[str, int]:
         """Values for events.h ``struct zym_proc`` (the BPF program's per-process layout)."""
         lay = self.layout
+        ts = [lay["ts_frame"]] + ([lay["ts_datastack_chunk"]] if lay["ts_datastack_chunk"] >= 0 else [])
         copied = ("cframe_current", "ts_frame", "f_code", "f_previous", "f_instr", "f_owner",
                   "owned_by_cstack")
         return {
             "tss_key_addr": self.runtime_addr + lay["rt_autotss"] + lay["tss_key"],
-            "none_addr": self.none_addr, "has_layout": 1,
+            "none_addr": self.none_addr, "has_layout": 1, "tss_key": -1,
+            "ts_chunk": lay["ts_datastack_chunk"], "chunk_data": max(lay["chunk_data"], 0),
+            "ts_lo": min(ts), "ts_span": max(ts) + 8 - min(ts),
             "tsd_first": GLIBC_TSD_FIRST, "tsd_stride": GLIBC_TSD_STRIDE,
             **{name: lay[name] for name in copied},
             "frame_read": max(lay["f_code"] + 8, lay["f_previous"] + 8, lay["f_instr"] + 8,

@@ -12,6 +12,7 @@ first call.
 """
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import os
 import signal
@@ -24,11 +25,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
 from zym.schemas.errors import CaptureError
 from zym.schemas.meta import CaptureMeta
 
 from . import events
 from .bpf_loader import BpfProgram, check_environment
+from .cost import Budget, CostInputs, TrapCalibration, capture_cost, cpu_ns
 from .interpreter import Interpreter, UnsupportedInterpreter, detect
 from .libraries import candidate_libraries
 from .probes import DRIVER, LIBRARY_PATTERNS, RUNTIME
@@ -49,6 +52,8 @@ Log = Callable[[str], None]
 DRAIN_MS = 10
 # After an exec, look for the new interpreter every few ms for this long.
 FAST_DETECT_S = 2.0
+# Budget mode (--max-overhead): the sampling period is revisited this often.
+BUDGET_S = 0.25
 
 
 @dataclass
@@ -61,6 +66,12 @@ class CaptureConfig:
     runtime_api: bool = False
     keep_raw: bool = False
     poll_ms: int = 50
+    # Return probes on syncs and blocking copies give their CPU-side duration; off when CUPTI
+    # records those durations (capture_with_gpu), which saves a trap per such call.
+    return_probes: bool = True
+    force_return_probes: bool = False   # keep them even when CUPTI records the durations
+    # Budget mode: adapt the stack-walk sampling to keep the estimated overhead under this %.
+    max_overhead_pct: float | None = None
 
 
 @dataclass
@@ -99,21 +110,25 @@ class Collector:
     stack_keys: dict[tuple[int, int], int] = field(default_factory=dict)
     cuda_libraries: set[str] = field(default_factory=set)
     calls: int = 0
+    stacks_received: int = 0
+    calls_by_probe: np.ndarray = field(default_factory=lambda: np.zeros(events.MAX_PROBES, np.int64))
 
     # ---- records from the kernel
+    def on_calls(self, records: np.ndarray) -> None:
+        """A batch of call records (``events.CALL_DTYPE``), drained from the ring at once."""
+        self.calls += len(records)
+        self.calls_by_probe += np.bincount(records["probe"], minlength=events.MAX_PROBES)[
+            :events.MAX_PROBES]
+        self.writer.add_calls(records)
+
     def on_record(self, kind: int, rec: object) -> None:
-        if kind == events.EV_CALL:
-            self._on_call(rec)
-        elif kind == events.EV_STACK:
+        if kind == events.EV_STACK:
             self._on_stack(rec)
         elif kind == events.EV_PROC:
             self._on_proc(rec)
 
-    def _on_call(self, record: bytes) -> None:
-        self.calls += 1
-        self.writer.add_call(record)
-
     def _on_stack(self, s: events.Stack) -> None:
+        self.stacks_received += 1
         if (s.pid, s.hash) in self.stack_keys:
             return     # sent again after it left the kernel's LRU
         key = len(self.stack_keys) + 1
@@ -129,7 +144,8 @@ class Collector:
             kind = "python" if file else "native"
             self.writer.add("frames", pid=s.pid, hash=s.hash, stack_key=key, depth=depth,
                             kind=kind, name=name, file=file or None,
-                            line=line if file else None)
+                            line=line if file else None,
+                            source=sym.source(file, line) if sym and file else None)
 
     def _on_proc(self, e: events.ProcEvent) -> None:
         if e.what == events.PROC_FORK:
@@ -324,7 +340,8 @@ class _Stop:
             signal.signal(s, h)
 
 
-def _meta(cfg: CaptureConfig, collector: Collector, counters: dict[str, int]) -> CaptureMeta:
+def _meta(cfg: CaptureConfig, collector: Collector, counters: dict[str, int],
+          cost: dict) -> CaptureMeta:
     interps = [p.interp for p in collector.procs.values() if p.interp]
     return CaptureMeta(
         producer="zym capture", producer_version="0.1.0",
@@ -338,7 +355,11 @@ def _meta(cfg: CaptureConfig, collector: Collector, counters: dict[str, int]) ->
                                         if p.symbolizer),
                "nested_calls": counters.get("nested", 0), "calls_seen": counters.get("calls", 0),
                "pids": sorted(collector.procs), "libraries": sorted(collector.bpf.attached),
-               "stream_id": "CUstream handle value (0: legacy default stream)"},
+               "stream_id": "CUstream handle value (0: legacy default stream)",
+               "capture_cost": cost,
+               "probe_placement": {sym: {"offset": p.offset, "emulated": p.emulated,
+                                         "first_bytes": p.first}
+                                   for sym, p in sorted(collector.bpf.placements.items())}},
     )
 
 
@@ -349,6 +370,8 @@ def run_capture(cfg: CaptureConfig, log: Log | None = None) -> CaptureSummary:
         raise CaptureError("give either --pid PID or a command after --")
     if cfg.sample < 1:
         raise CaptureError("--sample must be 1 or more")
+    if cfg.max_overhead_pct is not None and not 0 < cfg.max_overhead_pct < 100:
+        raise CaptureError("--max-overhead must be a percentage between 0 and 100 (e.g. 1%)")
     check_environment()
     interp = _python_of(cfg.pid) if cfg.pid is not None else None
     raw_dir = cfg.output.with_name(cfg.output.name + ".raw")
@@ -360,19 +383,24 @@ def run_capture(cfg: CaptureConfig, log: Log | None = None) -> CaptureSummary:
     collector: Collector | None = None
     popen = None
     try:
-        with BpfProgram(lambda k, r: collector.on_record(k, r), libraries, cfg.sample) as bpf:
+        with BpfProgram(lambda k, r: collector.on_record(k, r),
+                        lambda recs: collector.on_calls(recs), libraries, cfg.sample,
+                        return_probes=cfg.return_probes) as bpf:
             collector = Collector(bpf, writer, log, libraries)
+            calibration = bpf.calibrate(log)
             popen, go_fd = _start_target(cfg, collector, interp, libraries)
             if go_fd is not None:     # the command may exec now: it is tracked
                 os.write(go_fd, b"go\n")
                 os.close(go_fd)
-            start = time.monotonic()
-            _loop(cfg, collector, bpf, stop, popen, start)
+            start, cpu0 = time.monotonic(), cpu_ns()
+            budget = _loop(cfg, collector, bpf, stop, popen, start, calibration)
             seconds = time.monotonic() - start
             _end_command(popen, log)
             _drain(collector, bpf)
             counters = bpf.counters()
-            meta = _meta(cfg, collector, counters)
+            cost = _cost(cfg, collector, bpf, counters, calibration, cpu_ns() - cpu0, seconds,
+                         budget)
+            meta = _meta(cfg, collector, counters, cost)
     except CaptureError:
         writer.close()
         _remove_raw(raw_dir)
@@ -395,9 +423,31 @@ def _environ(pid: int) -> dict[str, str]:
     return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
 
 
+def _cost(cfg: CaptureConfig, collector: Collector, bpf: BpfProgram, counters: dict[str, int],
+          calibration: TrapCalibration, consumer_ns: int, seconds: float,
+          budget: Budget | None) -> dict:
+    cost = capture_cost(CostInputs(
+        calls_seen=counters.get("calls", 0),
+        calls_by_probe={i: int(n) for i, n in enumerate(collector.calls_by_probe) if n},
+        prog_stats=bpf.prog_stats(), calibration=calibration,
+        emulated={sym: p.emulated for sym, p in bpf.placements.items()},
+        returns=bpf.returns, consumer_cpu_ns=consumer_ns, wall_ns=int(seconds * 1e9),
+        ring_bytes=bpf.ring_bytes, stack_bytes=collector.stacks_received * ctypes.sizeof(events.Stack),
+        dropped=counters.get("lost_calls", 0) + counters.get("lost_stacks", 0),
+        counters=counters, sample=cfg.sample))
+    cost["return_probes"] = bpf.any_returns
+    if budget is not None:
+        cost["max_overhead_pct"] = budget.max_pct
+        cost["sample_periods"] = budget.history[-20:]
+        cost["budget_unreachable"] = budget.warned
+    return cost
+
+
 def _loop(cfg: CaptureConfig, collector: Collector, bpf: BpfProgram, stop: _Stop,
-          popen: subprocess.Popen | None, start: float) -> None:
-    next_tick = 0.0
+          popen: subprocess.Popen | None, start: float,
+          calibration: TrapCalibration) -> Budget | None:
+    budget = Budget(cfg.max_overhead_pct, period=cfg.sample) if cfg.max_overhead_pct else None
+    next_tick = next_budget = 0.0
     fast_ms = 2     # right after an exec: libpython is mapped within milliseconds, and the
     # layout must be in the BPF map before the program's first CUDA call
     while not stop.requested:
@@ -412,7 +462,26 @@ def _loop(cfg: CaptureConfig, collector: Collector, bpf: BpfProgram, stop: _Stop
         if now >= next_tick or detecting:
             collector.tick()
             next_tick = now + cfg.poll_ms / 1000
+        if budget is not None and now >= next_budget:
+            _steer(budget, bpf, collector.log, calibration)
+            next_budget = now + BUDGET_S
         bpf.poll(fast_ms if detecting else DRAIN_MS)
+    return budget
+
+
+def _steer(budget: Budget, bpf: BpfProgram, log: Log, calibration: TrapCalibration) -> None:
+    """Budget mode: move the sampling period toward the overhead budget."""
+    stats = bpf.prog_stats()
+    bpf_ns = sum(s.run_time_ns for n, s in stats.items() if n.startswith(("zym_entry_", "zym_return_")))
+    hits = sum(s.run_cnt for n, s in stats.items() if n.startswith("zym_entry_"))
+    warned = budget.warned
+    trap = calibration.emulated_ns if not bpf.single_stepped else calibration.single_step_ns
+    period = budget.update(time.monotonic_ns(), bpf_ns, hits, trap)
+    if period is not None:
+        bpf.set_sample(period)
+    if budget.warned and not warned:
+        log(f"warning: the probes' traps alone cost more than --max-overhead "
+            f"{budget.max_pct}%; walking fewer stacks cannot meet it")
 
 
 def _end_command(popen: subprocess.Popen | None, log: Log) -> None:
@@ -433,6 +502,8 @@ def _drain(collector: Collector, bpf: BpfProgram) -> None:
     while collector.calls != before:
         before = collector.calls
         bpf.poll(0)
+        while bpf.drain_calls():
+            pass
 
 
 def _finish(cfg: CaptureConfig, collector: Collector, meta: CaptureMeta,

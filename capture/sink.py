@@ -1,5 +1,5 @@
 """Stream raw capture records to Arrow IPC files while capturing, and finalize them into the
-schema-v1 capture Parquet.
+schema-v2 capture Parquet.
 
 During a capture, records go to ``<output>.raw/``: ``calls.arrow`` (one row per API call,
 arguments still raw) and ``frames.arrow`` (one row per frame of each distinct stack,
@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import io
 import json
-import struct
 import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from zym.schemas.errors import InputError
 from zym.schemas.meta import CaptureMeta
 
@@ -44,11 +44,11 @@ RAW_COLUMNS: dict[str, dict[str, str]] = {
               "probe": "int32", "size_arg": "uint64", "stream": "uint64",
               "copy_arg": "uint64", "stack_hash": "uint64", "flags": "int32"},
     "frames": {"pid": "int64", "hash": "uint64", "stack_key": "int64", "depth": "int32",
-               "kind": "string", "name": "string", "file": "string", "line": "int32"},
+               "kind": "string", "name": "string", "file": "string", "line": "int32",
+               "source": "string"},
 }
-_CALL_FORMAT = events.struct_format(events.Call)
-_CALL_FIELDS = [name for name, _ in events.Call._fields_]
-_CALL_PICK = [_CALL_FIELDS.index(c) for c in RAW_COLUMNS["calls"]]
+# Raw columns added later: a raw directory written before them reads them as nulls.
+RAW_OPTIONAL = {"frames": ("source",)}
 
 
 def raw_schema(table: str):  # -> pa.Schema
@@ -88,32 +88,41 @@ class RawWriter:
             self._sinks = {t: ChecksummedFile(raw_dir / f"{t}.arrow") for t in RAW_COLUMNS}
             self._writers = {t: ipc.new_stream(self._sinks[t], self._schemas[t])
                              for t in RAW_COLUMNS}
-        self._call_records: list[bytes] = []
+        self._call_records: list[np.ndarray] = []
+        self._pending_calls = 0
         self._last_flush = time.monotonic()
         self.rows = {t: 0 for t in RAW_COLUMNS}
         self._closed = False
 
-    def add_call(self, record: bytes) -> None:
-        """One ``struct zym_call`` as received: decoded per batch, not per call."""
-        self._call_records.append(record)
-        if len(self._call_records) >= FLUSH_ROWS:
+    def add_calls(self, records: np.ndarray) -> None:
+        """Call records as drained from the ring (``events.CALL_DTYPE``): kept as they are and
+        decoded into columns a batch at a time, never one call at a time."""
+        self._call_records.append(records)
+        self._pending_calls += len(records)
+        if self._pending_calls >= FLUSH_ROWS:
             self.flush()
+
+    def add_call(self, record: bytes) -> None:
+        """One ``struct zym_call`` as bytes (tests, and records from elsewhere)."""
+        self.add_calls(np.frombuffer(record, dtype=events.CALL_DTYPE, count=1).copy())
 
     def add(self, table: str, **row: Any) -> None:
         buf = self._buffers[table]
+        optional = RAW_OPTIONAL.get(table, ())
         for column, values in buf.items():
-            values.append(row[column])
+            values.append(row.get(column) if column in optional else row[column])
         if len(buf["pid"]) >= FLUSH_ROWS:
             self.flush()
 
     def _decode_calls(self) -> None:
+        """The pending call records as the raw stream's columns, one numpy cast each."""
         if not self._call_records:
             return
-        rows = struct.iter_unpack(_CALL_FORMAT, b"".join(self._call_records))
-        columns = list(zip(*rows))
-        for name, index in zip(RAW_COLUMNS["calls"], _CALL_PICK):
-            self._buffers["calls"][name].extend(columns[index])
+        recs = np.concatenate(self._call_records)
+        for name, type_ in RAW_COLUMNS["calls"].items():
+            self._buffers["calls"][name].append(recs[name].astype(type_))
         self._call_records.clear()
+        self._pending_calls = 0
 
     def maybe_flush(self) -> None:
         if time.monotonic() - self._last_flush >= FLUSH_SECONDS:
@@ -124,21 +133,26 @@ class RawWriter:
         self._decode_calls()
         for table in ("frames", "calls"):
             buf = self._buffers[table]
+            if table == "calls" and buf["pid"]:   # numpy arrays, one per decoded batch
+                buf = {c: np.concatenate(v) for c, v in buf.items()}
             n = len(buf["pid"])
             if n:
                 self._write(table, buf)
                 self.rows[table] += n
-                for values in buf.values():
+                for values in self._buffers[table].values():
                     values.clear()
         self._last_flush = time.monotonic()
 
     def _write(self, table: str, buf: dict[str, list[Any]]) -> None:
         if self._pa is None:
-            rows = (dict(zip(buf, values)) for values in zip(*buf.values()))
+            cols = {c: v.tolist() if isinstance(v, np.ndarray) else v for c, v in buf.items()}
+            rows = (dict(zip(cols, values)) for values in zip(*cols.values()))
             self._writers[table].write("".join(json.dumps(r) + "\n" for r in rows))
             self._writers[table].flush()
         else:
-            batch = self._pa.record_batch(list(buf.values()), schema=self._schemas[table])
+            batch = self._pa.record_batch([self._pa.array(v, type=f.type) for v, f in
+                                           zip(buf.values(), self._schemas[table])],
+                                          schema=self._schemas[table])
             self._writers[table].write_batch(batch)
         self._sinks[table].checkpoint()
 
@@ -180,6 +194,8 @@ def read_raw(raw_dir: Path, table: str) -> pl.DataFrame:
     if not batches:
         return pl.DataFrame(schema=raw_polars_schema(table))
     frame = pl.from_arrow(pa.Table.from_batches(batches))
+    frame = frame.with_columns(pl.lit(None, pl.String).alias(c) for c in RAW_OPTIONAL.get(table, ())
+                               if c not in frame.columns)
     missing = sorted(set(raw_polars_schema(table)) - set(frame.columns))
     if missing:
         raise InputError(f"{raw_dir}: raw {table} stream lacks {', '.join(missing)}: it was "
@@ -233,7 +249,8 @@ def _path_rows(calls: pl.DataFrame, frames: pl.DataFrame) -> pl.DataFrame:
     api = (paths.join(depth, on="path_id", how="left")
            .select("path_id", "stack_key", pl.col("depth").fill_null(0),
                    pl.lit("cuda_api").alias("kind"), "name",
-                   pl.lit(None, pl.String).alias("file"), pl.lit(None, pl.Int32).alias("line")))
+                   pl.lit(None, pl.String).alias("file"), pl.lit(None, pl.Int32).alias("line"),
+                   pl.lit(None, pl.String).alias("source")))
     return pl.concat([python.select(api.columns), api])
 
 
@@ -244,7 +261,7 @@ def _build_trie(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Data
     prefixes of different paths share their nodes."""
     import polars as pl
 
-    frame_cols = ["kind", "name", "file", "line"]
+    frame_cols = ["kind", "name", "file", "line", "source"]
     frame_table = (rows.select(frame_cols).unique(maintain_order=True)
                    .with_row_index("frame_id").with_columns(pl.col("frame_id").cast(pl.Int64)))
     rows = rows.join(frame_table, on=frame_cols, how="left", nulls_equal=True)
@@ -292,7 +309,8 @@ def build_tables(raw_calls: pl.DataFrame, raw_frames: pl.DataFrame) -> dict[str,
 
     calls = decode_calls(resolve_stacks(raw_calls, raw_frames))
     missed = pl.DataFrame({"stack_key": [STACK_MISSED], "depth": [0], "kind": ["native"],
-                           "name": [MISSED_FRAME], "file": [None], "line": [None]},
+                           "name": [MISSED_FRAME], "file": [None], "line": [None],
+                           "source": [None]},
                           schema={c: t for c, t in raw_polars_schema("frames").items()
                                   if c not in ("pid", "hash")})
     frames = pl.concat([raw_frames.drop("pid", "hash").unique(["stack_key", "depth"]), missed])

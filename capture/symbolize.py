@@ -13,6 +13,7 @@ A frame that cannot be read degrades to a named placeholder and is counted, neve
 from __future__ import annotations
 
 import bisect
+import os
 from dataclasses import dataclass, field
 
 from .interpreter import Interpreter
@@ -21,6 +22,44 @@ from .process import ProcessMemory
 UNREADABLE = ("[unreadable frame]", "", 0)
 MAX_STRING = 4096
 MAX_LINETABLE = 1 << 20
+MAX_SOURCE_FILE = 4 << 20    # larger source files are not read (their lines stay null)
+MAX_SOURCE_TEXT = 200        # characters kept of a line's text
+
+
+@dataclass
+class SourceLines:
+    """The text of source lines as the target sees them: its files are read through
+    ``/proc/PID/root`` (its mount namespace, a container's included), relative names against
+    ``/proc/PID/cwd``, once per file (cached, bounded by ``MAX_SOURCE_FILE``)."""
+
+    pid: int
+    files: dict[str, list[str] | None] = field(default_factory=dict)
+
+    def line(self, file: str, line: int | None) -> str | None:
+        """Line ``line`` of ``file``, indentation stripped, at most ``MAX_SOURCE_TEXT``
+        characters; None when the file or the line cannot be read."""
+        if not file or line is None:
+            return None
+        lines = self.files[file] if file in self.files else self._load(file)
+        if not lines or not 1 <= line <= len(lines):
+            return None
+        return lines[line - 1].strip()[:MAX_SOURCE_TEXT] or None
+
+    def _load(self, file: str) -> list[str] | None:
+        lines = None
+        if not file.startswith("<"):     # "<frozen ...>", "<string>": no file
+            if os.path.isabs(file):
+                path = f"/proc/{self.pid}/root{file}"
+            else:
+                path = os.path.join(f"/proc/{self.pid}/cwd", file)
+            try:
+                if os.stat(path).st_size <= MAX_SOURCE_FILE:
+                    with open(path, "rb") as f:
+                        lines = f.read(MAX_SOURCE_FILE).decode("utf-8", "replace").splitlines()
+            except OSError:
+                lines = None
+        self.files[file] = lines
+        return lines
 
 
 @dataclass
@@ -124,6 +163,13 @@ class Symbolizer:
     mem: ProcessMemory
     cache: dict[int, CodeInfo | None] = field(default_factory=dict)
     unreadable: int = 0
+    sources: SourceLines | None = None
+
+    def source(self, file: str, line: int | None) -> str | None:
+        """The text of ``file``'s line ``line`` in the target (see ``SourceLines``)."""
+        if self.sources is None:
+            self.sources = SourceLines(self.interp.pid)
+        return self.sources.line(file, line)
 
     def frame(self, code: int, instr: int) -> tuple[str, str, int]:
         """(qualified name, file, executing line) of one frame; placeholders when unreadable.

@@ -14,6 +14,8 @@ HELP = """Capture the CUDA calls of a Python process with their Python stacks (e
 Example: sudo zym capture -o trace.parquet -- python serve.py --port 8000
 
 Example: sudo zym capture --pid 1234 --duration 30 -o trace.parquet
+
+Example: sudo zym capture --max-overhead 1% -o trace.parquet -- python serve.py
 """
 
 
@@ -31,6 +33,13 @@ def capture(
     runtime_api: Annotated[bool, typer.Option(
         "--runtime-api", help="Also probe libcudart, to name calls after the runtime API "
                               "(cudaLaunchKernel...); costs two more traps per call.")] = False,
+    max_overhead: Annotated[str | None, typer.Option(
+        "--max-overhead", metavar="PCT", help="Budget mode: walk fewer Python stacks (sampled "
+        "per thread) to keep the estimated overhead under PCT (e.g. 1%); every call and GPU "
+        "op is still recorded.")] = None,
+    return_probes: Annotated[bool, typer.Option(
+        "--return-probes", help="Probe the return of syncs and blocking copies even when CUPTI "
+                                "records their duration (one more trap per such call).")] = False,
     keep_raw: Annotated[bool, typer.Option(
         "--keep-raw", help="Keep the raw Arrow streams next to the output.")] = False,
     print_bpf: Annotated[bool, typer.Option(
@@ -49,7 +58,7 @@ def capture(
         if print_bpf:
             from zym.capture.bpf_loader import printable_program
 
-            typer.echo(printable_program(sample))
+            typer.echo(printable_program())
             return
         from zym.capture.cupti.integrate import capture_with_gpu  # GPU side (CUPTI)
         from zym.capture.session import CaptureConfig
@@ -61,7 +70,23 @@ def capture(
         check_target(output, force)  # before the target runs, not after
         capture_with_gpu(CaptureConfig(output=output, pid=pid, command=command or None,
                                        duration=duration, sample=sample, runtime_api=runtime_api,
-                                       keep_raw=keep_raw))
+                                       keep_raw=keep_raw, force_return_probes=return_probes,
+                                       max_overhead_pct=_percent(max_overhead)))
+
+
+def _percent(text: str | None) -> float | None:
+    """'1%', '1' or '0.5%' -> 1.0 / 0.5; bad input is a one-line error (exit 2)."""
+    from zym.schemas.errors import CaptureError
+
+    if text is None:
+        return None
+    try:
+        value = float(text.strip().removesuffix("%"))
+    except ValueError:
+        raise CaptureError(f"--max-overhead {text!r}: give a percentage, e.g. 1%") from None
+    if not 0 < value < 100:
+        raise CaptureError(f"--max-overhead {text!r}: give a percentage between 0 and 100")
+    return value
 
 
 def _finalize(raw_dir: Path, output: Path | None, force: bool) -> None:

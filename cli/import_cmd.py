@@ -17,7 +17,7 @@ def import_trace(
     force: Annotated[bool, typer.Option("--force", help="Overwrite OUTPUT if it exists.")] = False,
     progress: Annotated[bool, typer.Option(help="Show progress on stderr.")] = True,
 ) -> None:
-    """Convert a torch.profiler (Kineto) trace into one zym capture file (schema v1).
+    """Convert a torch.profiler (Kineto) trace into one zym capture file (schema v2).
 
     Example: zym import sample_traces/gpt_decode_server.trace.json.gz -o trace.parquet
     """

@@ -150,7 +150,7 @@ class CaptureBuilder:
     # -- outputs ------------------------------------------------------------------------------
 
     def tables(self) -> dict[str, pl.DataFrame]:
-        """The capture tables, conformed to schema v1."""
+        """The capture tables, conformed to the capture schema."""
         from zym.schemas.io import conform
         from zym.schemas.tables import polars_schema
 

@@ -21,7 +21,7 @@ from .meta import META_KEY, VERSION_KEY, CaptureMeta
 from .output import atomic_output, display
 from .tables import COLUMNS, RECORD_ORDER, REQUIRED, TABLES, arrow_schema, polars_schema
 from .text import printable
-from .version import READABLE_VERSIONS, SCHEMA_VERSION
+from .version import ADDED_IN, READABLE_VERSIONS, SCHEMA_VERSION
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -98,12 +98,17 @@ class Capture:
 
     path: Path
     meta: CaptureMeta
+    version: int = SCHEMA_VERSION
+    absent: frozenset[str] = frozenset()   # columns added after this file's version
 
     def scan(self, table: str) -> pl.LazyFrame:
-        """The rows of one logical table, with that table's columns and types."""
+        """The rows of one logical table, with that table's columns and types (a column the
+        file's version predates reads as nulls)."""
         if table not in TABLES:
             raise ValueError(f"unknown table {table!r}; tables: {', '.join(TABLES)}")
-        cols = [c for c in TABLES[table] if c != "record"]
+        types = polars_schema(table)
+        cols = [pl.lit(None, types[c]).alias(c) if c in self.absent else pl.col(c)
+                for c in TABLES[table] if c != "record"]
         return (pl.scan_parquet(self.path)
                 .filter(pl.col("record") == table)
                 .select(cols))
@@ -150,14 +155,15 @@ def open_capture(path: str | Path) -> Capture:
             f"{display(path)}: zym capture schema version {printable(version[:40])}; this zym reads version(s) "
             f"{', '.join(map(str, sorted(READABLE_VERSIONS)))}: upgrade zym or re-import the trace"
         )
-    _check_columns(path, file_schema)
+    absent = frozenset(c for c, v in ADDED_IN.items() if int(version) < v)
+    _check_columns(path, file_schema, absent)
     verify(path, kv.get(HASH_KEY))
     try:
         meta = CaptureMeta.from_json(kv.get(META_KEY, '{"producer": "unknown"}'))
     except (ValueError, TypeError) as e:
         raise SchemaError(f"{display(path)}: corrupt {META_KEY} metadata ({_first_line(e)})"
                           ) from e
-    return Capture(path, meta)
+    return Capture(path, meta, int(version), absent)
 
 
 def is_parquet(path: str | Path) -> bool:
@@ -185,8 +191,9 @@ def _check_parquet_file(path: Path) -> None:
         raise InputError(f"{path}: truncated Parquet file (no footer): the capture did not finish")
 
 
-def _check_columns(path: Path, file_schema: Mapping[str, pl.DataType]) -> None:
-    expected = polars_schema()
+def _check_columns(path: Path, file_schema: Mapping[str, pl.DataType],
+                   absent: frozenset[str] = frozenset()) -> None:
+    expected = {n: t for n, t in polars_schema().items() if n not in absent}
     missing = [n for n in expected if n not in file_schema]
     if missing:
         raise SchemaError(f"{path}: capture lacks column(s) {', '.join(missing)}")

@@ -60,11 +60,13 @@ COLUMNS: dict[str, Column] = {c.name: c for c in [
     _C("depth", "int32", "depth of a stack node; roots are 0"),
     _C("file", "string", "source file of a frame"),
     _C("line", "int32", "line of a frame: the executing line where known, else the first line"),
+    _C("source", "string", "text of a frame's line, stripped, at most 200 characters; null "
+                           "where unknown"),
 ]}
 
 # Which columns each record kind uses, in file order. `record` leads every table.
 TABLES: dict[str, tuple[str, ...]] = {
-    "frame": ("record", "frame_id", "kind", "name", "file", "line"),
+    "frame": ("record", "frame_id", "kind", "name", "file", "line", "source"),
     "stack": ("record", "stack_id", "parent_id", "frame_id", "depth"),
     "span": ("record", "pid", "tid", "ts_ns", "dur_ns", "stack_id", "op_id",
              "op_shapes", "op_dtypes"),

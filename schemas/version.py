@@ -6,6 +6,10 @@ A reader accepts exactly the versions in ``READABLE_VERSIONS``; anything else is
 Changelog
 ---------
 1 (zym 0.1): tagged-union Parquet file with records frame, stack, span, call, gpu.
+2: ``frame.source``, the text of the frame's line (stripped, at most 200 characters; null where
+   the producer could not read it). A v1 file reads with ``source`` all null.
 """
-SCHEMA_VERSION = 1
-READABLE_VERSIONS = frozenset({1})
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = frozenset({1, 2})
+# Columns a file of an older version may lack: they read as nulls.
+ADDED_IN: dict[str, int] = {"source": 2}

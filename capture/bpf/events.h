@@ -52,7 +52,13 @@ typedef uint64_t u64;
 #define ZYM_C_LOST_CALLS 2    /* call records the ring buffer had no room for */
 #define ZYM_C_LOST_STACKS 3   /* stack records the ring buffer had no room for */
 #define ZYM_C_NOT_SAMPLED 4
+#define ZYM_C_BULK_READS 5     /* walks that read the thread's data stack at once */
+#define ZYM_C_FRAME_READS 6    /* frames read one by one (outside that read, or 3.10) */
 #define ZYM_NCOUNTERS 8
+
+/* Slots of the "config" array, set by user space while capturing. */
+#define ZYM_CFG_SAMPLE 0      /* walk the stack of every Nth call per thread (1: every call) */
+#define ZYM_NCONFIG 4
 
 /* One CUDA API call. Calls with a return probe are sent at return, with dur_ns. */
 struct zym_call {
@@ -98,6 +104,11 @@ struct zym_proc_event {
 struct zym_proc {
     u64 tss_key_addr;   /* &_PyRuntime.(gilstate.)autoTSSkey._key: the pthread key of tstates */
     u64 none_addr;      /* &_Py_NoneStruct: 3.13 entry frames carry None as their code */
+    s32 tss_key;        /* the key once read (set by BPF; user space writes -1) */
+    s32 ts_chunk;       /* PyThreadState.datastack_chunk (3.11+); -1: no data stack (3.10) */
+    u32 chunk_data;     /* offsetof(_PyStackChunk, data) */
+    u32 ts_lo;          /* PyThreadState bytes [ts_lo, ts_lo + ts_span) hold ts_frame and */
+    u32 ts_span;        /* ts_chunk: one read; ts_span <= 504 */
     u32 has_layout;     /* ZYM_LAYOUT_* */
     u32 tsd_first;      /* glibc struct pthread: offset of specific_1stblock[0].data */
     u32 tsd_stride;

@@ -5,20 +5,27 @@
  * shows them) and through maps filled from user space:
  *   procs   tgid -> struct zym_proc      tracked processes and their interpreter layout
  *   probes  probe index -> zym_probe_spec  how to read each probed function's arguments
+ *   config  ZYM_CFG_* -> value            what user space changes while capturing (sampling)
  * Layout shared with user space: events.h.
  *
  * Required -D flags: ZYM_FSBASE_OFF (offsetof(task_struct, thread.fsbase), from kernel BTF,
  * because the kernel headers BCC compiles against may belong to another kernel: then
- * task->thread.fsbase compiles and silently reads 0), ZYM_SAMPLE (walk every Nth stack per
- * thread), ZYM_RINGBUF_PAGES.
+ * task->thread.fsbase compiles and silently reads 0), ZYM_RINGBUF_PAGES (call records),
+ * ZYM_EVENT_PAGES (stacks, process events), ZYM_RETURNS (1 when any return probe is
+ * attached: only then can a call be pending).
  */
 #include <uapi/linux/ptrace.h>
 #define ZYM_BPF 1
 #include "events.h"
 
-BPF_RINGBUF_OUTPUT(events, ZYM_RINGBUF_PAGES);
+/* Two ring buffers. Call records are all one size and never wake zym: it reads them by mmap,
+ * a batch at a time (capture/ringbuf.py). Stacks and process events are rare, vary in kind,
+ * and a held process waits on them: they wake zym and go through BCC's callback. */
+BPF_RINGBUF_OUTPUT(calls, ZYM_RINGBUF_PAGES);
+BPF_RINGBUF_OUTPUT(events, ZYM_EVENT_PAGES);
 BPF_HASH(procs, u32, struct zym_proc, 16384);
 BPF_ARRAY(probes, struct zym_probe_spec, ZYM_MAX_PROBES);
+BPF_ARRAY(config, u64, ZYM_NCONFIG);
 /* The outermost probed call in progress on a thread, kept until its return probe fires.
  * Calls that start while one is pending are nested (cudaLaunchKernel -> cuLaunchKernel) and
  * are counted, not recorded: one API call is one event. */
@@ -26,6 +33,8 @@ BPF_HASH(pending, u32, struct zym_call, 16384);
 /* Stacks already sent, so a hot loop sends its stack once. Key: (tgid, hash). */
 struct seen_key { u64 hash; u32 pid; u32 pad; };
 BPF_TABLE("lru_hash", struct seen_key, u8, seen, 65536);
+/* The last stack each CPU sent or found in `seen`: a hot loop skips the LRU lookup too. */
+BPF_PERCPU_ARRAY(last_seen, struct seen_key, 1);
 BPF_TABLE("lru_hash", u32, u64, sample_count, 65536);
 BPF_PERCPU_ARRAY(scratch, struct zym_stack, 1);
 BPF_PERCPU_ARRAY(call_scratch, struct zym_call, 1);
@@ -34,6 +43,18 @@ BPF_PERCPU_ARRAY(call_scratch, struct zym_call, 1);
 #define ZYM_FRAME_READ_MAX 128
 struct frame_buf { u8 b[ZYM_FRAME_READ_MAX + 8]; };
 BPF_PERCPU_ARRAY(frame_bufs, struct frame_buf, 1);
+/* The top of the thread's data stack (3.11+), read at once: its frames lie there back to
+ * back, so one read replaces one read per frame (~120 ns each in a VM). A power of two. */
+#ifndef ZYM_BULK_MAX
+#define ZYM_BULK_MAX 16384
+#endif
+struct bulk_buf { u8 b[ZYM_BULK_MAX + ZYM_FRAME_READ_MAX + 8]; };
+BPF_PERCPU_ARRAY(bulk_bufs, struct bulk_buf, 1);
+/* The walk's position (frame) and the copy's bounds (lo, hi), kept in map memory: values loaded
+ * from it are unknown to the verifier, so the states at its loop heads match and are pruned
+ * (bounds it learned from comparisons would differ from exit to exit: 2^frames paths). */
+struct walk_state { u64 frame, lo, hi; };
+BPF_PERCPU_ARRAY(walk_states, struct walk_state, 1);
 BPF_PROG_ARRAY(walker, 1);   /* slot 0: zym_walk, set by the loader */
 BPF_PERCPU_ARRAY(counters, u64, ZYM_NCOUNTERS);
 
@@ -67,10 +88,20 @@ static __always_inline u64 read_arg(struct pt_regs *ctx, s16 slot) {
 
 /* pthread_getspecific(key) of the current thread, glibc x86-64, key < 32 (the first block).
  * The gilstate key's value stays set while the thread has released the GIL, which is the
- * normal state inside a torch op; "current tstate" pointers are NULL or another thread's. */
+ * normal state inside a torch op; "current tstate" pointers are NULL or another thread's.
+ * The key is read once per process (Py_tss_t {int _is_initialized; pthread_key_t _key}) and
+ * kept in its procs entry: it does not change after the runtime created it. */
 static __always_inline u64 thread_state(struct zym_proc *proc) {
-    int key = -1;
-    bpf_probe_read_user(&key, sizeof(key), (void *)proc->tss_key_addr);
+    int key = proc->tss_key;
+    if (key < 0) {
+        int tss[2] = {0, -1};
+        bpf_probe_read_user(tss, sizeof(tss), (void *)(proc->tss_key_addr - 4));
+        if (!tss[0])
+            return 0;   /* not created yet */
+        key = tss[1];
+        if (key >= 0 && key < 32)
+            proc->tss_key = key;
+    }
     if (key < 0 || key >= 32)
         return 0;
     u64 fsbase = 0;
@@ -81,8 +112,20 @@ static __always_inline u64 thread_state(struct zym_proc *proc) {
     return read_u64(fsbase + proc->tsd_first + (u64)key * proc->tsd_stride);
 }
 
-static __always_inline u64 first_frame(struct zym_proc *proc, u64 tstate) {
-    u64 frame = read_u64(tstate + proc->ts_frame);
+/* The thread's innermost frame and its data stack chunk (0 when none), from one read of the
+ * PyThreadState fields that hold them. */
+#define ZYM_TS_SPAN 512
+static __always_inline u64 first_frame(struct zym_proc *proc, u64 tstate, u64 *chunk) {
+    u32 zero = 0;
+    struct bulk_buf *bb = bulk_bufs.lookup(&zero);
+    if (!bb)
+        return 0;
+    u32 span = proc->ts_span & (ZYM_TS_SPAN - 1);   /* set by user space, <= 504 */
+    if (!span || bpf_probe_read_user(bb->b, span, (void *)(tstate + proc->ts_lo)))
+        return 0;
+    u64 frame = *(u64 *)(bb->b + ((proc->ts_frame - proc->ts_lo) & (ZYM_TS_SPAN - 1)));
+    *chunk = proc->ts_chunk >= 0
+        ? *(u64 *)(bb->b + (((u32)proc->ts_chunk - proc->ts_lo) & (ZYM_TS_SPAN - 1))) : 0;
     if (proc->cframe_current >= 0 && frame)
         frame = read_u64(frame + (u32)proc->cframe_current);
     return frame;
@@ -94,40 +137,96 @@ static __always_inline u64 mix(u64 h, u64 v) {
     return h ^ (h >> 29);
 }
 
+/* One frame whose fields are at `src`: keep it (a Python frame: not a C-stack shim, not None
+ * code), hash it, step to the previous one. Branch-free, with the count and the hash in map
+ * memory: a branch, or a value the verifier knows exactly, differs from path to path and
+ * defeats its pruning (2^frames paths). A skipped frame is overwritten by the next kept one. */
+#define ZYM_FRAME_STEP(src)                                                                    \
+    do {                                                                                       \
+        u64 code = *(u64 *)((src) + o_code);                                                   \
+        u64 instr = *(u64 *)((src) + o_instr);   /* 3.10: low 32 bits are f_lasti */           \
+        u8 owner = (src)[o_owner];                                                             \
+        ws->frame = *(u64 *)((src) + o_prev);                                                  \
+        u64 keep = (code != 0) & (code != proc->none_addr) & (owner != proc->owned_by_cstack); \
+        u32 n = st->nframes & (ZYM_MAX_FRAMES - 1);                                            \
+        st->frames[n].code = code;                                                             \
+        st->frames[n].instr = instr;                                                           \
+        st->nframes += (u32)keep;                                                              \
+        st->hash = mix(mix(st->hash, code * keep), instr * keep);                              \
+    } while (0)
+
+/* Frames inside the copy of the data stack [lo, hi). */
+#define ZYM_FROM_COPY                                                                           \
+    for (int i = 0; i < ZYM_MAX_FRAMES; i++) {                                                  \
+        u64 frame = ws->frame, lo = ws->lo;                                                     \
+        if (!frame || frame < lo || frame + size > ws->hi || st->nframes >= ZYM_MAX_FRAMES - 1) \
+            break;                                                                              \
+        u8 *src = bb->b + ((frame - lo) & (ZYM_BULK_MAX - 1));                                  \
+        ZYM_FRAME_STEP(src);                                                                    \
+    }
+/* Frames outside it, read one by one, until one is inside it again. */
+#define ZYM_ALONE(budget)                                                                       \
+    for (int i = 0; i < (budget); i++) {                                                        \
+        u64 frame = ws->frame;                                                                  \
+        if (!frame || (frame >= ws->lo && frame + size <= ws->hi)                               \
+            || st->nframes >= ZYM_MAX_FRAMES - 1)                                               \
+            break;                                                                              \
+        if (bpf_probe_read_user(fb->b, size, (void *)frame)) {                                  \
+            ws->frame = 0;                                                                      \
+            break;                                                                              \
+        }                                                                                       \
+        *singles += 1;                                                                          \
+        ZYM_FRAME_STEP(fb->b);                                                                  \
+    }
+
 /* Walks the interpreter's frame list into the per-CPU scratch record; returns its hash.
- * One user-memory read per frame (proc->frame_read bytes cover code, instruction, previous
- * and owner), not four: the walk is most of a probe's cost.
- * The loop body is branch-free on purpose: with a branch per frame the verifier explores
- * 2^frames paths and rejects the program. Frames that are skipped (C-stack shims, None code)
- * are overwritten by the next kept one; the count lives in map memory for the same reason. */
-static __always_inline u64 walk(struct zym_proc *proc, u64 frame, struct zym_stack *st) {
+ * 3.11+: the thread's frames lie back to back in its data stack chunk, so one read of the
+ * chunk from its start (or ZYM_BULK_MAX below the innermost frame) up to the innermost frame
+ * covers them: one user-memory read instead of one per frame (~120 ns each in a VM). Frames
+ * outside that copy (C-stack entry frames between two runs of the interpreter loop, a
+ * generator's frame, any 3.10 frame) are read one by one; the walk switches between the two
+ * a few times. At most ZYM_MAX_FRAMES - 1 frames are kept; deeper stacks are flagged. */
+static __always_inline u64 walk(struct zym_proc *proc, u64 frame, u64 chunk,
+                                struct zym_stack *st) {
     u32 zero = 0;
     struct frame_buf *fb = frame_bufs.lookup(&zero);
-    if (!fb)
+    struct bulk_buf *bb = bulk_bufs.lookup(&zero);
+    struct walk_state *ws = walk_states.lookup(&zero);
+    u32 slot = ZYM_C_FRAME_READS;
+    u64 *singles = counters.lookup(&slot);
+    if (!fb || !bb || !ws || !singles)
         return 0;
     u32 size = proc->frame_read & (ZYM_FRAME_READ_MAX - 1);
     u32 o_code = proc->f_code & (ZYM_FRAME_READ_MAX - 1);
     u32 o_instr = proc->f_instr & (ZYM_FRAME_READ_MAX - 1);
     u32 o_prev = proc->f_previous & (ZYM_FRAME_READ_MAX - 1);
     u32 o_owner = proc->f_owner & (ZYM_FRAME_READ_MAX - 1);
-    u64 h = 0xcbf29ce484222325ULL;
-    st->nframes = 0;
-    for (int i = 0; i < ZYM_MAX_FRAMES && frame; i++) {
-        if (bpf_probe_read_user(fb->b, size, (void *)frame))
-            break;
-        u64 code = *(u64 *)(fb->b + o_code);
-        u64 instr = *(u64 *)(fb->b + o_instr);   /* 3.10: low 32 bits are f_lasti */
-        u8 owner = fb->b[o_owner];
-        u64 keep = (code != 0) & (code != proc->none_addr) & (owner != proc->owned_by_cstack);
-        u32 n = st->nframes & (ZYM_MAX_FRAMES - 1);
-        st->frames[n].code = code;
-        st->frames[n].instr = instr;
-        st->nframes += (u32)keep;
-        h = mix(mix(h, code * keep), instr * keep);
-        frame = *(u64 *)(fb->b + o_prev);
+    u64 lo = 0, hi = 0;
+    if (chunk && frame) {
+        u64 base = chunk + proc->chunk_data, top = frame + size;
+        if (top > base) {   /* else the innermost frame is not in the chunk */
+            if (top - base > ZYM_BULK_MAX)
+                base = top - ZYM_BULK_MAX;
+            u32 len = (top - base) & (2 * ZYM_BULK_MAX - 1);
+            if (len <= ZYM_BULK_MAX && bpf_probe_read_user(bb->b, len, (void *)base) == 0) {
+                lo = base;
+                hi = top;
+                count(ZYM_C_BULK_READS);
+            }
+        }
     }
-    st->flags = frame ? ZYM_F_TRUNCATED : 0;
-    return h ? h : 1;
+    ws->frame = frame;
+    ws->lo = lo;
+    ws->hi = hi;
+    st->hash = 0xcbf29ce484222325ULL;
+    st->nframes = 0;
+    ZYM_ALONE(8)
+    ZYM_FROM_COPY
+    ZYM_ALONE(16)
+    ZYM_FROM_COPY
+    ZYM_ALONE(ZYM_MAX_FRAMES)
+    st->flags = ws->frame ? ZYM_F_TRUNCATED : 0;
+    return st->hash ? st->hash : 1;
 }
 
 /* Walks the calling thread's Python stack, sends it if this process has not sent it yet,
@@ -137,11 +236,13 @@ static __always_inline u64 python_stack(struct zym_proc *proc, u32 tgid, u32 tid
         *flags |= ZYM_F_NO_LAYOUT;
         return 0;
     }
-    if (ZYM_SAMPLE > 1) {
+    u32 cfg = ZYM_CFG_SAMPLE;
+    u64 *period = config.lookup(&cfg);
+    if (period && *period > 1) {
         u64 zero = 0, *n = sample_count.lookup_or_try_init(&tid, &zero);
         if (n) {
             u64 k = (*n)++;
-            if (k % ZYM_SAMPLE) {
+            if (k % *period) {
                 *flags |= ZYM_F_NOT_SAMPLED;
                 count(ZYM_C_NOT_SAMPLED);
                 return 0;
@@ -155,16 +256,23 @@ static __always_inline u64 python_stack(struct zym_proc *proc, u32 tgid, u32 tid
     }
     u32 zero32 = 0;
     struct zym_stack *st = scratch.lookup(&zero32);
-    if (!st)
+    struct seen_key *last = last_seen.lookup(&zero32);
+    if (!st || !last)
         return 0;
-    u64 h = walk(proc, first_frame(proc, tstate), st);
+    u64 chunk = 0;
+    u64 frame = first_frame(proc, tstate, &chunk);
+    u64 h = walk(proc, frame, chunk, st);
     if (!st->nframes) {
         *flags |= ZYM_F_NO_FRAMES;
         return 0;
     }
-    struct seen_key key = {.hash = h, .pid = tgid};
-    if (seen.lookup(&key))
+    if (last->hash == h && last->pid == tgid)
         return h;
+    struct seen_key key = {.hash = h, .pid = tgid};
+    if (seen.lookup(&key)) {
+        *last = key;
+        return h;
+    }
     st->type = ZYM_EV_STACK;
     st->pid = tgid;
     st->hash = h;
@@ -174,6 +282,7 @@ static __always_inline u64 python_stack(struct zym_proc *proc, u32 tgid, u32 tid
     }
     u8 one = 1;
     seen.update(&key, &one);
+    *last = key;
     return h;
 }
 
@@ -181,7 +290,7 @@ static __always_inline u64 python_stack(struct zym_proc *proc, u32 tgid, u32 tid
  * target more than the record. User space drains the buffer every few ms (session.py). Stack
  * and process records (rare, and a held process waits on them) wake it as usual. */
 static __always_inline void send_call(struct zym_call *call) {
-    if (events.ringbuf_output(call, sizeof(*call), BPF_RB_NO_WAKEUP) < 0)
+    if (calls.ringbuf_output(call, sizeof(*call), BPF_RB_NO_WAKEUP) < 0)
         count(ZYM_C_LOST_CALLS);
 }
 
@@ -199,7 +308,7 @@ static __always_inline int on_entry(struct pt_regs *ctx, u32 probe) {
     if (!spec || !call)
         return 0;
     count(ZYM_C_CALLS);
-    if (pending.lookup(&tid)) {
+    if (ZYM_RETURNS && pending.lookup(&tid)) {
         count(ZYM_C_NESTED);
         return 0;
     }
@@ -237,7 +346,7 @@ int zym_walk(struct pt_regs *ctx) {
     if (!proc)
         return 0;
     call->stack_hash = python_stack(proc, tgid, tid, &call->flags);
-    if (call->pad) {
+    if (ZYM_RETURNS && call->pad) {
         call->pad = 0;
         pending.update(&tid, call);
         return 0;
@@ -304,6 +413,10 @@ int zym_gate(struct pt_regs *ctx) {
         bpf_send_signal(19);   /* SIGSTOP (x86-64) */
     return 0;
 }
+
+/* The trap-cost calibration's probe (capture/cost.py): does nothing, so what it adds to a call
+ * is the trap alone. */
+int zym_calib(struct pt_regs *ctx) { return 0; }
 
 /* One entry and one return program per probe slot; probes.py maps symbols to slots. They are
  * small (the walk is zym_walk's), so all ZYM_MAX_PROBES are compiled; the loader loads those

@@ -120,6 +120,7 @@ def decode_spool(spool: Spool, clock: ClockFit | None = None) -> CuptiTables:
              "clean_stop": spool.footer is not None,
              "dropped": int((spool.footer or {}).get("dropped", 0)),
              "buffers": len(spool.activity),
+             "callback_ns": int((spool.footer or {}).get("callback_ns", 0)),
              "facts": {k: v for k, v in (spool.footer or {}).items()
                        if k in ("gpus", "torch_version", "cuda_runtime_version",
                                 "cuda_driver_api_version")}}

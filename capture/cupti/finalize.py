@@ -83,6 +83,9 @@ def merge_gpu(tables: dict[str, pl.DataFrame] | None, spool_dir: str | Path,
     undecoded = int(sum(s["undecoded_bytes"] for s in cupti.stats["spools"]))
     if undecoded:  # a record layout that does not fit this CUPTI: say so, never guess
         meta.dropped["cupti_undecoded_bytes"] = undecoded
+    cost = meta.extra.get("capture_cost")
+    if isinstance(cost, dict):     # the CUPTI agent's own work in the target (buffer callbacks)
+        cost["cupti_buffer_ns"] = int(sum(s.get("callback_ns", 0) for s in cupti.stats["spools"]))
     meta.extra["cupti"] = {
         "spools": cupti.stats["spools"],
         "clock_fit": {str(pid): fit.to_meta() for pid, fit in cupti.clock.items()},

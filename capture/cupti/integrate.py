@@ -14,6 +14,7 @@ the eBPF session's ``<output>.raw/``.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -66,6 +67,8 @@ def capture_with_gpu(cfg, log: Log | None = None):
         return None
     spool = _fresh(spool_dir_for(cfg.output))
     env = target_env(spool)
+    # CUPTI's API records carry every call's duration: no return probes (one trap per call).
+    cfg = dataclasses.replace(cfg, return_probes=cfg.return_probes and cfg.force_return_probes)
     try:
         with _environment({k: env[k] for k in ("PYTHONPATH", "ZYM_CUPTI_DIR")}):
             summary = run_capture(cfg)

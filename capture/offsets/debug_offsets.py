@@ -27,7 +27,7 @@ _FIELDS_3_13: tuple[tuple[str, str], ...] = (
     ("thread_state.size", ""), ("thread_state.prev", ""), ("thread_state.next", ""),
     ("thread_state.interp", ""), ("thread_state.current_frame", "ts_frame"),
     ("thread_state.thread_id", ""), ("thread_state.native_thread_id", ""),
-    ("thread_state.datastack_chunk", ""), ("thread_state.status", ""),
+    ("thread_state.datastack_chunk", "ts_datastack_chunk"), ("thread_state.status", ""),
     ("interpreter_frame.size", ""), ("interpreter_frame.previous", "f_previous"),
     ("interpreter_frame.executable", "f_code"), ("interpreter_frame.instr_ptr", "f_instr"),
     ("interpreter_frame.localsplus", ""), ("interpreter_frame.owner", "f_owner"),

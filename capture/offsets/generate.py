@@ -19,7 +19,8 @@ from pathlib import Path
 # Field name in the table -> C expression; version guards mirror CPython's own history:
 # 3.11 moved frames out of PyFrameObject into _PyInterpreterFrame (CPython bpo-44590),
 # 3.12 moved autoTSSkey out of gilstate (gh-100227), 3.13 dropped _PyCFrame (gh-113710)
-# and renamed f_code/prev_instr to f_executable/instr_ptr.
+# and renamed f_code/prev_instr to f_executable/instr_ptr. The thread's data stack
+# (PyThreadState.datastack_chunk, 3.11+) holds its frames back to back: BPF reads it at once.
 C_SOURCE = r"""
 #define Py_BUILD_CORE 1
 #include <Python.h>
@@ -59,10 +60,14 @@ int main(void) {
   P("f_instr", offsetof(PyFrameObject, f_lasti));
 #endif
 #if PY_VERSION_HEX >= 0x030B0000
+  P("ts_datastack_chunk", offsetof(PyThreadState, datastack_chunk));
+  P("chunk_data", offsetof(_PyStackChunk, data));
   P("f_previous", offsetof(_PyInterpreterFrame, previous));
   P("co_qualname", offsetof(PyCodeObject, co_qualname));
   P("co_code_adaptive", offsetof(PyCodeObject, co_code_adaptive));
 #else
+  P("ts_datastack_chunk", -1);  /* 3.10 frames are heap objects: no data stack */
+  P("chunk_data", -1);
   P("f_previous", offsetof(PyFrameObject, f_back));
   P("co_qualname", -1);
   P("co_code_adaptive", -1);

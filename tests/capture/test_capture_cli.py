@@ -13,11 +13,19 @@ runner = CliRunner()
 
 
 def test_print_bpf_shows_the_program_with_its_flags():
-    result = runner.invoke(app, ["capture", "--print-bpf", "--sample", "4"])
+    result = runner.invoke(app, ["capture", "--print-bpf"])
     assert result.exit_code == 0
     out = result.stdout
-    assert "#define ZYM_SAMPLE 4" in out and "#define ZYM_RINGBUF_PAGES 4096" in out
+    assert "#define ZYM_RINGBUF_PAGES 4096" in out and "#define ZYM_RETURNS 0" in out
     assert "int zym_walk(struct pt_regs *ctx)" in out
+    assert "BPF_ARRAY(config, u64, ZYM_NCONFIG)" in out   # sampling is set at run time
+
+
+def test_max_overhead_must_be_a_percentage():
+    for bad in ("lots", "0%", "150%"):
+        result = runner.invoke(app, ["capture", "--max-overhead", bad, "--", "true"])
+        assert result.exit_code == 2, bad
+        assert "--max-overhead" in result.stderr and "percentage" in result.stderr
 
 
 def test_not_root_is_a_one_line_error(monkeypatch):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 
+import polars as pl
 import pytest
 from ebpf_helpers import (
     PYENV_VERSIONS,
@@ -14,6 +15,7 @@ from ebpf_helpers import (
     python_for,
     zym_capture,
 )
+from zym.schemas import open_capture
 
 ITERS = 6
 SYNC_US = 20_000
@@ -47,7 +49,7 @@ def test_exact_stacks_per_python_version(version, fake_cuda, tmp_path):
     python = python_for(version)
     if python is None:
         pytest.skip(f"no CPython {version} under pyenv")
-    run = zym_capture(["--", python, str(WORKLOAD)], tmp_path / "cap.parquet", env={
+    run = zym_capture(["--return-probes", "--", python, str(WORKLOAD)], tmp_path / "cap.parquet", env={
         "FAKECUDA": "libcuda.so.1", "LD_LIBRARY_PATH": str(fake_cuda),
         "ITERS": str(ITERS), "SYNC_US": str(SYNC_US)})
     assert run.rc == 0, run.stderr
@@ -85,6 +87,13 @@ def test_exact_stacks_per_python_version(version, fake_cuda, tmp_path):
     assert all(SYNC_US / 1000 <= ms < 5 * SYNC_US / 1000 for ms in sync_ms), sync_ms
     assert all(c["dur_ns"] == 0 for c in by_api["cuLaunchKernel"])           # no return probe
 
+    # Each frame of the workload carries the text of its line, as the file has it.
+    text = WORKLOAD.read_text().splitlines()
+    frames = open_capture(run.output).load("frame").filter(pl.col("file") == str(WORKLOAD))
+    assert frames.height >= len(EXPECTED)
+    for row in frames.iter_rows(named=True):
+        assert row["source"] == text[row["line"] - 1].strip()[:200], row
+
 
 DISTRO_PYTHON = "/usr/bin/python3"
 # Code objects are read from the live process; one whose first stack comes milliseconds before
@@ -97,7 +106,7 @@ def test_statically_linked_distribution_python(fake_cuda, tmp_path):
     """Debian's /usr/bin/python3 has the interpreter in the executable (no libpython)."""
     if not os.path.exists(DISTRO_PYTHON):
         pytest.skip("no /usr/bin/python3")
-    run = zym_capture(["--", DISTRO_PYTHON, str(WORKLOAD)], tmp_path / "cap.parquet", env={
+    run = zym_capture(["--return-probes", "--", DISTRO_PYTHON, str(WORKLOAD)], tmp_path / "cap.parquet", env={
         "FAKECUDA": "libcuda.so.1", "LD_LIBRARY_PATH": str(fake_cuda), "ITERS": "2",
         "SYNC_US": "1000", "LINGER": LINGER})
     assert run.rc == 0, run.stderr

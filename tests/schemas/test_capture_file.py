@@ -19,7 +19,9 @@ from zym.schemas import (
     polars_schema,
     write_capture,
 )
+from zym.schemas.integrity import HASH_KEY, HASH_PLACEHOLDER, seal
 from zym.schemas.meta import META_KEY, VERSION_KEY
+from zym.schemas.version import SCHEMA_VERSION
 
 
 def small_tables() -> dict[str, pl.DataFrame]:
@@ -77,7 +79,7 @@ def test_queryable_with_duckdb_pyarrow_and_polars(capture_file):
     t = pq.read_table(f, filters=[("record", "=", "call")], columns=["name", "dur_ns"])
     assert t.column("name").to_pylist() == ["cuLaunchKernel", "cuStreamSynchronize"]
     kv = pq.read_metadata(f).metadata
-    assert kv[VERSION_KEY.encode()] == b"1"
+    assert kv[VERSION_KEY.encode()] == str(SCHEMA_VERSION).encode()
     assert json.loads(kv[META_KEY.encode()])["producer"] == "test"
     assert pl.scan_parquet(f).filter(pl.col("record") == "frame").select(pl.len()).collect().item() == 3
 
@@ -109,10 +111,30 @@ def test_foreign_parquet_is_refused(tmp_path):
 
 def test_other_schema_version_is_refused(capture_file, tmp_path):
     t = pq.read_table(capture_file)
-    path = tmp_path / "v2.parquet"
-    _write_raw(path, t.replace_schema_metadata({VERSION_KEY: "2", META_KEY: "{}"}))
-    with pytest.raises(SchemaError, match="schema version 2; this zym reads version"):
+    path = tmp_path / "v3.parquet"
+    _write_raw(path, t.replace_schema_metadata({VERSION_KEY: "3", META_KEY: "{}"}))
+    with pytest.raises(SchemaError, match="schema version 3; this zym reads version"):
         open_capture(path)
+
+
+def test_version_1_files_read_with_source_null(capture_file, tmp_path):
+    # a v1 file is a v2 file without the frame.source column
+    t = pq.read_table(capture_file)
+    v1 = t.drop_columns(["source"]).replace_schema_metadata(
+        {**t.schema.metadata, VERSION_KEY.encode(): b"1", HASH_KEY.encode(): HASH_PLACEHOLDER.encode()})
+    _write_raw(tmp_path / "v1.parquet", v1)
+    seal(tmp_path / "v1.parquet")
+    cap = open_capture(tmp_path / "v1.parquet")
+    frames = cap.load("frame")
+    assert frames.columns == [c for c in TABLES["frame"] if c != "record"]
+    assert frames.height == open_capture(capture_file).load("frame").height > 0
+    assert frames["source"].null_count() == frames.height
+    # the same file claiming v2 lacks a column
+    _write_raw(tmp_path / "bad.parquet", v1.replace_schema_metadata(
+        {**v1.schema.metadata, VERSION_KEY.encode(): b"2"}))
+    seal(tmp_path / "bad.parquet")
+    with pytest.raises(SchemaError, match="lacks column.*source"):
+        open_capture(tmp_path / "bad.parquet")
 
 
 def test_missing_and_mistyped_columns_are_named(capture_file, tmp_path):
