@@ -164,11 +164,12 @@ static __always_inline u64 mix(u64 h, u64 v) {
         u8 *src = bb->b + ((frame - lo) & (ZYM_BULK_MAX - 1));                                  \
         ZYM_FRAME_STEP(src);                                                                    \
     }
-/* Frames outside it, read one by one, until one is inside it again. */
-#define ZYM_ALONE(budget)                                                                       \
+/* Frames outside it, read one by one, until one is inside it again (``stop_in_copy``), or
+ * all of the remaining ones (the last phase: whatever the copy holds). */
+#define ZYM_READ_ALONE(budget, stop_in_copy)                                                    \
     for (int i = 0; i < (budget); i++) {                                                        \
         u64 frame = ws->frame;                                                                  \
-        if (!frame || (frame >= ws->lo && frame + size <= ws->hi)                               \
+        if (!frame || ((stop_in_copy) && frame >= ws->lo && frame + size <= ws->hi)             \
             || st->nframes >= ZYM_MAX_FRAMES - 1)                                               \
             break;                                                                              \
         if (bpf_probe_read_user(fb->b, size, (void *)frame)) {                                  \
@@ -178,6 +179,7 @@ static __always_inline u64 mix(u64 h, u64 v) {
         *singles += 1;                                                                          \
         ZYM_FRAME_STEP(fb->b);                                                                  \
     }
+#define ZYM_ALONE(budget) ZYM_READ_ALONE(budget, 1)
 
 /* Walks the interpreter's frame list into the per-CPU scratch record; returns its hash.
  * 3.11+: the thread's frames lie back to back in its data stack chunk, so one read of the
@@ -185,7 +187,9 @@ static __always_inline u64 mix(u64 h, u64 v) {
  * covers them: one user-memory read instead of one per frame (~120 ns each in a VM). Frames
  * outside that copy (C-stack entry frames between two runs of the interpreter loop, a
  * generator's frame, any 3.10 frame) are read one by one; the walk switches between the two
- * a few times. At most ZYM_MAX_FRAMES - 1 frames are kept; deeper stacks are flagged. */
+ * a few times (each nn.Module call is one C-stack entry frame: a model nests several), then
+ * reads whatever is left one frame at a time, so no stack is cut short however often it
+ * alternates. At most ZYM_MAX_FRAMES - 1 frames are kept; deeper stacks are flagged. */
 static __always_inline u64 walk(struct zym_proc *proc, u64 frame, u64 chunk,
                                 struct zym_stack *st) {
     u32 zero = 0;
@@ -224,7 +228,11 @@ static __always_inline u64 walk(struct zym_proc *proc, u64 frame, u64 chunk,
     ZYM_FROM_COPY
     ZYM_ALONE(16)
     ZYM_FROM_COPY
-    ZYM_ALONE(ZYM_MAX_FRAMES)
+    ZYM_ALONE(16)
+    ZYM_FROM_COPY
+    ZYM_ALONE(16)
+    ZYM_FROM_COPY
+    ZYM_READ_ALONE(ZYM_MAX_FRAMES, 0)
     st->flags = ws->frame ? ZYM_F_TRUNCATED : 0;
     return st->hash ? st->hash : 1;
 }

@@ -117,3 +117,32 @@ def test_statically_linked_distribution_python(fake_cuda, tmp_path):
         want = expected_stack(c["name"], False, "3.11")
         got = [(n, f, ln) for _, n, f, ln in c["stack"][1:]]
         assert got[:len(want)] == want
+
+
+SHIM_WORKLOAD = WORKLOAD.with_name("shim_workload.py")
+
+
+@pytest.mark.ebpf
+@pytest.mark.parametrize("version", PYENV_VERSIONS)
+def test_stacks_through_many_c_to_python_hops_are_whole(version, fake_cuda, tmp_path):
+    """12 nested calls from C back into Python (map(level, ...)): every Python frame of the
+    call's stack is there, none flagged truncated, whatever the walk reads one by one and
+    what it copies in bulk (a torch model nests nn.Module calls the same way)."""
+    from ebpf_env import line_markers
+
+    python = python_for(version)
+    if python is None:
+        pytest.skip(f"no CPython {version} under pyenv")
+    run = zym_capture(["--", python, str(SHIM_WORKLOAD)], tmp_path / "cap.parquet", env={
+        "FAKECUDA": "libcuda.so.1", "LD_LIBRARY_PATH": str(fake_cuda), "ITERS": "3",
+        "HOPS": "12"})
+    assert run.rc == 0, run.stderr
+    m = line_markers(SHIM_WORKLOAD)
+    calls = calls_with_stacks(run.output)
+    assert len(calls) == 3
+    want = ([("level", m["leaf"])] + [("level", m["hop"])] * 12
+            + [("main", m["main"]), ("<module>", m["module"])])
+    for c in calls:  # stack: (kind, name, file, line), innermost first
+        got = [(name, line) for kind, name, _, line in c["stack"] if kind == "python"]
+        assert got == want, got
+        assert not [f for f in c["stack"] if "truncated" in f[1]]
