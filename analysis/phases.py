@@ -14,8 +14,9 @@ The step function is the user function present in the stacks of most calls of th
 then split the capture into phases:
 
 * **startup**: before the first step (model loading, compilation outside the loop);
-* **warm-up**: leading steps markedly slower than the typical step (first-time compilation,
-  autotuning, allocator growth, cuDNN plans);
+* **warm-up**: the leading steps markedly slower than the later steps' pace (first-time
+  compilation, autotuning, allocator growth, cuDNN plans), when such slow steps gather at the
+  start rather than recur all along;
 * **steady state**: the remaining steps, what findings are ranked on (:func:`choose_window`).
 """
 from __future__ import annotations
@@ -193,15 +194,20 @@ def _span_steps(spans: pl.DataFrame, nodes: pl.DataFrame, file: str, name: str,
 
 
 def warmup_steps(steps: Steps) -> int:
-    """Leading steps slower than ``WARMUP_FACTOR`` x the median step (at most half of them)."""
+    """How many leading steps are warm-up: in the first half, up to the last step slower than
+    ``WARMUP_FACTOR`` x the median of the second half (the steady pace), when such slow steps
+    gather at the start (at least twice as common in the first half as in the second); steps
+    that are slow now and then all along (a new shape every few requests) are steady state."""
     d = steps.durations()
     if len(d) < MIN_STEPS:
         return 0
-    median = float(np.median(d))
-    n = 0
-    while n < len(d) // 2 and d[n] > WARMUP_FACTOR * median:
-        n += 1
-    return n
+    half = len(d) // 2
+    pace = float(np.median(d[half:]))
+    slow = d > WARMUP_FACTOR * pace
+    first, second = slow[:half].mean() if half else 0.0, slow[half:].mean()
+    if not slow[:half].any() or first <= 2 * second:
+        return 0
+    return int(np.nonzero(slow[:half])[0].max()) + 1
 
 
 def compile_activity(calls: pl.DataFrame, nodes: pl.DataFrame) -> tuple[int, int, int]:

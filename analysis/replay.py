@@ -42,13 +42,11 @@ if TYPE_CHECKING:
 
 # CPU time torch.profiler (CPU + CUDA activities, with_stack=True, record_shapes=True) adds
 # per recorded CPU event, by kind: a Python call, a torch op, a CUDA runtime/driver call.
-# Measured on the H200 host (bench/whatif/calibrate.py, bench/whatif/results/h200/;
-# docs/benchmarks.md, "Replay calibration"): the average over a launch-bound decoding loop's
-# events was 1.40 us. Traces of other settings or machines are deflated by the same figures.
-KINETO_NS_PER_EVENT = {"python_function": 1_395, "cpu_op": 1_395, "cuda_runtime": 1_395}
-# An operation that starts within this of its stream's previous one ending was queued behind
-# it: its launch latency is not observable.
-QUEUED_SLACK_NS = 1_000
+# Measured on the H200 host (bench/whatif/calibrate.py; bench/whatif/results/h200/): the
+# least-squares fit of the extra time of three CPU-bound loops (Python calls; torch ops; kernel
+# launches) and a launch-bound decoding loop, each timed with and without the profiler.
+# Traces of other settings or machines are deflated by the same figures.
+KINETO_NS_PER_EVENT = {"python_function": 1_402, "cpu_op": 1_157, "cuda_runtime": 2_156}
 # A blocking copy that returned this long before its GPU copy ended did not wait for it.
 RETURN_SLACK_NS = 2_000
 
@@ -130,13 +128,21 @@ class Timeline:
                                                    (calls.height,)), 0, None)
         self.n_calls = calls.height
         self.w0, self.w1 = facts.window
-        self._build_gpu(facts.gpu.filter("work"), calls)
+        self._build_gpu(facts.gpu.filter("work"), calls, facts.gpu.height)
         self._build_calls(calls)
 
     # -- model --------------------------------------------------------------------------------
 
-    def _build_gpu(self, gpu: pl.DataFrame, calls: pl.DataFrame) -> None:
-        """GPU operations in stream order, their launching call and launch latency."""
+    def _build_gpu(self, gpu: pl.DataFrame, calls: pl.DataFrame, n_gpu: int) -> None:
+        """GPU operations in stream order, their launching call, and what held each one back.
+
+        An operation starts when it is ready (its call started, plus the launch latency) and
+        the stream is free (the previous operation ended, plus the gap the GPU leaves between
+        two queued operations). Whichever was later is what held it back, and that delay is
+        kept as recorded; the other gets the capture's typical value (or its own, when
+        smaller). So the unfixed replay reproduces every start, and a fix moves an operation
+        by what actually bound it: a queued kernel follows its predecessor, a kernel that
+        waited for its launch follows its call."""
         launch_ts = calls["ts_ns"].gather(gpu["call_idx"])
         g = gpu.select(
             "gpu_idx", "ts_ns", "dur_ns", "end_ns",
@@ -145,31 +151,35 @@ class Timeline:
             pl.col("call_idx").fill_null(-1),
             pl.coalesce(launch_ts, pl.col("ts_ns")).alias("launch_ts"),
         ).sort("stream", "ts_ns", "gpu_idx")
-        prev_end = g["end_ns"].shift(1).fill_null(-(1 << 62))
-        same = g["stream"] == g["stream"].shift(1).fill_null(-1)
-        prev_end = pl.select(pl.when(same).then(prev_end).otherwise(-(1 << 62))).to_series()
-        lat_obs = (g["ts_ns"] - g["launch_ts"])
-        idle = g["ts_ns"] > prev_end + QUEUED_SLACK_NS
-        launched = g["call_idx"] >= 0
-        seen = lat_obs.filter(idle & launched & (lat_obs >= 0))
-        self.launch_latency_ns = int(seen.median()) if seen.len() else 0
-        lat = pl.select(
-            pl.when(~launched).then(0)
-            .when(idle).then(lat_obs.clip(0))
-            .otherwise(pl.min_horizontal(lat_obs.clip(0), pl.lit(self.launch_latency_ns)))
-        ).to_series()
-        self.skewed_ops = int((launched & (lat_obs < 0)).sum())
+        start = g["ts_ns"].to_numpy()
+        end = g["end_ns"].to_numpy()
+        stream = g["stream"].to_numpy()
+        first = np.r_[True, stream[1:] != stream[:-1]] if len(stream) else np.zeros(0, bool)
+        prev_end = np.r_[0, end[:-1]] if len(end) else end
+        gap_obs = np.where(first, np.iinfo(np.int64).max, np.maximum(start - prev_end, 0))
+        launched = g["call_idx"].to_numpy() >= 0
+        lat_obs = np.where(launched, start - g["launch_ts"].to_numpy(), 0)
+        self.skewed_ops = int((lat_obs < 0).sum())
+        lat_obs = np.maximum(lat_obs, 0)
+        by_launch = launched & (lat_obs < gap_obs)  # it waited for its launch
+        by_stream = ~by_launch & ~first  # it waited for the one before it
+        self.launch_latency_ns = int(np.median(lat_obs[by_launch])) if by_launch.any() else 0
+        self.queue_gap_ns = int(np.median(gap_obs[by_stream])) if by_stream.any() else 0
+        lat = np.where(by_launch, lat_obs, np.minimum(lat_obs, self.launch_latency_ns))
+        gap = np.where(by_stream, gap_obs,
+                       np.where(first, 0, np.minimum(gap_obs, self.queue_gap_ns)))
         self.op_gpu_idx = g["gpu_idx"].to_numpy()
-        self.op_stream = g["stream"].to_numpy()
+        self.op_stream = stream
         self.op_call = g["call_idx"].to_numpy()
         self.op_dur = g["dur_ns"].to_numpy().astype(np.int64)
-        self.op_start = g["ts_ns"].to_numpy()
-        self.op_lat = lat.to_numpy().astype(np.int64)
+        self.op_start = start
+        self.op_lat = np.where(launched, lat, 0).astype(np.int64)
+        self.op_gap = gap.astype(np.int64)
         self.op_launch = g["launch_ts"].to_numpy()
         streams, self.op_sid = np.unique(self.op_stream, return_inverse=True)
         self.n_streams = len(streams)
         # position of each gpu_idx in stream order
-        self.pos_of_gpu = np.full(facts_len(gpu), -1, np.int64)
+        self.pos_of_gpu = np.full(n_gpu, -1, np.int64)  # by gpu_idx; -1: not work
         self.pos_of_gpu[self.op_gpu_idx] = np.arange(len(self.op_gpu_idx))
 
     def _build_calls(self, calls: pl.DataFrame) -> None:
@@ -238,7 +248,8 @@ class Timeline:
                 "error_pct": round(100 * (sim - obs) / obs, 2) if obs else 0.0,
                 "uninstrumented_ns": int(self.baseline.end_ns - self.w0),
                 "profiler_overhead_ns": int(self.overhead_ns.sum()),
-                "launch_latency_ns": self.launch_latency_ns, "skewed_ops": self.skewed_ops}
+                "launch_latency_ns": self.launch_latency_ns, "queue_gap_ns": self.queue_gap_ns,
+                "skewed_ops": self.skewed_ops}
 
     @property
     def usable(self) -> bool:
@@ -262,6 +273,7 @@ class Timeline:
         waits = self.waits.copy()
         op_dur = self.op_dur.copy()
         op_lat = self.op_lat.copy()
+        op_gap = self.op_gap.copy()
         op_ready_call = self.op_call.copy()  # the call whose start the operation follows
 
         if len(fix.gap_calls):
@@ -281,7 +293,7 @@ class Timeline:
             ok = pos >= 0
             op_dur[pos[ok]] = np.minimum(op_dur[pos[ok]], fix.gpu_dur_ns[ok])
         if len(fix.graph_first):
-            self._apply_graphs(fix, gap, cost, waits, op_dur, op_lat, op_ready_call)
+            self._apply_graphs(fix, gap, cost, waits, op_dur, op_lat, op_ready_call, op_gap)
 
         order = self.order
         # Per thread: start of each call if nothing waited (C), relative to the window start.
@@ -305,15 +317,18 @@ class Timeline:
         epoch = epoch_base[thread_rank] + before if n else before
         n_epochs = int(epoch_base[-1])
 
-        # GPU side: per stream, S (summed durations) before each operation, and each
-        # operation's contribution ready - S_before (with the epoch's shift added in the loop).
+        # GPU side: per stream, S (summed gaps and durations) up to each operation, and each
+        # operation's contribution ready - gap - S_before (the epoch's shift is added in the
+        # loop): its end is then S + the running max of the contributions.
         sid = self.op_sid
-        s_incl = _segmented_cumsum(op_dur, _starts(sid))
-        s_before = s_incl - op_dur
+        op_gap = np.where(gone, 0, op_gap)
+        span = op_gap + op_dur
+        s_incl = _segmented_cumsum(span, _starts(sid))
+        s_before = s_incl - span
         launched = op_ready_call >= 0
         ready_rel = np.where(launched, start_nowait[np.maximum(op_ready_call, 0)] + op_lat,
                              self.op_start - self.w0)
-        contrib = np.where(gone, -(1 << 62), ready_rel - s_before)  # removed work: no start
+        contrib = np.where(gone, -(1 << 62), ready_rel - op_gap - s_before)  # removed: no start
         op_epoch = np.where(launched, epoch[np.maximum(op_ready_call, 0)], -1)
         # Unlaunched (anchored) operations join the epoch running at their recorded start.
         epoch_start = np.full(n_epochs, np.iinfo(np.int64).max, np.int64)
@@ -424,11 +439,12 @@ class Timeline:
         return Outcome(end_ns=self.w0 + end, cpu_end_ns=self.w0 + cpu_end,
                        gpu_end_ns=self.w0 + gpu_end)
 
-    def _apply_graphs(self, fix, gap, cost, waits, op_dur, op_lat, op_ready_call) -> None:
+    def _apply_graphs(self, fix, gap, cost, waits, op_dur, op_lat, op_ready_call,
+                      op_gap) -> None:
         """A CUDA graph replays each segment ``[first, last]`` of a thread's calls with one
         launch (costing ``graph_launch_ns`` of that segment): the CPU work inside it (gaps and
-        launch costs) goes, every operation it launched follows the one graph launch, and each
-        costs ``graph_node_ns`` more on the GPU."""
+        launch costs) goes, every operation it launched follows the one graph launch, and the
+        GPU leaves ``graph_node_ns`` between two of them (instead of the eager gap)."""
         order = self.order
         rank = np.empty(len(order), np.int64)
         rank[order] = np.arange(len(order))
@@ -450,7 +466,7 @@ class Timeline:
         in_graph = op_head >= 0
         op_ready_call[in_graph] = op_head[in_graph]
         op_lat[in_graph] = self.launch_latency_ns
-        op_dur[in_graph] += fix.graph_node_ns
+        op_gap[in_graph] = fix.graph_node_ns
 
 
 def events_in_gaps(calls: pl.DataFrame, spans: pl.DataFrame | None) -> np.ndarray:
@@ -474,10 +490,6 @@ def events_in_gaps(calls: pl.DataFrame, spans: pl.DataFrame | None) -> np.ndarra
         out[g["call_idx"].to_numpy()] = (np.searchsorted(starts, ts, side="right")
                                          - np.searchsorted(starts, lo, side="right"))
     return out
-
-
-def facts_len(gpu: pl.DataFrame) -> int:
-    return int(gpu["gpu_idx"].max()) + 1 if gpu.height else 0
 
 
 def _starts(keys: np.ndarray) -> np.ndarray:

@@ -44,9 +44,9 @@ MODELS = ("batch", "remove", "unblock", "pin", "async", "speedup", "shorten-gaps
 # graph node adds, when it has no graph launch. Measured on the H200 by
 # bench/whatif/calibrate.py (bench/whatif/results/h200/, docs/benchmarks.md).
 ASYNC_COPY_CALL_NS = 6_500
-GRAPH_LAUNCH_NS = 5_000  # per replay
-GRAPH_LAUNCH_NODE_NS = 200  # per kernel node of the replayed graph
-GRAPH_NODE_NS = 0  # replayed kernels ran back to back: no GPU time added per node
+GRAPH_LAUNCH_NS = 7_000  # per replay: 16.5 us for 20 kernels, 86 us for 200, 404 us for 1,000
+GRAPH_LAUNCH_NODE_NS = 400  # per kernel node of the replayed graph
+GRAPH_NODE_NS = 500  # GPU time between two kernels of a graph (0.15-0.54 us measured)
 MIN_GRAPH_RUN = 4  # consecutive launches a CUDA graph would replace
 
 
@@ -285,7 +285,7 @@ def _cuda_graph(relation: str, rows: pl.DataFrame, analysis: Analysis) -> Fix | 
                graph_node_ns=GRAPH_NODE_NS, describe=(
                    f"replayed with {n:,} launches in {runs.height:,} runs as CUDA graph "
                    f"replays, each costing {base / 1e3:.1f} µs + {per_node:g} ns a kernel of CPU "
-                   f"({where}) and its kernels run back to back"))
+                   f"({where}) and {GRAPH_NODE_NS:g} ns of GPU between its kernels"))
 
 
 def repeating_steps(calls: pl.DataFrame, gpu: pl.DataFrame, steps: set[int]) -> set[int]:

@@ -51,46 +51,64 @@ def test_a_per_item_readback_loop_is_charged_its_round_trips_not_the_forward(sty
     assert "first wait of each of 3" in f.saving_how
 
 
-def test_fp32_kernels_to_tf32_save_what_the_measured_rates_say():
-    """The encoder's 60 fp32 GEMMs of 250 us make the run GPU-bound. On the H200 (analysis/
-    gemm_rates.yaml) fp32 reaches 43.9 TFLOP/s at 8.59 GFLOP: a 250 us kernel is a ~11 GFLOP
-    GEMM, where tf32 runs ~3.6x faster, so each kernel drops to ~70 us."""
-    a = rerank()
-    a.data.meta.gpus = [{"name": "NVIDIA H200"}]
-    [f] = [f for f in rules.evaluate(a) if f.rule_id == "compute.fp32-matmul-no-tf32"]
-    per_kernel = 250 * US - 250 * US / f_ratio()
-    # every kernel is on the critical path (each request waits for its encoder)
-    assert f.saving_ns == pytest.approx(60 * per_kernel, rel=0.02)
+def h200_curve(math: str) -> list[tuple[float, float]]:
+    """The measured (GFLOP, TFLOP/s) points of analysis/gemm_rates.yaml, read here."""
+    from importlib import resources
+
+    import yaml
+
+    doc = yaml.safe_load(resources.files("zym.analysis").joinpath("gemm_rates.yaml").read_text())
+    return [tuple(p) for p in next(g for g in doc["gpus"] if g["match"] == "H200")[math]]
 
 
-def f_ratio() -> float:
-    """tf32/fp32 rate ratio for a 250 us fp32 GEMM, by hand from gemm_rates.yaml: the fp32
-    curve is log-log linear between (8.59 GFLOP, 43.9) and (137.4, 50.8); the size whose time
-    is 250 us solves g / rate(g) = 250 us."""
+def rate_at(points: list[tuple[float, float]], gflop: float) -> float:
+    """Log-log interpolation between the measured points, flat past the ends."""
     import math
 
-    def rate(g, p0, p1):
-        (x0, y0), (x1, y1) = p0, p1
-        t = (math.log(g) - math.log(x0)) / (math.log(x1) - math.log(x0))
-        return math.exp(math.log(y0) + t * (math.log(y1) - math.log(y0)))
+    if gflop <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if gflop <= x1:
+            t = (math.log(gflop) - math.log(x0)) / (math.log(x1) - math.log(x0))
+            return math.exp(math.log(y0) + t * (math.log(y1) - math.log(y0)))
+    return points[-1][1]
 
-    lo, hi = 8.59, 137.439
-    for _ in range(80):
-        g = (lo + hi) / 2
-        if g / rate(g, (8.59, 43.9), (137.439, 50.8)) * 1e6 > 250 * US:
+
+def tf32_ratio(fp32_ns: float) -> float:
+    """tf32/fp32 rate at the GEMM size whose fp32 time is ``fp32_ns`` (g / rate(g) = time,
+    solved by bisection)."""
+    fp32, tf32 = h200_curve("fp32"), h200_curve("tf32")
+    lo, hi = 1e-4, 1e4
+    for _ in range(200):
+        g = (lo * hi) ** 0.5
+        if g / rate_at(fp32, g) * 1e6 > fp32_ns:
             hi = g
         else:
             lo = g
-    return rate(g, (8.59, 150.7), (137.439, 377.9)) / rate(g, (8.59, 43.9), (137.439, 50.8))
+    return rate_at(tf32, g) / rate_at(fp32, g)
+
+
+def test_fp32_kernels_to_tf32_save_what_the_measured_rates_say():
+    """The encoder's 60 fp32 GEMMs of 250 us make the run GPU-bound: each request's first
+    .item() waits for them. In tf32 each runs tf32_ratio(250 us) times faster (the H200's
+    measured rates at that GEMM size), and the whole difference is saved."""
+    a = rerank()
+    a.data.meta.gpus = [{"name": "NVIDIA H200"}]
+    [f] = [f for f in rules.evaluate(a) if f.rule_id == "compute.fp32-matmul-no-tf32"]
+    per_kernel = 250 * US - 250 * US / tf32_ratio(250 * US)
+    assert f.saving_ns == pytest.approx(60 * per_kernel, rel=0.01)
 
 
 def test_speedup_sizes_small_gemms_as_memory_bound():
-    """A 0.13 GFLOP fp32 GEMM (27 us at 4.7 TFLOP/s) gains nothing from tf32 on the H200
-    (4.6 TFLOP/s): decode-sized matmuls are bound by memory, not math."""
-    new, how = speedup_durations(np.array([28_500]), "fp32", "tf32", "NVIDIA H200")
-    assert new[0] >= 28_500 and "measured on the H200" in how
-    new, _ = speedup_durations(np.array([195_700]), "fp32", "tf32", "NVIDIA H200")
-    assert new[0] == pytest.approx(195_700 * 43.9 / 150.7, rel=0.01)  # 8.59 GFLOP
+    """A decode-sized fp32 GEMM (0.13 GFLOP, where the measured tf32 rate is no higher) gains
+    nothing; a 8.6 GFLOP one gains what the two measured rates say."""
+    fp32, tf32 = h200_curve("fp32"), h200_curve("tf32")
+    small_ns = 0.134 / rate_at(fp32, 0.134) * 1e6
+    new, how = speedup_durations(np.array([int(small_ns)]), "fp32", "tf32", "NVIDIA H200")
+    assert new[0] >= int(small_ns) * 0.99 and "measured on the H200" in how
+    big_ns = 8.59 / rate_at(fp32, 8.59) * 1e6
+    new, _ = speedup_durations(np.array([int(big_ns)]), "fp32", "tf32", "NVIDIA H200")
+    assert new[0] == pytest.approx(big_ns * rate_at(fp32, 8.59) / rate_at(tf32, 8.59), rel=0.01)
 
 
 def _steps(b: CaptureBuilder, grids: list[int]) -> None:
