@@ -11,7 +11,7 @@ def level(n):
     if n == 0:
         lib.cuLaunchKernel(None, 1, 1, 1, 32, 1, 1, 0, ctypes.c_void_p(0x5), None, None)  # @leaf
         return 0
-    return list(map(level, [n - 1]))[0]  # @hop
+    return list(map(level, [n - 1]))[0]  # @hop  # noqa: RUF015 (map calls back into Python from C)
 
 
 def main():

@@ -63,11 +63,12 @@ def h200_curve(math: str) -> list[tuple[float, float]]:
 
 def rate_at(points: list[tuple[float, float]], gflop: float) -> float:
     """Log-log interpolation between the measured points, flat past the ends."""
+    import itertools
     import math
 
     if gflop <= points[0][0]:
         return points[0][1]
-    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+    for (x0, y0), (x1, y1) in itertools.pairwise(points):
         if gflop <= x1:
             t = (math.log(gflop) - math.log(x0)) / (math.log(x1) - math.log(x0))
             return math.exp(math.log(y0) + t * (math.log(y1) - math.log(y0)))
