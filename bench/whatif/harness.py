@@ -106,12 +106,19 @@ def main() -> int:
     p.add_argument("--variants", default="")
     p.add_argument("--device", default="cuda")
     p.add_argument("--requests", type=int, default=None, help="serve only the first N")
+    p.add_argument("--times", default=None,
+                   help="serve: write each timed pass's seconds (after the warm-up) as JSON")
     a = p.parse_args()
     mod = load(a.workload)
     if a.mode == "serve":
         svc = build(mod, "base", a.device, a.requests)
         serve(svc, 1)  # warm-up
-        serve(svc, a.passes)
+        if not a.times:
+            serve(svc, a.passes)
+            return 0
+        passes = [timed_pass(svc) for _ in range(a.passes)]
+        Path(a.times).write_text(json.dumps({"workload": a.workload, "pass_s": passes,
+                                             "requests_per_pass": len(svc.requests)}))
         return 0
     if a.mode == "trace":
         from torch.profiler import ProfilerActivity, profile

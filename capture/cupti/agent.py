@@ -51,7 +51,8 @@ ENV_LIB = "ZYM_CUPTI_LIB"            # explicit libcupti path
 ENV_BUFFER_MB = "ZYM_CUPTI_BUFFER_MB"
 ENV_FLUSH_MS = "ZYM_CUPTI_FLUSH_MS"  # CUPTI flush period: bounds what a crash can lose
 ENV_FORMAT = "ZYM_CUPTI_FORMAT"      # "arrow" (default when pyarrow imports) or "framed"
-ENV_ALL_APIS = "ZYM_CUPTI_ALL_APIS"  # "1": every runtime/driver API record (slow; debugging)
+ENV_ALL_APIS = "ZYM_CUPTI_ALL_APIS"  # "1": every runtime/driver API record (slow; debugging);
+                                     # "0": none (GPU records only; measures their cost)
 
 # cupti_activity.h (CUPTI 12.x and 13.x; values checked against cupti-python 13.0.1's enums)
 KIND_MEMCPY, KIND_MEMSET, KIND_DRIVER, KIND_RUNTIME = 1, 2, 4, 5
@@ -332,7 +333,7 @@ class Collector:
             self._check("enable RUNTIME", L.cuptiActivityEnable(KIND_RUNTIME))
             self._check("enable DRIVER", L.cuptiActivityEnable(KIND_DRIVER))
             enabled = names
-        else:
+        elif os.environ.get(ENV_ALL_APIS) != "0":
             for domain, fn in (("runtime", L.cuptiActivityEnableRuntimeApi),
                                ("driver", L.cuptiActivityEnableDriverApi)):
                 fn.argtypes = [ct.c_uint32, ct.c_uint8]

@@ -112,11 +112,13 @@ def decode_spool(spool: Spool, clock: ClockFit | None = None) -> CuptiTables:
     dtypes = dtypes_for(version)
     fit = clock or fit_clock(spool.calibrations)
     records, undecoded = decode_buffers(spool.activity, dtypes)
+    records, incomplete = drop_incomplete(records)
     pid = int(spool.header.get("pid", -1))
     api = _api_frame(records, spool.header.get("api_names", {}), fit)
     gpu = _gpu_frame(records, demangle(spool.names), fit, pid)
     stats = {"pid": pid, "records": int(sum(len(v) for v in records.values())),
-             "undecoded_bytes": undecoded, "cupti_major": cupti_major(version),
+             "undecoded_bytes": undecoded, "incomplete": incomplete,
+             "cupti_major": cupti_major(version),
              "clean_stop": spool.footer is not None,
              "dropped": int((spool.footer or {}).get("dropped", 0)),
              "buffers": len(spool.activity),
@@ -125,6 +127,20 @@ def decode_spool(spool: Spool, clock: ClockFit | None = None) -> CuptiTables:
                        if k in ("gpus", "torch_version", "cuda_runtime_version",
                                 "cuda_driver_api_version")}}
     return CuptiTables(api=api, gpu=gpu, clock={pid: fit}, stats=stats)
+
+
+def drop_incomplete(records: dict[int, np.ndarray]) -> tuple[dict[int, np.ndarray], int]:
+    """The records without a start or an end (CUPTI writes 0, ``CUPTI_TIMESTAMP_UNKNOWN``, for
+    work it could not time, e.g. kernels still running when the target stopped) or ending
+    before they start, removed; also returns how many there were."""
+    kept, dropped = {}, 0
+    for kind, r in records.items():
+        if r.dtype.names and "start" in r.dtype.names and "end" in r.dtype.names:
+            ok = (r["start"] > 0) & (r["end"] >= r["start"])
+            dropped += int(len(r) - ok.sum())
+            r = r[ok]
+        kept[kind] = r
+    return kept, dropped
 
 
 def _api_frame(records: dict[int, np.ndarray], names: dict, fit: ClockFit) -> pl.DataFrame:

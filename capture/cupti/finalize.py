@@ -81,6 +81,9 @@ def merge_gpu(tables: dict[str, pl.DataFrame] | None, spool_dir: str | Path,
     meta.cupti_version = ", ".join(f"{v} (CUPTI {cupti_major(v)}.x)" for v in sorted(versions) if v)
     meta.dropped["cupti"] = int(sum(s["dropped"] for s in cupti.stats["spools"]))
     undecoded = int(sum(s["undecoded_bytes"] for s in cupti.stats["spools"]))
+    incomplete = int(sum(s.get("incomplete", 0) for s in cupti.stats["spools"]))
+    if incomplete:  # records CUPTI could not time (no start or end): left out, counted
+        meta.dropped["cupti_incomplete"] = incomplete
     if undecoded:  # a record layout that does not fit this CUPTI: say so, never guess
         meta.dropped["cupti_undecoded_bytes"] = undecoded
     cost = meta.extra.get("capture_cost")

@@ -152,3 +152,18 @@ def test_cupti_12_records_decode_with_their_layout(tmp_path):
     # read with CUPTI 13's layout, the same bytes cannot walk to the end: detected, not misread
     _, undecoded = decode_buffers([buf], LAYOUTS[13])
     assert undecoded > 0
+
+
+def test_records_cupti_could_not_time_are_left_out_and_counted(tmp_path):
+    """A kernel still running when the target stopped comes back with start = end = 0
+    (CUPTI_TIMESTAMP_UNKNOWN): on an H200 capture five such records became GPU ops at
+    -1.8e18 ns and the capture failed validation."""
+    calib = [[2_000, 1_000, 100], [10**9 + 2_000, 10**9 + 1_000, 100]]
+    buf = (b.kernel(1_000, 6_000, corr=1) + b.kernel(0, 0, corr=2) + b.kernel(7_000, 6_000, corr=3)
+           + b.api(500, 900, 55, 1, 211))
+    path = b.write_spool(tmp_path / "cupti-100.spool", [buf], calib, names={0x1000: "k"})
+    t = decode_spool(read_spool(path))
+    assert t.gpu["correlation_id"].to_list() == [1]
+    assert t.gpu["ts_ns"].to_list() == [2_000]
+    assert t.stats["incomplete"] == 2
+    assert t.api.height == 1
