@@ -359,13 +359,21 @@ def _plain(v: Any) -> Any:
 
 
 def _apply_supersedes(findings: list[Finding], rules: Iterable[Rule]) -> list[Finding]:
-    """Drop a finding when a more specific rule fired on the same group (same code site); the
-    finding that stays names it in ``also``."""
+    """Drop a finding when a more specific rule fired on the same code: the same group when
+    both rules group alike, else the same site as users read it (e.g. one rule groups by user
+    line, the other by line + torch op); the finding that stays names it in ``also``."""
     by_id = {r.id: r for r in rules}
-    winner = {(old, f.group_key): f for f in findings for old in by_id[f.rule_id].supersedes}
+
+    def where(f: Finding, other: str) -> tuple:
+        same = by_id[f.rule_id].group_by == by_id[other].group_by
+        return (f.group_key,) if same else (f.site,)
+
+    winner = {(old, where(f, old)): f for f in findings for old in by_id[f.rule_id].supersedes
+              if old in by_id}
     kept = []
     for f in findings:
-        w = winner.get((f.rule_id, f.group_key))
+        w = next((winner[k] for k in [(f.rule_id, (f.group_key,)), (f.rule_id, (f.site,))]
+                  if k in winner and where(winner[k], f.rule_id) == k[1]), None)
         if w is None:
             kept.append(f)
         else:

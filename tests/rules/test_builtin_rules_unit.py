@@ -262,6 +262,21 @@ def test_fp32_matmul_no_tf32__fires_on_fp32_kernels():
     assert f.site == "model.py:40 forward" and f.evidence["count"] == 10
 
 
+def test_fp32_matmul_no_tf32__one_finding_per_line_whatever_the_torch_op():
+    """A Kineto trace of one line whose GEMMs come through linear/addmm, a fused
+    _addmm_activation and a plain mm (three code sites) used to give three findings with the
+    same site and fix, each replayed alone."""
+    b = CaptureBuilder()
+    ops = [LINEAR, [TORCH, ("torch_op", "aten::_addmm_activation")],
+           [TORCH, ("torch_op", "aten::matmul"), ("torch_op", "aten::mm")]]
+    for _ in range(4):
+        for op in ops:
+            b.kernel(FFN + op, "sm80_xmma_gemm_f32f32_f32f32_f32_tn", gpu_us=100, shapes=SHAPES,
+                     dtypes=["float"] * 3)
+    [f] = fired(b, "compute.fp32-matmul-no-tf32")
+    assert f.site == "model.py:40 forward" and f.evidence["count"] == 12
+
+
 def test_fp32_matmul_no_tf32__silent_with_tf32_or_half():
     b = CaptureBuilder()
     _matmuls(b, ffn_us=30, ffn_kernel="sm80_xmma_gemm_tf32f32_tf32f32_f32_tn")
