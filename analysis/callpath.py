@@ -23,7 +23,7 @@ import networkx as nx
 import polars as pl
 from zym.schemas.stacks import MAX_ROUNDS
 
-from .usercode import is_user_frame
+from .usercode import compiled_frames, is_user_frame
 
 if TYPE_CHECKING:
     from .facts import Facts
@@ -49,7 +49,8 @@ def stack_nodes(frames: pl.DataFrame, stacks: pl.DataFrame) -> pl.DataFrame:
     rounds a node has looked 2**k levels up, so a trie of depth D takes log2(D) rounds.
     """
     nodes = (stacks.join(frames, on="frame_id", how="left", maintain_order="left")
-             .with_columns(is_user_frame().fill_null(False).alias("is_user"))
+             .with_columns(is_user_frame().fill_null(False).alias("is_user")))
+    nodes = (nodes.with_columns((pl.col("is_user") & ~compiled_frames(nodes)).alias("is_user"))
              .with_row_index("row").with_columns(pl.col("row").cast(pl.Int64)))
     parent_row = nodes.select("parent_id").join(
         nodes.select(pl.col("stack_id").alias("parent_id"), pl.col("row").alias("up")),

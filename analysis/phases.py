@@ -36,6 +36,9 @@ COMPILE_FRAMES = re.compile(
     r"|torch/_inductor/(?:compile_fx|graph|codecache|select_algorithm|autotune_process"
     r"|async_compile)\.py|torch/_inductor/runtime/(?:triton_heuristics|benchmarking)\.py"
     r"|triton/compiler/|triton/testing\.py")
+# Functions in those files that run compiled code on every call (CUDA-graph replay, the Triton
+# launcher): steady-state work, not compilation.
+RUNTIME_FUNCTIONS = re.compile(r"(?:cudagraphify\.<locals>\.run|CachingAutotuner\.run|launcher)$")
 
 
 @dataclass
@@ -213,7 +216,8 @@ def warmup_steps(steps: Steps) -> int:
 def compile_activity(calls: pl.DataFrame, nodes: pl.DataFrame) -> tuple[int, int, int]:
     """Calls made by compilers (torch.compile, Inductor autotuning, Triton): ``(calls,
     first_ts, last_end)``; ``(0, 0, 0)`` when there are none."""
-    frames = nodes.filter(pl.col("file").str.contains(COMPILE_FRAMES.pattern).fill_null(False))
+    frames = nodes.filter(pl.col("file").str.contains(COMPILE_FRAMES.pattern).fill_null(False)
+                          & ~pl.col("name").str.contains(RUNTIME_FUNCTIONS.pattern).fill_null(False))
     if frames.height == 0:
         return 0, 0, 0
     under = _descendants(nodes, frames["stack_id"])

@@ -46,3 +46,36 @@ def is_user_frame(packages: frozenset[str] = FRAMEWORK_PACKAGES) -> pl.Expr:
     """Expression over the frame table: a Python frame with a file outside the framework."""
     return ((pl.col("kind") == "python") & pl.col("file").is_not_null()
             & ~pl.col("file").str.contains(framework_file_pattern(packages)))
+
+
+# A function torch.compile compiled runs as Dynamo's rewrite of its frame: that frame calls the
+# compiled graph (AOT autograd, Inductor) from its first line, and Dynamo called it (through
+# nn.Module's call wrappers). Its line says nothing; the user's line is the caller's.
+DYNAMO_CALLER = r"(?:^|/)torch/_dynamo/eval_frame\.py$"
+MODULE_WRAPPER = r"(?:^|/)torch/nn/modules/module\.py$"
+COMPILED_RUNTIME = r"(?:^|/)torch/_(?:dynamo|functorch|inductor)/"
+
+
+def compiled_frames(nodes: pl.DataFrame, hops: int = 8) -> pl.Series:
+    """Per stack node (``stack_id, parent_id, file`` and ``is_user``): the user frames that are
+    a compiled function running its compiled graph: called by Dynamo (``eval_frame.py``, past
+    at most ``hops`` nn.Module wrapper frames) and calling into its runtime
+    (``torch/_dynamo``, ``_functorch``, ``_inductor``). A graph break's own lines in the same
+    function call torch ops, not the runtime, and stay the user's."""
+    idx = {"stack_id": nodes["stack_id"]}
+    row_of = pl.DataFrame(idx).with_row_index("row").with_columns(pl.col("row").cast(pl.Int64))
+    up = (nodes.select("parent_id").join(row_of.rename({"stack_id": "parent_id"}),
+                                         on="parent_id", how="left", maintain_order="left")["row"])
+    file = nodes["file"].fill_null("")
+    is_wrapper = file.str.contains(MODULE_WRAPPER)
+    caller = up
+    for _ in range(hops):  # past nn.Module's __call__ wrappers
+        through = caller.is_not_null() & is_wrapper.gather(caller.fill_null(0))
+        caller = pl.select(pl.when(through).then(up.gather(caller.fill_null(0)))
+                           .otherwise(caller)).to_series()
+    called_by_dynamo = (caller.is_not_null()
+                        & file.gather(caller.fill_null(0)).str.contains(DYNAMO_CALLER))
+    calls_runtime_rows = up.filter(file.str.contains(COMPILED_RUNTIME)).drop_nulls().unique()
+    row = pl.Series(range(nodes.height), dtype=pl.Int64)
+    calls_runtime = row.is_in(calls_runtime_rows.implode())
+    return (nodes["is_user"] & called_by_dynamo & calls_runtime).fill_null(False)

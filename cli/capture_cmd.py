@@ -11,6 +11,13 @@ from .errors import exit_on_error
 
 HELP = """Capture the CUDA calls of a Python process with their Python stacks (eBPF, root).
 
+Two sides, joined into one file. The CPU side (every CUDA launch, copy, memset and sync with its
+exact Python line) needs root, BCC and the kernel headers (scripts/install-deps.sh). The GPU
+side (kernels, copies, memsets and their GPU time) needs zym to start the target (the `--
+COMMAND` form: CUPTI is loaded into it at start-up, so not with --pid) and a libcupti for its
+CUDA (torch's wheels ship one); not torch.profiler in the target (both want CUPTI). Without
+root, zym records the GPU side alone: the calls then have no Python lines.
+
 Example: sudo zym capture -o trace.parquet -- python serve.py --port 8000
 
 Example: sudo zym capture --pid 1234 --duration 30 -o trace.parquet

@@ -125,6 +125,13 @@ def test_every_command_has_help_with_an_example(command):
     assert "Example" in result.stdout, f"zym {command} --help shows no example"
 
 
+def test_capture_help_says_what_the_gpu_side_needs_and_what_runs_without_root():
+    text = " ".join(run("capture", "--help").stdout.replace("│", " ").split())
+    for words in ("needs root", "CUPTI is loaded into it at start-up", "not with --pid",
+                  "Without root, zym records the GPU side alone"):
+        assert words in text, words
+
+
 def test_version():
     result = run("--version")
     assert result.exit_code == 0 and re.fullmatch(r"zym \S+ \(capture file schema v\d+\)\n",
