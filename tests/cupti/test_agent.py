@@ -49,10 +49,10 @@ def fake_lib(tmp_path_factory) -> Path:
     return out
 
 
-def _run(tmp_path: Path, lib: Path, mode: str) -> tuple[dict, Path]:
+def _run(tmp_path: Path, lib: Path, mode: str, **extra: str) -> tuple[dict, Path]:
     spool = tmp_path / "spool"
     env = target_env(spool) | {"ZYM_CUPTI_LIB": str(lib), "ZYM_CUPTI_FLUSH_MS": "200",
-                               "ZYM_CUPTI_EAGER": "1"}
+                               "ZYM_CUPTI_EAGER": "1"} | extra
     script = tmp_path / "target.py"
     script.write_text(TARGET)
     proc = subprocess.run([sys.executable, str(script), mode], env=env, capture_output=True,
@@ -81,6 +81,17 @@ def test_agent_records_launches_with_system_tids_and_kernel_names(tmp_path, fake
     fit = t.clock[int(spool.header["pid"])]
     assert fit.used >= 2 and fit.max_residual_ns < 50_000
     assert 0 < t.api["ts_ns"].min() < 10**17
+
+
+def test_gpu_records_only_when_asked(tmp_path, fake_lib):
+    """ZYM_CUPTI_ALL_APIS=0 (bench/whatif/device_inflation.sh's "gpu" arm): no API record, every
+    GPU record."""
+    _, spool_dir = _run(tmp_path, fake_lib, "exit", ZYM_CUPTI_ALL_APIS="0")
+    (path,) = spool_dir.glob("cupti-*.spool")
+    spool = read_spool(path)
+    assert spool.header["api_names"] == {"runtime": {}, "driver": {}}
+    t = decode_spool(spool)
+    assert t.api.height == 0 and t.gpu.height == 130
 
 
 def test_agent_spool_survives_a_crash(tmp_path, fake_lib):
