@@ -364,16 +364,16 @@ def _apply_supersedes(findings: list[Finding], rules: Iterable[Rule]) -> list[Fi
     line, the other by line + torch op); the finding that stays names it in ``also``."""
     by_id = {r.id: r for r in rules}
 
-    def where(f: Finding, other: str) -> tuple:
-        same = by_id[f.rule_id].group_by == by_id[other].group_by
-        return (f.group_key,) if same else (f.site,)
+    def where(f: Finding, other: str) -> tuple | str:
+        return f.group_key if by_id[f.rule_id].group_by == by_id[other].group_by else f.site
 
-    winner = {(old, where(f, old)): f for f in findings for old in by_id[f.rule_id].supersedes
-              if old in by_id}
+    winner = {(w.rule_id, old, where(w, old)): w for w in findings
+              for old in by_id[w.rule_id].supersedes if old in by_id}
+    superseders = {old: [r.id for r in by_id.values() if old in r.supersedes] for old in by_id}
     kept = []
     for f in findings:
-        w = next((winner[k] for k in [(f.rule_id, (f.group_key,)), (f.rule_id, (f.site,))]
-                  if k in winner and where(winner[k], f.rule_id) == k[1]), None)
+        w = next((winner[k] for r in superseders[f.rule_id]
+                  if (k := (r, f.rule_id, where(f, r))) in winner), None)
         if w is None:
             kept.append(f)
         else:

@@ -33,6 +33,7 @@ RESULTS = HERE / "results" / "h200"
 # requests per pass of each workload (bench/whatif/workloads/W.py: Service.requests)
 REQUESTS = {"gpt_decode": 7, "rerank": 12, "decode_loop": 6}
 TOLERANCE = 0.30
+RULE_FIX = re.compile(r"([a-z_]+\.[a-z0-9-]+)(?: \(([^)]*)\))?:")  # "rule.id (HtoD): text"
 
 
 @dataclass
@@ -69,7 +70,7 @@ def measured(doc: dict, requests: int) -> dict[str, dict]:
     base = doc["variants"]["base"]["times_s"]
     out = {}
     for name, v in doc["variants"].items():
-        if name == "base" or "+" in v["fix"] and ":" not in v["fix"].split("+")[0]:
+        if name == "base" or not RULE_FIX.match(v["fix"]):
             continue  # the baseline, and the variants that apply several fixes
         diffs = [(b - t) * 1e3 / requests for b, t in zip(base, v["times_s"], strict=True)]
         q = statistics.quantiles(diffs, n=4)
@@ -79,7 +80,7 @@ def measured(doc: dict, requests: int) -> dict[str, dict]:
 
 def rule_of(fix: str) -> tuple[str, str | None]:
     """``"rule.id (HtoD): text"`` -> ("rule.id", "HtoD")."""
-    m = re.match(r"([a-z_]+\.[a-z0-9-]+)(?: \(([^)]*)\))?:", fix)
+    m = RULE_FIX.match(fix)
     if not m:
         raise ValueError(f"variant fix text does not start with a rule id: {fix!r}")
     return m.group(1), m.group(2)
