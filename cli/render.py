@@ -197,6 +197,14 @@ def render_kernels(kernels: list[dict], console: Console) -> None:
                       soft_wrap=False)
 
 
+def _print_path(line: Text, path: dict, console: Console) -> None:
+    """A ranked path's line, wrapped, then its chain (dim, clipped to the width)."""
+    for chunk in line.wrap(console, console.width):
+        console.print(chunk, soft_wrap=False)
+    console.print(Text(_clip("       " + _chain(path), console.width), style="dim"),
+                  soft_wrap=False)
+
+
 def render_paths_by_gpu(paths: list[dict], console: Console) -> None:
     console.print(Text("Top call paths by GPU time", style="bold underline"))
     for i, p in enumerate(paths, 1):
@@ -206,10 +214,7 @@ def render_paths_by_gpu(paths: list[dict], console: Console) -> None:
         line.append(f" {p['gpu_share_pct']:5.1f}%  ")
         line.append(p["site"], style="cyan")
         line.append(f"  ({what})")
-        for chunk in line.wrap(console, console.width):
-            console.print(chunk, soft_wrap=False)
-        console.print(Text(_clip("       " + _chain(p), console.width), style="dim"),
-                      soft_wrap=False)
+        _print_path(line, p, console)
 
 
 def render_paths_by_blocked(paths: list[dict], console: Console) -> None:
@@ -224,10 +229,7 @@ def render_paths_by_blocked(paths: list[dict], console: Console) -> None:
         line.append("  ")
         line.append(p["site"], style="cyan")
         line.append(f"  ({p['calls']:,} calls, {per_call} each{extra})")
-        for chunk in line.wrap(console, console.width):
-            console.print(chunk, soft_wrap=False)
-        console.print(Text(_clip("       " + _chain(p), console.width), style="dim"),
-                      soft_wrap=False)
+        _print_path(line, p, console)
 
 
 def render_report(report: dict, console: Console, top: int | None = None) -> None:
