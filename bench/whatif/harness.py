@@ -7,8 +7,8 @@ GPU, interleaved, and time what users feel (one pass over the workload's request
     python bench/whatif/harness.py WORKLOAD measure OUT.json [--rounds R] [--variants a,b]
 
 WORKLOAD is a module of bench/whatif/workloads/ (gpt_decode, rerank, decode_loop). Each builds
-a ``Service`` per variant: ``requests`` and ``handle(request)`` (the step zym finds), and an
-optional ``active()`` context for process-wide switches (TF32). ``serve`` and ``trace`` run a
+a ``Service`` per variant: ``requests`` and ``handle(request)`` (the step zym finds), and
+``tf32`` (a process-wide switch, set only while that service runs, under inference mode). ``serve`` and ``trace`` run a
 warm-up pass, then ``--passes`` passes over the same requests, as a service in steady state
 does; ``measure`` builds every variant, warms each up, then times one pass of each variant per
 round in a shuffled order, ``--rounds`` times, and writes every time to OUT.json.
@@ -44,9 +44,23 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+@contextlib.contextmanager
+def active(svc):
+    """While ``svc`` serves: inference mode, and TF32 matmuls if the variant turns them on."""
+    import torch
+
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = getattr(svc, "tf32", False)
+    try:
+        with torch.inference_mode():
+            yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+
+
 def serve(svc, passes: int) -> None:
     """``passes`` passes over the requests: the requests are the steps."""
-    with svc.active() if hasattr(svc, "active") else contextlib.nullcontext():
+    with active(svc):
         for _ in range(passes):
             for request in svc.requests:
                 svc.handle(request)

@@ -5,8 +5,6 @@ startup, not steady state. Only a baseline: it checks attribution, not a fix.
 """
 from __future__ import annotations
 
-import contextlib
-
 import torch
 from torch import nn
 
@@ -35,10 +33,6 @@ class Service:
         dtype = torch.float16 if device == "cuda" else torch.float32
         self.requests = [torch.randn(32, 512, device=device, dtype=dtype) for _ in range(16)]
 
-    @contextlib.contextmanager
-    def active(self):
-        with torch.inference_mode():
-            yield
 
     def handle(self, x):
         y = self.model(x)  # the user's line: the site of the compiled kernels

@@ -9,7 +9,6 @@ pageable memory. A request decodes 48 tokens for 8 sequences.
 """
 from __future__ import annotations
 
-import contextlib
 import random
 
 import torch
@@ -86,10 +85,6 @@ class Service:
             with torch.cuda.graph(self.graph):
                 self.h_out, self.token_out = self.model.step(self.h_in)
 
-    @contextlib.contextmanager
-    def active(self):
-        with torch.inference_mode():
-            yield
 
     def decode_step(self, h):
         if self.graph is None:

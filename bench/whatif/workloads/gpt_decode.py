@@ -8,7 +8,6 @@ allocator blocks exist). The baseline runs the sample's own functions, unchanged
 """
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 from pathlib import Path
 
@@ -76,15 +75,6 @@ class Service:
             longest = max(len(p) for b in self.requests for p in b)
             self.pinned = torch.empty((16, longest), dtype=torch.long).pin_memory()
 
-    @contextlib.contextmanager
-    def active(self):
-        before = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = self.tf32
-        try:
-            with torch.inference_mode():
-                yield
-        finally:
-            torch.backends.cuda.matmul.allow_tf32 = before
 
     def handle(self, prompts):
         if self.pinned is not None:

@@ -8,7 +8,6 @@ the encoder, the other 23 are host round trips of their own.
 """
 from __future__ import annotations
 
-import contextlib
 import random
 
 import torch
@@ -58,15 +57,6 @@ class Service:
         self.pinned = (torch.empty((CANDIDATES, SEQ), dtype=torch.long).pin_memory()
                        if "pin_upload" in fixes and device == "cuda" else None)
 
-    @contextlib.contextmanager
-    def active(self):
-        before = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = self.tf32
-        try:
-            with torch.inference_mode():
-                yield
-        finally:
-            torch.backends.cuda.matmul.allow_tf32 = before
 
     def upload(self, rows: list[list[int]]) -> torch.Tensor:
         if self.pinned is not None:
