@@ -20,7 +20,7 @@ from pathlib import Path
 
 import polars as pl
 
-Frame = tuple  # (kind, name[, file, line])
+Frame = tuple  # (kind, name[, file, line[, source text of the line]])
 
 
 class CaptureBuilder:
@@ -41,11 +41,12 @@ class CaptureBuilder:
     # -- stacks -------------------------------------------------------------------------------
 
     def _frame(self, f: Frame) -> int:
-        key = (f[0], f[1], f[2] if len(f) > 2 else None, f[3] if len(f) > 3 else None)
+        key = (f[0], f[1], f[2] if len(f) > 2 else None, f[3] if len(f) > 3 else None,
+               f[4] if len(f) > 4 else None)
         if key not in self._frames:
             self._frames[key] = len(self.frames)
             self.frames.append({"frame_id": len(self.frames), "kind": key[0], "name": key[1],
-                                "file": key[2], "line": key[3]})
+                                "file": key[2], "line": key[3], "source": key[4]})
         return self._frames[key]
 
     def stack(self, frames: Sequence[Frame]) -> int:

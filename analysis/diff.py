@@ -1,0 +1,470 @@
+"""Two captures compared: what changed, where, and whether it is more than noise.
+
+A capture is first reduced to its **profile** (:func:`profile_of`), built from the facts of its
+analysis window (:class:`zym.analysis.Analysis`): per *code site* (a user line with its torch
+ops and Python built-in, :func:`zym.analysis.sites.site_table`) and per GPU operation name, the
+GPU time, CPU time blocked, CUDA calls, launches, syncs, copies and bytes copied, each summed
+over the window and over each **unit** of it:
+
+* a **step** where the capture repeats one (:mod:`zym.analysis.phases`), so that two runs of
+  different lengths compare per request or per decoding step;
+* else one of :data:`SLICES` equal slices of the window, and the figures are per second.
+
+Both captures are put on the same footing: per step when both have steps, else per second.
+
+:func:`compare` then matches the code sites of the two profiles (:func:`match_sites`), robust
+to lines moved by unrelated edits, and reports each measure's change per unit with its
+**noise threshold** (:func:`noise_threshold`): the spread of the measure from one unit to the
+next within each capture says how much the mean per unit could move by chance; a change is
+*above noise* only when it exceeds ``NOISE_Z`` standard errors of the difference of the two
+means and the floors :data:`REL_FLOOR` and the absolute floor of the measure.
+
+Findings (rule results, given as plain dicts) are compared by rule id and matched site: those
+that appeared, disappeared, and those whose saving changed. The comparison is plain data
+(:meth:`Diff.to_dict`): text, markdown, JSON and HTML render it (:mod:`zym.analysis.export.diff`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import polars as pl
+
+from .callpath import UNKNOWN_STACK
+from .phases import user_paths
+
+if TYPE_CHECKING:
+    from .report import Analysis
+
+SLICES = 10  # units of a capture without steps: equal slices of its window
+NOISE_Z = 3.0  # standard errors of the difference of the two means per unit
+REL_FLOOR = 0.02  # a change under 2% of the larger mean is never "above noise"
+ABS_FLOOR = {"ns": 2_000, "count": 0.5, "bytes": 64}  # smallest change that counts, per unit
+# The measures per site, per kernel and in total; with their units.
+SITE_MEASURES: dict[str, str] = {
+    "gpu_ns": "ns", "cpu_blocked_ns": "ns", "calls": "count", "launches": "count",
+    "syncs": "count", "kernels": "count", "copies": "count", "memsets": "count",
+    "bytes_htod": "bytes", "bytes_dtoh": "bytes", "bytes_dtod": "bytes",
+}
+TOTAL_MEASURES: dict[str, str] = {"wall_ns": "ns"} | SITE_MEASURES
+KERNEL_MEASURES: dict[str, str] = {"gpu_ns": "ns", "count": "count", "bytes": "bytes"}
+# Site identity for matching: tried in this order on the sites still unmatched; ties within a
+# key are paired in line order (see match_sites).
+MATCH_LEVELS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("source", ("file", "function", "module", "op_chain", "py_api", "source", "callers")),
+    ("exact", ("file", "line", "function", "module", "op_chain", "py_api")),
+    ("moved", ("file", "function", "module", "op_chain", "py_api", "callers")),
+    ("function", ("file", "function", "module", "op_chain", "py_api")),
+)
+KEY_COLUMNS = ("file", "line", "function", "module", "op_chain", "py_api", "source", "callers")
+
+
+@dataclass
+class Profile:
+    """One capture reduced to what a comparison needs (see the module doc).
+
+    ``sites``: one row per code site (``code_site``; -1 for GPU work whose launching call was
+    not captured) with its identity (:data:`KEY_COLUMNS`), ``site`` (its label) and, per
+    measure of :data:`SITE_MEASURES`, the window's total and the sum of squares over units
+    (``{m}__ss``); ``kernels``: the same per GPU operation (``name``, ``kind``); ``units``:
+    per unit, every total measure; ``findings``: rule findings as dicts with ``code_site``.
+    """
+
+    source: str
+    producer: str | None
+    unit: str  # "step" or "slice"
+    unit_count: int
+    window_ns: int
+    steps_function: str | None
+    sites: pl.DataFrame
+    kernels: pl.DataFrame
+    units: pl.DataFrame
+    findings: list[dict] = field(default_factory=list)
+
+    def describe(self) -> dict:
+        return {"source": self.source, "producer": self.producer, "unit": self.unit,
+                "units": self.unit_count, "window_ns": self.window_ns,
+                "steps_function": self.steps_function}
+
+
+# -- one capture -------------------------------------------------------------------------------
+
+def unit_bounds(analysis: Analysis) -> tuple[str, np.ndarray, np.ndarray, str | None]:
+    """``(unit, starts, ends, step function)``: the steps in the window, else SLICES slices."""
+    steps = analysis.steps_in_window()
+    if steps is not None and steps.count >= 2:
+        return "step", steps.start_ns.astype(np.int64), steps.end_ns.astype(np.int64), \
+            analysis.phases.steps.function
+    lo, hi = analysis.window
+    edges = lo + (np.arange(SLICES + 1, dtype=np.int64) * max(hi - lo, 1)) // SLICES
+    return "slice", edges[:-1], edges[1:], None
+
+
+def unit_of(ts: pl.Series, starts: np.ndarray) -> pl.Series:
+    """The unit each timestamp falls in (before the first: the first)."""
+    idx = pl.Series(starts).search_sorted(ts, side="right").cast(pl.Int64) - 1
+    return idx.clip(0, len(starts) - 1).alias("unit")
+
+
+def profile_of(analysis: Analysis, findings: list[dict] | None = None) -> Profile:
+    """The profile of an analysis window; ``findings`` as :meth:`Finding.to_dict` gives them
+    (with ``site_id``), ranked."""
+    facts = analysis.facts
+    unit, starts, ends, step_fn = unit_bounds(analysis)
+    calls = facts.calls
+    (code_site,) = facts.site_of(calls["stack_id"], ("code_site",))
+    c = calls.select(
+        code_site.fill_null(UNKNOWN_STACK).alias("code_site"), unit_of(calls["ts_ns"], starts),
+        pl.lit(1, pl.Int64).alias("calls"),
+        (pl.col("kind") == "launch").cast(pl.Int64).alias("launches"),
+        (pl.col("kind") == "sync").cast(pl.Int64).alias("syncs"),
+        pl.when("blocking").then("dur_ns").otherwise(0).cast(pl.Int64).alias("cpu_blocked_ns"))
+    gpu = facts.gpu.filter("work")
+    launched_at = calls["ts_ns"].gather(gpu["call_idx"])
+    (gsite,) = facts.site_of(gpu["stack_id"].fill_null(UNKNOWN_STACK), ("code_site",))
+    kind, direction = pl.col("kind"), pl.col("copy_kind")
+    size = pl.col("size_bytes").fill_null(0).cast(pl.Int64)
+    g = gpu.select(
+        gsite.fill_null(UNKNOWN_STACK).alias("code_site"),
+        unit_of(pl.coalesce(launched_at, gpu["ts_ns"]), starts),
+        pl.col("name").cast(pl.String), pl.col("kind").cast(pl.String),
+        pl.col("dur_ns").cast(pl.Int64).alias("gpu_ns"),
+        *[(kind == k).cast(pl.Int64).alias(n) for k, n in (
+            ("kernel", "kernels"), ("copy", "copies"), ("memset", "memsets"))],
+        *[pl.when((kind == "copy") & (direction == d)).then(size).otherwise(0)
+          .alias(f"bytes_{d.lower()}") for d in ("HtoD", "DtoH", "DtoD")],
+        pl.when(kind == "copy").then(size).otherwise(0).alias("bytes"))
+    call_cols = ["calls", "launches", "syncs", "cpu_blocked_ns"]
+    gpu_cols = [m for m in SITE_MEASURES if m not in call_cols]
+    per_site_unit = (
+        pl.concat([c.group_by("code_site", "unit").agg(pl.col(call_cols).sum()),
+                   g.group_by("code_site", "unit").agg(pl.col(gpu_cols).sum())],
+                  how="diagonal")
+        .group_by("code_site", "unit").agg(pl.col(list(SITE_MEASURES)).fill_null(0).sum()))
+    sites = _moments(per_site_unit, ["code_site"], list(SITE_MEASURES))
+    sites = sites.join(site_identity(analysis), on="code_site", how="left")
+    kernels = _moments(
+        g.group_by("name", "kind", "unit").agg(pl.col("gpu_ns").sum(), pl.len().alias("count"),
+                                               pl.col("bytes").sum()),
+        ["name", "kind"], list(KERNEL_MEASURES))
+    units = (per_site_unit.group_by("unit").agg(pl.col(list(SITE_MEASURES)).sum())
+             .join(pl.DataFrame({"unit": np.arange(len(starts), dtype=np.int64)}), on="unit",
+                   how="right").fill_null(0)
+             .with_columns(pl.Series("wall_ns", (ends - starts).astype(np.int64))).sort("unit"))
+    meta = analysis.data.meta
+    return Profile(
+        source=str(analysis.data.source), producer=meta.producer, unit=unit,
+        unit_count=len(starts), window_ns=int(analysis.facts.window_ns), steps_function=step_fn,
+        sites=sites, kernels=kernels, units=units,
+        findings=_findings_with_sites(findings or [], facts.sites))
+
+
+def _moments(df: pl.DataFrame, keys: list[str], measures: list[str]) -> pl.DataFrame:
+    """Per key: each measure's total over the units and its sum of squares (units with no
+    row count as zero), for the mean and spread per unit."""
+    return df.group_by(keys).agg(
+        *[pl.col(m).sum().cast(pl.Float64).alias(m) for m in measures],
+        *[(pl.col(m).cast(pl.Float64) ** 2).sum().alias(f"{m}__ss") for m in measures])
+
+
+def site_identity(analysis: Analysis) -> pl.DataFrame:
+    """Per code site: what identifies it across captures (:data:`KEY_COLUMNS`) and its label.
+
+    ``file`` is the short file name (as users read it: two checkouts in different folders give
+    the same names); ``callers`` the user frames above the site (``file function``, outermost
+    first) on its costliest stack, without lines, so a site keeps its identity when an edit
+    elsewhere moves its line."""
+    facts = analysis.facts
+    paths = analysis.call_paths.paths.select(
+        pl.col("path_id").alias("stack_id"), (pl.col("gpu_ns") + pl.col("cpu_blocked_ns"))
+        .alias("_cost"))
+    s = (facts.sites.join(paths, on="stack_id", how="left")
+         .sort("_cost", "stack_id", descending=[True, False], nulls_last=True)
+         .unique("code_site", keep="first", maintain_order=True))
+    short = dict(zip(facts.sites["user_file"].to_list(), facts.sites["user_short_file"].to_list()))
+    chains = user_paths(facts.nodes)
+    callers = [">".join(f"{short.get(f, f)} {fn}" for f, fn, _ in chains.get(sid, [])[:-1])
+               for sid in s["stack_id"].to_list()]
+    ident = s.select(
+        "code_site", pl.col("user_short_file").alias("file"), pl.col("user_line").alias("line"),
+        pl.col("user_function").alias("function"), pl.col("user_module").alias("module"),
+        "op_chain", "py_api", pl.col("user_source").alias("source"), "site",
+        pl.col("mechanism"), pl.col("torch_op")).with_columns(pl.Series("callers", callers))
+    unknown = pl.DataFrame({"code_site": [UNKNOWN_STACK], "site": ["(unknown stack)"],
+                            "op_chain": ["(unknown stack)"]})
+    return pl.concat([ident, unknown], how="diagonal_relaxed")
+
+
+def _findings_with_sites(findings: list[dict], sites: pl.DataFrame) -> list[dict]:
+    """Each finding with the code site of its ``site_id`` (None for window-wide findings)."""
+    code = dict(zip(sites["stack_id"].to_list(), sites["code_site"].to_list()))
+    return [f | {"code_site": code.get(f.get("site_id"))} for f in findings]
+
+
+# -- matching ----------------------------------------------------------------------------------
+
+def match_sites(before: pl.DataFrame, after: pl.DataFrame) -> pl.DataFrame:
+    """Pairs of code sites, ``code_site_before, code_site_after, match``: by each level of
+    :data:`MATCH_LEVELS` in turn over the sites still unmatched. Within one key, sites pair in
+    line order (the k-th line of a function before with its k-th line after), which holds when
+    an edit moves a block of lines: their order does not change."""
+    b = before.select("code_site", *KEY_COLUMNS)
+    a = after.select("code_site", *KEY_COLUMNS)
+    pairs = []
+    for level, cols in MATCH_LEVELS:
+        if b.height == 0 or a.height == 0:
+            break
+        need = pl.all_horizontal(pl.col("source").is_not_null()) if "source" in cols \
+            else pl.lit(True)
+        kb, ka = _keyed(b.filter(need), cols), _keyed(a.filter(need), cols)
+        hit = kb.join(ka, on=["_key", "_rank"], suffix="_after").select(
+            pl.col("code_site").alias("code_site_before"), "code_site_after",
+            pl.lit(level).alias("match"))
+        if hit.height:
+            pairs.append(hit)
+            b = b.filter(~pl.col("code_site").is_in(hit["code_site_before"].implode()))
+            a = a.filter(~pl.col("code_site").is_in(hit["code_site_after"].implode()))
+    schema = {"code_site_before": pl.Int64, "code_site_after": pl.Int64, "match": pl.String}
+    return pl.concat(pairs) if pairs else pl.DataFrame(schema=schema)
+
+
+def _keyed(df: pl.DataFrame, cols: tuple[str, ...]) -> pl.DataFrame:
+    key = pl.concat_str([pl.col(c).cast(pl.String).fill_null("") for c in cols],
+                        separator="\x1f")
+    return (df.with_columns(key.alias("_key"))
+            .sort("_key", "line", "code_site", nulls_last=True)
+            .with_columns(pl.int_range(pl.len()).over("_key").alias("_rank"))
+            .select("code_site", "_key", "_rank"))
+
+
+# -- noise -------------------------------------------------------------------------------------
+
+def noise_threshold(mean_b: float, ss_b: float, n_b: int, mean_a: float, ss_a: float,
+                    n_a: int, unit: str = "ns") -> float:
+    """The smallest change of a mean per unit that is above noise (see the module doc):
+    ``max(NOISE_Z * SE, REL_FLOOR * max(|means|), ABS_FLOOR[unit])``, where SE is the standard
+    error of the difference of the two means, from each capture's variance across its units
+    (``ss``: the sum of squares of the per-unit values)."""
+    se2 = _var(mean_b, ss_b, n_b) / max(n_b, 1) + _var(mean_a, ss_a, n_a) / max(n_a, 1)
+    return max(NOISE_Z * math.sqrt(se2), REL_FLOOR * max(abs(mean_b), abs(mean_a)),
+               ABS_FLOOR[unit])
+
+
+def _var(mean: float, ss: float, n: int) -> float:
+    if n < 2:
+        return 0.0
+    return max(ss / n - mean * mean, 0.0) * n / (n - 1)
+
+
+# -- the comparison ----------------------------------------------------------------------------
+
+@dataclass
+class Diff:
+    """The comparison of two profiles (see :meth:`to_dict`)."""
+
+    before: Profile
+    after: Profile
+    per: str  # "step" or "second"
+    totals: list[dict]
+    sites: list[dict]
+    kernels: list[dict]
+    findings: dict
+    matched: dict
+
+    def total(self, measure: str) -> dict:
+        return next(t for t in self.totals if t["measure"] == measure)
+
+    def regression_pct(self, measure: str) -> float | None:
+        """How much worse ``measure`` (per unit) got, in percent of before (negative: better)."""
+        t = self.total(measure)
+        return None if not t["before"] else 100.0 * t["delta"] / t["before"]
+
+    def to_dict(self, top: int | None = None) -> dict:
+        sites = self.sites if top is None else self.sites[:top]
+        kernels = self.kernels if top is None else self.kernels[:top]
+        return {
+            "before": self.before.describe(), "after": self.after.describe(),
+            "per": self.per,
+            "noise": {"z": NOISE_Z, "rel_floor": REL_FLOOR, "abs_floor": ABS_FLOOR,
+                      "how": noise_note(self)},
+            "totals": self.totals,
+            "regression_pct": {m: self.regression_pct(m) for m in ("gpu_ns", "wall_ns")},
+            "top_improvements": [s for s in self.sites if s["cost_delta_ns"] < 0
+                                 and s["above_noise"]][: top or None],
+            "top_regressions": sorted((s for s in self.sites if s["cost_delta_ns"] > 0
+                                       and s["above_noise"]),
+                                      key=lambda s: -s["cost_delta_ns"])[: top or None],
+            "sites": sites, "kernels": kernels, "findings": self.findings,
+            "matched": self.matched,
+        }
+
+
+def noise_note(d: Diff) -> str:
+    units = {"step": "steps", "slice": f"{SLICES} equal slices of the window"}
+    return (f"a change counts as above noise when it exceeds {NOISE_Z:g} standard errors of the "
+            f"difference of the two means per {d.per} (from the spread across "
+            f"{units[d.before.unit]} before and {units[d.after.unit]} after) and "
+            f"{100 * REL_FLOOR:g}% of the larger mean")
+
+
+def compare(before: Profile, after: Profile) -> Diff:
+    """Compare two profiles: totals, sites, kernels and findings, per step when both have
+    steps, else per second."""
+    per = "step" if before.unit == "step" and after.unit == "step" else "second"
+    scale_b, scale_a = _scale(before, per), _scale(after, per)
+    totals = _totals(before, after, scale_b, scale_a)
+    pairs = match_sites(before.sites, after.sites)
+    sites = _site_rows(before, after, pairs, scale_b, scale_a)
+    kernels = _kernel_rows(before, after, scale_b, scale_a)
+    site_pair = {int(r[0]): int(r[1]) for r in pairs.select(
+        "code_site_before", "code_site_after").iter_rows()}
+    wall = next(t for t in totals if t["measure"] == "wall_ns")
+    findings = _finding_rows(before, after, site_pair, scale_b, scale_a, wall)
+    matched = dict(pairs.group_by("match").len().iter_rows()) if pairs.height else {}
+    matched |= {"appeared": sum(1 for s in sites if s["status"] == "appeared"),
+                "disappeared": sum(1 for s in sites if s["status"] == "disappeared")}
+    return Diff(before, after, per, totals, sites, kernels, findings, matched)
+
+
+def _scale(p: Profile, per: str) -> tuple[float, int]:
+    """``(factor, n)``: totals times factor give the value per step or per second; n units."""
+    if per == "step":
+        return 1.0 / p.unit_count, p.unit_count
+    return 1e9 / max(p.window_ns, 1), p.unit_count
+
+
+def _measure(m: str, unit: str, tot_b: float, ss_b: float, tot_a: float, ss_a: float,
+             scale_b: tuple[float, int], scale_a: tuple[float, int]) -> dict:
+    """One measure before and after, per step or second, with its noise threshold."""
+    (fb, nb), (fa, na) = scale_b, scale_a
+    # Per-unit values: a unit's value times (units per window) times the factor.
+    kb, ka = fb * nb, fa * na
+    mb, ma = tot_b * fb, tot_a * fa
+    thr = noise_threshold(mb, ss_b * kb * kb, nb, ma, ss_a * ka * ka, na, unit)
+    delta = ma - mb
+    return {"measure": m, "unit": unit, "before": mb, "after": ma, "delta": delta,
+            "delta_pct": (100.0 * delta / mb) if mb else None, "threshold": thr,
+            "above_noise": abs(delta) > thr}
+
+
+def _totals(before: Profile, after: Profile, sb, sa) -> list[dict]:
+    out = []
+    for m, unit in TOTAL_MEASURES.items():
+        vb, va = before.units[m].cast(pl.Float64), after.units[m].cast(pl.Float64)
+        if m == "wall_ns" and (before.unit == "slice" or after.unit == "slice"):
+            # Per second, the wall time is the second itself: compare the window's length.
+            out.append(_measure(m, unit, float(before.window_ns), 0.0, float(after.window_ns),
+                                0.0, (1.0 / before.unit_count, before.unit_count),
+                                (1.0 / after.unit_count, after.unit_count)) | {"per": "window"})
+            continue
+        out.append(_measure(m, unit, float(vb.sum()), float((vb * vb).sum()), float(va.sum()),
+                            float((va * va).sum()), sb, sa))
+    return out
+
+
+def _site_rows(before: Profile, after: Profile, pairs: pl.DataFrame, sb, sa) -> list[dict]:
+    """Every site of either capture with its measures before and after, costliest change
+    first; ``status``: matched, appeared or disappeared."""
+    b = before.sites.rename(lambda c: c if c == "code_site" else f"{c}__b")
+    a = after.sites.rename(lambda c: c if c == "code_site" else f"{c}__a")
+    joined = (pairs.join(b, left_on="code_site_before", right_on="code_site", how="full",
+                         coalesce=False)
+              .drop("code_site_before").rename({"code_site": "code_site_before"})
+              .join(a, left_on="code_site_after", right_on="code_site", how="full",
+                    coalesce=False)
+              .drop("code_site_after").rename({"code_site": "code_site_after"}))
+    rows = []
+    for r in joined.iter_rows(named=True):  # one row per site: hundreds, not events
+        status = ("matched" if r["code_site_before"] is not None
+                  and r["code_site_after"] is not None
+                  else "disappeared" if r["code_site_before"] is not None else "appeared")
+        measures = {m: _measure(m, u, r[f"{m}__b"] or 0.0, r[f"{m}__ss__b"] or 0.0,
+                                r[f"{m}__a"] or 0.0, r[f"{m}__ss__a"] or 0.0, sb, sa)
+                    for m, u in SITE_MEASURES.items()}
+        cost = {k: measures["gpu_ns"][k] + measures["cpu_blocked_ns"][k]
+                for k in ("before", "after", "delta")}
+        changed = [m for m, v in measures.items() if v["above_noise"]]
+        side = "a" if r["code_site_after"] is not None else "b"
+        rows.append({
+            "site": r[f"site__{side}"], "site_before": r["site__b"], "site_after": r["site__a"],
+            "torch_op": r[f"torch_op__{side}"], "mechanism": r[f"mechanism__{side}"],
+            "code_site_before": r["code_site_before"], "code_site_after": r["code_site_after"],
+            "status": status, "match": r["match"],
+            "cost_before_ns": cost["before"], "cost_after_ns": cost["after"],
+            "cost_delta_ns": cost["delta"], "above_noise": bool(changed),
+            "changed": changed, "measures": measures})
+    rows.sort(key=lambda s: (not s["above_noise"], s["cost_delta_ns"],
+                             -max(s["cost_before_ns"], s["cost_after_ns"]), str(s["site"]),
+                             _or(s["code_site_before"]), _or(s["code_site_after"])))
+    return rows
+
+
+def _or(v: int | None) -> int:
+    return -2 if v is None else v
+
+
+def _kernel_rows(before: Profile, after: Profile, sb, sa) -> list[dict]:
+    j = before.kernels.join(after.kernels, on=["name", "kind"], how="full", coalesce=True,
+                            suffix="__a")
+    rows = []
+    for r in j.iter_rows(named=True):
+        measures = {m: _measure(m, u, r[m] or 0.0, r[f"{m}__ss"] or 0.0, r[f"{m}__a"] or 0.0,
+                                r[f"{m}__ss__a"] or 0.0, sb, sa)
+                    for m, u in KERNEL_MEASURES.items()}
+        rows.append({"name": r["name"], "kind": r["kind"],
+                     "status": "matched" if r["gpu_ns"] is not None and r["gpu_ns__a"]
+                     is not None else "appeared" if r["gpu_ns"] is None else "disappeared",
+                     "gpu_delta_ns": measures["gpu_ns"]["delta"],
+                     "above_noise": any(v["above_noise"] for v in measures.values()),
+                     "measures": measures})
+    rows.sort(key=lambda k: (not k["above_noise"], -abs(k["gpu_delta_ns"]), k["name"]))
+    return rows
+
+
+FINDING_FIELDS = ("rule_id", "severity", "title", "site", "saving_ns", "cost_ns", "fix")
+
+
+def _finding_rows(before: Profile, after: Profile, site_pair: dict[int, int], sb, sa,
+                  wall: dict) -> dict:
+    """Findings keyed by rule id and site (the site of a finding before is mapped to its
+    match after; window-wide findings key by their description): appeared, disappeared and
+    changed (saving per unit moved by more than the wall-time noise threshold)."""
+    def key(f: dict, mapped: bool) -> tuple:
+        cs = f.get("code_site")
+        if cs is None:
+            return (f["rule_id"], "window", f.get("site"))
+        return (f["rule_id"], "site", site_pair.get(cs, ("unmatched", cs)) if mapped else cs)
+
+    def per(f: dict, scale) -> float | None:
+        return None if f.get("saving_ns") is None else f["saving_ns"] * scale[0]
+
+    def slim(f: dict, scale) -> dict:
+        return {k: f.get(k) for k in FINDING_FIELDS} | {"saving_per_unit_ns": per(f, scale)}
+
+    after_by = {}
+    for f in after.findings:
+        after_by.setdefault(key(f, False), []).append(f)
+    out: dict = {"appeared": [], "disappeared": [], "changed": [], "unchanged": []}
+    for f in before.findings:
+        k = key(f, True)
+        match = after_by.get(k)
+        if not match:
+            out["disappeared"].append(slim(f, sb))
+            continue
+        g = match.pop(0)
+        sav_b, sav_a = per(f, sb), per(g, sa)
+        delta = None if sav_b is None or sav_a is None else sav_a - sav_b
+        row = {"rule_id": f["rule_id"], "site_before": f.get("site"), "site": g.get("site"),
+               "title": g.get("title"), "severity": g.get("severity"),
+               "saving_before_ns": sav_b, "saving_after_ns": sav_a, "saving_delta_ns": delta}
+        moved = delta is not None and abs(delta) > max(wall["threshold"],
+                                                       REL_FLOOR * max(sav_b, sav_a))
+        out["changed" if moved else "unchanged"].append(row)
+    for rest in after_by.values():
+        out["appeared"].extend(slim(f, sa) for f in rest)
+    out["disappeared"].sort(key=lambda f: -(f["saving_per_unit_ns"] or 0))
+    out["appeared"].sort(key=lambda f: -(f["saving_per_unit_ns"] or 0))
+    out["changed"].sort(key=lambda f: f["saving_delta_ns"])
+    return out

@@ -1,0 +1,95 @@
+"""`zym diff BEFORE AFTER`: what changed between two captures, per step, above noise."""
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .errors import exit_on_error
+
+EXIT_REGRESSION = 1  # --fail-on-regression: GPU or wall time per step got worse by more than PCT
+
+
+class Format(str, Enum):
+    text = "text"
+    json = "json"
+    markdown = "markdown"
+
+
+def diff(
+    before: Annotated[Path, typer.Argument(help="The baseline: a zym capture (.parquet) or a "
+                                                "torch.profiler trace (.json, .json.gz).",
+                                           show_default=False)],
+    after: Annotated[Path, typer.Argument(help="The capture to compare with it (any producer).",
+                                          show_default=False)],
+    format: Annotated[Format, typer.Option("--format", "-f", help="text for people, json for "
+                                           "machines, markdown for a PR comment.")] = Format.text,
+    top: Annotated[int | None, typer.Option("--top", "-n", min=1, help=(
+        "Sites and GPU operations listed [default: 10 for text/markdown, all for json]."))
+    ] = None,
+    window: Annotated[str, typer.Option("--window", "-w", help=(
+        "The part of each capture compared: steady, all, FROM:TO or steps:A:B (as zym "
+        "analyze)."))] = "steady",
+    fail_on_regression: Annotated[float | None, typer.Option(
+        "--fail-on-regression", min=0.0, metavar="PCT", help=(
+            "Exit 1 when GPU time or wall time per step (per second without steps) got worse "
+            "by more than PCT percent (for CI)."))] = None,
+    rules: Annotated[list[Path] | None, typer.Option(
+        "--rules", "-r", help="Extra rule pack (YAML file or folder); repeatable.")] = None,
+    disable: Annotated[list[str] | None, typer.Option(
+        "--disable", help="Turn off a rule id (or a whole pack); repeatable.")] = None,
+    no_rules: Annotated[bool, typer.Option("--no-rules", help="Skip the rule packs (no "
+                                                              "findings compared).")] = False,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, max=2, help=(
+        "Analyze the two captures at once (2) or one after the other (1)."))] = 2,
+    progress: Annotated[bool, typer.Option(help="Show load progress on stderr.")] = True,
+) -> None:
+    """Compare two captures: call sites and GPU operations matched across them (robust to lines
+    moved by unrelated edits), GPU time, CPU time blocked, syncs, copies and bytes per step
+    (per second where a capture has no repeated step), which changes are above noise, and the
+    findings that appeared, disappeared or changed.
+
+    Exit codes: 0 ok, 1 --fail-on-regression exceeded, 2 unusable input or rule pack.
+
+    Example: zym diff before.trace.json.gz after.parquet --format markdown
+
+    Example: zym diff main.parquet pr.parquet --fail-on-regression 5
+    """
+    from zym.analysis.export.diff import finish_diff, render_markdown, render_text, start_profile
+
+    from .progress import stage_progress
+
+    args = {"window": window, "rules": not no_rules, "rule_paths": tuple(rules or ()),
+                "disabled": tuple(disable or ())}
+    with exit_on_error():
+        # The baseline goes to a forked child first, before the spinner starts a thread (each
+        # side loads the rule packs itself).
+        pending = start_profile(before, jobs, **args)
+        with stage_progress(progress) as say:
+            result = finish_diff(pending, after, say, **args)
+    shown = top if top is not None or format is Format.json else 10
+    d = result.to_dict(shown)
+    if format is Format.json:
+        json.dump(d, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    elif format is Format.markdown:
+        sys.stdout.write(render_markdown(d))
+    else:
+        sys.stdout.write(render_text(d))
+    if fail_on_regression is not None:
+        worse = {m: pct for m, pct in d["regression_pct"].items()
+                 if pct is not None and pct > fail_on_regression}
+        if worse:
+            what = ", ".join(f"{'GPU time' if m == 'gpu_ns' else 'wall time'} +{pct:.1f}%"
+                             for m, pct in worse.items())
+            print(f"zym: regression per {d['per']}: {what} (--fail-on-regression "
+                  f"{fail_on_regression:g})", file=sys.stderr)
+            raise typer.Exit(EXIT_REGRESSION)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("diff")(diff)
