@@ -50,6 +50,23 @@ def switch(c, agent, arm: str) -> None:
             fn(cbid, int(on))
 
 
+class Micro:
+    """A pass of ``n`` one-element ``add_`` launches: the CPU cost of a launch, nothing else."""
+
+    device, tf32 = "cuda", False
+
+    def __init__(self, n: int) -> None:
+        import torch
+
+        self.x = torch.zeros(1, device="cuda")
+        self.requests = [n]
+
+    def handle(self, n: int) -> None:
+        x = self.x
+        for _ in range(n):
+            x.add_(1)
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("workload")
@@ -57,8 +74,11 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--plain", action="store_true")
     a = p.parse_args()
-    mod = harness.load(a.workload)
-    svc = harness.build(mod, "base", "cuda", None)  # imports torch: the collector starts here
+    if a.workload.startswith("micro"):  # micro:N: N launches of a one-element add_ a pass
+        svc = Micro(int(a.workload.partition(":")[2] or 3000))
+    else:
+        mod = harness.load(a.workload)
+        svc = harness.build(mod, "base", "cuda", None)  # imports torch: the collector starts
     agent = sys.modules.get("_zym_cupti_agent")
     c = getattr(agent, "_collector", None)
     if not a.plain and c is None:
