@@ -87,6 +87,7 @@ def main() -> int:
     harness.serve(svc, 1)  # warm-up
     times: dict[str, list[float]] = {arm: [] for arm in arms}
     rng = random.Random(0)
+    stamps: list[tuple[str, float]] = []
     t0 = time.monotonic()
     for _ in range(a.rounds):
         order = list(arms)
@@ -94,12 +95,13 @@ def main() -> int:
         for arm in order:
             if c is not None:
                 switch(c, agent, arm)
+            stamps.append((arm, time.time()))
             times[arm].append(harness.timed_pass(svc))
     if c is not None:
         switch(c, agent, "default")
     Path(a.out).write_text(json.dumps({
         "workload": a.workload, "requests_per_pass": len(svc.requests), "rounds": a.rounds,
-        "pass_s": times, "wall_s": time.monotonic() - t0,
+        "pass_s": times, "started": stamps, "wall_s": time.monotonic() - t0,
         "apis": {d: sorted(m.values()) for d, m in (c.enabled_apis.items() if c else ())}}))
     med = {arm: sorted(ts)[len(ts) // 2] * 1e3 / len(svc.requests) for arm, ts in times.items()}
     print(a.workload, " ".join(f"{arm} {ms:.2f}" for arm, ms in med.items()), "ms/request")
