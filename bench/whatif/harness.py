@@ -1,7 +1,7 @@
 """Predicted vs measured: run a workload's variants (the baseline and each fix zym names) on a
 GPU, interleaved, and time what users feel (one pass over the workload's requests, end to end).
 
-    python bench/whatif/harness.py WORKLOAD serve [--passes N]       # baseline, for zym capture
+    python bench/whatif/harness.py WORKLOAD serve [--passes N] [--variant V]   # for zym capture
     python bench/whatif/harness.py WORKLOAD trace OUT.json [--passes N]   # baseline under
                                                                      # torch.profiler (stacks)
     python bench/whatif/harness.py WORKLOAD measure OUT.json [--rounds R] [--variants a,b]
@@ -118,6 +118,7 @@ def main() -> int:
     p.add_argument("--passes", type=int, default=2)
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--variants", default="")
+    p.add_argument("--variant", default="base", help="serve/trace: the variant to run")
     p.add_argument("--device", default="cuda")
     p.add_argument("--requests", type=int, default=None, help="serve only the first N")
     p.add_argument("--times", default=None,
@@ -125,7 +126,7 @@ def main() -> int:
     a = p.parse_args()
     mod = load(a.workload)
     if a.mode == "serve":
-        svc = build(mod, "base", a.device, a.requests)
+        svc = build(mod, a.variant, a.device, a.requests)
         serve(svc, 1)  # warm-up
         if not a.times:
             serve(svc, a.passes)
@@ -137,7 +138,7 @@ def main() -> int:
     if a.mode == "trace":
         from torch.profiler import ProfilerActivity, profile
 
-        svc = build(mod, "base", a.device, a.requests)
+        svc = build(mod, a.variant, a.device, a.requests)
         serve(svc, 1)
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if a.device == "cuda"
                                                else [])

@@ -6,8 +6,9 @@
   records and rewrites the file (atomically) with the GPU work;
 * no eBPF here (not root, no BTF, no BCC): the command runs under CUPTI alone, and the capture
   has GPU work and API calls without Python stacks (said on the console);
-* ``--pid``: CUPTI starts inside a process at its start, so attaching gives the CPU side only
-  (said on the console).
+* ``--pid``: a process started by ``zym run`` (or with ``ZYM_AGENT=1``) runs a dormant agent,
+  which the capture switches on once the probes are attached and off before they go
+  (``remote.py``); any other process gives the CPU side only, and the console says why.
 
 Spools go to ``<output>.cupti/`` (removed after a successful merge unless ``keep_raw``), beside
 the eBPF session's ``<output>.raw/``.
@@ -53,11 +54,10 @@ def capture_with_gpu(cfg, log: Log | None = None):
     from zym.capture.session import run_capture
 
     log = log or _log
+    if cfg.pid is not None and cfg.command is None:
+        return _capture_running(cfg, log)
     if cfg.pid is not None or not cfg.command:  # the session validates and says what is wrong
-        summary = run_capture(cfg)
-        log("attached to a running process: CPU side only (CUPTI can only start with the "
-            "process; start it under zym capture for GPU times)")
-        return summary
+        return run_capture(cfg)
     try:
         check_environment()
     except CaptureError as e:
@@ -84,10 +84,77 @@ def capture_with_gpu(cfg, log: Log | None = None):
     return summary
 
 
-def add_gpu(output: Path, spool: Path, log: Log | None = None):
+def _capture_running(cfg, log: Log):
+    """``--pid``: the eBPF session on the running process; its GPU side too when the process
+    runs zym's dormant agent (``zym run``): switched on once the probes are attached, off
+    before they are detached, so every call of the window has both sides."""
+    from zym.capture.session import run_capture
+
+    from .remote import find_agent, owner_of, why_no_agent
+
+    agent = find_agent(cfg.pid)
+    if agent is None:
+        summary = run_capture(cfg)
+        log(why_no_agent(cfg.pid, _python_version(cfg.pid)))
+        return summary
+    spool = _fresh(spool_dir_for(cfg.output))
+    owner = owner_of(cfg.pid)
+    if owner is not None and os.geteuid() == 0:
+        os.chown(spool, *owner)   # the target writes its spool there
+    switched: dict = {}
+
+    def on() -> None:
+        st = agent.switch("on", spool)
+        switched["on"] = st
+        if st.get("state") != "on":
+            log(f"the agent of PID {cfg.pid} did not start CUPTI ({'; '.join(st.get('errors') or [])})"
+                "; CPU side only")
+        elif st.get("errors"):
+            log(f"agent: {'; '.join(st['errors'][:3])}")
+
+    def off() -> None:
+        if switched.get("on", {}).get("state") == "on":
+            try:
+                switched["off"] = agent.switch("off")
+            except CaptureError as e:   # the process died: its spool keeps what was flushed
+                log(str(e))
+
+    cfg = dataclasses.replace(cfg, return_probes=cfg.return_probes and cfg.force_return_probes,
+                              on_attached=on, on_detach=off)
+    try:
+        summary = run_capture(cfg)
+    except CaptureError:
+        # kept beside a kept raw capture (a lean host finalizes elsewhere), else removed
+        if not Path(cfg.output).with_name(Path(cfg.output).name + ".raw").exists():
+            shutil.rmtree(spool, ignore_errors=True)
+        raise
+    if switched.get("on", {}).get("state") == "on":
+        lo = switched["on"].get("enabled_mono_ns")
+        hi = switched.get("off", {}).get("disabled_mono_ns")
+        add_gpu(cfg.output, spool, log, window_ns=(lo, hi) if lo and hi else None)
+    if not cfg.keep_raw:
+        shutil.rmtree(spool, ignore_errors=True)
+    return summary
+
+
+def _python_version(pid: int) -> str | None:
+    from zym.capture.interpreter import detect
+
+    try:
+        interp = detect(pid)
+    except Exception:  # noqa: BLE001 - only for the message
+        return None
+    return interp.version_text if interp is not None else None
+
+
+def add_gpu(output: Path, spool: Path, log: Log | None = None,
+            window_ns: tuple[int, int] | None = None):
     """Join the calls of the capture at ``output`` to the CUPTI spools in ``spool`` and
     rewrite it with the GPU work (works on captures finalized elsewhere, too); returns the
-    capture's updated ``CaptureMeta``."""
+    capture's updated ``CaptureMeta``. ``window_ns`` (CLOCK_MONOTONIC): when CUPTI recorded
+    only part of the eBPF session (an attach switches it on after the probes and off before
+    them), the calls outside it are left out, so every call kept has both sides."""
+    import polars as pl
     from zym.schemas import open_capture, write_capture
 
     from .finalize import merge_gpu
@@ -96,6 +163,15 @@ def add_gpu(output: Path, spool: Path, log: Log | None = None):
     cap = open_capture(output)
     tables = {t: cap.load(t) for t in ("frame", "stack", "span", "call")}
     meta = cap.meta
+    if window_ns is not None:
+        lo, hi = window_ns
+        calls = tables["call"]
+        tables["call"] = calls.filter(pl.col("ts_ns").is_between(lo, hi))
+        meta.extra["gpu_window"] = {
+            "from_mono_ns": lo, "to_mono_ns": hi,
+            "calls_left_out": calls.height - tables["call"].height,
+            "why": "the agent's CUPTI session ran inside the eBPF session: calls outside it "
+                   "have no GPU records"}
     if not any(Path(spool).glob(SPOOL_GLOB)):
         log(f"no CUPTI spool in {spool}: the capture has no GPU side (was the command a Python "
             "program that used CUDA?)")
