@@ -42,6 +42,13 @@ SLICES = 10  # units of a capture without steps: equal slices of its window
 NOISE_Z = 3.0  # standard errors of the difference of the two means per unit
 REL_FLOOR = 0.02  # a change under 2% of the larger mean is never "above noise"
 ABS_FLOOR = {"ns": 2_000, "count": 0.5, "bytes": 64}  # smallest change that counts, per unit
+# CPU-side times move with the host's speed from one process to the next (bench/diff: two runs
+# of the same code on the H200 host differ by 53% in CPU blocked time a step, while GPU time
+# differs by 0.02% and every count by 0): without a repeat of the baseline, a change of them
+# under this share of the larger mean is noise.
+HOST_MEASURES = frozenset({"wall_ns", "cpu_blocked_ns"})
+HOST_FLOOR = 0.6
+REPEAT_K = 3.0  # with a repeat: 3x the difference of two runs of the same code
 # The measures per site, per kernel and in total; with their units.
 SITE_MEASURES: dict[str, str] = {
     "gpu_ns": "ns", "cpu_blocked_ns": "ns", "calls": "count", "launches": "count",
@@ -57,6 +64,8 @@ MATCH_LEVELS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("exact", ("file", "line", "function", "module", "op_chain", "py_api")),
     ("moved", ("file", "function", "module", "op_chain", "py_api", "callers")),
     ("function", ("file", "function", "module", "op_chain", "py_api")),
+    # the same line of the same function now runs other torch ops (the edit was there):
+    ("edited", ("file", "line", "function", "module")),
 )
 KEY_COLUMNS = ("file", "line", "function", "module", "op_chain", "py_api", "source", "callers")
 
@@ -260,6 +269,20 @@ def _var(mean: float, ss: float, n: int) -> float:
 
 # -- the comparison ----------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class Noise:
+    """What counts as noise (see the module doc and :func:`noise_threshold`).
+
+    ``host_floor``: CPU-side times (:data:`HOST_MEASURES`: wall time, CPU blocked) change from
+    one process to the next with the host's speed, which the spread within one capture cannot
+    show; a change of them under this share of the larger mean is noise. ``repeat``: a second
+    capture of the baseline's code; then the floor of every measure is :data:`REPEAT_K` times
+    its observed run-to-run difference instead (and ``host_floor`` is not used)."""
+
+    host_floor: float = HOST_FLOOR
+    repeat: Profile | None = None
+
+
 @dataclass
 class Diff:
     """The comparison of two profiles (see :meth:`to_dict`)."""
@@ -272,30 +295,37 @@ class Diff:
     kernels: list[dict]
     findings: dict
     matched: dict
+    noise: Noise = field(default_factory=Noise)
 
     def total(self, measure: str) -> dict:
         return next(t for t in self.totals if t["measure"] == measure)
 
     def regression_pct(self, measure: str) -> float | None:
-        """How much worse ``measure`` (per unit) got, in percent of before (negative: better)."""
+        """How much worse ``measure`` (per unit) got, in percent of before (negative: better);
+        None where it cannot be compared (wall time per second)."""
         t = self.total(measure)
-        return None if not t["before"] else 100.0 * t["delta"] / t["before"]
+        if not t["before"] or t.get("per") == "window":
+            return None
+        return 100.0 * t["delta"] / t["before"]
 
     def to_dict(self, top: int | None = None) -> dict:
         sites = self.sites if top is None else self.sites[:top]
         kernels = self.kernels if top is None else self.kernels[:top]
+        better = sorted((s for s in self.sites if s["above_noise"] and s["score"] < 0),
+                        key=lambda s: s["score"])
+        worse = sorted((s for s in self.sites if s["above_noise"] and s["score"] > 0),
+                       key=lambda s: -s["score"])
         return {
             "before": self.before.describe(), "after": self.after.describe(),
+            "repeat": None if self.noise.repeat is None else self.noise.repeat.describe(),
             "per": self.per,
             "noise": {"z": NOISE_Z, "rel_floor": REL_FLOOR, "abs_floor": ABS_FLOOR,
+                      "host_floor": None if self.noise.repeat else self.noise.host_floor,
+                      "repeat_k": REPEAT_K if self.noise.repeat else None,
                       "how": noise_note(self)},
             "totals": self.totals,
             "regression_pct": {m: self.regression_pct(m) for m in ("gpu_ns", "wall_ns")},
-            "top_improvements": [s for s in self.sites if s["cost_delta_ns"] < 0
-                                 and s["above_noise"]][: top or None],
-            "top_regressions": sorted((s for s in self.sites if s["cost_delta_ns"] > 0
-                                       and s["above_noise"]),
-                                      key=lambda s: -s["cost_delta_ns"])[: top or None],
+            "top_improvements": better[: top or None], "top_regressions": worse[: top or None],
             "sites": sites, "kernels": kernels, "findings": self.findings,
             "matched": self.matched,
         }
@@ -303,21 +333,29 @@ class Diff:
 
 def noise_note(d: Diff) -> str:
     units = {"step": "steps", "slice": f"{SLICES} equal slices of the window"}
-    return (f"a change counts as above noise when it exceeds {NOISE_Z:g} standard errors of the "
+    base = (f"a change is above noise when it exceeds {NOISE_Z:g} standard errors of the "
             f"difference of the two means per {d.per} (from the spread across "
             f"{units[d.before.unit]} before and {units[d.after.unit]} after) and "
             f"{100 * REL_FLOOR:g}% of the larger mean")
+    if d.noise.repeat is not None:
+        return base + (f", and {REPEAT_K:g}x its difference between two runs of the baseline "
+                       f"({d.noise.repeat.source})")
+    return base + (f"; wall time and CPU blocked time also {100 * d.noise.host_floor:g}% (they "
+                   "move with the host's speed from one process to the next; --repeat measures "
+                   "that instead)")
 
 
-def compare(before: Profile, after: Profile) -> Diff:
+def compare(before: Profile, after: Profile, noise: Noise | None = None) -> Diff:
     """Compare two profiles: totals, sites, kernels and findings, per step when both have
-    steps, else per second."""
+    steps, else per second; above noise as ``noise`` says."""
+    noise = noise or Noise()
+    floors = _Floors.of(before, noise)
     per = "step" if before.unit == "step" and after.unit == "step" else "second"
     scale_b, scale_a = _scale(before, per), _scale(after, per)
-    totals = _totals(before, after, scale_b, scale_a)
+    totals = _totals(before, after, scale_b, scale_a, floors)
     pairs = match_sites(before.sites, after.sites)
-    sites = _site_rows(before, after, pairs, scale_b, scale_a)
-    kernels = _kernel_rows(before, after, scale_b, scale_a)
+    sites = _site_rows(before, after, pairs, scale_b, scale_a, floors)
+    kernels = _kernel_rows(before, after, scale_b, scale_a, floors)
     site_pair = {int(r[0]): int(r[1]) for r in pairs.select(
         "code_site_before", "code_site_after").iter_rows()}
     wall = next(t for t in totals if t["measure"] == "wall_ns")
@@ -325,7 +363,39 @@ def compare(before: Profile, after: Profile) -> Diff:
     matched = dict(pairs.group_by("match").len().iter_rows()) if pairs.height else {}
     matched |= {"appeared": sum(1 for s in sites if s["status"] == "appeared"),
                 "disappeared": sum(1 for s in sites if s["status"] == "disappeared")}
-    return Diff(before, after, per, totals, sites, kernels, findings, matched)
+    return Diff(before, after, per, totals, sites, kernels, findings, matched, noise)
+
+
+@dataclass
+class _Floors:
+    """Per measure, the smallest change that is not run-to-run noise (per unit): from a repeat
+    of the baseline (``REPEAT_K`` x the repeat's difference), else ``host_floor`` of the larger
+    mean for the CPU-side times."""
+
+    host_floor: float
+    totals: dict[str, float] = field(default_factory=dict)
+    sites: dict[int, dict[str, float]] = field(default_factory=dict)
+    kernels: dict[tuple, dict[str, float]] = field(default_factory=dict)
+    repeat: bool = False
+
+    @classmethod
+    def of(cls, before: Profile, noise: Noise) -> _Floors:
+        if noise.repeat is None:
+            return cls(noise.host_floor)
+        r = compare(before, noise.repeat, Noise(host_floor=0.0))
+        return cls(0.0, repeat=True,
+                   totals={t["measure"]: REPEAT_K * abs(t["delta"]) for t in r.totals},
+                   sites={s["code_site_before"]: {m: REPEAT_K * abs(v["delta"])
+                                                  for m, v in s["measures"].items()}
+                          for s in r.sites if s["code_site_before"] is not None},
+                   kernels={(k["name"], k["kind"]): {m: REPEAT_K * abs(v["delta"])
+                                                     for m, v in k["measures"].items()}
+                            for k in r.kernels if k["status"] != "appeared"})
+
+    def floor(self, m: str, repeat_floor: float | None, mb: float, ma: float) -> float:
+        if self.repeat:
+            return repeat_floor or 0.0
+        return self.host_floor * max(abs(mb), abs(ma)) if m in HOST_MEASURES else 0.0
 
 
 def _scale(p: Profile, per: str) -> tuple[float, int]:
@@ -336,37 +406,42 @@ def _scale(p: Profile, per: str) -> tuple[float, int]:
 
 
 def _measure(m: str, unit: str, tot_b: float, ss_b: float, tot_a: float, ss_a: float,
-             scale_b: tuple[float, int], scale_a: tuple[float, int]) -> dict:
+             scale_b: tuple[float, int], scale_a: tuple[float, int], floors: _Floors,
+             repeat_floor: float | None = None) -> dict:
     """One measure before and after, per step or second, with its noise threshold."""
     (fb, nb), (fa, na) = scale_b, scale_a
     # Per-unit values: a unit's value times (units per window) times the factor.
     kb, ka = fb * nb, fa * na
     mb, ma = tot_b * fb, tot_a * fa
-    thr = noise_threshold(mb, ss_b * kb * kb, nb, ma, ss_a * ka * ka, na, unit)
+    thr = max(noise_threshold(mb, ss_b * kb * kb, nb, ma, ss_a * ka * ka, na, unit),
+              floors.floor(m, repeat_floor, mb, ma))
     delta = ma - mb
     return {"measure": m, "unit": unit, "before": mb, "after": ma, "delta": delta,
             "delta_pct": (100.0 * delta / mb) if mb else None, "threshold": thr,
             "above_noise": abs(delta) > thr}
 
 
-def _totals(before: Profile, after: Profile, sb, sa) -> list[dict]:
+def _totals(before: Profile, after: Profile, sb, sa, floors: _Floors) -> list[dict]:
     out = []
     for m, unit in TOTAL_MEASURES.items():
         vb, va = before.units[m].cast(pl.Float64), after.units[m].cast(pl.Float64)
         if m == "wall_ns" and (before.unit == "slice" or after.unit == "slice"):
-            # Per second, the wall time is the second itself: compare the window's length.
-            out.append(_measure(m, unit, float(before.window_ns), 0.0, float(after.window_ns),
-                                0.0, (1.0 / before.unit_count, before.unit_count),
-                                (1.0 / after.unit_count, after.unit_count)) | {"per": "window"})
+            # Per second, wall time is the second itself: the windows' lengths are shown, not
+            # compared.
+            row = _measure(m, unit, float(before.window_ns), 0.0, float(after.window_ns), 0.0,
+                           (1.0, 1), (1.0, 1), floors)
+            out.append(row | {"per": "window", "above_noise": False})
             continue
         out.append(_measure(m, unit, float(vb.sum()), float((vb * vb).sum()), float(va.sum()),
-                            float((va * va).sum()), sb, sa))
+                            float((va * va).sum()), sb, sa, floors, floors.totals.get(m)))
     return out
 
 
-def _site_rows(before: Profile, after: Profile, pairs: pl.DataFrame, sb, sa) -> list[dict]:
-    """Every site of either capture with its measures before and after, costliest change
-    first; ``status``: matched, appeared or disappeared."""
+def _site_rows(before: Profile, after: Profile, pairs: pl.DataFrame, sb, sa,
+               floors: _Floors) -> list[dict]:
+    """Every site of either capture with its measures before and after; ``status``: matched,
+    appeared or disappeared; ``score``: the sum over its measures above noise of the change in
+    units of its threshold (negative: better), which ranks them."""
     b = before.sites.rename(lambda c: c if c == "code_site" else f"{c}__b")
     a = after.sites.rename(lambda c: c if c == "code_site" else f"{c}__a")
     joined = (pairs.join(b, left_on="code_site_before", right_on="code_site", how="full",
@@ -380,8 +455,10 @@ def _site_rows(before: Profile, after: Profile, pairs: pl.DataFrame, sb, sa) -> 
         status = ("matched" if r["code_site_before"] is not None
                   and r["code_site_after"] is not None
                   else "disappeared" if r["code_site_before"] is not None else "appeared")
+        rf = floors.sites.get(r["code_site_before"], {})
         measures = {m: _measure(m, u, r[f"{m}__b"] or 0.0, r[f"{m}__ss__b"] or 0.0,
-                                r[f"{m}__a"] or 0.0, r[f"{m}__ss__a"] or 0.0, sb, sa)
+                                r[f"{m}__a"] or 0.0, r[f"{m}__ss__a"] or 0.0, sb, sa, floors,
+                                rf.get(m))
                     for m, u in SITE_MEASURES.items()}
         cost = {k: measures["gpu_ns"][k] + measures["cpu_blocked_ns"][k]
                 for k in ("before", "after", "delta")}
@@ -394,8 +471,9 @@ def _site_rows(before: Profile, after: Profile, pairs: pl.DataFrame, sb, sa) -> 
             "status": status, "match": r["match"],
             "cost_before_ns": cost["before"], "cost_after_ns": cost["after"],
             "cost_delta_ns": cost["delta"], "above_noise": bool(changed),
+            "score": sum(measures[m]["delta"] / measures[m]["threshold"] for m in changed),
             "changed": changed, "measures": measures})
-    rows.sort(key=lambda s: (not s["above_noise"], s["cost_delta_ns"],
+    rows.sort(key=lambda s: (not s["above_noise"], -abs(s["score"]), s["cost_delta_ns"],
                              -max(s["cost_before_ns"], s["cost_after_ns"]), str(s["site"]),
                              _or(s["code_site_before"]), _or(s["code_site_after"])))
     return rows
@@ -405,13 +483,14 @@ def _or(v: int | None) -> int:
     return -2 if v is None else v
 
 
-def _kernel_rows(before: Profile, after: Profile, sb, sa) -> list[dict]:
+def _kernel_rows(before: Profile, after: Profile, sb, sa, floors: _Floors) -> list[dict]:
     j = before.kernels.join(after.kernels, on=["name", "kind"], how="full", coalesce=True,
                             suffix="__a")
     rows = []
     for r in j.iter_rows(named=True):
+        rf = floors.kernels.get((r["name"], r["kind"]), {})
         measures = {m: _measure(m, u, r[m] or 0.0, r[f"{m}__ss"] or 0.0, r[f"{m}__a"] or 0.0,
-                                r[f"{m}__ss__a"] or 0.0, sb, sa)
+                                r[f"{m}__ss__a"] or 0.0, sb, sa, floors, rf.get(m))
                     for m, u in KERNEL_MEASURES.items()}
         rows.append({"name": r["name"], "kind": r["kind"],
                      "status": "matched" if r["gpu_ns"] is not None and r["gpu_ns__a"]
@@ -430,7 +509,8 @@ def _finding_rows(before: Profile, after: Profile, site_pair: dict[int, int], sb
                   wall: dict) -> dict:
     """Findings keyed by rule id and site (the site of a finding before is mapped to its
     match after; window-wide findings key by their description): appeared, disappeared and
-    changed (saving per unit moved by more than the wall-time noise threshold)."""
+    changed (saving per unit moved by more than the wall-time noise threshold). A finding that
+    appeared or disappeared is ``above_noise`` when its saving is: fixes save wall time."""
     def key(f: dict, mapped: bool) -> tuple:
         cs = f.get("code_site")
         if cs is None:
@@ -441,29 +521,48 @@ def _finding_rows(before: Profile, after: Profile, site_pair: dict[int, int], sb
         return None if f.get("saving_ns") is None else f["saving_ns"] * scale[0]
 
     def slim(f: dict, scale) -> dict:
-        return {k: f.get(k) for k in FINDING_FIELDS} | {"saving_per_unit_ns": per(f, scale)}
+        saving = per(f, scale)
+        return {k: f.get(k) for k in FINDING_FIELDS} | {
+            "saving_per_unit_ns": saving,
+            "above_noise": saving is not None and saving > wall["threshold"]}
 
-    after_by = {}
+    after_by: dict[tuple, list[dict]] = {}
     for f in after.findings:
         after_by.setdefault(key(f, False), []).append(f)
+    # Second chance: the same rule at the same line (a rule that groups by line reports one
+    # of the line's stacks, which can differ between the two captures).
+    label_after = dict(zip(after.sites["code_site"].to_list(), after.sites["site"].to_list()))
+    by_label: dict[tuple, list[dict]] = {}
+    for f in after.findings:
+        by_label.setdefault((f["rule_id"], f.get("site")), []).append(f)
+
+    def take(f: dict) -> dict | None:
+        for match in (after_by.get(key(f, True)), by_label.get(
+                (f["rule_id"], label_after.get(site_pair.get(f.get("code_site")),
+                                               f.get("site"))))):
+            while match:
+                g = match.pop(0)
+                if not g.get("_taken"):
+                    g["_taken"] = True
+                    return g
+        return None
+
     out: dict = {"appeared": [], "disappeared": [], "changed": [], "unchanged": []}
     for f in before.findings:
-        k = key(f, True)
-        match = after_by.get(k)
-        if not match:
+        g = take(f)
+        if g is None:
             out["disappeared"].append(slim(f, sb))
             continue
-        g = match.pop(0)
         sav_b, sav_a = per(f, sb), per(g, sa)
         delta = None if sav_b is None or sav_a is None else sav_a - sav_b
-        row = {"rule_id": f["rule_id"], "site_before": f.get("site"), "site": g.get("site"),
-               "title": g.get("title"), "severity": g.get("severity"),
-               "saving_before_ns": sav_b, "saving_after_ns": sav_a, "saving_delta_ns": delta}
         moved = delta is not None and abs(delta) > max(wall["threshold"],
                                                        REL_FLOOR * max(sav_b, sav_a))
+        row = {"rule_id": f["rule_id"], "site_before": f.get("site"), "site": g.get("site"),
+               "title": g.get("title"), "severity": g.get("severity"),
+               "saving_before_ns": sav_b, "saving_after_ns": sav_a, "saving_delta_ns": delta,
+               "above_noise": moved}
         out["changed" if moved else "unchanged"].append(row)
-    for rest in after_by.values():
-        out["appeared"].extend(slim(f, sa) for f in rest)
+    out["appeared"] = [slim(f, sa) for f in after.findings if not f.pop("_taken", False)]
     out["disappeared"].sort(key=lambda f: -(f["saving_per_unit_ns"] or 0))
     out["appeared"].sort(key=lambda f: -(f["saving_per_unit_ns"] or 0))
     out["changed"].sort(key=lambda f: f["saving_delta_ns"])

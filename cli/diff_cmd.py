@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from zym.analysis.diff import HOST_FLOOR
 
 from .errors import exit_on_error
 
@@ -38,6 +39,15 @@ def diff(
         "--fail-on-regression", min=0.0, metavar="PCT", help=(
             "Exit 1 when GPU time or wall time per step (per second without steps) got worse "
             "by more than PCT percent (for CI)."))] = None,
+    repeat: Annotated[Path | None, typer.Option(
+        "--repeat", help=("A second capture of BEFORE's code (another run): its difference "
+                          "from BEFORE is the run-to-run noise of every measure."),
+        show_default=False)] = None,
+    host_noise: Annotated[float, typer.Option(
+        "--host-noise", min=0.0, max=100.0, metavar="PCT", help=(
+            "Without --repeat: changes of wall time and CPU blocked time under PCT% are noise "
+            "(the CPU side of a process runs at the host's speed of the moment)."))
+    ] = 100 * HOST_FLOOR,
     rules: Annotated[list[Path] | None, typer.Option(
         "--rules", "-r", help="Extra rule pack (YAML file or folder); repeatable.")] = None,
     disable: Annotated[list[str] | None, typer.Option(
@@ -53,11 +63,17 @@ def diff(
     (per second where a capture has no repeated step), which changes are above noise, and the
     findings that appeared, disappeared or changed.
 
+    A change is above noise when it exceeds the spread of its measure from step to step
+    (3 standard errors of the difference of the means, and 2%); wall and CPU blocked time
+    also need --host-noise, or the difference between BEFORE and a --repeat of it.
+
     Exit codes: 0 ok, 1 --fail-on-regression exceeded, 2 unusable input or rule pack.
 
     Example: zym diff before.trace.json.gz after.parquet --format markdown
 
     Example: zym diff main.parquet pr.parquet --fail-on-regression 5
+
+    Example: zym diff base-a.parquet fixed.parquet --repeat base-b.parquet
     """
     from zym.analysis.export.diff import finish_diff, render_markdown, render_text, start_profile
 
@@ -70,7 +86,7 @@ def diff(
         # side loads the rule packs itself).
         pending = start_profile(before, jobs, **args)
         with stage_progress(progress) as say:
-            result = finish_diff(pending, after, say, **args)
+            result = finish_diff(pending, after, say, repeat, host_noise / 100, **args)
     shown = top if top is not None or format is Format.json else 10
     d = result.to_dict(shown)
     if format is Format.json:

@@ -16,7 +16,7 @@ import pickle
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..diff import Diff, Profile, compare, profile_of
+from ..diff import HOST_FLOOR, Diff, Noise, Profile, compare, profile_of
 from ..units import fmt_bytes, fmt_ns
 
 Progress = Callable[[str], None]
@@ -50,19 +50,26 @@ def load_profile(path: str | Path, window: str = "steady", rules: bool = True,
 def diff_captures(before: str | Path, after: str | Path, window: str = "steady",
                   rules: bool = True, rule_paths: Sequence[str | Path] = (),
                   disabled: Sequence[str] = (), jobs: int = 1,
-                  progress: Progress | None = None) -> Diff:
+                  progress: Progress | None = None, repeat: str | Path | None = None,
+                  host_floor: float = HOST_FLOOR) -> Diff:
     """Compare two captures (zym captures or torch.profiler traces, in any mix).
 
     ``jobs=2`` analyzes ``before`` in a forked child while this process analyzes ``after``,
-    where forking is safe (:func:`start_profile`); else one after the other."""
-    args = {"window": window, "rules": rules, "rule_paths": tuple(rule_paths), "disabled": disabled}
+    where forking is safe (:func:`start_profile`); else one after the other. ``repeat``: a
+    second capture of the baseline's code, whose difference from ``before`` is the run-to-run
+    noise; ``host_floor``: without it, the share of wall and CPU blocked time that is noise
+    (:class:`zym.analysis.diff.Noise`)."""
+    args = {"window": window, "rules": rules, "rule_paths": tuple(rule_paths),
+            "disabled": disabled}
     pending = start_profile(before, jobs, **args)
-    return finish_diff(pending, after, progress, **args)
+    return finish_diff(pending, after, progress, repeat, host_floor, **args)
 
 
 def finish_diff(pending: Pending, after: str | Path, progress: Progress | None = None,
+                repeat: str | Path | None = None, host_floor: float = HOST_FLOOR,
                 **args) -> Diff:
-    """The comparison of ``pending`` (the baseline, see :func:`start_profile`) with ``after``."""
+    """The comparison of ``pending`` (the baseline, see :func:`start_profile`) with ``after``
+    (and with ``repeat``, a second run of the baseline, for the noise)."""
     if progress:
         progress("analyzing the captures")
     if pending.forked:
@@ -75,9 +82,10 @@ def finish_diff(pending: Pending, after: str | Path, progress: Progress | None =
     else:
         before_p = pending.result(progress)
         after_p = load_profile(after, progress=progress, **args)
+    again = None if repeat is None else load_profile(repeat, progress=progress, **args)
     if progress:
         progress("comparing")
-    return compare(before_p, after_p)
+    return compare(before_p, after_p, Noise(host_floor, again))
 
 
 class Pending:
@@ -197,7 +205,8 @@ def headline(d: dict) -> list[str]:
                  else f"{fmt_ns(p['window_ns'])} window")
         return f"{p['source']} ({p['producer'] or 'unknown producer'}; {units})"
 
-    return [f"before: {side(b)}", f"after:  {side(a)}",
+    again = [f"repeat: {side(d['repeat'])}"] if d.get("repeat") else []
+    return [f"before: {side(b)}", f"after:  {side(a)}", *again,
             f"per {d['per']}; {d['noise']['how']}"]
 
 
