@@ -1,4 +1,5 @@
-"""`zym export FILE --format perfetto|folded|speedscope`: timelines and flamegraphs to files."""
+"""`zym export FILE --format perfetto|folded|speedscope|pprof`: timelines, flamegraphs and
+profiles to files."""
 from __future__ import annotations
 
 from enum import Enum
@@ -14,6 +15,7 @@ class ExportFormat(str, Enum):
     perfetto = "perfetto"
     folded = "folded"
     speedscope = "speedscope"
+    pprof = "pprof"
 
 
 class Weight(str, Enum):
@@ -22,7 +24,7 @@ class Weight(str, Enum):
 
 
 SUFFIX = {ExportFormat.perfetto: ".pftrace", ExportFormat.folded: ".folded",
-          ExportFormat.speedscope: ".speedscope.json"}
+          ExportFormat.speedscope: ".speedscope.json", ExportFormat.pprof: ".pb.gz"}
 
 
 def format_for(output: Path | None, given: ExportFormat | None) -> ExportFormat:
@@ -74,9 +76,11 @@ def export(
     force: Annotated[bool, typer.Option("--force", help="Overwrite OUTPUT if it exists.")] = False,
     progress: Annotated[bool, typer.Option(help="Show progress on stderr.")] = True,
 ) -> None:
-    """Export a capture: a Perfetto timeline, or a GPU-time flamegraph.
+    """Export a capture: a Perfetto timeline, a GPU-time flamegraph, or a pprof profile.
 
     Example: zym export sample_traces/gpt_decode_server.trace.json.gz -o trace.pftrace
+
+    Example: zym export trace.parquet --format pprof -o gpu.pb.gz
     """
     from zym.schemas.output import atomic_output, display
 
@@ -100,7 +104,13 @@ def export(
             from zym.analysis.export.flamegraph import write_folded, write_speedscope
 
             analysis = analyze(file, say, window)
-            if format is ExportFormat.folded:
+            if format is ExportFormat.pprof:
+                from zym.analysis.export.pprof import write_pprof
+
+                n = write_pprof(analysis, tmp)
+                summary = f"{n:,} samples: GPU time and CPU time blocked, in ns"
+                hint = "open it with go tool pprof, Pyroscope or Parca"
+            elif format is ExportFormat.folded:
                 n = write_folded(analysis, tmp, weight.value)
                 summary = f"{n:,} stacks weighted by {weight.value} ns"
                 hint = "render it with flamegraph.pl or https://www.speedscope.app"
