@@ -44,6 +44,7 @@ def _register() -> None:
         diff_cmd,
         export_cmd,
         import_cmd,
+        mcp_cmd,
         report_cmd,
         rules_cmd,
         run_cmd,
@@ -51,7 +52,7 @@ def _register() -> None:
     )
 
     for module in (import_cmd, analyze_cmd, diff_cmd, capture_cmd, run_cmd, export_cmd, report_cmd,
-                   rules_cmd, view_cmd):
+                   rules_cmd, view_cmd, mcp_cmd):
         module.register(app)
 
 

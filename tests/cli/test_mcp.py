@@ -1,0 +1,96 @@
+"""`zym mcp` end to end: the MCP Python SDK's own stdio client spawns `zym mcp`, lists its tools
+and calls them on the sample; the results must equal what the CLI prints with --format json
+(analyze, findings) and the library's diff."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("mcp", reason="mcp not installed (pip install 'zym[mcp]', in the test extra)")
+
+from zym.analysis.export.diff import diff_captures
+
+
+def call_server(calls: list[tuple[str, dict]]) -> tuple[list[str], list]:
+    """Spawn `zym mcp` with the SDK's stdio client; list the tools, make ``calls``."""
+    import anyio
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    async def run():
+        params = StdioServerParameters(command=sys.executable,
+                                       args=["-m", "zym.cli.main", "mcp"])
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
+            await s.initialize()
+            names = [t.name for t in (await s.list_tools()).tools]
+            results = [await s.call_tool(name, args) for name, args in calls]
+            return names, results
+
+    return anyio.run(run)
+
+
+def cli_json(*args: str) -> dict:
+    out = subprocess.run([sys.executable, "-m", "zym.cli.main", *args, "--format", "json",
+                          "--no-progress"], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def payload(result) -> dict:
+    assert not result.is_error, result.content
+    text = json.loads(result.content[0].text)  # the text content agents read
+    assert result.structured_content == text
+    return text
+
+
+@pytest.fixture(scope="module")
+def served(sample_trace):
+    s = str(sample_trace)
+    return call_server([("analyze", {"path": s, "top": 5}), ("findings", {"path": s}),
+                        ("diff", {"before": s, "after": s, "top": 5}),
+                        ("findings", {"path": s + ".missing"}),
+                        ("analyze", {"path": s, "window": "steps:nonsense"})])
+
+
+def test_lists_the_tools(served):
+    names, _ = served
+    assert {"analyze", "findings", "diff"} <= set(names)
+
+
+def test_analyze_equals_the_cli(served, sample_trace):
+    _, results = served
+    got = payload(results[0])
+    want = cli_json("analyze", str(sample_trace), "--top", "5")
+    for key in ("capture", "phases", "gpu", "top_kernels", "paths_by_gpu_time",
+                "paths_by_cpu_blocked", "fixes_together", "replay"):
+        assert got[key] == want[key], key
+    strip = ("examples",)  # example events: the same rows, shown in the CLI too
+    assert [{k: v for k, v in f.items() if k not in strip} for f in got["findings"]] == \
+        [{k: v for k, v in f.items() if k not in strip} for f in want["findings"]]
+
+
+def test_findings_equal_the_cli(served, sample_trace):
+    _, results = served
+    got = payload(results[1])
+    want = cli_json("analyze", str(sample_trace))
+    assert [(f["rule_id"], f["site"], f["saving_ns"]) for f in got["findings"]] == \
+        [(f["rule_id"], f["site"], f["saving_ns"]) for f in want["findings"]]
+    assert got["fixes_together"] == want["fixes_together"]
+
+
+def test_diff_equals_the_library(served, sample_trace):
+    _, results = served
+    got = payload(results[2])
+    want = json.loads(json.dumps(diff_captures(sample_trace, sample_trace).to_dict(5),
+                                 default=str))
+    assert got == want
+    assert not any(t["above_noise"] for t in got["totals"])
+
+
+def test_bad_input_is_a_tool_error_with_the_cli_message(served):
+    _, results = served
+    for r in results[3:]:
+        assert r.is_error
+        assert "zym: error:" in r.content[0].text
