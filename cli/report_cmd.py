@@ -17,6 +17,9 @@ def report(
                       ] = Path("report.html"),
     top: Annotated[int, typer.Option("--top", "-n", min=1, help="Call paths per ranking.")] = 15,
     findings: Annotated[bool, typer.Option(help="Run the rules and show their findings.")] = True,
+    baseline: Annotated[Path | None, typer.Option(
+        "--baseline", "-b", help="Compare with this capture (as zym diff BASELINE FILE does) in "
+        "a section of the report.", show_default=False)] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite OUTPUT if it exists.")] = False,
     progress: Annotated[bool, typer.Option(help="Show progress on stderr.")] = True,
 ) -> None:
@@ -24,6 +27,8 @@ def report(
     an interactive GPU-time flamegraph. It needs no network to open.
 
     Example: zym report sample_traces/gpt_decode_server.trace.json.gz -o report.html
+
+    Example: zym report after.parquet --baseline before.parquet -o report.html
     """
     from zym.analysis.export.html_report import write_report
     from zym.analysis.export.source import load_export_source
@@ -33,8 +38,14 @@ def report(
 
     with exit_on_error(), atomic_output(output, force) as tmp, stage_progress(progress) as say:
         src = load_export_source(file, say, with_findings=findings)
+        diff = None
+        if baseline is not None:
+            from zym.analysis.export.diff import diff_with_baseline
+
+            say("comparing with the baseline")
+            diff = diff_with_baseline(src, baseline).to_dict(top)
         say("writing report")
-        size = write_report(src, tmp, top)
+        size = write_report(src, tmp, top, diff)
     typer.echo(f"wrote {display(output)} ({size / 1e3:.0f} kB, {len(src.findings)} findings); "
                "open it in any browser")
 

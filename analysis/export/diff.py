@@ -88,6 +88,15 @@ def finish_diff(pending: Pending, after: str | Path, progress: Progress | None =
     return compare(before_p, after_p, Noise(host_floor, again))
 
 
+def diff_with_baseline(src, baseline: str | Path, top: int = 10, **args) -> Diff:
+    """``zym report --baseline``: the report's own analysis (an :class:`ExportSource`, not
+    analyzed again) compared with a baseline capture."""
+    after_p = profile_of(src.analysis, src.findings if src.found is not None else None)
+    before_p = load_profile(baseline, window=src.analysis.window_spec,
+                            rules=src.found is not None, **args)
+    return compare(before_p, after_p)
+
+
 class Pending:
     """A baseline profile being built: in a forked child (``forked``), or on first
     :meth:`result` in this process."""

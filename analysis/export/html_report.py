@@ -151,8 +151,54 @@ def _paths_html(paths: list[dict], metric: str) -> str:
     return f'<table class="paths" data-metric="{metric}">{head}{"".join(rows)}</table>'
 
 
-def render_report(src: ExportSource, top: int = 15) -> str:
-    """The report page as one HTML string."""
+def _baseline_html(diff: dict | None) -> str:
+    """The comparison with a baseline capture (``zym report --baseline``), as ``zym diff``
+    reports it: totals per step, call sites changed above noise, findings that changed."""
+    if diff is None:
+        return ""
+    from .diff import MEASURE_NAMES, fmt_delta, fmt_value, headline
+
+    def rows(items: list[dict]) -> str:
+        return "".join(
+            f"<tr><td><code>{escape(str(x['site']))}</code>"
+            + (f" <small>(was {escape(str(x['site_before']))})</small>"
+               if x["status"] == "matched" and x["site_before"] != x["site_after"] else "")
+            + ("" if x["status"] == "matched" else f" <small>[{escape(x['status'])}]</small>")
+            + "</td><td>" + escape(", ".join(f"{MEASURE_NAMES[m]} {fmt_delta(x['measures'][m])}"
+                                             for m in x["changed"])) + "</td></tr>"
+            for x in items) or '<tr><td colspan="2" class="none">None.</td></tr>'
+
+    totals = "".join(
+        f"<tr><th>{escape(MEASURE_NAMES[t['measure']])}</th>"
+        f"<td class=num>{escape(fmt_value(t['before'], t['unit']))}</td>"
+        f"<td class=num>{escape(fmt_value(t['after'], t['unit']))}</td>"
+        f"<td class=num>{escape(fmt_delta(t))}</td>"
+        f"<td class=num>±{escape(fmt_value(t['threshold'], t['unit']))}</td>"
+        f"<td>{'<b>above noise</b>' if t['above_noise'] else ''}</td></tr>"
+        for t in diff["totals"] if t["before"] or t["after"])
+    f = diff["findings"]
+    changes = [("gone", x["rule_id"], x["site"]) for x in f["disappeared"]] + \
+        [("new", x["rule_id"], x["site"]) for x in f["appeared"]] + \
+        [("changed", x["rule_id"], x["site"]) for x in f["changed"]]
+    found = "".join(f"<li><b>{escape(k)}</b> <code>{escape(str(r))}</code> at "
+                    f"<code>{escape(str(site))}</code></li>" for k, r, site in changes)
+    head = "".join(f"<li>{escape(x)}</li>" for x in headline(diff))
+    return f"""<section id="baseline"><h2>Compared with the baseline <small>per {escape(
+        diff['per'])}, as zym diff reports it</small></h2><ul class="diff-head">{head}</ul>
+<table class="paths"><tr><th>per {escape(diff['per'])}</th><th class=num>baseline</th>
+<th class=num>this capture</th><th class=num>change</th><th class=num>noise</th><th></th></tr>
+{totals}</table>
+<h3>Improvements (call sites, above noise)</h3><table class="paths">{rows(
+        diff['top_improvements'])}</table>
+<h3>Regressions (call sites, above noise)</h3><table class="paths">{rows(
+        diff['top_regressions'])}</table>
+<h3>Findings</h3><ul>{found or '<li class="none">No finding appeared, disappeared or changed.</li>'}
+</ul></section>"""
+
+
+def render_report(src: ExportSource, top: int = 15, diff: dict | None = None) -> str:
+    """The report page as one HTML string; ``diff``: ``zym diff``'s comparison with a baseline
+    (:meth:`zym.analysis.diff.Diff.to_dict`), shown in its own section."""
     d = report_data(src, top)
     name = Path(str(d["capture"]["source"])).name
     data = json.dumps({"flame": d["flame"]}, separators=(",", ":"), default=str)
@@ -165,10 +211,11 @@ def render_report(src: ExportSource, top: int = 15) -> str:
 <title>zym report: {escape(name)}</title><style>{STYLE}</style></head>
 <body>
 <header class="top"><h1>zym report <span>{escape(name)}</span></h1>
-<nav><a href="#summary">Summary</a><a href="#findings">What to fix first ({n})</a>
+<nav><a href="#summary">Summary</a>{'<a href="#baseline">Baseline</a>' if diff else ''}<a href="#findings">What to fix first ({n})</a>
 <a href="#flamegraph">GPU-time flamegraph</a><a href="#paths">Top call paths</a></nav></header>
 <main>
 <section id="summary"><h2>Summary</h2>{_summary_html(d)}</section>
+{_baseline_html(diff)}
 <section id="findings"><h2>What to fix first <small>{n} findings, ranked by what fixing
 each saves (as zym analyze ranks them)</small></h2>
 {_findings_html(d["findings"])}</section>
@@ -193,7 +240,7 @@ This page is self-contained: it loads nothing from the network.</footer>
 """
 
 
-def write_report(src: ExportSource, out: Path, top: int = 15) -> int:
-    html = render_report(src, top)
+def write_report(src: ExportSource, out: Path, top: int = 15, diff: dict | None = None) -> int:
+    html = render_report(src, top, diff)
     out.write_text(html, encoding="utf-8")
     return len(html.encode())

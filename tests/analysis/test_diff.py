@@ -224,3 +224,23 @@ def test_renderers_say_what_changed(traces):
     text = render_text(d)
     assert "Top improvements" in text and "app.py:40 mlp" in text
     assert render_markdown(d).count("\n| GPU time |") == 1
+
+
+def test_report_has_the_baseline_section(tmp_path, traces):
+    """`zym report AFTER --baseline BEFORE`: the section lists what `zym diff` finds."""
+    out = tmp_path / "r.html"
+    r = CliRunner().invoke(app, ["report", str(traces["fixed"]), "--baseline",
+                                 str(traces["base"]), "-o", str(out), "--no-progress"])
+    assert r.exit_code == 0, r.output
+    html = out.read_text()
+    section = html[html.index('<section id="baseline">'):]
+    section = section[:section.index("</section>")]
+    improvements = section[section.index("<h3>Improvements"):section.index("<h3>Regressions")]
+    assert "app.py:40 mlp" in improvements and "GPU time -" in improvements
+    regressions = section[section.index("<h3>Regressions"):section.index("<h3>Findings")]
+    assert "None." in regressions
+    d = diff_captures(traces["base"], traces["fixed"]).to_dict()
+    gpu = next(t for t in d["totals"] if t["measure"] == "gpu_ns")
+    from zym.analysis.export.diff import fmt_delta
+
+    assert fmt_delta(gpu) in section
