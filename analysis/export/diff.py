@@ -253,12 +253,16 @@ def render_text(d: dict) -> str:
 
 def _finding_lines(f: dict) -> list[str]:
     out = []
+
+    def noise(x: dict) -> str:
+        return "" if x.get("above_noise") else ", within noise"
+
     for x in f["disappeared"]:
         out.append(f"  - gone: {x['rule_id']} at {x['site']} (saved ~"
-                   f"{fmt_ns(x['saving_per_unit_ns'])} per unit before)")
+                   f"{fmt_ns(x['saving_per_unit_ns'])} per unit before{noise(x)})")
     for x in f["appeared"]:
         out.append(f"  + new: {x['rule_id']} at {x['site']} (saves ~"
-                   f"{fmt_ns(x['saving_per_unit_ns'])} per unit)")
+                   f"{fmt_ns(x['saving_per_unit_ns'])} per unit{noise(x)})")
     for x in f["changed"]:
         out.append(f"  ~ changed: {x['rule_id']} at {x['site']}: saving "
                    f"{fmt_ns(x['saving_before_ns'])} -> {fmt_ns(x['saving_after_ns'])}")
