@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from zym.analysis.diff import HOST_FLOOR
 
-from .errors import exit_on_error
+from .errors import EXIT_BAD_INPUT, exit_on_error
 
 EXIT_REGRESSION = 1  # --fail-on-regression: GPU or wall time per step got worse by more than PCT
 
@@ -37,8 +37,8 @@ def diff(
         "analyze)."))] = "steady",
     fail_on_regression: Annotated[float | None, typer.Option(
         "--fail-on-regression", min=0.0, metavar="PCT", help=(
-            "Exit 1 when GPU time or wall time per step (per second without steps) got worse "
-            "by more than PCT percent (for CI)."))] = None,
+            "Exit 1 when GPU time or wall time per step got worse by more than PCT percent "
+            "(for CI; both captures need repeated steps, else exit 2)."))] = None,
     repeat: Annotated[Path | None, typer.Option(
         "--repeat", help=("A second capture of BEFORE's code (another run): its difference "
                           "from BEFORE is the run-to-run noise of every measure."),
@@ -97,6 +97,11 @@ def diff(
     else:
         sys.stdout.write(render_text(d))
     if fail_on_regression is not None:
+        if d["per"] != "step":  # GPU time per second is a busy share, not a cost: no verdict
+            print("zym: error: --fail-on-regression compares per-step figures, and "
+                  f"{'BEFORE' if d['before']['unit'] != 'step' else 'AFTER'} has no repeated "
+                  "step (see --window)", file=sys.stderr)
+            raise typer.Exit(EXIT_BAD_INPUT)
         worse = {m: pct for m, pct in d["regression_pct"].items()
                  if pct is not None and pct > fail_on_regression}
         if worse:

@@ -244,3 +244,20 @@ def test_report_has_the_baseline_section(tmp_path, traces):
     from zym.analysis.export.diff import fmt_delta
 
     assert fmt_delta(gpu) in section
+
+
+def test_fail_on_regression_needs_steps(tmp_path, traces):
+    """Without repeated steps figures are per second: --fail-on-regression refuses to judge."""
+    b = KinetoBuilder()
+    with b.py("app.py(1): <module>"):
+        for _ in range(20):
+            with b.op("aten::mm"):
+                b.launch(kernel="gemm_kernel", gpu_us=10.0)
+    flat = b.write(tmp_path / "flat.json.gz")
+    r = CliRunner().invoke(app, ["diff", str(flat), str(traces["base"]), "--format", "json",
+                                 "--no-progress"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["per"] == "second"
+    r = CliRunner().invoke(app, ["diff", str(flat), str(traces["base"]), "--no-progress",
+                                 "--fail-on-regression", "5"])
+    assert r.exit_code == 2 and "BEFORE has no repeated step" in r.stderr
