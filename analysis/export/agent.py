@@ -119,10 +119,12 @@ def extra_tools() -> list[Callable[..., Any]]:
     for name in TOOL_MODULES:
         try:
             module = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name is not None and name.startswith(e.name):
-                continue  # not installed: not offered
-            raise
+        except ImportError as e:  # not installed, or its own dependencies are not: not offered
+            if not (e.name is not None and name.startswith(e.name)):
+                import sys
+
+                print(f"zym mcp: the {name} tools are not offered ({e})", file=sys.stderr)
+            continue
         if hasattr(module, "mcp_tools"):
             tools += list(module.mcp_tools())
     for ep in entry_points(group=ENTRY_POINT_GROUP):

@@ -94,3 +94,30 @@ def test_bad_input_is_a_tool_error_with_the_cli_message(served):
     for r in results[3:]:
         assert r.is_error
         assert "zym: error:" in r.content[0].text
+
+
+def test_extension_modules_add_tools(tmp_path, monkeypatch):
+    """A module in TOOL_MODULES (zym.fleet, when the fleet work lands) adds its mcp_tools();
+    one whose own dependency is missing is left out, and the server still starts."""
+    import anyio
+    from zym.analysis.export import agent
+
+    (tmp_path / "zym_tools_probe.py").write_text(
+        "def fleet_top(label: str, top: int = 5) -> dict:\n"
+        "    '''Top sites across the fleet.'''\n"
+        "    return {'label': label, 'top': top}\n\n"
+        "def mcp_tools():\n    return [fleet_top]\n")
+    (tmp_path / "zym_tools_broken.py").write_text("import no_such_dependency_here\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(agent, "TOOL_MODULES", ("zym_tools_probe", "zym_tools_broken",
+                                                "zym_tools_absent"))
+    server = agent.build_server()
+
+    async def run():
+        names = [t.name for t in await server.list_tools()]
+        result = await server.call_tool("fleet_top", {"label": "v2"})
+        return names, result
+
+    names, result = anyio.run(run)
+    assert {"analyze", "findings", "diff", "fleet_top"} <= set(names)
+    assert "v2" in str(result)
