@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -134,20 +135,27 @@ class Pending:
         return value
 
 
+POOL_THREADS = re.compile(r"^(?:polars-\d+|tokio-rt-worker)$")  # started by a first query
+
+
 def fork_is_safe() -> bool:
-    """Whether this process can fork a child that runs polars: only while it has a single
-    thread. A forked child inherits the locks of every thread but runs only the forking one,
-    so a started polars thread pool (or any other thread) could leave it waiting forever."""
+    """Whether this process can fork a child that runs polars: only before polars' thread pool
+    has started (its first parallel query). A forked child has only the forking thread: polars
+    would queue the child's work for pool threads that do not exist there, and wait forever.
+    The threads polars and jemalloc start at import are fork-safe (jemalloc's fork handlers).
+    Linux names threads in /proc; elsewhere there is no way to tell, so never fork."""
     try:
-        return len(os.listdir("/proc/self/task")) == 1
-    except OSError:  # no procfs: no way to tell, so never fork
+        tasks = os.listdir("/proc/self/task")
+        names = [Path(f"/proc/self/task/{t}/comm").read_text().strip() for t in tasks]
+    except OSError:
         return False
+    return not any(POOL_THREADS.match(n) for n in names)
 
 
 def start_profile(path: str | Path, jobs: int = 1, **args) -> Pending:
     """Start building the profile of ``path``: in a forked child when ``jobs >= 2`` and
-    :func:`fork_is_safe` (call it before anything starts threads, e.g. a progress spinner),
-    else later, in this process."""
+    :func:`fork_is_safe` (call it before this process runs a polars query), else later, in
+    this process."""
     if jobs < 2 or not hasattr(os, "fork") or not fork_is_safe():
         return Pending(path, args, None)
     read_fd, write_fd = os.pipe()

@@ -261,3 +261,31 @@ def test_fail_on_regression_needs_steps(tmp_path, traces):
     r = CliRunner().invoke(app, ["diff", str(flat), str(traces["base"]), "--no-progress",
                                  "--fail-on-regression", "5"])
     assert r.exit_code == 2 and "BEFORE has no repeated step" in r.stderr
+
+
+def test_baseline_in_a_forked_child_gives_the_same_diff(traces):
+    """In a fresh process (no polars query run yet) `zym diff` forks for the baseline: same
+    JSON as one after the other. In this process (polars' pool started) it does not fork."""
+    import subprocess
+    import sys
+
+    from zym.analysis.export.diff import fork_is_safe, start_profile
+
+    code = ("import sys; from zym.cli import main; "
+            "from zym.analysis.export.diff import start_profile, load_profile; "
+            "p = start_profile(sys.argv[1], 2, rules=False); assert p.forked; "
+            "a = p.result(); b = load_profile(sys.argv[1], rules=False); "
+            "assert a.sites.sort('code_site').equals(b.sites.sort('code_site')); print('ok')")
+    out = subprocess.run([sys.executable, "-c", code, str(traces["base"])], capture_output=True,
+                         text=True, timeout=300, check=False)
+    assert out.stdout.strip() == "ok", out.stderr
+    runs = [subprocess.run([sys.executable, "-m", "zym.cli.main", "diff", str(traces["base"]),
+                            str(traces["fixed"]), "--format", "json", "--no-progress", "--jobs",
+                            j], capture_output=True, text=True, timeout=300, check=True).stdout
+            for j in ("2", "1")]
+    assert json.loads(runs[0]) == json.loads(runs[1])
+    import polars as pl
+
+    big = pl.DataFrame({"a": range(200_000), "b": range(200_000)})
+    big.group_by("a").agg(pl.col("b").sum())  # starts polars' thread pool here
+    assert not fork_is_safe() and not start_profile(traces["base"], 2).forked
