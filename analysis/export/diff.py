@@ -255,22 +255,22 @@ def render_text(d: dict) -> str:
     out += ["", "GPU operations changed above noise"]
     out += [f"  {k['name'][:90]} [{k['status']}]: GPU {fmt_delta(k['measures']['gpu_ns'])}, "
             f"count {fmt_delta(k['measures']['count'])}" for k in kern[:10]] or ["  none"]
-    out += ["", "Findings"] + _finding_lines(d["findings"]) + [""]
+    out += ["", "Findings"] + _finding_lines(d["findings"], d["per"]) + [""]
     return "\n".join(out)
 
 
-def _finding_lines(f: dict) -> list[str]:
+def _finding_lines(f: dict, per: str = "unit") -> list[str]:
     out = []
 
     def noise(x: dict) -> str:
-        return "" if x.get("above_noise") else ", within noise"
+        return "" if x.get("above_noise") else "; the saving is within noise"
 
     for x in f["disappeared"]:
         out.append(f"  - gone: {x['rule_id']} at {x['site']} (saved ~"
-                   f"{fmt_ns(x['saving_per_unit_ns'])} per unit before{noise(x)})")
+                   f"{fmt_ns(x['saving_per_unit_ns'])} per {per} before{noise(x)})")
     for x in f["appeared"]:
         out.append(f"  + new: {x['rule_id']} at {x['site']} (saves ~"
-                   f"{fmt_ns(x['saving_per_unit_ns'])} per unit{noise(x)})")
+                   f"{fmt_ns(x['saving_per_unit_ns'])} per {per}{noise(x)})")
     for x in f["changed"]:
         out.append(f"  ~ changed: {x['rule_id']} at {x['site']}: saving "
                    f"{fmt_ns(x['saving_before_ns'])} -> {fmt_ns(x['saving_after_ns'])}")
@@ -313,6 +313,26 @@ def render_markdown(d: dict) -> str:
             tag = "" if s["status"] == "matched" else f" ({s['status']})"
             out.append(f"| {md_code(str(s['site']))}{tag} | {fmt_delta(m['gpu_ns'])} | "
                        f"{fmt_delta(m['cpu_blocked_ns'])} | {_md(other)} |")
-    out += ["", "#### Findings", ""] + [_md(x.strip()) + "  " for x in
-                                        _finding_lines(d["findings"])]
+    out += ["", "#### Findings", ""] + _finding_items(d["findings"], d["per"])
     return "\n".join(out) + "\n"
+
+
+def _finding_items(f: dict, per: str = "unit") -> list[str]:
+    """The findings that changed, as a Markdown list."""
+    from zym.schemas.text import md_code
+
+    def item(what: str, x: dict, saving: str) -> str:
+        noise = "" if x.get("above_noise") else "; the saving is within noise"
+        return (f"- **{what}** {md_code(x['rule_id'])} at {md_code(str(x['site']))} "
+                f"({_md(saving)}{noise})")
+
+    out = [item("gone", x, f"saved ~{fmt_ns(x['saving_per_unit_ns'])} per {per} before")
+           for x in f["disappeared"]]
+    out += [item("new", x, f"saves ~{fmt_ns(x['saving_per_unit_ns'])} per {per}")
+            for x in f["appeared"]]
+    out += [item("changed", x | {"above_noise": True}, f"saving "
+                 f"{fmt_ns(x['saving_before_ns'])} -> {fmt_ns(x['saving_after_ns'])}")
+            for x in f["changed"]]
+    if f["unchanged"]:
+        out.append(f"- {len(f['unchanged'])} unchanged")
+    return out or ["None changed."]
