@@ -142,3 +142,20 @@ def test_default_name_and_refused_mismatch(tmp_path, sample_trace):
     r = CliRunner().invoke(app, ["export", str(sample_trace), "-o", str(tmp_path / "y.pb.gz"),
                                  "--format", "folded", "--no-progress"])
     assert r.exit_code == 2
+
+
+def test_a_zym_capture_adds_up_too(Profile, tmp_path):
+    """The H200 zym capture (eBPF stacks + CUPTI): GPU time per operation equals its rows."""
+    capture = Path(__file__).resolve().parents[2] / "sample_traces" / "gpt_decode_server.parquet"
+    out = tmp_path / "cap.pb.gz"
+    r = CliRunner().invoke(app, ["export", str(capture), "-f", "pprof", "-o", str(out),
+                                 "--window", "all", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    p, s = decoded(Profile, out)
+    got: dict[str, int] = {}
+    for x in p.sample:
+        if x.value[0]:
+            name = frames_of(p, s, x)[0][0]
+            got[name] = got.get(name, 0) + x.value[0]
+    gpu = load_capture(capture).gpu.filter(pl.col("kind") != "sync")
+    assert got == dict(gpu.group_by("name").agg(pl.col("dur_ns").sum()).iter_rows())
