@@ -19,6 +19,7 @@ from zym.schemas.tables import TABLES
 
 from .decode import CuptiTables, decode_spool, read_spool
 from .layouts import cupti_major
+from .remote import read_gpu_window
 
 SPOOL_GLOB = "cupti-*.spool"
 
@@ -61,6 +62,13 @@ def merge_gpu(tables: dict[str, pl.DataFrame] | None, spool_dir: str | Path,
     if not headers:
         meta.extra["cupti"] = {"spools": 0, "note": f"no CUPTI spool in {spool_dir}: GPU side absent"}
         return tables
+    window = read_gpu_window(spool_dir)
+    if window is not None and tables.get("call") is not None:
+        # an attach: CUPTI ran inside the eBPF session; calls outside it have no GPU records
+        before = tables["call"].height
+        tables["call"] = tables["call"].filter(pl.col("ts_ns").is_between(*window))
+        meta.extra["gpu_window"] = {"from_mono_ns": window[0], "to_mono_ns": window[1],
+                                    "calls_left_out": before - tables["call"].height}
     calls, join_stats = join_calls(tables.get("call"), cupti.api)
     gpu = cupti.gpu.select([c for c in TABLES["gpu"] if c != "record" and c in cupti.gpu.columns])
     coverage = stack_coverage(calls, gpu) if gpu.height else {}
