@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Device call: zym's dormant agent on the H200.
 # 1. soak: the gpt_decode service (a transformer) started with the agent dormant (what `zym
-#    run` does), every pass timed; after 10 s a 10 s `zym capture --pid`, 5 s off, a second
-#    10 s capture, 10 s off: GPU time per call path while attached, and the service's speed
+#    run` does), every pass timed; after 10 s an 8 s `zym capture --pid`, 5 s off, a second
+#    8 s capture, 10 s off: GPU time per call path while attached, and the service's speed
 #    before, during and after (soak.json: monotonic start and seconds of each pass).
 # 2. paired, per workload: half the measure rounds, then the baseline served while a
 #    `zym capture --pid` records it, then the other half, all in one process: the prediction
@@ -28,13 +28,13 @@ P=$!
 wait_file /tmp/zym-agent/$P/state 600 && cp /tmp/zym-agent/$P/state $R/soak-state-dormant.json
 sleep 10
 mkdir -p $R/attach1 $R/attach2
-attach $P $R/attach1/attach1.parquet 10
+attach $P $R/attach1/attach1.parquet 8
 sleep 5
-attach $P $R/attach2/attach2.parquet 10
+attach $P $R/attach2/attach2.parquet 8
 sleep 10
 touch /tmp/stop-soak; wait $P; echo "soak exit $?"
 cp /tmp/zym-agent/$P/state $R/soak-state-end.json
-for spec in gpt_decode:4 rerank:3 decode_loop:4; do
+for spec in gpt_decode:4 rerank:3 decode_loop:2; do
     w=${spec%%:*}; d=${spec##*:}
     [ $SECONDS -gt 480 ] && { echo "skip $w (time)"; continue; }
     rm -f /tmp/ready-$w /tmp/stop-$w; mkdir -p $R/$w
@@ -47,5 +47,6 @@ for spec in gpt_decode:4 rerank:3 decode_loop:4; do
     fi
     touch /tmp/stop-$w; wait $P
 done
-tar czf $OUT/attach.tgz -C $OUT att && rm -rf $R
+tar czf - -C $OUT att | split -b 15m - $OUT/attach.tgz.   # files back: 16 MiB each at most
+rm -rf $R; ls -la $OUT
 echo "total ${SECONDS}s"
