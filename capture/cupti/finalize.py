@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
-from zym.analysis.join import join_calls, stack_coverage
+from zym.analysis.join import join_by_order, join_calls, stack_coverage
 from zym.schemas import CaptureError, CaptureMeta, write_capture
 from zym.schemas.tables import TABLES
 
@@ -71,6 +71,15 @@ def merge_gpu(tables: dict[str, pl.DataFrame] | None, spool_dir: str | Path,
                                     "calls_left_out": before - tables["call"].height}
     calls, join_stats = join_calls(tables.get("call"), cupti.api)
     gpu = cupti.gpu.select([c for c in TABLES["gpu"] if c != "record" and c in cupti.gpu.columns])
+    if tables.get("call") is not None and gpu.height:   # GPU work no API record accounts for
+        calls, order_stats = join_by_order(calls, gpu)
+        join_stats |= order_stats
+        matched = (join_stats.get("matched_by_time", 0) + join_stats.get("matched_by_sequence", 0)
+                   + order_stats["matched_by_order"])
+        joinable = join_stats.get("ebpf_joinable", 0)
+        join_stats["ebpf_unmatched"] = max(joinable - matched, 0)
+        join_stats["ebpf_matched_pct"] = round(100 * min(matched, joinable) / joinable, 3) \
+            if joinable else 0.0
     coverage = stack_coverage(calls, gpu) if gpu.height else {}
     tables["call"] = calls.select([c for c in TABLES["call"] if c != "record" and c in calls.columns])
     tables["gpu"] = gpu
