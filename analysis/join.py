@@ -251,18 +251,24 @@ def join_by_order(calls: pl.DataFrame, gpu: pl.DataFrame, eps_ns: int = EPS_NS,
     2. the calls that have an id (API-record joins, step 1) cut the process's calls, and the ids,
        into segments (an anchor's id must exceed every id before it in time);
     3. in each segment, per call kind, the k-th free call takes the k-th free id of that kind,
-       but only where the segment holds as many of one as of the other (a record or a call
-       lost in it would shift the rest: such a segment is left unjoined and counted), and
-       only where the GPU work starts after the call (``eps_ns`` of clock slack).
+       where the segment holds as many of one as of the other (a record or a call lost inside
+       would shift the rest: such a segment is left unjoined and counted), counting from the
+       start in the last segment (the last calls' records may be missing) and from the end in
+       the one before the first anchor (calls made as CUPTI started may have none); and only
+       where the GPU work starts after the call (``eps_ns`` of clock slack);
+    4. a sync, or a copy that is not ``...Async``, joined here and without a duration (no API
+       record, no return probe) held the CPU until its GPU record ended.
 
     >>> calls = pl.DataFrame({"pid": [1, 1, 1], "tid": [7, 7, 7], "ts_ns": [100, 200, 300],
     ...     "dur_ns": [0, 0, 0], "kind": ["launch", "launch", "sync"],
     ...     "correlation_id": [None, None, None], "stack_id": [1, 2, 3]})
     >>> gpu = pl.DataFrame({"pid": [1, 1, 1], "kind": ["kernel", "kernel", "sync"],
     ...     "correlation_id": [11, 12, 13], "ts_ns": [150, 260, 310], "dur_ns": [50, 40, 30]})
-    >>> out, st = join_by_order(calls, gpu)
+    >>> out, st = join_by_order(calls.with_columns(name=pl.lit("cuLaunchKernel")), gpu)
     >>> out.sort("ts_ns")["correlation_id"].to_list(), st["matched_by_order"]
     ([11, 12, 13], 3)
+    >>> out.sort("ts_ns")["dur_ns"].to_list()  # the sync waited until its record ended
+    [0, 0, 40]
     """
     empty = {"matched_by_order": 0, "order_segments_left": 0, "gpu_records_unclaimed": 0}
     if calls is None or calls.height == 0 or gpu.height == 0:
@@ -311,21 +317,44 @@ def join_by_order(calls: pl.DataFrame, gpu: pl.DataFrame, eps_ns: int = EPS_NS,
         pl.int_range(pl.len()).over(keys).alias("_k"), pl.len().over(keys).alias("_n"))
     rest_g = rest_g.with_columns(pl.col("_seg").fill_null(0)).sort("correlation_id").with_columns(
         pl.int_range(pl.len()).over(keys).alias("_k"), pl.len().over(keys).alias("_n"))
-    # 3. rank within a segment and kind, where both sides hold as many
-    paired = (rest_e.join(rest_g.select(*keys, "_k", "_n", "correlation_id", "_g_start")
-                          .rename({"_n": "_n_g"}), on=[*keys, "_k"])
-              .filter((pl.col("_n") == pl.col("_n_g"))
-                      & (pl.col("_g_start") >= pl.col("ts_ns") - eps_ns)))
+    # 3. rank within a segment and kind, where both sides hold as many; the segment after the
+    # last anchor counts from its start (records of the last calls may be missing: still
+    # running when CUPTI stopped), the one before the first anchor from its end (calls made
+    # as CUPTI started may have no record)
+    last = pl.col("_seg") == pl.col("_seg").max().over("pid")
+    rest_e = rest_e.with_columns(last.alias("_last"), (pl.col("_n") - 1 - pl.col("_k")).alias("_kb"))
+    rest_g = rest_g.with_columns((pl.col("_n") - 1 - pl.col("_k")).alias("_kb"))
+    gcols = [*keys, "_k", "_kb", "_n", "correlation_id", "_g_start"]
+    fwd = (rest_e.join(rest_g.select(gcols).rename({"_n": "_n_g", "_kb": "_kb_g"}),
+                       on=[*keys, "_k"])
+           .filter((pl.col("_n") == pl.col("_n_g")) | (pl.col("_last") & (pl.col("_seg") > 0))))
+    bwd = (rest_e.join(rest_g.select(gcols).rename({"_n": "_n_g", "_k": "_k_g"}),
+                       on=[*keys, "_kb"])
+           .filter((pl.col("_n") != pl.col("_n_g")) & (pl.col("_seg") == 0)))
+    paired = (pl.concat([fwd.select("_e", "correlation_id", "ts_ns", "_g_start"),
+                         bwd.select("_e", "correlation_id", "ts_ns", "_g_start")])
+              .filter(pl.col("_g_start") >= pl.col("ts_ns") - eps_ns))
     got = pl.concat([syncs, paired.select("_e", "correlation_id")])
-    uneven = (rest_e.select(*keys, "_n").unique().join(
+    # without an API record a call has no duration (entry probes): a sync, or a copy that is
+    # not asynchronous, held the CPU until its GPU record ended
+    ends = got.join(g.select("correlation_id", "_g_end"), on="correlation_id")
+    uneven = (rest_e.select(*keys, "_n", "_last").unique().join(
         rest_g.select(*keys, pl.col("_n").alias("_n_g")).unique(), on=keys, how="full",
-        coalesce=True).filter(pl.col("_n") != pl.col("_n_g").fill_null(-1)).height)
+        coalesce=True).filter((pl.col("_n") != pl.col("_n_g").fill_null(-1))
+                              & ~pl.col("_last").fill_null(False) & (pl.col("_seg") > 0)).height)
     dtype = calls.schema["correlation_id"]
     dtype = pl.Int64 if dtype == pl.Null else dtype
-    out = (calls.join(got.rename({"correlation_id": "_corr"}), on="_e", how="left")
+    blocking = (pl.col("kind") == "sync") | (
+        (pl.col("kind") == "copy") & ~pl.col("name").str.contains("Async"))
+    out = (calls.join(ends.select("_e", pl.col("correlation_id").alias("_corr"), "_g_end"),
+                      on="_e", how="left")
            .with_columns(pl.coalesce(pl.col("correlation_id").cast(pl.Int64), "_corr")
-                         .cast(dtype).alias("correlation_id"))
-           .drop("_e", "_corr"))
+                         .cast(dtype).alias("correlation_id"),
+                         pl.when(blocking & pl.col("_g_end").is_not_null()
+                                 & (pl.col("dur_ns").fill_null(0) == 0))
+                         .then(pl.max_horizontal(pl.col("_g_end") - pl.col("ts_ns"), pl.lit(0)))
+                         .otherwise(pl.col("dur_ns")).cast(calls.schema["dur_ns"]).alias("dur_ns"))
+           .drop("_e", "_corr", "_g_end"))
     stats = {"matched_by_order": got.height, "order_segments_left": uneven,
              "gpu_records_unclaimed": g.height - got.height}
     return out, stats

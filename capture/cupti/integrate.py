@@ -123,8 +123,8 @@ def _capture_running(cfg, log: Log):
             if lo:
                 write_gpu_window(spool, lo, hi)
 
-    cfg = dataclasses.replace(cfg, return_probes=cfg.return_probes and cfg.force_return_probes,
-                              on_attached=on, on_detach=off)
+    # Return probes stay: CUPTI started late records no runtime API, so no call durations.
+    cfg = dataclasses.replace(cfg, on_attached=on, on_detach=off)
     try:
         summary = run_capture(cfg)
     except CaptureError:
