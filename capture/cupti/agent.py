@@ -324,11 +324,9 @@ class Collector:
         self.stats["callback_ns"] += time.perf_counter_ns() - t0
 
     # -- session ------------------------------------------------------------------------------
-    def start(self, apis: str | None = None) -> None:
-        """Enable the records; ``apis`` ("1" every API record, "0" none, else launch, copy,
-        memset and sync API records) overrides ``$ZYM_CUPTI_ALL_APIS``."""
+    def start(self) -> None:
         t0 = time.monotonic_ns()
-        apis = os.environ.get(ENV_ALL_APIS) if apis is None else apis
+        apis = os.environ.get(ENV_ALL_APIS)
         L = self.lib
         self._req_cb, self._cmp_cb = self.REQ(self._requested), self.CMP(self._completed)
         self._check("cuptiSetThreadIdType", L.cuptiSetThreadIdType(THREAD_ID_SYSTEM))
@@ -642,7 +640,7 @@ class Dormant:
             if req.get("action") == "on":
                 if self.collector is None:
                     c = Collector(str(req["spool_dir"]))
-                    c.start(req.get("apis"))
+                    c.start()
                     self.collector = c
                     errors = list(c.stats["errors"])
                 state = "on"
