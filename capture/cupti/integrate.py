@@ -104,7 +104,11 @@ def _capture_running(cfg, log: Log):
     switched: dict = {}
 
     def on() -> None:
-        st = agent.switch("on", spool)
+        try:
+            st = agent.switch("on", spool)
+        except CaptureError as e:   # a stale folder, an agent that hangs: the CPU side goes on
+            log(f"{e}; CPU side only")
+            return
         switched["on"] = st
         if st.get("state") != "on":
             log(f"the agent of PID {cfg.pid} did not start CUPTI ({'; '.join(st.get('errors') or [])})"
