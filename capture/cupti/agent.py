@@ -326,6 +326,7 @@ class Collector:
     # -- session ------------------------------------------------------------------------------
     def start(self) -> None:
         t0 = time.monotonic_ns()
+        apis = os.environ.get(ENV_ALL_APIS)
         L = self.lib
         self._req_cb, self._cmp_cb = self.REQ(self._requested), self.CMP(self._completed)
         self._check("cuptiSetThreadIdType", L.cuptiSetThreadIdType(THREAD_ID_SYSTEM))
@@ -337,11 +338,11 @@ class Collector:
         names = {"runtime": self.api_names(DOMAIN_RUNTIME), "driver": self.api_names(DOMAIN_DRIVER)}
         enabled: dict[str, dict[int, str]] = {"runtime": {}, "driver": {}}
         self.enabled_mono_ns = time.monotonic_ns()   # no record of a call before this
-        if os.environ.get(ENV_ALL_APIS) == "1":
+        if apis == "1":
             self._check("enable RUNTIME", L.cuptiActivityEnable(KIND_RUNTIME))
             self._check("enable DRIVER", L.cuptiActivityEnable(KIND_DRIVER))
             enabled = names
-        elif os.environ.get(ENV_ALL_APIS) != "0":
+        elif apis != "0":
             for domain, fn in (("runtime", L.cuptiActivityEnableRuntimeApi),
                                ("driver", L.cuptiActivityEnableDriverApi)):
                 fn.argtypes = [ct.c_uint32, ct.c_uint8]

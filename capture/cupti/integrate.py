@@ -90,7 +90,7 @@ def _capture_running(cfg, log: Log):
     before they are detached, so every call of the window has both sides."""
     from zym.capture.session import run_capture
 
-    from .remote import find_agent, owner_of, why_no_agent
+    from .remote import find_agent, owner_of, why_no_agent, write_gpu_window
 
     agent = find_agent(cfg.pid)
     if agent is None:
@@ -104,7 +104,11 @@ def _capture_running(cfg, log: Log):
     switched: dict = {}
 
     def on() -> None:
-        st = agent.switch("on", spool)
+        try:
+            st = agent.switch("on", spool)
+        except CaptureError as e:   # a stale folder, an agent that hangs: the CPU side goes on
+            log(f"{e}; CPU side only")
+            return
         switched["on"] = st
         if st.get("state") != "on":
             log(f"the agent of PID {cfg.pid} did not start CUPTI ({'; '.join(st.get('errors') or [])})"
@@ -118,9 +122,13 @@ def _capture_running(cfg, log: Log):
                 switched["off"] = agent.switch("off")
             except CaptureError as e:   # the process died: its spool keeps what was flushed
                 log(str(e))
+            lo = switched["on"].get("enabled_mono_ns")
+            hi = switched.get("off", {}).get("disabled_mono_ns") or time.monotonic_ns()
+            if lo:
+                write_gpu_window(spool, lo, hi)
 
-    cfg = dataclasses.replace(cfg, return_probes=cfg.return_probes and cfg.force_return_probes,
-                              on_attached=on, on_detach=off)
+    # Return probes stay: CUPTI started late records no runtime API, so no call durations.
+    cfg = dataclasses.replace(cfg, on_attached=on, on_detach=off)
     try:
         summary = run_capture(cfg)
     except CaptureError:
@@ -129,9 +137,7 @@ def _capture_running(cfg, log: Log):
             shutil.rmtree(spool, ignore_errors=True)
         raise
     if switched.get("on", {}).get("state") == "on":
-        lo = switched["on"].get("enabled_mono_ns")
-        hi = switched.get("off", {}).get("disabled_mono_ns")
-        add_gpu(cfg.output, spool, log, window_ns=(lo, hi) if lo and hi else None)
+        add_gpu(cfg.output, spool, log)
     if not cfg.keep_raw:
         shutil.rmtree(spool, ignore_errors=True)
     return summary
@@ -147,14 +153,10 @@ def _python_version(pid: int) -> str | None:
     return interp.version_text if interp is not None else None
 
 
-def add_gpu(output: Path, spool: Path, log: Log | None = None,
-            window_ns: tuple[int, int] | None = None):
+def add_gpu(output: Path, spool: Path, log: Log | None = None):
     """Join the calls of the capture at ``output`` to the CUPTI spools in ``spool`` and
     rewrite it with the GPU work (works on captures finalized elsewhere, too); returns the
-    capture's updated ``CaptureMeta``. ``window_ns`` (CLOCK_MONOTONIC): when CUPTI recorded
-    only part of the eBPF session (an attach switches it on after the probes and off before
-    them), the calls outside it are left out, so every call kept has both sides."""
-    import polars as pl
+    capture's updated ``CaptureMeta``."""
     from zym.schemas import open_capture, write_capture
 
     from .finalize import merge_gpu
@@ -163,15 +165,6 @@ def add_gpu(output: Path, spool: Path, log: Log | None = None,
     cap = open_capture(output)
     tables = {t: cap.load(t) for t in ("frame", "stack", "span", "call")}
     meta = cap.meta
-    if window_ns is not None:
-        lo, hi = window_ns
-        calls = tables["call"]
-        tables["call"] = calls.filter(pl.col("ts_ns").is_between(lo, hi))
-        meta.extra["gpu_window"] = {
-            "from_mono_ns": lo, "to_mono_ns": hi,
-            "calls_left_out": calls.height - tables["call"].height,
-            "why": "the agent's CUPTI session ran inside the eBPF session: calls outside it "
-                   "have no GPU records"}
     if not any(Path(spool).glob(SPOOL_GLOB)):
         log(f"no CUPTI spool in {spool}: the capture has no GPU side (was the command a Python "
             "program that used CUDA?)")

@@ -51,6 +51,24 @@ class AgentHandle:
                            f"{timeout_s:.0f} s")
 
 
+GPU_WINDOW = "gpu_window.json"
+
+
+def write_gpu_window(spool_dir: str | Path, from_ns: int, to_ns: int) -> None:
+    """Record, beside the spools, when CUPTI recorded (CLOCK_MONOTONIC): a dormant agent
+    switched on after the probes were attached and off before they were detached."""
+    Path(spool_dir, GPU_WINDOW).write_text(json.dumps({"from_mono_ns": from_ns,
+                                                       "to_mono_ns": to_ns}))
+
+
+def read_gpu_window(spool_dir: str | Path) -> tuple[int, int] | None:
+    try:
+        doc = json.loads(Path(spool_dir, GPU_WINDOW).read_text())
+        return int(doc["from_mono_ns"]), int(doc["to_mono_ns"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def find_agent(pid: int, base: str | None = None) -> AgentHandle | None:
     """The dormant agent of ``pid``, if that process runs one (its state file names it)."""
     folder = Path(agent.agent_folder(pid, base or _agent_dir_of(pid)))

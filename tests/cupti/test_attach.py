@@ -16,10 +16,9 @@ import numpy as np
 import polars as pl
 import pytest
 from ebpf_env import line_markers
+from test_capture_e2e import libs  # noqa: F401 - the stand-in libraries fixture
 from zym.analysis import analyze
 from zym.schemas import open_capture
-
-from test_capture_e2e import libs  # noqa: F401 - the stand-in libraries fixture
 
 HERE = Path(__file__).resolve().parent
 WORKLOAD = HERE / "attach_workload.py"
@@ -71,13 +70,14 @@ def test_capture_pid_switches_the_agent_on_then_off_twice(libs, tmp_path):  # no
         first, last = (np.searchsorted(launched, calls["ts_ns"][[0, -1]].to_numpy(), "right") - 1)
         in_window = int(last - first + 1)
         assert in_window > 200                      # 1.5 s of a service launching ~2 per ms
-        assert calls.height == in_window            # every launch of the window, none lost
+        lost = cap.meta.dropped.get("ebpf_ringbuf", 0)  # counted, never silent
+        assert calls.height + lost == in_window, (calls.height, lost, in_window, cap.meta.dropped)
         assert kernels.height == in_window          # each with its kernel (CUPTI was on)
-        assert calls["correlation_id"].null_count() == 0
+        assert calls["correlation_id"].null_count() == lost
         paths = analyze(out, window="all").call_paths.paths
         with_kernels = paths.filter(pl.col("kernels") > 0)
         assert with_kernels["user_line"].unique().to_list() == [m["attach_launch"]]
-        assert with_kernels["kernels"].sum() == in_window
+        assert with_kernels["kernels"].sum() == in_window - lost
 
 
 def test_capture_pid_without_the_agent_says_why_and_records_the_cpu_side(libs, tmp_path):  # noqa: F811
