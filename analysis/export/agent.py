@@ -15,7 +15,7 @@ Tools (each returns what the matching command prints with ``--format json``):
 * the ``zym.mcp_tools`` entry-point group: a plugin's module, or a callable returning the list.
 
 Analyses are cached per (file, size, mtime, window), a few at a time: an agent asks several
-questions of one capture.
+questions of one capture (``diff`` reuses the analyses ``analyze`` and ``findings`` made).
 """
 from __future__ import annotations
 
@@ -95,9 +95,12 @@ def diff_tool(before: str, after: str, window: str = "steady", top: int = 10,
     time, CPU time blocked, syncs, copies and bytes per step (per second without steps), which
     changes are above noise, findings that appeared, disappeared or changed. repeat: a second
     capture of the baseline's code, to measure run-to-run noise."""
-    from .diff import diff_captures
+    from ..diff import Noise, compare
+    from .diff import profile_with_findings
 
-    return _plain(diff_captures(before, after, window, repeat=repeat).to_dict(top))
+    b, a = (profile_with_findings(*_cache.get(p, window)) for p in (before, after))
+    again = None if repeat is None else profile_with_findings(*_cache.get(repeat, window))
+    return _plain(compare(b, a, Noise(repeat=again)).to_dict(top))
 
 
 BUILTIN_TOOLS: dict[str, Callable[..., dict[str, Any]]] = {

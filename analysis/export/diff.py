@@ -36,13 +36,20 @@ def load_profile(path: str | Path, window: str = "steady", rules: bool = True,
 
         packs = load_packs(rule_paths)
     analysis = analyze(path, progress, window)
-    findings = None
+    found = None
     if packs is not None:
         from zym.rules import evaluate
 
+        found = evaluate(analysis, packs, disabled)
+    return profile_with_findings(analysis, found)
+
+
+def profile_with_findings(analysis, found=None) -> Profile:
+    """The profile of an analysis and its rule findings (``zym.rules.Findings``, or None)."""
+    findings = None
+    if found is not None:
         from .summary import window_scale
 
-        found = evaluate(analysis, packs, disabled)
         win, steps = window_scale(analysis)
         findings = [f.to_dict(0, win, steps) for f in found]
     return profile_of(analysis, findings)
