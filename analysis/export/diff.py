@@ -230,7 +230,11 @@ def headline(d: dict) -> list[str]:
         return f"{p['source']} ({p['producer'] or 'unknown producer'}; {units})"
 
     again = [f"repeat: {side(d['repeat'])}"] if d.get("repeat") else []
+    m = d["matched"]
+    how = ", ".join(f"{n} by {k}" for k, n in m.items() if k not in ("appeared", "disappeared"))
     return [f"before: {side(b)}", f"after:  {side(a)}", *again,
+            (f"call sites matched: {how or 'none'}; {m['appeared']} appeared, "
+             f"{m['disappeared']} disappeared"),
             f"per {d['per']}; {d['noise']['how']}"]
 
 
