@@ -1,23 +1,19 @@
 """Two captures compared: what changed, where, and whether it is more than noise.
 
-A capture is first reduced to its **profile** (:func:`profile_of`), built from the facts of its
-analysis window (:class:`zym.analysis.Analysis`): per *code site* (a user line with its torch
-ops and Python built-in, :func:`zym.analysis.sites.site_table`) and per GPU operation name, the
-GPU time, CPU time blocked, CUDA calls, launches, syncs, copies and bytes copied, each summed
-over the window and over each **unit** of it:
-
-* a **step** where the capture repeats one (:mod:`zym.analysis.phases`), so that two runs of
-  different lengths compare per request or per decoding step;
-* else one of :data:`SLICES` equal slices of the window, and the figures are per second.
-
-Both captures are put on the same footing: per step when both have steps, else per second.
+A capture is first reduced to its **profile** (:func:`zym.analysis.profile.profile_of`): per
+code site and per GPU operation, each measure summed over the analysis window and over each
+unit of it (a step where the capture repeats one, else a slice of the window). Both captures
+are put on the same footing: per step when both have steps (two runs of different lengths
+compare per request or per decoding step), else per second.
 
 :func:`compare` then matches the code sites of the two profiles (:func:`match_sites`), robust
 to lines moved by unrelated edits, and reports each measure's change per unit with its
 **noise threshold** (:func:`noise_threshold`): the spread of the measure from one unit to the
 next within each capture says how much the mean per unit could move by chance; a change is
 *above noise* only when it exceeds ``NOISE_Z`` standard errors of the difference of the two
-means and the floors :data:`REL_FLOOR` and the absolute floor of the measure.
+means and the floors :data:`REL_FLOOR` and the absolute floor of the measure, and for the
+CPU-side times a floor for the host's run-to-run variation, or a repeat of the baseline
+(:class:`Noise`; ``docs/diff.md`` says why).
 
 Findings (rule results, given as plain dicts) are compared by rule id and matched site: those
 that appeared, disappeared, and those whose saving changed. The comparison is plain data
@@ -27,18 +23,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-import numpy as np
 import polars as pl
 
-from .callpath import UNKNOWN_STACK
-from .phases import user_paths
+from .profile import (
+    KERNEL_MEASURES,
+    KEY_COLUMNS,
+    SITE_MEASURES,
+    SLICES,
+    TOTAL_MEASURES,
+    Profile,
+    profile_of,
+)
 
-if TYPE_CHECKING:
-    from .report import Analysis
+__all__ = ["Diff", "Noise", "Profile", "compare", "match_sites", "noise_threshold", "profile_of"]
 
-SLICES = 10  # units of a capture without steps: equal slices of its window
 NOISE_Z = 3.0  # standard errors of the difference of the two means per unit
 REL_FLOOR = 0.02  # a change under 2% of the larger mean is never "above noise"
 ABS_FLOOR = {"ns": 2_000, "count": 0.5, "bytes": 64}  # smallest change that counts, per unit
@@ -49,14 +48,6 @@ ABS_FLOOR = {"ns": 2_000, "count": 0.5, "bytes": 64}  # smallest change that cou
 HOST_MEASURES = frozenset({"wall_ns", "cpu_blocked_ns"})
 HOST_FLOOR = 0.6
 REPEAT_K = 3.0  # with a repeat: 3x the difference of two runs of the same code
-# The measures per site, per kernel and in total; with their units.
-SITE_MEASURES: dict[str, str] = {
-    "gpu_ns": "ns", "cpu_blocked_ns": "ns", "calls": "count", "launches": "count",
-    "syncs": "count", "kernels": "count", "copies": "count", "memsets": "count",
-    "bytes_htod": "bytes", "bytes_dtoh": "bytes", "bytes_dtod": "bytes",
-}
-TOTAL_MEASURES: dict[str, str] = {"wall_ns": "ns"} | SITE_MEASURES
-KERNEL_MEASURES: dict[str, str] = {"gpu_ns": "ns", "count": "count", "bytes": "bytes"}
 # Site identity for matching: tried in this order on the sites still unmatched; ties within a
 # key are paired in line order (see match_sites).
 MATCH_LEVELS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -67,149 +58,6 @@ MATCH_LEVELS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # the same line of the same function now runs other torch ops (the edit was there):
     ("edited", ("file", "line", "function", "module")),
 )
-KEY_COLUMNS = ("file", "line", "function", "module", "op_chain", "py_api", "source", "callers")
-
-
-@dataclass
-class Profile:
-    """One capture reduced to what a comparison needs (see the module doc).
-
-    ``sites``: one row per code site (``code_site``; -1 for GPU work whose launching call was
-    not captured) with its identity (:data:`KEY_COLUMNS`), ``site`` (its label) and, per
-    measure of :data:`SITE_MEASURES`, the window's total and the sum of squares over units
-    (``{m}__ss``); ``kernels``: the same per GPU operation (``name``, ``kind``); ``units``:
-    per unit, every total measure; ``findings``: rule findings as dicts with ``code_site``.
-    """
-
-    source: str
-    producer: str | None
-    unit: str  # "step" or "slice"
-    unit_count: int
-    window_ns: int
-    steps_function: str | None
-    sites: pl.DataFrame
-    kernels: pl.DataFrame
-    units: pl.DataFrame
-    findings: list[dict] = field(default_factory=list)
-
-    def describe(self) -> dict:
-        return {"source": self.source, "producer": self.producer, "unit": self.unit,
-                "units": self.unit_count, "window_ns": self.window_ns,
-                "steps_function": self.steps_function}
-
-
-# -- one capture -------------------------------------------------------------------------------
-
-def unit_bounds(analysis: Analysis) -> tuple[str, np.ndarray, np.ndarray, str | None]:
-    """``(unit, starts, ends, step function)``: the steps in the window, else SLICES slices."""
-    steps = analysis.steps_in_window()
-    if steps is not None and steps.count >= 2:
-        return "step", steps.start_ns.astype(np.int64), steps.end_ns.astype(np.int64), \
-            analysis.phases.steps.function
-    lo, hi = analysis.window
-    edges = lo + (np.arange(SLICES + 1, dtype=np.int64) * max(hi - lo, 1)) // SLICES
-    return "slice", edges[:-1], edges[1:], None
-
-
-def unit_of(ts: pl.Series, starts: np.ndarray) -> pl.Series:
-    """The unit each timestamp falls in (before the first: the first)."""
-    idx = pl.Series(starts).search_sorted(ts, side="right").cast(pl.Int64) - 1
-    return idx.clip(0, len(starts) - 1).alias("unit")
-
-
-def profile_of(analysis: Analysis, findings: list[dict] | None = None) -> Profile:
-    """The profile of an analysis window; ``findings`` as :meth:`Finding.to_dict` gives them
-    (with ``site_id``), ranked."""
-    facts = analysis.facts
-    unit, starts, ends, step_fn = unit_bounds(analysis)
-    calls = facts.calls
-    (code_site,) = facts.site_of(calls["stack_id"], ("code_site",))
-    c = calls.select(
-        code_site.fill_null(UNKNOWN_STACK).alias("code_site"), unit_of(calls["ts_ns"], starts),
-        pl.lit(1, pl.Int64).alias("calls"),
-        (pl.col("kind") == "launch").cast(pl.Int64).alias("launches"),
-        (pl.col("kind") == "sync").cast(pl.Int64).alias("syncs"),
-        pl.when("blocking").then("dur_ns").otherwise(0).cast(pl.Int64).alias("cpu_blocked_ns"))
-    gpu = facts.gpu.filter("work")
-    launched_at = calls["ts_ns"].gather(gpu["call_idx"])
-    (gsite,) = facts.site_of(gpu["stack_id"].fill_null(UNKNOWN_STACK), ("code_site",))
-    kind, direction = pl.col("kind"), pl.col("copy_kind")
-    size = pl.col("size_bytes").fill_null(0).cast(pl.Int64)
-    g = gpu.select(
-        gsite.fill_null(UNKNOWN_STACK).alias("code_site"),
-        unit_of(pl.coalesce(launched_at, gpu["ts_ns"]), starts),
-        pl.col("name").cast(pl.String), pl.col("kind").cast(pl.String),
-        pl.col("dur_ns").cast(pl.Int64).alias("gpu_ns"),
-        *[(kind == k).cast(pl.Int64).alias(n) for k, n in (
-            ("kernel", "kernels"), ("copy", "copies"), ("memset", "memsets"))],
-        *[pl.when((kind == "copy") & (direction == d)).then(size).otherwise(0)
-          .alias(f"bytes_{d.lower()}") for d in ("HtoD", "DtoH", "DtoD")],
-        pl.when(kind == "copy").then(size).otherwise(0).alias("bytes"))
-    call_cols = ["calls", "launches", "syncs", "cpu_blocked_ns"]
-    gpu_cols = [m for m in SITE_MEASURES if m not in call_cols]
-    per_site_unit = (
-        pl.concat([c.group_by("code_site", "unit").agg(pl.col(call_cols).sum()),
-                   g.group_by("code_site", "unit").agg(pl.col(gpu_cols).sum())],
-                  how="diagonal")
-        .group_by("code_site", "unit").agg(pl.col(list(SITE_MEASURES)).fill_null(0).sum()))
-    sites = _moments(per_site_unit, ["code_site"], list(SITE_MEASURES))
-    sites = sites.join(site_identity(analysis), on="code_site", how="left")
-    kernels = _moments(
-        g.group_by("name", "kind", "unit").agg(pl.col("gpu_ns").sum(), pl.len().alias("count"),
-                                               pl.col("bytes").sum()),
-        ["name", "kind"], list(KERNEL_MEASURES))
-    units = (per_site_unit.group_by("unit").agg(pl.col(list(SITE_MEASURES)).sum())
-             .join(pl.DataFrame({"unit": np.arange(len(starts), dtype=np.int64)}), on="unit",
-                   how="right").fill_null(0)
-             .with_columns(pl.Series("wall_ns", (ends - starts).astype(np.int64))).sort("unit"))
-    meta = analysis.data.meta
-    return Profile(
-        source=str(analysis.data.source), producer=meta.producer, unit=unit,
-        unit_count=len(starts), window_ns=int(analysis.facts.window_ns), steps_function=step_fn,
-        sites=sites, kernels=kernels, units=units,
-        findings=_findings_with_sites(findings or [], facts.sites))
-
-
-def _moments(df: pl.DataFrame, keys: list[str], measures: list[str]) -> pl.DataFrame:
-    """Per key: each measure's total over the units and its sum of squares (units with no
-    row count as zero), for the mean and spread per unit."""
-    return df.group_by(keys).agg(
-        *[pl.col(m).sum().cast(pl.Float64).alias(m) for m in measures],
-        *[(pl.col(m).cast(pl.Float64) ** 2).sum().alias(f"{m}__ss") for m in measures])
-
-
-def site_identity(analysis: Analysis) -> pl.DataFrame:
-    """Per code site: what identifies it across captures (:data:`KEY_COLUMNS`) and its label.
-
-    ``file`` is the short file name (as users read it: two checkouts in different folders give
-    the same names); ``callers`` the user frames above the site (``file function``, outermost
-    first) on its costliest stack, without lines, so a site keeps its identity when an edit
-    elsewhere moves its line."""
-    facts = analysis.facts
-    paths = analysis.call_paths.paths.select(
-        pl.col("path_id").alias("stack_id"), (pl.col("gpu_ns") + pl.col("cpu_blocked_ns"))
-        .alias("_cost"))
-    s = (facts.sites.join(paths, on="stack_id", how="left")
-         .sort("_cost", "stack_id", descending=[True, False], nulls_last=True)
-         .unique("code_site", keep="first", maintain_order=True))
-    short = dict(zip(facts.sites["user_file"].to_list(), facts.sites["user_short_file"].to_list()))
-    chains = user_paths(facts.nodes)
-    callers = [">".join(f"{short.get(f, f)} {fn}" for f, fn, _ in chains.get(sid, [])[:-1])
-               for sid in s["stack_id"].to_list()]
-    ident = s.select(
-        "code_site", pl.col("user_short_file").alias("file"), pl.col("user_line").alias("line"),
-        pl.col("user_function").alias("function"), pl.col("user_module").alias("module"),
-        "op_chain", "py_api", pl.col("user_source").alias("source"), "site",
-        pl.col("mechanism"), pl.col("torch_op")).with_columns(pl.Series("callers", callers))
-    unknown = pl.DataFrame({"code_site": [UNKNOWN_STACK], "site": ["(unknown stack)"],
-                            "op_chain": ["(unknown stack)"]})
-    return pl.concat([ident, unknown], how="diagonal_relaxed")
-
-
-def _findings_with_sites(findings: list[dict], sites: pl.DataFrame) -> list[dict]:
-    """Each finding with the code site of its ``site_id`` (None for window-wide findings)."""
-    code = dict(zip(sites["stack_id"].to_list(), sites["code_site"].to_list()))
-    return [f | {"code_site": code.get(f.get("site_id"))} for f in findings]
 
 
 # -- matching ----------------------------------------------------------------------------------
