@@ -13,6 +13,7 @@ is decoded whole instead, with the same result.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from itertools import compress, repeat
 from operator import attrgetter, eq
@@ -195,48 +196,106 @@ def _pieces(f: BinaryIO, path: Path) -> Iterator[bytes]:
     raise InputError(f"{path}: truncated gzip file: the trace was cut short")
 
 
-_ARRAY_OPEN = b'\n  "traceEvents": ['
-_BETWEEN_EVENTS = b"\n  },\n  {"
-_ARRAY_CLOSE = b"\n  ]"
-_HEADER_LIMIT = 1 << 24  # Kineto's header is a few kB; past this the layout is not Kineto's
+# Where the events start: the ``traceEvents`` key of the top object (wherever it is among the
+# keys), or a bare array of events (Chrome's "JSON Array Format").
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+# Between two events of the array: the end of one object, a comma, the start of the next, in
+# any layout. The text can also occur inside a string or a nested array; a cut there leaves a
+# batch that is not JSON, so the batch's decoding is what confirms a cut (and an earlier
+# candidate is tried when it fails).
+_BETWEEN_EVENTS = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
+_HEADER_LIMIT = 1 << 24  # text before the events; past this, decoded whole (MAX_WHOLE_JSON)
+_CUT_WINDOW = 1 << 16  # tail of a batch searched for a cut at first; widened when it has none
+_CUT_TRIES = 16  # candidate cuts tried before the batch is taken as not JSON
 
 
 def _decode_streaming(pieces: Iterator[bytes], path: Path
                       ) -> tuple[dict[str, pl.DataFrame], _TraceFile] | None:
-    """Decode Kineto's own layout piece by piece; None when the text is laid out otherwise."""
+    """Decode the events batch by batch as the text arrives, whatever its layout (pretty,
+    minified, keys in any order, a bare array); None when the events do not start within
+    ``_HEADER_LIMIT`` bytes or a batch cannot be cut into whole events (then the text is
+    decoded whole, which names the problem)."""
     buf = bytearray()
     for piece in pieces:
         buf += piece
-        start = buf.find(_ARRAY_OPEN)
-        if start >= 0:
+        head = buf.lstrip()[:1]
+        if head and head not in b"{[":
+            return None  # not JSON: the whole-text reader says so
+        start = _events_start(buf)
+        if start is not None:
             break
         if len(buf) > _HEADER_LIMIT:
             return None
     else:
         return None
-    header = bytes(buf[:start + len(_ARRAY_OPEN)])
-    del buf[:start + len(_ARRAY_OPEN)]
+    header = bytes(buf[:start])
+    bare = not header.lstrip().startswith(b"{")
+    del buf[:start + 1]  # the rest starts after the array's "["
     acc = _GroupAccumulator(path)
+    retry_at = _DECODE_BATCH
     for piece in pieces:
         buf += piece
-        if len(buf) < _DECODE_BATCH:
+        if len(buf) < retry_at:
             continue
-        cut = buf.rfind(_BETWEEN_EVENTS)
-        if cut < 0 and len(buf) > _HEADER_LIMIT:  # no event boundary in 16 MB: not Kineto's
-            return None
-        if cut > 0:
-            if not acc.add_array(buf, cut + 4):  # events up to and with this one's "\n  }"
+        rest = _cut_and_decode(buf, acc)
+        if rest is None:  # no whole event yet, or no cut that decodes: try a larger batch
+            if len(buf) > _HEADER_LIMIT:
                 return None
-            del buf[:cut + 5]  # the rest starts at the next event's "\n  {"
-    close = buf.rfind(_ARRAY_CLOSE)
-    trailer = bytes(buf[close + len(_ARRAY_CLOSE):]) if close >= 0 else b""
-    if close < 0 or not acc.add_array(buf, close):
-        return None
-    try:
-        top = msgspec.json.decode(header + b"]" + trailer, type=_TraceFile)
-    except msgspec.MsgspecError:
-        return None
-    return acc.groups(), top
+            retry_at = 2 * len(buf)
+            continue
+        del buf[:rest]
+        retry_at = _DECODE_BATCH
+    return _finish(buf, acc, header, bare)
+
+
+def _events_start(buf: bytearray) -> int | None:
+    """Offset of the ``[`` that opens the events (a bare array's own, or the value of
+    ``traceEvents``), None while not known yet."""
+    text = buf.lstrip()
+    if text[:1] == b"[":
+        return len(buf) - len(text)
+    found = _EVENTS_KEY.search(buf)
+    return None if found is None else found.end() - 1
+
+
+def _cut_and_decode(buf: bytearray, acc: _GroupAccumulator) -> int | None:
+    """Decode the whole events at the front of ``buf``, up to the last cut that decodes; the
+    offset where the rest starts (the next event's ``{``), or None when no cut works."""
+    window = _CUT_WINDOW
+    while True:
+        lo = max(0, len(buf) - window)
+        cuts = list(_BETWEEN_EVENTS.finditer(buf, lo))
+        if cuts or lo == 0:
+            break
+        window *= 4
+    for cut in reversed(cuts[-_CUT_TRIES:]):
+        if acc.add_text(buf, cut.start() + 1):
+            return cut.end() - 1
+    return None
+
+
+def _finish(buf: bytearray, acc: _GroupAccumulator, header: bytes, bare: bool
+            ) -> tuple[dict[str, pl.DataFrame], _TraceFile] | None:
+    """The last events (``buf``: them, the array's ``]``, and the rest of the text) and the
+    top-level keys around the array."""
+    close = len(buf)
+    for _ in range(_CUT_TRIES):
+        close = buf.rfind(b"]", 0, close)
+        if close < 0:
+            return None
+        trailer = bytes(buf[close + 1:])
+        try:
+            if bare:
+                if trailer.strip():
+                    continue
+                top = _TraceFile(traceEvents=[])
+            else:
+                top = msgspec.json.decode(header + b"[]" + trailer, type=_TraceFile)
+        except msgspec.MsgspecError:
+            continue
+        if acc.add_text(buf, close):
+            return acc.groups(), top
+    return None
 
 
 class _GroupAccumulator:
@@ -248,18 +307,18 @@ class _GroupAccumulator:
         # CPU events repeat a few thousand names and shapes: rows hold their ids.
         self.names, self.shapes = _Interner(), _Interner(b"")
 
-    def add_array(self, buf: bytearray, end: int) -> bool:
-        """Decode ``buf[:end]``, whole events separated by commas, in place: its leading
-        newline and the byte at ``end`` become the brackets of a JSON array (no copy).
-        False when it does not decode as JSON (not Kineto's layout)."""
-        if end <= 0:
-            return True
-        buf[0], buf[end] = ord("["), ord("]")
+    def add_text(self, buf: bytearray, end: int) -> bool:
+        """Decode ``buf[:end]``: whole events separated by commas (or only whitespace).
+        False when it does not decode as JSON (a cut in the wrong place)."""
+        with memoryview(buf) as view:
+            text = bytearray(b"[")
+            text += view[:end]
+        text += b"]"
         try:
-            with memoryview(buf) as view:
-                events = _decode_events(view[:end + 1])
+            events = _decode_events(text)
         except msgspec.ValidationError as e:
-            raise InputError(f"{self.path}: malformed trace event ({e})") from e
+            raise InputError(f"{self.path}: malformed trace event, not a torch.profiler "
+                             f"(Kineto) trace ({e})") from e
         except msgspec.DecodeError:
             return False
         self.add_events(events)
@@ -277,7 +336,17 @@ class _GroupAccumulator:
         if sum(df.height for df in groups.values()) == 0:
             raise InputError(f"{self.path}: JSON, but no torch.profiler events (python_function, "
                              "cpu_op, cuda_runtime, kernel...): not a Kineto trace")
-        groups["names"] = self.names.frame("name_id", "name", pl.String)
+        # Names numbered in sorted order, not in order of appearance, which depends on where
+        # the batches were cut: the tables (frame ids) do not depend on the layout.
+        names = pl.Series("name", self.names.values, dtype=pl.String)
+        order = names.arg_sort()
+        new_id = pl.repeat(0, names.len(), dtype=pl.UInt32, eager=True).scatter(
+            order, pl.int_range(names.len(), dtype=pl.UInt32, eager=True))
+        for g in ("python", "op", "call"):
+            groups[g] = groups[g].with_columns(new_id.gather(groups[g]["name_id"]).alias("name_id"))
+        groups["names"] = pl.DataFrame({
+            "name_id": pl.int_range(names.len(), dtype=pl.UInt32, eager=True),
+            "name": names.gather(order)})
         groups["shapes"] = self.shapes.frame("shape_id", "shape", pl.Binary).with_columns(
             pl.col("shape").cast(pl.String))
         return groups
@@ -348,7 +417,8 @@ def parse_events(text: bytes | bytearray, path: Path) -> tuple[dict[str, pl.Data
             acc.add_events(_decode_events(b"[" + b",".join(raws[start:start + BATCH_EVENTS])
                                           + b"]"))
         except msgspec.ValidationError as e:
-            raise InputError(f"{path}: malformed trace event ({e})") from e
+            raise InputError(f"{path}: malformed trace event, not a torch.profiler (Kineto) "
+                             f"trace ({e})") from e
     return acc.groups(), top
 
 
