@@ -5,16 +5,20 @@ cuda_driver) and ``gpu`` (kernel, gpu_memcpy, gpu_memset, cuda_sync). msgspec do
 parsing, into typed structs that hold only the fields zym reads: one struct per category (a
 tagged union on ``cat``), so a category's other fields are skipped without building objects.
 
-Kineto pretty-prints one event per block at a fixed indentation, so the ``traceEvents`` array
-can be cut between events (``\n  },\n  {``: JSON strings hold no raw newlines) and decoded
-a megabyte at a time as the file is decompressed (ISA-L): the text is never held whole, and
-only one batch of Python objects is alive. A file laid out otherwise (minified, re-exported)
-is decoded whole instead, with the same result.
+The ``traceEvents`` array is decoded a batch (about a megabyte of text) at a time as the
+file is read and decompressed (ISA-L), whatever its layout: Kineto's pretty print, a minified
+or re-indented re-export, the keys in any order, or a bare array of events. A batch is cut
+between two events (``}`` ``,`` ``{`` outside any string), found by a search from its end and
+confirmed by the batch decoding as JSON. The text is never held whole, and only one batch of
+Python objects is alive.
 """
 from __future__ import annotations
 
+import multiprocessing
+import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
 from itertools import compress, repeat
 from operator import attrgetter, eq
 from pathlib import Path
@@ -158,13 +162,27 @@ class _TraceFile(msgspec.Struct):
 def read_events(path: Path) -> tuple[dict[str, pl.DataFrame], _TraceFile]:
     """Decode a trace file (``.json`` or gzip, told by its magic bytes) into event groups."""
     try:
-        with open(path, "rb") as f:
-            result = _decode_streaming(_pieces(f, path), path)
+        try:
+            result = _read_streaming(path, parallel=True)
+        except _BadCut:  # a worker's batch was cut inside an event: again, in this process
+            result = _read_streaming(path, parallel=False)
         if result is not None:
             return result
         return parse_events(read_json_bytes(path), path)
     except OSError as e:
         raise InputError(f"{path}: cannot read ({e.strerror or e})") from e
+
+
+def _read_streaming(path: Path, parallel: bool
+                    ) -> tuple[dict[str, pl.DataFrame], _TraceFile] | None:
+    with open(path, "rb") as f:
+        size = max(1, os.fstat(f.fileno()).st_size)
+        workers = _Workers(path, lambda: f.tell() / size) if parallel else None
+        try:
+            return _decode_streaming(_pieces(f, path), path, workers)
+        finally:
+            if workers is not None:
+                workers.close()
 
 
 def _pieces(f: BinaryIO, path: Path) -> Iterator[bytes]:
@@ -209,12 +227,13 @@ _CUT_WINDOW = 1 << 16  # tail of a batch searched for a cut at first; widened wh
 _CUT_TRIES = 16  # candidate cuts tried before the batch is taken as not JSON
 
 
-def _decode_streaming(pieces: Iterator[bytes], path: Path
+def _decode_streaming(pieces: Iterator[bytes], path: Path, workers: _Workers | None = None
                       ) -> tuple[dict[str, pl.DataFrame], _TraceFile] | None:
     """Decode the events batch by batch as the text arrives, whatever its layout (pretty,
     minified, keys in any order, a bare array); None when the events do not start within
     ``_HEADER_LIMIT`` bytes or a batch cannot be cut into whole events (then the text is
-    decoded whole, which names the problem)."""
+    decoded whole, which names the problem). ``workers``: other processes that decode some
+    of the batches, once the trace is known to be large."""
     buf = bytearray()
     for piece in pieces:
         buf += piece
@@ -232,20 +251,32 @@ def _decode_streaming(pieces: Iterator[bytes], path: Path
     bare = not header.lstrip().startswith(b"{")
     del buf[:start + 1]  # the rest starts after the array's "["
     acc = _GroupAccumulator(path)
-    retry_at = _DECODE_BATCH
+    retry_at, batch, done = _DECODE_BATCH, _DECODE_BATCH, 0
     for piece in pieces:
         buf += piece
+        done += len(piece)
         if len(buf) < retry_at:
             continue
+        if workers is not None and workers.started(done):
+            batch = _WORKER_BATCH
+            if workers.has_room() and (rest := workers.submit(buf, acc)) is not None:
+                del buf[:rest]
+                retry_at = batch
+                continue
         rest = _cut_and_decode(buf, acc)
         if rest is None:  # no whole event yet, or no cut that decodes: try a larger batch
+            if workers is not None and workers.pool is not None:
+                raise _BadCut  # or a worker's batch was cut inside an event
             if len(buf) > _HEADER_LIMIT:
                 return None
             retry_at = 2 * len(buf)
             continue
         del buf[:rest]
-        retry_at = _DECODE_BATCH
-    return _finish(buf, acc, header, bare)
+        retry_at = batch
+    result = _finish(buf, acc, header, bare)
+    if result is None and workers is not None and workers.pool is not None:
+        raise _BadCut
+    return result
 
 
 def _events_start(buf: bytearray) -> int | None:
@@ -298,12 +329,99 @@ def _finish(buf: bytearray, acc: _GroupAccumulator, header: bytes, bare: bool
     return None
 
 
+# Both cores: once this much text is decoded and the rest of the file is estimated at more
+# than _PARALLEL_REST, batches of _WORKER_BATCH also go to worker processes (one fewer than
+# the cores, at most 3), whichever is free; this process reads, decompresses and cuts the
+# text, decodes when the workers are busy, and merges their names into its own.
+_PARALLEL_AFTER = 16 << 20
+_PARALLEL_REST = 96 << 20
+_WORKER_BATCH = 4 << 20
+_QUEUED = 2  # batches waiting per worker
+
+
+class _BadCut(Exception):
+    """A batch sent to a worker was cut inside an event (text that looks like the space
+    between two events, inside a string): the file is decoded again in one process."""
+
+
+class _Workers:
+    """Worker processes decoding batches of events, started once the trace proves large."""
+
+    def __init__(self, path: Path, fraction_read: Callable[[], float]) -> None:
+        self.path, self.fraction_read = path, fraction_read
+        self.count = min(3, (os.cpu_count() or 1) - 1)
+        self.pool: ProcessPoolExecutor | None = None
+        self.queued: list[Future] = []
+
+    def started(self, done: int) -> bool:
+        """Whether workers run, starting them when ``done`` bytes of text read so far
+        suggest that enough remains."""
+        if self.pool is None and self.count > 0 and done >= _PARALLEL_AFTER:
+            read = self.fraction_read()
+            if 0 < read < 1 and done * (1 - read) / read >= _PARALLEL_REST:
+                self.pool = ProcessPoolExecutor(self.count,
+                                                mp_context=multiprocessing.get_context("spawn"))
+            else:
+                self.count = 0  # too little left: this process alone
+        return self.pool is not None
+
+    def has_room(self) -> bool:
+        if any(f.done() and f.result() is None for f in self.queued):
+            raise _BadCut
+        self.queued = [f for f in self.queued if not f.done()]
+        return len(self.queued) < _QUEUED * self.count
+
+    def submit(self, buf: bytearray, acc: _GroupAccumulator) -> int | None:
+        """Send the whole events at the front of ``buf`` to a worker (cut at the last place
+        that looks like the space between two events); the offset where the rest starts."""
+        found = _last_cut(buf)
+        if found is None:
+            return None
+        with memoryview(buf) as view:
+            text = b"".join((b"[", view[:found.start() + 1], b"]"))
+        future = self.pool.submit(_decode_batch, text)
+        self.queued.append(future)
+        acc.add_future(future)
+        return found.end() - 1
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _last_cut(buf: bytearray) -> re.Match | None:
+    window = _CUT_WINDOW
+    while True:
+        lo = max(0, len(buf) - window)
+        found = None
+        for found in _BETWEEN_EVENTS.finditer(buf, lo):  # the last one is kept
+            pass
+        if found is not None or lo == 0:
+            return found
+        window *= 4
+
+
+def _decode_batch(text: bytes) -> tuple[dict[str, pl.DataFrame], list, list] | str | None:
+    """In a worker: one batch of events (JSON array text) as group frames whose ids refer to
+    the batch's own names and shapes, with those; None when the text is not JSON (a cut in
+    the wrong place), the message of a malformed event."""
+    try:
+        events = _decode_events(text)
+    except msgspec.ValidationError as e:
+        return str(e)
+    except msgspec.DecodeError:
+        return None
+    names, shapes = _Interner(), _Interner(b"")
+    return _group_frames(events, names, shapes), names.values, shapes.values
+
+
 class _GroupAccumulator:
     """Decodes comma-separated event text and keeps the columns of each event group."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.parts: dict[str, list[pl.DataFrame]] = {group: [] for group in _GROUP_SCHEMAS}
+        # Each batch's group frames in file order, or a worker's future for them.
+        self.batches: list[dict[str, pl.DataFrame] | Future] = []
         # CPU events repeat a few thousand names and shapes: rows hold their ids.
         self.names, self.shapes = _Interner(), _Interner(b"")
 
@@ -325,14 +443,36 @@ class _GroupAccumulator:
         return True
 
     def add_events(self, events: list) -> None:
-        for group, frame in _group_frames(events, self.names, self.shapes).items():
-            self.parts[group].append(frame)
+        self.batches.append(_group_frames(events, self.names, self.shapes))
+
+    def add_future(self, future: Future) -> None:
+        self.batches.append(future)
+
+    def _merged(self, result: tuple[dict[str, pl.DataFrame], list, list] | str | None
+                ) -> dict[str, pl.DataFrame]:
+        """A worker's batch with its names' and shapes' ids mapped to this accumulator's."""
+        if result is None:
+            raise _BadCut
+        if isinstance(result, str):
+            raise InputError(f"{self.path}: malformed trace event, not a torch.profiler "
+                             f"(Kineto) trace ({result})")
+        frames, names, shapes = result
+        name_ids = pl.Series(self.names(names), dtype=pl.UInt32)
+        shape_ids = pl.Series(self.shapes(shapes), dtype=pl.UInt32)
+        return {g: f.with_columns(
+            [name_ids.gather(f[c]).alias(c) for c in ("name_id",) if c in f.columns]
+            + [shape_ids.gather(f[c]).alias(c) for c in ("shape_id", "dtypes_id")
+               if c in f.columns]) for g, f in frames.items()}
 
     def groups(self) -> dict[str, pl.DataFrame]:
         """The event groups, and the ``names`` (``name_id, name``) and ``shapes``
         (``shape_id, shape``: JSON text) their ids refer to."""
-        groups = {g: pl.concat(dfs) if dfs else pl.DataFrame(schema=_GROUP_SCHEMAS[g])
-                  for g, dfs in self.parts.items()}
+        batches = [self._merged(b.result()) if isinstance(b, Future) else b
+                   for b in self.batches]
+        self.batches = []
+        groups = {g: pl.concat(dfs) if (dfs := [b[g] for b in batches if g in b])
+                  else pl.DataFrame(schema=_GROUP_SCHEMAS[g]) for g in _GROUP_SCHEMAS}
+        del batches
         if sum(df.height for df in groups.values()) == 0:
             raise InputError(f"{self.path}: JSON, but no torch.profiler events (python_function, "
                              "cpu_op, cuda_runtime, kernel...): not a Kineto trace")

@@ -18,9 +18,10 @@ TRICKY = ['a},{b', 'x}, {"ph": "X"}', "]", "},\n  {", 'say "hi"', "back\\slash",
           "tab\there"]
 
 
-def random_events(seed: int, n: int = 400) -> list[dict]:
+def random_events(seed: int, n: int = 400, tricky: bool = True) -> list[dict]:
     """Complete events of every category zym reads, and others it skips (flows, metadata,
-    Kineto's own spans), with nested args of varying depth."""
+    Kineto's own spans), with nested args of varying depth (``tricky``: and names and args
+    holding the text between two events, or arrays of objects)."""
     rng = random.Random(seed)
     events, ts = [], 1_000_000.0
     for i in range(n):
@@ -28,7 +29,8 @@ def random_events(seed: int, n: int = 400) -> list[dict]:
         kind = rng.choice(["python_function", "cpu_op", "user_annotation", "cuda_runtime",
                            "cuda_driver", "kernel", "gpu_memcpy", "gpu_memset", "ac2g", "meta",
                            "Trace", "overhead"])
-        name = rng.choice(TRICKY + [f"aten::op{i % 7}", f"app.py({i % 5}): f{i % 3}"])
+        name = rng.choice((TRICKY if tricky else [])
+                          + [f"aten::op{i % 7}", f"app.py({i % 5}): f{i % 3}"])
         ev: dict = {"ph": "X", "cat": kind, "name": name, "pid": rng.choice([1, 2]),
                     "tid": rng.choice([1, 3]), "ts": ts, "dur": rng.choice([0, 0.25, 2.5])}
         if kind == "python_function":
@@ -37,8 +39,9 @@ def random_events(seed: int, n: int = 400) -> list[dict]:
             ev["args"] = {"External id": i, "Record function id": 0,
                           "Input Dims": rng.choice([[[4, 8], [8]], [[[1], [2]], [], [3]], []]),
                           "Input type": rng.choice([["float", "TensorList"], ["c10::Half"]]),
-                          "Concrete Inputs": ["", "[1, 2]"],
-                          "nested": [{"a": {"b": [{}]}}, {"c": "},{"}]}
+                          "Concrete Inputs": ["", "[1, 2]"]}
+            if tricky:
+                ev["args"]["nested"] = [{"a": {"b": [{}]}}, {"c": "},{"}]
         elif kind in ("cuda_runtime", "cuda_driver"):
             ev["args"] = {"External id": i - 1, "cbid": 211, "correlation": i}
         elif kind in ("kernel", "gpu_memcpy", "gpu_memset"):
@@ -114,8 +117,7 @@ def expected_groups(events: list[dict]) -> dict[str, list[dict]]:
 
 def decoded_groups(path: Path) -> dict[str, list[dict]]:
     """zym's streamed decoding of ``path``, names and shapes resolved from their ids."""
-    with open(path, "rb") as f:
-        got = kineto_json._decode_streaming(kineto_json._pieces(f, path), path)
+    got = kineto_json._read_streaming(path, parallel=True)
     assert got is not None, "decoded whole, not streamed"
     groups = got[0]
     names = dict(groups["names"].iter_rows())
@@ -241,3 +243,59 @@ def test_op_shapes_in_the_tables_are_the_trace_s_own(tmp_path):
             if e.get("cat") in ("cpu_op", "user_annotation") and e["ph"] == "X"}
     got = {op: json.loads(s) for op, s in spans.select("op_id", "op_shapes").iter_rows()}
     assert got == dims
+
+
+@pytest.fixture
+def workers_at_once(monkeypatch):
+    """Worker processes from the first batch on, with small batches (real traces need
+    ~100 MB of text for them)."""
+    monkeypatch.setattr(kineto_json, "_PARALLEL_AFTER", 1)
+    monkeypatch.setattr(kineto_json, "_PARALLEL_REST", 1)
+    monkeypatch.setattr(kineto_json, "_WORKER_BATCH", 4096)
+    monkeypatch.setattr(kineto_json, "_DECODE_BATCH", 4096)
+    monkeypatch.setattr(kineto_json, "_READ_CHUNK", 1000)
+    monkeypatch.setattr(kineto_json, "_GZ_READ", 300)
+    monkeypatch.setattr(kineto_json.os, "cpu_count", lambda: 3)  # two workers
+
+
+def test_batches_decoded_by_worker_processes_give_the_columns_json_load_gives(
+        tmp_path, workers_at_once, monkeypatch):
+    submitted = []
+    real_submit = kineto_json._Workers.submit
+
+    def counting_submit(self, buf, acc):
+        rest = real_submit(self, buf, acc)
+        submitted.append(rest is not None)
+        return rest
+
+    monkeypatch.setattr(kineto_json._Workers, "submit", counting_submit)
+    events = random_events(8, n=3000, tricky=False)
+    for name in ("kineto", "minified"):
+        path = tmp_path / f"{name}.json.gz"
+        path.write_bytes(gzip.compress(layouts(trace_of(events))[name]))
+        assert decoded_groups(path) == expected_groups(events), name
+    assert sum(submitted) > 10  # most batches went to the workers
+
+
+def test_a_worker_batch_cut_inside_a_string_is_decoded_again_in_one_process(
+        tmp_path, workers_at_once, monkeypatch):
+    """Every event ends with a string holding the text between two events: some batches
+    sent to workers end inside it, and the file is then decoded in this process."""
+    retried = []
+    real = kineto_json._read_streaming
+
+    def recording(path, parallel):
+        retried.append(parallel)
+        return real(path, parallel)
+
+    monkeypatch.setattr(kineto_json, "_read_streaming", recording)
+    events = random_events(9, n=2000, tricky=False)
+    for e in events:
+        e["name"] = "}, {" + e["name"]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(trace_of(events)))
+    expected = expected_groups(events)
+    tables = kineto_json.read_events(path)
+    assert retried == [True, False]
+    names = dict(tables[0]["names"].iter_rows())
+    assert [names[i] for i in tables[0]["op"]["name_id"]] == [r["name"] for r in expected["op"]]
