@@ -31,6 +31,7 @@ def replicate(src: Path, copies: int, out: Path) -> int:
     span = max(e["ts"] + e.get("dur", 0) for e in timed) - min(e["ts"] for e in timed) + 1000.0
     top_id = {k: max((e.get("args", {}).get(k) or 0 for e in events), default=0) + 1
               for k in ID_ARGS}
+    top_id["Python parent id"] = top_id["Python id"]  # a parent is a Python id
     flow_id = max((e.get("id") or 0 for e in events if isinstance(e.get("id"), int)), default=0) + 1
     header = ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in trace.items())
     opener = igzip.open if out.suffix == ".gz" else open

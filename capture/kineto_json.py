@@ -17,6 +17,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import re
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from itertools import compress, repeat
@@ -349,7 +350,7 @@ class _Workers:
 
     def __init__(self, path: Path, fraction_read: Callable[[], float]) -> None:
         self.path, self.fraction_read = path, fraction_read
-        self.count = min(3, (os.cpu_count() or 1) - 1)
+        self.count = min(3, (os.cpu_count() or 1) - 1) if _spawn_is_safe() else 0
         self.pool: ProcessPoolExecutor | None = None
         self.queued: list[Future] = []
 
@@ -387,6 +388,16 @@ class _Workers:
     def close(self) -> None:
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _spawn_is_safe() -> bool:
+    """Whether worker processes may start: a spawned process imports the main module again,
+    which only zym's own commands are known to allow (a library caller's script would run a
+    second time), so elsewhere the trace is decoded in this process alone."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    return bool(spec is not None and spec.name.startswith("zym.")
+                or Path(getattr(main, "__file__", "") or "").name == "zym")
 
 
 def _last_cut(buf: bytearray) -> re.Match | None:
