@@ -22,10 +22,13 @@ from isal import igzip
 ID_ARGS = ("Python id", "Python parent id", "External id", "correlation")
 
 
-def replicate(src: Path, copies: int, out: Path) -> int:
-    """Write ``copies`` copies of ``src``'s events to ``out``; returns the bytes of JSON."""
+def replicate(src: Path, copies: int, out: Path, rank: int | None = None) -> int:
+    """Write ``copies`` copies of ``src``'s events to ``out``; returns the bytes of JSON.
+    ``rank``: a ``distributedInfo`` naming it (HolisticTraceAnalysis needs one)."""
     trace = json.loads(gzip.decompress(src.read_bytes()) if src.suffix == ".gz"
                        else src.read_bytes())
+    if rank is not None:
+        trace["distributedInfo"] = {"rank": rank, "world_size": 1, "backend": "nccl"}
     events = trace.pop("traceEvents")
     timed = [e for e in events if isinstance(e.get("ts"), (int, float))]
     span = max(e["ts"] + e.get("dur", 0) for e in timed) - min(e["ts"] for e in timed) + 1000.0
@@ -67,8 +70,9 @@ def main() -> None:
     parser.add_argument("trace", type=Path)
     parser.add_argument("copies", type=int)
     parser.add_argument("-o", "--output", type=Path, required=True)
+    parser.add_argument("--rank", type=int, help="add a distributedInfo with this rank")
     args = parser.parse_args()
-    size = replicate(args.trace, args.copies, args.output)
+    size = replicate(args.trace, args.copies, args.output, args.rank)
     print(f"wrote {args.output}: {size / 1e9:.2f} GB of JSON, "
           f"{args.output.stat().st_size / 1e6:.0f} MB on disk")
 
