@@ -40,10 +40,19 @@ def main(version: bool = typer.Option(False, "--version", callback=_version, is_
 
 
 def _register() -> None:
-    from . import analyze_cmd, capture_cmd, export_cmd, import_cmd, report_cmd, rules_cmd, view_cmd
+    from . import (
+        analyze_cmd,
+        capture_cmd,
+        export_cmd,
+        import_cmd,
+        report_cmd,
+        rules_cmd,
+        run_cmd,
+        view_cmd,
+    )
 
-    for module in (import_cmd, analyze_cmd, capture_cmd, export_cmd, report_cmd, rules_cmd,
-                   view_cmd):
+    for module in (import_cmd, analyze_cmd, capture_cmd, run_cmd, export_cmd, report_cmd,
+                   rules_cmd, view_cmd):
         module.register(app)
 
 
