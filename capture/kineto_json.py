@@ -20,6 +20,7 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from itertools import compress, repeat
 from operator import attrgetter, eq
 from pathlib import Path
@@ -165,8 +166,8 @@ def read_events(path: Path) -> tuple[dict[str, pl.DataFrame], _TraceFile]:
     try:
         try:
             result = _read_streaming(path, parallel=True)
-        except _BadCut:  # a worker's batch was cut inside an event: again, in this process
-            result = _read_streaming(path, parallel=False)
+        except (_BadCut, BrokenProcessPool):  # a batch cut inside an event, or a worker
+            result = _read_streaming(path, parallel=False)  # died: again, in this process
         if result is not None:
             return result
         return parse_events(read_json_bytes(path), path)
