@@ -20,11 +20,11 @@ from pathlib import Path
 
 from zym.schemas.errors import InputError
 
-from .prepare import PREPARED, Prepared, capture_id, prepare
+from .prepare import PREPARED, Prepared, capture_id, prepare_chunk
 from .schema import LOAD_ORDER, columns, ddl
 from .store import sql_string
 
-BATCH = 64
+BATCH = 128
 Progress = Callable[[str], None]
 
 
@@ -84,7 +84,7 @@ def ingest(store, files: Sequence[str | Path], labels: dict[str, str] | None = N
             batch = pending[at:at + BATCH]
             stage = Path(tmp) / f"b{at}"
             t0 = time.perf_counter()
-            prepared = _prepare_all(pool, batch, stage, labels or {})
+            prepared = _prepare_all(pool, max(jobs, 1), batch, stage, labels or {})
             t1 = time.perf_counter()
             _load(store, prepared, stage, result)
             result.load_s += time.perf_counter() - t1
@@ -113,12 +113,15 @@ def _pool(jobs: int):
     return ProcessPoolExecutor(jobs, mp_context=get_context("spawn"))
 
 
-def _prepare_all(pool, batch: list[tuple[str, Path]], stage: Path,
+def _prepare_all(pool, jobs: int, batch: list[tuple[str, Path]], stage: Path,
                  labels: dict[str, str]) -> list[Prepared]:
-    folders = [stage / cid for cid, _ in batch]
-    out = list(pool.map(prepare, [p for _, p in batch], folders, [labels] * len(batch)))
-    for (cid, path), p in zip(batch, out):
-        if p.capture_id != cid:  # the file changed between reading its id and analysing it
+    chunks = [batch[i::jobs] for i in range(jobs) if batch[i::jobs]]
+    folders = [stage / f"part{i}" for i in range(len(chunks))]
+    out = [p for part in pool.map(prepare_chunk, [[p for _, p in c] for c in chunks], folders,
+                                  [labels] * len(chunks)) for p in part]
+    by_path = {str(p.file): p for p in out}
+    for cid, path in batch:
+        if by_path[str(path)].capture_id != cid:  # changed between reading its id and now
             raise InputError(f"{path}: changed while being ingested")
     return out
 
@@ -126,42 +129,62 @@ def _prepare_all(pool, batch: list[tuple[str, Path]], stage: Path,
 def _load(store, prepared: list[Prepared], stage: Path, result: IngestResult) -> None:
     for table in LOAD_ORDER:
         if table in ("frames", "stacks"):
-            for p in prepared:
-                _load_own(store, table, p)
+            _load_own(store, table, prepared, stage)
         elif table in PREPARED:
-            _load_staged(store, table, [p.folder / f"{table}.parquet" for p in prepared], stage)
+            _load_staged(store, table, stage)
         else:
             _load_captures(store, prepared, stage)
         result.rows[table] = result.rows.get(table, 0) + sum(
             p.counts.get(table, 0) for p in prepared)
 
 
-def _key_select(p: Prepared) -> str:
+_OWN = {"frames": ("frame", "frame_id, kind, name, file, line"),
+        "stacks": ("stack", "stack_id, parent_id, frame_id, depth")}
+
+
+def _load_own(store, table: str, prepared: list[Prepared], stage: Path) -> None:
+    """Frames or stacks straight from the capture files: chDB reads them all in one statement
+    (each capture is linked into the staging folder under its id, and the key columns are
+    looked up from the path); a server receives each file."""
+    record, cols = _OWN[table]
+    where = f"record = {sql_string(record)}"
+    if store.kind != "chdb":
+        for p in prepared:
+            store.load_parquet(table, p.file, select=f"{_key_literals(p)}, {cols}", where=where)
+        return
+    for p in prepared:
+        link = stage / "links" / p.capture_id / "capture.parquet"
+        if not link.exists():
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(Path(p.file).resolve())
+    ids = "[" + ", ".join(sql_string(p.capture_id) for p in prepared) + "]"
+    cid = "splitByChar('/', _path)[-2]"
+
+    def lookup(values: list[str], default: str) -> str:
+        return f"transform({cid}, {ids}, [{', '.join(values)}], {default})"
+
+    times = [f"toInt64({p.row['capture_time']})" for p in prepared]
+    select = (f"{cid} AS capture_id, "
+              f"fromUnixTimestamp64Milli({lookup(times, 'toInt64(0)')}, 'UTC') AS capture_time, "
+              f"{lookup([sql_string(p.row['host']) for p in prepared], chr(39) * 2)} AS host, "
+              f"{lookup([sql_string(p.row['service']) for p in prepared], chr(39) * 2)} "
+              f"AS service, {cols}")
+    store.load_parquet(table, stage / "links" / "*" / "capture.parquet", select=select,
+                       where=where)
+
+
+def _key_literals(p: Prepared) -> str:
     r = p.row
     return (f"{sql_string(p.capture_id)} AS capture_id, "
             f"fromUnixTimestamp64Milli(toInt64({r['capture_time']}), 'UTC') AS capture_time, "
             f"{sql_string(r['host'])} AS host, {sql_string(r['service'])} AS service")
 
 
-_OWN = {"frames": ("frame", "frame_id, kind, name, file, line"),
-        "stacks": ("stack", "stack_id, parent_id, frame_id, depth")}
-
-
-def _load_own(store, table: str, p: Prepared) -> None:
-    """Frames or stacks straight from the capture file."""
-    record, cols = _OWN[table]
-    store.load_parquet(table, p.file, select=f"{_key_select(p)}, {cols}",
-                       where=f"record = {sql_string(record)}")
-    n = store.query(f"SELECT count() AS n FROM {store.database}.{table} "
-                    f"WHERE capture_id = {sql_string(p.capture_id)}")
-    p.counts[table] = int(n.column("n")[0].as_py())
-
-
-def _load_staged(store, table: str, files: list[Path], stage: Path) -> None:
-    if store.kind == "chdb":  # one statement: chDB reads every capture's file by glob
-        store.load_parquet(table, stage / "*" / f"{table}.parquet")
+def _load_staged(store, table: str, stage: Path) -> None:
+    if store.kind == "chdb":  # one statement: chDB reads every part's file by glob
+        store.load_parquet(table, stage / "part*" / f"{table}.parquet")
     else:
-        for f in files:
+        for f in sorted(stage.glob(f"part*/{table}.parquet")):
             store.load_parquet(table, f)
 
 

@@ -26,13 +26,13 @@ LABEL_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
 
 @dataclass
 class Prepared:
-    """A capture's rows, written under ``folder`` as ``<table>.parquet``."""
+    """A capture's rows: ``tables`` in memory until :func:`prepare_chunk` writes them."""
 
     capture_id: str
     file: Path
-    folder: Path
     row: dict  # its ``captures`` row
     counts: dict[str, int] = field(default_factory=dict)
+    tables: dict[str, pl.DataFrame] | None = field(default=None, repr=False)
 
 
 def capture_id(path: Path) -> str:
@@ -86,8 +86,24 @@ def labels_of(meta, extra: dict[str, str]) -> dict[str, str]:
     return labels | extra
 
 
-def prepare(path: Path, folder: Path, extra_labels: dict[str, str] | None = None) -> Prepared:
-    """Analyze ``path`` and write its rows under ``folder``."""
+def prepare_chunk(paths: list[Path], folder: Path, extra_labels: dict[str, str] | None = None
+                  ) -> list[Prepared]:
+    """Analyze each of ``paths`` and write their rows together under ``folder``, one
+    ``<table>.parquet`` per table (fewer, larger files load faster)."""
+    out = [prepare(p, extra_labels) for p in paths]
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in PREPARED:
+        frames = [p.tables[name] for p in out]
+        if frames:
+            pl.concat(frames).write_parquet(folder / f"{name}.parquet", compression="lz4",
+                                            statistics=False)
+    for p in out:
+        p.tables = None
+    return out
+
+
+def prepare(path: Path, extra_labels: dict[str, str] | None = None) -> Prepared:
+    """Analyze ``path``: its rows for every fleet table."""
     from zym.analysis import analyze
     from zym.rules import evaluate
 
@@ -108,12 +124,10 @@ def prepare(path: Path, folder: Path, extra_labels: dict[str, str] | None = None
         "paths": paths,
         "findings": _findings(findings),
     }
-    folder.mkdir(parents=True, exist_ok=True)
-    counts = {}
-    for name, df in tables.items():
-        out = _keyed(df, keys, name)
-        out.write_parquet(folder / f"{name}.parquet", compression="lz4", statistics=False)
-        counts[name] = out.height
+    keyed = {name: _keyed(df, keys, name) for name, df in tables.items()}
+    counts = {name: df.height for name, df in keyed.items()}
+    counts["frames"] = analysis.data.frames.height
+    counts["stacks"] = analysis.data.stacks.height
     steps = analysis.phases.steps
     row = keys | {
         "end_time": end // 1_000_000, "labels": labels, "file": str(path),
@@ -123,7 +137,7 @@ def prepare(path: Path, folder: Path, extra_labels: dict[str, str] | None = None
         "steps": steps.count if steps is not None else 0, "findings": len(findings),
         "saving_ns": int(sum(f.saving_ns or 0 for f in findings)),
     }
-    return Prepared(cid, path, folder, row, counts)
+    return Prepared(cid, path, row, counts, keyed)
 
 
 def _keyed(df: pl.DataFrame, keys: dict, table: str) -> pl.DataFrame:

@@ -180,7 +180,7 @@ def diff(store, baseline: dict[str, str], candidate: dict[str, str], by: str = "
     f = (filters or Filters()).where(db)
     b, c = label_match(baseline), label_match(candidate)
     sides = (f"SELECT capture_id, service, window_ns, gpu_ns, cpu_blocked_ns, "
-             f"if({b}, 'baseline', 'candidate') AS side, ({b}) AND ({c}) AS both "
+             f"if({b}, 'baseline', 'candidate') AS side, toBool(({b}) AND ({c})) AS both "
              f"FROM {db}.captures FINAL WHERE (({b}) OR ({c})) AND {f} AND window_ns > 0")
     caps = pl.from_arrow(store.query(sides))
     if caps.height and caps["both"].any():

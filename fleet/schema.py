@@ -18,8 +18,8 @@ unit of retention (``docs/fleet.md``), and sorted by ``capture_id`` first.
 from __future__ import annotations
 
 _EVENT_KEYS = """
-    capture_id String CODEC(ZSTD(1)),
-    capture_time DateTime64(3, 'UTC') CODEC(Delta, ZSTD(1)),
+    capture_id String,
+    capture_time DateTime64(3, 'UTC'),
     host LowCardinality(String),
     service LowCardinality(String),"""
 
@@ -47,8 +47,8 @@ TABLES: dict[str, str] = {
     ingested_at DateTime DEFAULT now()
 """,
     "gpu_ops": _EVENT_KEYS + """
-    ts_ns Int64 CODEC(Delta, ZSTD(1)),
-    dur_ns Int64 CODEC(ZSTD(1)),
+    ts_ns Int64,
+    dur_ns Int64,
     device_id Int32,
     stream_id Nullable(Int64),
     name LowCardinality(String),
@@ -64,8 +64,8 @@ TABLES: dict[str, str] = {
     "calls": _EVENT_KEYS + """
     pid Int64,
     tid Int64,
-    ts_ns Int64 CODEC(Delta, ZSTD(1)),
-    dur_ns Int64 CODEC(ZSTD(1)),
+    ts_ns Int64,
+    dur_ns Int64,
     api LowCardinality(String),
     kind LowCardinality(String),
     blocking UInt8,
