@@ -38,8 +38,16 @@ def main(version: bool = typer.Option(False, "--version", callback=_version, is_
 
 
 def _register() -> None:
-    from . import (analyze_cmd, capture_cmd, export_cmd, fleet_cmd, import_cmd, report_cmd,
-                   rules_cmd, view_cmd)
+    from . import (
+        analyze_cmd,
+        capture_cmd,
+        export_cmd,
+        fleet_cmd,
+        import_cmd,
+        report_cmd,
+        rules_cmd,
+        view_cmd,
+    )
 
     for module in (import_cmd, analyze_cmd, capture_cmd, export_cmd, report_cmd, rules_cmd,
                    view_cmd, fleet_cmd):

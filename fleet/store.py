@@ -53,7 +53,10 @@ class ChdbStore:
         try:
             self._s = session.Session(str(path))
         except Exception as e:  # noqa: BLE001 (chDB raises its own types)
-            raise StoreError(f"{path}: cannot open the fleet store ({_line(e)})") from None
+            why = _line(e)
+            if "Cannot lock file" in why or "already running" in why:
+                why = "another process has it open (chDB: one process at a time)"
+            raise StoreError(f"{path}: cannot open the fleet store ({why})") from None
         self.command(f"CREATE DATABASE IF NOT EXISTS {self.database}")
 
     def command(self, sql: str) -> None:
@@ -80,6 +83,7 @@ class ChdbStore:
                      "SETTINGS use_structure_from_insertion_table_in_table_functions = 0")
 
     def close(self) -> None:
+        _OPEN.pop(str(self.path), None)
         self._s.close()
 
 
@@ -169,11 +173,24 @@ def _line(e: BaseException) -> str:
     return text[:300] or type(e).__name__
 
 
+_OPEN: dict[str, ChdbStore] = {}
+
+
 def open_store(spec: str | os.PathLike | None = None):
-    """``spec``: a folder (chDB, created when missing) or ``clickhouse://host[:port]/db``."""
+    """``spec``: a folder (chDB, created when missing) or ``clickhouse://host[:port]/db``.
+
+    chDB runs one store per process: opening the folder already open returns that store;
+    opening another folder closes it first."""
     text = str(spec) if spec is not None else DEFAULT_STORE
     if text.startswith(("clickhouse://", "http://", "https://")):
         return ServerStore(text)
     if "://" in text:
         raise InputError(f"--store {text}: give a folder (chDB) or clickhouse://HOST:PORT/DB")
-    return ChdbStore(Path(text).expanduser())
+    path = Path(text).expanduser().resolve()
+    if str(path) in _OPEN:
+        return _OPEN[str(path)]
+    for other in list(_OPEN.values()):
+        other.close()
+    store = ChdbStore(path)
+    _OPEN[str(path)] = store
+    return store
