@@ -116,6 +116,8 @@ def _rotate(rotate: str | None, keep: int | None, label: list[str] | None, cfg) 
         if not sep or not key:
             raise CaptureError(f"--label {item!r}: give KEY=VALUE")
         labels[key] = value
+    typer.echo("zym: --rotate records the CPU side (eBPF) in each interval; the GPU side "
+               "(CUPTI) is not recorded in continuous mode", err=True)
     summary = run_capture(dataclasses.replace(cfg, rotate_s=parse_interval(rotate), keep=keep,
                                               labels=labels))
     typer.echo(f"zym: {summary.calls} calls in {summary.seconds:.1f} s -> "

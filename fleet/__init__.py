@@ -7,12 +7,22 @@ interface call the same code.
     ingest(store, ["a.parquet", "b.parquet"], labels={"version": "1.3"})
     top(store, by="site", metric="gpu", filters=Filters(labels={"service": "decode"}))
     diff(store, {"version": "1.2"}, {"version": "1.3"})
+
+Names are imported on first use: a query does not load the analysis that ingest needs.
 """
 from __future__ import annotations
 
-from .ingest import IngestResult, ingest
-from .queries import Filters, Noise, diff, findings, parse_time, sql, top
-from .store import DEFAULT_STORE, StoreError, open_store
+import importlib
 
+_WHERE = {"IngestResult": "loader", "ingest": "loader", "Filters": "queries", "Noise": "queries",
+          "diff": "queries", "findings": "queries", "parse_time": "queries", "sql": "queries",
+          "top": "queries", "DEFAULT_STORE": "store", "StoreError": "store",
+          "open_store": "store"}
 __all__ = ["DEFAULT_STORE", "Filters", "IngestResult", "Noise", "StoreError", "diff", "findings",
            "ingest", "open_store", "parse_time", "sql", "top"]
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module 'zym.fleet' has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)

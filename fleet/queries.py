@@ -11,11 +11,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
-import polars as pl
 from zym.schemas.errors import InputError
 
 from .store import sql_string
+
+if TYPE_CHECKING:
+    import polars as pl
 
 METRICS = ("gpu", "blocked", "saving")
 BY = ("site", "kernel", "host", "service", "label:KEY")
@@ -175,6 +178,8 @@ def diff(store, baseline: dict[str, str], candidate: dict[str, str], by: str = "
         raise InputError(f"--metric {metric!r}: fleet diff compares gpu or blocked time")
     if not baseline or not candidate:
         raise InputError("give --baseline KEY=VALUE and --candidate KEY=VALUE")
+    import polars as pl
+
     noise = noise or Noise()
     db = store.database
     f = (filters or Filters()).where(db)
@@ -218,6 +223,8 @@ def _compare(caps: pl.DataFrame, values: pl.DataFrame, total: str, noise: Noise
              ) -> pl.DataFrame:
     """Per (service, key): both sides' mean rate and variance (captures without the key
     count 0), Welch's z, change, and the verdict."""
+    import polars as pl
+
     per_s = 1e9 / pl.col("window_ns")
     rates = (values.join(caps.select("capture_id", "service", "side", "window_ns"),
                          on="capture_id")

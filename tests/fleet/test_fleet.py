@@ -186,7 +186,7 @@ def test_diff_finds_a_planted_kernel_and_nothing_in_noise(tmp_path):
 
 def test_partial_load_is_cleared_and_loaded_again(tmp_path):
     from zym.fleet import ingest, open_store, sql
-    from zym.fleet.ingest import ensure_schema
+    from zym.fleet.loader import ensure_schema
     from zym.fleet.prepare import capture_id
 
     store = open_store(tmp_path / "store")
