@@ -50,12 +50,21 @@ def ensure_schema(store) -> None:
         store.command(statement)
 
 
+ID_CHUNK = 256  # ids per IN (...) list: a query's text stays far below max_query_size
+
+
+def _chunks(ids: Sequence[str]):
+    for at in range(0, len(ids), ID_CHUNK):
+        yield ", ".join(map(sql_string, ids[at:at + ID_CHUNK]))
+
+
 def ids_in_store(store, ids: Sequence[str]) -> set[str]:
-    if not ids:
-        return set()
-    found = store.query(f"SELECT capture_id FROM {store.database}.captures FINAL "
-                        f"WHERE capture_id IN ({', '.join(map(sql_string, ids))})")
-    return set(found.column("capture_id").to_pylist())
+    found: set[str] = set()
+    for id_list in _chunks(ids):
+        rows = store.query(f"SELECT capture_id FROM {store.database}.captures FINAL "
+                           f"WHERE capture_id IN ({id_list})")
+        found.update(rows.column("capture_id").to_pylist())
+    return found
 
 
 def ingest(store, files: Sequence[str | Path], labels: dict[str, str] | None = None,
@@ -213,13 +222,13 @@ def _clear_partial(store, ids: list[str]) -> None:
     """Rows of captures whose load did not finish (no ``captures`` row): removed."""
     if not ids:
         return
-    id_list = ", ".join(map(sql_string, ids))
-    union = " UNION DISTINCT ".join(
-        f"SELECT DISTINCT capture_id FROM {store.database}.{t} WHERE capture_id IN ({id_list})"
-        for t in LOAD_ORDER[:-1])
-    stale = store.query(union).column("capture_id").to_pylist()
-    if not stale:
-        return
-    stale_list = ", ".join(map(sql_string, stale))
-    for table in LOAD_ORDER[:-1]:
-        store.command(f"DELETE FROM {store.database}.{table} WHERE capture_id IN ({stale_list})")
+    stale: set[str] = set()
+    for id_list in _chunks(ids):
+        union = " UNION DISTINCT ".join(
+            f"SELECT DISTINCT capture_id FROM {store.database}.{t} "
+            f"WHERE capture_id IN ({id_list})" for t in LOAD_ORDER[:-1])
+        stale.update(store.query(union).column("capture_id").to_pylist())
+    for stale_list in _chunks(sorted(stale)):
+        for table in LOAD_ORDER[:-1]:
+            store.command(f"DELETE FROM {store.database}.{table} "
+                          f"WHERE capture_id IN ({stale_list})")

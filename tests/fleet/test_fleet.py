@@ -184,21 +184,24 @@ def test_diff_finds_a_planted_kernel_and_nothing_in_noise(tmp_path):
         store.close()
 
 
-def test_partial_load_is_cleared_and_loaded_again(tmp_path):
-    from zym.fleet import ingest, open_store, sql
-    from zym.fleet.loader import ensure_schema
+def test_partial_load_is_cleared_and_loaded_again(tmp_path, monkeypatch):
+    from zym.fleet import ingest, loader, open_store, sql
     from zym.fleet.prepare import capture_id
 
+    monkeypatch.setattr(loader, "ID_CHUNK", 1)  # ids go in several IN lists
     store = open_store(tmp_path / "store")
     try:
-        ensure_schema(store)
-        cid = capture_id(ZYM_CAPTURE)
-        # rows of a load that was cut short: frames in, no captures row
-        store.command(f"INSERT INTO zym.frames (capture_id, capture_time, host, service, "
-                      f"frame_id, kind, name) VALUES ('{cid}', now(), 'x', '', 1, 'python', 'f')")
-        assert ingest(store, [ZYM_CAPTURE]).ingested == 1
-        n = sql(store, f"SELECT count() AS n FROM zym.frames WHERE capture_id = '{cid}'")
-        assert n[0]["n"] == raw(ZYM_CAPTURE, "frame").height
+        loader.ensure_schema(store)
+        files = [ZYM_CAPTURE, EBPF_CAPTURE]
+        for f in files:  # rows of a load that was cut short: frames in, no captures row
+            store.command(f"INSERT INTO zym.frames (capture_id, capture_time, host, service, "
+                          f"frame_id, kind, name) VALUES ('{capture_id(f)}', now(), 'x', '', "
+                          f"1, 'python', 'f')")
+        assert ingest(store, files).ingested == 2
+        for f in files:
+            n = sql(store, f"SELECT count() AS n FROM zym.frames "
+                           f"WHERE capture_id = '{capture_id(f)}'")
+            assert n[0]["n"] == raw(f, "frame").height
     finally:
         store.close()
 
