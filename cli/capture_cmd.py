@@ -24,9 +24,7 @@ Example: sudo zym capture --pid 1234 --duration 30 -o trace.parquet
 
 Example: sudo zym capture --max-overhead 1% -o trace.parquet -- python serve.py
 
-Continuous: sudo zym capture --pid 1234 --rotate 60s --keep 60 --label service=decode -o
-/var/zym/decode.parquet writes decode-<start>-<n>.parquet every minute (CPU side), for
-`zym fleet ingest`.
+Example (continuous, one file a minute for `zym fleet ingest`): sudo zym capture --pid 1234 --rotate 60s --keep 60 --label service=decode -o /var/zym/decode.parquet
 """
 
 

@@ -171,9 +171,11 @@ def diff_cmd(
     store: Store = None, since: Since = None, until: Until = None, label: Labels = None,
     host: Host = None, fmt: Format = Fmt.text,
 ) -> None:
-    """Regressions between two versions across the fleet, per service and site (or kernel):
-    time per second of capture, averaged over each version's captures; a change counts when
-    it beats the noise between captures (Welch z), the relative and the share thresholds.
+    """Regressions between two versions across the fleet, per service and site (or kernel).
+
+    Each capture's time per second of capture, averaged over each version's captures; a
+    change counts when it beats the noise between captures (Welch z), the relative and the
+    share thresholds.
 
     Example: zym fleet diff --baseline version=1.2 --candidate version=1.3 --by kernel
     """
