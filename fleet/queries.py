@@ -121,11 +121,13 @@ def top(store, by: str = "site", metric: str = "gpu", filters: Filters | None = 
     db = store.database
     table, value, cond = _SOURCE[metric]
     where = f"{cond} AND {(filters or Filters()).where(db)}"
+    # Sum per capture and key first (the tables' ``sums`` projection answers this part
+    # without reading every row), then per key: its total and the captures it appears in.
     if route == "direct":
-        sql = (f"SELECT toString({key}) AS key, sum({value}) AS value_ns, "
-               f"uniqExact(capture_id) AS captures FROM {db}.{table} WHERE {where} "
-               f"GROUP BY key")
-    else:  # sum per capture first (millions of rows -> one per capture), then its label
+        sql = (f"SELECT toString({key}) AS key, sum(v) AS value_ns, count() AS captures FROM "
+               f"(SELECT capture_id, {key}, sum({value}) AS v FROM {db}.{table} "
+               f"WHERE {where} GROUP BY capture_id, {key}) GROUP BY key")
+    else:  # per capture first (millions of rows -> one per capture), then its label
         sql = (f"SELECT toString({key}) AS key, sum(v) AS value_ns, count() AS captures FROM "
                f"(SELECT capture_id, sum({value}) AS v FROM {db}.{table} WHERE {where} "
                f"GROUP BY capture_id) AS t INNER JOIN (SELECT capture_id, labels FROM "

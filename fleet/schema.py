@@ -14,6 +14,11 @@ unit of retention (``docs/fleet.md``), and sorted by ``capture_id`` first.
 * ``paths``: the analysis' call paths (``CallPaths.paths``), one row per capture and path;
 * ``findings``: the rules' findings (``zym.rules.evaluate``) with cost and estimated saving;
 * ``frames``, ``stacks``: the capture's own frame and stack tables, loaded from its file.
+
+``gpu_ops`` and ``calls`` carry an aggregate projection, ``sums``: per capture and (kernel,
+site) or (API, site), the summed duration and count, kept by ClickHouse in every part as it
+is written. Queries that sum durations per capture and key (``fleet top``, ``fleet diff
+--by kernel``) read it instead of every row, and give the same sums.
 """
 from __future__ import annotations
 
@@ -23,8 +28,10 @@ _EVENT_KEYS = """
     host LowCardinality(String),
     service LowCardinality(String),"""
 
+# A partial load is deleted (lightweight DELETE): projections are rebuilt for the parts it
+# touches (ClickHouse 24.8 or later).
 _MERGE_TREE = ("ENGINE = MergeTree PARTITION BY toYYYYMMDD(capture_time) "
-               "ORDER BY ({order})")
+               "ORDER BY ({order}) SETTINGS lightweight_mutation_projection_mode = 'rebuild'")
 
 TABLES: dict[str, str] = {
     "captures": """
@@ -59,7 +66,10 @@ TABLES: dict[str, str] = {
     graph_id Nullable(Int64),
     correlation_id Nullable(Int64),
     path_id Int64,
-    site LowCardinality(String)
+    site LowCardinality(String),
+    PROJECTION sums (SELECT capture_id, capture_time, host, service, work, name, site,
+                     sum(dur_ns), count()
+                     GROUP BY capture_id, capture_time, host, service, work, name, site)
 """,
     "calls": _EVENT_KEYS + """
     pid Int64,
@@ -73,7 +83,10 @@ TABLES: dict[str, str] = {
     copy_kind LowCardinality(Nullable(String)),
     correlation_id Nullable(Int64),
     path_id Int64,
-    site LowCardinality(String)
+    site LowCardinality(String),
+    PROJECTION sums (SELECT capture_id, capture_time, host, service, blocking, api, site,
+                     sum(dur_ns), count()
+                     GROUP BY capture_id, capture_time, host, service, blocking, api, site)
 """,
     "paths": _EVENT_KEYS + """
     path_id Int64,
@@ -152,7 +165,7 @@ def ddl(database: str) -> list[str]:
 def columns(name: str) -> list[str]:
     """Column names of a table, in order (without ``ingested_at``, filled by the store)."""
     names = []
-    for line in TABLES[name].strip().splitlines():
+    for line in TABLES[name].strip().split("PROJECTION")[0].splitlines():
         col = line.strip().split(" ", 1)[0]
         if col and col != "ingested_at":
             names.append(col)

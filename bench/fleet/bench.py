@@ -21,9 +21,11 @@ Steps (each figure says what it includes):
    id and the capture time moved by whole days) until it holds >= ``--rows`` rows, with
    ``captures`` rows to match (labels kept), so filters see a fleet of that size;
 6. top: ``zym fleet top`` as users run it (a new process each time: Python start, chDB open,
-   the query, printing) and the same query in process, each run interleaved with the floor
-   (``SELECT sum(dur_ns) FROM zym.gpu_ops``, one column scanned) in the same way; medians of
-   ``--pairs`` pairs with their spread.
+   the query, printing), each run interleaved with the floor ``zym fleet sql "SELECT 1"``
+   (the same process without the query); and the same queries in process, each interleaved
+   with a scan of one column of every row (``SELECT sum(dur_ns) FROM zym.gpu_ops``); medians
+   of ``--pairs`` pairs with their spread. Also the kernel ranking with the ``sums``
+   projection switched off (every row read), 3 runs.
 """
 from __future__ import annotations
 
@@ -208,7 +210,11 @@ TOP_QUERIES = {
     "site, one service, 3 days": ["--by", "site", "--label", "service=gpt-zym", "--since",
                                   "2026-12-02", "--until", "2026-12-05"],
 }
-FLOOR_SQL = "SELECT sum(dur_ns) AS s FROM zym.gpu_ops"
+CLI_FLOOR_SQL = "SELECT 1 AS one"  # the process: Python, zym's imports, chDB, the store
+SCAN_SQL = "SELECT sum(dur_ns) AS s FROM zym.gpu_ops"  # one column of every row
+RAW_KERNEL_SQL = ("SELECT name, sum(v), count() FROM (SELECT capture_id, name, sum(dur_ns) AS v "
+                  "FROM zym.gpu_ops WHERE work = 1 GROUP BY capture_id, name) GROUP BY name "
+                  "SETTINGS optimize_use_projections = 0")
 
 
 def top_latency(store_dir: Path, pairs: int) -> dict:
@@ -217,7 +223,7 @@ def top_latency(store_dir: Path, pairs: int) -> dict:
         q, f = [], []
         for _ in range(pairs):
             q.append(sh([*ZYM, "fleet", "top", "--store", str(store_dir), *args])[0])
-            f.append(sh([*ZYM, "fleet", "sql", "--store", str(store_dir), FLOOR_SQL])[0])
+            f.append(sh([*ZYM, "fleet", "sql", "--store", str(store_dir), CLI_FLOOR_SQL])[0])
         out[f"cli: {name}"] = {"top": spread(q), "floor": spread(f)}
     from zym.fleet import Filters, open_store, parse_time, sql, top
 
@@ -238,9 +244,15 @@ def top_latency(store_dir: Path, pairs: int) -> dict:
             fn()
             q.append(time.perf_counter() - t)
             t = time.perf_counter()
-            sql(store, FLOOR_SQL)
+            sql(store, SCAN_SQL)
             f.append(time.perf_counter() - t)
-        out[f"in process: {name}"] = {"top": spread(q), "floor": spread(f)}
+        out[f"in process: {name}"] = {"top": spread(q), "scan": spread(f)}
+    q = []
+    for _ in range(3):
+        t = time.perf_counter()
+        sql(store, RAW_KERNEL_SQL)
+        q.append(time.perf_counter() - t)
+    out["in process: kernel, projection off"] = {"top": spread(q)}
     store.close()
     return out
 

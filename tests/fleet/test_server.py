@@ -21,7 +21,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 ZYM_CAPTURE = REPO / "sample_traces" / "gpt_decode_server.parquet"
-MIN_VERSION = (23, 3)  # Map, DateTime64, window functions, lightweight DELETE, input()
+MIN_VERSION = (24, 8)  # Map, window functions, input(), DELETE on tables with projections
 
 
 def _free_port() -> int:
