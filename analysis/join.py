@@ -137,7 +137,11 @@ def _match_by_time(e: pl.DataFrame, r: pl.DataFrame, eps_ns: int, lead_ns: int) 
     after = es.join_asof(rr, strategy="forward", allow_exact_matches=False, **asof).with_columns(
         (pl.col("_start") - pl.col("ts_ns")).alias("_gap"), pl.lit(1).alias("_prio")
     ).filter(pl.col("_r").is_not_null() & (pl.col("kind") == pl.col("_r_kind"))
-             & (pl.col("_gap") <= pl.when(same_layer).then(lead_ns).otherwise(eps_ns)))
+             & (pl.col("_gap") <= pl.when(same_layer).then(lead_ns).otherwise(eps_ns))
+             # a record that starts after a call is that call's own: one call, the nearest
+             # (without runtime records, launches made through cudart sit next to the few
+             # driver records and would each claim one)
+             ).sort("_gap").unique("_r", keep="first")
     cols = ["_e", "_r", "_prio", "_gap"]
     return (pl.concat([before.select(cols), after.select(cols)])
             .sort("_prio", "_gap").unique("_e", keep="first").select("_e", "_r"))
@@ -227,3 +231,130 @@ def stack_coverage(calls: pl.DataFrame, gpu: pl.DataFrame) -> dict:
         "gpu_time_with_stack_pct": round(100 * with_ns / total_ns, 3) if total_ns else 0.0,
         "syncs": syncs.height, "syncs_with_stack": int(syncs["_s"].sum()),
     }
+
+
+GPU_TO_CALL_KIND = {"kernel": "launch", "copy": "copy", "memset": "memset", "sync": "sync"}
+
+
+def join_by_order(calls: pl.DataFrame, gpu: pl.DataFrame, eps_ns: int = EPS_NS,
+                  lead_ns: int = LEAD_NS) -> tuple[pl.DataFrame, dict]:
+    """Correlation ids for eBPF calls that no CUPTI API record claimed, from the GPU records
+    no call claimed, by the order CUPTI numbers calls in.
+
+    When CUPTI starts inside a running process (an attach: ``zym run``'s dormant agent), it
+    records the GPU work and the driver calls made directly, but not the runtime API: most
+    launches then have a kernel record and no API record. CUPTI gives each call a correlation
+    id in the order the calls begin, so in each process the calls and the ids run in the same
+    order. Per process:
+
+    1. a sync call takes the unclaimed sync record that starts within ``lead_ns`` after it;
+    2. the calls that have an id (API-record joins, step 1) cut the process's calls, and the ids,
+       into segments (an anchor's id must exceed every id before it in time);
+    3. in each segment, per call kind, the k-th free call takes the k-th free id of that kind,
+       where the segment holds as many of one as of the other (a record or a call lost inside
+       would shift the rest: such a segment is left unjoined and counted), counting from the
+       start in the last segment (the last calls' records may be missing) and from the end in
+       the one before the first anchor (calls made as CUPTI started may have none); and only
+       where the GPU work starts after the call (``eps_ns`` of clock slack);
+    4. a sync, or a copy that is not ``...Async``, joined here and without a duration (no API
+       record, no return probe) held the CPU until its GPU record ended.
+
+    >>> calls = pl.DataFrame({"pid": [1, 1, 1], "tid": [7, 7, 7], "ts_ns": [100, 200, 300],
+    ...     "dur_ns": [0, 0, 0], "kind": ["launch", "launch", "sync"],
+    ...     "correlation_id": [None, None, None], "stack_id": [1, 2, 3]})
+    >>> gpu = pl.DataFrame({"pid": [1, 1, 1], "kind": ["kernel", "kernel", "sync"],
+    ...     "correlation_id": [11, 12, 13], "ts_ns": [150, 260, 310], "dur_ns": [50, 40, 30]})
+    >>> out, st = join_by_order(calls.with_columns(name=pl.lit("cuLaunchKernel")), gpu)
+    >>> out.sort("ts_ns")["correlation_id"].to_list(), st["matched_by_order"]
+    ([11, 12, 13], 3)
+    >>> out.sort("ts_ns")["dur_ns"].to_list()  # the sync waited until its record ended
+    [0, 0, 40]
+    """
+    empty = {"matched_by_order": 0, "order_segments_left": 0, "gpu_records_unclaimed": 0}
+    if calls is None or calls.height == 0 or gpu.height == 0:
+        return calls, empty
+    calls = calls.with_row_index("_e")
+    claimed = calls.filter(pl.col("correlation_id").is_not_null()).select(
+        "pid", pl.col("correlation_id").cast(pl.Int64)).unique()
+    g = (gpu.filter(pl.col("kind").is_in(list(GPU_TO_CALL_KIND)))
+         .group_by("pid", pl.col("correlation_id").cast(pl.Int64))
+         .agg(pl.col("kind").first(), pl.col("ts_ns").min().alias("_g_start"),
+              (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("_g_end"))
+         .join(claimed, on=["pid", "correlation_id"], how="anti")
+         .with_columns(pl.col("kind").replace_strict(GPU_TO_CALL_KIND).alias("kind")))
+    free = calls.filter(pl.col("correlation_id").is_null() & pl.col("stack_id").is_not_null()
+                        & pl.col("kind").is_in(JOINABLE_KINDS)).select("_e", "pid", "ts_ns", "kind")
+    if g.height == 0 or free.height == 0:
+        return calls.drop("_e"), empty | {"gpu_records_unclaimed": g.height}
+    # 1. syncs by time: a sync record starts as its call waits
+    syncs = (free.filter(pl.col("kind") == "sync").sort("ts_ns")
+             .join_asof(g.filter(pl.col("kind") == "sync").sort("_g_start")
+                        .select("pid", "correlation_id", "_g_start"),
+                        left_on="ts_ns", right_on="_g_start", by="pid", strategy="forward",
+                        check_sortedness=False)
+             .filter(pl.col("_g_start").is_not_null()
+                     & (pl.col("_g_start") - pl.col("ts_ns") <= lead_ns))
+             .sort("_g_start").unique("correlation_id", keep="first")
+             .select("_e", "correlation_id"))
+    # 2. segments between anchors (calls with an id), in time and in id order alike
+    anchors = (pl.concat([calls.filter(pl.col("correlation_id").is_not_null())
+                          .select("pid", "ts_ns", pl.col("correlation_id").cast(pl.Int64)),
+                          syncs.join(free, on="_e").select("pid", "ts_ns", "correlation_id")])
+               .sort("pid", "ts_ns")
+               .filter(pl.col("correlation_id") >= pl.col("correlation_id").cum_max().over("pid"))
+               .unique(["pid", "correlation_id"], keep="first").sort("pid", "ts_ns")
+               .with_columns(pl.int_range(1, pl.len() + 1).over("pid").alias("_seg")))
+    rest_e = free.join(syncs, on="_e", how="anti").sort("ts_ns").join_asof(
+        anchors.select("pid", "ts_ns", "_seg").sort("ts_ns"), on="ts_ns", by="pid",
+        strategy="backward", check_sortedness=False)
+    rest_g = (g.join(syncs.select("correlation_id").with_columns(pl.lit(1).alias("_t")),
+                     on="correlation_id", how="anti").sort("correlation_id")
+              .join_asof(anchors.select("pid", pl.col("correlation_id").alias("_a_id"), "_seg")
+                         .sort("_a_id"), left_on="correlation_id", right_on="_a_id", by="pid",
+                         strategy="backward", check_sortedness=False))
+    keys = ["pid", "_seg", "kind"]
+    rest_e = rest_e.with_columns(pl.col("_seg").fill_null(0)).with_columns(
+        pl.int_range(pl.len()).over(keys).alias("_k"), pl.len().over(keys).alias("_n"))
+    rest_g = rest_g.with_columns(pl.col("_seg").fill_null(0)).sort("correlation_id").with_columns(
+        pl.int_range(pl.len()).over(keys).alias("_k"), pl.len().over(keys).alias("_n"))
+    # 3. rank within a segment and kind, where both sides hold as many; the segment after the
+    # last anchor counts from its start (records of the last calls may be missing: still
+    # running when CUPTI stopped), the one before the first anchor from its end (calls made
+    # as CUPTI started may have no record)
+    last = pl.col("_seg") == pl.col("_seg").max().over("pid")
+    rest_e = rest_e.with_columns(last.alias("_last"), (pl.col("_n") - 1 - pl.col("_k")).alias("_kb"))
+    rest_g = rest_g.with_columns((pl.col("_n") - 1 - pl.col("_k")).alias("_kb"))
+    gcols = [*keys, "_k", "_kb", "_n", "correlation_id", "_g_start"]
+    fwd = (rest_e.join(rest_g.select(gcols).rename({"_n": "_n_g", "_kb": "_kb_g"}),
+                       on=[*keys, "_k"])
+           .filter((pl.col("_n") == pl.col("_n_g")) | (pl.col("_last") & (pl.col("_seg") > 0))))
+    bwd = (rest_e.join(rest_g.select(gcols).rename({"_n": "_n_g", "_k": "_k_g"}),
+                       on=[*keys, "_kb"])
+           .filter((pl.col("_n") != pl.col("_n_g")) & (pl.col("_seg") == 0)))
+    paired = (pl.concat([fwd.select("_e", "correlation_id", "ts_ns", "_g_start"),
+                         bwd.select("_e", "correlation_id", "ts_ns", "_g_start")])
+              .filter(pl.col("_g_start") >= pl.col("ts_ns") - eps_ns))
+    got = pl.concat([syncs, paired.select("_e", "correlation_id")])
+    # without an API record a call has no duration (entry probes): a sync, or a copy that is
+    # not asynchronous, held the CPU until its GPU record ended
+    ends = got.join(g.select("correlation_id", "_g_end"), on="correlation_id")
+    uneven = (rest_e.select(*keys, "_n", "_last").unique().join(
+        rest_g.select(*keys, pl.col("_n").alias("_n_g")).unique(), on=keys, how="full",
+        coalesce=True).filter((pl.col("_n") != pl.col("_n_g").fill_null(-1))
+                              & ~pl.col("_last").fill_null(False) & (pl.col("_seg") > 0)).height)
+    dtype = calls.schema["correlation_id"]
+    dtype = pl.Int64 if dtype == pl.Null else dtype
+    blocking = (pl.col("kind") == "sync") | (
+        (pl.col("kind") == "copy") & ~pl.col("name").str.contains("Async"))
+    out = (calls.join(ends.select("_e", pl.col("correlation_id").alias("_corr"), "_g_end"),
+                      on="_e", how="left")
+           .with_columns(pl.coalesce(pl.col("correlation_id").cast(pl.Int64), "_corr")
+                         .cast(dtype).alias("correlation_id"),
+                         pl.when(blocking & pl.col("_g_end").is_not_null()
+                                 & (pl.col("dur_ns").fill_null(0) == 0))
+                         .then(pl.max_horizontal(pl.col("_g_end") - pl.col("ts_ns"), pl.lit(0)))
+                         .otherwise(pl.col("dur_ns")).cast(calls.schema["dur_ns"]).alias("dur_ns"))
+           .drop("_e", "_corr", "_g_end"))
+    stats = {"matched_by_order": got.height, "order_segments_left": uneven,
+             "gpu_records_unclaimed": g.height - got.height}
+    return out, stats

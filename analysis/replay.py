@@ -133,6 +133,24 @@ class Timeline:
 
     # -- model --------------------------------------------------------------------------------
 
+    @staticmethod
+    def _adopt_orphans(gpu: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+        """GPU work no call claims (its launch went unrecorded or unjoined) follows the last
+        call that started before it, so it moves with the timeline: pinned at its recorded
+        time, one such kernel would hold every later operation back and hide every saving."""
+        orphan = gpu["call_idx"].is_null()
+        if not orphan.any() or calls.height == 0:
+            return gpu
+        ts = calls["ts_ns"].to_numpy()
+        order = np.argsort(ts, kind="stable")
+        k = np.searchsorted(ts[order], gpu.filter(orphan)["ts_ns"].to_numpy(), side="right") - 1
+        idx = np.where(k >= 0, calls["call_idx"].to_numpy()[order][np.maximum(k, 0)], -1)
+        adopted = np.full(gpu.height, -1, np.int64)
+        adopted[np.nonzero(orphan.to_numpy())[0]] = idx
+        return gpu.with_columns(pl.when(orphan & (pl.Series(adopted) >= 0))
+                                .then(pl.Series(adopted)).otherwise(pl.col("call_idx"))
+                                .alias("call_idx"))
+
     def _build_gpu(self, gpu: pl.DataFrame, calls: pl.DataFrame, n_gpu: int) -> None:
         """GPU operations in stream order, their launching call, and what held each one back.
 
@@ -143,6 +161,7 @@ class Timeline:
         smaller). So the unfixed replay reproduces every start, and a fix moves an operation
         by what actually bound it: a queued kernel follows its predecessor, a kernel that
         waited for its launch follows its call."""
+        gpu = self._adopt_orphans(gpu, calls)
         launch_ts = calls["ts_ns"].gather(gpu["call_idx"])
         g = gpu.select(
             "gpu_idx", "ts_ns", "dur_ns", "end_ns",

@@ -7,9 +7,11 @@ the replayable timeline; rules read the same facts (:mod:`zym.analysis.relations
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -138,7 +140,7 @@ class Analysis:
             "clock_domain": m.clock_domain, "dropped": m.dropped,
             **counts, "paths": self.call_paths.paths.height,
         }
-        cost = m.extra.get("capture_cost") if isinstance(m.extra, dict) else None
+        cost = capture_cost(m)
         if cost:
             out["capture_cost"] = cost
         return out
@@ -223,6 +225,34 @@ class Analysis:
         }
 
 
+@functools.cache
+def _cupti_costs() -> dict:
+    import yaml
+
+    text = resources.files("zym.analysis").joinpath("capture_costs.yaml").read_text("utf-8")
+    return yaml.safe_load(text)["cupti"]
+
+
+def capture_cost(meta) -> dict:
+    """What a zym capture added to each CUDA call of its target: the collector's own estimate
+    for the eBPF probes (``capture_cost`` in the metadata) and CUPTI's, measured for the way
+    it was started (with the process, or attached to it: ``extra.gpu_window``), and their sum
+    (``total_ns_per_call``). Empty for other producers."""
+    extra = meta.extra if isinstance(meta.extra, dict) else {}
+    cost = dict(extra.get("capture_cost") or {})
+    if not cost:
+        return {}
+    probes = cost.get("added_ns_per_call")
+    total = int(probes) if isinstance(probes, (int, float)) and probes > 0 else 0
+    if extra.get("cupti", {}).get("spools"):
+        started = "attach" if extra.get("gpu_window") else "launch"
+        cost["cupti_started"] = started
+        cost["cupti_ns_per_call"] = int(_cupti_costs()[started]["ns_per_call"])
+        total += cost["cupti_ns_per_call"]
+    cost["total_ns_per_call"] = total
+    return cost
+
+
 def capture_overhead(analysis: Analysis) -> np.ndarray:
     """CPU time the recording itself added before each call of the window (``Facts.calls``
     order), so replays predict the run without the profiler: a zym capture states its own
@@ -233,9 +263,8 @@ def capture_overhead(analysis: Analysis) -> np.ndarray:
 
     meta = analysis.data.meta
     n = analysis.facts.calls.height
-    cost = (meta.extra or {}).get("capture_cost") or {}
-    per_call = cost.get("added_ns_per_call")
-    if isinstance(per_call, (int, float)) and per_call > 0:
+    per_call = capture_cost(meta).get("total_ns_per_call")
+    if per_call:
         return np.full(n, int(per_call), np.int64)
     if "kineto" not in (meta.producer or "").lower():
         return np.zeros(n, np.int64)

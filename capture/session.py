@@ -77,6 +77,11 @@ class CaptureConfig:
     rotate_s: float | None = None
     keep: int | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    # Called once the probes are attached and the target tracked (before any of its calls
+    # counts), and once recording ends (probes still attached): the GPU side switches a
+    # running process's agent on and off here (--pid).
+    on_attached: Callable[[], None] | None = None
+    on_detach: Callable[[], None] | None = None
 
 
 @dataclass
@@ -402,8 +407,15 @@ def run_capture(cfg: CaptureConfig, log: Log | None = None) -> CaptureSummary:
             if go_fd is not None:     # the command may exec now: it is tracked
                 os.write(go_fd, b"go\n")
                 os.close(go_fd)
+            if cfg.on_attached is not None:
+                collector.tick()    # the libraries it has mapped are probed before the hook
+                cfg.on_attached()
             start, cpu0 = time.monotonic(), cpu_ns()
-            budget = _loop(cfg, collector, bpf, stop, popen, start, calibration)
+            try:
+                budget = _loop(cfg, collector, bpf, stop, popen, start, calibration)
+            finally:
+                if cfg.on_detach is not None:
+                    cfg.on_detach()
             seconds = time.monotonic() - start
             _end_command(popen, log)
             _drain(collector, bpf)

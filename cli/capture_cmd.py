@@ -9,14 +9,16 @@ import typer
 
 from .errors import exit_on_error
 
-HELP = """Capture the CUDA calls of a Python process with their Python stacks (eBPF, root).
+_HELP = """Capture the CUDA calls of a Python process with their Python stacks (eBPF, root).
 
 Two sides, joined into one file. The CPU side (every CUDA launch, copy, memset and sync with its
 exact Python line) needs root, BCC and the kernel headers (scripts/install-deps.sh). The GPU
-side (kernels, copies, memsets and their GPU time) needs zym to start the target (the `--
-COMMAND` form: CUPTI is loaded into it at start-up, so not with --pid) and a libcupti for its
-CUDA (torch's wheels ship one); not torch.profiler in the target (both want CUPTI). Without
-root, zym records the GPU side alone: the calls then have no Python lines.
+side (kernels, copies, memsets and their GPU time) needs zym in the target: the `-- COMMAND`
+form loads CUPTI at start-up; with --pid, the process must have been started by `zym run`
+(a dormant agent that the capture switches on and off), else only the CPU side is recorded.
+It needs a libcupti for the target's CUDA (torch's wheels ship one), and no torch.profiler in
+the target (both want CUPTI). Without root, zym records the GPU side alone: the calls then
+have no Python lines.
 
 Example: sudo zym capture -o trace.parquet -- python serve.py --port 8000
 
@@ -26,6 +28,8 @@ Example: sudo zym capture --max-overhead 1% -o trace.parquet -- python serve.py
 
 Example (continuous, one file a minute for `zym fleet ingest`): sudo zym capture --pid 1234 --rotate 60s --keep 60 --label service=decode -o /var/zym/decode.parquet
 """
+# One line per paragraph: rich keeps the source's line breaks, so the help wraps to the terminal
+HELP = "\n\n".join(" ".join(p.split()) for p in _HELP.split("\n\n"))
 
 
 def capture(

@@ -46,11 +46,12 @@ def _register() -> None:
         import_cmd,
         report_cmd,
         rules_cmd,
+        run_cmd,
         view_cmd,
     )
 
-    for module in (import_cmd, analyze_cmd, capture_cmd, export_cmd, report_cmd, rules_cmd,
-                   view_cmd, fleet_cmd):
+    for module in (import_cmd, analyze_cmd, capture_cmd, run_cmd, export_cmd, report_cmd,
+                   rules_cmd, view_cmd, fleet_cmd):
         module.register(app)
 
 

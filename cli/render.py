@@ -80,10 +80,17 @@ def render_summary(report: dict, console: Console) -> None:
 
 def _capture_cost(cost: dict) -> str:
     parts = []
-    if cost.get("added_ns_per_call") is not None:
+    if cost.get("cupti_ns_per_call") is not None:
+        how = "attached to the running process" if cost.get("cupti_started") == "attach" \
+            else "started with the process"
+        parts.append(f"~{fmt_ns(cost['total_ns_per_call'])} added per CUDA call (probes "
+                     f"~{fmt_ns(cost.get('added_ns_per_call') or 0)}, estimated here; CUPTI "
+                     f"~{fmt_ns(cost['cupti_ns_per_call'])}, {how}, as measured on the H200); "
+                     "taken out of the replay")
+    elif cost.get("added_ns_per_call") is not None:
         parts.append(f"~{fmt_ns(cost['added_ns_per_call'])} added per CUDA call")
     if cost.get("estimated_overhead_pct") is not None:
-        parts.append(f"~{cost['estimated_overhead_pct']:.2g}% of the run")
+        parts.append(f"the probes ~{cost['estimated_overhead_pct']:.2g}% of the run")
     return ", ".join(parts) or ", ".join(f"{k} {v}" for k, v in cost.items())
 
 

@@ -58,12 +58,26 @@ def phase_line(ph: dict) -> str:
     if window == "steady" and steps and steps["in_window"]:
         parts.append(f"analyzed: steady state, {plural(steps['in_window'], 'step')} of "
                      f"{steps['function']} ({fmt_ns(ph['window_ns'])}, "
-                     f"{fmt_ns(steps['mean_ns'])} a step on average)")
+                     f"{fmt_ns(steps['mean_ns'])} a step on average{_spread(steps)})")
     else:
         what = "the whole capture" if window in ("all",) or not ph.get("startup") and \
             window == "steady" else f"--window {window}"
         parts.append(f"analyzed: {what} ({fmt_ns(ph['window_ns'])})")
     return " · ".join(parts)
+
+
+# Steps of one function that differ this much ran in different conditions (new shapes, other
+# load on the host, a slower CPU state: on the H200 host one process ran a launch-bound step
+# 1.7x slower than the next, and one capture's steps went from 158 to 394 ms): the estimates
+# are for the window's average, and the reader should know the steps were not alike.
+UNEVEN_STEPS = 1.5
+
+
+def _spread(steps: dict) -> str:
+    lo, hi = steps.get("min_ns"), steps.get("max_ns")
+    if not lo or not hi or hi < UNEVEN_STEPS * lo:
+        return ""
+    return f"; uneven: {fmt_ns(lo)} to {fmt_ns(hi)}"
 
 
 def saving_text(f: dict) -> str:

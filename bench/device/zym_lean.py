@@ -2,6 +2,7 @@
 
     python3 bench/device/zym_lean.py -o OUT [--keep-raw] [--no-cupti] [--max-overhead PCT]
                                      [--return-probes] -- python3 serve.py ...
+    python3 bench/device/zym_lean.py -o OUT --pid PID --duration S   # attach (zym run'd)
 
 zym's packages are made importable by the shim of tests/ebpf/device/capture_driver.py. With
 CUPTI (default) this is `zym capture` (``capture_with_gpu``); ``--no-cupti`` runs the eBPF
@@ -24,6 +25,8 @@ def main() -> int:
     ap.add_argument("--no-cupti", action="store_true")
     ap.add_argument("--return-probes", action="store_true")
     ap.add_argument("--max-overhead", type=lambda s: float(s.rstrip("%")), default=None)
+    ap.add_argument("--pid", type=int, default=None)
+    ap.add_argument("--duration", type=float, default=None)
     ap.add_argument("command", nargs=argparse.REMAINDER)
     a = ap.parse_args()
     command = a.command[1:] if a.command[:1] == ["--"] else a.command
@@ -36,7 +39,8 @@ def main() -> int:
     from zym.capture.session import CaptureConfig, run_capture
     from zym.schemas.errors import CaptureError
 
-    cfg = CaptureConfig(output=a.output, command=command, keep_raw=True,
+    cfg = CaptureConfig(output=a.output, command=command or None, pid=a.pid,
+                        duration=a.duration, keep_raw=True,
                         force_return_probes=a.return_probes, max_overhead_pct=a.max_overhead)
     try:
         print(run_capture(cfg) if a.no_cupti else capture_with_gpu(cfg), file=sys.stderr)

@@ -1,17 +1,23 @@
 """Predicted vs measured: run a workload's variants (the baseline and each fix zym names) on a
 GPU, interleaved, and time what users feel (one pass over the workload's requests, end to end).
 
-    python bench/whatif/harness.py WORKLOAD serve [--passes N]       # baseline, for zym capture
+    python bench/whatif/harness.py WORKLOAD serve [--passes N] [--variant V]   # for zym capture
     python bench/whatif/harness.py WORKLOAD trace OUT.json [--passes N]   # baseline under
                                                                      # torch.profiler (stacks)
     python bench/whatif/harness.py WORKLOAD measure OUT.json [--rounds R] [--variants a,b]
+    python bench/whatif/harness.py WORKLOAD paired OUT.json --ready F --stop F [--rounds R]
+    python bench/whatif/harness.py WORKLOAD soak OUT.json --stop F
 
 WORKLOAD is a module of bench/whatif/workloads/ (gpt_decode, rerank, decode_loop). Each builds
 a ``Service`` per variant: ``requests`` and ``handle(request)`` (the step zym finds), and
 ``tf32`` (a process-wide switch, set only while that service runs, under inference mode). ``serve`` and ``trace`` run a
 warm-up pass, then ``--passes`` passes over the same requests, as a service in steady state
 does; ``measure`` builds every variant, warms each up, then times one pass of each variant per
-round in a shuffled order, ``--rounds`` times, and writes every time to OUT.json.
+round in a shuffled order, ``--rounds`` times, and writes every time to OUT.json; ``paired``
+does the same, but after half the rounds creates ``--ready`` and serves the baseline until
+``--stop`` exists (a ``zym capture --pid`` of this process meanwhile: the capture and the
+measurement share the process and the moment); ``soak`` serves the baseline until ``--stop``,
+timing every pass (to see a process's speed before, during and after an attach).
 
 Runs where torch and a CUDA GPU are (the H200 of the device tool); ``--device cpu`` runs the
 same code on the CPU to check it (timings then mean nothing).
@@ -82,13 +88,17 @@ def build(mod, variant: str, device: str, requests: int | None):
 
 
 def measure(mod, variants: list[str], rounds: int, device: str, requests: int | None = None,
-            seed: int = 0) -> dict:
+            seed: int = 0, between=None) -> dict:
+    """Every variant, ``rounds`` rounds of one timed pass each in a shuffled order; with
+    ``between`` (a callable taking the base service), half the rounds, ``between``, the rest."""
     services = {v: build(mod, v, device, requests) for v in variants}
     for svc in services.values():  # warm-up: the same requests, so every shape is known
         serve(svc, 1)
     times: dict[str, list[float]] = {v: [] for v in variants}
     rng = random.Random(seed)
-    for _ in range(rounds):
+    for r in range(rounds):
+        if between is not None and r == rounds // 2:
+            between(services["base"])
         order = list(variants)
         rng.shuffle(order)
         for v in order:
@@ -99,6 +109,13 @@ def measure(mod, variants: list[str], rounds: int, device: str, requests: int | 
         out[v] = {"fix": mod.VARIANTS[v], "times_s": ts, "median_s": statistics.median(ts),
                   "p25_s": q[0], "p75_s": q[2], "min_s": min(ts), "max_s": max(ts)}
     return out
+
+
+def serve_until(svc, stop: Path, log: list) -> None:
+    """Timed passes of ``svc`` until ``stop`` exists; ``log`` gets (monotonic ns, seconds)."""
+    while not stop.exists():
+        t = time.monotonic_ns()
+        log.append((t, timed_pass(svc)))
 
 
 def environment(device: str) -> dict:
@@ -113,19 +130,22 @@ def environment(device: str) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("workload")
-    p.add_argument("mode", choices=["serve", "trace", "measure"])
+    p.add_argument("mode", choices=["serve", "trace", "measure", "paired", "soak"])
     p.add_argument("out", nargs="?")
     p.add_argument("--passes", type=int, default=2)
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--variants", default="")
+    p.add_argument("--variant", default="base", help="serve/trace: the variant to run")
     p.add_argument("--device", default="cuda")
     p.add_argument("--requests", type=int, default=None, help="serve only the first N")
+    p.add_argument("--ready", type=Path, help="paired: created when the capture may start")
+    p.add_argument("--stop", type=Path, help="paired, soak: serve the baseline until this exists")
     p.add_argument("--times", default=None,
                    help="serve: write each timed pass's seconds (after the warm-up) as JSON")
     a = p.parse_args()
     mod = load(a.workload)
     if a.mode == "serve":
-        svc = build(mod, "base", a.device, a.requests)
+        svc = build(mod, a.variant, a.device, a.requests)
         serve(svc, 1)  # warm-up
         if not a.times:
             serve(svc, a.passes)
@@ -137,7 +157,7 @@ def main() -> int:
     if a.mode == "trace":
         from torch.profiler import ProfilerActivity, profile
 
-        svc = build(mod, "base", a.device, a.requests)
+        svc = build(mod, a.variant, a.device, a.requests)
         serve(svc, 1)
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if a.device == "cuda"
                                                else [])
@@ -145,10 +165,27 @@ def main() -> int:
             serve(svc, a.passes)
         prof.export_chrome_trace(a.out)
         return 0
+    if a.mode == "soak":  # the baseline as a service, every pass timed, until --stop
+        svc = build(mod, a.variant, a.device, a.requests)
+        serve(svc, 1)
+        log: list = []
+        serve_until(svc, a.stop, log)
+        Path(a.out).write_text(json.dumps({"workload": a.workload, "passes": log,
+                                           "requests_per_pass": len(svc.requests)}))
+        return 0
     variants = a.variants.split(",") if a.variants else list(mod.VARIANTS)
+    captured: list = []
+
+    def capture_window(base) -> None:  # paired: the baseline served while zym attaches
+        a.ready.touch()
+        serve_until(base, a.stop, captured)
+
     result = {"workload": a.workload, "rounds": a.rounds, "requests_per_pass": a.requests,
               "env": environment(a.device),
-              "variants": measure(mod, variants, a.rounds, a.device, a.requests)}
+              "variants": measure(mod, variants, a.rounds, a.device, a.requests,
+                                  between=capture_window if a.mode == "paired" else None)}
+    if a.mode == "paired":
+        result["captured_passes"] = captured
     Path(a.out).write_text(json.dumps(result, indent=1))
     for v, r in result["variants"].items():
         print(f"{a.workload:12s} {v:14s} median {r['median_s'] * 1e3:8.2f} ms  "

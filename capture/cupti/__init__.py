@@ -15,14 +15,23 @@ from pathlib import Path
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
 
 
-def target_env(spool_dir: str | os.PathLike, env: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment to start a target with so that its CUPTI collector writes to
-    ``spool_dir``: the bootstrap first on PYTHONPATH, ``ZYM_CUPTI_DIR`` set.
+def agent_env(env: dict[str, str] | None = None, agent_dir: str | None = None) -> dict[str, str]:
+    """The environment to start a target with zym's dormant agent (``zym run``): the bootstrap
+    first on PYTHONPATH, ``ZYM_AGENT=1`` (and ``ZYM_AGENT_DIR`` when given).
 
-    >>> e = target_env("/tmp/s", {"PYTHONPATH": "/app"})
-    >>> e["PYTHONPATH"].endswith(":/app"), e["ZYM_CUPTI_DIR"]
-    (True, '/tmp/s')
+    >>> e = agent_env({"PYTHONPATH": "/app"})
+    >>> e["PYTHONPATH"].endswith(":/app"), e["ZYM_AGENT"], "ZYM_CUPTI_DIR" in e
+    (True, '1', False)
     """
+    env = _with_bootstrap(env)
+    env.pop("ZYM_CUPTI_DIR", None)
+    env["ZYM_AGENT"] = "1"
+    if agent_dir:
+        env["ZYM_AGENT_DIR"] = agent_dir
+    return env
+
+
+def _with_bootstrap(env: dict[str, str] | None) -> dict[str, str]:
     if not (BOOTSTRAP_DIR / "sitecustomize.py").exists():
         from zym.schemas.errors import CaptureError
 
@@ -31,5 +40,17 @@ def target_env(spool_dir: str | os.PathLike, env: dict[str, str] | None = None) 
     env = dict(os.environ if env is None else env)
     old = env.get("PYTHONPATH")
     env["PYTHONPATH"] = str(BOOTSTRAP_DIR) + (os.pathsep + old if old else "")
+    return env
+
+
+def target_env(spool_dir: str | os.PathLike, env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment to start a target with so that its CUPTI collector writes to
+    ``spool_dir``: the bootstrap first on PYTHONPATH, ``ZYM_CUPTI_DIR`` set.
+
+    >>> e = target_env("/tmp/s", {"PYTHONPATH": "/app"})
+    >>> e["PYTHONPATH"].endswith(":/app"), e["ZYM_CUPTI_DIR"]
+    (True, '/tmp/s')
+    """
+    env = _with_bootstrap(env)
     env["ZYM_CUPTI_DIR"] = str(spool_dir)
     return env

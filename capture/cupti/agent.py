@@ -53,6 +53,12 @@ ENV_FLUSH_MS = "ZYM_CUPTI_FLUSH_MS"  # CUPTI flush period: bounds what a crash c
 ENV_FORMAT = "ZYM_CUPTI_FORMAT"      # "arrow" (default when pyarrow imports) or "framed"
 ENV_ALL_APIS = "ZYM_CUPTI_ALL_APIS"  # "1": every runtime/driver API record (slow; debugging);
                                      # "0": none (GPU records only; measures their cost)
+ENV_AGENT = "ZYM_AGENT"              # "1": a dormant agent (`zym run`): CUPTI stays unloaded
+                                     # until `zym capture --pid` switches it on
+ENV_AGENT_DIR = "ZYM_AGENT_DIR"      # where dormant agents keep their control folders
+ENV_AGENT_FINALIZE = "ZYM_AGENT_FINALIZE"  # "0": switched off, CUPTI stays attached (disabled)
+DEFAULT_AGENT_DIR = "/tmp/zym-agent"
+AGENT_POLL_S = 0.2                   # how often a dormant agent looks at its control file
 
 # cupti_activity.h (CUPTI 12.x and 13.x; values checked against cupti-python 13.0.1's enums)
 KIND_MEMCPY, KIND_MEMSET, KIND_DRIVER, KIND_RUNTIME = 1, 2, 4, 5
@@ -228,6 +234,7 @@ class Collector:
         self.enabled_apis: dict[str, dict[int, str]] = {}
         self.version = 0
         self.stopped = False
+        self.enabled_mono_ns = self.disabled_mono_ns = None
         fmt = os.environ.get(ENV_FORMAT, "arrow")
         os.makedirs(out_dir, exist_ok=True)
         self.spool = SpoolWriter(os.path.join(out_dir, f"cupti-{self.pid}.spool"), fmt)
@@ -319,6 +326,7 @@ class Collector:
     # -- session ------------------------------------------------------------------------------
     def start(self) -> None:
         t0 = time.monotonic_ns()
+        apis = os.environ.get(ENV_ALL_APIS)
         L = self.lib
         self._req_cb, self._cmp_cb = self.REQ(self._requested), self.CMP(self._completed)
         self._check("cuptiSetThreadIdType", L.cuptiSetThreadIdType(THREAD_ID_SYSTEM))
@@ -329,11 +337,12 @@ class Collector:
         self.version = version.value
         names = {"runtime": self.api_names(DOMAIN_RUNTIME), "driver": self.api_names(DOMAIN_DRIVER)}
         enabled: dict[str, dict[int, str]] = {"runtime": {}, "driver": {}}
-        if os.environ.get(ENV_ALL_APIS) == "1":
+        self.enabled_mono_ns = time.monotonic_ns()   # no record of a call before this
+        if apis == "1":
             self._check("enable RUNTIME", L.cuptiActivityEnable(KIND_RUNTIME))
             self._check("enable DRIVER", L.cuptiActivityEnable(KIND_DRIVER))
             enabled = names
-        elif os.environ.get(ENV_ALL_APIS) != "0":
+        elif apis != "0":
             for domain, fn in (("runtime", L.cuptiActivityEnableRuntimeApi),
                                ("driver", L.cuptiActivityEnableDriverApi)):
                 fn.argtypes = [ct.c_uint32, ct.c_uint8]
@@ -405,6 +414,22 @@ class Collector:
         self.spool.write("footer", json.dumps({**self.stats, "reason": reason, **_process_facts(),
                                                "stopped_mono_ns": time.monotonic_ns()}).encode())
         self.spool.close()
+
+    def detach(self, finalize: bool = True) -> None:
+        """End this session while the process runs on (``zym capture --pid`` switching off):
+        every record and API callback off, flushed, footer written (``stop``); then, with
+        ``finalize``, CUPTI detached from the process (``cuptiFinalize``), so the process runs
+        as if it had never been profiled, and a later session attaches afresh."""
+        for kind in ENABLED_KINDS:
+            self.lib.cuptiActivityDisable(kind)
+        self._set_apis(0)
+        self.disabled_mono_ns = time.monotonic_ns()   # no record of a call after this
+        self.stop("detach")
+        fin = getattr(self.lib, "cuptiFinalize", None) if finalize else None
+        if fin is not None:
+            rc = fin()
+            if rc != 0:
+                self.stats["errors"].append(f"cuptiFinalize returned {rc}")
 
     def kernel_names(self) -> dict[str, str]:
         """{name pointer: kernel name} for every kernel record in the spool so far.
@@ -517,7 +542,7 @@ class _StartOnImport:
     def find_spec(self, name, path=None, target=None):
         if name.partition(".")[0] in TRIGGER_MODULES:
             _remove_hook()
-            start_from_env()
+            _start()
 
 
 _hook = _StartOnImport()
@@ -531,14 +556,131 @@ def _remove_hook() -> None:
 
 
 def install() -> None:
-    """Called by the bootstrap: start now (``$ZYM_CUPTI_EAGER=1``, or a trigger module is
-    already imported), else at the first import of a CUDA framework."""
-    if not os.environ.get(ENV_DIR):
+    """Called by the bootstrap. ``$ZYM_CUPTI_DIR`` (``zym capture -- COMMAND``): start
+    collecting now (``$ZYM_CUPTI_EAGER=1``, or a trigger module is already imported), else at
+    the first import of a CUDA framework. ``$ZYM_AGENT=1`` (``zym run``): the same moments, but
+    only a dormant agent starts (see ``Dormant``)."""
+    if not os.environ.get(ENV_DIR) and os.environ.get(ENV_AGENT) != "1":
         return
     if os.environ.get(ENV_EAGER) == "1" or TRIGGER_MODULES & set(sys.modules):
-        start_from_env()
+        _start()
     elif _hook not in sys.meta_path:
         sys.meta_path.insert(0, _hook)
+
+
+def _start() -> None:
+    if os.environ.get(ENV_DIR):
+        start_from_env()
+    elif os.environ.get(ENV_AGENT) == "1":
+        start_dormant()
+
+
+def agent_folder(pid: int, base: str | None = None) -> str:
+    """The control folder of the dormant agent of process ``pid``."""
+    return os.path.join(base or os.environ.get(ENV_AGENT_DIR) or DEFAULT_AGENT_DIR, str(pid))
+
+
+class Dormant:
+    """An agent that records nothing until asked: no CUPTI loaded, one thread that looks at a
+    control file every ``AGENT_POLL_S`` (a ``stat``; nothing else runs in the process).
+
+    Its folder ``agent_folder(pid)`` (mode 0700, the process's own user; root may write it)
+    holds ``state`` (JSON, replaced atomically: ``pid``, ``seq``, ``state`` dormant|on|off,
+    ``errors``) and, from ``zym capture --pid``, ``control`` (JSON: ``seq``, ``action``
+    on|off, ``spool_dir``). A request is handled once, when its ``seq`` is new: "on" starts a
+    CUPTI session writing to ``spool_dir``; "off" ends it (``Collector.detach``). The state
+    file answers with the same ``seq`` when the request is done."""
+
+    def __init__(self, base: str | None = None) -> None:
+        self.pid = os.getpid()
+        self.folder = agent_folder(self.pid, base)
+        os.makedirs(os.path.dirname(self.folder), mode=0o1777, exist_ok=True)
+        os.makedirs(self.folder, mode=0o700, exist_ok=True)
+        st = os.lstat(self.folder)
+        if not os.path.isdir(self.folder) or os.path.islink(self.folder) or \
+                st.st_uid != os.geteuid():
+            raise OSError(f"{self.folder} is not this user's own folder")
+        self.seq = 0
+        self.collector: Collector | None = None
+        self.finalize = os.environ.get(ENV_AGENT_FINALIZE, "1") != "0"
+        self.write_state("dormant")
+        threading.Thread(target=self._watch, daemon=True, name="zym-agent").start()
+
+    def write_state(self, state: str, errors: list[str] | None = None, **extra) -> None:
+        doc = {"pid": self.pid, "seq": self.seq, "state": state, "errors": errors or [],
+               "python": sys.version.split()[0], "t_mono_ns": time.monotonic_ns(), **extra}
+        tmp = os.path.join(self.folder, f".state.{self.seq}")
+        with open(tmp, "w") as f:
+            json.dump(doc, f)
+        os.replace(tmp, os.path.join(self.folder, "state"))
+
+    def _watch(self) -> None:
+        path = os.path.join(self.folder, "control")
+        mtime = None
+        while True:
+            time.sleep(AGENT_POLL_S)
+            try:
+                st = os.stat(path)
+                if st.st_mtime_ns == mtime:
+                    continue
+                mtime = st.st_mtime_ns
+                with open(path) as f:
+                    req = json.load(f)
+            except (OSError, ValueError):
+                continue
+            if isinstance(req, dict) and isinstance(req.get("seq"), int) and req["seq"] > self.seq:
+                self.seq = req["seq"]
+                self.handle(req)
+
+    def handle(self, req: dict) -> None:
+        """Carry out one request and answer in the state file; never raise."""
+        errors: list[str] = []
+        extra: dict = {}
+        try:
+            if req.get("action") == "on":
+                if self.collector is None:
+                    c = Collector(str(req["spool_dir"]))
+                    c.start()
+                    self.collector = c
+                    errors = list(c.stats["errors"])
+                state = "on"
+                extra["enabled_mono_ns"] = self.collector.enabled_mono_ns
+            elif req.get("action") == "off":
+                c, self.collector = self.collector, None
+                if c is not None:
+                    c.detach(self.finalize)
+                    errors = list(c.stats["errors"])
+                    extra["disabled_mono_ns"] = c.disabled_mono_ns
+                state = "off"
+            else:
+                state, errors = ("on" if self.collector else "off"), [f"unknown request {req!r}"]
+        except Exception as e:  # noqa: BLE001 - a profiler must not break the program it watches
+            self.collector = None
+            state, errors = "off", [f"{type(e).__name__}: {e}"]
+        self.write_state(state, errors, **extra)
+
+    def at_exit(self) -> None:
+        c = self.collector
+        if c is not None:
+            c.stop("exit")
+
+
+_dormant: Dormant | None = None
+
+
+def start_dormant() -> Dormant | None:
+    """Start the dormant agent (``$ZYM_AGENT=1``); never raise into the target."""
+    global _dormant
+    if _dormant is not None:
+        return _dormant
+    try:
+        _dormant = Dormant()
+    except Exception as e:  # noqa: BLE001
+        sys.stderr.write(f"zym: agent not started ({e}); `zym capture --pid` will record the "
+                         "CPU side only\n")
+        return None
+    atexit.register(_dormant.at_exit)
+    return _dormant
 
 
 def start_from_env() -> Collector | None:

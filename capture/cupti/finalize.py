@@ -13,12 +13,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
-from zym.analysis.join import join_calls, stack_coverage
+from zym.analysis.join import join_by_order, join_calls, stack_coverage
 from zym.schemas import CaptureError, CaptureMeta, write_capture
 from zym.schemas.tables import TABLES
 
 from .decode import CuptiTables, decode_spool, read_spool
 from .layouts import cupti_major
+from .remote import read_gpu_window
 
 SPOOL_GLOB = "cupti-*.spool"
 
@@ -61,8 +62,24 @@ def merge_gpu(tables: dict[str, pl.DataFrame] | None, spool_dir: str | Path,
     if not headers:
         meta.extra["cupti"] = {"spools": 0, "note": f"no CUPTI spool in {spool_dir}: GPU side absent"}
         return tables
+    window = read_gpu_window(spool_dir)
+    if window is not None and tables.get("call") is not None:
+        # an attach: CUPTI ran inside the eBPF session; calls outside it have no GPU records
+        before = tables["call"].height
+        tables["call"] = tables["call"].filter(pl.col("ts_ns").is_between(*window))
+        meta.extra["gpu_window"] = {"from_mono_ns": window[0], "to_mono_ns": window[1],
+                                    "calls_left_out": before - tables["call"].height}
     calls, join_stats = join_calls(tables.get("call"), cupti.api)
     gpu = cupti.gpu.select([c for c in TABLES["gpu"] if c != "record" and c in cupti.gpu.columns])
+    if tables.get("call") is not None and gpu.height:   # GPU work no API record accounts for
+        calls, order_stats = join_by_order(calls, gpu)
+        join_stats |= order_stats
+        matched = (join_stats.get("matched_by_time", 0) + join_stats.get("matched_by_sequence", 0)
+                   + order_stats["matched_by_order"])
+        joinable = join_stats.get("ebpf_joinable", 0)
+        join_stats["ebpf_unmatched"] = max(joinable - matched, 0)
+        join_stats["ebpf_matched_pct"] = round(100 * min(matched, joinable) / joinable, 3) \
+            if joinable else 0.0
     coverage = stack_coverage(calls, gpu) if gpu.height else {}
     tables["call"] = calls.select([c for c in TABLES["call"] if c != "record" and c in calls.columns])
     tables["gpu"] = gpu

@@ -6,8 +6,9 @@
   records and rewrites the file (atomically) with the GPU work;
 * no eBPF here (not root, no BTF, no BCC): the command runs under CUPTI alone, and the capture
   has GPU work and API calls without Python stacks (said on the console);
-* ``--pid``: CUPTI starts inside a process at its start, so attaching gives the CPU side only
-  (said on the console).
+* ``--pid``: a process started by ``zym run`` (or with ``ZYM_AGENT=1``) runs a dormant agent,
+  which the capture switches on once the probes are attached and off before they go
+  (``remote.py``); any other process gives the CPU side only, and the console says why.
 
 Spools go to ``<output>.cupti/`` (removed after a successful merge unless ``keep_raw``), beside
 the eBPF session's ``<output>.raw/``.
@@ -53,11 +54,10 @@ def capture_with_gpu(cfg, log: Log | None = None):
     from zym.capture.session import run_capture
 
     log = log or _log
+    if cfg.pid is not None and cfg.command is None:
+        return _capture_running(cfg, log)
     if cfg.pid is not None or not cfg.command:  # the session validates and says what is wrong
-        summary = run_capture(cfg)
-        log("attached to a running process: CPU side only (CUPTI can only start with the "
-            "process; start it under zym capture for GPU times)")
-        return summary
+        return run_capture(cfg)
     try:
         check_environment()
     except CaptureError as e:
@@ -82,6 +82,75 @@ def capture_with_gpu(cfg, log: Log | None = None):
     if not cfg.keep_raw:
         shutil.rmtree(spool, ignore_errors=True)
     return summary
+
+
+def _capture_running(cfg, log: Log):
+    """``--pid``: the eBPF session on the running process; its GPU side too when the process
+    runs zym's dormant agent (``zym run``): switched on once the probes are attached, off
+    before they are detached, so every call of the window has both sides."""
+    from zym.capture.session import run_capture
+
+    from .remote import find_agent, owner_of, why_no_agent, write_gpu_window
+
+    agent = find_agent(cfg.pid)
+    if agent is None:
+        summary = run_capture(cfg)
+        log(why_no_agent(cfg.pid, _python_version(cfg.pid)))
+        return summary
+    spool = _fresh(spool_dir_for(cfg.output))
+    owner = owner_of(cfg.pid)
+    if owner is not None and os.geteuid() == 0:
+        os.chown(spool, *owner)   # the target writes its spool there
+    switched: dict = {}
+
+    def on() -> None:
+        try:
+            st = agent.switch("on", spool)
+        except CaptureError as e:   # a stale folder, an agent that hangs: the CPU side goes on
+            log(f"{e}; CPU side only")
+            return
+        switched["on"] = st
+        if st.get("state") != "on":
+            log(f"the agent of PID {cfg.pid} did not start CUPTI ({'; '.join(st.get('errors') or [])})"
+                "; CPU side only")
+        elif st.get("errors"):
+            log(f"agent: {'; '.join(st['errors'][:3])}")
+
+    def off() -> None:
+        if switched.get("on", {}).get("state") == "on":
+            try:
+                switched["off"] = agent.switch("off")
+            except CaptureError as e:   # the process died: its spool keeps what was flushed
+                log(str(e))
+            lo = switched["on"].get("enabled_mono_ns")
+            hi = switched.get("off", {}).get("disabled_mono_ns") or time.monotonic_ns()
+            if lo:
+                write_gpu_window(spool, lo, hi)
+
+    # Return probes stay: CUPTI started late records no runtime API, so no call durations.
+    cfg = dataclasses.replace(cfg, on_attached=on, on_detach=off)
+    try:
+        summary = run_capture(cfg)
+    except CaptureError:
+        # kept beside a kept raw capture (a lean host finalizes elsewhere), else removed
+        if not Path(cfg.output).with_name(Path(cfg.output).name + ".raw").exists():
+            shutil.rmtree(spool, ignore_errors=True)
+        raise
+    if switched.get("on", {}).get("state") == "on":
+        add_gpu(cfg.output, spool, log)
+    if not cfg.keep_raw:
+        shutil.rmtree(spool, ignore_errors=True)
+    return summary
+
+
+def _python_version(pid: int) -> str | None:
+    from zym.capture.interpreter import detect
+
+    try:
+        interp = detect(pid)
+    except Exception:  # noqa: BLE001 - only for the message
+        return None
+    return interp.version_text if interp is not None else None
 
 
 def add_gpu(output: Path, spool: Path, log: Log | None = None):

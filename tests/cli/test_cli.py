@@ -127,7 +127,9 @@ def test_every_command_has_help_with_an_example(command):
 
 def test_capture_help_says_what_the_gpu_side_needs_and_what_runs_without_root():
     text = " ".join(run("capture", "--help").stdout.replace("│", " ").split())
-    for words in ("needs root", "CUPTI is loaded into it at start-up", "not with --pid",
+    for words in ("needs root", "the `-- COMMAND` form loads CUPTI at start-up",
+                  "with --pid, the process must have been started by `zym run`",
+                  "else only the CPU side is recorded",
                   "Without root, zym records the GPU side alone"):
         assert words in text, words
 

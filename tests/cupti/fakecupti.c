@@ -31,6 +31,18 @@ int cuptiActivityEnable(int k) { if (k < 0 || k >= 64) return 1; g_kind_on[k] = 
 int cuptiActivityDisable(int k) { if (k < 0 || k >= 64) return 1; g_kind_on[k] = 0; return 0; }
 int cuptiActivityEnableRuntimeApi(uint32_t cbid, uint8_t on) { if (cbid >= 1024) return 1; g_rt_on[cbid] = on; return 0; }
 int cuptiActivityEnableDriverApi(uint32_t cbid, uint8_t on) { (void)cbid; (void)on; return 0; }
+/* Detach: every kind and callback off, the callbacks forgotten (a later session registers
+ * them again). fake_finalized() counts the detaches, fake_kind_on(k) shows what is on. */
+static int g_finalized;
+int cuptiFinalize(void) {
+    pthread_mutex_lock(&g_mu);
+    memset(g_kind_on, 0, sizeof g_kind_on); memset(g_rt_on, 0, sizeof g_rt_on);
+    g_req = NULL; g_cmp = NULL; g_len = 0; g_finalized++;
+    pthread_mutex_unlock(&g_mu);
+    return 0;
+}
+int fake_finalized(void) { return g_finalized; }
+int fake_kind_on(int k) { return k >= 0 && k < 64 ? g_kind_on[k] : 0; }
 int cuptiActivityGetNumDroppedRecords(void *c, uint32_t s, size_t *n) { (void)c; (void)s; *n = 0; return 0; }
 
 int cuptiGetCallbackName(int domain, uint32_t cbid, const char **name) {

@@ -168,3 +168,41 @@ def test_failed_session_keeps_spools_only_beside_a_kept_raw_capture(tmp_path, mo
     with pytest.raises(CaptureError):
         integrate.capture_with_gpu(CaptureConfig(output=other, command=["true"]), print)
     assert not (tmp_path / "u.parquet.cupti").exists()
+
+
+def test_attach_to_an_agent_that_does_not_answer_keeps_the_cpu_side(tmp_path, monkeypatch):
+    """A stale agent folder (or a hung agent): the capture goes on without the GPU side."""
+    import json
+    import subprocess
+
+    from zym.capture import session
+    from zym.capture.cupti import remote
+    from zym.capture.session import CaptureConfig
+
+    svc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        agents = tmp_path / "agents"
+        (agents / str(svc.pid)).mkdir(parents=True)
+        (agents / str(svc.pid) / "state").write_text(json.dumps({"pid": svc.pid, "seq": 0,
+                                                                "state": "dormant"}))
+        monkeypatch.setenv("ZYM_AGENT_DIR", str(agents))
+        monkeypatch.setattr(remote, "ANSWER_S", 0.3)
+        monkeypatch.setattr(remote.AgentHandle.switch, "__defaults__", (None, 0.3))
+        seen = []
+
+        def fake_run(cfg):
+            cfg.on_attached()
+            cfg.on_detach()
+            seen.append(cfg.pid)
+            return "ebpf"
+
+        monkeypatch.setattr(session, "run_capture", fake_run)
+        logs = []
+        got = integrate.capture_with_gpu(CaptureConfig(output=tmp_path / "t.parquet",
+                                                       pid=svc.pid), logs.append)
+    finally:
+        svc.kill()
+        svc.wait()
+    assert got == "ebpf" and seen == [svc.pid]
+    assert any("did not answer 'on'" in m and "CPU side only" in m for m in logs), logs
+    assert not (tmp_path / "t.parquet.cupti").exists()

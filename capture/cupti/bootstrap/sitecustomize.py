@@ -9,13 +9,14 @@ def _zym_start():
     import sys
 
     here = os.path.dirname(os.path.abspath(__file__))
-    if os.environ.get("ZYM_CUPTI_DIR"):
+    if os.environ.get("ZYM_CUPTI_DIR") or os.environ.get("ZYM_AGENT") == "1":
         path = os.path.join(os.path.dirname(here), "agent.py")
         spec = importlib.util.spec_from_file_location("_zym_cupti_agent", path)
         agent = importlib.util.module_from_spec(spec)
         sys.modules["_zym_cupti_agent"] = agent
         spec.loader.exec_module(agent)
-        agent.install()  # starts at the first import of torch/cupy/jax/... (or now: ZYM_CUPTI_EAGER=1)
+        agent.install()  # starts at the first import of torch/cupy/jax/... (or now: ZYM_CUPTI_EAGER=1);
+        # ZYM_AGENT=1 (`zym run`): a dormant agent that `zym capture --pid` switches on
     rest = [p for p in sys.path if os.path.abspath(p or ".") != here]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
     if spec is not None and spec.origin != __file__:
