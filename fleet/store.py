@@ -58,6 +58,10 @@ class ChdbStore:
                 why = "another process has it open (chDB: one process at a time)"
             raise StoreError(f"{path}: cannot open the fleet store ({why})") from None
         self.command(f"CREATE DATABASE IF NOT EXISTS {self.database}")
+        from .schema import ddl
+
+        for statement in ddl(self.database):  # a new store answers queries (with no rows)
+            self.command(statement)
 
     def command(self, sql: str) -> None:
         self._run(sql, "CSV")
