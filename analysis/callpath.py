@@ -11,21 +11,23 @@ calls; the same kernel reached from two stacks is two paths. Per path:
 * its innermost user frame (``user_*``): the line to change.
 
 Event-level work (millions of GPU operations) is polars group-bys and joins; the graph
-(``CallPathGraph``, networkx) holds one node per distinct stack node, so its Python-level
+(``CallPathGraph``) holds one node per distinct stack node, so its Python-level
 operations (subtree totals, export) scale with the number of distinct paths, not events.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
-import networkx as nx
 import polars as pl
 from zym.schemas.stacks import MAX_ROUNDS
 
 from .usercode import compiled_frames, is_user_frame
 
 if TYPE_CHECKING:
+    import networkx as nx
+
     from .facts import Facts
 
 UNKNOWN_STACK = -1  # path id of GPU work whose launching call was not captured
@@ -159,56 +161,75 @@ def _paths(calls: pl.DataFrame, gpu_ops: pl.DataFrame, sites: pl.DataFrame) -> p
 
 
 class CallPathGraph:
-    """A tree of stack nodes (networkx ``DiGraph``, parent -> child) weighted by GPU time.
+    """A tree of stack nodes (parent -> child) weighted by GPU time.
 
-    Node attributes: ``frame`` (kind, name, file, line), ``self_gpu_ns`` (GPU work of calls
-    whose stack ends there), ``total_gpu_ns`` (self plus all descendants), same for
-    ``*_blocked_ns``. Composed, not subclassed, so the graph stays a plain networkx object.
+    Node attributes (``attrs[node]``): ``frame`` (kind, name, file, line), ``self_gpu_ns`` (GPU
+    work of calls whose stack ends there), ``total_gpu_ns`` (self plus all descendants), same
+    for ``*_blocked_ns``. Held as plain dicts (one entry per distinct stack node); ``graph``
+    gives the same tree as a networkx ``DiGraph``, imported only when asked for, so that
+    `zym analyze` does not load networkx.
     """
 
-    def __init__(self, graph: nx.DiGraph) -> None:
-        self.graph = graph
+    def __init__(self, attrs: dict[int, dict], parent: dict[int, int | None]) -> None:
+        self.attrs, self.parent = attrs, parent
+        self.children: dict[int, list[int]] = {n: [] for n in attrs}
+        for node, up in parent.items():
+            if up is not None:
+                self.children[up].append(node)
 
     @classmethod
     def from_tables(cls, nodes: pl.DataFrame, paths: pl.DataFrame) -> CallPathGraph:
-        g = nx.DiGraph()
+        """``nodes`` sorted by depth (parents before children), as :func:`stack_nodes` gives."""
         weights = {r["path_id"]: r for r in paths.select(
             "path_id", "gpu_ns", "cpu_blocked_ns").iter_rows(named=True)}
+        attrs: dict[int, dict] = {}
+        parent: dict[int, int | None] = {}
         for row in nodes.select("stack_id", "parent_id", "kind", "name", "file", "line", "is_user",
                                 "module").iter_rows(named=True):
             w = weights.get(row["stack_id"], {})
-            g.add_node(row["stack_id"], kind=row["kind"], name=row["name"], file=row["file"],
-                       line=row["line"], is_user=row["is_user"], module=row["module"],
-                       self_gpu_ns=w.get("gpu_ns", 0),
-                       self_blocked_ns=w.get("cpu_blocked_ns", 0))
-            if row["parent_id"] is not None:
-                g.add_edge(row["parent_id"], row["stack_id"])
+            attrs[row["stack_id"]] = {
+                "kind": row["kind"], "name": row["name"], "file": row["file"],
+                "line": row["line"], "is_user": row["is_user"], "module": row["module"],
+                "self_gpu_ns": w.get("gpu_ns", 0), "self_blocked_ns": w.get("cpu_blocked_ns", 0)}
+            parent[row["stack_id"]] = row["parent_id"]
         if UNKNOWN_STACK in weights:
             w = weights[UNKNOWN_STACK]
-            g.add_node(UNKNOWN_STACK, kind="unknown", name="(unknown stack)", file=None, line=None,
-                       is_user=False, module=None, self_gpu_ns=w["gpu_ns"], self_blocked_ns=w["cpu_blocked_ns"])
-        cls._add_totals(g)
-        return cls(g)
+            attrs[UNKNOWN_STACK] = {"kind": "unknown", "name": "(unknown stack)", "file": None,
+                                    "line": None, "is_user": False, "module": None,
+                                    "self_gpu_ns": w["gpu_ns"],
+                                    "self_blocked_ns": w["cpu_blocked_ns"]}
+            parent[UNKNOWN_STACK] = None
+        graph = cls(attrs, parent)
+        graph._add_totals()
+        return graph
 
-    @staticmethod
-    def _add_totals(g: nx.DiGraph) -> None:
-        for node in nx.dfs_postorder_nodes(g):
-            attrs = g.nodes[node]
-            children = [g.nodes[c] for c in g.successors(node)]
-            attrs["total_gpu_ns"] = attrs["self_gpu_ns"] + sum(c["total_gpu_ns"] for c in children)
-            attrs["total_blocked_ns"] = (attrs["self_blocked_ns"]
-                                         + sum(c["total_blocked_ns"] for c in children))
+    def _add_totals(self) -> None:
+        for node in reversed(list(self.attrs)):  # children (deeper) before their parents
+            a = self.attrs[node]
+            kids = [self.attrs[c] for c in self.children[node]]
+            a["total_gpu_ns"] = a["self_gpu_ns"] + sum(c["total_gpu_ns"] for c in kids)
+            a["total_blocked_ns"] = a["self_blocked_ns"] + sum(c["total_blocked_ns"] for c in kids)
+
+    @cached_property
+    def graph(self) -> nx.DiGraph:
+        """The tree as a networkx ``DiGraph`` with the same node attributes."""
+        import networkx as nx
+
+        g = nx.DiGraph()
+        g.add_nodes_from(self.attrs.items())
+        g.add_edges_from((up, node) for node, up in self.parent.items() if up is not None)
+        return g
 
     def roots(self) -> list[int]:
-        return [n for n, d in self.graph.in_degree() if d == 0]
+        return [n for n, up in self.parent.items() if up is None]
 
     def path(self, stack_id: int) -> list[dict]:
         """The frames from the root down to ``stack_id``, outermost first."""
-        chain, node = [], stack_id if stack_id in self.graph else None
+        chain, node = [], stack_id if stack_id in self.attrs else None
         while node is not None:
-            chain.append(self.graph.nodes[node] | {"stack_id": node})
-            node = next(iter(self.graph.predecessors(node)), None)
+            chain.append(self.attrs[node] | {"stack_id": node})
+            node = self.parent[node]
         return chain[::-1]
 
     def total_gpu_ns(self) -> int:
-        return sum(self.graph.nodes[r]["total_gpu_ns"] for r in self.roots())
+        return sum(self.attrs[r]["total_gpu_ns"] for r in self.roots())

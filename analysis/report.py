@@ -200,7 +200,7 @@ class Analysis:
     def _path_dict(self, row: dict, total_gpu: int, ops: dict[int, list[dict]]) -> dict:
         graph = self.call_paths.graph
         stack = graph.path(row["path_id"])
-        node = graph.graph.nodes.get(row["path_id"], {})
+        node = graph.attrs.get(row["path_id"], {})
         return {
             "path_id": row["path_id"],
             "site": row["site"],

@@ -23,6 +23,41 @@ def zym_import(path: str, out: str) -> None:
     import_kineto(path, out)
 
 
+def zym_decode(path: str) -> None:
+    """zym's JSON work alone: read, gunzip and decode the events into columns."""
+    from pathlib import Path
+
+    from zym.capture.kineto_json import read_events
+
+    read_events(Path(path))
+
+
+def floor_gunzip(path: str) -> None:
+    """The first floor: ISA-L gunzip of the whole file (in pieces, nothing kept)."""
+    from isal import isal_zlib
+
+    with open(path, "rb") as f:
+        d = isal_zlib.decompressobj(wbits=31)
+        while chunk := f.read(1 << 20):
+            d.decompress(chunk)
+            while d.eof and d.unused_data:  # concatenated members
+                rest = d.unused_data
+                d = isal_zlib.decompressobj(wbits=31)
+                d.decompress(rest)
+
+
+def floor_split(path: str) -> None:
+    """The second floor: gunzip, then split ``traceEvents`` into raw event slices (msgspec
+    Raw: one small object per event, no field decoded)."""
+    import msgspec
+    from isal import igzip
+
+    top = msgspec.defstruct("Top", [("traceEvents", list[msgspec.Raw])])
+    with igzip.open(path, "rb") as f:
+        text = f.read()
+    msgspec.json.decode(text, type=top)
+
+
 def hta_parse(trace_dir: str) -> None:
     from hta.trace_analysis import TraceAnalysis
 
@@ -35,6 +70,9 @@ IMPORTS = {
     "zym_analyze": ("zym.analysis", "zym.capture.kineto"),
     "zym_import": ("zym.capture.kineto", "zym.schemas.io", "pyarrow.parquet"),
     "hta_parse": ("hta.trace_analysis",),
+    "zym_decode": ("zym.capture.kineto_json",),
+    "floor_gunzip": ("isal.isal_zlib",),
+    "floor_split": ("isal.igzip", "msgspec"),
 }
 
 

@@ -5,15 +5,22 @@ cuda_driver) and ``gpu`` (kernel, gpu_memcpy, gpu_memset, cuda_sync). msgspec do
 parsing, into typed structs that hold only the fields zym reads: one struct per category (a
 tagged union on ``cat``), so a category's other fields are skipped without building objects.
 
-Kineto pretty-prints one event per block at a fixed indentation, so the ``traceEvents`` array
-can be cut between events (``\n  },\n  {``: JSON strings hold no raw newlines) and decoded
-a megabyte at a time as the file is decompressed (ISA-L): the text is never held whole, and
-only one batch of Python objects is alive. A file laid out otherwise (minified, re-exported)
-is decoded whole instead, with the same result.
+The ``traceEvents`` array is decoded a batch (about a megabyte of text) at a time as the
+file is read and decompressed (ISA-L), whatever its layout: Kineto's pretty print, a minified
+or re-indented re-export, the keys in any order, or a bare array of events. A batch is cut
+between two events (``}`` ``,`` ``{`` outside any string), found by a search from its end and
+confirmed by the batch decoding as JSON. The text is never held whole, and only one batch of
+Python objects is alive.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import multiprocessing
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from itertools import compress, repeat
 from operator import attrgetter, eq
 from pathlib import Path
@@ -157,13 +164,27 @@ class _TraceFile(msgspec.Struct):
 def read_events(path: Path) -> tuple[dict[str, pl.DataFrame], _TraceFile]:
     """Decode a trace file (``.json`` or gzip, told by its magic bytes) into event groups."""
     try:
-        with open(path, "rb") as f:
-            result = _decode_streaming(_pieces(f, path), path)
+        try:
+            result = _read_streaming(path, parallel=True)
+        except (_BadCut, BrokenProcessPool):  # a batch cut inside an event, or a worker
+            result = _read_streaming(path, parallel=False)  # died: again, in this process
         if result is not None:
             return result
         return parse_events(read_json_bytes(path), path)
     except OSError as e:
         raise InputError(f"{path}: cannot read ({e.strerror or e})") from e
+
+
+def _read_streaming(path: Path, parallel: bool
+                    ) -> tuple[dict[str, pl.DataFrame], _TraceFile] | None:
+    with open(path, "rb") as f:
+        size = max(1, os.fstat(f.fileno()).st_size)
+        workers = _Workers(path, lambda: f.tell() / size) if parallel else None
+        try:
+            return _decode_streaming(_pieces(f, path), path, workers)
+        finally:
+            if workers is not None:
+                workers.close()
 
 
 def _pieces(f: BinaryIO, path: Path) -> Iterator[bytes]:
@@ -195,48 +216,215 @@ def _pieces(f: BinaryIO, path: Path) -> Iterator[bytes]:
     raise InputError(f"{path}: truncated gzip file: the trace was cut short")
 
 
-_ARRAY_OPEN = b'\n  "traceEvents": ['
-_BETWEEN_EVENTS = b"\n  },\n  {"
-_ARRAY_CLOSE = b"\n  ]"
-_HEADER_LIMIT = 1 << 24  # Kineto's header is a few kB; past this the layout is not Kineto's
+# Where the events start: the ``traceEvents`` key of the top object (wherever it is among the
+# keys), or a bare array of events (Chrome's "JSON Array Format").
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+# Between two events of the array: the end of one object, a comma, the start of the next, in
+# any layout. The text can also occur inside a string or a nested array; a cut there leaves a
+# batch that is not JSON, so the batch's decoding is what confirms a cut (and an earlier
+# candidate is tried when it fails).
+_BETWEEN_EVENTS = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
+_HEADER_LIMIT = 1 << 24  # text before the events; past this, decoded whole (MAX_WHOLE_JSON)
+_CUT_WINDOW = 1 << 16  # tail of a batch searched for a cut at first; widened when it has none
+_CUT_TRIES = 16  # candidate cuts tried before the batch is taken as not JSON
 
 
-def _decode_streaming(pieces: Iterator[bytes], path: Path
+def _decode_streaming(pieces: Iterator[bytes], path: Path, workers: _Workers | None = None
                       ) -> tuple[dict[str, pl.DataFrame], _TraceFile] | None:
-    """Decode Kineto's own layout piece by piece; None when the text is laid out otherwise."""
+    """Decode the events batch by batch as the text arrives, whatever its layout (pretty,
+    minified, keys in any order, a bare array); None when the events do not start within
+    ``_HEADER_LIMIT`` bytes or a batch cannot be cut into whole events (then the text is
+    decoded whole, which names the problem). ``workers``: other processes that decode some
+    of the batches, once the trace is known to be large."""
     buf = bytearray()
     for piece in pieces:
         buf += piece
-        start = buf.find(_ARRAY_OPEN)
-        if start >= 0:
+        head = buf.lstrip()[:1]
+        if head and head not in b"{[":
+            return None  # not JSON: the whole-text reader says so
+        start = _events_start(buf)
+        if start is not None:
             break
         if len(buf) > _HEADER_LIMIT:
             return None
     else:
         return None
-    header = bytes(buf[:start + len(_ARRAY_OPEN)])
-    del buf[:start + len(_ARRAY_OPEN)]
+    header = bytes(buf[:start])
+    bare = not header.lstrip().startswith(b"{")
+    del buf[:start + 1]  # the rest starts after the array's "["
     acc = _GroupAccumulator(path)
+    retry_at, batch, done = _DECODE_BATCH, _DECODE_BATCH, 0
     for piece in pieces:
         buf += piece
-        if len(buf) < _DECODE_BATCH:
+        done += len(piece)
+        if len(buf) < retry_at:
             continue
-        cut = buf.rfind(_BETWEEN_EVENTS)
-        if cut < 0 and len(buf) > _HEADER_LIMIT:  # no event boundary in 16 MB: not Kineto's
-            return None
-        if cut > 0:
-            if not acc.add_array(buf, cut + 4):  # events up to and with this one's "\n  }"
+        if workers is not None and workers.started(done):
+            batch = _WORKER_BATCH
+            if workers.has_room() and (rest := workers.submit(buf, acc)) is not None:
+                del buf[:rest]
+                retry_at = batch
+                continue
+        rest = _cut_and_decode(buf, acc)
+        if rest is None:  # no whole event yet, or no cut that decodes: try a larger batch
+            if workers is not None and workers.pool is not None:
+                raise _BadCut  # or a worker's batch was cut inside an event
+            if len(buf) > _HEADER_LIMIT:
                 return None
-            del buf[:cut + 5]  # the rest starts at the next event's "\n  {"
-    close = buf.rfind(_ARRAY_CLOSE)
-    trailer = bytes(buf[close + len(_ARRAY_CLOSE):]) if close >= 0 else b""
-    if close < 0 or not acc.add_array(buf, close):
-        return None
+            retry_at = 2 * len(buf)
+            continue
+        del buf[:rest]
+        retry_at = batch
+    result = _finish(buf, acc, header, bare)
+    if result is None and workers is not None and workers.pool is not None:
+        raise _BadCut
+    return result
+
+
+def _events_start(buf: bytearray) -> int | None:
+    """Offset of the ``[`` that opens the events (a bare array's own, or the value of
+    ``traceEvents``), None while not known yet."""
+    text = buf.lstrip()
+    if text[:1] == b"[":
+        return len(buf) - len(text)
+    found = _EVENTS_KEY.search(buf)
+    return None if found is None else found.end() - 1
+
+
+def _cut_and_decode(buf: bytearray, acc: _GroupAccumulator) -> int | None:
+    """Decode the whole events at the front of ``buf``, up to the last cut that decodes; the
+    offset where the rest starts (the next event's ``{``), or None when no cut works."""
+    window = _CUT_WINDOW
+    while True:
+        lo = max(0, len(buf) - window)
+        cuts = list(_BETWEEN_EVENTS.finditer(buf, lo))
+        if cuts or lo == 0:
+            break
+        window *= 4
+    for cut in reversed(cuts[-_CUT_TRIES:]):
+        if acc.add_text(buf, cut.start() + 1):
+            return cut.end() - 1
+    return None
+
+
+def _finish(buf: bytearray, acc: _GroupAccumulator, header: bytes, bare: bool
+            ) -> tuple[dict[str, pl.DataFrame], _TraceFile] | None:
+    """The last events (``buf``: them, the array's ``]``, and the rest of the text) and the
+    top-level keys around the array."""
+    close = len(buf)
+    for _ in range(_CUT_TRIES):
+        close = buf.rfind(b"]", 0, close)
+        if close < 0:
+            return None
+        trailer = bytes(buf[close + 1:])
+        try:
+            if bare:
+                if trailer.strip():
+                    continue
+                top = _TraceFile(traceEvents=[])
+            else:
+                top = msgspec.json.decode(header + b"[]" + trailer, type=_TraceFile)
+        except msgspec.MsgspecError:
+            continue
+        if acc.add_text(buf, close):
+            return acc.groups(), top
+    return None
+
+
+# Both cores: once this much text is decoded and the rest of the file is estimated at more
+# than _PARALLEL_REST, batches of _WORKER_BATCH also go to worker processes (one fewer than
+# the cores, at most 3), whichever is free; this process reads, decompresses and cuts the
+# text, decodes when the workers are busy, and merges their names into its own.
+_PARALLEL_AFTER = 16 << 20
+_PARALLEL_REST = 96 << 20
+_WORKER_BATCH = 4 << 20
+_QUEUED = 2  # batches waiting per worker
+
+
+class _BadCut(Exception):
+    """A batch sent to a worker was cut inside an event (text that looks like the space
+    between two events, inside a string): the file is decoded again in one process."""
+
+
+class _Workers:
+    """Worker processes decoding batches of events, started once the trace proves large."""
+
+    def __init__(self, path: Path, fraction_read: Callable[[], float]) -> None:
+        self.path, self.fraction_read = path, fraction_read
+        self.count = min(3, (os.cpu_count() or 1) - 1) if _spawn_is_safe() else 0
+        self.pool: ProcessPoolExecutor | None = None
+        self.queued: list[Future] = []
+
+    def started(self, done: int) -> bool:
+        """Whether workers run, starting them when ``done`` bytes of text read so far
+        suggest that enough remains."""
+        if self.pool is None and self.count > 0 and done >= _PARALLEL_AFTER:
+            read = self.fraction_read()
+            if 0 < read < 1 and done * (1 - read) / read >= _PARALLEL_REST:
+                self.pool = ProcessPoolExecutor(self.count,
+                                                mp_context=multiprocessing.get_context("spawn"))
+            else:
+                self.count = 0  # too little left: this process alone
+        return self.pool is not None
+
+    def has_room(self) -> bool:
+        if any(f.done() and f.result() is None for f in self.queued):
+            raise _BadCut
+        self.queued = [f for f in self.queued if not f.done()]
+        return len(self.queued) < _QUEUED * self.count
+
+    def submit(self, buf: bytearray, acc: _GroupAccumulator) -> int | None:
+        """Send the whole events at the front of ``buf`` to a worker (cut at the last place
+        that looks like the space between two events); the offset where the rest starts."""
+        found = _last_cut(buf)
+        if found is None:
+            return None
+        with memoryview(buf) as view:
+            text = b"".join((b"[", view[:found.start() + 1], b"]"))
+        future = self.pool.submit(_decode_batch, text)
+        self.queued.append(future)
+        acc.add_future(future)
+        return found.end() - 1
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _spawn_is_safe() -> bool:
+    """Whether worker processes may start: a spawned process imports the main module again,
+    which only zym's own commands are known to allow (a library caller's script would run a
+    second time), so elsewhere the trace is decoded in this process alone."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    return bool(spec is not None and spec.name.startswith("zym.")
+                or Path(getattr(main, "__file__", "") or "").name == "zym")
+
+
+def _last_cut(buf: bytearray) -> re.Match | None:
+    window = _CUT_WINDOW
+    while True:
+        lo = max(0, len(buf) - window)
+        found = None
+        for found in _BETWEEN_EVENTS.finditer(buf, lo):  # the last one is kept
+            pass
+        if found is not None or lo == 0:
+            return found
+        window *= 4
+
+
+def _decode_batch(text: bytes) -> tuple[dict[str, pl.DataFrame], list, list] | str | None:
+    """In a worker: one batch of events (JSON array text) as group frames whose ids refer to
+    the batch's own names and shapes, with those; None when the text is not JSON (a cut in
+    the wrong place), the message of a malformed event."""
     try:
-        top = msgspec.json.decode(header + b"]" + trailer, type=_TraceFile)
-    except msgspec.MsgspecError:
+        events = _decode_events(text)
+    except msgspec.ValidationError as e:
+        return str(e)
+    except msgspec.DecodeError:
         return None
-    return acc.groups(), top
+    names, shapes = _Interner(), _Interner(b"")
+    return _group_frames(events, names, shapes), names.values, shapes.values
 
 
 class _GroupAccumulator:
@@ -244,40 +432,73 @@ class _GroupAccumulator:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.parts: dict[str, list[pl.DataFrame]] = {group: [] for group in _GROUP_SCHEMAS}
+        # Each batch's group frames in file order, or a worker's future for them.
+        self.batches: list[dict[str, pl.DataFrame] | Future] = []
         # CPU events repeat a few thousand names and shapes: rows hold their ids.
         self.names, self.shapes = _Interner(), _Interner(b"")
 
-    def add_array(self, buf: bytearray, end: int) -> bool:
-        """Decode ``buf[:end]``, whole events separated by commas, in place: its leading
-        newline and the byte at ``end`` become the brackets of a JSON array (no copy).
-        False when it does not decode as JSON (not Kineto's layout)."""
-        if end <= 0:
-            return True
-        buf[0], buf[end] = ord("["), ord("]")
+    def add_text(self, buf: bytearray, end: int) -> bool:
+        """Decode ``buf[:end]``: whole events separated by commas (or only whitespace).
+        False when it does not decode as JSON (a cut in the wrong place)."""
+        with memoryview(buf) as view:
+            text = bytearray(b"[")
+            text += view[:end]
+        text += b"]"
         try:
-            with memoryview(buf) as view:
-                events = _decode_events(view[:end + 1])
+            events = _decode_events(text)
         except msgspec.ValidationError as e:
-            raise InputError(f"{self.path}: malformed trace event ({e})") from e
+            raise InputError(f"{self.path}: malformed trace event, not a torch.profiler "
+                             f"(Kineto) trace ({e})") from e
         except msgspec.DecodeError:
             return False
         self.add_events(events)
         return True
 
     def add_events(self, events: list) -> None:
-        for group, frame in _group_frames(events, self.names, self.shapes).items():
-            self.parts[group].append(frame)
+        self.batches.append(_group_frames(events, self.names, self.shapes))
+
+    def add_future(self, future: Future) -> None:
+        self.batches.append(future)
+
+    def _merged(self, result: tuple[dict[str, pl.DataFrame], list, list] | str | None
+                ) -> dict[str, pl.DataFrame]:
+        """A worker's batch with its names' and shapes' ids mapped to this accumulator's."""
+        if result is None:
+            raise _BadCut
+        if isinstance(result, str):
+            raise InputError(f"{self.path}: malformed trace event, not a torch.profiler "
+                             f"(Kineto) trace ({result})")
+        frames, names, shapes = result
+        name_ids = pl.Series(self.names(names), dtype=pl.UInt32)
+        shape_ids = pl.Series(self.shapes(shapes), dtype=pl.UInt32)
+        return {g: f.with_columns(
+            [name_ids.gather(f[c]).alias(c) for c in ("name_id",) if c in f.columns]
+            + [shape_ids.gather(f[c]).alias(c) for c in ("shape_id", "dtypes_id")
+               if c in f.columns]) for g, f in frames.items()}
 
     def groups(self) -> dict[str, pl.DataFrame]:
         """The event groups, and the ``names`` (``name_id, name``) and ``shapes``
         (``shape_id, shape``: JSON text) their ids refer to."""
-        groups = {g: pl.concat(dfs) if dfs else pl.DataFrame(schema=_GROUP_SCHEMAS[g])
-                  for g, dfs in self.parts.items()}
+        batches = [self._merged(b.result()) if isinstance(b, Future) else b
+                   for b in self.batches]
+        self.batches = []
+        groups = {g: pl.concat(dfs) if (dfs := [b[g] for b in batches if g in b])
+                  else pl.DataFrame(schema=_GROUP_SCHEMAS[g]) for g in _GROUP_SCHEMAS}
+        del batches
         if sum(df.height for df in groups.values()) == 0:
             raise InputError(f"{self.path}: JSON, but no torch.profiler events (python_function, "
                              "cpu_op, cuda_runtime, kernel...): not a Kineto trace")
-        groups["names"] = self.names.frame("name_id", "name", pl.String)
+        # Names numbered in sorted order, not in order of appearance, which depends on where
+        # the batches were cut: the tables (frame ids) do not depend on the layout.
+        names = pl.Series("name", self.names.values, dtype=pl.String)
+        order = names.arg_sort()
+        new_id = pl.repeat(0, names.len(), dtype=pl.UInt32, eager=True).scatter(
+            order, pl.int_range(names.len(), dtype=pl.UInt32, eager=True))
+        for g in ("python", "op", "call"):
+            groups[g] = groups[g].with_columns(new_id.gather(groups[g]["name_id"]).alias("name_id"))
+        groups["names"] = pl.DataFrame({
+            "name_id": pl.int_range(names.len(), dtype=pl.UInt32, eager=True),
+            "name": names.gather(order)})
         groups["shapes"] = self.shapes.frame("shape_id", "shape", pl.Binary).with_columns(
             pl.col("shape").cast(pl.String))
         return groups
@@ -348,7 +569,8 @@ def parse_events(text: bytes | bytearray, path: Path) -> tuple[dict[str, pl.Data
             acc.add_events(_decode_events(b"[" + b",".join(raws[start:start + BATCH_EVENTS])
                                           + b"]"))
         except msgspec.ValidationError as e:
-            raise InputError(f"{path}: malformed trace event ({e})") from e
+            raise InputError(f"{path}: malformed trace event, not a torch.profiler (Kineto) "
+                             f"trace ({e})") from e
     return acc.groups(), top
 
 

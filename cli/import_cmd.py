@@ -1,4 +1,4 @@
-"""`zym import TRACE -o OUT.parquet`: convert a torch.profiler (Kineto) trace to a zym capture."""
+"""`zym import TRACE... -o OUT`: convert torch.profiler (Kineto) traces to zym captures."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,27 +10,44 @@ from .errors import exit_on_error
 
 
 def import_trace(
-    trace: Annotated[Path, typer.Argument(help="torch.profiler trace: .json or .json.gz.",
-                                          show_default=False)],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Capture file to write (a "
-                                         "missing folder is created).", show_default=False)],
+    traces: Annotated[list[Path], typer.Argument(
+        help="torch.profiler trace: .json or .json.gz; or several, or a folder of them (one "
+             "per rank).", show_default=False)],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Capture file to write; for "
+                                         "several traces or a folder, the folder to write one "
+                                         "capture per trace into (a missing folder is "
+                                         "created).", show_default=False)],
     force: Annotated[bool, typer.Option("--force", help="Overwrite OUTPUT if it exists.")] = False,
     progress: Annotated[bool, typer.Option(help="Show progress on stderr.")] = True,
 ) -> None:
-    """Convert a torch.profiler (Kineto) trace into one zym capture file (schema v2).
+    """Convert a torch.profiler (Kineto) trace into one zym capture file (schema v2); several
+    traces (or a folder of per-rank traces) into one capture each, in the folder OUTPUT.
 
     Example: zym import sample_traces/gpt_decode_server.trace.json.gz -o trace.parquet
+
+    Example: zym import traces/ -o captures/
     """
-    from zym.capture.kineto import import_kineto
     from zym.schemas.output import display
 
     from .progress import stage_progress
 
     with exit_on_error():
+        if len(traces) == 1 and not traces[0].is_dir():
+            from zym.capture.kineto import import_kineto
+
+            with stage_progress(progress) as say:
+                out = import_kineto(traces[0], output, say, force=force)
+            size = out.stat().st_size
+            typer.echo(f"wrote {display(out)} ({size / 1e6:.1f} MB); next: zym analyze "
+                       f"{display(out)}")
+            return
+        from zym.capture.kineto_batch import import_many
+
         with stage_progress(progress) as say:
-            out = import_kineto(trace, output, say, force=force)
-        size = out.stat().st_size
-    typer.echo(f"wrote {display(out)} ({size / 1e6:.1f} MB); next: zym analyze {display(out)}")
+            outs = import_many(traces, output, say, force=force)
+    size = sum(o.stat().st_size for o in outs)
+    typer.echo(f"wrote {len(outs)} captures into {display(output)} ({size / 1e6:.1f} MB); "
+               f"next: zym analyze {display(outs[0])}")
 
 
 def register(app: typer.Typer) -> None:

@@ -2,19 +2,26 @@
 
 See README.md beside this module for the layout and why it was chosen.
 """
-from .errors import CaptureError, InputError, SchemaError, ZymError
-from .io import Capture, conform, is_parquet, open_capture, write_capture
-from .meta import CaptureMeta
-from .tables import (
-    CALL_KINDS,
-    COPY_KINDS,
-    FRAME_KINDS,
-    GPU_KINDS,
-    TABLES,
-    arrow_schema,
-    polars_schema,
-)
-from .version import SCHEMA_VERSION
+# Names are resolved on first use (PEP 562): importing ``zym.schemas.errors`` (every command
+# does, for its error types) must not import polars and pyarrow, so `zym --help` starts fast.
+_HOME = {
+    "CaptureError": "errors", "InputError": "errors", "SchemaError": "errors",
+    "ZymError": "errors", "Capture": "io", "conform": "io", "is_parquet": "io",
+    "open_capture": "io", "write_capture": "io", "CaptureMeta": "meta", "CALL_KINDS": "tables",
+    "COPY_KINDS": "tables", "FRAME_KINDS": "tables", "GPU_KINDS": "tables", "TABLES": "tables",
+    "arrow_schema": "tables", "polars_schema": "tables", "SCHEMA_VERSION": "version",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f".{_HOME[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "CALL_KINDS", "COPY_KINDS", "FRAME_KINDS", "GPU_KINDS", "SCHEMA_VERSION", "TABLES",

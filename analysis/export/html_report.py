@@ -29,7 +29,6 @@ def flame_tree(src: ExportSource) -> dict:
     """The call-path graph as nested ``{n: label, v: GPU ns, k: kind, f: file:line, c: [...]}``,
     with each path's GPU operations as leaves; nodes below :data:`MIN_FLAME_SHARE` dropped."""
     graph = src.analysis.call_paths.graph
-    g = graph.graph
     total = graph.total_gpu_ns()
     floor = total * MIN_FLAME_SHARE
     ops: dict[int, list[dict]] = {}
@@ -40,10 +39,10 @@ def flame_tree(src: ExportSource) -> dict:
                 {"n": name, "v": int(ns), "k": kind, "f": f"{count:,} ops", "c": []})
 
     def build(node: int) -> dict | None:
-        a = g.nodes[node]
+        a = graph.attrs[node]
         if a["total_gpu_ns"] < floor or a["total_gpu_ns"] <= 0:
             return None
-        children = [c for c in (build(s) for s in g.successors(node)) if c]
+        children = [c for c in (build(s) for s in graph.children[node]) if c]
         children += sorted(ops.get(node, []), key=lambda x: -x["v"])
         children.sort(key=lambda x: -x["v"])
         where = f"{a['file']}:{a['line']}" if a.get("file") else ""
