@@ -72,6 +72,11 @@ class CaptureConfig:
     force_return_probes: bool = False   # keep them even when CUPTI records the durations
     # Budget mode: adapt the stack-walk sampling to keep the estimated overhead under this %.
     max_overhead_pct: float | None = None
+    # Continuous capture (capture/rotate.py): one file per this many seconds, the newest
+    # ``keep`` kept, each labelled with ``labels``.
+    rotate_s: float | None = None
+    keep: int | None = None
+    labels: dict[str, str] = field(default_factory=dict)
     # Called once the probes are attached and the target tracked (before any of its calls
     # counts), and once recording ends (probes still attached): the GPU side switches a
     # running process's agent on and off here (--pid).
@@ -88,6 +93,7 @@ class CaptureSummary:
     pids: list[int]
     dropped: dict[str, int]
     counters: dict[str, int]
+    outputs: list[Path] = field(default_factory=list)  # --rotate: the files kept
 
 
 @dataclass
@@ -382,15 +388,19 @@ def run_capture(cfg: CaptureConfig, log: Log | None = None) -> CaptureSummary:
     raw_dir = cfg.output.with_name(cfg.output.name + ".raw")
     if raw_dir.exists():
         _remove_raw(raw_dir)
-    writer = RawWriter(raw_dir)
+    rotating = cfg.rotate_s is not None
+    collector: Collector | None = None
+    bpf_ref: list[BpfProgram] = []
+    writer = (_rotating_writer(cfg, lambda: _meta(cfg, collector, bpf_ref[0].counters(), {}),
+                               log) if rotating else RawWriter(raw_dir))
     libraries = (DRIVER, RUNTIME) if cfg.runtime_api else (DRIVER,)
     stop = _Stop()
-    collector: Collector | None = None
     popen = None
     try:
         with BpfProgram(lambda k, r: collector.on_record(k, r),
                         lambda recs: collector.on_calls(recs), libraries, cfg.sample,
                         return_probes=cfg.return_probes) as bpf:
+            bpf_ref.append(bpf)
             collector = Collector(bpf, writer, log, libraries)
             calibration = bpf.calibrate(log)
             popen, go_fd = _start_target(cfg, collector, interp, libraries)
@@ -413,17 +423,42 @@ def run_capture(cfg: CaptureConfig, log: Log | None = None) -> CaptureSummary:
             cost = _cost(cfg, collector, bpf, counters, calibration, cpu_ns() - cpu0, seconds,
                          budget)
             meta = _meta(cfg, collector, counters, cost)
+            if rotating:
+                outputs = writer.finish(time.monotonic_ns())
     except CaptureError:
-        writer.close()
-        _remove_raw(raw_dir)
+        if rotating:
+            writer.abandon()
+        else:
+            writer.close()
+            _remove_raw(raw_dir)
         if popen is not None and popen.poll() is None:
             popen.kill()
         raise
     finally:
         stop.restore()
         writer.close()
+    if rotating:
+        return CaptureSummary(outputs[-1] if outputs else cfg.output, collector.calls,
+                              len(collector.stack_keys), seconds, sorted(collector.procs),
+                              meta.dropped, counters, outputs)
     write_raw_meta(raw_dir, meta)
     return _finish(cfg, collector, meta, counters, seconds, raw_dir, log)
+
+
+def _rotating_writer(cfg: CaptureConfig, meta_for: Callable[[], CaptureMeta], log: Log):
+    from .rotate import RotatingWriter
+
+    labels = {"process": (Path(cfg.command[0]).name if cfg.command
+                          else _comm(cfg.pid))} | cfg.labels
+    labels.setdefault("service", labels["process"])
+    return RotatingWriter(cfg.output, cfg.rotate_s, meta_for, labels, cfg.keep, log)
+
+
+def _comm(pid: int | None) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return f"pid {pid}"
 
 
 def _environ(pid: int) -> dict[str, str]:

@@ -25,6 +25,8 @@ Example: sudo zym capture -o trace.parquet -- python serve.py --port 8000
 Example: sudo zym capture --pid 1234 --duration 30 -o trace.parquet
 
 Example: sudo zym capture --max-overhead 1% -o trace.parquet -- python serve.py
+
+Example (continuous, one file a minute for `zym fleet ingest`): sudo zym capture --pid 1234 --rotate 60s --keep 60 --label service=decode -o /var/zym/decode.parquet
 """
 # One line per paragraph: rich keeps the source's line breaks, so the help wraps to the terminal
 HELP = "\n\n".join(" ".join(p.split()) for p in _HELP.split("\n\n"))
@@ -57,6 +59,15 @@ def capture(
         "--print-bpf", help="Print the BPF program with its -D flags and exit.")] = False,
     force: Annotated[bool, typer.Option(
         "--force", help="Overwrite OUTPUT if it exists.")] = False,
+    rotate: Annotated[str | None, typer.Option(
+        "--rotate", metavar="INTERVAL", help="Continuous capture: one file per INTERVAL (60s, "
+        "5m, 1h), named OUTPUT-<start>-<n>.parquet, until the target exits or zym is stopped; "
+        "the CPU side (eBPF) only.")] = None,
+    keep: Annotated[int | None, typer.Option(
+        "--keep", min=1, help="With --rotate: keep only the newest N files.")] = None,
+    label: Annotated[list[str] | None, typer.Option(
+        "--label", "-l", help="With --rotate: a label for every file, KEY=VALUE (service=, "
+                              "version=...); repeatable.")] = None,
     finalize: Annotated[Path | None, typer.Option(
         "--finalize", metavar="RAW_DIR", help="Write the capture file from a raw directory left "
                                               "by an interrupted or lean-host capture (no root "
@@ -78,11 +89,42 @@ def capture(
         command = list(ctx.args)
         if output is None:
             output = Path(f"zym-{pid if pid else Path(command[0]).name if command else 'capture'}.parquet")
+        if rotate is not None or keep is not None or label:
+            _rotate(rotate, keep, label, CaptureConfig(
+                output=output, pid=pid, command=command or None, duration=duration,
+                sample=sample, runtime_api=runtime_api, keep_raw=keep_raw,
+                max_overhead_pct=_percent(max_overhead)))
+            return
         check_target(output, force)  # before the target runs, not after
         capture_with_gpu(CaptureConfig(output=output, pid=pid, command=command or None,
                                        duration=duration, sample=sample, runtime_api=runtime_api,
                                        keep_raw=keep_raw, force_return_probes=return_probes,
                                        max_overhead_pct=_percent(max_overhead)))
+
+
+def _rotate(rotate: str | None, keep: int | None, label: list[str] | None, cfg) -> None:
+    """Continuous capture: the eBPF session with a rotating writer (capture/rotate.py)."""
+    import dataclasses
+
+    from zym.capture.rotate import parse_interval
+    from zym.capture.session import run_capture
+    from zym.schemas.errors import CaptureError
+
+    if rotate is None:
+        raise CaptureError("--keep and --label go with --rotate INTERVAL")
+    labels = {}
+    for item in label or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise CaptureError(f"--label {item!r}: give KEY=VALUE")
+        labels[key] = value
+    typer.echo("zym: --rotate records the CPU side (eBPF) in each interval; the GPU side "
+               "(CUPTI) is not recorded in continuous mode", err=True)
+    summary = run_capture(dataclasses.replace(cfg, rotate_s=parse_interval(rotate), keep=keep,
+                                              labels=labels))
+    typer.echo(f"zym: {summary.calls} calls in {summary.seconds:.1f} s -> "
+               f"{len(summary.outputs)} files kept"
+               + (f" (newest {summary.outputs[-1]})" if summary.outputs else ""), err=True)
 
 
 def _percent(text: str | None) -> float | None:

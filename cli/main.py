@@ -45,6 +45,7 @@ def _register() -> None:
         capture_cmd,
         diff_cmd,
         export_cmd,
+        fleet_cmd,
         import_cmd,
         mcp_cmd,
         report_cmd,
@@ -54,7 +55,7 @@ def _register() -> None:
     )
 
     for module in (import_cmd, analyze_cmd, diff_cmd, capture_cmd, run_cmd, export_cmd, report_cmd,
-                   rules_cmd, view_cmd, mcp_cmd):
+                   rules_cmd, view_cmd, fleet_cmd, mcp_cmd):
         module.register(app)
 
 

@@ -31,8 +31,8 @@ def sample_capture(tmp_path_factory) -> Path:
 # Skips that mean "a system part is missing". Under ZYM_REQUIRE_SYSTEM=1 (.ci/run, which
 # installs these parts) they fail instead: a broken install must not turn CI green.
 SYSTEM_SKIPS = ("eBPF unavailable", "chromium not installed", "cupti-python not installed",
-                "needs gcc", "no C compiler", "needs root", "protoc not installed",
-                "mcp not installed")
+                "needs gcc", "no C compiler", "needs root", "chdb not installed",
+                "protoc not installed", "mcp not installed")
 
 
 def system_required() -> bool:

@@ -1,0 +1,225 @@
+"""`zym fleet ingest|top|findings|diff|sql`: many captures in ClickHouse. Library: zym.fleet."""
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .errors import exit_on_error
+
+fleet_app = typer.Typer(
+    name="fleet", no_args_is_help=True,
+    help="Many captures in one ClickHouse store (chDB embedded by default, or a server): "
+         "ingest them, then ask which sites, kernels and hosts cost most, which findings "
+         "recur, and what got worse between two versions.\n\n"
+         "Example: zym fleet ingest captures/*.parquet --label version=1.3; "
+         "zym fleet top --by site --since -1d",
+)
+
+
+class Fmt(str, Enum):
+    text = "text"
+    json = "json"
+
+
+Store = Annotated[str | None, typer.Option(
+    "--store", envvar="ZYM_FLEET_STORE", help="Store: a folder (chDB, default ~/.zym/fleet) or "
+    "clickhouse://HOST:PORT/DB (a ClickHouse server, HTTP port).")]
+Since = Annotated[str | None, typer.Option(
+    "--since", help="Captures starting at or after this time: ISO 8601 (UTC) or -2h, -7d.")]
+Until = Annotated[str | None, typer.Option("--until", help="Captures starting before this time.")]
+Labels = Annotated[list[str] | None, typer.Option(
+    "--label", "-l", help="Only captures with this label, KEY=VALUE (host= and service= match "
+                          "those columns); repeatable.")]
+Host = Annotated[list[str] | None, typer.Option("--host", help="Only this host; repeatable.")]
+Format = Annotated[Fmt, typer.Option("--format", "-f", help="Output format.")]
+Limit = Annotated[int, typer.Option("--limit", "-n", min=1, help="Rows to show.")]
+
+
+def _filters(since, until, labels, hosts):
+    from zym.fleet import Filters, parse_time
+    from zym.fleet.prepare import parse_labels
+
+    return Filters(since=parse_time(since), until=parse_time(until), hosts=hosts or [],
+                   labels=parse_labels(labels or []))
+
+
+def _emit(rows, fmt: Fmt, columns: list[tuple[str, str]] | None = None) -> None:
+    if fmt is Fmt.json:
+        json.dump(rows, sys.stdout, indent=1, default=str)
+        sys.stdout.write("\n")
+        return
+    if not rows:
+        typer.echo("(no rows)")
+        return
+    cols = columns or [(c, c) for c in rows[0]]
+    cells = [[_cell(r.get(c), c) for c, _ in cols] for r in rows]
+    widths = [max(len(h), *(len(row[i]) for row in cells)) for i, (_, h) in enumerate(cols)]
+    typer.echo("  ".join(h.ljust(w) for (_, h), w in zip(cols, widths)).rstrip())
+    for row in cells:
+        typer.echo("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
+
+
+def _cell(v, col: str) -> str:
+    if v is None:
+        return "-"
+    if col.endswith("_ns") and isinstance(v, (int, float)):
+        from zym.analysis.units import fmt_ns
+
+        return fmt_ns(int(v))
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
+
+
+@fleet_app.command("ingest")
+def ingest_cmd(
+    captures: Annotated[list[Path], typer.Argument(help="Capture files (zym Parquet).",
+                                                   show_default=False)],
+    store: Store = None,
+    label: Annotated[list[str] | None, typer.Option(
+        "--label", "-l", help="Add this label to every capture, KEY=VALUE (e.g. version=1.3, "
+                              "service=decode); repeatable.")] = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1,
+                                      help="Captures analysed at once (processes).")] = 1,
+    fmt: Format = Fmt.text,
+) -> None:
+    """Analyse captures and load them into the store; a capture already there is skipped.
+
+    Example: zym fleet ingest /var/zym/*.parquet --label version=1.3 -j 4
+    """
+    with exit_on_error():
+        from zym.fleet import ingest, open_store
+        from zym.fleet.prepare import parse_labels
+
+        extra = parse_labels(label or [])
+        s = open_store(store)
+        result = ingest(s, captures, labels=extra, jobs=jobs,
+                        progress=lambda m: typer.echo(f"zym: {m}", err=True))
+    d = result.to_dict()
+    if fmt is Fmt.json:
+        _emit(d, fmt)
+        return
+    typer.echo(f"zym: {d['ingested']} captures ingested, {d['skipped']} already in the store; "
+               f"{d['rows'].get('gpu_ops', 0):,} GPU operations, {d['rows'].get('calls', 0):,} "
+               f"calls (analysis {d['analysis_s']} s, load {d['load_s']} s) -> {s.path}",
+               err=True)
+
+
+@fleet_app.command("top")
+def top_cmd(
+    by: Annotated[str, typer.Option("--by", help="site, kernel, host, service or label:KEY.")
+                  ] = "site",
+    metric: Annotated[str, typer.Option(
+        "--metric", "-m", help="gpu (GPU time), blocked (CPU time blocked on the GPU) or saving "
+                               "(the rules' estimated saving).")] = "gpu",
+    store: Store = None, since: Since = None, until: Until = None, label: Labels = None,
+    host: Host = None, limit: Limit = 20, fmt: Format = Fmt.text,
+) -> None:
+    """The costliest sites, kernels, hosts or label values across the fleet.
+
+    Example: zym fleet top --by kernel --since -7d --label service=decode
+    """
+    with exit_on_error():
+        from zym.fleet import open_store, top
+
+        rows = top(open_store(store), by=by, metric=metric,
+                   filters=_filters(since, until, label, host), limit=limit)
+    _emit(rows, fmt, [("value_ns", metric), ("share_pct", "%"), ("captures", "captures"),
+                      ("key", by)])
+
+
+@fleet_app.command("findings")
+def findings_cmd(
+    rule: Annotated[str | None, typer.Option("--rule", help="Only this rule id.")] = None,
+    store: Store = None, since: Since = None, until: Until = None, label: Labels = None,
+    host: Host = None, limit: Limit = 20, fmt: Format = Fmt.text,
+) -> None:
+    """Findings across the fleet, per rule and site: captures, summed cost and saving.
+
+    Example: zym fleet findings --since -1d
+    """
+    with exit_on_error():
+        from zym.fleet import findings, open_store
+
+        rows = findings(open_store(store), filters=_filters(since, until, label, host),
+                        rule=rule, limit=limit)
+    _emit(rows, fmt, [("saving_ns", "saving"), ("cost_ns", "cost"), ("captures", "captures"),
+                      ("rule_id", "rule"), ("site", "site")])
+
+
+@fleet_app.command("diff")
+def diff_cmd(
+    baseline: Annotated[list[str], typer.Option(
+        "--baseline", "-b", help="Baseline captures: KEY=VALUE (repeatable, all must hold).")],
+    candidate: Annotated[list[str], typer.Option(
+        "--candidate", "-c", help="Candidate captures: KEY=VALUE (repeatable).")],
+    by: Annotated[str, typer.Option("--by", help="site or kernel.")] = "site",
+    metric: Annotated[str, typer.Option("--metric", "-m", help="gpu or blocked.")] = "gpu",
+    z: Annotated[float, typer.Option("--z", help="Noise: standard errors a change must exceed."
+                                     )] = 5.0,
+    min_change: Annotated[float, typer.Option(
+        "--min-change", help="Noise: smallest change counted, % of the baseline.")] = 5.0,
+    min_share: Annotated[float, typer.Option(
+        "--min-share", help="Noise: smallest share of the service's time, %.")] = 0.2,
+    fail_on_regression: Annotated[bool, typer.Option(
+        "--fail-on-regression", help="Exit 1 when any regression is found.")] = False,
+    store: Store = None, since: Since = None, until: Until = None, label: Labels = None,
+    host: Host = None, fmt: Format = Fmt.text,
+) -> None:
+    """Regressions between two versions across the fleet, per service and site (or kernel).
+
+    Each capture's time per second of capture, averaged over each version's captures; a
+    change counts when it beats the noise between captures (Welch z), the relative and the
+    share thresholds.
+
+    Example: zym fleet diff --baseline version=1.2 --candidate version=1.3 --by kernel
+    """
+    with exit_on_error():
+        from zym.fleet import Noise, diff, open_store
+        from zym.fleet.prepare import parse_labels
+
+        result = diff(open_store(store), parse_labels(baseline), parse_labels(candidate),
+                      by=by, metric=metric, filters=_filters(since, until, label, host),
+                      noise=Noise(z=z, min_change=min_change / 100, min_share=min_share / 100))
+    if fmt is Fmt.json:
+        _emit(result, fmt)
+    else:
+        n = result["captures"]
+        typer.echo(f"{n['baseline']} baseline vs {n['candidate']} candidate captures; "
+                   f"{metric} time per second of capture (ms/s), by {by}")
+        cols = [("change_pct", "change %"), ("baseline_ms_per_s", "before"),
+                ("candidate_ms_per_s", "after"), ("z", "z"), ("service", "service"),
+                ("key", by)]
+        for name in ("regressions", "improvements"):
+            typer.echo(f"\n{name}: {len(result[name])}")
+            if result[name]:
+                _emit(result[name], fmt, cols)
+    if fail_on_regression and result["regressions"]:
+        raise typer.Exit(1)
+
+
+@fleet_app.command("sql")
+def sql_cmd(
+    query: Annotated[str, typer.Argument(help="SQL; tables zym.captures, zym.gpu_ops, "
+                                              "zym.calls, zym.paths, zym.findings, zym.frames, "
+                                              "zym.stacks.", show_default=False)],
+    store: Store = None, fmt: Format = Fmt.text,
+) -> None:
+    """Any SQL against the fleet store.
+
+    Example: zym fleet sql "SELECT host, sum(dur_ns) FROM zym.gpu_ops GROUP BY host"
+    """
+    with exit_on_error():
+        from zym.fleet import open_store, sql
+
+        rows = sql(open_store(store), query)
+    _emit(rows, fmt)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(fleet_app)

@@ -1,0 +1,234 @@
+"""``ingest(store, files)``: captures into the fleet store, each once.
+
+A capture is analysed (:mod:`zym.fleet.prepare`, in ``jobs`` processes), its rows written as
+Parquet files in a staging folder, and the store loads them (chDB reads the files itself; a
+server receives them as Parquet). Frames and stacks are loaded from the capture file itself.
+The ``captures`` row goes in last, so a capture is in the store exactly when its row is: a
+capture whose rows were cut short (zym killed mid-load) is cleared and loaded again next time,
+and one that is already in is skipped (its content hash is its key).
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+
+from zym.schemas.errors import InputError
+
+from .prepare import PREPARED, Prepared, capture_id, prepare_chunk
+from .schema import LOAD_ORDER, columns, ddl
+from .store import sql_string
+
+BATCH = 128
+Progress = Callable[[str], None]
+
+
+@dataclass
+class IngestResult:
+    ingested: int = 0
+    skipped: int = 0  # already in the store (same content hash), or named twice
+    rows: dict[str, int] = field(default_factory=dict)
+    analysis_s: float = 0.0  # analysing the captures and writing their rows (prepare)
+    load_s: float = 0.0  # the store loading the rows
+
+    def to_dict(self) -> dict:
+        gpu = self.rows.get("gpu_ops", 0)
+        return {"ingested": self.ingested, "skipped": self.skipped, "rows": self.rows,
+                "analysis_s": round(self.analysis_s, 3), "load_s": round(self.load_s, 3),
+                "gpu_op_rows_per_s_load": round(gpu / self.load_s) if self.load_s else None,
+                "gpu_op_rows_per_s_total": (round(gpu / (self.load_s + self.analysis_s))
+                                            if self.load_s + self.analysis_s else None)}
+
+
+def ensure_schema(store) -> None:
+    for statement in ddl(store.database):
+        store.command(statement)
+
+
+ID_CHUNK = 256  # ids per IN (...) list: a query's text stays far below max_query_size
+
+
+def _chunks(ids: Sequence[str]):
+    for at in range(0, len(ids), ID_CHUNK):
+        yield ", ".join(map(sql_string, ids[at:at + ID_CHUNK]))
+
+
+def ids_in_store(store, ids: Sequence[str]) -> set[str]:
+    found: set[str] = set()
+    for id_list in _chunks(ids):
+        rows = store.query(f"SELECT capture_id FROM {store.database}.captures FINAL "
+                           f"WHERE capture_id IN ({id_list})")
+        found.update(rows.column("capture_id").to_pylist())
+    return found
+
+
+def ingest(store, files: Sequence[str | Path], labels: dict[str, str] | None = None,
+           jobs: int = 1, progress: Progress | None = None) -> IngestResult:
+    """Load ``files`` (zym capture Parquet files) into ``store``; returns what was done."""
+    ensure_schema(store)
+    result = IngestResult()
+    todo: dict[str, Path] = {}
+    for f in files:
+        path = Path(f)
+        if not path.is_file():
+            raise InputError(f"{path}: no such capture file")
+        cid = capture_id(path)
+        if cid in todo:
+            result.skipped += 1
+        else:
+            todo[cid] = path
+    present = ids_in_store(store, list(todo))
+    result.skipped += len(present)
+    pending = [(cid, p) for cid, p in todo.items() if cid not in present]
+    _clear_partial(store, [cid for cid, _ in pending])
+    staging_root = Path(store.path) if store.kind == "chdb" else None
+    with tempfile.TemporaryDirectory(prefix="zym-fleet-", dir=staging_root) as tmp, \
+            _pool(jobs) as pool:
+        for at in range(0, len(pending), BATCH):
+            batch = pending[at:at + BATCH]
+            stage = Path(tmp) / f"b{at}"
+            t0 = time.perf_counter()
+            prepared = _prepare_all(pool, max(jobs, 1), batch, stage, labels or {})
+            t1 = time.perf_counter()
+            _load(store, prepared, stage, result)
+            result.load_s += time.perf_counter() - t1
+            result.analysis_s += t1 - t0
+            result.ingested += len(prepared)
+            shutil.rmtree(stage, ignore_errors=True)
+            if progress:
+                progress(f"{result.ingested}/{len(pending)} captures ingested")
+    return result
+
+
+class _Serial:
+    def map(self, fn, *args):
+        return map(fn, *args)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _pool(jobs: int):
+    if jobs <= 1:
+        return _Serial()
+    return ProcessPoolExecutor(jobs, mp_context=get_context("spawn"))
+
+
+def _prepare_all(pool, jobs: int, batch: list[tuple[str, Path]], stage: Path,
+                 labels: dict[str, str]) -> list[Prepared]:
+    chunks = [batch[i::jobs] for i in range(jobs) if batch[i::jobs]]
+    folders = [stage / f"part{i}" for i in range(len(chunks))]
+    out = [p for part in pool.map(prepare_chunk, [[p for _, p in c] for c in chunks], folders,
+                                  [labels] * len(chunks)) for p in part]
+    by_path = {str(p.file): p for p in out}
+    for cid, path in batch:
+        if by_path[str(path)].capture_id != cid:  # changed between reading its id and now
+            raise InputError(f"{path}: changed while being ingested")
+    return out
+
+
+def _load(store, prepared: list[Prepared], stage: Path, result: IngestResult) -> None:
+    for table in LOAD_ORDER:
+        if table in ("frames", "stacks"):
+            _load_own(store, table, prepared, stage)
+        elif table in PREPARED:
+            _load_staged(store, table, stage)
+        else:
+            _load_captures(store, prepared, stage)
+        result.rows[table] = result.rows.get(table, 0) + sum(
+            p.counts.get(table, 0) for p in prepared)
+
+
+_OWN = {"frames": ("frame", "frame_id, kind, name, file, line"),
+        "stacks": ("stack", "stack_id, parent_id, frame_id, depth")}
+
+
+def _load_own(store, table: str, prepared: list[Prepared], stage: Path) -> None:
+    """Frames or stacks straight from the capture files: chDB reads them all in one statement
+    (each capture is linked into the staging folder under its id, and the key columns are
+    looked up from the path); a server receives each file."""
+    record, cols = _OWN[table]
+    where = f"record = {sql_string(record)}"
+    if store.kind != "chdb":
+        for p in prepared:
+            store.load_parquet(table, p.file, select=f"{_key_literals(p)}, {cols}", where=where)
+        return
+    for p in prepared:
+        link = stage / "links" / p.capture_id / "capture.parquet"
+        if not link.exists():
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(Path(p.file).resolve())
+    ids = "[" + ", ".join(sql_string(p.capture_id) for p in prepared) + "]"
+    cid = "splitByChar('/', _path)[-2]"
+
+    def lookup(values: list[str], default: str) -> str:
+        return f"transform({cid}, {ids}, [{', '.join(values)}], {default})"
+
+    times = [f"toInt64({p.row['capture_time']})" for p in prepared]
+    select = (f"{cid} AS capture_id, "
+              f"fromUnixTimestamp64Milli({lookup(times, 'toInt64(0)')}, 'UTC') AS capture_time, "
+              f"{lookup([sql_string(p.row['host']) for p in prepared], chr(39) * 2)} AS host, "
+              f"{lookup([sql_string(p.row['service']) for p in prepared], chr(39) * 2)} "
+              f"AS service, {cols}")
+    store.load_parquet(table, stage / "links" / "*" / "capture.parquet", select=select,
+                       where=where)
+
+
+def _key_literals(p: Prepared) -> str:
+    r = p.row
+    return (f"{sql_string(p.capture_id)} AS capture_id, "
+            f"fromUnixTimestamp64Milli(toInt64({r['capture_time']}), 'UTC') AS capture_time, "
+            f"{sql_string(r['host'])} AS host, {sql_string(r['service'])} AS service")
+
+
+def _load_staged(store, table: str, stage: Path) -> None:
+    if store.kind == "chdb":  # one statement: chDB reads every part's file by glob
+        store.load_parquet(table, stage / "part*" / f"{table}.parquet")
+    else:
+        for f in sorted(stage.glob(f"part*/{table}.parquet")):
+            store.load_parquet(table, f)
+
+
+def _load_captures(store, prepared: list[Prepared], stage: Path) -> None:
+    import polars as pl
+
+    rows = [p.row | {"label_keys": list(p.row["labels"]),
+                     "label_values": list(p.row["labels"].values())} for p in prepared]
+    cols = [c for c in columns("captures") if c != "labels"]
+    df = pl.DataFrame([{c: r[c] for c in cols} | {"label_keys": r["label_keys"],
+                                                  "label_values": r["label_values"]}
+                       for r in rows],
+                      schema_overrides={"label_keys": pl.List(pl.String),
+                                        "label_values": pl.List(pl.String)})
+    df = df.with_columns(pl.col("capture_time", "end_time").cast(pl.Datetime("ms", "UTC")))
+    path = stage / "captures.parquet"
+    df.write_parquet(path)
+    select = ", ".join("mapFromArrays(label_keys, label_values) AS labels" if c == "labels"
+                       else c for c in columns("captures"))
+    store.load_parquet("captures", path, select=select)
+    for p in prepared:
+        p.counts["captures"] = 1
+
+
+def _clear_partial(store, ids: list[str]) -> None:
+    """Rows of captures whose load did not finish (no ``captures`` row): removed."""
+    if not ids:
+        return
+    stale: set[str] = set()
+    for id_list in _chunks(ids):
+        union = " UNION DISTINCT ".join(
+            f"SELECT DISTINCT capture_id FROM {store.database}.{t} "
+            f"WHERE capture_id IN ({id_list})" for t in LOAD_ORDER[:-1])
+        stale.update(store.query(union).column("capture_id").to_pylist())
+    for stale_list in _chunks(sorted(stale)):
+        for table in LOAD_ORDER[:-1]:
+            store.command(f"DELETE FROM {store.database}.{table} "
+                          f"WHERE capture_id IN ({stale_list})")

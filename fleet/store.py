@@ -1,0 +1,200 @@
+"""Where the fleet lives: chDB (ClickHouse in-process) at a local path, or a ClickHouse server.
+
+    store = open_store("~/.zym/fleet")                       # chDB, embedded
+    store = open_store("clickhouse://host:8123/zym")         # a server (clickhouse-connect)
+
+Both run the same SQL (``schema.py``, ``queries.py``). A store offers four operations:
+``command`` (DDL, INSERT ... SELECT), ``query`` (rows as a ``pyarrow.Table``), ``load_parquet``
+(a Parquet file into a table: chDB reads the file itself; a server receives it over HTTP in
+Parquet format, so neither goes through Python rows) and ``close``.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlparse
+
+from zym.schemas.errors import InputError, ZymError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+DEFAULT_STORE = "~/.zym/fleet"
+
+
+class StoreError(ZymError):
+    """The fleet store cannot be opened or a query failed (bad SQL, server unreachable)."""
+
+
+def sql_string(value: str) -> str:
+    """A ClickHouse string literal."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+class ChdbStore:
+    """chDB at a local folder: one session per process (chDB allows one)."""
+
+    kind = "chdb"
+
+    def __init__(self, path: Path) -> None:
+        try:
+            from chdb import session
+        except ImportError as e:
+            raise StoreError(f"the embedded fleet store needs chDB ({e}); "
+                             "pip install chdb, or use --store clickhouse://HOST:PORT/DB") from None
+        self.path = path
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StoreError(f"{path}: cannot create the fleet store ({e.strerror})") from None
+        self.database = "zym"
+        try:
+            self._s = session.Session(str(path))
+        except Exception as e:  # noqa: BLE001 (chDB raises its own types)
+            why = _line(e)
+            if "Cannot lock file" in why or "already running" in why:
+                why = "another process has it open (chDB: one process at a time)"
+            raise StoreError(f"{path}: cannot open the fleet store ({why})") from None
+        self.command(f"CREATE DATABASE IF NOT EXISTS {self.database}")
+        from .schema import ddl
+
+        for statement in ddl(self.database):  # a new store answers queries (with no rows)
+            self.command(statement)
+
+    def command(self, sql: str) -> None:
+        self._run(sql, "CSV")
+
+    def query(self, sql: str) -> pa.Table:
+        return self._run(sql, "ArrowTable")
+
+    def _run(self, sql: str, fmt: str):
+        try:
+            res = self._s.query(sql, fmt)
+        except Exception as e:  # noqa: BLE001
+            raise StoreError(f"query failed: {_line(e)}") from None
+        if fmt == "ArrowTable":
+            return res
+        return None
+
+    def load_parquet(self, table: str, path: Path, select: str = "*", where: str = "") -> None:
+        """``INSERT INTO table (its columns) SELECT select FROM file(path) [WHERE where]``:
+        chDB reads the Parquet file itself (column and row-group pruning)."""
+        clause = f" WHERE {where}" if where else ""
+        self.command(f"INSERT INTO {self.database}.{table} ({_into(table)}) SELECT {select} "
+                     f"FROM file({sql_string(str(Path(path).resolve()))}, Parquet){clause} "
+                     "SETTINGS use_structure_from_insertion_table_in_table_functions = 0")
+
+    def close(self) -> None:
+        _OPEN.pop(str(self.path), None)
+        self._s.close()
+
+
+class ServerStore:
+    """A ClickHouse server over HTTP (clickhouse-connect)."""
+
+    kind = "clickhouse"
+
+    def __init__(self, url: str) -> None:
+        try:
+            import clickhouse_connect
+        except ImportError as e:
+            raise StoreError(f"--store clickhouse://... needs clickhouse-connect ({e}); "
+                             "pip install clickhouse-connect") from None
+        u = urlparse(url)
+        self.database = (u.path or "/zym").strip("/") or "zym"
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.database):
+            raise InputError(f"--store {url}: database name {self.database!r} is not a plain "
+                             "identifier")
+        try:
+            self._c = clickhouse_connect.get_client(
+                host=u.hostname or "localhost", port=u.port or 8123,
+                username=u.username or "default", password=u.password or "")
+        except Exception as e:  # noqa: BLE001
+            raise StoreError(f"cannot reach ClickHouse at {u.hostname}:{u.port or 8123} "
+                             f"({_line(e)})") from None
+        self.path = url
+        self.command(f"CREATE DATABASE IF NOT EXISTS {self.database}")
+
+    def command(self, sql: str) -> None:
+        try:
+            self._c.command(sql)
+        except Exception as e:  # noqa: BLE001
+            raise StoreError(f"query failed: {_line(e)}") from None
+
+    def query(self, sql: str) -> pa.Table:
+        try:
+            return self._c.query_arrow(sql, use_strings=True)
+        except Exception as e:  # noqa: BLE001
+            raise StoreError(f"query failed: {_line(e)}") from None
+
+    def load_parquet(self, table: str, path: Path, select: str = "*", where: str = "") -> None:
+        """The file travels to the server as Parquet; the server reads it through the
+        ``input()`` table function, so the same ``select``/``where`` apply as with chDB."""
+        import pyarrow.parquet as pq
+
+        schema = pq.read_schema(path)
+        structure = ", ".join(f"`{f.name}` {_ch_type(f.type)}" for f in schema)
+        clause = f" WHERE {where}" if where else ""
+        sql = (f"INSERT INTO {self.database}.{table} ({_into(table)}) SELECT {select} "
+               f"FROM input({sql_string(structure)}){clause} FORMAT Parquet")
+        try:
+            self._c.command(sql, data=Path(path).read_bytes())
+        except Exception as e:  # noqa: BLE001
+            raise StoreError(f"loading {Path(path).name} failed: {_line(e)}") from None
+
+    def close(self) -> None:
+        self._c.close()
+
+
+def _into(table: str) -> str:
+    from .schema import columns
+
+    return ", ".join(columns(table))
+
+
+def _ch_type(t) -> str:
+    import pyarrow as pa
+
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return "Nullable(String)"
+    if pa.types.is_boolean(t):
+        return "Nullable(Bool)"
+    if pa.types.is_integer(t):
+        return f"Nullable({'U' if pa.types.is_unsigned_integer(t) else ''}Int{t.bit_width})"
+    if pa.types.is_timestamp(t):
+        return "Nullable(DateTime64(3, 'UTC'))"
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return f"Array({_ch_type(t.value_type).removeprefix('Nullable(').removesuffix(')')})"
+    if pa.types.is_floating(t):
+        return "Nullable(Float64)"
+    raise StoreError(f"no ClickHouse type for Arrow {t}")
+
+
+def _line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return text[:300] or type(e).__name__
+
+
+_OPEN: dict[str, ChdbStore] = {}
+
+
+def open_store(spec: str | os.PathLike | None = None):
+    """``spec``: a folder (chDB, created when missing) or ``clickhouse://host[:port]/db``.
+
+    chDB runs one store per process: opening the folder already open returns that store;
+    opening another folder closes it first."""
+    text = str(spec) if spec is not None else DEFAULT_STORE
+    if text.startswith(("clickhouse://", "http://", "https://")):
+        return ServerStore(text)
+    if "://" in text:
+        raise InputError(f"--store {text}: give a folder (chDB) or clickhouse://HOST:PORT/DB")
+    path = Path(text).expanduser().resolve()
+    if str(path) in _OPEN:
+        return _OPEN[str(path)]
+    for other in list(_OPEN.values()):
+        other.close()
+    store = ChdbStore(path)
+    _OPEN[str(path)] = store
+    return store
