@@ -41,11 +41,9 @@ Limit = Annotated[int, typer.Option("--limit", "-n", min=1, help="Rows to show."
 
 
 def _filters(since, until, labels, hosts):
-    from zym.fleet import Filters, parse_time
-    from zym.fleet.prepare import parse_labels
+    from zym.fleet.queries import filters_from
 
-    return Filters(since=parse_time(since), until=parse_time(until), hosts=hosts or [],
-                   labels=parse_labels(labels or []))
+    return filters_from(since, until, labels, hosts)
 
 
 def _emit(rows, fmt: Fmt, columns: list[tuple[str, str]] | None = None) -> None:

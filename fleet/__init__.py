@@ -22,6 +22,13 @@ __all__ = ["DEFAULT_STORE", "Filters", "IngestResult", "Noise", "StoreError", "d
            "ingest", "open_store", "parse_time", "sql", "top"]
 
 
+def mcp_tools() -> list:
+    """The fleet queries as tools for `zym mcp` (``fleet/mcp.py``)."""
+    from .mcp import TOOLS
+
+    return list(TOOLS)
+
+
 def __getattr__(name: str):
     if name not in _WHERE:
         raise AttributeError(f"module 'zym.fleet' has no attribute {name!r}")

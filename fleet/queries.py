@@ -66,6 +66,16 @@ def label_match(labels: dict[str, str]) -> str:
     return " AND ".join(parts) or "1"
 
 
+def filters_from(since: str | None = None, until: str | None = None,
+                 labels: list[str] | None = None, hosts: list[str] | None = None) -> Filters:
+    """Filters from the words a user gives (``-7d``, ``KEY=VALUE`` labels, host names): what
+    the CLI options and the MCP tools take."""
+    from .prepare import parse_labels
+
+    return Filters(since=parse_time(since), until=parse_time(until), hosts=list(hosts or []),
+                   labels=parse_labels(labels or []))
+
+
 def parse_time(text: str | None) -> datetime | None:
     """ISO 8601 (``2026-12-01``, ``2026-12-01T10:00``), UTC unless it says otherwise, or a
     relative ``-2h``/``-7d``/``-30m`` from now."""

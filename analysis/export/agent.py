@@ -10,8 +10,8 @@ Tools (each returns what the matching command prints with ``--format json``):
 **Extension point.** More tools come from modules that expose ``mcp_tools() -> list[callable]``
 (each a typed, documented function; its name, signature and docstring become the tool):
 
-* :data:`TOOL_MODULES`: zym's own, imported when installed (``zym.fleet``: the fleet store's
-  queries, added by the fleet work);
+* :data:`TOOL_MODULES`: zym's own, imported when installed (``zym.fleet``: ``fleet_top``,
+  ``fleet_findings``, ``fleet_diff``, ``fleet_sql``, from ``fleet/mcp.py``);
 * the ``zym.mcp_tools`` entry-point group: a plugin's module, or a callable returning the list.
 
 Analyses are cached per (file, size, mtime, window), a few at a time: an agent asks several

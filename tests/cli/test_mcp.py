@@ -121,3 +121,28 @@ def test_extension_modules_add_tools(tmp_path, monkeypatch):
     names, result = anyio.run(run)
     assert {"analyze", "findings", "diff", "fleet_top"} <= set(names)
     assert "v2" in str(result)
+
+
+def test_fleet_queries_are_tools(tmp_path):
+    """zym.fleet's queries come through the extension point: fleet_top and fleet_sql answer as
+    `zym fleet top/sql --format json` do on the same store."""
+    pytest.importorskip("chdb", reason="chdb not installed (pip install chdb)")
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    store = str(tmp_path / "store")
+    zym = [sys.executable, "-m", "zym.cli.main"]
+    subprocess.run([*zym, "fleet", "ingest", "--store", store, "-l", "version=1",
+                    str(repo / "sample_traces" / "gpt_decode_server.parquet")],
+                   check=True, capture_output=True)
+    names, results = call_server([
+        ("fleet_top", {"store": store, "by": "kernel", "limit": 5}),
+        ("fleet_sql", {"store": store, "query": "SELECT count() AS n FROM zym.captures"}),
+    ])
+    assert {"fleet_top", "fleet_findings", "fleet_diff", "fleet_sql"} <= set(names)
+    top, count = (json.loads(r.content[0].text) for r in results)
+    cli = json.loads(subprocess.run([*zym, "fleet", "top", "--store", store, "--by", "kernel",
+                                     "-n", "5", "--format", "json"], check=True,
+                                    capture_output=True, text=True).stdout)
+    assert top["rows"] == json.loads(json.dumps(cli, default=str)) and len(cli) == 5
+    assert int(count["rows"][0]["n"]) == 1
