@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from zym.analysis.diff import HOST_FLOOR
 
 from .errors import EXIT_BAD_INPUT, exit_on_error
 
@@ -43,11 +42,13 @@ def diff(
         "--repeat", help=("A second capture of BEFORE's code (another run): its difference "
                           "from BEFORE is the run-to-run noise of every measure."),
         show_default=False)] = None,
-    host_noise: Annotated[float, typer.Option(
-        "--host-noise", min=0.0, max=100.0, metavar="PCT", help=(
+    # default None, not zym.analysis.diff.HOST_FLOOR: importing the analysis here would load
+    # polars for every zym command (~0.3 s); tests/cli check that the help says its value
+    host_noise: Annotated[float | None, typer.Option(
+        "--host-noise", min=0.0, max=100.0, metavar="PCT", show_default=False, help=(
             "Without --repeat: changes of wall time and CPU blocked time under PCT% are noise "
-            "(the CPU side of a process runs at the host's speed of the moment)."))
-    ] = 100 * HOST_FLOOR,
+            "(the CPU side of a process runs at the host's speed of the moment). Default 60."))
+    ] = None,
     rules: Annotated[list[Path] | None, typer.Option(
         "--rules", "-r", help="Extra rule pack (YAML file or folder); repeatable.")] = None,
     disable: Annotated[list[str] | None, typer.Option(
@@ -86,7 +87,10 @@ def diff(
         # side loads the rule packs itself).
         pending = start_profile(before, jobs, **args)
         with stage_progress(progress) as say:
-            result = finish_diff(pending, after, say, repeat, host_noise / 100, **args)
+            from zym.analysis.diff import HOST_FLOOR
+
+            floor = HOST_FLOOR if host_noise is None else host_noise / 100
+            result = finish_diff(pending, after, say, repeat, floor, **args)
     shown = top if top is not None or format is Format.json else 10
     d = result.to_dict(shown)
     if format is Format.json:

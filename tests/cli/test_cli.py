@@ -156,3 +156,21 @@ def test_export_format_comes_from_the_output_name(sample_capture, tmp_path):
     result = run("export", str(sample_capture), "-o", str(bad), "-f", "perfetto")
     assert result.exit_code == 2 and "the name says folded" in result.stderr
     assert not bad.exists()
+
+
+def test_diff_help_states_the_host_noise_default_the_analysis_uses():
+    from zym.analysis.diff import HOST_FLOOR
+
+    text = " ".join(run("diff", "--help").stdout.split())
+    assert f"Default {100 * HOST_FLOOR:g}." in text
+
+
+def test_commands_register_without_loading_the_analysis():
+    """`zym --help` and every command's registration stay light: no polars, no analysis."""
+    import subprocess
+    import sys
+
+    code = ("import sys, zym.cli.main; "
+            "print(sorted(m for m in ('polars', 'zym.analysis', 'pyarrow') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
