@@ -88,6 +88,16 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def environ_of(pid: int) -> dict[str, str]:
+    """The environment ``pid`` started with (empty when it cannot be read)."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
+
+
 def is_alive(pid: int) -> bool:
     """True while ``pid`` exists and is not a zombie."""
     try:

@@ -38,6 +38,7 @@ from .probes import DRIVER, LIBRARY_PATTERNS, RUNTIME
 from .process import (
     ProcessMemory,
     descendants,
+    environ_of,
     host_path,
     is_alive,
     mapped_libraries,
@@ -329,7 +330,7 @@ def _start_target(cfg: CaptureConfig, collector: Collector, interp: Interpreter 
         collector.track(cfg.pid, interp)
         for child in descendants(cfg.pid):   # workers forked before the attach
             collector.adopt(child)
-        env = _environ(cfg.pid)
+        env = environ_of(cfg.pid)
     for library in libraries:
         for path in candidate_libraries(library, env):
             collector.attach(path, library)
@@ -459,15 +460,6 @@ def _comm(pid: int | None) -> str:
         return Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         return f"pid {pid}"
-
-
-def _environ(pid: int) -> dict[str, str]:
-    try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return {}
-    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
-    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
 
 
 def _cost(cfg: CaptureConfig, collector: Collector, bpf: BpfProgram, counters: dict[str, int],

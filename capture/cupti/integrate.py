@@ -276,8 +276,6 @@ def _has_footer(path: Path) -> bool:
 
 def _runs_agent(pid: int, spool: Path) -> bool:
     """``pid`` is alive and is the process that writes to ``spool`` (not a reused pid)."""
-    try:
-        environ = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return False
-    return f"ZYM_CUPTI_DIR={spool}".encode() in environ.split(b"\0")
+    from zym.capture.process import environ_of
+
+    return environ_of(pid).get("ZYM_CUPTI_DIR") == str(spool)

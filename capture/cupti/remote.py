@@ -14,6 +14,7 @@ from pathlib import Path
 
 from zym.schemas.errors import CaptureError
 
+from ..process import environ_of, is_alive
 from . import agent
 
 ANSWER_S = 10.0  # a switch waits this long for the agent (CUPTI's start, or its final flush)
@@ -44,7 +45,7 @@ class AgentHandle:
             st = self.state()
             if st.get("seq") == seq:
                 return st
-            if not _alive(self.pid):
+            if not is_alive(self.pid):
                 raise CaptureError(f"PID {self.pid} exited while its agent was switched {action}")
             time.sleep(0.05)
         raise CaptureError(f"the agent of PID {self.pid} did not answer '{action}' within "
@@ -73,17 +74,12 @@ def find_agent(pid: int, base: str | None = None) -> AgentHandle | None:
     """The dormant agent of ``pid``, if that process runs one (its state file names it)."""
     folder = Path(agent.agent_folder(pid, base or _agent_dir_of(pid)))
     h = AgentHandle(pid, folder)
-    return h if h.state().get("pid") == pid and _alive(pid) else None
+    return h if h.state().get("pid") == pid and is_alive(pid) else None
 
 
 def _agent_dir_of(pid: int) -> str | None:
     """The target's ``$ZYM_AGENT_DIR``, when it set one."""
-    try:
-        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    except OSError:
-        return None
-    key = agent.ENV_AGENT_DIR.encode() + b"="
-    return next((e[len(key):].decode(errors="replace") for e in env if e.startswith(key)), None)
+    return environ_of(pid).get(agent.ENV_AGENT_DIR)
 
 
 def owner_of(pid: int) -> tuple[int, int] | None:
@@ -110,13 +106,3 @@ def _version(text: str | None) -> tuple[int, ...]:
         return tuple(int(p) for p in (text or "").split(".")[:2])
     except ValueError:
         return ()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
