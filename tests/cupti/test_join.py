@@ -207,3 +207,41 @@ def test_runtime_probes_match_their_runtime_records():
     joined, stats = join_calls(calls, w.api)
     _check_exact(w, joined)
     assert stats["matched_by_time"] == w.calls.height and stats["kind_mismatch"] == 0
+
+
+def test_a_record_after_calls_claims_the_nearest_one_only():
+    """Without runtime records (an attach), launches made through cudart sit right before a
+    direct driver call's record: only that call takes it; the others stay free for the order
+    join."""
+    calls = pl.DataFrame({"pid": [1] * 3, "tid": [7] * 3, "ts_ns": [1_000, 5_000, 9_000],
+                          "dur_ns": [0] * 3, "name": ["cuLaunchKernel"] * 3,
+                          "kind": ["launch"] * 3, "stack_id": [1, 2, 3]})
+    api = pl.DataFrame({"pid": [1], "tid": [7], "ts_ns": [10_000], "dur_ns": [500],
+                        "name": ["cuLaunchKernel"], "kind": ["launch"], "correlation_id": [42],
+                        "cbid": [307], "domain": ["driver"]})
+    joined, stats = join_calls(calls, api)
+    got = joined.filter(pl.col("stack_id").is_not_null()).sort("ts_ns")["correlation_id"]
+    assert got.to_list() == [None, None, 42]
+    assert stats["matched_by_time"] == 1
+
+
+def test_order_join_edges_calls_before_cupti_started_and_records_cut_at_its_end():
+    """An attach: the first launch was made before CUPTI recorded (no record), the last one's
+    kernel was still running when CUPTI stopped (no record). The segments at the edges are
+    counted from their anchor (the sync), the middle ones where both sides hold as many."""
+    from zym.analysis.join import join_by_order
+
+    kinds = ["launch", "launch", "sync", "launch", "launch", "launch"]
+    calls = pl.DataFrame({"pid": [1] * 6, "tid": [7] * 6,
+                          "ts_ns": [100, 200, 300, 400, 500, 600], "dur_ns": [0] * 6,
+                          "name": ["cuLaunchKernel", "cuLaunchKernel", "cuStreamSynchronize",
+                                   "cuLaunchKernel", "cuLaunchKernel", "cuLaunchKernel"],
+                          "kind": kinds, "correlation_id": [None] * 6,
+                          "stack_id": [1, 2, 3, 4, 5, 6]}).with_columns(
+        pl.col("correlation_id").cast(pl.Int64))
+    gpu = pl.DataFrame({"pid": [1] * 4, "kind": ["kernel", "sync", "kernel", "kernel"],
+                        "correlation_id": [11, 12, 13, 14], "ts_ns": [250, 305, 450, 560],
+                        "dur_ns": [40, 20, 30, 30]})
+    out, stats = join_by_order(calls, gpu)
+    assert out.sort("ts_ns")["correlation_id"].to_list() == [None, 11, 12, 13, 14, None]
+    assert stats["matched_by_order"] == 4 and stats["gpu_records_unclaimed"] == 0
