@@ -616,14 +616,16 @@ class Dormant:
 
     def _watch(self) -> None:
         path = os.path.join(self.folder, "control")
-        mtime = None
+        seen = None
         while True:
             time.sleep(AGENT_POLL_S)
             try:
                 st = os.stat(path)
-                if st.st_mtime_ns == mtime:
+                # zym replaces the file (a new inode) for each request: a coarse mtime alone
+                # could hide a second request written within one clock tick
+                if (st.st_ino, st.st_mtime_ns) == seen:
                     continue
-                mtime = st.st_mtime_ns
+                seen = (st.st_ino, st.st_mtime_ns)
                 with open(path) as f:
                     req = json.load(f)
             except (OSError, ValueError):
