@@ -1,15 +1,21 @@
 """The `zym` command: a thin typer app over the library.
 
-Each command lives in its own module and is registered here. Importing this module must not
-import bcc or pyarrow, so `zym analyze` starts fast and works without root.
+Each command lives in its own module and is registered here, from the table in
+cli/commands.py. Importing this module must not import bcc or pyarrow, so `zym analyze` starts
+fast and works without root. The console script is cli/entry.py, which answers `zym` and
+`zym --help` from the same table without importing typer.
 """
 from __future__ import annotations
 
+import importlib
+
 import typer
+
+from .commands import COMMANDS, DESCRIPTION
 
 app = typer.Typer(
     name="zym",
-    help="Whole-stack GPU profiler for Python AI inference: Python line -> torch op -> CUDA call -> GPU kernel.",
+    help=DESCRIPTION,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     # Plain help (click's formatter): rich's help panels cost ~0.12 s of imports on every
@@ -35,28 +41,17 @@ def _version(value: bool) -> None:
 @app.callback()
 def main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                       help="Print zym's version and exit.")) -> None:
-    """Whole-stack GPU profiler for Python AI inference: Python line -> torch op -> CUDA call
-    -> GPU kernel."""
+    pass
 
 
 def _register() -> None:
-    from . import (
-        analyze_cmd,
-        capture_cmd,
-        diff_cmd,
-        export_cmd,
-        fleet_cmd,
-        import_cmd,
-        mcp_cmd,
-        report_cmd,
-        rules_cmd,
-        run_cmd,
-        view_cmd,
-    )
-
-    for module in (import_cmd, analyze_cmd, diff_cmd, capture_cmd, run_cmd, export_cmd, report_cmd,
-                   rules_cmd, view_cmd, fleet_cmd, mcp_cmd):
-        module.register(app)
+    for command in COMMANDS:
+        importlib.import_module(f"{__package__}.{command.module}").register(app)
+    summaries = {c.name: c.summary for c in COMMANDS}
+    for info in app.registered_commands:
+        info.short_help = summaries[info.name]
+    for group in app.registered_groups:
+        group.short_help = summaries[group.name or group.typer_instance.info.name]
 
 
 _register()

@@ -40,4 +40,4 @@ def test_wheel_contains_every_subpackage_and_data(tmp_path):
                 assert target in names, f"{py} is not in the wheel"
     assert "zym/schemas/README.md" in names or any(n.startswith("zym/schemas/") for n in names)
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "zym = zym.cli.main:app" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "zym = zym.cli.entry:main" in zipfile.ZipFile(wheel).read(entry_points).decode()

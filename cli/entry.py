@@ -1,0 +1,75 @@
+"""The `zym` console script. `zym` and `zym --help` are answered from cli/commands.py's table
+with the standard library alone: typer and click cost ~0.08-0.12 s of imports, more than the
+whole answer. Everything else goes to the typer app (cli/main.py).
+
+The text is laid out as click lays out a group's help (usage, description, options, commands;
+width from the terminal, 50-78 columns); tests/cli/test_entry.py checks it against the typer
+app's own help at every width.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from .commands import COMMANDS, DESCRIPTION
+
+# The root options as typer declares them: --version (cli/main.py) and typer's own.
+_OPTIONS = (
+    ("--version", "Print zym's version and exit."),
+    ("--install-completion", "Install completion for the current shell."),
+    ("--show-completion", ("Show completion for the current shell, to copy it or customize "
+                           "the installation.")),
+    ("--help", "Show this message and exit."),
+)
+_COMPLETE_VAR = "_ZYM_COMPLETE"  # typer's shell-completion request: the app must answer it
+
+
+def _definitions(rows: list[tuple[str, str]], width: int) -> list[str]:
+    """click's definition list, indented 2: the first column as wide as its longest entry (at
+    most 30) plus 2, the second wrapped to what is left."""
+    import textwrap
+
+    first = min(max(len(name) for name, _ in rows), 30) + 2
+    wrap = textwrap.TextWrapper(max(width - first - 2, 10), replace_whitespace=False)
+    lines = []
+    for name, text in rows:
+        wrapped = wrap.wrap(text)
+        if len(name) <= first - 2:
+            lines.append(f"  {name}{' ' * (first - len(name))}{wrapped[0]}")
+        else:
+            lines += [f"  {name}", f"{' ' * (first + 2)}{wrapped[0]}"]
+        lines += [f"{' ' * (first + 2)}{line}" for line in wrapped[1:]]
+    return lines
+
+
+def root_help(prog: str, columns: int) -> str:
+    """The top-level help as click prints it for a terminal `columns` wide (no trailing
+    newline)."""
+    import textwrap
+
+    width = max(min(columns, 80) - 2, 50)
+    usage = textwrap.fill("[OPTIONS] COMMAND [ARGS]...", width, replace_whitespace=False,
+                          initial_indent=f"Usage: {prog} ",
+                          subsequent_indent=" " * len(f"Usage: {prog} "))
+    description = textwrap.fill(DESCRIPTION, width, initial_indent="  ", subsequent_indent="  ",
+                                replace_whitespace=False)
+    commands = ([(c.name, c.summary) for c in COMMANDS if not c.group]
+                + [(c.name, c.summary) for c in COMMANDS if c.group])
+    return "\n".join([usage, "", description, "", "Options:",
+                      *_definitions(list(_OPTIONS), width), "", "Commands:",
+                      *_definitions(commands, width)])
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    if args in ([], ["--help"]) and _COMPLETE_VAR not in os.environ:
+        import shutil
+
+        text = root_help(os.path.basename(sys.argv[0]), shutil.get_terminal_size().columns)
+        # As click does: asked for, the help goes to stdout; with no arguments, to stderr
+        # as a usage error (exit 2).
+        print(text, file=sys.stdout if args else sys.stderr)
+        sys.exit(0 if args else 2)
+    from .main import app
+
+    app()
