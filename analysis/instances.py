@@ -8,9 +8,9 @@ comes from elsewhere. Two calls of ``F`` from the same line with no CUDA call in
 merge into one run; the steps (:mod:`zym.analysis.phases`) split them where the step function
 is above ``F``, so a run never spans two steps.
 
-Work per distinct (caller node, function) pair is two gathers over the thread's calls through
-a table of every stack node's ancestors (nodes x depth, small: stack tries have thousands of
-nodes), never a Python loop over calls.
+Work per stack depth of the wanted calls' user frames is one gather over the calls through a
+table of every stack node's ancestors (nodes x depth, small: stack tries have thousands of
+nodes) and one running count, never a Python loop over calls or per (caller, function) pair.
 """
 from __future__ import annotations
 
@@ -56,7 +56,8 @@ def call_instances(calls: pl.DataFrame, user_node: pl.Series, wanted: np.ndarray
                    ancestors: Ancestors, steps: pl.Series | None) -> np.ndarray:
     """Instance id (an int64) for each call of ``wanted`` (``call_idx`` values), per the module
     doc. ``calls``: ``Facts.calls`` (time order); ``user_node``: each call's innermost user
-    frame; ``steps``: each call's step or null."""
+    frame; ``steps``: each call's step or null. Ids say which calls share an instance; their
+    values mean nothing else."""
     out = np.full(len(wanted), -1, np.int64)
     if not len(wanted):
         return out
@@ -65,25 +66,24 @@ def call_instances(calls: pl.DataFrame, user_node: pl.Series, wanted: np.ndarray
     step = steps.fill_null(-1).to_numpy() if steps is not None else np.full(len(rows), -1)
     u = ancestors.rows(user_node.gather(pl.Series(wanted)))
     depth = np.where(u >= 0, ancestors.depth[np.maximum(u, 0)], -1)
-    caller = np.where((u >= 0) & (depth > 0), ancestors.table[
-        np.maximum(u, 0), np.maximum(depth - 1, 0)], -1).astype(np.int64)
-    fkey = np.where(u >= 0, ancestors.key[np.maximum(u, 0)], "")
-    pairs = pl.DataFrame({"caller": caller, "depth": depth, "fkey": fkey}).with_row_index("w")
+    # Each node's (caller node, function) pair as one code: at a depth, consecutive calls
+    # whose frame there has the same code are one call of that function from that line.
+    n_nodes = len(ancestors.depth)
+    caller = np.where(ancestors.depth > 0, ancestors.table[
+        np.arange(n_nodes), np.maximum(ancestors.depth - 1, 0)], -1).astype(np.int64)
+    _, fcode = np.unique(ancestors.key, return_inverse=True)
+    _, code = np.unique((caller + 1) * (int(fcode.max(initial=0)) + 1) + fcode,
+                        return_inverse=True)
     order = np.lexsort((np.arange(len(thread)), thread))  # per thread, in time order
-    for pair_id, ((p, d, f), grp) in enumerate(pairs.group_by("caller", "depth", "fkey")):
-        w = grp["w"].to_numpy()
-        if d < 0:
-            continue
-        inside = ancestors.at(rows, d) >= 0
-        if d > 0:
-            inside &= ancestors.at(rows, d - 1) == p
-        inside &= ancestors.key[np.maximum(ancestors.at(rows, d), 0)] == f
-        m = inside[order]
-        st = step[order]
-        new_thread = np.r_[True, thread[order][1:] != thread[order][:-1]]
-        prev_m = np.r_[False, m[:-1]]
-        starts = m & (~prev_m | new_thread | np.r_[True, st[1:] != st[:-1]])
-        inv = np.empty(len(m), np.int64)
-        inv[order] = np.cumsum(starts)
-        out[w] = (pair_id << 40) | inv[wanted[w]]
+    t, st = thread[order], step[order]
+    boundary = np.r_[True, (t[1:] != t[:-1]) | (st[1:] != st[:-1])]
+    position = np.empty(len(order), np.int64)
+    position[order] = np.arange(len(order))
+    for d in np.unique(depth[depth >= 0]).tolist():
+        at = ancestors.at(rows, d)[order]
+        c = np.where(at >= 0, code[np.maximum(at, 0)], -1)
+        starts = (c >= 0) & (boundary | np.r_[True, c[1:] != c[:-1]])
+        run = np.cumsum(starts)
+        mine = depth == d
+        out[mine] = (d << 40) | run[position[wanted[mine]]]
     return out

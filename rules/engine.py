@@ -49,7 +49,7 @@ def evaluate_rules(analysis: Analysis, rules: Sequence[Rule],
     All rules are collected together (``polars.collect_all``): the relations they share are
     built once, with only the columns some rule reads.
     """
-    rel = relations or Relations(analysis)
+    rel = relations or analysis.relations
     needed: dict[str, set[str]] = {}
     wheres: dict[str, list[dict]] = {}
     for rule in rules:

@@ -105,9 +105,7 @@ def _batch(calls: np.ndarray, analysis: Analysis, keep: str) -> Fix:
     tl = analysis.timeline
     if not len(calls):
         return Fix()
-    from zym.analysis.relations import Relations
-
-    rel = Relations(analysis)
+    rel = analysis.relations
     inst = rel.materialize("calls", {"call_instance"})
     inst = inst.filter(pl.col("call_idx").is_in(pl.Series(calls).implode())).select(
         "call_idx", "call_instance").sort("call_idx")
@@ -255,9 +253,7 @@ def _cuda_graph(relation: str, rows: pl.DataFrame, analysis: Analysis) -> Fix | 
     the finding's steps, each replayed as one graph launch."""
     if "step" not in rows.columns:
         return None
-    from zym.analysis.relations import Relations
-
-    rel = Relations(analysis)
+    rel = analysis.relations
     c = analysis.facts.calls.with_columns(rel.call_steps())
     steps = repeating_steps(c, analysis.facts.gpu, set(rows["step"].drop_nulls().to_list()))
     if not steps:

@@ -104,13 +104,11 @@ def _call(fn, model: dict, relation: str, rows: pl.DataFrame, analysis: Analysis
 
 
 def _on_calls(analysis: Analysis, model: str, where: str, spec: str) -> Fix:
-    from zym.analysis.relations import Relations
-
     m = re.fullmatch(r"(.+):(\d+)", where)
     if not m:
         raise InputError(f"--what-if {spec}: {model}@FILE:LINE, e.g. {model}@serve.py:87")
     file, line = m.group(1), int(m.group(2))
-    rel = Relations(analysis)
+    rel = analysis.relations
     calls = rel.materialize("calls", {"call_idx", "kind", "call_instance", "ts_ns"})
     sites = analysis.facts.sites.filter(
         (pl.col("user_line") == line) & pl.col("user_file").str.ends_with(file))

@@ -9,8 +9,16 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
+import pytest
+from zym.analysis import replay
 from zym.analysis.replay import Fix
 from zym.rules.testing import CaptureBuilder
+
+
+@pytest.fixture(autouse=True, params=["interpreted", "compiled"])
+def engine(request, monkeypatch):
+    """Every expectation below holds for the epoch loop interpreted and compiled (numba)."""
+    monkeypatch.setattr(replay, "JIT_MIN_EPOCHS", 0 if request.param == "compiled" else 1 << 62)
 
 STEP = [("python", "main", "app.py", 1), ("python", "step", "app.py", 20)]
 US = 1_000
