@@ -1,0 +1,69 @@
+"""Two zym installs, A and B, on one input, as users run them: interleaved A/B pairs.
+
+Each round runs ``zym analyze INPUT --format json --no-progress`` (rules on unless
+``--no-rules``) with A's and B's console script, fresh processes, in alternating order, and
+checks that the two reports are the same (every key). Wall time is the whole process; peak
+memory the summed RSS of its process tree, sampled every 20 ms (bench_scale.run_measured).
+Reported: each side's median (min-max), and B/A per pair (median, min-max).
+
+    python bench/bench_ab.py --a /path/venv-main/bin/zym --b /path/venv-branch/bin/zym \\
+        INPUT [--pairs 7] [--no-rules] [--json out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_scale import run_measured
+
+
+def one(zym: str, args: argparse.Namespace, out: Path) -> dict:
+    cmd = [zym, "analyze", str(args.input), "--format", "json", "--no-progress"]
+    if args.no_rules:
+        cmd.append("--no-rules")
+    shell = " ".join(f"'{c}'" for c in cmd) + f" > '{out}'"
+    return run_measured(["bash", "-c", shell])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("input", type=Path)
+    parser.add_argument("--a", required=True, help="zym console script of install A (before)")
+    parser.add_argument("--b", required=True, help="zym console script of install B (after)")
+    parser.add_argument("--pairs", type=int, default=7)
+    parser.add_argument("--no-rules", action="store_true")
+    parser.add_argument("--json", type=Path, help="write the raw pairs here")
+    args = parser.parse_args()
+    args.input = args.input.resolve()
+    pairs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        outs = {"a": Path(tmp) / "a.json", "b": Path(tmp) / "b.json"}
+        for i in range(args.pairs):
+            order = ("a", "b") if i % 2 == 0 else ("b", "a")
+            pair = {side: one(getattr(args, side), args, outs[side]) for side in order}
+            same = json.loads(outs["a"].read_text()) == json.loads(outs["b"].read_text())
+            pairs.append(pair | {"same_report": same})
+            print(f"pair {i + 1}: A {pair['a']['wall_s']:.2f} s {pair['a']['tree_mb']:.0f} MB, "
+                  f"B {pair['b']['wall_s']:.2f} s {pair['b']['tree_mb']:.0f} MB, "
+                  f"same report: {same}", flush=True)
+
+    def spread(values: list[float], fmt: str = ".2f") -> str:
+        return f"{statistics.median(values):{fmt}} ({min(values):{fmt}}-{max(values):{fmt}})"
+
+    for side in ("a", "b"):
+        print(f"{side.upper()}: wall s {spread([p[side]['wall_s'] for p in pairs])}, "
+              f"peak MB {spread([p[side]['tree_mb'] for p in pairs], '.0f')}")
+    print(f"B/A wall per pair: {spread([p['b']['wall_s'] / p['a']['wall_s'] for p in pairs])}")
+    print(f"reports the same in {sum(p['same_report'] for p in pairs)}/{len(pairs)} pairs")
+    if args.json:
+        args.json.write_text(json.dumps({"input": str(args.input), "a": args.a, "b": args.b,
+                                         "no_rules": args.no_rules, "pairs": pairs}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
