@@ -546,7 +546,8 @@ def unwind(ip: int, sp: int, bp: int, stack: bytes, maps: list[Mapping], images:
         if row.cfa_expr is not None:
             cfa = evaluate(row.cfa_expr, {**regs, RA: pc}, mem)
             if cfa is None:
-                return frames, "cfa expression not evaluated"
+                return frames, (f"cfa expression {row.cfa_expr.hex(' ')} not evaluated "
+                                f"(registers {sorted(regs)})")
         elif row.cfa_reg in regs:
             cfa = (regs[row.cfa_reg] + row.cfa_off) & 0xFFFFFFFFFFFFFFFF
         else:
