@@ -127,7 +127,8 @@ class Collector:
     calls: int = 0
     stacks_received: int = 0
     natives_received: int = 0
-    maps_seen: dict[int, set] = field(default_factory=dict)
+    # per process: the executable mappings recorded for unwinding, by (start, end, path)
+    maps_seen: dict[int, dict[tuple, dict]] = field(default_factory=dict)
     calls_by_probe: np.ndarray = field(default_factory=lambda: np.zeros(events.MAX_PROBES, np.int64))
 
     # ---- records from the kernel
@@ -152,19 +153,31 @@ class Collector:
         self.natives_received += 1
         self.writer.add("natives", pid=n.pid, key=n.key, ip=n.ip, sp=n.sp, bp=n.bp,
                         probe=n.probe, stack=n.stack)
-        seen = self.maps_seen.setdefault(n.pid, set())
-        for m in executable_mappings(n.pid):
-            if (m.start, m.end, m.path) in seen:
-                continue
-            seen.add((m.start, m.end, m.path))
-            size = mtime = None
-            try:
-                st = os.stat(f"/proc/{n.pid}/root{m.path}")
-                size, mtime = st.st_size, st.st_mtime_ns
-            except OSError:
-                pass
-            self.writer.add("maps", pid=n.pid, start=m.start, end=m.end, offset=m.offset,
-                            path=m.path, size=size, mtime_ns=mtime)
+        self._record_mappings(n.pid)
+
+    def _record_mappings(self, pid: int, into: int | None = None) -> None:
+        """``pid``'s executable mappings not recorded yet, for ``into`` (default: ``pid``; a
+        forked child has its parent's until it execs, and may exit before zym reads its own)."""
+        for m in executable_mappings(pid):
+            key = (m.start, m.end, m.path)
+            known = self.maps_seen.get(pid, {}).get(key)
+            if known is None:
+                size = mtime = None
+                try:
+                    st = os.stat(f"/proc/{pid}/root{m.path}")
+                    size, mtime = st.st_size, st.st_mtime_ns
+                except OSError:
+                    pass
+                known = {"start": m.start, "end": m.end, "offset": m.offset, "path": m.path,
+                         "size": size, "mtime_ns": mtime}
+            self._add_mapping(pid if into is None else into, known)
+
+    def _add_mapping(self, pid: int, row: dict) -> None:
+        seen = self.maps_seen.setdefault(pid, {})
+        key = (row["start"], row["end"], row["path"])
+        if key not in seen:
+            seen[key] = row
+            self.writer.add("maps", pid=pid, **row)
 
     def _on_stack(self, s: events.Stack) -> None:
         self.stacks_received += 1
@@ -215,6 +228,8 @@ class Collector:
         so it starts with a copy of the parent's code-object cache: its stacks stay readable
         even when it exits before zym reads its memory."""
         proc = Tracked(pid)
+        if parent is not None:      # the same mappings until it execs (or maps more)
+            self._record_mappings(parent.pid, into=pid)
         if parent is not None and parent.interp is not None:
             proc.interp = dataclasses.replace(parent.interp, pid=pid)
             cache = dict(parent.symbolizer.cache) if parent.symbolizer else {}

@@ -98,6 +98,11 @@ class RawWriter:
                              for t in CAPTURE_STREAMS}
         else:
             self._pa = pa
+            # pyarrow imports pandas (when installed) at its first conversion: ~1 s that would
+            # otherwise fall on the first flush, mid-capture, with the collector stalled and a
+            # short-lived target's memory gone before its stacks are read. Paid here, before
+            # the target runs.
+            pa.array(np.zeros(1, np.int64))
             self._schemas = {t: raw_schema(t) for t in CAPTURE_STREAMS}
             # Each stream gets a checksum per batch (rawcheck): --finalize verifies them.
             self._sinks = {t: ChecksummedFile(raw_dir / f"{t}.arrow") for t in CAPTURE_STREAMS}

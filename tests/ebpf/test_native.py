@@ -82,7 +82,7 @@ def run(tmp_path: Path, faketorch: Path, *args: str, iters: int = 50):
 def test_each_operator_under_one_python_line_gets_its_native_path(faketorch, tmp_path):
     r, script = run(tmp_path, faketorch)
     marks = line_markers(script)
-    calls = calls_with_stacks(r.output)
+    calls = calls_with_stacks(r.output, native=True)
     assert len(calls) == 3 * 50
     by_line: dict[int, Counter] = {}
     for c in calls:
@@ -125,7 +125,7 @@ def test_the_op_layer_reaches_the_analysis(faketorch, tmp_path):
 
 def test_no_native_records_python_and_api_frames_only(faketorch, tmp_path):
     r, _ = run(tmp_path, faketorch, "--no-native")
-    calls = calls_with_stacks(r.output)
+    calls = calls_with_stacks(r.output, native=True)
     assert calls and all(k in ("python", "cuda_api") for c in calls for k, *_ in c["stack"])
     assert "native" not in open_capture(r.output).meta.extra
 
@@ -140,5 +140,5 @@ def test_a_raw_capture_finalized_elsewhere_keeps_its_native_frames(faketorch, tm
     fin = subprocess.run(["python3", "-m", "zym.cli.main", "capture", "--finalize", str(raw),
                           "-o", str(again)], capture_output=True, text=True, check=False)
     assert fin.returncode == 0, fin.stderr
-    names = {n for c in calls_with_stacks(again) for _, n, _, _ in c["stack"]}
+    names = {n for c in calls_with_stacks(again, native=True) for _, n, _, _ in c["stack"]}
     assert "at::native::launch_gemm(int)" in names and "aten::relu" in names
