@@ -58,6 +58,7 @@ from .source import ExportSource
 COUNTER = 4  # TrackEvent.TYPE_COUNTER
 CHUNK_EVENTS = 1 << 20  # events encoded and written per step
 CATEGORY = {"python": "python_function", "native": "python_function", "torch_op": "cpu_op",
+            "nvtx": "nvtx",
             "kernel": "kernel", "copy": "gpu_memcpy", "memset": "gpu_memset", "sync": "cuda_sync"}
 
 
@@ -469,8 +470,11 @@ def _text(value) -> str | None:
 def _span_label() -> pl.Expr:
     """Slice names of frames, as in the flamegraphs (``flamegraph.frame_label``)."""
     base = pl.col("file").str.split("/").list.last()
+    domain = pl.when(pl.col("file").is_not_null()).then(pl.lit(" ") + pl.col("file")).otherwise(
+        pl.lit(""))
     return pl.when((pl.col("kind") == "python") & pl.col("file").is_not_null()).then(
         pl.format("{} ({}:{})", "name", base, pl.col("line").fill_null(0))
+    ).when(pl.col("kind") == "nvtx").then(pl.format("[nvtx{}] {}", domain, "name")
     ).otherwise(pl.col("name").fill_null("(unknown frame)"))
 
 

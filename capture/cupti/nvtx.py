@@ -15,7 +15,9 @@ INSTANT). ``nvtxRangePush``/``Pop`` and ``nvtxRangeStart``/``End`` both come out
 * ``add_range_layer``: every call made inside a range on its thread gets the enclosing ranges
   as frames of kind ``nvtx``, outermost first, placed right below the call's innermost Python
   frame (above any native, torch op and CUDA API frames; at the root when the stack has no
-  Python frame). GPU work inherits them through its launching call.
+  Python frame). GPU work inherits them through its launching call. A call recorded without a
+  stack (a capture without eBPF) keeps none: a stack made of ranges alone would count as a
+  known call path ("has its Python line") when no Python line is known.
 
 A frame's name is the range's name without the per-instance suffix that torch's ``emit_nvtx``
 appends (``aten::addmm, seq = 12, op_id = 40, sizes = [...]`` -> ``aten::addmm``), so that
@@ -163,8 +165,6 @@ def add_range_layer(tables: dict[str, pl.DataFrame], ranges: pl.DataFrame
     if inner is not None:
         inner = inner.join(nested.select(pl.col("node").alias("range_node"), "path"),
                            on="range_node", how="left", maintain_order="left")
-        frames, inner = _with_frame_ids(frames, inner, "cuda_api", pl.col("name"),
-                                        pl.lit(None, pl.String), only_stackless=True)
     new_stacks, call_stack, range_stack = _layered_trie(stacks, frames, paths, inner)
     tables["frame"] = frames
     tables["stack"] = new_stacks
@@ -187,15 +187,10 @@ def _frame_table(frames: pl.DataFrame | None) -> pl.DataFrame:
 
 
 def _with_frame_ids(frames: pl.DataFrame, rows: pl.DataFrame, kind: str, name: pl.Expr,
-                    file: pl.Expr, only_stackless: bool = False
-                    ) -> tuple[pl.DataFrame, pl.DataFrame]:
+                    file: pl.Expr) -> tuple[pl.DataFrame, pl.DataFrame]:
     """``rows`` with ``frame_id`` of the frame (kind, name, file) each describes, the frame
-    table with the frames it lacked appended. ``only_stackless``: only rows with a range and no
-    stack get one (the API frame of a call recorded without its stack)."""
-    probe = rows.select(pl.lit(kind).alias("kind"), name.alias("name"), file.alias("file"))
-    need = (rows["stack_id"].is_null() & rows["range_node"].is_not_null()) if only_stackless \
-        else pl.repeat(True, rows.height, eager=True)
-    keys = probe.filter(need)
+    table with the frames it lacked appended."""
+    keys = probe = rows.select(pl.lit(kind).alias("kind"), name.alias("name"), file.alias("file"))
     known = frames.filter(pl.col("kind") == kind).select("kind", "name", "file", "frame_id")
     new = (keys.unique(maintain_order=True)
            .join(known, on=["kind", "name", "file"], how="anti", nulls_equal=True))
@@ -207,9 +202,6 @@ def _with_frame_ids(frames: pl.DataFrame, rows: pl.DataFrame, kind: str, name: p
     lookup = frames.filter(pl.col("kind") == kind).select("kind", "name", "file", "frame_id")
     ids = probe.join(lookup, on=["kind", "name", "file"], how="left", nulls_equal=True,
                      maintain_order="left")["frame_id"]
-    if only_stackless:
-        ids = pl.select(pl.when(need).then(ids)).to_series()
-        return frames, rows.with_columns(ids.alias("api_frame"))
     return frames, rows.with_columns(ids.alias("frame_id"))
 
 
@@ -259,8 +251,9 @@ def _layered_trie(stacks: pl.DataFrame | None, frames: pl.DataFrame, paths: pl.D
                         "frame_id")]
     key_nodes = None
     if inner is not None:
-        keyed = inner.with_row_index("call").filter(pl.col("range_node").is_not_null())
-        keys = (keyed.select("stack_id", "path", "api_frame").unique(maintain_order=True)
+        keyed = inner.with_row_index("call").filter(pl.col("range_node").is_not_null()
+                                                    & pl.col("stack_id").is_not_null())
+        keys = (keyed.select("stack_id", "path").unique(maintain_order=True)
                 .with_row_index("key").with_columns(pl.col("key").cast(pl.Int64)))
         rows = _key_rows(keys, old, frames, paths)
         width = int(rows["pos"].max()) + 1 if rows.height else 1
@@ -268,8 +261,8 @@ def _layered_trie(stacks: pl.DataFrame | None, frames: pl.DataFrame, paths: pl.D
         nodes.append(rows.select("node", pl.when(pl.col("pos") > 0).then(pl.col("node") - 1)
                                  .alias("parent"), "frame_id"))
         leaf = rows.group_by("key").agg(pl.col("node").max().alias("leaf"))
-        key_nodes = (keyed.join(keys, on=["stack_id", "path", "api_frame"], how="left",
-                                nulls_equal=True).join(leaf, on="key", how="left")
+        key_nodes = (keyed.join(keys, on=["stack_id", "path"], how="left")
+                     .join(leaf, on="key", how="left")
                      .select("call", "leaf"))
     path_base = int(pl.concat([n["node"] for n in nodes]).max() or 0) + 1
     nodes.append(paths.select((pl.col("stack_id") + path_base).alias("node"),
@@ -291,10 +284,10 @@ def _layered_trie(stacks: pl.DataFrame | None, frames: pl.DataFrame, paths: pl.D
 
 def _key_rows(keys: pl.DataFrame, old: pl.DataFrame, frames: pl.DataFrame,
               paths: pl.DataFrame) -> pl.DataFrame:
-    """``key, pos, frame_id``: the frames of each (stack, range path, API frame) key, root
-    first: the stack down to its innermost Python frame, the range path, the rest."""
+    """``key, pos, frame_id``: the frames of each (stack, range path) key, root first: the
+    stack down to its innermost Python frame, the range path, the rest."""
     kinds = frames.select("frame_id", "kind")
-    anc = _ancestors(old, keys["stack_id"].drop_nulls().unique()).join(
+    anc = _ancestors(old, keys["stack_id"].unique()).join(
         kinds, on="frame_id", how="left")
     split = (anc.group_by("leaf").agg(
         pl.col("depth").filter(pl.col("kind") == "python").max().fill_null(-1).alias("split")))
@@ -308,7 +301,5 @@ def _key_rows(keys: pl.DataFrame, old: pl.DataFrame, frames: pl.DataFrame,
         .otherwise(pl.col("depth") + pl.col("plen")).alias("pos"), "frame_id")
     range_rows = k.join(rng.rename({"leaf": "path"}), on="path", how="inner").select(
         "key", (pl.col("split") + 1 + pl.col("depth")).alias("pos"), "frame_id")
-    api_rows = k.filter(pl.col("api_frame").is_not_null()).select(
-        "key", pl.col("plen").alias("pos"), pl.col("api_frame").alias("frame_id"))
-    return pl.concat([stack_rows, range_rows, api_rows], how="vertical_relaxed").with_columns(
+    return pl.concat([stack_rows, range_rows], how="vertical_relaxed").with_columns(
         pl.col("pos").cast(pl.Int64), pl.col("frame_id").cast(pl.Int64))
