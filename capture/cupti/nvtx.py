@@ -15,7 +15,9 @@ INSTANT). ``nvtxRangePush``/``Pop`` and ``nvtxRangeStart``/``End`` both come out
 * ``add_range_layer``: every call made inside a range on its thread gets the enclosing ranges
   as frames of kind ``nvtx``, outermost first, placed right below the call's innermost Python
   frame (above any native, torch op and CUDA API frames; at the root when the stack has no
-  Python frame). GPU work inherits them through its launching call. A call recorded without a
+  Python frame), at most the outermost ``MAX_LAYER``. GPU work inherits them through its
+  launching call. Ranges nested deeper than ``MAX_DEPTH`` (a push without its pop, in a loop)
+  are dropped and counted. A call recorded without a
   stack (a capture without eBPF) keeps none: a stack made of ranges alone would count as a
   known call path ("has its Python line") when no Python line is known.
 
@@ -40,7 +42,8 @@ EMIT_NVTX_SUFFIX = r", (?:seq|op_id|sizes|input_op_ids) = .*$"
 RANGE_COLUMNS = {"pid": pl.Int64, "tid": pl.Int64, "ts_ns": pl.Int64, "dur_ns": pl.Int64,
                  "name": pl.String, "kind": pl.String, "domain": pl.String,
                  "clipped": pl.String}
-MAX_DEPTH = 4096  # levels of nesting followed (a bound, as for stacks)
+MAX_DEPTH = 2047  # nesting kept (the file's bound on depths); deeper ranges are dropped, counted
+MAX_LAYER = 64    # ranges a call's stack holds at most: the outermost 64 that enclose it
 
 
 def empty_ranges() -> pl.DataFrame:
@@ -124,7 +127,7 @@ def nest_ranges(ranges: pl.DataFrame) -> pl.DataFrame:
     up = first_row_of(r["node"], r["parent"])
     depth = pl.Series(np.zeros(r.height, np.int32))
     cur = up
-    for _ in range(MAX_DEPTH):
+    for _ in range(MAX_DEPTH + 1):   # a range still below an ancestor after this is too deep
         live = cur.is_not_null()
         if not live.any():
             break
@@ -147,6 +150,8 @@ def add_range_layer(tables: dict[str, pl.DataFrame], ranges: pl.DataFrame
     if ranges.height == 0:
         return tables, {"ranges": 0}
     nested = nest_ranges(ranges)
+    too_deep = int((nested["depth"] > MAX_DEPTH).sum())   # e.g. a push without its pop, looped
+    nested = nested.filter(pl.col("depth") <= MAX_DEPTH)
     frames = _frame_table(tables.get("frame"))
     stacks = tables.get("stack")
     stacks = stacks if stacks is not None and stacks.height else None
@@ -156,11 +161,12 @@ def add_range_layer(tables: dict[str, pl.DataFrame], ranges: pl.DataFrame
     path_of, paths = intern_forest(spans.select("node", "parent", "frame_id"))
     nested = nested.join(path_of.rename({"stack_id": "path"}), on="node", how="left",
                          maintain_order="left")
-    inner = _innermost(calls, spans) if calls is not None and calls.height else None
+    layer = spans.filter(pl.col("depth") < MAX_LAYER)   # closed under parents: an ancestor set
+    inner = _innermost(calls, layer) if calls is not None and calls.height else None
     stats = {"ranges": int(spans.height), "marks": int(nested.height - spans.height),
              "clipped_start": int((nested["clipped"] == "start").sum()),
              "clipped_end": int((nested["clipped"] == "end").sum()),
-             "max_depth": int(nested["depth"].max() or 0),
+             "max_depth": int(nested["depth"].max() or 0), "dropped_too_deep": too_deep,
              "calls_in_ranges": 0 if inner is None else int(inner["range_node"].is_not_null().sum())}
     if inner is not None:
         inner = inner.join(nested.select(pl.col("node").alias("range_node"), "path"),

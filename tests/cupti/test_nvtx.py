@@ -328,11 +328,42 @@ def test_marker_layout_matches_cupti_python():
             assert ref.fields[theirs][1] == off, name
 
 
-def test_marker_prefilter_needs_an_aligned_kind():
-    kind = np.int32(agent.KIND_MARKER).tobytes()
-    assert not agent.may_hold_markers(b"\0" * 4 + kind + b"\0" * 8)    # at offset 4
-    assert agent.may_hold_markers(b"\0" * 4 + kind + kind + b"\0" * 4)  # at 4 and at 8
-    assert not agent.may_hold_markers(b"")
+def _marker_bytes(name_ptr: int, domain_ptr: int = 0, flags: int = 2) -> bytes:
+    a = np.zeros(1, MARKER_2)
+    a["kind"], a["flags"], a["id"], a["object_kind"] = agent.KIND_MARKER, flags, 3, 2
+    a["name"], a["domain"] = name_ptr, domain_ptr
+    return a.tobytes()
+
+
+def test_marker_pointers_found_without_walking_the_buffer():
+    import sys as _sys
+
+    sys_path = _sys.path[:]
+    try:
+        _sys.path.insert(0, str(HERE))
+        from cupti_builder import api, kernel
+    finally:
+        _sys.path[:] = sys_path
+    # another record's fields look like a marker head at offset 4 (12, then 2): a false,
+    # unaligned match overlapping nothing real; then a real marker, then one more record
+    decoy = np.int32(12).tobytes() + np.int32(2).tobytes()
+    buf = (api(1, 2, 5, 12, 211)[:36] + decoy[:4] + _marker_bytes(0x1000, 0x2000)
+           + kernel(3, 4, 1) + _marker_bytes(0x3000, 0, flags=4 | 8))
+    plain = api(1, 2, 5, 12, 211) + kernel(3, 4, 12)
+    for find in (lambda b: agent._pointers_numpy(np, b) - {0}, lambda b: agent._pointers_scan(b) - {0}):
+        assert find(buf) == {0x1000, 0x2000, 0x3000}
+        assert find(plain) == set()
+        assert find(buf[:-8]) == {0x1000, 0x2000}   # a record cut short is not read
+    assert agent.marker_name_pointers(buf + _marker_bytes(0)) == {0x1000, 0x2000, 0x3000}
+
+
+def test_marker_names_are_read_only_inside_readable_memory():
+    import ctypes
+
+    text = ctypes.create_string_buffer(b"forward\0tail")
+    good = ctypes.addressof(text)
+    got = agent.read_strings({good, 8, good + 8}, 64)   # 8: never mapped
+    assert got == {str(good): "forward", str(good + 8): "tail"}
 
 
 def test_nvtx_env_is_left_as_is_when_disabled(monkeypatch):
@@ -340,3 +371,28 @@ def test_nvtx_env_is_left_as_is_when_disabled(monkeypatch):
     monkeypatch.setenv("ZYM_NVTX", "0")
     assert agent.ready_nvtx("/x/libcupti.so.13") == "off: ZYM_NVTX=0"
     assert "NVTX_INJECTION64_PATH" not in os.environ
+
+
+def test_pushes_without_pops_stay_within_the_files_bounds():
+    # a loop that pushes "step" and never pops: 3,000 ranges, each inside the one before
+    from zym.capture.cupti.nvtx import MAX_DEPTH, MAX_LAYER
+    from zym.schemas.validate import check_tables
+
+    n = 3_000
+    markers = _markers([(7, 100 + 10 * i, S, i + 1, "step", None) for i in range(n)])
+    ranges = pair_ranges(markers, 0, 10 * n + 1_000)
+    frames = pl.DataFrame({"frame_id": [0, 1], "kind": ["python", "cuda_api"],
+                           "name": ["loop", "cuLaunchKernel"], "file": ["l.py", None],
+                           "line": [3, None], "source": [None, None]},
+                          schema_overrides={"line": pl.Int32})
+    stacks = pl.DataFrame({"stack_id": [0, 1], "parent_id": [None, 0], "frame_id": [0, 1],
+                           "depth": [0, 1]}, schema_overrides={"depth": pl.Int32})
+    calls = pl.DataFrame({"pid": [1], "tid": [7], "ts_ns": [10 * n + 500], "dur_ns": [5],
+                          "name": ["cuLaunchKernel"], "stack_id": [1]})
+    tables, stats = add_range_layer({"frame": frames, "stack": stacks, "call": calls}, ranges)
+    assert stats["dropped_too_deep"] == n - (MAX_DEPTH + 1)
+    assert tables["range"].height == MAX_DEPTH + 1
+    st = tables["stack"]
+    leaf = tables["call"]["stack_id"][0]
+    assert st.filter(pl.col("stack_id") == leaf)["depth"][0] == 1 + MAX_LAYER   # loop, 64 x step, call
+    check_tables(tables)   # depths and stacks within the file's bounds
