@@ -11,6 +11,9 @@ lack. What it does:
   (``cuptiActivityEnableRuntimeApi``/``...DriverApi``: CUPTI reports ~17,000 API calls a batch
   on the sample workload when every callback is on, most of them cudaGetDevice);
 * thread ids are system tids (``CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM``), the ids eBPF sees;
+* NVTX: names its libcupti in ``NVTX_INJECTION64_PATH`` when it starts (``ready_nvtx``, before
+  the program's first NVTX call) and enables MARKER records; their name strings are read when
+  their buffer completes (``marker_name_pointers``, ``read_strings``);
 * the buffer callbacks are registered through ctypes, not cupti-python: cupti-python builds a
   Python object per record before calling back (the per-event Python work that cost 12-22x in
   our measurement). Here a completed buffer is copied as raw bytes in one ``string_at`` and
