@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -139,17 +140,23 @@ def test_zym_capture_puts_ranges_between_python_and_the_cuda_call(libs, tmp_path
                           capture_output=True, text=True, check=False, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr
     cap = open_capture(out)
-    below = Counter()   # each call's frames below its innermost Python frame, and that frame
+    below = Counter()   # the innermost Python frame, the ranges and the API frame below it
     for chain, n in _chains(cap, with_kind=True).items():
         last_py = max(i for i, (k, _) in enumerate(chain) if k == "python")
-        below[(chain[last_py][1], *(name for _, name in chain[last_py + 1:]))] += n
+        rest = chain[last_py + 1:]
+        # native frames (when the capture unwinds them) come after the ranges, never before
+        kinds = [k for k, _ in rest]
+        assert kinds == sorted(kinds, key=lambda k: {"nvtx": 0, "cuda_api": 2}.get(k, 1)), rest
+        below[(chain[last_py][1], *(name for k, name in rest if k in ("nvtx", "cuda_api")))] += n
     assert below == Counter({("launch", "step", "layer", "cuLaunchKernel"): 2 * iters,
                              ("launch", "step", "cuLaunchKernel"): iters,
                              ("launch", "cuLaunchKernel"): 3})
     folded = tmp_path / "nvtx.folded"
     subprocess.run([sys.executable, "-m", "zym.cli.main", "export", str(out), "--format",
                     "folded", "-o", str(folded)], check=True, capture_output=True, timeout=120)
-    assert "[nvtx] step;[nvtx] layer;cuLaunchKernel" in folded.read_text()
+    layered = [line for line in folded.read_text().splitlines()
+               if re.search(r"launch \(nvtx_e2e_workload\.py:\d+\);\[nvtx\] step;\[nvtx\] layer;", line)]
+    assert layered and all(";cuLaunchKernel;" in line for line in layered)
 
 
 def test_perfetto_shows_an_nvtx_track_per_thread(recorded):
