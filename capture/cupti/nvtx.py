@@ -183,8 +183,10 @@ def add_range_layer(tables: dict[str, pl.DataFrame], ranges: pl.DataFrame
 
 
 def _frame_table(frames: pl.DataFrame | None) -> pl.DataFrame:
-    schema = {"frame_id": pl.Int64, "kind": pl.String, "name": pl.String, "file": pl.String,
-              "line": pl.Int32, "source": pl.String}
+    """The frame table with every column of the schema's (absent ones null)."""
+    from zym.schemas.tables import polars_schema
+
+    schema = {c: t for c, t in polars_schema("frame").items() if c != "record"}
     if frames is None or frames.height == 0:
         return pl.DataFrame(schema=schema)
     return frames.with_columns(pl.lit(None, t).alias(c) for c, t in schema.items()
@@ -201,10 +203,8 @@ def _with_frame_ids(frames: pl.DataFrame, rows: pl.DataFrame, kind: str, name: p
     new = (keys.unique(maintain_order=True)
            .join(known, on=["kind", "name", "file"], how="anti", nulls_equal=True))
     first = int(frames["frame_id"].max()) + 1 if frames.height else 0
-    new = new.with_row_index("frame_id", offset=first).with_columns(
-        pl.col("frame_id").cast(pl.Int64), pl.lit(None, pl.Int32).alias("line"),
-        pl.lit(None, pl.String).alias("source"))
-    frames = pl.concat([frames, new.select(frames.columns)])
+    new = new.with_row_index("frame_id", offset=first).with_columns(pl.col("frame_id").cast(pl.Int64))
+    frames = pl.concat([frames, new], how="diagonal_relaxed").select(frames.columns)
     lookup = frames.filter(pl.col("kind") == kind).select("kind", "name", "file", "frame_id")
     ids = probe.join(lookup, on=["kind", "name", "file"], how="left", nulls_equal=True,
                      maintain_order="left")["frame_id"]
