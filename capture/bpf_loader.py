@@ -39,9 +39,10 @@ from .ringbuf import FixedRecordRing
 
 SYSTEM_DIST_PACKAGES = Path("/usr/lib/python3/dist-packages")
 DEFAULT_RINGBUF_PAGES = 4096     # 16 MiB: ~200,000 call records, 10+ ms at 20 M calls/s
-# 16 MiB: stacks (1 KiB each, once per distinct stack), processes, and native stack copies
-# (up to 32 KiB each, once per distinct native path: a model's first step sends a burst).
-EVENT_PAGES = 4096
+# 32 MiB: stacks (1 KiB each, once per distinct stack), processes, and native stack copies
+# (up to 128 KiB each, once per distinct native path: a model's first step sends a burst; a
+# copy the ring has no room for is sent again at its path's next call).
+EVENT_PAGES = 8192
 WALK_FN = "zym_walk"
 NATIVE_FN = "zym_native"
 CALIB_FN = "zym_calib"
@@ -88,7 +89,17 @@ def cflags(fsbase_off: int, ringbuf_pages: int = DEFAULT_RINGBUF_PAGES,
            returns: bool = False) -> list[str]:
     return [f"-I{bpf_dir()}", f"-DZYM_FSBASE_OFF={fsbase_off}",
             f"-DZYM_RINGBUF_PAGES={ringbuf_pages}", f"-DZYM_EVENT_PAGES={EVENT_PAGES}",
-            f"-DZYM_RETURNS={int(returns)}"]
+            f"-DZYM_RETURNS={int(returns)}", f"-DZYM_NCPUS={possible_cpus()}"]
+
+
+def possible_cpus() -> int:
+    """CPU ids the kernel may use (/sys/devices/system/cpu/possible, e.g. "0-15"): the size of
+    maps indexed by CPU."""
+    try:
+        text = Path("/sys/devices/system/cpu/possible").read_text().strip()
+        return max(int(part.split("-")[-1]) for part in text.split(",")) + 1
+    except (OSError, ValueError):
+        return 1024
 
 
 def printable_program(returns: bool = False) -> str:

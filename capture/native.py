@@ -30,6 +30,7 @@ from .process import Mapping
 
 RBP, RSP, RA = 6, 7, 16
 MAX_NATIVE_FRAMES = 96
+CUT_FRAME = "[native stack cut]"     # outermost frame of a native part not unwound to Python
 MAX_NAME = 240          # longer demangled names have their template arguments elided
 _PT_LOAD, _SHT_SYMTAB, _SHT_DYNSYM = 1, 2, 11
 _STT_FUNC, _STT_GNU_IFUNC = 2, 10
@@ -105,6 +106,8 @@ class Row:
     offsets: dict[int, int]
     values: dict[int, int]
     undefined: frozenset[int] = frozenset()
+    cfa_expr: bytes | None = None       # DW_CFA_def_cfa_expression: the CFA is its value
+    exprs: dict[int, tuple[bool, bytes]] | None = None   # reg -> (is a value, expression)
 
 
 @dataclass
@@ -294,7 +297,62 @@ def _execute(cie: _Cie, fde_ins: bytes, pc_begin: int, target: int) -> Row:
 
 
 def _copy(r: Row) -> Row:
-    return Row(r.cfa_reg, r.cfa_off, dict(r.offsets), dict(r.values), r.undefined)
+    return Row(r.cfa_reg, r.cfa_off, dict(r.offsets), dict(r.values), r.undefined, r.cfa_expr,
+               dict(r.exprs or {}))
+
+
+def evaluate(expr: bytes, regs: dict[int, int], mem, push: int | None = None) -> int | None:
+    """A DWARF location expression of the kinds compilers write in CFI (GCC's stack
+    realignment: ``DW_OP_breg6 -8; DW_OP_deref``; PLT stubs: ``breg7 8; breg16 0; lit15; and;
+    lit11; ge; lit3; shl; plus``). None when it needs a register or memory zym does not have,
+    or an operation it does not evaluate."""
+    stack = [] if push is None else [push]
+    i, n = 0, len(expr)
+    while i < n:
+        op = expr[i]
+        i += 1
+        if 0x70 <= op <= 0x8F or op == 0x92:             # DW_OP_breg<n>, DW_OP_bregx
+            if op == 0x92:
+                reg, i = _uleb(expr, i)
+            else:
+                reg = op - 0x70
+            off, i = _sleb(expr, i)
+            if reg not in regs:
+                return None
+            stack.append(regs[reg] + off)
+        elif 0x30 <= op <= 0x4F:                          # DW_OP_lit<n>
+            stack.append(op - 0x30)
+        elif op in (0x08, 0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x0E, 0x0F):
+            fmt = {0x08: "<B", 0x09: "<b", 0x0A: "<H", 0x0B: "<h", 0x0C: "<I", 0x0D: "<i",
+                   0x0E: "<Q", 0x0F: "<q"}[op]
+            stack.append(struct.unpack_from(fmt, expr, i)[0])
+            i += struct.calcsize(fmt)
+        elif op in (0x10, 0x11):
+            v, i = (_uleb if op == 0x10 else _sleb)(expr, i)
+            stack.append(v)
+        elif op == 0x23:                                  # DW_OP_plus_uconst
+            v, i = _uleb(expr, i)
+            if not stack:
+                return None
+            stack[-1] += v
+        elif op == 0x06:                                  # DW_OP_deref
+            if not stack:
+                return None
+            v = mem(stack.pop() & 0xFFFFFFFFFFFFFFFF)
+            if v is None:
+                return None
+            stack.append(v)
+        elif op == 0x12 and stack:                        # dup
+            stack.append(stack[-1])
+        elif op == 0x13 and stack:                        # drop
+            stack.pop()
+        elif op in (0x1A, 0x1C, 0x22, 0x24, 0x2A, 0x1E) and len(stack) >= 2:
+            b, a = stack.pop(), stack.pop()
+            stack.append({0x1A: a & b, 0x1C: a - b, 0x22: a + b, 0x24: a << b,
+                          0x2A: int(a >= b), 0x1E: a * b}[op])
+        else:
+            return None
+    return stack[-1] & 0xFFFFFFFFFFFFFFFF if stack else None
 
 
 def _run(cie: _Cie, ins: bytes, loc: int, target: int, row: Row, initial: Row | None) -> Row:
@@ -306,6 +364,8 @@ def _run(cie: _Cie, ins: bytes, loc: int, target: int, row: Row, initial: Row | 
     def restore(reg: int) -> None:
         row.offsets.pop(reg, None)
         row.values.pop(reg, None)
+        if row.exprs:
+            row.exprs.pop(reg, None)
         if initial is not None:
             if reg in initial.offsets:
                 row.offsets[reg] = initial.offsets[reg]
@@ -369,32 +429,39 @@ def _run(cie: _Cie, ins: bytes, loc: int, target: int, row: Row, initial: Row | 
             if stack:
                 saved = stack.pop()
                 row.offsets, row.values = saved.offsets, saved.values
-                row.undefined = saved.undefined
-                # the whole row, CFA rule included (DWARF 5 6.4.2.4)
+                row.undefined, row.exprs = saved.undefined, saved.exprs
+                # the whole row, CFA rule included (DWARF 5 6.4.2.4): GCC remembers the row
+                # before an epilogue and restores it after, also when the CFA is an expression
                 row.cfa_reg, row.cfa_off = saved.cfa_reg, saved.cfa_off
+                row.cfa_expr = saved.cfa_expr
         elif op == 0x0C:
             row.cfa_reg, i = _uleb(ins, i)
             row.cfa_off, i = _uleb(ins, i)
+            row.cfa_expr = None
         elif op == 0x12:
             row.cfa_reg, i = _uleb(ins, i)
+            row.cfa_expr = None
             off, i = _sleb(ins, i)
             row.cfa_off = off * da
         elif op == 0x0D:
             row.cfa_reg, i = _uleb(ins, i)
+            row.cfa_expr = None
         elif op == 0x0E:
             row.cfa_off, i = _uleb(ins, i)
         elif op == 0x13:
             off, i = _sleb(ins, i)
             row.cfa_off = off * da
         elif op == 0x0F:
-            row.cfa_reg = -1        # a CFA expression (PLT stubs): not followed
             ln, i = _uleb(ins, i)
+            row.cfa_reg, row.cfa_expr = -1, bytes(ins[i:i + ln])
             i += ln
         elif op in (0x10, 0x16):
             reg, i = _uleb(ins, i)
             ln, i = _uleb(ins, i)
+            row.offsets.pop(reg, None)
+            row.values.pop(reg, None)
+            row.exprs = {**(row.exprs or {}), reg: (op == 0x16, bytes(ins[i:i + ln]))}
             i += ln
-            row.undefined = row.undefined | {reg}
         elif op == 0x2E:
             _, i = _uleb(ins, i)
         elif op == 0x2F:
@@ -474,10 +541,25 @@ def unwind(ip: int, sp: int, bp: int, stack: bytes, maps: list[Mapping], images:
             return frames, f"cfi: {e}"
         if row is None:
             return frames, "no cfi"
-        if row.cfa_reg not in regs or RA in row.undefined:
-            return frames, "end" if RA in row.undefined else "cfa register unknown"
-        cfa = (regs[row.cfa_reg] + row.cfa_off) & 0xFFFFFFFFFFFFFFFF
+        if RA in row.undefined:
+            return frames, "end"
+        if row.cfa_expr is not None:
+            cfa = evaluate(row.cfa_expr, {**regs, RA: pc}, mem)
+            if cfa is None:
+                return frames, (f"cfa expression {row.cfa_expr.hex(' ')} not evaluated "
+                                f"(registers {sorted(regs)})")
+        elif row.cfa_reg in regs:
+            cfa = (regs[row.cfa_reg] + row.cfa_off) & 0xFFFFFFFFFFFFFFFF
+        else:
+            return frames, f"cfa register {row.cfa_reg} unknown"
         new = {r: v for r, v in regs.items() if r not in row.undefined}
+        for reg, (is_value, expr) in (row.exprs or {}).items():
+            at = evaluate(expr, {**regs, RA: pc}, mem, push=cfa)
+            v = at if is_value or at is None else mem(at)
+            if v is None:
+                new.pop(reg, None)
+            else:
+                new[reg] = v
         for reg, off in row.offsets.items():
             v = mem(cfa + off)
             if v is None:
@@ -660,6 +742,8 @@ def native_rows(copy: dict, maps: list[Mapping], images: Images, summary: Native
     summary.stopped[why] = summary.stopped.get(why, 0) + 1
     summary.to_python += why == "python"
     rows, last_op = [], None
+    if why not in ("python", "end"):    # the callers above are unknown: said, not guessed
+        rows.append({"kind": "native", "name": f"{CUT_FRAME} ({why})", "file": None})
     for f in reversed(frames[1:]):      # frames[0] is the probed API function itself
         elf = images.get(f.library)
         sym = elf.symbol(f.vaddr) if elf is not None else None

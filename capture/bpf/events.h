@@ -31,9 +31,11 @@ typedef uint64_t u64;
 #define ZYM_EV_NATIVE 4
 
 /* Bytes of the thread's native stack copied (from the stack pointer up) when a call's native
- * path is new: unwound with .eh_frame and symbolised in user space (capture/native.py). */
+ * path is new: unwound with .eh_frame and symbolised in user space (capture/native.py).
+ * cuBLAS and cuDNN keep frames of tens of KiB (measured on the H200: 32 KiB reached only
+ * part of the way up), so the copy is large; it is made once per native path. */
 #ifndef ZYM_NATIVE_MAX
-#define ZYM_NATIVE_MAX 32704  /* the struct fits a per-CPU map value (at most 32 KiB) */
+#define ZYM_NATIVE_MAX 131072
 #endif
 
 /* zym_call.flags */

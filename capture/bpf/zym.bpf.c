@@ -59,7 +59,9 @@ BPF_PROG_ARRAY(walker, 2);   /* slot 0: zym_walk, 1: zym_native; set by the load
 /* Native paths already sent: key (native key, tgid), as `seen` for Python stacks. */
 BPF_TABLE("lru_hash", struct seen_key, u8, native_seen, 65536);
 BPF_PERCPU_ARRAY(last_native, struct seen_key, 1);
-BPF_PERCPU_ARRAY(native_scratch, struct zym_native, 1);
+/* One stack copy buffer per CPU, indexed by the CPU (a per-CPU map value is at most 32 KiB,
+ * too small). A BPF program runs on one CPU from start to end, tail calls included. */
+BPF_ARRAY(native_scratch, struct zym_native, ZYM_NCPUS);
 BPF_PERCPU_ARRAY(counters, u64, ZYM_NCOUNTERS);
 
 static __always_inline void count(u32 slot) {
@@ -376,16 +378,20 @@ int zym_walk(struct pt_regs *ctx) {
     return 0;
 }
 
-/* Copies the user stack above sp into n->stack: the largest of 32, 16, ... 1 KiB that is
- * mapped (the top of a thread's stack may lie closer than ZYM_NATIVE_MAX). */
+/* Copies the user stack above sp into n->stack, as much of ZYM_NATIVE_MAX as is mapped (the
+ * top of a thread's stack may lie closer): the largest chunk that reads, then halves of the
+ * rest, down to 512 bytes. */
 static __always_inline u32 copy_stack(struct zym_native *n, u64 sp) {
+    u32 len = 0;
 #pragma unroll
-    for (int shift = 0; shift < 6; shift++) {
-        u32 len = ZYM_NATIVE_MAX >> shift;
-        if (bpf_probe_read_user(n->stack, len, (void *)sp) == 0)
-            return len;
+    for (int shift = 0; shift < 9; shift++) {
+        u32 size = ZYM_NATIVE_MAX >> shift;
+        if (len > ZYM_NATIVE_MAX - size)
+            continue;
+        if (bpf_probe_read_user(n->stack + len, size, (void *)(sp + len)) == 0)
+            len += size;
     }
-    return 0;
+    return len;
 }
 
 /* Second tail of every entry probe: key the call's native path (when enabled) and send the
@@ -409,7 +415,8 @@ int zym_native(struct pt_regs *ctx) {
         } else if (native_seen.lookup(&key)) {
             *last = key;
         } else {
-            struct zym_native *n = native_scratch.lookup(&zero);
+            u32 cpu = bpf_get_smp_processor_id();
+            struct zym_native *n = native_scratch.lookup(&cpu);
             if (n) {
                 n->type = ZYM_EV_NATIVE;
                 n->pid = call->pid;

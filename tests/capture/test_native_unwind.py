@@ -137,3 +137,24 @@ def test_unwinding_stops_where_the_copy_ends(faketorch):
     frames, why = native.unwind(base + addr, 0x1000, 0, b"", [m], native.Images())
     assert [f.vaddr for f in frames] == [elf.vaddr_of_offset(addr)]
     assert why == "stack copy too short"
+
+
+def test_restore_state_brings_back_a_cfa_expression():
+    """GCC's stack realignment (DRAP): the CFA is an expression; before an epilogue the row
+    is remembered, the epilogue redefines the CFA as r10+0, and the code after it restores the
+    row (DW_CFA_remember_state / restore_state). DWARF 5 6.4.2.4: the whole row comes back."""
+    expr = bytes([0x76, 0x78, 0x06])                 # DW_OP_breg6 (rbp) -8; DW_OP_deref
+    cie = native._Cie(code_align=1, data_align=-8, ra_reg=16, fde_enc=0x1B, has_z=True,
+                      initial=bytes([0x0C, 7, 8, 0x80 | 16, 1]))   # def_cfa rsp+8; ra at cfa-8
+    ins = bytes([0x41, 0x0F, len(expr), *expr,       # at +1: def_cfa_expression
+                 0x10, 6, 2, 0x76, 0x00,             # rbp saved at DW_OP_breg6 0
+                 0x41, 0x0A,                         # at +2: remember_state
+                 0x0C, 10, 0,                        # def_cfa r10+0 (the epilogue)
+                 0x41, 0x0B])                        # at +3: restore_state
+    at2, at3 = native._execute(cie, ins, 0x1000, 0x1002), native._execute(cie, ins, 0x1000, 0x1003)
+    assert (at2.cfa_reg, at2.cfa_expr) == (10, None)
+    assert at3.cfa_expr == expr and 6 in at3.exprs
+    # evaluated: rbp = 0x7000, [0x6ff8] = 0x9000 -> CFA 0x9000; the return address at CFA-8
+    mem = {0x6FF8: 0x9000, 0x8FF8: 0x4242}.get
+    assert native.evaluate(at3.cfa_expr, {6: 0x7000}, mem) == 0x9000
+    assert native.evaluate(expr, {}, mem) is None     # rbp unknown: not evaluated

@@ -22,7 +22,16 @@ NOINLINE int launch_gemm(int n) {
     int rc = cudaLaunchKernel((const void *)&launch_gemm, 1, 1, 1, 1, nullptr, 0, nullptr);
     return rc + scratch[0];
 }
-NOINLINE int addmm_out_cuda(int n) { return launch_gemm(n + 1) + 1; }
+// Dynamic stack realignment with a DRAP register (GCC: an over-aligned local plus alloca
+// under force_align_arg_pointer, as AVX code in torch's kernels): the CFA becomes a DWARF
+// expression (DW_OP_breg6 -8; DW_OP_deref) and rbp's save slot another.
+NOINLINE __attribute__((force_align_arg_pointer)) int addmm_out_cuda(int n) {
+    alignas(64) volatile char tile[128];
+    volatile char *extra = static_cast<volatile char *>(__builtin_alloca((n & 63) + 16));
+    tile[n & 127] = 1;
+    extra[0] = 2;
+    return launch_gemm(n + 1) + tile[n & 127] + extra[0];
+}
 NOINLINE int relu_kernel(int n) {
     volatile long big[200];
     big[n % 200] = n;

@@ -33,6 +33,8 @@ for i in range(int(sys.argv[2])):
 '''
 # Outermost first, from faketorch.cpp. faketorch_linear_relu/faketorch_add and THPVariable_add
 # end in a call that -O2 turns into a jump (a tail call): they leave no frame, as in torch.
+# addmm_out_cuda realigns its stack through a DRAP register: its caller's CFA is a DWARF
+# expression, so the frames above it exist only if zym evaluates those.
 RELU = ["torch::autograd::THPVariable_linear_relu(int)", "op aten::relu",
         "at::_ops::relu::call(int)", "at::native::relu_kernel(int)", "cudaLaunchKernel"]
 ADDMM = ["torch::autograd::THPVariable_linear_relu(int)", "op aten::addmm",
@@ -97,9 +99,10 @@ def test_each_operator_under_one_python_line_gets_its_native_path(faketorch, tmp
                 assert Path(file).name == "libfaketorch.so"
         assert c["stack"][0][0] == "cuda_api"
     meta = open_capture(r.output).meta
-    assert meta.extra["native"]["paths"] == 3
-    assert meta.extra["native"]["unwound_to_python"] == 3
-    assert meta.extra["native"]["with_torch_op"] == 3
+    # addmm_out_cuda's alloca moves the stack pointer with n: more than 3 copies, all whole
+    summary = meta.extra["native"]
+    assert summary["paths"] >= 3
+    assert summary["unwound_to_python"] == summary["with_torch_op"] == summary["paths"]
 
 
 def test_the_op_layer_reaches_the_analysis(faketorch, tmp_path):
