@@ -6,7 +6,9 @@ range's name and domain) and an end (flag END, no name); ``nvtxMark`` gives one 
 INSTANT). ``nvtxRangePush``/``Pop`` and ``nvtxRangeStart``/``End`` both come out this way.
 
 * ``pair_ranges``: starts and ends paired by (process, id), in time order, all at once (a sort
-  and a shift, no per-record Python). A start without an end (the range was open when the
+  and a shift, no per-record Python); what the ids leave unpaired is paired per thread as
+  pushes and pops pair (an end closes the latest open start), counted in the statistics
+  (``paired_by_thread_order``: 0 where CUPTI gives a pop its push's id). A start without an end (the range was open when the
   capture stopped) ends at the end of the process's recording, ``clipped = "end"``; an end
   without a start (opened before recording began, e.g. before an attach) starts at the
   recording's start, ``clipped = "start"``, and has no name (CUPTI names a range at its start).
@@ -47,7 +49,7 @@ MAX_LAYER = 64    # ranges a call's stack holds at most: the outermost 64 that e
 
 
 def empty_ranges() -> pl.DataFrame:
-    return pl.DataFrame(schema=RANGE_COLUMNS)
+    return pl.DataFrame(schema=RANGE_COLUMNS | {"by_order": pl.Boolean})
 
 
 def markers_frame(records: np.ndarray, buffer_of: np.ndarray, names: dict[int, dict[int, str]],
@@ -92,21 +94,59 @@ def pair_ranges(markers: pl.DataFrame, first_ns: int, last_ns: int) -> pl.DataFr
         pl.when(same_next.fill_null(False) & pl.col("is_end").shift(-1).fill_null(False))
         .then(pl.col("ts_ns").shift(-1)).alias("end_ns"),
         (same_prev.fill_null(False) & pl.col("is_start").shift(1).fill_null(False))
+        .alias("has_start")).with_row_index("row")
+    # what the ids leave unpaired is paired by thread order, as push and pop pair (LIFO)
+    open_starts = se.filter(pl.col("is_start") & pl.col("end_ns").is_null())
+    lone_ends = se.filter(pl.col("is_end") & ~pl.col("has_start"))
+    by_order = _pair_in_thread_order(open_starts, lone_ends)
+    se = se.join(by_order.select("row", pl.col("end_ns").alias("order_end")), on="row",
+                 how="left").with_columns(
+        pl.col("order_end").is_not_null().alias("by_order"),
+        pl.coalesce("end_ns", "order_end").alias("end_ns"),
+        (pl.col("has_start") | pl.col("row").is_in(by_order["end_row"].implode()))
         .alias("has_start"))
     starts = se.filter(pl.col("is_start")).select(
         "pid", "tid", "ts_ns",
         (pl.col("end_ns").fill_null(pl.max_horizontal(pl.lit(last_ns), pl.col("ts_ns")))
          - pl.col("ts_ns")).alias("dur_ns"),
         pl.col("name").fill_null(UNNAMED), pl.lit("nvtx").alias("kind"), "domain",
-        pl.when(pl.col("end_ns").is_null()).then(pl.lit("end")).alias("clipped"))
+        pl.when(pl.col("end_ns").is_null()).then(pl.lit("end")).alias("clipped"), "by_order")
     orphans = se.filter(pl.col("is_end") & ~pl.col("has_start")).select(
         "pid", "tid", pl.min_horizontal(pl.lit(first_ns), pl.col("ts_ns")).alias("ts_ns"),
         (pl.col("ts_ns") - pl.min_horizontal(pl.lit(first_ns), pl.col("ts_ns"))).alias("dur_ns"),
         pl.lit(UNNAMED).alias("name"), pl.lit("nvtx").alias("kind"), "domain",
-        pl.lit("start").alias("clipped"))
-    out = pl.concat([starts, orphans, marks], how="vertical_relaxed")
-    return out.select([pl.col(c).cast(t) for c, t in RANGE_COLUMNS.items()]).sort(
+        pl.lit("start").alias("clipped"), pl.lit(False).alias("by_order"))
+    out = pl.concat([starts, orphans, marks.with_columns(pl.lit(False).alias("by_order"))],
+                    how="vertical_relaxed")
+    return out.select([pl.col(c).cast(t) for c, t in (RANGE_COLUMNS | {"by_order": pl.Boolean}
+                                                      ).items()]).sort(
         "pid", "tid", "ts_ns", pl.col("dur_ns"), descending=[False, False, False, True])
+
+
+def _pair_in_thread_order(starts: pl.DataFrame, ends: pl.DataFrame) -> pl.DataFrame:
+    """Starts and ends (``row, pid, tid, ts_ns``) paired as pushes and pops pair on a thread:
+    an end closes the latest start of its thread still open. Returns ``row`` (the start),
+    ``end_row``, ``end_ns``. The nesting level of each event comes from a running sum of +1 per
+    start and -1 per end, measured from its running minimum (an end with nothing open, level
+    0, lowers the floor and pairs with nothing); the k-th start and the k-th end of one level
+    of one thread are a pair."""
+    cols = ["row", "pid", "tid", "ts_ns"]
+    ev = (pl.concat([starts.select(*cols, pl.lit(1).alias("step")),
+                     ends.select(*cols, pl.lit(-1).alias("step"))])
+          .sort("pid", "tid", "ts_ns", "step", descending=[False, False, False, True]))
+    thread = ["pid", "tid"]
+    ev = ev.with_columns(pl.col("step").cum_sum().over(thread).alias("c")).with_columns(
+        pl.min_horizontal(pl.col("c").cum_min().over(thread), pl.lit(0)).alias("floor"))
+    before = (pl.col("c") - pl.col("step")) - pl.col("floor").shift(1).over(thread).fill_null(0)
+    ev = ev.with_columns(pl.when(pl.col("step") == 1).then(pl.col("c") - pl.col("floor"))
+                         .otherwise(before).alias("level"))
+    ev = ev.filter(pl.col("level") > 0).with_columns(
+        pl.int_range(pl.len()).over("pid", "tid", "level", "step").alias("k"))
+    key = ["pid", "tid", "level", "k"]
+    return (ev.filter(pl.col("step") == 1).select(*key, "row")
+            .join(ev.filter(pl.col("step") == -1).select(*key, pl.col("row").alias("end_row"),
+                                                        pl.col("ts_ns").alias("end_ns")),
+                  on=key, how="inner").select("row", "end_row", "end_ns"))
 
 
 def _thread_key() -> pl.Expr:
@@ -167,6 +207,8 @@ def add_range_layer(tables: dict[str, pl.DataFrame], ranges: pl.DataFrame
              "clipped_start": int((nested["clipped"] == "start").sum()),
              "clipped_end": int((nested["clipped"] == "end").sum()),
              "max_depth": int(nested["depth"].max() or 0), "dropped_too_deep": too_deep,
+             "paired_by_thread_order": int(nested["by_order"].fill_null(False).sum())
+             if "by_order" in nested.columns else 0,
              "calls_in_ranges": 0 if inner is None else int(inner["range_node"].is_not_null().sum())}
     if inner is not None:
         inner = inner.join(nested.select(pl.col("node").alias("range_node"), "path"),

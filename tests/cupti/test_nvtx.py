@@ -248,6 +248,19 @@ def test_an_id_used_twice_pairs_in_time_order():
     assert sorted(r.select("name", "ts_ns", "dur_ns").iter_rows()) == [("x", 10, 10), ("y", 30, 15)]
 
 
+def test_ends_without_their_starts_id_pair_as_pops_do():
+    # should a pop's record not carry its push's id (here 0), ends pair with the latest open
+    # start of their thread; an end with nothing open is a range begun before recording
+    rows = [(7, 50, E, 0, None, None), (7, 100, S, 1, "a", None), (7, 150, S, 2, "b", None),
+            (7, 300, E, 0, None, None), (7, 900, E, 0, None, None), (7, 950, S, 3, "c", None),
+            (8, 120, S, 4, "x", None), (8, 130, E, 0, None, None)]
+    r = pair_ranges(_markers(rows), 10, 1_000)
+    assert sorted(r.select("tid", "name", "ts_ns", "dur_ns", "clipped").iter_rows()) == [
+        (7, UNNAMED, 10, 40, "start"), (7, "a", 100, 800, None), (7, "b", 150, 150, None),
+        (7, "c", 950, 50, "end"), (8, "x", 120, 10, None)]
+    assert r["by_order"].sum() == 3
+
+
 def test_unclosed_and_unopened_ranges_are_clipped_to_the_recording():
     rows = [(7, 50, E, 1, None, None),      # opened before recording began
             (7, 200, S, 2, "open", None)]   # still open when it ended
