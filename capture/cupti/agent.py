@@ -660,7 +660,8 @@ ENV_EAGER = "ZYM_CUPTI_EAGER"        # "1": start at interpreter start, not at t
 # load CUPTI.
 TRIGGER_MODULES = frozenset({
     "torch", "cupy", "jax", "jaxlib", "tensorflow", "numba", "cuda", "pycuda", "tensorrt",
-    "triton", "onnxruntime", "paddle", "mxnet", "cudf", "cuml", "vllm", "sglang"})
+    "triton", "onnxruntime", "paddle", "mxnet", "cudf", "cuml", "vllm", "sglang",
+    "nvtx"})  # NVIDIA's nvtx package: its ranges need the injection path set before its first call
 
 
 class _StartOnImport:
