@@ -102,6 +102,7 @@ def site_table(nodes: pl.DataFrame) -> pl.DataFrame:
         "stack_id", "parent_id", "depth", "kind", "user_node", "op_node", "user_module",
         pl.when(pl.col("kind") == "torch_op").then(pl.col("name")).alias("_op"),
         pl.when(pl.col("kind") == "native").then(builtin).alias("_builtin"),
+        ((pl.col("kind") == "native") & pl.col("file").is_not_null()).alias("_unwound"),
         pl.when(pl.col("kind") == "python").then(
             pl.concat_str(pl.col("file").fill_null("?"), pl.lit(":"), pl.col("name")))
         .alias("_py"))
@@ -110,9 +111,15 @@ def site_table(nodes: pl.DataFrame) -> pl.DataFrame:
     chain_of: dict[int, str] = {}
     frames_of: dict[int, str] = {}
     api_of: dict[int, str | None] = {}
-    ids, chains, apis, frames_col = [], [], [], []
-    for sid, parent, op, api, py in base.sort("depth").select(
-            "stack_id", "parent_id", "_op", "_builtin", "_py").iter_rows():
+    anchor_of: dict[int, int | None] = {}
+    ids, chains, apis, frames_col, anchors = [], [], [], [], []
+    for sid, parent, op, api, py, unwound in base.sort("depth").select(
+            "stack_id", "parent_id", "_op", "_builtin", "_py", "_unwound").iter_rows():
+        # the nearest node that is not an unwound native frame (one with its library): the
+        # native path between the Python line (or torch op) and the API makes no site of its own
+        anchor_of[sid] = sid if not unwound else (
+            anchor_of.get(parent) if parent is not None else None)
+        anchors.append(anchor_of.get(parent) if parent is not None else None)
         up = chain_of.get(parent, "") if parent is not None else ""
         chain_of[sid] = f"{up};{op}" if op is not None else up
         up_py = frames_of.get(parent, "") if parent is not None else ""
@@ -124,12 +131,15 @@ def site_table(nodes: pl.DataFrame) -> pl.DataFrame:
         frames_col.append(frames_of[sid] + ";" if frames_of[sid] else "")
         apis.append(api_of[sid])
     chain = pl.DataFrame({"stack_id": ids, "op_chain": chains, "py_api": apis,
-                          "frames": frames_col},
+                          "frames": frames_col, "_anchor": anchors},
                          schema={"stack_id": pl.Int64, "op_chain": pl.String, "py_api": pl.String,
-                                 "frames": pl.String})
+                                 "frames": pl.String, "_anchor": pl.Int64})
+    base = base.join(chain.select("stack_id", "_anchor"), on="stack_id", how="left")
+    chain = chain.drop("_anchor")
     chain = chain.with_columns(pl.when(pl.col("op_chain") == "").then(pl.lit(""))
                                .otherwise(pl.col("op_chain") + ";").alias("op_chain"))
-    site_id = (pl.when(pl.col("kind") == "cuda_api").then(pl.coalesce("parent_id", "stack_id"))
+    site_id = (pl.when(pl.col("kind") == "cuda_api")
+               .then(pl.coalesce("_anchor", "parent_id", "stack_id"))
                .otherwise("stack_id"))
     source = pl.col("source") if "source" in nodes.columns else pl.lit(None, pl.String)
     short = short_paths(nodes.filter(pl.col("is_user"))["file"]) if "is_user" in nodes.columns \

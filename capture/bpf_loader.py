@@ -39,8 +39,12 @@ from .ringbuf import FixedRecordRing
 
 SYSTEM_DIST_PACKAGES = Path("/usr/lib/python3/dist-packages")
 DEFAULT_RINGBUF_PAGES = 4096     # 16 MiB: ~200,000 call records, 10+ ms at 20 M calls/s
-EVENT_PAGES = 1024               # 4 MiB: stacks (1 KiB each, once per distinct stack), processes
+# 32 MiB: stacks (1 KiB each, once per distinct stack), processes, and native stack copies
+# (up to 128 KiB each, once per distinct native path: a model's first step sends a burst; a
+# copy the ring has no room for is sent again at its path's next call).
+EVENT_PAGES = 8192
 WALK_FN = "zym_walk"
+NATIVE_FN = "zym_native"
 CALIB_FN = "zym_calib"
 SETUP_HINT = "run scripts/setup-ebpf.sh as root (or apt-get install python3-bpfcc)"
 
@@ -85,7 +89,17 @@ def cflags(fsbase_off: int, ringbuf_pages: int = DEFAULT_RINGBUF_PAGES,
            returns: bool = False) -> list[str]:
     return [f"-I{bpf_dir()}", f"-DZYM_FSBASE_OFF={fsbase_off}",
             f"-DZYM_RINGBUF_PAGES={ringbuf_pages}", f"-DZYM_EVENT_PAGES={EVENT_PAGES}",
-            f"-DZYM_RETURNS={int(returns)}"]
+            f"-DZYM_RETURNS={int(returns)}", f"-DZYM_NCPUS={possible_cpus()}"]
+
+
+def possible_cpus() -> int:
+    """CPU ids the kernel may use (/sys/devices/system/cpu/possible, e.g. "0-15"): the size of
+    maps indexed by CPU."""
+    try:
+        text = Path("/sys/devices/system/cpu/possible").read_text().strip()
+        return max(int(part.split("-")[-1]) for part in text.split(",")) + 1
+    except (OSError, ValueError):
+        return 1024
 
 
 def printable_program(returns: bool = False) -> str:
@@ -132,8 +146,10 @@ class BpfProgram:
     def __init__(self, on_record: Callable[[int, ct.Structure], None],
                  on_calls: Callable[[np.ndarray], None],
                  libraries: tuple[str, ...] = (DRIVER,), sample: int = 1,
-                 ringbuf_pages: int = DEFAULT_RINGBUF_PAGES, return_probes: bool = True) -> None:
+                 ringbuf_pages: int = DEFAULT_RINGBUF_PAGES, return_probes: bool = True,
+                 native: bool = True) -> None:
         self._on_record = on_record
+        self._native = native
         self._on_calls = on_calls
         self._libraries = libraries
         self._sample = sample
@@ -164,6 +180,7 @@ class BpfProgram:
         for slot, probe in enumerate(PROBES):
             specs[ct.c_uint32(slot)] = _spec(probe, self._returns[slot])
         self.set_sample(self._sample)
+        self._bpf["config"][ct.c_int(events.CFG_NATIVE)] = ct.c_uint64(int(self._native))
         self._bpf["events"].open_ring_buffer(self._dispatch)
         calls = self._bpf["calls"]
         self._ring = FixedRecordRing(calls.map_fd, self._pages * mmap.PAGESIZE, events.CALL_DTYPE)
@@ -183,6 +200,8 @@ class BpfProgram:
         self._bpf.load_func(CALIB_FN, bcc.BPF.KPROBE)
         walk = self._bpf.load_func(WALK_FN, bcc.BPF.KPROBE)
         self._bpf["walker"][ct.c_int(0)] = ct.c_int(walk.fd)
+        native = self._bpf.load_func(NATIVE_FN, bcc.BPF.KPROBE)
+        self._bpf["walker"][ct.c_int(1)] = ct.c_int(native.fd)
 
     def __exit__(self, *exc: object) -> None:
         if self._ring is not None:
@@ -199,6 +218,10 @@ class BpfProgram:
 
     def _dispatch(self, _ctx: object, data: int, size: int) -> None:
         kind = ct.cast(data, ct.POINTER(ct.c_uint32))[0]
+        if kind == events.EV_NATIVE:
+            if size >= events.NATIVE_HEADER:
+                self._on_record(kind, events.NativeCopy.from_bytes(ct.string_at(data, size)))
+            return
         cls = {events.EV_STACK: events.Stack, events.EV_PROC: events.ProcEvent}.get(kind)
         if cls is not None and size >= ct.sizeof(cls):
             self._on_record(kind, cls.from_buffer_copy(ct.string_at(data, ct.sizeof(cls))))

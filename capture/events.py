@@ -3,26 +3,29 @@ checks every size and offset here against it, so the two cannot drift."""
 from __future__ import annotations
 
 import ctypes as ct
+from dataclasses import dataclass
 
 import numpy as np
 
 MAX_FRAMES = 128
 MAX_PROBES = 64
-EV_CALL, EV_STACK, EV_PROC = 1, 2, 3
+EV_CALL, EV_STACK, EV_PROC, EV_NATIVE = 1, 2, 3, 4
+NATIVE_MAX = 131072
 F_NO_LAYOUT, F_NO_TSTATE, F_NO_FRAMES, F_NOT_SAMPLED, F_TRUNCATED = 1, 2, 4, 8, 16
 PROC_FORK, PROC_EXEC, PROC_GATE = 1, 2, 3
 LAYOUT_UNKNOWN, LAYOUT_KNOWN, LAYOUT_NONE = 0, 1, 2
 COUNTERS = {"calls": 0, "nested": 1, "lost_calls": 2, "lost_stacks": 3, "not_sampled": 4,
-            "bulk_reads": 5, "frame_reads": 6}
-NCOUNTERS = 8
-CFG_SAMPLE, NCONFIG = 0, 4
+            "bulk_reads": 5, "frame_reads": 6, "native_sent": 7, "lost_native": 8}
+NCOUNTERS = 10
+CFG_SAMPLE, CFG_NATIVE, NCONFIG = 0, 1, 4
 
 
 class Call(ct.Structure):
     _fields_ = [("type", ct.c_uint32), ("probe", ct.c_uint32), ("pid", ct.c_uint32),
                 ("tid", ct.c_uint32), ("ts_ns", ct.c_uint64), ("dur_ns", ct.c_uint64),
                 ("stack_hash", ct.c_uint64), ("size_arg", ct.c_uint64), ("stream", ct.c_uint64),
-                ("copy_arg", ct.c_uint64), ("flags", ct.c_uint32), ("pad", ct.c_uint32)]
+                ("copy_arg", ct.c_uint64), ("flags", ct.c_uint32), ("pad", ct.c_uint32),
+                ("native_key", ct.c_uint64)]
 
 
 # A call record as numpy sees it: the calls ring is drained into arrays of it (ringbuf.py).
@@ -36,6 +39,36 @@ class Frame(ct.Structure):
 class Stack(ct.Structure):
     _fields_ = [("type", ct.c_uint32), ("pid", ct.c_uint32), ("hash", ct.c_uint64),
                 ("nframes", ct.c_uint32), ("flags", ct.c_uint32), ("frames", Frame * MAX_FRAMES)]
+
+
+class Native(ct.Structure):
+    """A native stack copy (``struct zym_native``); only ``len`` bytes of ``stack`` are sent."""
+
+    _fields_ = [("type", ct.c_uint32), ("pid", ct.c_uint32), ("key", ct.c_uint64),
+                ("ip", ct.c_uint64), ("sp", ct.c_uint64), ("bp", ct.c_uint64),
+                ("len", ct.c_uint32), ("probe", ct.c_uint32), ("stack", ct.c_uint8 * NATIVE_MAX)]
+
+
+NATIVE_HEADER = Native.stack.offset
+
+
+@dataclass(frozen=True)
+class NativeCopy:
+    """A received native stack copy: the registers at the probe and the stack's bytes."""
+
+    pid: int
+    key: int
+    ip: int
+    sp: int
+    bp: int
+    probe: int
+    stack: bytes
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> NativeCopy:
+        h = Native.from_buffer_copy(data[:NATIVE_HEADER].ljust(ct.sizeof(Native), b"\0"))
+        return cls(h.pid, h.key, h.ip, h.sp, h.bp, h.probe,
+                   bytes(data[NATIVE_HEADER:NATIVE_HEADER + min(h.len, NATIVE_MAX)]))
 
 
 class ProcEvent(ct.Structure):
@@ -62,11 +95,12 @@ class ProbeSpec(ct.Structure):
 def struct_format(cls: type[ct.Structure]) -> str:
     """The ``struct`` module format of a mirror (little-endian, no implicit padding)."""
     codes = {ct.c_uint32: "I", ct.c_int32: "i", ct.c_uint64: "Q", ct.c_int64: "q",
-             ct.c_uint16: "H", ct.c_int16: "h"}
+             ct.c_uint16: "H", ct.c_int16: "h", ct.c_uint8: "B"}
     return "<" + "".join(codes[t] for _, t in cls._fields_)
 
 
 MIRRORS: dict[str, type[ct.Structure]] = {
     "zym_call": Call, "zym_frame": Frame, "zym_stack": Stack, "zym_proc_event": ProcEvent,
+    "zym_native": Native,
     "zym_proc": Proc, "zym_probe_spec": ProbeSpec,
 }

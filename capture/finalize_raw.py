@@ -17,7 +17,15 @@ from zym.schemas.meta import CaptureMeta, meta_from_dict
 
 from .probes import PROBES
 from .rawcheck import RawCorruptError, read_meta_text, verify_stream
-from .sink import RAW_COLUMNS, STACK_MISSED, build_tables, raw_polars_schema, resolve_stacks
+from .sink import (
+    RAW_COLUMNS,
+    RAW_OPTIONAL,
+    STACK_MISSED,
+    build_tables,
+    native_frames_of,
+    raw_polars_schema,
+    resolve_stacks,
+)
 
 MAX_RAW_DEPTH = 4096  # frames per raw stack; the collector walks at most a few hundred
 # Ranges of raw values; anything outside is damage or a foreign file. Columns in _NULLABLE
@@ -27,6 +35,9 @@ _RANGES = {
     "calls": {"pid": (0, 1 << 31), "tid": (0, 1 << 31), "ts_ns": (0, (1 << 63) - 1),
               "dur_ns": (0, 1 << 50), "probe": (0, len(PROBES) - 1)},
     "frames": {"pid": (0, 1 << 31), "depth": (0, MAX_RAW_DEPTH - 1), "line": (0, 1 << 30)},
+    "native_frames": {"pid": (0, 1 << 31), "depth": (0, MAX_RAW_DEPTH - 1)},
+    "natives": {"pid": (0, 1 << 31)},
+    "maps": {"pid": (0, 1 << 31)},
 }
 
 
@@ -58,10 +69,14 @@ def _decode_arrow(path: Path, data: bytes, table: str) -> pl.DataFrame:
         raise RawCorruptError(f"{path}: not a zym raw stream ({_one_line(e)})") from None
     expected = {c: getattr(pa, t)() for c, t in RAW_COLUMNS[table].items()}
     got = {f.name: f.type for f in arrow.schema}
-    if got != expected:
+    optional = set(RAW_OPTIONAL.get(table, ()))
+    if {c: t for c, t in expected.items() if c in got or c not in optional} != got:
         raise InputError(f"{path}: raw {table} stream has columns {sorted(got)} of other types "
                          "than this zym writes: finalize it with the zym that captured it")
-    return pl.from_arrow(arrow)
+    frame = pl.from_arrow(arrow)
+    schema = raw_polars_schema(table)
+    return frame.with_columns(pl.lit(None, schema[c]).alias(c) for c in sorted(optional)
+                              if c not in got).select(list(schema))
 
 
 def _decode_jsonl(path: Path, data: bytes, table: str) -> pl.DataFrame:
@@ -70,9 +85,12 @@ def _decode_jsonl(path: Path, data: bytes, table: str) -> pl.DataFrame:
     try:
         for line in data.decode("utf-8").splitlines():
             row = json.loads(line)
-            if not isinstance(row, dict) or set(row) != set(schema):
+            optional = set(RAW_OPTIONAL.get(table, ()))
+            if not isinstance(row, dict) or not set(schema) - optional <= set(row) <= set(schema):
                 raise ValueError("a row without the raw columns")
-            rows.append(row)
+            if "stack" in row and isinstance(row["stack"], str):
+                row["stack"] = bytes.fromhex(row["stack"])
+            rows.append({c: row.get(c) for c in schema})
         return pl.DataFrame(rows, schema=schema, strict=True, orient="row")
     except (ValueError, TypeError, OverflowError, RecursionError, pl.exceptions.PolarsError) as e:
         raise RawCorruptError(f"{path}: not a zym raw stream ({_one_line(e)})") from None
@@ -113,11 +131,13 @@ def finalize_raw(raw_dir: Path, output: Path, force: bool = False
     meta = read_meta_checked(raw_dir)
     calls, calls_lost = read_raw_checked(raw_dir, "calls")
     frames, frames_lost = read_raw_checked(raw_dir, "frames")
-    tables = build_tables(calls, frames)
+    native_frames_of(raw_dir, meta)     # unwinds here when the capture was not unwound
+    natives, natives_lost = read_raw_checked(raw_dir, "native_frames")
+    tables = build_tables(calls, frames, natives)
     resolved = resolve_stacks(calls, frames)
     meta.extra["missed_stacks"] = resolved.filter(pl.col("stack_key") == STACK_MISSED).height
-    if calls_lost or frames_lost:  # an unfinished last batch: counted, never guessed at
-        meta.dropped["raw_unverified_bytes"] = calls_lost + frames_lost
+    if calls_lost or frames_lost or natives_lost:  # an unfinished last batch: counted
+        meta.dropped["raw_unverified_bytes"] = calls_lost + frames_lost + natives_lost
     spool = raw_dir.with_name(raw_dir.name.removesuffix(".raw") + ".cupti")
     if spool.is_dir():
         from .cupti.finalize import merge_gpu

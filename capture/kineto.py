@@ -7,7 +7,7 @@ Kineto writes one JSON object whose ``traceEvents`` hold complete events (``ph: 
 
     Python frames (Python id tree) -> torch ops (time nesting) -> CUDA API call
 
-and writes calls, GPU activity, spans and the interned stacks in schema v2 (frames without source text). Decoding is in
+and writes calls, GPU activity, spans and the interned stacks in the capture schema (frames without source text). Decoding is in
 ``kineto_json``; everything here is polars joins, a handful per tree level at most.
 
 Kineto names a Python frame ``file(first line of the function): name``: it has no call-site

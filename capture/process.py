@@ -31,6 +31,22 @@ def read_maps(pid: int) -> list[Mapping]:
     return out
 
 
+def executable_mappings(pid: int) -> list[Mapping]:
+    """File-backed executable mappings of ``pid`` (the code an unwinder meets); [] when the
+    process is gone."""
+    try:
+        text = Path(f"/proc/{pid}/maps").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return []
+    out = []
+    for line in text.splitlines():
+        parts = line.split(maxsplit=5)
+        if len(parts) == 6 and parts[5].startswith("/") and "x" in parts[1]:
+            lo, hi = parts[0].split("-")
+            out.append(Mapping(int(lo, 16), int(hi, 16), int(parts[2], 16), parts[5]))
+    return out
+
+
 def load_bias(maps: list[Mapping], path: str) -> int | None:
     """Address where ``path``'s file offset 0 is mapped (its load bias for a shared object or
     PIE whose first segment starts at virtual address 0), or None when it is not mapped."""

@@ -99,7 +99,7 @@ class RotatingWriter:
         import pyarrow.parquet  # noqa: F401  hold the interpreter while the ring fills)
 
         self._unix_offset = time.time_ns() - time.monotonic_ns()
-        self._frames: list[dict] = []
+        self._frames: list[tuple[str, dict]] = []
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="zym-rotate")
         self._pending: list[Future] = []
         self._lock = threading.Lock()
@@ -132,8 +132,8 @@ class RotatingWriter:
                 iv.calls += n
 
     def add(self, table: str, **row) -> None:
-        if table == "frames":
-            self._frames.append(row)
+        if table in ("frames", "natives", "maps"):
+            self._frames.append((table, row))
         for iv in self._open_ivs:
             iv.writer.add(table, **row)
 
@@ -161,8 +161,8 @@ class RotatingWriter:
         if raw_dir.exists():
             shutil.rmtree(raw_dir)
         writer = RawWriter(raw_dir)
-        for row in self._frames:  # each file resolves its own stacks
-            writer.add("frames", **row)
+        for table, row in self._frames:  # each file resolves its own stacks and native paths
+            writer.add(table, **row)
         return _Interval(index, start_ns, end_ns, raw_dir, writer)
 
     def rotate_if_due(self, now_ns: int) -> None:

@@ -39,6 +39,7 @@ from .process import (
     ProcessMemory,
     descendants,
     environ_of,
+    executable_mappings,
     host_path,
     is_alive,
     mapped_libraries,
@@ -73,6 +74,8 @@ class CaptureConfig:
     force_return_probes: bool = False   # keep them even when CUPTI records the durations
     # Budget mode: adapt the stack-walk sampling to keep the estimated overhead under this %.
     max_overhead_pct: float | None = None
+    # Native frames: copy the stack of each new native path (unwound after the capture).
+    native: bool = True
     # Continuous capture (capture/rotate.py): one file per this many seconds, the newest
     # ``keep`` kept, each labelled with ``labels``.
     rotate_s: float | None = None
@@ -123,6 +126,9 @@ class Collector:
     cuda_libraries: set[str] = field(default_factory=set)
     calls: int = 0
     stacks_received: int = 0
+    natives_received: int = 0
+    # per process: the executable mappings recorded for unwinding, by (start, end, path)
+    maps_seen: dict[int, dict[tuple, dict]] = field(default_factory=dict)
     calls_by_probe: np.ndarray = field(default_factory=lambda: np.zeros(events.MAX_PROBES, np.int64))
 
     # ---- records from the kernel
@@ -138,6 +144,40 @@ class Collector:
             self._on_stack(rec)
         elif kind == events.EV_PROC:
             self._on_proc(rec)
+        elif kind == events.EV_NATIVE:
+            self._on_native(rec)
+
+    def _on_native(self, n: events.NativeCopy) -> None:
+        """A new native path: keep its stack copy, and the process's executable mappings
+        that zym has not recorded yet (the unwinding after the capture needs both)."""
+        self.natives_received += 1
+        self.writer.add("natives", pid=n.pid, key=n.key, ip=n.ip, sp=n.sp, bp=n.bp,
+                        probe=n.probe, stack=n.stack)
+        self._record_mappings(n.pid)
+
+    def _record_mappings(self, pid: int, into: int | None = None) -> None:
+        """``pid``'s executable mappings not recorded yet, for ``into`` (default: ``pid``; a
+        forked child has its parent's until it execs, and may exit before zym reads its own)."""
+        for m in executable_mappings(pid):
+            key = (m.start, m.end, m.path)
+            known = self.maps_seen.get(pid, {}).get(key)
+            if known is None:
+                size = mtime = None
+                try:
+                    st = os.stat(f"/proc/{pid}/root{m.path}")
+                    size, mtime = st.st_size, st.st_mtime_ns
+                except OSError:
+                    pass
+                known = {"start": m.start, "end": m.end, "offset": m.offset, "path": m.path,
+                         "size": size, "mtime_ns": mtime}
+            self._add_mapping(pid if into is None else into, known)
+
+    def _add_mapping(self, pid: int, row: dict) -> None:
+        seen = self.maps_seen.setdefault(pid, {})
+        key = (row["start"], row["end"], row["path"])
+        if key not in seen:
+            seen[key] = row
+            self.writer.add("maps", pid=pid, **row)
 
     def _on_stack(self, s: events.Stack) -> None:
         self.stacks_received += 1
@@ -188,6 +228,8 @@ class Collector:
         so it starts with a copy of the parent's code-object cache: its stacks stay readable
         even when it exits before zym reads its memory."""
         proc = Tracked(pid)
+        if parent is not None:      # the same mappings until it execs (or maps more)
+            self._record_mappings(parent.pid, into=pid)
         if parent is not None and parent.interp is not None:
             proc.interp = dataclasses.replace(parent.interp, pid=pid)
             cache = dict(parent.symbolizer.cache) if parent.symbolizer else {}
@@ -362,7 +404,8 @@ def _meta(cfg: CaptureConfig, collector: Collector, counters: dict[str, int],
         host=socket.gethostname(), clock_domain="CLOCK_MONOTONIC",
         python_version=interps[0].version_text if interps else "",
         dropped={"ebpf_ringbuf": counters.get("lost_calls", 0),
-                 "ebpf_ringbuf_stacks": counters.get("lost_stacks", 0)},
+                 "ebpf_ringbuf_stacks": counters.get("lost_stacks", 0),
+                 "ebpf_ringbuf_native": counters.get("lost_native", 0)},
         extra={"sample": cfg.sample, "unreadable_frames": sum(p.symbolizer.unreadable for p in collector.procs.values()
                                         if p.symbolizer),
                "nested_calls": counters.get("nested", 0), "calls_seen": counters.get("calls", 0),
@@ -400,7 +443,7 @@ def run_capture(cfg: CaptureConfig, log: Log | None = None) -> CaptureSummary:
     try:
         with BpfProgram(lambda k, r: collector.on_record(k, r),
                         lambda recs: collector.on_calls(recs), libraries, cfg.sample,
-                        return_probes=cfg.return_probes) as bpf:
+                        return_probes=cfg.return_probes, native=cfg.native) as bpf:
             bpf_ref.append(bpf)
             collector = Collector(bpf, writer, log, libraries)
             calibration = bpf.calibrate(log)
@@ -442,8 +485,24 @@ def run_capture(cfg: CaptureConfig, log: Log | None = None) -> CaptureSummary:
         return CaptureSummary(outputs[-1] if outputs else cfg.output, collector.calls,
                               len(collector.stack_keys), seconds, sorted(collector.procs),
                               meta.dropped, counters, outputs)
+    _unwind_natives(raw_dir, meta, log)
     write_raw_meta(raw_dir, meta)
     return _finish(cfg, collector, meta, counters, seconds, raw_dir, log)
+
+
+def _unwind_natives(raw_dir: Path, meta: CaptureMeta, log: Log) -> None:
+    """Unwinds the native stack copies here, where the libraries the target ran are: a raw
+    capture finalized on another host keeps its native frames."""
+    from .native import resolve_raw
+
+    try:
+        summary = resolve_raw(raw_dir)
+    except ImportError:     # no pyarrow: --finalize unwinds, on a host with the libraries
+        return
+    if summary is not None:
+        meta.extra["native"] = summary.as_meta()
+        log(f"{summary.paths} native paths: {summary.to_python} unwound up to Python, "
+            f"{summary.with_op} through a torch operator")
 
 
 def _rotating_writer(cfg: CaptureConfig, meta_for: Callable[[], CaptureMeta], log: Log):

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     import polars as pl
 
 FLUSH_ROWS = 8192
+NATIVE_FLUSH_ROWS = 64      # stack copies are up to 32 KiB each
 FLUSH_SECONDS = 1.0
 # Stack keys with a meaning of their own (real stacks are numbered from 1).
 STACK_NONE = 0        # the thread had no Python frames: the call's stack is its API frame
@@ -42,13 +43,26 @@ TRUNCATED_FRAME = "[truncated]"
 RAW_COLUMNS: dict[str, dict[str, str]] = {
     "calls": {"pid": "int64", "tid": "int64", "ts_ns": "int64", "dur_ns": "int64",
               "probe": "int32", "size_arg": "uint64", "stream": "uint64",
-              "copy_arg": "uint64", "stack_hash": "uint64", "flags": "int32"},
+              "copy_arg": "uint64", "stack_hash": "uint64", "flags": "int32",
+              "native_key": "uint64"},
     "frames": {"pid": "int64", "hash": "uint64", "stack_key": "int64", "depth": "int32",
                "kind": "string", "name": "string", "file": "string", "line": "int32",
                "source": "string"},
+    # Native stack copies (one per distinct native path) and the executable mappings of the
+    # processes they came from; unwound after the capture (capture/native.py) into
+    # native_frames: the frames between the innermost Python frame and the API, outermost
+    # first, with the torch op layer.
+    "natives": {"pid": "int64", "key": "uint64", "ip": "uint64", "sp": "uint64",
+                "bp": "uint64", "probe": "int32", "stack": "binary"},
+    "maps": {"pid": "int64", "start": "uint64", "end": "uint64", "offset": "uint64",
+             "path": "string", "size": "int64", "mtime_ns": "int64"},
+    "native_frames": {"pid": "int64", "key": "uint64", "depth": "int32", "kind": "string",
+                      "name": "string", "file": "string"},
 }
+# Streams written while capturing; native_frames is written once, after (native.resolve_raw).
+CAPTURE_STREAMS = ("calls", "frames", "natives", "maps")
 # Raw columns added later: a raw directory written before them reads them as nulls.
-RAW_OPTIONAL = {"frames": ("source",)}
+RAW_OPTIONAL = {"frames": ("source",), "calls": ("native_key",)}
 
 
 def raw_schema(table: str):  # -> pa.Schema
@@ -60,7 +74,8 @@ def raw_schema(table: str):  # -> pa.Schema
 def raw_polars_schema(table: str) -> dict[str, pl.DataType]:
     import polars as pl
 
-    names = {"int64": pl.Int64, "int32": pl.Int32, "uint64": pl.UInt64, "string": pl.String}
+    names = {"int64": pl.Int64, "int32": pl.Int32, "uint64": pl.UInt64, "string": pl.String,
+             "binary": pl.Binary}
     return {c: names[t] for c, t in RAW_COLUMNS[table].items()}
 
 
@@ -72,26 +87,31 @@ class RawWriter:
         self.dir = raw_dir
         raw_dir.mkdir(parents=True, exist_ok=True)
         self._buffers: dict[str, dict[str, list[Any]]] = {
-            t: {c: [] for c in cols} for t, cols in RAW_COLUMNS.items()}
+            t: {c: [] for c in RAW_COLUMNS[t]} for t in CAPTURE_STREAMS}
         try:
             import pyarrow as pa
             from pyarrow import ipc
         except ImportError:
             self._pa = None
-            self._sinks = {t: ChecksummedFile(raw_dir / f"{t}.jsonl") for t in RAW_COLUMNS}
+            self._sinks = {t: ChecksummedFile(raw_dir / f"{t}.jsonl") for t in CAPTURE_STREAMS}
             self._writers = {t: io.TextIOWrapper(self._sinks[t], encoding="utf-8")
-                             for t in RAW_COLUMNS}
+                             for t in CAPTURE_STREAMS}
         else:
             self._pa = pa
-            self._schemas = {t: raw_schema(t) for t in RAW_COLUMNS}
+            # pyarrow imports pandas (when installed) at its first conversion: ~1 s that would
+            # otherwise fall on the first flush, mid-capture, with the collector stalled and a
+            # short-lived target's memory gone before its stacks are read. Paid here, before
+            # the target runs.
+            pa.array(np.zeros(1, np.int64))
+            self._schemas = {t: raw_schema(t) for t in CAPTURE_STREAMS}
             # Each stream gets a checksum per batch (rawcheck): --finalize verifies them.
-            self._sinks = {t: ChecksummedFile(raw_dir / f"{t}.arrow") for t in RAW_COLUMNS}
+            self._sinks = {t: ChecksummedFile(raw_dir / f"{t}.arrow") for t in CAPTURE_STREAMS}
             self._writers = {t: ipc.new_stream(self._sinks[t], self._schemas[t])
-                             for t in RAW_COLUMNS}
+                             for t in CAPTURE_STREAMS}
         self._call_records: list[np.ndarray] = []
         self._pending_calls = 0
         self._last_flush = time.monotonic()
-        self.rows = {t: 0 for t in RAW_COLUMNS}
+        self.rows = {t: 0 for t in CAPTURE_STREAMS}
         self._closed = False
 
     def add_calls(self, records: np.ndarray) -> None:
@@ -111,7 +131,7 @@ class RawWriter:
         optional = RAW_OPTIONAL.get(table, ())
         for column, values in buf.items():
             values.append(row.get(column) if column in optional else row[column])
-        if len(buf["pid"]) >= FLUSH_ROWS:
+        if len(buf["pid"]) >= (NATIVE_FLUSH_ROWS if table == "natives" else FLUSH_ROWS):
             self.flush()
 
     def _decode_calls(self) -> None:
@@ -131,7 +151,7 @@ class RawWriter:
     def flush(self) -> None:
         # Frames first: a call batch never refers to a stack that is not on disk yet.
         self._decode_calls()
-        for table in ("frames", "calls"):
+        for table in ("frames", "maps", "natives", "calls"):
             buf = self._buffers[table]
             if table == "calls" and buf["pid"]:   # numpy arrays, one per decoded batch
                 buf = {c: np.concatenate(v) for c, v in buf.items()}
@@ -146,6 +166,8 @@ class RawWriter:
     def _write(self, table: str, buf: dict[str, list[Any]]) -> None:
         if self._pa is None:
             cols = {c: v.tolist() if isinstance(v, np.ndarray) else v for c, v in buf.items()}
+            if "stack" in cols:     # JSON has no bytes
+                cols["stack"] = [b.hex() for b in cols["stack"]]
             rows = (dict(zip(cols, values)) for values in zip(*cols.values()))
             self._writers[table].write("".join(json.dumps(r) + "\n" for r in rows))
             self._writers[table].flush()
@@ -180,7 +202,12 @@ def read_raw(raw_dir: Path, table: str) -> pl.DataFrame:
     jsonl = raw_dir / f"{table}.jsonl"
     if jsonl.exists():      # written on a host without pyarrow; a cut last line is dropped
         lines = [ln for ln in jsonl.read_text().splitlines() if ln.endswith("}")]
-        return pl.DataFrame([json.loads(ln) for ln in lines], schema=raw_polars_schema(table))
+        schema = raw_polars_schema(table)
+        rows = [json.loads(ln) for ln in lines]
+        for row in rows:
+            if isinstance(row.get("stack"), str):
+                row["stack"] = bytes.fromhex(row["stack"])
+        return pl.DataFrame([{c: r.get(c) for c in schema} for r in rows], schema=schema)
     batches = []
     try:
         with ipc.open_stream(raw_dir / f"{table}.arrow") as reader:
@@ -194,7 +221,8 @@ def read_raw(raw_dir: Path, table: str) -> pl.DataFrame:
     if not batches:
         return pl.DataFrame(schema=raw_polars_schema(table))
     frame = pl.from_arrow(pa.Table.from_batches(batches))
-    frame = frame.with_columns(pl.lit(None, pl.String).alias(c) for c in RAW_OPTIONAL.get(table, ())
+    schema = raw_polars_schema(table)
+    frame = frame.with_columns(pl.lit(None, schema[c]).alias(c) for c in RAW_OPTIONAL.get(table, ())
                                if c not in frame.columns)
     missing = sorted(set(raw_polars_schema(table)) - set(frame.columns))
     if missing:
@@ -233,25 +261,59 @@ def decode_calls(raw: pl.DataFrame) -> pl.DataFrame:
         .then(copy_arg.replace_strict(CUDA_MEMCPY_KIND, default=None, return_dtype=pl.String))
         .otherwise(pl.col("fixed_copy")).alias("copy_kind"),
         "stack_key",
+        (pl.col("native_key") if "native_key" in raw.columns
+         else pl.lit(None, pl.UInt64)).alias("native_key"),
     )
 
 
-def _path_rows(calls: pl.DataFrame, frames: pl.DataFrame) -> pl.DataFrame:
+def _path_rows(calls: pl.DataFrame, frames: pl.DataFrame,
+               natives: pl.DataFrame | None = None) -> pl.DataFrame:
     """One row per (distinct call path, depth): the Python frames of the call's stack from the
-    root, then the API frame. A path is a (stack_key, API name) pair."""
+    root, then its native frames (``natives``, by ``native_id``: the torch ops and native
+    functions between the innermost Python frame and the API), then the API frame. A path is
+    a (stack_key, native_id, API name) triple."""
     import polars as pl
 
     paths = (calls.filter(pl.col("stack_key").is_not_null())
-             .select("stack_key", "name").unique().sort("stack_key", "name")
+             .select("stack_key", "native_id", "name").unique()
+             .sort("stack_key", "native_id", "name", nulls_last=True)
              .with_row_index("path_id"))
     python = paths.select("path_id", "stack_key").join(frames, on="stack_key", how="inner")
     depth = python.group_by("path_id").agg(pl.len().cast(pl.Int32).alias("depth"))
-    api = (paths.join(depth, on="path_id", how="left")
-           .select("path_id", "stack_key", pl.col("depth").fill_null(0),
-                   pl.lit("cuda_api").alias("kind"), "name",
-                   pl.lit(None, pl.String).alias("file"), pl.lit(None, pl.Int32).alias("line"),
-                   pl.lit(None, pl.String).alias("source")))
-    return pl.concat([python.select(api.columns), api])
+    paths = paths.join(depth, on="path_id", how="left").with_columns(
+        pl.col("depth").fill_null(0))
+    parts = [python]
+    if natives is not None and natives.height:
+        native = (paths.select("path_id", "stack_key", "native_id", pl.col("depth").alias("base"))
+                  .join(natives, on="native_id", how="inner")
+                  .with_columns((pl.col("base") + pl.col("depth")).cast(pl.Int32).alias("depth"),
+                                pl.lit(None, pl.Int32).alias("line"),
+                                pl.lit(None, pl.String).alias("source")))
+        parts.append(native)
+        deeper = native.group_by("path_id").agg((pl.col("depth").max() + 1).alias("_api"))
+        paths = paths.join(deeper, on="path_id", how="left").with_columns(
+            pl.coalesce("_api", "depth").cast(pl.Int32).alias("depth")).drop("_api")
+    api = paths.select("path_id", "stack_key", "depth",
+                       pl.lit("cuda_api").alias("kind"), "name",
+                       pl.lit(None, pl.String).alias("file"), pl.lit(None, pl.Int32).alias("line"),
+                       pl.lit(None, pl.String).alias("source"))
+    return pl.concat([p.select(api.columns) for p in parts] + [api])
+
+
+def native_table(calls: pl.DataFrame, native_frames: pl.DataFrame | None
+                 ) -> tuple[pl.DataFrame, pl.DataFrame | None]:
+    """Calls with ``native_id`` (their native path's number, null without one) and the
+    native paths' frames by ``native_id``."""
+    import polars as pl
+
+    if native_frames is None or native_frames.height == 0:
+        return calls.with_columns(pl.lit(None, pl.Int64).alias("native_id")), None
+    ids = (native_frames.select("pid", "key").unique().sort("pid", "key")
+           .with_row_index("native_id").with_columns(pl.col("native_id").cast(pl.Int64)))
+    natives = native_frames.join(ids, on=["pid", "key"]).select(
+        "native_id", "depth", "kind", "name", "file")
+    calls = calls.join(ids.rename({"key": "native_key"}), on=["pid", "native_key"], how="left")
+    return calls, natives
 
 
 def _build_trie(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
@@ -303,27 +365,46 @@ def resolve_stacks(raw_calls: pl.DataFrame, raw_frames: pl.DataFrame) -> pl.Data
         .cast(pl.Int64).alias("stack_key"))
 
 
-def build_tables(raw_calls: pl.DataFrame, raw_frames: pl.DataFrame) -> dict[str, pl.DataFrame]:
+def build_tables(raw_calls: pl.DataFrame, raw_frames: pl.DataFrame,
+                 native_frames: pl.DataFrame | None = None) -> dict[str, pl.DataFrame]:
     """Schema-v1 frame, stack and call tables from the raw streams (vectorized)."""
     import polars as pl
 
-    calls = decode_calls(resolve_stacks(raw_calls, raw_frames))
+    calls, natives = native_table(decode_calls(resolve_stacks(raw_calls, raw_frames)),
+                                  native_frames)
     missed = pl.DataFrame({"stack_key": [STACK_MISSED], "depth": [0], "kind": ["native"],
                            "name": [MISSED_FRAME], "file": [None], "line": [None],
                            "source": [None]},
                           schema={c: t for c, t in raw_polars_schema("frames").items()
                                   if c not in ("pid", "hash")})
     frames = pl.concat([raw_frames.drop("pid", "hash").unique(["stack_key", "depth"]), missed])
-    rows = _path_rows(calls, frames)
+    rows = _path_rows(calls, frames, natives)
     if rows.height == 0:
-        return {"call": calls.drop("stack_key")}
+        return {"call": calls.drop("stack_key", "native_key", "native_id")}
     frame_table, stacks, leaf = _build_trie(rows)
     paths = (calls.filter(pl.col("stack_key").is_not_null())
-             .select("stack_key", "name").unique().sort("stack_key", "name")
+             .select("stack_key", "native_id", "name").unique()
+             .sort("stack_key", "native_id", "name", nulls_last=True)
              .with_row_index("path_id").join(leaf, on="path_id"))
-    calls = (calls.join(paths.drop("path_id"), on=["stack_key", "name"], how="left",
-                        nulls_equal=False).drop("stack_key").sort("ts_ns"))
+    calls = (calls.join(paths.drop("path_id"), on=["stack_key", "native_id", "name"],
+                        how="left", nulls_equal=True)
+             .drop("stack_key", "native_key", "native_id").sort("ts_ns"))
     return {"frame": frame_table, "stack": stacks, "call": calls}
+
+
+def native_frames_of(raw_dir: Path, meta: CaptureMeta) -> pl.DataFrame | None:
+    """The raw capture's unwound native paths; unwound here first when the capture holds
+    stack copies but was not unwound where it ran (its summary goes to ``meta``)."""
+    from .native import resolve_raw
+
+    has_copies = (raw_dir / "natives.arrow").exists() or (raw_dir / "natives.jsonl").exists()
+    if has_copies and not (raw_dir / "native_frames.arrow").exists():
+        summary = resolve_raw(raw_dir)
+        if summary is not None:
+            meta.extra["native"] = summary.as_meta()
+    if not (raw_dir / "native_frames.arrow").exists():
+        return None
+    return read_raw(raw_dir, "native_frames")
 
 
 def read_raw_meta(raw_dir: Path) -> CaptureMeta:
@@ -340,7 +421,7 @@ def finalize(raw_dir: Path, output: Path, meta: CaptureMeta) -> dict[str, pl.Dat
     from zym.schemas import write_capture
 
     raw_calls, raw_frames = read_raw(raw_dir, "calls"), read_raw(raw_dir, "frames")
-    tables = build_tables(raw_calls, raw_frames)
+    tables = build_tables(raw_calls, raw_frames, native_frames_of(raw_dir, meta))
     resolved = resolve_stacks(raw_calls, raw_frames)
     meta.extra["missed_stacks"] = resolved.filter(pl.col("stack_key") == STACK_MISSED).height
     write_capture(output, tables, meta)

@@ -53,6 +53,10 @@ def capture(
     return_probes: Annotated[bool, typer.Option(
         "--return-probes", help="Probe the return of syncs and blocking copies even when CUPTI "
                                 "records their duration (one more trap per such call).")] = False,
+    native: Annotated[bool, typer.Option(
+        "--native/--no-native", help="Native frames and the torch operator layer: copy the "
+        "thread's stack once per new native path (the same Python line reaching the API "
+        "another way), unwound with the libraries' .eh_frame after the capture.")] = True,
     keep_raw: Annotated[bool, typer.Option(
         "--keep-raw", help="Keep the raw Arrow streams next to the output.")] = False,
     print_bpf: Annotated[bool, typer.Option(
@@ -93,13 +97,13 @@ def capture(
             _rotate(rotate, keep, label, CaptureConfig(
                 output=output, pid=pid, command=command or None, duration=duration,
                 sample=sample, runtime_api=runtime_api, keep_raw=keep_raw,
-                max_overhead_pct=_percent(max_overhead)))
+                max_overhead_pct=_percent(max_overhead), native=native))
             return
         check_target(output, force)  # before the target runs, not after
         capture_with_gpu(CaptureConfig(output=output, pid=pid, command=command or None,
                                        duration=duration, sample=sample, runtime_api=runtime_api,
                                        keep_raw=keep_raw, force_return_probes=return_probes,
-                                       max_overhead_pct=_percent(max_overhead)))
+                                       max_overhead_pct=_percent(max_overhead), native=native))
 
 
 def _rotate(rotate: str | None, keep: int | None, label: list[str] | None, cfg) -> None:

@@ -20,7 +20,7 @@ def import_trace(
     force: Annotated[bool, typer.Option("--force", help="Overwrite OUTPUT if it exists.")] = False,
     progress: Annotated[bool, typer.Option(help="Show progress on stderr.")] = True,
 ) -> None:
-    """Convert a torch.profiler (Kineto) trace into one zym capture file (schema v2); several
+    """Convert a torch.profiler (Kineto) trace into one zym capture file (schema v3); several
     traces (or a folder of per-rank traces) into one capture each, in the folder OUTPUT.
 
     Example: zym import sample_traces/gpt_decode_server.trace.json.gz -o trace.parquet

@@ -185,8 +185,10 @@ def _clip(text: str, width: int) -> str:
 
 
 def _chain(p: dict) -> str:
-    """torch op -> API -> top GPU op, the part of a path below the user's line."""
-    parts = [p["torch_op"], p["api"]]
+    """[innermost NVTX range] -> torch op -> API -> top GPU op, the part of a path below the
+    user's line."""
+    ranges = [f["name"] for f in p.get("stack") or () if f.get("kind") == "nvtx"]
+    parts = [f"[{ranges[-1]}]" if ranges else None, p["torch_op"], p["api"]]
     if p["gpu_ops"]:
         more = len(p["gpu_ops"]) - 1
         parts.append(p["gpu_ops"][0]["name"] + (f" (+{more} more)" if more else ""))

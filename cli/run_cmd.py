@@ -17,6 +17,9 @@ HELP = (
     "one thread looks at a control file five times a second. When the capture ends it switches "
     "CUPTI off and detaches it, and the program runs on as before. The program keeps this PID "
     "(zym execs it).\n\n"
+    "--nvtx readies NVTX ranges for recording (NVTX reads its injection library once, at the "
+    "program's first NVTX call): the program then loads libcupti at that call, before any "
+    "capture; without it, captures of this program have no NVTX ranges.\n\n"
     "Example: zym run -- python serve.py --port 8000\n\n"
     "Then: sudo zym capture --pid PID --duration 30 -o serve.parquet"
 )
@@ -27,6 +30,9 @@ def run(
     agent_dir: Annotated[str | None, typer.Option(
         "--agent-dir", help="Where the agent keeps its control folder (default /tmp/zym-agent; "
                             "ZYM_AGENT_DIR).")] = None,
+    nvtx: Annotated[bool, typer.Option(
+        "--nvtx", help="Record NVTX ranges in later captures (loads libcupti at the program's "
+                       "first NVTX call; ZYM_AGENT_NVTX=1).")] = False,
 ) -> None:
     from zym.capture.cupti import agent_env
     from zym.schemas.errors import CaptureError
@@ -34,7 +40,7 @@ def run(
     with exit_on_error():
         if not command:
             raise CaptureError("give the command to run after --, e.g. zym run -- python serve.py")
-        env = agent_env(agent_dir=agent_dir)
+        env = agent_env(agent_dir=agent_dir, nvtx=nvtx)
         if shutil.which(command[0], path=env.get("PATH")) is None:
             raise CaptureError(f"cannot run {command[0]!r}: not found or not executable")
         print(f"zym: PID {os.getpid()} runs {command[0]} with zym's agent dormant; "

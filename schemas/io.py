@@ -121,7 +121,7 @@ class Capture:
         df = check_table(table, self._read(table), display(self.path))
         if table == "stack":
             check_stacks(df, self._keys("frame", "frame_id"), display(self.path))
-        elif table in ("call", "span"):
+        elif table in ("call", "span", "range"):
             check_refs(table, df, self._keys("stack", "stack_id"), display(self.path))
         return df
 

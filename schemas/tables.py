@@ -1,6 +1,6 @@
 """The capture file's logical tables, as code.
 
-One Parquet file holds five logical tables as a tagged union (see README.md beside this file):
+One Parquet file holds six logical tables as a tagged union (see README.md beside this file):
 every row has a ``record`` tag, and each record kind uses the subset of the shared columns listed
 here. A column has one name, type and unit in every table where it appears, so ``correlation_id``
 in ``call`` and ``gpu`` join without renaming.
@@ -29,13 +29,15 @@ class Column:
 
 _C = Column
 COLUMNS: dict[str, Column] = {c.name: c for c in [
-    _C("record", "string", "record kind: frame, stack, span, call or gpu"),
+    _C("record", "string", "record kind: frame, stack, span, range, call or gpu"),
     _C("pid", "int64", "OS process id"),
     _C("tid", "int64", "OS thread id (system tid where the producer knows it)"),
     _C("ts_ns", "int64", "start time in the capture's clock domain", "ns"),
     _C("dur_ns", "int64", "duration", "ns"),
-    _C("name", "string", "frame: function; call: API name; gpu: kernel or activity name"),
-    _C("kind", "string", "frame: FRAME_KINDS; call: CALL_KINDS; gpu: GPU_KINDS"),
+    _C("name", "string", "frame: function; call: API name; gpu: kernel or activity name; "
+                         "range: the range's name as the program gave it"),
+    _C("kind", "string", "frame: FRAME_KINDS; call: CALL_KINDS; gpu: GPU_KINDS; "
+                         "range: RANGE_KINDS"),
     _C("correlation_id", "int64", "CUDA correlation id: joins a call to the GPU work it caused"),
     _C("stack_id", "int64", "leaf node of the interned call stack (stack table)"),
     _C("device_id", "int32", "CUDA device ordinal"),
@@ -57,11 +59,17 @@ COLUMNS: dict[str, Column] = {c.name: c for c in [
     _C("op_dtypes", "string", "input dtypes of the innermost torch op, JSON"),
     _C("frame_id", "int64", "frame id (frame table)"),
     _C("parent_id", "int64", "parent stack node; null at a root"),
-    _C("depth", "int32", "depth of a stack node; roots are 0"),
-    _C("file", "string", "source file of a frame"),
+    _C("depth", "int32", "depth of a stack node; roots are 0. range: nesting depth on its "
+                         "thread, outermost 0"),
+    _C("file", "string", "source file of a frame; the NVTX domain of an nvtx frame (null: "
+                         "the default domain)"),
     _C("line", "int32", "line of a frame: the executing line where known, else the first line"),
     _C("source", "string", "text of a frame's line, stripped, at most 200 characters; null "
                            "where unknown"),
+    _C("domain", "string", "NVTX domain of a range; null: the default domain"),
+    _C("clipped", "string", "which end of a range the capture did not record, so that the "
+                            "range is cut at the recording's start or end: start | end; null: "
+                            "both recorded"),
 ]}
 
 # Which columns each record kind uses, in file order. `record` leads every table.
@@ -70,6 +78,8 @@ TABLES: dict[str, tuple[str, ...]] = {
     "stack": ("record", "stack_id", "parent_id", "frame_id", "depth"),
     "span": ("record", "pid", "tid", "ts_ns", "dur_ns", "stack_id", "op_id",
              "op_shapes", "op_dtypes"),
+    "range": ("record", "pid", "tid", "ts_ns", "dur_ns", "name", "kind", "domain", "clipped",
+              "stack_id", "depth"),
     "call": ("record", "pid", "tid", "ts_ns", "dur_ns", "name", "kind", "correlation_id",
              "stack_id", "device_id", "stream_id", "size_bytes", "copy_kind", "cbid", "op_id",
              "op_shapes", "op_dtypes"),
@@ -79,17 +89,20 @@ TABLES: dict[str, tuple[str, ...]] = {
 }
 # Sort order of record kinds in the file: small lookup tables first, so a reader of
 # frames and stacks touches only the first row groups.
-RECORD_ORDER: tuple[str, ...] = ("frame", "stack", "span", "call", "gpu")
+RECORD_ORDER: tuple[str, ...] = ("frame", "stack", "span", "range", "call", "gpu")
 # Columns a record of that kind must have filled in.
 REQUIRED: dict[str, tuple[str, ...]] = {
     "frame": ("frame_id", "kind", "name"),
     "stack": ("stack_id", "frame_id", "depth"),
     "span": ("pid", "tid", "ts_ns", "dur_ns", "stack_id"),
+    "range": ("pid", "tid", "ts_ns", "dur_ns", "name", "kind"),
     "call": ("pid", "tid", "ts_ns", "dur_ns", "name", "kind"),
     "gpu": ("ts_ns", "dur_ns", "name", "kind"),
 }
 
-FRAME_KINDS = ("python", "torch_op", "native", "cuda_api")
+FRAME_KINDS = ("python", "torch_op", "native", "cuda_api", "nvtx")
+RANGE_KINDS = ("nvtx", "nvtx_mark")  # an NVTX range (push/pop, start/end); an nvtxMark instant
+CLIPPED = ("start", "end")
 CALL_KINDS = ("launch", "copy", "memset", "sync", "other")
 GPU_KINDS = ("kernel", "copy", "memset", "sync")
 COPY_KINDS = ("HtoD", "DtoH", "DtoD", "HtoH", "PtoP")

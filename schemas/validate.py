@@ -16,7 +16,7 @@ table, the column and how many rows, or a documented truncation:
 Errors: a value out of its column's range (``RANGES``), a kind outside its vocabulary, a
 duplicate ``frame_id``/``stack_id``, a ``parent_id`` or ``frame_id`` that no row defines, a
 ``depth`` other than its parent's plus one (which also rules out cyclic parent links), a
-stack deeper than ``MAX_STACK_DEPTH`` frames, and a call or span whose ``stack_id`` is not in
+stack deeper than ``MAX_STACK_DEPTH`` frames, and a call, span or range whose ``stack_id`` is not in
 the stack table. All checks are vectorised polars expressions over whole columns.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from __future__ import annotations
 import polars as pl
 
 from .errors import InputError
-from .tables import CALL_KINDS, COPY_KINDS, FRAME_KINDS, GPU_KINDS, REQUIRED
+from .tables import CALL_KINDS, CLIPPED, COPY_KINDS, FRAME_KINDS, GPU_KINDS, RANGE_KINDS, REQUIRED
 
 MAX_STACK_DEPTH = 2048  # frames from the root; Python's default recursion limit is 1000
 MAX_NAME_CHARS = 16_384
@@ -45,6 +45,7 @@ VOCABULARY: dict[str, dict[str, tuple[str, ...]]] = {
     "frame": {"kind": FRAME_KINDS},
     "call": {"kind": CALL_KINDS, "copy_kind": COPY_KINDS},
     "gpu": {"kind": GPU_KINDS, "copy_kind": COPY_KINDS},
+    "range": {"kind": RANGE_KINDS, "clipped": CLIPPED},
 }
 
 
@@ -129,7 +130,7 @@ def check_stacks(stacks: pl.DataFrame, frame_ids: pl.Series, source: str = "capt
 
 def check_refs(table: str, df: pl.DataFrame, stack_ids: pl.Series,
                source: str = "capture") -> None:
-    """Every non-null ``stack_id`` of a call or span names a stack node."""
+    """Every non-null ``stack_id`` of a call, span or range names a stack node."""
     if "stack_id" not in df.columns:
         return
     bad = df.filter(pl.col("stack_id").is_not_null()
@@ -147,7 +148,7 @@ def check_tables(tables: dict[str, pl.DataFrame], source: str = "capture"
     frames, stacks = out.get("frame"), out.get("stack")
     if isinstance(stacks, pl.DataFrame) and isinstance(frames, pl.DataFrame):
         check_stacks(stacks, frames["frame_id"], source)
-        for t in ("call", "span"):
+        for t in ("call", "span", "range"):
             if isinstance(out.get(t), pl.DataFrame):
                 check_refs(t, out[t], stacks["stack_id"], source)
     return out

@@ -8,8 +8,12 @@ Changelog
 1 (zym 0.1): tagged-union Parquet file with records frame, stack, span, call, gpu.
 2: ``frame.source``, the text of the frame's line (stripped, at most 200 characters; null where
    the producer could not read it). A v1 file reads with ``source`` all null.
+3: the ``range`` record (NVTX ranges and marks: ``pid, tid, ts_ns, dur_ns, name, kind, domain,
+   clipped, stack_id, depth``) with the new columns ``domain`` and ``clipped``, and the frame
+   kind ``nvtx`` (a range as a layer of a call's stack). A v1 or v2 file reads with no range
+   rows and ``domain``/``clipped`` all null.
 """
-SCHEMA_VERSION = 2
-READABLE_VERSIONS = frozenset({1, 2})
+SCHEMA_VERSION = 3
+READABLE_VERSIONS = frozenset({1, 2, 3})
 # Columns a file of an older version may lack: they read as nulls.
-ADDED_IN: dict[str, int] = {"source": 2}
+ADDED_IN: dict[str, int] = {"source": 2, "domain": 3, "clipped": 3}

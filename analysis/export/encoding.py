@@ -33,7 +33,7 @@ ANNOTATIONS = [
     ("device", "device_id", "int"), ("stream", "stream_id", "int"),
     ("gpu ns", "gpu_ns", "int"), ("shapes", "op_shapes", "str"),
     ("rule", "rule_id", "str"), ("severity", "severity", "str"), ("site", "site", "str"),
-    ("message", "message", "str"),
+    ("message", "message", "str"), ("domain", "domain", "str"), ("clipped", "clipped", "str"),
 ]
 
 
@@ -52,7 +52,7 @@ _TE, _DA, _TP = TrackEvent, DebugAnnotation, TracePacket
 
 
 # Which event columns each packet shape uses (the ``shape`` column of the events frame).
-SHAPE_END, SHAPE_SPAN, SHAPE_CALL, SHAPE_GPU, SHAPE_FINDING, SHAPE_COUNTER = range(6)
+SHAPE_END, SHAPE_SPAN, SHAPE_CALL, SHAPE_GPU, SHAPE_FINDING, SHAPE_COUNTER, SHAPE_RANGE = range(7)
 _COMMON = ["ts_ns", "type", "track", "name_iid", "cat_iid"]
 SHAPE_COLUMNS = {
     SHAPE_END: ["ts_ns", "type", "track"],
@@ -65,6 +65,7 @@ SHAPE_COLUMNS = {
                           "cs_iid", "weight"],
     SHAPE_FINDING: _COMMON + ["correlation_id", "rule_id", "severity", "site", "message"],
     SHAPE_COUNTER: ["ts_ns", "type", "track", "value"],
+    SHAPE_RANGE: _COMMON + ["domain", "clipped"],
 }
 
 

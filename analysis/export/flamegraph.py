@@ -26,9 +26,12 @@ UNKNOWN = "(unknown stack: launching call not captured)"
 
 
 def frame_label(name: str | None, file: str | None, line: int | None, kind: str | None) -> str:
-    """How a frame reads in a flamegraph: ``function (file.py:line)`` for Python frames."""
+    """How a frame reads in a flamegraph: ``function (file.py:line)`` for Python frames,
+    ``[nvtx] name`` for NVTX ranges (``[nvtx domain] name`` outside the default domain)."""
     if kind == "python" and file:
         return f"{name} ({Path(file).name}:{line or 0})"
+    if kind == "nvtx":
+        return f"[nvtx{' ' + file if file else ''}] {name}"
     return name or "(unknown frame)"
 
 

@@ -11,6 +11,10 @@ What the trace holds (one packet sequence, so interning works across it):
 * interned callstacks: each call carries its stack (leaf: the GPU operation it caused), weighted
   by the GPU time it caused; each GPU slice carries the same stack weighted by its own duration.
   Area-selecting thread or stream tracks in the UI shows a GPU-time flamegraph;
+* an "NVTX" track under each thread that opened NVTX ranges: a slice per range, nested as the
+  ranges nested (ranges that cross go to overlap tracks), an instant per ``nvtxMark``; the
+  slice carries the range's full name, its domain and, for a range the capture cut at its
+  start or end, ``clipped``;
 * a "zym findings" track per process: one instant per finding occurrence;
 * counters per GPU: busy % and copy bandwidth (GB/s).
 
@@ -41,6 +45,7 @@ from .encoding import (
     SHAPE_END,
     SHAPE_FINDING,
     SHAPE_GPU,
+    SHAPE_RANGE,
     SHAPE_SPAN,
     EventPlan,
     encode_events,
@@ -53,6 +58,7 @@ from .source import ExportSource
 COUNTER = 4  # TrackEvent.TYPE_COUNTER
 CHUNK_EVENTS = 1 << 20  # events encoded and written per step
 CATEGORY = {"python": "python_function", "native": "python_function", "torch_op": "cpu_op",
+            "nvtx": "nvtx",
             "kernel": "kernel", "copy": "gpu_memcpy", "memset": "gpu_memset", "sync": "cuda_sync"}
 
 
@@ -147,6 +153,16 @@ class _TraceBuilder:
             d.thread.thread_name = "main thread" if tid == pid else f"thread {tid}"
         return self._track(("thread", pid, tid, 0), fill)
 
+    def nvtx_track(self, pid: int, tid: int, lane: int) -> int:
+        parent = self.thread_track(pid, tid, 0)
+        self.overlap_tracks += bool(lane) and ("nvtx", pid, tid, lane) not in self.tracks
+
+        def fill(d):
+            d.parent_uuid = parent
+            d.name = "NVTX" + (f" (overlap {lane})" if lane else "")
+            d.description = f"NVTX ranges opened on thread {tid}"
+        return self._track(("nvtx", pid, tid, lane), fill)
+
     def gpu_track(self, pid: int, device: int) -> int:
         parent = self.process_track(pid)
         gpus = {g.get("id"): g.get("name") for g in self.data.meta.gpus}
@@ -193,8 +209,8 @@ class _TraceBuilder:
     # --- events ---------------------------------------------------------------------------
     def _first_ts(self) -> int:
         d = self.data
-        firsts = [int(t.min()) for t in (self.src.spans["ts_ns"], d.calls["ts_ns"], d.gpu["ts_ns"])
-                  if t.len()]
+        firsts = [int(t.min()) for t in (self.src.spans["ts_ns"], d.calls["ts_ns"], d.gpu["ts_ns"],
+                                          self.src.ranges["ts_ns"]) if t.len()]
         return min(firsts) if firsts else 0
 
     def events(self) -> EventPlan:
@@ -263,7 +279,11 @@ class _TraceBuilder:
             intern.column("event_categories", gpu["kind"].replace_strict(
                 CATEGORY, default="kernel")).alias("cat_iid"),
             self._callstack_iids(gpu["stack_id"], gpu["name"]).alias("cs_iid"))
-        return [(SHAPE_SPAN, spans), (SHAPE_CALL, calls), (SHAPE_GPU, gpu)]
+        ranges = self.src.ranges.select(
+            "pid", "tid", "ts_ns", "dur_ns", "domain", "clipped", pl.lit(1).alias("nvtx"),
+            intern.column("event_names", self.src.ranges["name"]).alias("name_iid"),
+            pl.lit(intern.iid("event_categories", "nvtx"), pl.UInt64).alias("cat_iid"))
+        return [(SHAPE_SPAN, spans), (SHAPE_CALL, calls), (SHAPE_GPU, gpu), (SHAPE_RANGE, ranges)]
 
     def _slices(self) -> tuple[dict[int, pl.DataFrame], pl.DataFrame]:
         """Per shape, the slices with their payload and ``track``; and the begin/end events
@@ -272,9 +292,9 @@ class _TraceBuilder:
         ivs, infos, n_groups = [], [], 0
         for shape, df in sources:
             cols = (["pid", "device_id", "stream_id", "sync"] if shape == SHAPE_GPU
-                    else ["pid", "tid"])
+                    else ["pid", "tid", "nvtx"] if shape == SHAPE_RANGE else ["pid", "tid"])
             keyed = df.select(cols).with_columns(pl.col(c).fill_null(0) for c in cols
-                                                 if c != "sync")
+                                                 if c not in ("sync", "nvtx"))
             info = keyed.unique(maintain_order=True).with_row_index("group", offset=n_groups)
             n_groups += info.height
             infos.append(info.with_columns(pl.lit(int(shape == SHAPE_GPU)).alias("gpu")))
@@ -321,6 +341,8 @@ class _TraceBuilder:
             if r["gpu"]:
                 uuids.append(self.stream_track(r["pid"], r["device_id"], r["stream_id"],
                                                r["sync"], r["lane"]))
+            elif r.get("nvtx"):
+                uuids.append(self.nvtx_track(r["pid"], r["tid"], r["lane"]))
             else:
                 uuids.append(self.thread_track(r["pid"], r["tid"], r["lane"]))
         return keys.select("group", "lane", pl.Series("track", uuids, pl.UInt64))
@@ -448,8 +470,11 @@ def _text(value) -> str | None:
 def _span_label() -> pl.Expr:
     """Slice names of frames, as in the flamegraphs (``flamegraph.frame_label``)."""
     base = pl.col("file").str.split("/").list.last()
+    domain = pl.when(pl.col("file").is_not_null()).then(pl.lit(" ") + pl.col("file")).otherwise(
+        pl.lit(""))
     return pl.when((pl.col("kind") == "python") & pl.col("file").is_not_null()).then(
         pl.format("{} ({}:{})", "name", base, pl.col("line").fill_null(0))
+    ).when(pl.col("kind") == "nvtx").then(pl.format("[nvtx{}] {}", domain, "name")
     ).otherwise(pl.col("name").fill_null("(unknown frame)"))
 
 

@@ -72,7 +72,7 @@ SCRIPT = r"""
     n.p = parent; n.d = depth;
     for (var i = 0; i < n.c.length; i++) prep(n.c[i], n, depth + 1);
   })(root, null, 0);
-  var HUES = {python: [28, 85, 70], native: [40, 70, 72], torch_op: [75, 60, 62],
+  var HUES = {python: [28, 85, 70], native: [40, 70, 72], torch_op: [75, 60, 62], nvtx: [150, 50, 66],
               cuda_api: [205, 70, 72], kernel: [0, 72, 70], copy: [275, 55, 74],
               memset: [300, 45, 78], sync: [180, 40, 70], unknown: [0, 0, 80], root: [220, 10, 85]};
   function color(n) {

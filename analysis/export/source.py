@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
@@ -26,6 +26,7 @@ class ExportSource:
     findings: list[dict]  # rule findings as plain dicts (see findings_of), ranked as the CLI ranks
     spans_reconstructed: bool = False  # True when rebuilt from call stacks (eBPF captures)
     found: object = None  # the zym.rules.Findings behind ``findings`` (ranking, savings)
+    ranges: pl.DataFrame = field(default_factory=lambda: _conformed("range", pl.DataFrame()))
 
     @property
     def data(self):
@@ -56,7 +57,15 @@ def load_export_source(path: str | Path, progress: Progress | None = None,
 
         found = evaluate(analysis)
     findings = findings_of(analysis, found) if found is not None else []
-    return ExportSource(analysis, spans, findings, reconstructed, found)
+    return ExportSource(analysis, spans, findings, reconstructed, found, _load_ranges(path))
+
+
+def _load_ranges(path: Path) -> pl.DataFrame:
+    """The capture's NVTX ranges (none in a Kineto trace)."""
+    from zym.schemas.io import is_parquet, open_capture
+
+    ranges = open_capture(path).load("range") if is_parquet(path) else pl.DataFrame()
+    return _conformed("range", ranges)
 
 
 def _conformed(table: str, df: pl.DataFrame) -> pl.DataFrame:

@@ -28,6 +28,15 @@ typedef uint64_t u64;
 #define ZYM_EV_CALL 1
 #define ZYM_EV_STACK 2
 #define ZYM_EV_PROC 3
+#define ZYM_EV_NATIVE 4
+
+/* Bytes of the thread's native stack copied (from the stack pointer up) when a call's native
+ * path is new: unwound with .eh_frame and symbolised in user space (capture/native.py).
+ * cuBLAS and cuDNN keep frames of tens of KiB (measured on the H200: 32 KiB reached only
+ * part of the way up), so the copy is large; it is made once per native path. */
+#ifndef ZYM_NATIVE_MAX
+#define ZYM_NATIVE_MAX 131072
+#endif
 
 /* zym_call.flags */
 #define ZYM_F_NO_LAYOUT 1    /* the process is tracked but its interpreter is not known (yet) */
@@ -54,10 +63,13 @@ typedef uint64_t u64;
 #define ZYM_C_NOT_SAMPLED 4
 #define ZYM_C_BULK_READS 5     /* walks that read the thread's data stack at once */
 #define ZYM_C_FRAME_READS 6    /* frames read one by one (outside that read, or 3.10) */
-#define ZYM_NCOUNTERS 8
+#define ZYM_C_NATIVE_SENT 7    /* native stack copies sent (one per new native path) */
+#define ZYM_C_LOST_NATIVE 8    /* native stack copies the ring buffer had no room for */
+#define ZYM_NCOUNTERS 10
 
 /* Slots of the "config" array, set by user space while capturing. */
 #define ZYM_CFG_SAMPLE 0      /* walk the stack of every Nth call per thread (1: every call) */
+#define ZYM_CFG_NATIVE 1      /* 1: key each call's native path and copy the stack of new ones */
 #define ZYM_NCONFIG 4
 
 /* One CUDA API call. Calls with a return probe are sent at return, with dur_ns. */
@@ -74,6 +86,7 @@ struct zym_call {
     u64 copy_arg;
     u32 flags;
     u32 pad;
+    u64 native_key;   /* 0: none; else (pid, native_key) names a zym_native record */
 };
 
 struct zym_frame {
@@ -90,6 +103,23 @@ struct zym_stack {
     u32 nframes;
     u32 flags;
     struct zym_frame frames[ZYM_MAX_FRAMES];
+};
+
+/* The native stack of a call whose native path is new: the registers an unwinder starts from
+ * at the probed instruction, and the stack's bytes [sp, sp + len). Sent once per
+ * (pid, key); the key mixes the Python stack's hash, the stack pointer and the return address
+ * (the same Python stack reaching the same API through another native path differs in
+ * either), so repeats of a path cost one map lookup. */
+struct zym_native {
+    u32 type;
+    u32 pid;
+    u64 key;
+    u64 ip;
+    u64 sp;
+    u64 bp;
+    u32 len;
+    u32 probe;
+    u8 stack[ZYM_NATIVE_MAX];
 };
 
 /* A tracked process forked a child, or exec'd: user space (re)detects its interpreter. */

@@ -55,7 +55,13 @@ BPF_PERCPU_ARRAY(bulk_bufs, struct bulk_buf, 1);
  * (bounds it learned from comparisons would differ from exit to exit: 2^frames paths). */
 struct walk_state { u64 frame, lo, hi; };
 BPF_PERCPU_ARRAY(walk_states, struct walk_state, 1);
-BPF_PROG_ARRAY(walker, 1);   /* slot 0: zym_walk, set by the loader */
+BPF_PROG_ARRAY(walker, 2);   /* slot 0: zym_walk, 1: zym_native; set by the loader */
+/* Native paths already sent: key (native key, tgid), as `seen` for Python stacks. */
+BPF_TABLE("lru_hash", struct seen_key, u8, native_seen, 65536);
+BPF_PERCPU_ARRAY(last_native, struct seen_key, 1);
+/* One stack copy buffer per CPU, indexed by the CPU (a per-CPU map value is at most 32 KiB,
+ * too small). A BPF program runs on one CPU from start to end, tail calls included. */
+BPF_ARRAY(native_scratch, struct zym_native, ZYM_NCPUS);
 BPF_PERCPU_ARRAY(counters, u64, ZYM_NCOUNTERS);
 
 static __always_inline void count(u32 slot) {
@@ -302,6 +308,18 @@ static __always_inline void send_call(struct zym_call *call) {
         count(ZYM_C_LOST_CALLS);
 }
 
+/* Parks the call in `pending` when its return probe will send it with its duration, else
+ * sends it. */
+static __always_inline void park_or_send(struct zym_call *call) {
+    if (ZYM_RETURNS && call->pad) {
+        u32 tid = call->tid;
+        call->pad = 0;
+        pending.update(&tid, call);
+        return;
+    }
+    send_call(call);
+}
+
 /* Entry of probe `probe`: record the call's arguments, then tail-call zym_walk for the stack.
  * Keeping the frame walk in one program (not inlined into every slot) makes the kernel
  * verify it once instead of once per probe: startup went from seconds to a fraction. */
@@ -354,12 +372,75 @@ int zym_walk(struct pt_regs *ctx) {
     if (!proc)
         return 0;
     call->stack_hash = python_stack(proc, tgid, tid, &call->flags);
-    if (ZYM_RETURNS && call->pad) {
-        call->pad = 0;
-        pending.update(&tid, call);
-        return 0;
+    walker.call(ctx, 1);
+    /* Only reached when the tail call failed: the call goes without its native key. */
+    park_or_send(call);
+    return 0;
+}
+
+/* Copies the user stack above sp into n->stack, as much of ZYM_NATIVE_MAX as is mapped (the
+ * top of a thread's stack may lie closer): the largest chunk that reads, then halves of the
+ * rest, down to 512 bytes. */
+static __always_inline u32 copy_stack(struct zym_native *n, u64 sp) {
+    u32 len = 0;
+#pragma unroll
+    for (int shift = 0; shift < 9; shift++) {
+        u32 size = ZYM_NATIVE_MAX >> shift;
+        if (len > ZYM_NATIVE_MAX - size)
+            continue;
+        if (bpf_probe_read_user(n->stack + len, size, (void *)(sp + len)) == 0)
+            len += size;
     }
-    send_call(call);
+    return len;
+}
+
+/* Second tail of every entry probe: key the call's native path (when enabled) and send the
+ * stack copy of a path this process has not sent yet, then send or park the call. */
+int zym_native(struct pt_regs *ctx) {
+    u32 zero = 0;
+    struct zym_call *call = call_scratch.lookup(&zero);
+    if (!call)
+        return 0;
+    u32 cfg = ZYM_CFG_NATIVE;
+    u64 *on = config.lookup(&cfg);
+    struct seen_key *last = last_native.lookup(&zero);
+    if (on && *on && last && !(call->flags & ZYM_F_NOT_SAMPLED)) {
+        u64 sp = PT_REGS_SP(ctx);
+        u64 k = mix(mix(mix(call->stack_hash, sp), read_u64(sp)), call->tid);
+        k = k ? k : 1;
+        call->native_key = k;
+        struct seen_key key = {.hash = k, .pid = call->pid};
+        if (last->hash == k && last->pid == call->pid) {
+            /* the path this CPU saw last: a hot loop skips the map lookup */
+        } else if (native_seen.lookup(&key)) {
+            *last = key;
+        } else {
+            u32 cpu = bpf_get_smp_processor_id();
+            struct zym_native *n = native_scratch.lookup(&cpu);
+            if (n) {
+                n->type = ZYM_EV_NATIVE;
+                n->pid = call->pid;
+                n->key = k;
+                n->ip = PT_REGS_IP(ctx);
+                n->sp = sp;
+                n->bp = PT_REGS_FP(ctx);
+                n->probe = call->probe;
+                n->len = copy_stack(n, sp);
+                u32 size = offsetof(struct zym_native, stack) + n->len;
+                if (size > sizeof(*n))
+                    size = sizeof(*n);
+                if (events.ringbuf_output(n, size, 0) == 0) {
+                    u8 one = 1;
+                    native_seen.update(&key, &one);
+                    *last = key;
+                    count(ZYM_C_NATIVE_SENT);
+                } else {
+                    count(ZYM_C_LOST_NATIVE);   /* sent again at the path's next call */
+                }
+            }
+        }
+    }
+    park_or_send(call);
     return 0;
 }
 

@@ -15,9 +15,11 @@ from pathlib import Path
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
 
 
-def agent_env(env: dict[str, str] | None = None, agent_dir: str | None = None) -> dict[str, str]:
+def agent_env(env: dict[str, str] | None = None, agent_dir: str | None = None,
+              nvtx: bool = False) -> dict[str, str]:
     """The environment to start a target with zym's dormant agent (``zym run``): the bootstrap
-    first on PYTHONPATH, ``ZYM_AGENT=1`` (and ``ZYM_AGENT_DIR`` when given).
+    first on PYTHONPATH, ``ZYM_AGENT=1`` (and ``ZYM_AGENT_DIR`` when given; ``ZYM_AGENT_NVTX=1``
+    with ``nvtx``: the agent readies NVTX recording at the program's start).
 
     >>> e = agent_env({"PYTHONPATH": "/app"})
     >>> e["PYTHONPATH"].endswith(":/app"), e["ZYM_AGENT"], "ZYM_CUPTI_DIR" in e
@@ -26,6 +28,8 @@ def agent_env(env: dict[str, str] | None = None, agent_dir: str | None = None) -
     env = _with_bootstrap(env)
     env.pop("ZYM_CUPTI_DIR", None)
     env["ZYM_AGENT"] = "1"
+    if nvtx:
+        env["ZYM_AGENT_NVTX"] = "1"
     if agent_dir:
         env["ZYM_AGENT_DIR"] = agent_dir
     return env

@@ -11,6 +11,9 @@ lack. What it does:
   (``cuptiActivityEnableRuntimeApi``/``...DriverApi``: CUPTI reports ~17,000 API calls a batch
   on the sample workload when every callback is on, most of them cudaGetDevice);
 * thread ids are system tids (``CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM``), the ids eBPF sees;
+* NVTX: names its libcupti in ``NVTX_INJECTION64_PATH`` when it starts (``ready_nvtx``, before
+  the program's first NVTX call) and enables MARKER records; their name strings are read when
+  their buffer completes (``marker_name_pointers``, ``read_strings``);
 * the buffer callbacks are registered through ctypes, not cupti-python: cupti-python builds a
   Python object per record before calling back (the per-event Python work that cost 12-22x in
   our measurement). Here a completed buffer is copied as raw bytes in one ``string_at`` and
@@ -57,24 +60,29 @@ ENV_AGENT = "ZYM_AGENT"              # "1": a dormant agent (`zym run`): CUPTI s
                                      # until `zym capture --pid` switches it on
 ENV_AGENT_DIR = "ZYM_AGENT_DIR"      # where dormant agents keep their control folders
 ENV_AGENT_FINALIZE = "ZYM_AGENT_FINALIZE"  # "0": switched off, CUPTI stays attached (disabled)
+ENV_NVTX = "ZYM_NVTX"                # "0": leave NVTX alone (no NVTX ranges recorded)
+ENV_AGENT_NVTX = "ZYM_AGENT_NVTX"    # "1" (`zym run --nvtx`): a dormant agent readies NVTX too
+NVTX_INJECTION = "NVTX_INJECTION64_PATH"  # read by NVTX v3 at a library's first NVTX call
 DEFAULT_AGENT_DIR = "/tmp/zym-agent"
 AGENT_POLL_S = 0.2                   # how often a dormant agent looks at its control file
 
 # cupti_activity.h (CUPTI 12.x and 13.x; values checked against cupti-python 13.0.1's enums)
 KIND_MEMCPY, KIND_MEMSET, KIND_DRIVER, KIND_RUNTIME = 1, 2, 4, 5
 KIND_CONCURRENT_KERNEL, KIND_SYNCHRONIZATION, KIND_INTERNAL_LAUNCH_API = 10, 38, 48
+KIND_MARKER = 12                     # NVTX marks and ranges (CUpti_ActivityMarker2)
 DOMAIN_DRIVER, DOMAIN_RUNTIME = 1, 2
 THREAD_ID_SYSTEM = 1
 FLUSH_FORCED = 1
 ENABLED_KINDS = (KIND_CONCURRENT_KERNEL, KIND_MEMCPY, KIND_MEMSET, KIND_SYNCHRONIZATION,
-                 KIND_INTERNAL_LAUNCH_API)
+                 KIND_INTERNAL_LAUNCH_API, KIND_MARKER)
 # Record sizes by CUPTI major (CUpti_ActivityAPI, Kernel10 or Kernel9, Memcpy6, Memset4,
-# Synchronization2); zym.capture.cupti.layouts holds the full dtypes and checks these sizes.
+# Synchronization2, Marker2); zym.capture.cupti.layouts holds the full dtypes and checks these.
 RECORD_SIZES_13 = {KIND_DRIVER: 40, KIND_RUNTIME: 40, KIND_INTERNAL_LAUNCH_API: 40,
                    KIND_CONCURRENT_KERNEL: 216, KIND_MEMCPY: 96, KIND_MEMSET: 88,
-                   KIND_SYNCHRONIZATION: 56}
+                   KIND_SYNCHRONIZATION: 56, KIND_MARKER: 56}
 RECORD_SIZES = {13: RECORD_SIZES_13, 12: {**RECORD_SIZES_13, KIND_CONCURRENT_KERNEL: 208}}
 KERNEL_NAME_OFFSET = 104  # same in Kernel9 and Kernel10
+MARKER_NAME_OFFSET, MARKER_DOMAIN_OFFSET = 40, 48  # CUpti_ActivityMarker2 (CUPTI 9.2 to 13.x)
 
 
 def cupti_major(api_version: int) -> int:
@@ -119,6 +127,105 @@ def record_offsets(buf: bytes, sizes: dict[int, int]) -> tuple[list[int], list[i
         kinds.append(k)
         off += size
     return offsets, kinds, off
+
+
+# A marker record's head: kind 12, then flags (INSTANT 1, START 2 or END 4, maybe with the sync
+# flags 8-64).
+_MARKER_HEAD = re.compile(rb"\x0c\x00\x00\x00[\x01-\x7f]\x00\x00\x00")
+_MARKER_WORDS = 7  # 56 bytes
+
+
+def marker_name_pointers(buf: bytes) -> set[int]:
+    """The name and domain pointers of the marker records in ``buf``, found without walking it
+    record by record: every 8-aligned marker head (records start 8-aligned) whose object kind
+    is a process or a thread. With numpy already imported by the target, one vectorised pass;
+    else a regex scan (C speed, Python per candidate). A false candidate (another record's
+    fields that look like a marker head) yields pointers no marker has: ``read_strings`` reads
+    only inside readable mappings, so they cost nothing but a lookup."""
+    np = sys.modules.get("numpy")
+    ptrs = _pointers_numpy(np, buf) if np is not None else _pointers_scan(buf)
+    ptrs.discard(0)
+    return ptrs
+
+
+def _pointers_numpy(np, buf: bytes) -> set[int]:
+    n = len(buf) // 8
+    if n < _MARKER_WORDS:
+        return set()
+    w = np.frombuffer(buf, dtype="<i4", count=2 * n).reshape(n, 2)
+    cand = np.flatnonzero((w[:, 0] == KIND_MARKER) & (w[:, 1] > 0) & (w[:, 1] < 128))
+    cand = cand[cand <= n - _MARKER_WORDS]
+    obj = w[cand + 2, 1]   # objectKind, at byte 20
+    cand = cand[(obj == 1) | (obj == 2)]
+    q = np.frombuffer(buf, dtype="<i8", count=n)
+    return set(q[cand + MARKER_NAME_OFFSET // 8].tolist()) | set(
+        q[cand + MARKER_DOMAIN_OFFSET // 8].tolist())
+
+
+def _pointers_scan(buf: bytes) -> set[int]:
+    q = struct.Struct("<q").unpack_from
+    i32 = struct.Struct("<i").unpack_from
+    ptrs: set[int] = set()
+    last = len(buf) - 8 * _MARKER_WORDS
+    m = _MARKER_HEAD.search(buf)
+    while m:
+        o = m.start()
+        if o % 8 == 0 and o <= last and i32(buf, o + 20)[0] in (1, 2):
+            ptrs.add(q(buf, o + MARKER_NAME_OFFSET)[0])
+            ptrs.add(q(buf, o + MARKER_DOMAIN_OFFSET)[0])
+        m = _MARKER_HEAD.search(buf, o + 1)   # from the next byte: matches may overlap
+    return ptrs
+
+
+def _readable_ranges() -> tuple[list[int], list[int]]:
+    """Starts and ends of this process's readable mappings, sorted (/proc/self/maps)."""
+    starts, ends = [], []
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                span, perms = line.split(" ", 2)[:2]
+                if perms[0] == "r":
+                    lo, hi = span.split("-")
+                    starts.append(int(lo, 16))
+                    ends.append(int(hi, 16))
+    except OSError:
+        pass
+    return starts, ends
+
+
+def read_strings(ptrs: set[int], limit: int) -> dict[str, str]:
+    """{pointer: NUL-terminated string} for pointers into readable memory, each read at most
+    ``limit`` bytes and never past its mapping's end (a pointer elsewhere is left out)."""
+    import bisect
+
+    starts, ends = _readable_ranges()
+    out = {}
+    for p in ptrs:
+        i = bisect.bisect_right(starts, p) - 1
+        if i < 0 or p >= ends[i]:
+            continue
+        raw = ct.string_at(p, min(limit, ends[i] - p))
+        out[str(p)] = raw.split(b"\0", 1)[0].decode(errors="replace")
+    return out
+
+
+MAX_NAME = 16384  # characters kept of a marker's name (the capture file's bound on names)
+
+
+def ready_nvtx(lib_path: str | None) -> str:
+    """Name ``lib_path`` (this process's libcupti) as the NVTX injection library, so that NVTX
+    calls reach CUPTI and become marker records. NVTX v3 reads ``NVTX_INJECTION64_PATH`` once,
+    at each library's first NVTX call: this must run before it (the agent starts before the
+    first import of a CUDA framework). Returns "on" or "off: <why>"."""
+    if os.environ.get(ENV_NVTX) == "0":
+        return f"off: {ENV_NVTX}=0"
+    if not lib_path:
+        return "off: no libcupti"
+    current = os.environ.get(NVTX_INJECTION)
+    if current and os.path.realpath(current) != os.path.realpath(lib_path):
+        return f"off: {NVTX_INJECTION} already names another library ({current})"
+    os.environ[NVTX_INJECTION] = lib_path  # putenv too: NVTX reads it with getenv
+    return "on"
 
 
 class SpoolWriter:
@@ -216,13 +323,17 @@ def _torch_cuda_major() -> int | None:
 class Collector:
     """One CUPTI activity session in this process."""
 
-    def __init__(self, out_dir: str) -> None:
+    def __init__(self, out_dir: str, nvtx: str | None = None) -> None:
         self.pid = os.getpid()
         self.out_dir = out_dir
         self.lib_path = find_libcupti()
         if not self.lib_path:
             raise OSError("no libcupti found: install nvidia-cuda-cupti (torch's CUDA major) or "
                           f"set {ENV_LIB}")
+        # a dormant agent says what it did at the process's start; too late to change it now
+        self.nvtx = ready_nvtx(self.lib_path) if nvtx is None else nvtx
+        self._activity_seq = 0
+        self._write_lock = threading.Lock()
         self.lib = ct.CDLL(self.lib_path, mode=ct.RTLD_GLOBAL)
         self.buffer_bytes = int(float(os.environ.get(ENV_BUFFER_MB, "16")) * (1 << 20)) // 8 * 8
         self._free: list = []
@@ -317,11 +428,28 @@ class Collector:
             self.stats["bytes"] += len(data)
             self.stats["dropped"] += dropped.value
             if data:
-                self.spool.write("activity", data)
+                self._write_activity(data)
             self.spool.write("calib", json.dumps(self.calibrate()).encode())
         except Exception as e:  # noqa: BLE001
             self.stats["errors"].append(f"buffer completed: {e}")
         self.stats["callback_ns"] += time.perf_counter_ns() - t0
+
+    def _write_activity(self, data: bytes) -> None:
+        """One activity chunk, followed, when it holds NVTX markers, by their names: read now,
+        in the completion callback, as CUPTI's samples do (a marker's strings are CUPTI's, with
+        no promise that they outlive the buffer)."""
+        names: dict[str, str] = {}
+        if self.nvtx == "on":
+            ptrs = marker_name_pointers(data)
+            if ptrs:
+                names = {k: v[:MAX_NAME] for k, v in read_strings(ptrs, 4 * MAX_NAME).items()}
+        with self._write_lock:  # the names chunk names its buffer: completions may overlap
+            seq = self._activity_seq
+            self._activity_seq += 1
+            self.spool.write("activity", data)
+            if names:
+                self.spool.write("marker_names", json.dumps({"buffer": seq, "names": names}
+                                                            ).encode())
 
     # -- session ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -361,7 +489,7 @@ class Collector:
             "cupti_api_version": version.value, "python": sys.version.split()[0],
             "buffer_bytes": self.buffer_bytes, "flush_ms": flush_ms, "thread_id_type": "system",
             "api_names": {d: {str(k): v for k, v in m.items()} for d, m in enabled.items()},
-            "kinds": list(ENABLED_KINDS), "spool_format": self.spool.format,
+            "kinds": list(ENABLED_KINDS), "spool_format": self.spool.format, "nvtx": self.nvtx,
             "started_mono_ns": time.monotonic_ns(), "setup_ns": time.monotonic_ns() - t0,
             "errors": list(self.stats["errors"]),
         }
@@ -532,7 +660,8 @@ ENV_EAGER = "ZYM_CUPTI_EAGER"        # "1": start at interpreter start, not at t
 # load CUPTI.
 TRIGGER_MODULES = frozenset({
     "torch", "cupy", "jax", "jaxlib", "tensorflow", "numba", "cuda", "pycuda", "tensorrt",
-    "triton", "onnxruntime", "paddle", "mxnet", "cudf", "cuml", "vllm", "sglang"})
+    "triton", "onnxruntime", "paddle", "mxnet", "cudf", "cuml", "vllm", "sglang",
+    "nvtx"})  # NVIDIA's nvtx package: its ranges need the injection path set before its first call
 
 
 class _StartOnImport:
@@ -603,12 +732,18 @@ class Dormant:
         self.seq = 0
         self.collector: Collector | None = None
         self.finalize = os.environ.get(ENV_AGENT_FINALIZE, "1") != "0"
+        # NVTX reads its injection path at the program's first NVTX call: now or never. Opt-in,
+        # because it loads libcupti at that call, long before any capture switches CUPTI on.
+        self.nvtx = (ready_nvtx(find_libcupti()) if os.environ.get(ENV_AGENT_NVTX) == "1" else
+                     f"off: the dormant agent was started without {ENV_AGENT_NVTX}=1 "
+                     "(`zym run --nvtx`)")
         self.write_state("dormant")
         threading.Thread(target=self._watch, daemon=True, name="zym-agent").start()
 
     def write_state(self, state: str, errors: list[str] | None = None, **extra) -> None:
         doc = {"pid": self.pid, "seq": self.seq, "state": state, "errors": errors or [],
-               "python": sys.version.split()[0], "t_mono_ns": time.monotonic_ns(), **extra}
+               "python": sys.version.split()[0], "t_mono_ns": time.monotonic_ns(),
+               "nvtx": getattr(self, "nvtx", None), **extra}
         tmp = os.path.join(self.folder, f".state.{self.seq}")
         with open(tmp, "w") as f:
             json.dump(doc, f)
@@ -641,7 +776,7 @@ class Dormant:
         try:
             if req.get("action") == "on":
                 if self.collector is None:
-                    c = Collector(str(req["spool_dir"]))
+                    c = Collector(str(req["spool_dir"]), nvtx=self.nvtx)
                     c.start()
                     self.collector = c
                     errors = list(c.stats["errors"])

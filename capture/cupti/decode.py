@@ -25,6 +25,7 @@ from .agent import (
     KIND_CONCURRENT_KERNEL,
     KIND_DRIVER,
     KIND_INTERNAL_LAUNCH_API,
+    KIND_MARKER,
     KIND_MEMCPY,
     KIND_MEMSET,
     KIND_RUNTIME,
@@ -35,6 +36,7 @@ from .agent import (
 )
 from .clock import ClockFit, fit_clock
 from .layouts import COPY_KINDS, MEMORY_KINDS, SYNC_NAMES, UINT32_MAX, cupti_major, dtypes_for
+from .nvtx import empty_ranges, markers_frame, pair_ranges
 
 API_KINDS = (KIND_RUNTIME, KIND_DRIVER, KIND_INTERNAL_LAUNCH_API)
 DOMAIN_OF_KIND = {KIND_RUNTIME: "runtime", KIND_DRIVER: "driver",
@@ -51,6 +53,7 @@ class Spool:
     calibrations: list[list[int]]
     names: dict[int, str]
     footer: dict | None  # None: the target did not stop cleanly (crash, kill -9)
+    marker_names: dict[int, dict[int, str]] = field(default_factory=dict)  # buffer -> ptr -> str
 
 
 @dataclass
@@ -58,20 +61,26 @@ class CuptiTables:
     """Decoded CUPTI activity of one or more processes, times in CLOCK_MONOTONIC ns.
 
     ``api``: one row per runtime/driver API call (nested records of one call collapsed), with
-    the ``call`` table's columns plus ``domain``; ``gpu``: the ``gpu`` table.
+    the ``call`` table's columns plus ``domain``; ``gpu``: the ``gpu`` table; ``ranges``: the
+    NVTX ranges and marks (``nvtx.RANGE_COLUMNS``).
     """
 
     api: pl.DataFrame
     gpu: pl.DataFrame
+    ranges: pl.DataFrame = field(default_factory=empty_ranges)
     clock: dict[int, ClockFit] = field(default_factory=dict)  # pid -> fit
     stats: dict = field(default_factory=dict)
 
 
 def read_spool(path: str | Path) -> Spool:
     header, activity, calib, names, footer = {}, [], [], {}, None
+    marker_names: dict[int, dict[int, str]] = {}
     for kind, _, payload in read_chunks(str(path)):
         if kind == "activity":
             activity.append(payload)
+        elif kind == "marker_names":
+            doc = json.loads(payload)
+            marker_names[int(doc["buffer"])] = {int(k): v for k, v in doc["names"].items()}
         elif kind == "calib":
             calib.append(json.loads(payload))
         elif kind == "header":
@@ -80,17 +89,21 @@ def read_spool(path: str | Path) -> Spool:
             names.update({int(k): v for k, v in json.loads(payload).items()})
         elif kind == "footer":
             footer = json.loads(payload)
-    return Spool(Path(path), header, activity, calib, names, footer)
+    return Spool(Path(path), header, activity, calib, names, footer, marker_names)
 
 
-def decode_buffers(buffers: list[bytes], dtypes: dict[int, np.dtype]) -> tuple[dict[int, np.ndarray], int]:
+def decode_buffers(buffers: list[bytes], dtypes: dict[int, np.dtype],
+                   origins: dict[int, np.ndarray] | None = None
+                   ) -> tuple[dict[int, np.ndarray], int]:
     """Records of every kind in ``dtypes`` found in ``buffers``, one structured array per kind,
     and the number of bytes left undecoded (a record kind with no layout stops a buffer's walk).
+    ``origins``: for each kind it names, filled with the buffer index of each record.
     """
+    origin_parts: dict[int, list[np.ndarray]] = {k: [] for k in (origins or {})}
     sizes = {k: d.itemsize for k, d in dtypes.items()}
     parts: dict[int, list[np.ndarray]] = {k: [] for k in dtypes}
     undecoded = 0
-    for buf in buffers:
+    for index, buf in enumerate(buffers):
         offsets, kinds, end = record_offsets(buf, sizes)
         undecoded += len(buf) - end
         if not offsets:
@@ -102,7 +115,11 @@ def decode_buffers(buffers: list[bytes], dtypes: dict[int, np.dtype]) -> tuple[d
             if len(sel):
                 rows = raw[sel[:, None] + np.arange(dt.itemsize)]  # (n, itemsize) gather
                 parts[k].append(rows.view(dt).reshape(-1))
+                if k in origin_parts:
+                    origin_parts[k].append(np.full(len(sel), index, np.int64))
     out = {k: np.concatenate(v) if v else np.zeros(0, dtype=dtypes[k]) for k, v in parts.items()}
+    for k, v in origin_parts.items():
+        origins[k] = np.concatenate(v) if v else np.zeros(0, np.int64)
     return out, undecoded
 
 
@@ -111,11 +128,14 @@ def decode_spool(spool: Spool, clock: ClockFit | None = None) -> CuptiTables:
     version = int(spool.header.get("cupti_api_version", 130001))
     dtypes = dtypes_for(version)
     fit = clock or fit_clock(spool.calibrations)
-    records, undecoded = decode_buffers(spool.activity, dtypes)
+    origins: dict[int, np.ndarray] = {KIND_MARKER: np.zeros(0, np.int64)}
+    records, undecoded = decode_buffers(spool.activity, dtypes, origins)
     records, incomplete = drop_incomplete(records)
     pid = int(spool.header.get("pid", -1))
     api = _api_frame(records, spool.header.get("api_names", {}), fit)
     gpu = _gpu_frame(records, demangle(spool.names), fit, pid)
+    ranges = _ranges(spool, records.get(KIND_MARKER), origins[KIND_MARKER], fit, pid,
+                     (api, gpu))
     stats = {"pid": pid, "records": int(sum(len(v) for v in records.values())),
              "undecoded_bytes": undecoded, "incomplete": incomplete,
              "cupti_major": cupti_major(version),
@@ -125,8 +145,28 @@ def decode_spool(spool: Spool, clock: ClockFit | None = None) -> CuptiTables:
              "callback_ns": int((spool.footer or {}).get("callback_ns", 0)),
              "facts": {k: v for k, v in (spool.footer or {}).items()
                        if k in ("gpus", "torch_version", "cuda_runtime_version",
-                                "cuda_driver_api_version")}}
-    return CuptiTables(api=api, gpu=gpu, clock={pid: fit}, stats=stats)
+                                "cuda_driver_api_version")},
+             "nvtx": spool.header.get("nvtx", "off: this agent predates NVTX recording"),
+             "nvtx_records": 0 if records.get(KIND_MARKER) is None else len(records[KIND_MARKER])}
+    return CuptiTables(api=api, gpu=gpu, ranges=ranges, clock={pid: fit}, stats=stats)
+
+
+def _ranges(spool: Spool, markers: np.ndarray | None, buffer_of: np.ndarray, fit: ClockFit,
+            pid: int, timed: tuple[pl.DataFrame, ...]) -> pl.DataFrame:
+    """The process's NVTX ranges; a range still open at the end is clipped to the end of its
+    recording (the footer's stop time, else its last record), one whose start was not
+    recorded to the recording's start (the header's)."""
+    if markers is None or not len(markers):
+        return empty_ranges()
+    ok = markers["timestamp"] > 0   # 0: CUPTI could not time the marker
+    markers, buffer_of = markers[ok], buffer_of[ok]
+    ts = fit.to_mono(markers["timestamp"])
+    ends = [int(ts.max())] + [int((t["ts_ns"] + t["dur_ns"]).max()) for t in timed
+                              if t.height and "ts_ns" in t.columns]
+    last = int((spool.footer or {}).get("stopped_mono_ns") or max(ends))
+    first = int(spool.header.get("started_mono_ns") or ts.min())
+    df = markers_frame(markers, buffer_of, spool.marker_names, ts, pid)
+    return pair_ranges(df, min(first, int(ts.min())), max(last, int(ts.max())))
 
 
 def drop_incomplete(records: dict[int, np.ndarray]) -> tuple[dict[int, np.ndarray], int]:

@@ -19,6 +19,7 @@ from zym.schemas.tables import TABLES
 
 from .decode import CuptiTables, decode_spool, read_spool
 from .layouts import cupti_major
+from .nvtx import add_range_layer, empty_ranges
 from .remote import read_gpu_window
 
 SPOOL_GLOB = "cupti-*.spool"
@@ -28,13 +29,14 @@ def collect_spools(spool_dir: str | Path) -> tuple[CuptiTables, list[dict]]:
     """Decode every process's spool in ``spool_dir`` into one ``CuptiTables``; also returns
     the spool headers."""
     paths = sorted(Path(spool_dir).glob(SPOOL_GLOB))
-    apis, gpus, clocks, stats, headers = [], [], {}, [], []
+    apis, gpus, ranges, clocks, stats, headers = [], [], [], {}, [], []
     for p in paths:
         spool = read_spool(p)
         if not spool.header:
             continue
         t = decode_spool(spool)
         apis.append(t.api)
+        ranges.append(t.ranges)
         if t.gpu.height:
             gpus.append(t.gpu)
         clocks |= t.clock
@@ -46,7 +48,8 @@ def collect_spools(spool_dir: str | Path) -> tuple[CuptiTables, list[dict]]:
         from .decode import _api_frame
 
         api = _api_frame({}, {}, None)  # empty, typed
-    return CuptiTables(api=api, gpu=gpu, clock=clocks, stats={"spools": stats}), headers
+    return CuptiTables(api=api, gpu=gpu, ranges=pl.concat(ranges) if ranges else empty_ranges(),
+                       clock=clocks, stats={"spools": stats}), headers
 
 
 def merge_gpu(tables: dict[str, pl.DataFrame] | None, spool_dir: str | Path,
@@ -80,7 +83,16 @@ def merge_gpu(tables: dict[str, pl.DataFrame] | None, spool_dir: str | Path,
         join_stats["ebpf_unmatched"] = max(joinable - matched, 0)
         join_stats["ebpf_matched_pct"] = round(100 * min(matched, joinable) / joinable, 3) \
             if joinable else 0.0
-    coverage = stack_coverage(calls, gpu) if gpu.height else {}
+    coverage = stack_coverage(calls, gpu) if gpu.height else {}   # Python stacks only
+    layered, nvtx_stats = add_range_layer(
+        {"frame": tables.get("frame"), "stack": tables.get("stack"), "call": calls}, cupti.ranges)
+    if cupti.ranges.height:
+        tables |= {t: layered[t] for t in ("frame", "stack", "range")}
+        calls = layered["call"]
+    meta.extra["nvtx"] = {
+        "recording": {str(st["pid"]): st.get("nvtx") for st in cupti.stats["spools"]},
+        "marker_records": int(sum(st.get("nvtx_records", 0) for st in cupti.stats["spools"])),
+        **nvtx_stats}
     tables["call"] = calls.select([c for c in TABLES["call"] if c != "record" and c in calls.columns])
     tables["gpu"] = gpu
     facts: dict = {}

@@ -12,6 +12,10 @@ Provenance: field offsets and sizes come from CUPTI's own headers, printed by
   ``CUpti_ActivityKernel9`` (208 bytes instead of 216; the fields zym reads sit at the same
   offsets). Other 12.x releases are decoded with it; a wrong record size cannot go unnoticed,
   since the walk of each buffer must end exactly at its end (``undecoded_bytes``).
+* ``CUpti_ActivityMarker2`` (NVTX marks and ranges): 56 bytes, the same in CUPTI 13.0's header
+  (printed by ``gen/generate.sh``) and in the CUPTI 9.2 to 13.0 API documentation (unchanged
+  since CUDA 9.2); the object id is a union whose ``pt`` member (process id, thread id) is set
+  for thread markers (``objectKind`` 2, CUPTI_ACTIVITY_OBJECT_THREAD).
 
 Only the fields zym reads are named; ``itemsize`` keeps the record size.
 """
@@ -23,6 +27,7 @@ from .agent import (
     KIND_CONCURRENT_KERNEL,
     KIND_DRIVER,
     KIND_INTERNAL_LAUNCH_API,
+    KIND_MARKER,
     KIND_MEMCPY,
     KIND_MEMSET,
     KIND_RUNTIME,
@@ -60,16 +65,26 @@ MEMSET_13 = _dt({"kind": ("<i4", 0), "value": ("<u4", 4), "bytes": ("<u8", 8),
 SYNC_13 = _dt({"kind": ("<i4", 0), "type": ("<i4", 4), "start": ("<u8", 8), "end": ("<u8", 16),
                "correlation_id": ("<u4", 24), "context_id": ("<u4", 28),
                "stream_id": ("<u4", 32), "cuda_event_id": ("<u4", 36)}, 56)
+MARKER_2 = _dt({"kind": ("<i4", 0), "flags": ("<i4", 4), "timestamp": ("<u8", 8),
+                "id": ("<u4", 16), "object_kind": ("<i4", 20), "process_id": ("<u4", 24),
+                "thread_id": ("<u4", 28), "name": ("<i8", 40), "domain": ("<i8", 48)}, 56)
+# CUpti_ActivityFlag bits of a marker, and CUpti_ActivityObjectKind of a thread
+MARKER_INSTANT, MARKER_START, MARKER_END = 1 << 0, 1 << 1, 1 << 2
+OBJECT_PROCESS, OBJECT_THREAD = 1, 2
 
 # cupti-python attribute names of the same layouts (for the cross-check test).
 CUPTI_PYTHON_NAMES = {"API_13": "activity_api_dtype", "KERNEL_13": "activity_kernel10_dtype",
                       "MEMCPY_13": "activity_memcpy6_dtype", "MEMSET_13": "activity_memset4_dtype",
                       "SYNC_13": "activity_synchronization2_dtype"}
+# cupti-python 13.0.1 nests the marker's object id (``object_id.pt``) and names ``flags_``:
+# its dtype is compared field by field through this map (tests/cupti/test_nvtx.py).
+MARKER_2_CUPTI_PYTHON = ("activity_marker2_dtype",
+                         {"flags": "flags_", "process_id": "object_id", "thread_id": "object_id"})
 
 LAYOUTS: dict[int, dict[int, np.dtype]] = {
     major: {KIND_RUNTIME: API_13, KIND_DRIVER: API_13, KIND_INTERNAL_LAUNCH_API: API_13,
             KIND_CONCURRENT_KERNEL: kernel, KIND_MEMCPY: MEMCPY_13, KIND_MEMSET: MEMSET_13,
-            KIND_SYNCHRONIZATION: SYNC_13}
+            KIND_SYNCHRONIZATION: SYNC_13, KIND_MARKER: MARKER_2}
     for major, kernel in ((13, KERNEL_13), (12, KERNEL_12))
 }
 for _major, _sizes in RECORD_SIZES.items():  # the agent's walk uses the same sizes

@@ -21,7 +21,7 @@ SLOT = {p.symbol: i for i, p in enumerate(PROBES)}
 def raw_call(api, stack_hash, ts, size=0, stream=0, copy=0, dur=0, flags=0):
     return {"pid": 1, "tid": 7, "ts_ns": ts, "dur_ns": dur, "probe": SLOT[api],
             "size_arg": size, "stream": stream, "copy_arg": copy, "stack_hash": stack_hash,
-            "flags": flags}
+            "flags": flags, "native_key": 0}
 
 
 def frames(key, stack_hash, *names):

@@ -18,6 +18,8 @@ static int g_kind_on[64], g_rt_on[1024], g_tid_system;
 static uint8_t g_pending[1 << 20]; static size_t g_len; static uint32_t g_corr = 1;
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static const char *KERNEL_NAME = "fake_kernel(float*, int)";
+static void release_names(int n);
+static char *g_names[4096]; static int g_n_names;
 
 static uint64_t now_ns(void) {
     struct timespec ts; clock_gettime(CLOCK_REALTIME, &ts);  /* epoch-based, like CUPTI's */
@@ -66,8 +68,10 @@ int cuptiActivityFlushAll(uint32_t flag) {
         if (buf && size >= g_len) {
             memcpy(buf, g_pending, g_len);
             size_t valid = g_len; g_len = 0;
+            int named = g_n_names;  /* the names of this buffer's records */
             pthread_mutex_unlock(&g_mu);
             g_cmp(NULL, 0, buf, size, valid);
+            pthread_mutex_lock(&g_mu); release_names(named); pthread_mutex_unlock(&g_mu);
             return 0;
         }
     }
@@ -139,4 +143,62 @@ void fake_api_end(uint32_t cbid, uint64_t start, int gpu) {
         if (gpu == 38 && g_kind_on[38]) sync_record(start + 200, end - 100, corr);
     }
     pthread_mutex_unlock(&g_mu);
+}
+
+/* NVTX, as the injection library: an NVTX v3 client (fake_nvtx.c plays one) calls
+ * InitializeInjectionNvtx2 once, when NVTX_INJECTION64_PATH names this library. Then each push,
+ * pop, range start/end and mark becomes a CUpti_ActivityMarker2 record (56 bytes) if the
+ * MARKER kind (12) is on. Names are strdup'ed and wiped and freed after the completion callback
+ * of the buffer that holds them, so a reader that looks at them later reads garbage. */
+static int g_nvtx_injected; static uint32_t g_marker_id = 1;
+static __thread uint32_t t_stack[64]; static __thread int t_depth;
+int InitializeInjectionNvtx2(void *get_export_table) { (void)get_export_table; g_nvtx_injected = 1; return 1; }
+int fake_nvtx_injected(void) { return g_nvtx_injected; }
+
+static void marker_record(uint32_t flags, uint32_t id, const char *name, const char *domain) {
+    uint8_t r[56] = {0};
+    put32(r, 0, 12); put32(r, 4, flags); put64(r, 8, now_ns()); put32(r, 16, id);
+    put32(r, 20, 2); put32(r, 24, (uint32_t)getpid());
+    put32(r, 28, g_tid_system ? (uint32_t)syscall(SYS_gettid) : (uint32_t)pthread_self());
+    char *n = NULL, *d = NULL;
+    if (name && g_n_names < 4094) { n = strdup(name); g_names[g_n_names++] = n; }
+    if (domain && g_n_names < 4094) { d = strdup(domain); g_names[g_n_names++] = d; }
+    put64(r, 40, (uint64_t)(uintptr_t)n); put64(r, 48, (uint64_t)(uintptr_t)d);
+    memcpy(g_pending + g_len, r, 56); g_len += 56;
+}
+static int marker_on(void) { return g_nvtx_injected && g_kind_on[12] && g_len + 64 < sizeof g_pending; }
+void fake_nvtx_push(const char *name, const char *domain) {
+    pthread_mutex_lock(&g_mu);
+    uint32_t id = g_marker_id++;
+    if (t_depth < 64) t_stack[t_depth++] = id;
+    if (marker_on()) marker_record(2, id, name, domain);
+    pthread_mutex_unlock(&g_mu);
+}
+void fake_nvtx_pop(void) {
+    pthread_mutex_lock(&g_mu);
+    if (t_depth > 0) { uint32_t id = t_stack[--t_depth]; if (marker_on()) marker_record(4, id, NULL, NULL); }
+    pthread_mutex_unlock(&g_mu);
+}
+uint32_t fake_nvtx_start(const char *name) {
+    pthread_mutex_lock(&g_mu);
+    uint32_t id = g_marker_id++;
+    if (marker_on()) marker_record(2, id, name, NULL);
+    pthread_mutex_unlock(&g_mu);
+    return id;
+}
+void fake_nvtx_end(uint32_t id) {
+    pthread_mutex_lock(&g_mu);
+    if (marker_on()) marker_record(4, id, NULL, NULL);
+    pthread_mutex_unlock(&g_mu);
+}
+void fake_nvtx_mark(const char *name) {
+    pthread_mutex_lock(&g_mu);
+    if (marker_on()) marker_record(1, g_marker_id++, name, NULL);
+    pthread_mutex_unlock(&g_mu);
+}
+/* Called by cuptiActivityFlushAll after the completion callback returned: the first n names. */
+static void release_names(int n) {
+    for (int i = 0; i < n; i++) { memset(g_names[i], 'X', strlen(g_names[i])); free(g_names[i]); }
+    memmove(g_names, g_names + n, (size_t)(g_n_names - n) * sizeof g_names[0]);
+    g_n_names -= n;
 }

@@ -75,7 +75,10 @@ def kill(proc: subprocess.Popen) -> None:
 
 
 
-def calls_with_stacks(path) -> list[dict]:
+def calls_with_stacks(path, native: bool = False) -> list[dict]:
+    """Each call with its stack, innermost first: (kind, name, file, line). The native frames
+    and torch ops between the Python frames and the API frame are left out unless
+    ``native`` (tests of the Python stacks compare Python frames)."""
     cap = open_capture(path)
     calls, stacks, frames = cap.load("call"), cap.load("stack"), cap.load("frame")
     nodes = {r["stack_id"]: r for r in stacks.join(frames, on="frame_id").iter_rows(named=True)}
@@ -83,7 +86,11 @@ def calls_with_stacks(path) -> list[dict]:
     for call in calls.iter_rows(named=True):
         path, node = [], nodes.get(call["stack_id"])
         while node is not None:
-            path.append((node["kind"], node["name"], node["file"], node["line"]))
+            unwound = node["kind"] == "torch_op" or (
+                node["kind"] == "native" and (node["file"] or node["name"].startswith(
+                    "[native stack cut]")))
+            if native or not unwound:
+                path.append((node["kind"], node["name"], node["file"], node["line"]))
             node = nodes.get(node["parent_id"])
         out.append({**call, "stack": path})
     return out

@@ -99,7 +99,8 @@ def test_sigint_leaves_an_analyzable_capture(fake_cuda, tmp_path):
     cap = open_capture(tmp_path / "cap.parquet")
     calls = cap.load("call")
     assert calls.height > 50 and calls["stack_id"].null_count() == 0
-    assert cap.meta.dropped == {"ebpf_ringbuf": 0, "ebpf_ringbuf_stacks": 0}
+    assert cap.meta.dropped == {"ebpf_ringbuf": 0, "ebpf_ringbuf_stacks": 0,
+                                "ebpf_ringbuf_native": 0}
     assert not (tmp_path / "cap.parquet.raw").exists()
 
 

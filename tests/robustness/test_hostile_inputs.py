@@ -53,11 +53,11 @@ def test_bit_flipped_raw_stream_is_an_error_at_finalize(tmp_path):
         n = 20_000 // 3
         cols = {"pid": [1] * n, "tid": [1] * n, "ts_ns": list(range(n)), "dur_ns": [5] * n,
                 "probe": [0] * n, "size_arg": [0] * n, "stream": [0] * n, "copy_arg": [0] * n,
-                "stack_hash": [part] * n, "flags": [0] * n}
+                "stack_hash": [part] * n, "flags": [0] * n, "native_key": [0] * n}
         writer.write_batch(pa.record_batch(pl.DataFrame(cols).cast(
             {c: t for c, t in zip(raw_schema("calls").names,
                                   [pl.Int64, pl.Int64, pl.Int64, pl.Int64, pl.Int32, pl.UInt64,
-                                   pl.UInt64, pl.UInt64, pl.UInt64, pl.Int32])}).to_arrow()
+                                   pl.UInt64, pl.UInt64, pl.UInt64, pl.Int32, pl.UInt64])}).to_arrow()
             .to_batches()[0].columns, schema=raw_schema("calls")))
         sink.checkpoint()
     writer.close()

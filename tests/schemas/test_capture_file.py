@@ -111,16 +111,28 @@ def test_foreign_parquet_is_refused(tmp_path):
 
 def test_other_schema_version_is_refused(capture_file, tmp_path):
     t = pq.read_table(capture_file)
-    path = tmp_path / "v3.parquet"
-    _write_raw(path, t.replace_schema_metadata({VERSION_KEY: "3", META_KEY: "{}"}))
-    with pytest.raises(SchemaError, match="schema version 3; this zym reads version"):
+    path = tmp_path / "v4.parquet"
+    _write_raw(path, t.replace_schema_metadata({VERSION_KEY: "4", META_KEY: "{}"}))
+    with pytest.raises(SchemaError, match="schema version 4; this zym reads version"):
         open_capture(path)
+
+
+def test_version_2_files_read_without_ranges(capture_file, tmp_path):
+    # a v2 file is a v3 file without the range columns (domain, clipped) and range rows
+    t = pq.read_table(capture_file)
+    v2 = t.drop_columns(["domain", "clipped"]).replace_schema_metadata(
+        {**t.schema.metadata, VERSION_KEY.encode(): b"2", HASH_KEY.encode(): HASH_PLACEHOLDER.encode()})
+    _write_raw(tmp_path / "v2.parquet", v2)
+    seal(tmp_path / "v2.parquet")
+    cap = open_capture(tmp_path / "v2.parquet")
+    assert cap.load("range").height == 0
+    assert cap.load("call").height == pq.read_table(capture_file, filters=[("record", "=", "call")]).num_rows
 
 
 def test_version_1_files_read_with_source_null(capture_file, tmp_path):
     # a v1 file is a v2 file without the frame.source column
     t = pq.read_table(capture_file)
-    v1 = t.drop_columns(["source"]).replace_schema_metadata(
+    v1 = t.drop_columns(["source", "domain", "clipped"]).replace_schema_metadata(
         {**t.schema.metadata, VERSION_KEY.encode(): b"1", HASH_KEY.encode(): HASH_PLACEHOLDER.encode()})
     _write_raw(tmp_path / "v1.parquet", v1)
     seal(tmp_path / "v1.parquet")
