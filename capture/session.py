@@ -76,6 +76,8 @@ class CaptureConfig:
     max_overhead_pct: float | None = None
     # Native frames: copy the stack of each new native path (unwound after the capture).
     native: bool = True
+    # NVTX ranges (the GPU side's agent; opt-in: see capture/cupti/agent.py ready_nvtx).
+    nvtx: bool = False
     # Continuous capture (capture/rotate.py): one file per this many seconds, the newest
     # ``keep`` kept, each labelled with ``labels``.
     rotate_s: float | None = None

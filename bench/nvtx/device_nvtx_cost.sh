@@ -12,8 +12,8 @@ STEPS=${STEPS:-400}
 W=bench/nvtx/nvtx_workload.py
 R=$OUT/nvtx_cost; mkdir -p $R
 one() {  # one ARM I
-    local arm=$1 i=$2 env=()
-    [ "$arm" = off ] && env=(ZYM_NVTX=0)
+    local arm=$1 i=$2 env=(ZYM_NVTX=1)     # NVTX recording is opt-in (it was the default
+    [ "$arm" = off ] && env=(ZYM_NVTX=0)   # when bench/nvtx/results/h200/cost was recorded)
     env "${env[@]}" timeout 120 python3 bench/device/zym_lean.py -o /tmp/nc/$arm-$i.parquet -- \
         python3 $W ranges --steps $STEPS --out $R/$arm-$i.json 2>&1 | grep -E '"median_ms"' | tail -1
     rm -rf /tmp/nc
