@@ -39,7 +39,6 @@ from .process import (
     ProcessMemory,
     descendants,
     environ_of,
-    executable_mappings,
     host_path,
     is_alive,
     mapped_libraries,
@@ -160,7 +159,7 @@ class Collector:
     def _record_mappings(self, pid: int, into: int | None = None) -> None:
         """``pid``'s executable mappings not recorded yet, for ``into`` (default: ``pid``; a
         forked child has its parent's until it execs, and may exit before zym reads its own)."""
-        for m in executable_mappings(pid):
+        for m in read_maps(pid, executable=True):
             key = (m.start, m.end, m.path)
             known = self.maps_seen.get(pid, {}).get(key)
             if known is None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -37,12 +36,11 @@ LAUNCHES = sum(INSIDE.values()) + OUTSIDE
 
 @pytest.fixture(scope="module")
 def fake_lib(tmp_path_factory) -> Path:
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
+    from cupti_builder import build_fake_cupti
+
+    out = build_fake_cupti(tmp_path_factory.mktemp("fakecupti"))
+    if out is None:
         pytest.skip("no C compiler to build the stand-in libcupti")
-    out = tmp_path_factory.mktemp("fakecupti") / "libcupti.so.13"
-    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(out), str(HERE / "fakecupti.c"),
-                    "-lpthread"], check=True)
     return out
 
 
