@@ -46,7 +46,8 @@ class UnwindError(ValueError):
 
 
 # ---------------------------------------------------------------------------- LEB128, pointers
-def _uleb(d, i: int) -> tuple[int, int]:
+def _leb(d, i: int, signed: bool) -> tuple[int, int]:
+    """A LEB128 number at ``i``: (value, index after it)."""
     v = shift = 0
     while True:
         b = d[i]
@@ -54,20 +55,17 @@ def _uleb(d, i: int) -> tuple[int, int]:
         v |= (b & 0x7F) << shift
         shift += 7
         if b < 0x80:
+            if signed and b & 0x40:
+                v -= 1 << shift
             return v, i
+
+
+def _uleb(d, i: int) -> tuple[int, int]:
+    return _leb(d, i, False)
 
 
 def _sleb(d, i: int) -> tuple[int, int]:
-    v = shift = 0
-    while True:
-        b = d[i]
-        i += 1
-        v |= (b & 0x7F) << shift
-        shift += 7
-        if b < 0x80:
-            if b & 0x40:
-                v -= 1 << shift
-            return v, i
+    return _leb(d, i, True)
 
 
 _FIXED = {0x02: "<H", 0x03: "<I", 0x04: "<Q", 0x0A: "<h", 0x0B: "<i", 0x0C: "<q", 0x00: "<Q"}

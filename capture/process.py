@@ -16,8 +16,9 @@ class Mapping:
     path: str
 
 
-def read_maps(pid: int) -> list[Mapping]:
-    """File-backed mappings of ``pid``; [] when the process is gone."""
+def read_maps(pid: int, executable: bool = False) -> list[Mapping]:
+    """File-backed mappings of ``pid`` (``executable``: only those mapped executable, the code
+    an unwinder meets); [] when the process is gone."""
     try:
         text = Path(f"/proc/{pid}/maps").read_text()
     except (FileNotFoundError, ProcessLookupError, PermissionError):
@@ -25,23 +26,7 @@ def read_maps(pid: int) -> list[Mapping]:
     out = []
     for line in text.splitlines():
         parts = line.split(maxsplit=5)
-        if len(parts) == 6 and parts[5].startswith("/"):
-            lo, hi = parts[0].split("-")
-            out.append(Mapping(int(lo, 16), int(hi, 16), int(parts[2], 16), parts[5]))
-    return out
-
-
-def executable_mappings(pid: int) -> list[Mapping]:
-    """File-backed executable mappings of ``pid`` (the code an unwinder meets); [] when the
-    process is gone."""
-    try:
-        text = Path(f"/proc/{pid}/maps").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return []
-    out = []
-    for line in text.splitlines():
-        parts = line.split(maxsplit=5)
-        if len(parts) == 6 and parts[5].startswith("/") and "x" in parts[1]:
+        if len(parts) == 6 and parts[5].startswith("/") and (not executable or "x" in parts[1]):
             lo, hi = parts[0].split("-")
             out.append(Mapping(int(lo, 16), int(hi, 16), int(parts[2], 16), parts[5]))
     return out

@@ -39,7 +39,6 @@ from .process import (
     ProcessMemory,
     descendants,
     environ_of,
-    executable_mappings,
     host_path,
     is_alive,
     mapped_libraries,
@@ -76,6 +75,8 @@ class CaptureConfig:
     max_overhead_pct: float | None = None
     # Native frames: copy the stack of each new native path (unwound after the capture).
     native: bool = True
+    # NVTX ranges (the GPU side's agent; opt-in: see capture/cupti/agent.py ready_nvtx).
+    nvtx: bool = False
     # Continuous capture (capture/rotate.py): one file per this many seconds, the newest
     # ``keep`` kept, each labelled with ``labels``.
     rotate_s: float | None = None
@@ -158,7 +159,7 @@ class Collector:
     def _record_mappings(self, pid: int, into: int | None = None) -> None:
         """``pid``'s executable mappings not recorded yet, for ``into`` (default: ``pid``; a
         forked child has its parent's until it execs, and may exit before zym reads its own)."""
-        for m in executable_mappings(pid):
+        for m in read_maps(pid, executable=True):
             key = (m.start, m.end, m.path)
             known = self.maps_seen.get(pid, {}).get(key)
             if known is None:

@@ -20,7 +20,8 @@ install_packages() {
     python3_bcc_ok || need+=(python3-bpfcc)
     headers_tree >/dev/null || need+=(linux-headers-amd64)
     command -v gcc >/dev/null || need+=(gcc)
-    command -v objdump >/dev/null || need+=(binutils)
+    command -v g++ >/dev/null || need+=(g++)     # the tests' torch stand-in (C++, no frame pointers)
+    command -v objdump >/dev/null || need+=(binutils)   # objdump, readelf, nm: the tests' second opinion
     [ ${#need[@]} -eq 0 ] && return 0
     log "installing ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive

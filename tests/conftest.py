@@ -32,7 +32,7 @@ def sample_capture(tmp_path_factory) -> Path:
 # installs these parts) they fail instead: a broken install must not turn CI green.
 SYSTEM_SKIPS = ("eBPF unavailable", "chromium not installed", "cupti-python not installed",
                 "needs gcc", "no C compiler", "needs root", "chdb not installed",
-                "protoc not installed", "mcp not installed")
+                "protoc not installed", "mcp not installed", "needs readelf")
 
 
 def system_required() -> bool:

@@ -12,14 +12,7 @@ export PYTHONUNBUFFERED=1
 DEADLINE=${DEADLINE:-540}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c "import torch; print('torch', torch.__version__)"
-run() {  # run MAX_SECONDS CMD...: skipped when it could pass the deadline
-    local max=$1; shift
-    local left=$(( DEADLINE - SECONDS ))
-    if [ "$left" -lt 30 ]; then echo "== skipped (deadline): $*"; return; fi
-    [ "$max" -gt "$left" ] && max=$left
-    echo "== at ${SECONDS}s: $*"
-    timeout "$max" "$@" 2>&1 | tail -8
-}
+source bench/device/run_step.sh
 R=$OUT/native; mkdir -p $R
 for w in gpt_decode rerank decode_loop; do
     mkdir -p $R/$w

@@ -10,14 +10,7 @@ source .carry/on-device.sh .carry >/dev/null 2>&1
 export PYTHONUNBUFFERED=1
 DEADLINE=${DEADLINE:-420}
 PAIRS=${PAIRS:-4}
-run() {  # run MAX_SECONDS CMD...: skipped when it could pass the deadline
-    local max=$1; shift
-    local left=$(( DEADLINE - SECONDS ))
-    if [ "$left" -lt 30 ]; then echo "== skipped (deadline): $*"; return; fi
-    [ "$max" -gt "$left" ] && max=$left
-    echo "== at ${SECONDS}s: $*"
-    timeout "$max" "$@" 2>&1 | grep -E "native paths|error|Error" | tail -3
-}
+source bench/device/run_step.sh
 R=$OUT/native2; mkdir -p $R
 for w in gpt_decode rerank decode_loop; do
     mkdir -p $R/$w

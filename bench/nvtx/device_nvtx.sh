@@ -32,9 +32,9 @@ for mode in plain ranges emit; do
     echo "== ${SECONDS}s floor $mode"
     timeout 120 python3 $W $mode --steps 40 --out $R/floor-$mode.json | tail -1
 done
-capture ranges ranges
+capture ranges ranges ZYM_NVTX=1
 capture nonvtx ranges ZYM_NVTX=0
-capture emit emit
+capture emit emit ZYM_NVTX=1
 if [ $SECONDS -lt 420 ]; then
     echo "== ${SECONDS}s attach"
     rm -f /tmp/ready-nvtx

@@ -11,14 +11,8 @@ source .carry/on-device.sh .carry >/dev/null 2>&1
 export PYTHONUNBUFFERED=1
 DEADLINE=${DEADLINE:-520}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-run() {  # run MAX_SECONDS CMD...: skipped when it could pass the deadline
-    local max=$1; shift
-    local left=$(( DEADLINE - SECONDS ))
-    if [ "$left" -lt 30 ]; then echo "== skipped (deadline): $*"; return; fi
-    [ "$max" -gt "$left" ] && max=$left
-    echo "== at ${SECONDS}s: $*"
-    timeout "$max" "$@" 2>&1 | tail -6
-}
+RUN_TAIL=6
+source bench/device/run_step.sh
 for w in gpt_decode rerank decode_loop; do
     mkdir -p "$OUT/$w"
     run 120 python3 bench/device/zym_lean.py -o "$OUT/$w/$w.parquet" --keep-raw -- \

@@ -58,7 +58,10 @@ BPF_PERCPU_ARRAY(walk_states, struct walk_state, 1);
 BPF_PROG_ARRAY(walker, 2);   /* slot 0: zym_walk, 1: zym_native; set by the loader */
 /* Native paths already sent: key (native key, tgid), as `seen` for Python stacks. */
 BPF_TABLE("lru_hash", struct seen_key, u8, native_seen, 65536);
-BPF_PERCPU_ARRAY(last_native, struct seen_key, 1);
+/* The native paths each CPU met last, direct-mapped by key: a loop over a few operators
+ * skips the LRU lookup (one slot alone missed whenever two paths alternate). */
+#define ZYM_NATIVE_CACHE 16
+BPF_PERCPU_ARRAY(last_native, struct seen_key, ZYM_NATIVE_CACHE);
 /* One stack copy buffer per CPU, indexed by the CPU (a per-CPU map value is at most 32 KiB,
  * too small). A BPF program runs on one CPU from start to end, tail calls included. */
 BPF_ARRAY(native_scratch, struct zym_native, ZYM_NCPUS);
@@ -403,15 +406,18 @@ int zym_native(struct pt_regs *ctx) {
         return 0;
     u32 cfg = ZYM_CFG_NATIVE;
     u64 *on = config.lookup(&cfg);
-    struct seen_key *last = last_native.lookup(&zero);
-    if (on && *on && last && !(call->flags & ZYM_F_NOT_SAMPLED)) {
+    if (on && *on && !(call->flags & ZYM_F_NOT_SAMPLED)) {
         u64 sp = PT_REGS_SP(ctx);
         u64 k = mix(mix(mix(call->stack_hash, sp), read_u64(sp)), call->tid);
         k = k ? k : 1;
         call->native_key = k;
+        u32 slot = (u32)k & (ZYM_NATIVE_CACHE - 1);
+        struct seen_key *last = last_native.lookup(&slot);
+        if (!last)
+            goto send;
         struct seen_key key = {.hash = k, .pid = call->pid};
         if (last->hash == k && last->pid == call->pid) {
-            /* the path this CPU saw last: a hot loop skips the map lookup */
+            /* a path this CPU met lately: a hot loop skips the map lookup */
         } else if (native_seen.lookup(&key)) {
             *last = key;
         } else {
@@ -440,6 +446,7 @@ int zym_native(struct pt_regs *ctx) {
             }
         }
     }
+send:
     park_or_send(call);
     return 0;
 }

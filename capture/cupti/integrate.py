@@ -67,10 +67,13 @@ def capture_with_gpu(cfg, log: Log | None = None):
         return None
     spool = _fresh(spool_dir_for(cfg.output))
     env = target_env(spool)
+    if getattr(cfg, "nvtx", False):
+        env["ZYM_NVTX"] = "1"
     # CUPTI's API records carry every call's duration: no return probes (one trap per call).
     cfg = dataclasses.replace(cfg, return_probes=cfg.return_probes and cfg.force_return_probes)
     try:
-        with _environment({k: env[k] for k in ("PYTHONPATH", "ZYM_CUPTI_DIR")}):
+        with _environment({k: env[k] for k in ("PYTHONPATH", "ZYM_CUPTI_DIR", "ZYM_NVTX")
+                           if k in env}):
             summary = run_capture(cfg)
     except CaptureError:
         # kept beside a kept raw capture (a lean host finalizes elsewhere), else removed

@@ -125,6 +125,7 @@ def test_long_names_lose_their_template_arguments_first():
     assert native.shorten("f(int)") == "f(int)"
 
 
+@needs_binutils
 def test_unwinding_stops_where_the_copy_ends(faketorch):
     """A return address beyond the copied bytes ends the walk with its reason, never a guess."""
     elf = native.ElfUnwind(str(faketorch))

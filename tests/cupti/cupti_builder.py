@@ -6,6 +6,9 @@ the agent's own ``SpoolWriter`` so the reader is tested on the writer's output.
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+from pathlib import Path
 
 import numpy as np
 from zym.capture.cupti import agent
@@ -76,3 +79,14 @@ def write_spool(path, buffers: list[bytes], calibrations, names=None, pid=100, f
         w.write("footer", json.dumps({"dropped": 0}).encode())
     w.close()
     return str(path)
+
+
+def build_fake_cupti(out_dir: Path) -> Path | None:
+    """The stand-in libcupti (fakecupti.c) built in ``out_dir``; None without a C compiler."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return None
+    out = out_dir / "libcupti.so.13"
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(out),
+                    str(Path(__file__).resolve().parent / "fakecupti.c"), "-lpthread"], check=True)
+    return out

@@ -40,12 +40,11 @@ TARGET = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def fake_lib(tmp_path_factory) -> Path:
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
+    from cupti_builder import build_fake_cupti
+
+    out = build_fake_cupti(tmp_path_factory.mktemp("fakecupti"))
+    if out is None:
         pytest.skip("no C compiler to build the stand-in libcupti")
-    out = tmp_path_factory.mktemp("fakecupti") / "libcupti.so.13"
-    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(out), str(HERE / "fakecupti.c"),
-                    "-lpthread"], check=True)
     return out
 
 

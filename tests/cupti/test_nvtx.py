@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -37,19 +36,18 @@ LAUNCHES = sum(INSIDE.values()) + OUTSIDE
 
 @pytest.fixture(scope="module")
 def fake_lib(tmp_path_factory) -> Path:
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
+    from cupti_builder import build_fake_cupti
+
+    out = build_fake_cupti(tmp_path_factory.mktemp("fakecupti"))
+    if out is None:
         pytest.skip("no C compiler to build the stand-in libcupti")
-    out = tmp_path_factory.mktemp("fakecupti") / "libcupti.so.13"
-    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(out), str(HERE / "fakecupti.c"),
-                    "-lpthread"], check=True)
     return out
 
 
 def _run(tmp_path: Path, lib: Path, **extra: str) -> tuple[dict, Path]:
     spool = tmp_path / "spool"
     env = target_env(spool) | {"ZYM_CUPTI_LIB": str(lib), "ZYM_CUPTI_FLUSH_MS": "200",
-                               "ZYM_CUPTI_EAGER": "1"}
+                               "ZYM_CUPTI_EAGER": "1", "ZYM_NVTX": "1"}
     env.pop("NVTX_INJECTION64_PATH", None)
     env |= extra
     proc = subprocess.run([sys.executable, str(TARGET)], env=env, capture_output=True,
@@ -135,8 +133,8 @@ def test_zym_capture_puts_ranges_between_python_and_the_cuda_call(libs, tmp_path
            "ZYM_CUPTI_LIB": str(libs / "libcupti.so.13"), "ZYM_CUPTI_EAGER": "1",
            "INIT_SLEEP": "0.5"}
     env.pop("NVTX_INJECTION64_PATH", None)
-    proc = subprocess.run([sys.executable, "-m", "zym.cli.main", "capture", "-o", str(out), "--",
-                           sys.executable, str(HERE / "nvtx_e2e_workload.py")],
+    proc = subprocess.run([sys.executable, "-m", "zym.cli.main", "capture", "-o", str(out),
+                           "--nvtx", "--", sys.executable, str(HERE / "nvtx_e2e_workload.py")],
                           capture_output=True, text=True, check=False, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr
     cap = open_capture(out)
@@ -184,10 +182,10 @@ def test_zym_nvtx_0_leaves_nvtx_alone(fake_lib, tmp_path):
     assert facts["env"] is None and not facts["injected"]
     (path,) = spool_dir.glob("cupti-*.spool")
     spool = read_spool(path)
-    assert spool.header["nvtx"] == "off: ZYM_NVTX=0" and not spool.marker_names
+    assert spool.header["nvtx"].startswith("off: not asked") and not spool.marker_names
     assert decode_spool(spool).ranges.height == 0
     _, meta = finalize_capture(spool_dir, tmp_path / "t.parquet")
-    assert meta.extra["nvtx"]["recording"] == {str(spool.header["pid"]): "off: ZYM_NVTX=0"}
+    assert meta.extra["nvtx"]["recording"] == {str(spool.header["pid"]): spool.header["nvtx"]}
 
 
 def test_another_tools_injection_library_is_kept(fake_lib, tmp_path):
@@ -389,7 +387,9 @@ def test_marker_names_are_read_only_inside_readable_memory():
 def test_nvtx_env_is_left_as_is_when_disabled(monkeypatch):
     monkeypatch.delenv("NVTX_INJECTION64_PATH", raising=False)
     monkeypatch.setenv("ZYM_NVTX", "0")
-    assert agent.ready_nvtx("/x/libcupti.so.13") == "off: ZYM_NVTX=0"
+    assert agent.ready_nvtx("/x/libcupti.so.13").startswith("off: not asked")
+    monkeypatch.delenv("ZYM_NVTX")     # opt-in: unset is off too
+    assert agent.ready_nvtx("/x/libcupti.so.13").startswith("off: not asked")
     assert "NVTX_INJECTION64_PATH" not in os.environ
 
 
