@@ -415,9 +415,10 @@ class Timeline:
         args = (epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream, g_fixed, g_val,
                 start_nowait[wait_idx], own_sid, own_prefix, s_at.reshape(-1),
                 np.zeros(max(n_threads, 1), np.int64), np.full(self.n_streams, neg, np.int64))
-        if n_epochs >= JIT_MIN_EPOCHS:
-            _compiled_epochs()(*args)
-        else:  # few epochs: lists in the interpreter beat numba's import (~0.5 s)
+        compiled = _compiled_epochs() if n_epochs >= JIT_MIN_EPOCHS else None
+        if compiled is not None:
+            compiled(*args)
+        else:  # few epochs (lists in the interpreter beat numba's import, ~0.5 s), or no numba
             args = tuple(a.tolist() for a in args)
             _epochs(*args)
         d, r = np.asarray(args[-2], np.int64), np.asarray(args[-1], np.int64)
@@ -532,8 +533,12 @@ def _epochs(epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream, g_fixe
 
 @functools.cache
 def _compiled_epochs():
-    import numba
-
+    """``_epochs`` compiled by numba (the ``zym[fast]`` extra); None without numba: the same
+    loop then runs interpreted, the same results, slower on captures with many syncs."""
+    try:
+        import numba
+    except ImportError:
+        return None
     return numba.njit(cache=True, nogil=True)(_epochs)
 
 

@@ -68,7 +68,12 @@ def main() -> None:
         text = root_help(os.path.basename(sys.argv[0]), shutil.get_terminal_size().columns)
         # As click does: asked for, the help goes to stdout; with no arguments, to stderr
         # as a usage error (exit 2).
-        print(text, file=sys.stdout if args else sys.stderr)
+        stream = sys.stdout if args else sys.stderr
+        try:
+            print(text, file=stream)
+            stream.flush()
+        except BrokenPipeError:     # `zym --help | head`: the reader left; nothing to say
+            os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
         sys.exit(0 if args else 2)
     from .main import app
 

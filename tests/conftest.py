@@ -32,7 +32,8 @@ def sample_capture(tmp_path_factory) -> Path:
 # installs these parts) they fail instead: a broken install must not turn CI green.
 SYSTEM_SKIPS = ("eBPF unavailable", "chromium not installed", "cupti-python not installed",
                 "needs gcc", "no C compiler", "needs root", "chdb not installed",
-                "protoc not installed", "mcp not installed", "needs readelf")
+                "protoc not installed", "mcp not installed", "needs readelf",
+                "numba not installed")
 
 
 def system_required() -> bool:

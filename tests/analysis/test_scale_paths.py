@@ -42,6 +42,8 @@ def _report(path: Path, jit_from: int, monkeypatch) -> dict:
 @pytest.mark.parametrize("which", ["sample", "synthetic"])
 def test_findings_are_the_same_with_the_loop_compiled_or_interpreted(which, synthetic,
                                                                      monkeypatch):
+    if replay._compiled_epochs() is None:
+        pytest.skip("numba not installed (the zym[fast] extra)")
     path = SAMPLE if which == "sample" else synthetic
     interpreted = _report(path, 1 << 62, monkeypatch)
     compiled = _report(path, 0, monkeypatch)
