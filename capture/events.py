@@ -3,6 +3,7 @@ checks every size and offset here against it, so the two cannot drift."""
 from __future__ import annotations
 
 import ctypes as ct
+import struct
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,6 +51,8 @@ class Native(ct.Structure):
 
 
 NATIVE_HEADER = Native.stack.offset
+# struct zym_native up to its stack: type, pid, key, ip, sp, bp, len, probe
+_NATIVE_HEAD = struct.Struct("<IIQQQQII")
 
 
 @dataclass(frozen=True)
@@ -66,9 +69,9 @@ class NativeCopy:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> NativeCopy:
-        h = Native.from_buffer_copy(data[:NATIVE_HEADER].ljust(ct.sizeof(Native), b"\0"))
-        return cls(h.pid, h.key, h.ip, h.sp, h.bp, h.probe,
-                   bytes(data[NATIVE_HEADER:NATIVE_HEADER + min(h.len, NATIVE_MAX)]))
+        _, pid, key, ip, sp, bp, length, probe = _NATIVE_HEAD.unpack_from(data)
+        return cls(pid, key, ip, sp, bp, probe,
+                   bytes(data[NATIVE_HEADER:NATIVE_HEADER + min(length, NATIVE_MAX)]))
 
 
 class ProcEvent(ct.Structure):

@@ -8,13 +8,13 @@ memory and written once, through the common output path (``zym.schemas.output``)
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import polars as pl
 from zym.schemas.errors import InputError
 from zym.schemas.meta import CaptureMeta, meta_from_dict
 
+from .native import unwind_raw
 from .probes import PROBES
 from .rawcheck import RawCorruptError, read_meta_text, verify_stream
 from .sink import (
@@ -22,7 +22,7 @@ from .sink import (
     RAW_OPTIONAL,
     STACK_MISSED,
     build_tables,
-    native_frames_of,
+    json_row,
     raw_polars_schema,
     resolve_stacks,
 )
@@ -84,12 +84,10 @@ def _decode_jsonl(path: Path, data: bytes, table: str) -> pl.DataFrame:
     rows = []
     try:
         for line in data.decode("utf-8").splitlines():
-            row = json.loads(line)
+            row = json_row(line)
             optional = set(RAW_OPTIONAL.get(table, ()))
             if not isinstance(row, dict) or not set(schema) - optional <= set(row) <= set(schema):
                 raise ValueError("a row without the raw columns")
-            if "stack" in row and isinstance(row["stack"], str):
-                row["stack"] = bytes.fromhex(row["stack"])
             rows.append({c: row.get(c) for c in schema})
         return pl.DataFrame(rows, schema=schema, strict=True, orient="row")
     except (ValueError, TypeError, OverflowError, RecursionError, pl.exceptions.PolarsError) as e:
@@ -131,7 +129,7 @@ def finalize_raw(raw_dir: Path, output: Path, force: bool = False
     meta = read_meta_checked(raw_dir)
     calls, calls_lost = read_raw_checked(raw_dir, "calls")
     frames, frames_lost = read_raw_checked(raw_dir, "frames")
-    native_frames_of(raw_dir, meta)     # unwinds here when the capture was not unwound
+    unwind_raw(raw_dir, meta)     # here, when the capture was not unwound where it ran
     natives, natives_lost = read_raw_checked(raw_dir, "native_frames")
     tables = build_tables(calls, frames, natives)
     resolved = resolve_stacks(calls, frames)

@@ -477,7 +477,6 @@ class NativeFrame:
     pc: int
     library: str         # the mapped file's path
     vaddr: int           # the pc in the file's own addresses
-    name: str            # demangled function, or "[library+0xoffset]"
 
 
 class Images:
@@ -530,9 +529,9 @@ def unwind(ip: int, sp: int, bp: int, stack: bytes, maps: list[Mapping], images:
         elf = images.get(m.path)
         vaddr = elf.vaddr_of_offset(pc - m.start + m.offset) if elf else None
         if elf is None or vaddr is None:
-            frames.append(NativeFrame(pc, m.path, pc - m.start + m.offset, ""))
+            frames.append(NativeFrame(pc, m.path, pc - m.start + m.offset))
             return frames, "unreadable library"
-        frames.append(NativeFrame(pc, m.path, vaddr, ""))
+        frames.append(NativeFrame(pc, m.path, vaddr))
         try:
             row = elf.row_at(vaddr if first else vaddr - 1)
         except (UnwindError, struct.error, IndexError) as e:
@@ -639,14 +638,6 @@ def shorten(name: str, limit: int = MAX_NAME) -> str:
     return short[:limit]
 
 
-def frame_name(elf: ElfUnwind | None, frame: NativeFrame) -> str:
-    lib = os.path.basename(frame.library)
-    sym = elf.symbol(frame.vaddr) if elf is not None else None
-    if sym is None:
-        return f"[{lib}+{frame.vaddr:#x}]"
-    return shorten(demangle(sym[0]))
-
-
 # ---------------------------------------------------------------------------- the op layer
 # at::_ops::<name>[_<overload>]::{call,redispatch}: the ATen dispatcher's entry for one operator
 # (torchgen's Operators.h). The struct is named after the operator and its overload joined by
@@ -679,18 +670,14 @@ def torch_op(function: str) -> str | None:
 def _raw_rows(raw_dir, table: str) -> list[dict]:
     """The verified rows of one raw stream (Arrow or JSON lines), as dicts: natives and maps
     are one row per distinct path and per mapping, never per call."""
-    import json
     from pathlib import Path
 
     from .rawcheck import verify_stream
+    from .sink import json_row
 
     arrow, jsonl = Path(raw_dir) / f"{table}.arrow", Path(raw_dir) / f"{table}.jsonl"
     if jsonl.exists():
-        rows = [json.loads(ln) for ln in verify_stream(jsonl).data.decode().splitlines()]
-        for r in rows:
-            if isinstance(r.get("stack"), str):
-                r["stack"] = bytes.fromhex(r["stack"])
-        return rows
+        return [json_row(ln) for ln in verify_stream(jsonl).data.decode().splitlines()]
     if not arrow.exists():
         return []
     import pyarrow as pa
@@ -757,6 +744,21 @@ def native_rows(copy: dict, maps: list[Mapping], images: Images, summary: Native
         summary.symbolised += full is not None
     summary.with_op += last_op is not None
     return [{"pid": copy["pid"], "key": copy["key"], "depth": d, **r} for d, r in enumerate(rows)]
+
+
+def unwind_raw(raw_dir, meta) -> NativeSummary | None:
+    """``resolve_raw`` once: a raw capture that holds stack copies and was not unwound yet is
+    unwound now, its summary put in ``meta.extra["native"]``. None when there was nothing to do
+    (no copies, or unwound where the capture ran)."""
+    from pathlib import Path
+
+    raw_dir = Path(raw_dir)
+    if (raw_dir / "native_frames.arrow").exists():
+        return None
+    summary = resolve_raw(raw_dir)
+    if summary is not None:
+        meta.extra["native"] = summary.as_meta()
+    return summary
 
 
 def resolve_raw(raw_dir) -> NativeSummary | None:

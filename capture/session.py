@@ -127,7 +127,6 @@ class Collector:
     cuda_libraries: set[str] = field(default_factory=set)
     calls: int = 0
     stacks_received: int = 0
-    natives_received: int = 0
     # per process: the executable mappings recorded for unwinding, by (start, end, path)
     maps_seen: dict[int, dict[tuple, dict]] = field(default_factory=dict)
     calls_by_probe: np.ndarray = field(default_factory=lambda: np.zeros(events.MAX_PROBES, np.int64))
@@ -151,7 +150,6 @@ class Collector:
     def _on_native(self, n: events.NativeCopy) -> None:
         """A new native path: keep its stack copy, and the process's executable mappings
         that zym has not recorded yet (the unwinding after the capture needs both)."""
-        self.natives_received += 1
         self.writer.add("natives", pid=n.pid, key=n.key, ip=n.ip, sp=n.sp, bp=n.bp,
                         probe=n.probe, stack=n.stack)
         self._record_mappings(n.pid)
@@ -494,14 +492,13 @@ def run_capture(cfg: CaptureConfig, log: Log | None = None) -> CaptureSummary:
 def _unwind_natives(raw_dir: Path, meta: CaptureMeta, log: Log) -> None:
     """Unwinds the native stack copies here, where the libraries the target ran are: a raw
     capture finalized on another host keeps its native frames."""
-    from .native import resolve_raw
+    from .native import unwind_raw
 
     try:
-        summary = resolve_raw(raw_dir)
+        summary = unwind_raw(raw_dir, meta)
     except ImportError:     # no pyarrow: --finalize unwinds, on a host with the libraries
         return
     if summary is not None:
-        meta.extra["native"] = summary.as_meta()
         log(f"{summary.paths} native paths: {summary.to_python} unwound up to Python, "
             f"{summary.with_op} through a torch operator")
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     import polars as pl
 
 FLUSH_ROWS = 8192
-NATIVE_FLUSH_ROWS = 64      # stack copies are up to 32 KiB each
+NATIVE_FLUSH_ROWS = 64      # stack copies are up to 128 KiB each
 FLUSH_SECONDS = 1.0
 # Stack keys with a meaning of their own (real stacks are numbered from 1).
 STACK_NONE = 0        # the thread had no Python frames: the call's stack is its API frame
@@ -203,10 +203,7 @@ def read_raw(raw_dir: Path, table: str) -> pl.DataFrame:
     if jsonl.exists():      # written on a host without pyarrow; a cut last line is dropped
         lines = [ln for ln in jsonl.read_text().splitlines() if ln.endswith("}")]
         schema = raw_polars_schema(table)
-        rows = [json.loads(ln) for ln in lines]
-        for row in rows:
-            if isinstance(row.get("stack"), str):
-                row["stack"] = bytes.fromhex(row["stack"])
+        rows = [json_row(ln) for ln in lines]
         return pl.DataFrame([{c: r.get(c) for c in schema} for r in rows], schema=schema)
     batches = []
     try:
@@ -393,18 +390,23 @@ def build_tables(raw_calls: pl.DataFrame, raw_frames: pl.DataFrame,
 
 
 def native_frames_of(raw_dir: Path, meta: CaptureMeta) -> pl.DataFrame | None:
-    """The raw capture's unwound native paths; unwound here first when the capture holds
-    stack copies but was not unwound where it ran (its summary goes to ``meta``)."""
-    from .native import resolve_raw
+    """The raw capture's unwound native paths (unwound here first when the capture was not
+    unwound where it ran: ``native.unwind_raw``); None without any."""
+    from .native import unwind_raw
 
-    has_copies = (raw_dir / "natives.arrow").exists() or (raw_dir / "natives.jsonl").exists()
-    if has_copies and not (raw_dir / "native_frames.arrow").exists():
-        summary = resolve_raw(raw_dir)
-        if summary is not None:
-            meta.extra["native"] = summary.as_meta()
+    unwind_raw(raw_dir, meta)
     if not (raw_dir / "native_frames.arrow").exists():
         return None
     return read_raw(raw_dir, "native_frames")
+
+
+def json_row(line: str) -> dict:
+    """One JSON-lines raw row, as written on a host without pyarrow (a stack copy's bytes as
+    hex: JSON has no bytes)."""
+    row = json.loads(line)
+    if isinstance(row, dict) and isinstance(row.get("stack"), str):
+        row["stack"] = bytes.fromhex(row["stack"])
+    return row
 
 
 def read_raw_meta(raw_dir: Path) -> CaptureMeta:

@@ -155,3 +155,74 @@ def test_a_raw_stream_of_another_format_is_a_one_line_error(tmp_path):
     with pytest.raises(InputError, match="lacks stack_hash") as e:
         read_raw(raw, "calls")
     assert "\n" not in str(e.value)
+
+
+STACK_COPY = bytes(range(256)) * 3     # the bytes of a native stack copy, every value
+
+
+def write_natives(raw):
+    """One native stack copy and one mapping, through the writer."""
+    w = RawWriter(raw)
+    w.add("natives", pid=1, key=0xFEED, ip=0x1000, sp=0x7000, bp=0, probe=0, stack=STACK_COPY)
+    w.add("maps", pid=1, start=0x1000, end=0x2000, offset=0, path="/nonexistent/libx.so",
+          size=None, mtime_ns=None)
+    w.close()
+    return raw
+
+
+def test_stack_copies_survive_the_json_lines_fallback(tmp_path, monkeypatch):
+    """Without pyarrow the copies are written as hex (JSON has no bytes) and read back as the
+    same bytes, by the finalizer's reader and by the unwinder's."""
+    import builtins
+
+    from zym.capture.native import _raw_rows
+
+    real_import = builtins.__import__
+
+    def no_pyarrow(name, *args, **kwargs):
+        if name.startswith("pyarrow"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_pyarrow)
+    raw = write_natives(tmp_path / "raw")
+    monkeypatch.undo()
+    assert (raw / "natives.jsonl").exists()
+    assert read_raw(raw, "natives")["stack"].to_list() == [STACK_COPY]
+    assert [r["stack"] for r in _raw_rows(raw, "natives")] == [STACK_COPY]
+
+
+def test_a_copy_whose_libraries_are_gone_is_cut_and_said(tmp_path):
+    """Finalized where the mapped library does not exist: no frame is guessed; the path gets
+    the cut frame with its reason, and the metadata names the library."""
+    from zym.capture.native import CUT_FRAME, unwind_raw
+    from zym.schemas.meta import CaptureMeta
+
+    raw = write_natives(tmp_path / "raw")
+    meta = CaptureMeta(producer="zym capture", clock_domain="CLOCK_MONOTONIC")
+    summary = unwind_raw(raw, meta)
+    assert summary.paths == 1 and summary.to_python == 0
+    assert "/nonexistent/libx.so" in meta.extra["native"]["unreadable_libraries"]
+    names = read_raw(raw, "native_frames")["name"].to_list()
+    assert names[0] == f"{CUT_FRAME} (unreadable library)"
+    assert unwind_raw(raw, meta) is None       # once: the unwound paths are kept
+
+
+def test_a_raw_capture_from_before_native_frames_finalizes(tmp_path):
+    """A calls stream written before native_key existed reads with it null."""
+    from pyarrow import ipc
+    from zym.capture.finalize_raw import read_raw_checked
+    from zym.capture.rawcheck import ChecksummedFile
+
+    raw = write_raw(tmp_path / "raw")
+    old = RAW_CALLS.drop("native_key").to_arrow()
+    sink = ChecksummedFile(raw / "calls.arrow")
+    writer = ipc.new_stream(sink, old.schema)
+    writer.write_table(old)
+    writer.close()
+    sink.checkpoint()
+    sink.close()
+    calls, lost = read_raw_checked(raw, "calls")
+    assert lost == 0 and calls.height == RAW_CALLS.height
+    assert calls["native_key"].null_count() == calls.height
+    assert calls.drop("native_key").equals(RAW_CALLS.drop("native_key"))

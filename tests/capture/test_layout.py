@@ -83,3 +83,14 @@ def test_debug_offsets_of_313_agree_with_the_generated_table():
 def test_debug_offsets_refuse_foreign_data():
     with pytest.raises(ValueError, match="cookie"):
         layout_from_debug_offsets(b"\0" * DEBUG_OFFSETS_SIZE, TABLES[(3, 13)])
+
+
+def test_a_native_copy_is_read_from_its_header_and_its_bytes():
+    """The header is parsed from the bytes the ring hands over (only ``len`` stack bytes are
+    sent); the values are those the ctypes mirror (checked against gcc above) lays out."""
+    n = events.Native(type=events.EV_NATIVE, pid=7, key=0xABCDEF, ip=0x7F0000001234,
+                      sp=0x7FFD00000000, bp=0x7FFD00000100, len=5, probe=3)
+    n.stack[:5] = (1, 2, 3, 4, 5)
+    got = events.NativeCopy.from_bytes(bytes(n)[:events.NATIVE_HEADER + 5])
+    assert got == events.NativeCopy(7, 0xABCDEF, 0x7F0000001234, 0x7FFD00000000,
+                                    0x7FFD00000100, 3, bytes([1, 2, 3, 4, 5]))
