@@ -252,7 +252,7 @@ class ElfUnwind:
         return _execute(cie, bytes(d[i:end]), pc_begin, vaddr)
 
     # ---- symbols
-    def _symbols(self, secs) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
+    def _symbols(self, secs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         values, sizes, names, str_offs = [], [], [], []
         for s in secs:
             if s[1] not in (_SHT_SYMTAB, _SHT_DYNSYM) or not s[9]:

@@ -95,6 +95,9 @@ def _capture_running(cfg, log: Log):
 
     from .remote import find_agent, owner_of, why_no_agent, write_gpu_window
 
+    if getattr(cfg, "nvtx", False):
+        log("--nvtx readies NVTX when zym starts the program; a running process records its "
+            "NVTX ranges only if it was started by `zym run --nvtx` (the capture says which)")
     agent = find_agent(cfg.pid)
     if agent is None:
         summary = run_capture(cfg)

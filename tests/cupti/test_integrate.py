@@ -137,6 +137,17 @@ def test_attach_gives_the_cpu_side_only_and_says_so(tmp_path, monkeypatch):
     assert got == "ebpf-only" and "CPU side only" in logs[0]
 
 
+def test_nvtx_asked_on_an_attach_says_where_it_applies(tmp_path, monkeypatch):
+    from zym.capture import session
+    from zym.capture.session import CaptureConfig
+
+    monkeypatch.setattr(session, "run_capture", lambda cfg: "ebpf-only")
+    logs = []
+    integrate.capture_with_gpu(CaptureConfig(output=tmp_path / "t.parquet", pid=1234, nvtx=True),
+                               logs.append)
+    assert "zym run --nvtx" in logs[0] and "CPU side only" in logs[1]
+
+
 def test_environment_is_restored(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", "/app")
     with integrate._environment({"PYTHONPATH": "/boot:/app", "ZYM_CUPTI_DIR": "/s"}):
