@@ -124,8 +124,8 @@ def test_a_stream_cut_mid_batch_keeps_the_complete_batches(tmp_path):
     assert read_raw(raw, "calls").height == 2 * RAW_CALLS.height
 
 
-def test_json_lines_fallback_reads_back_the_same(tmp_path, monkeypatch):
-    """A capture host without pyarrow writes JSON lines; finalizing reads them alike."""
+def _without_pyarrow(monkeypatch) -> None:
+    """Imports of pyarrow fail from now until ``monkeypatch.undo()``: a host without it."""
     import builtins
 
     real_import = builtins.__import__
@@ -136,6 +136,11 @@ def test_json_lines_fallback_reads_back_the_same(tmp_path, monkeypatch):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_pyarrow)
+
+
+def test_json_lines_fallback_reads_back_the_same(tmp_path, monkeypatch):
+    """A capture host without pyarrow writes JSON lines; finalizing reads them alike."""
+    _without_pyarrow(monkeypatch)
     raw = write_raw(tmp_path / "raw")
     monkeypatch.undo()
     assert (raw / "calls.jsonl").exists() and not (raw / "calls.arrow").exists()
@@ -173,18 +178,9 @@ def write_natives(raw):
 def test_stack_copies_survive_the_json_lines_fallback(tmp_path, monkeypatch):
     """Without pyarrow the copies are written as hex (JSON has no bytes) and read back as the
     same bytes, by the finalizer's reader and by the unwinder's."""
-    import builtins
-
     from zym.capture.native import _raw_rows
 
-    real_import = builtins.__import__
-
-    def no_pyarrow(name, *args, **kwargs):
-        if name.startswith("pyarrow"):
-            raise ImportError(name)
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_pyarrow)
+    _without_pyarrow(monkeypatch)
     raw = write_natives(tmp_path / "raw")
     monkeypatch.undo()
     assert (raw / "natives.jsonl").exists()
