@@ -18,7 +18,7 @@ static int g_kind_on[64], g_rt_on[1024], g_tid_system;
 static uint8_t g_pending[1 << 20]; static size_t g_len; static uint32_t g_corr = 1;
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static const char *KERNEL_NAME = "fake_kernel(float*, int)";
-static void release_names(int n);
+static void release_names(char **names, int n);
 static char *g_names[4096]; static int g_n_names;
 
 static uint64_t now_ns(void) {
@@ -68,10 +68,15 @@ int cuptiActivityFlushAll(uint32_t flag) {
         if (buf && size >= g_len) {
             memcpy(buf, g_pending, g_len);
             size_t valid = g_len; g_len = 0;
-            int named = g_n_names;  /* the names of this buffer's records */
+            /* the names of this buffer's records, taken out of the list now: a flush on
+             * another thread (the agent's flusher, its stop) must not free them too */
+            int named = g_n_names;
+            char *mine[4096];
+            memcpy(mine, g_names, (size_t)named * sizeof mine[0]);
+            g_n_names = 0;
             pthread_mutex_unlock(&g_mu);
             g_cmp(NULL, 0, buf, size, valid);
-            pthread_mutex_lock(&g_mu); release_names(named); pthread_mutex_unlock(&g_mu);
+            release_names(mine, named);
             return 0;
         }
     }
@@ -196,9 +201,8 @@ void fake_nvtx_mark(const char *name) {
     if (marker_on()) marker_record(1, g_marker_id++, name, NULL);
     pthread_mutex_unlock(&g_mu);
 }
-/* Called by cuptiActivityFlushAll after the completion callback returned: the first n names. */
-static void release_names(int n) {
-    for (int i = 0; i < n; i++) { memset(g_names[i], 'X', strlen(g_names[i])); free(g_names[i]); }
-    memmove(g_names, g_names + n, (size_t)(g_n_names - n) * sizeof g_names[0]);
-    g_n_names -= n;
+/* Called by cuptiActivityFlushAll after the completion callback returned: its buffer's names,
+ * wiped then freed. */
+static void release_names(char **names, int n) {
+    for (int i = 0; i < n; i++) { memset(names[i], 'X', strlen(names[i])); free(names[i]); }
 }
