@@ -52,7 +52,7 @@ def fleet_diff(baseline: list[str], candidate: list[str], by: str = "site", metr
     baseline ["version=1.2"], candidate ["version=1.3"], per service and site (or kernel):
     each capture's time per second of capture, averaged per version; a change counts when it
     beats the noise between captures."""
-    from .prepare import parse_labels
+    from .queries import parse_labels
 
     result = queries.diff(_store(store), parse_labels(baseline), parse_labels(candidate), by=by,
                           metric=metric, filters=queries.filters_from(since, until, labels, hosts))

@@ -8,7 +8,6 @@ loads itself (:meth:`zym.fleet.store.ChdbStore.load_parquet`).
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,7 +20,6 @@ from .schema import columns
 
 # The tables prepare writes per capture (frames and stacks come from the capture file).
 PREPARED = ("gpu_ops", "calls", "paths", "findings")
-LABEL_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
 
 
 @dataclass
@@ -47,17 +45,6 @@ def capture_id(path: Path) -> str:
         raise InputError(f"{path}: no {HASH_KEY} in its metadata: not a zym capture (import "
                          "Kineto traces with `zym import` first)")
     return value.removeprefix("sha256:")
-
-
-def parse_labels(items: list[str] | tuple[str, ...]) -> dict[str, str]:
-    """``["k=v", ...]`` -> dict; a bad item is an ``InputError``."""
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not LABEL_KEY.fullmatch(key):
-            raise InputError(f"--label {item!r}: give KEY=VALUE (KEY: letters, digits, _ . -)")
-        out[key] = value
-    return out
 
 
 def _times(meta, window_ns: int) -> tuple[int, int]:

@@ -9,6 +9,7 @@ duration of blocking calls (``Facts.calls.blocking``), savings the rules' estima
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     import polars as pl
 
 METRICS = ("gpu", "blocked", "saving")
+LABEL_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
 BY = ("site", "kernel", "host", "service", "label:KEY")
 
 
@@ -66,12 +68,21 @@ def label_match(labels: dict[str, str]) -> str:
     return " AND ".join(parts) or "1"
 
 
+def parse_labels(items: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """``["k=v", ...]`` -> dict; a bad item is an ``InputError``."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not LABEL_KEY.fullmatch(key):
+            raise InputError(f"--label {item!r}: give KEY=VALUE (KEY: letters, digits, _ . -)")
+        out[key] = value
+    return out
+
+
 def filters_from(since: str | None = None, until: str | None = None,
                  labels: list[str] | None = None, hosts: list[str] | None = None) -> Filters:
     """Filters from the words a user gives (``-7d``, ``KEY=VALUE`` labels, host names): what
     the CLI options and the MCP tools take."""
-    from .prepare import parse_labels
-
     return Filters(since=parse_time(since), until=parse_time(until), hosts=list(hosts or []),
                    labels=parse_labels(labels or []))
 
@@ -145,7 +156,7 @@ def top(store, by: str = "site", metric: str = "gpu", filters: Filters | None = 
     sql = (f"SELECT key, value_ns, captures, round(100 * value_ns / sum(value_ns) OVER (), 3) "
            f"AS share_pct FROM ({sql}) WHERE value_ns > 0 ORDER BY value_ns DESC, key "
            f"LIMIT {int(limit)}")
-    return _rows(store.query(sql))
+    return store.rows(sql)
 
 
 def findings(store, filters: Filters | None = None, rule: str | None = None,
@@ -161,7 +172,7 @@ def findings(store, filters: Filters | None = None, rule: str | None = None,
            f"sum(cost_ns) AS cost_ns, sum(ifNull(saving_ns, 0)) AS saving_ns, "
            f"any(fix) AS fix FROM {db}.findings WHERE {where} GROUP BY rule_id, site "
            f"ORDER BY saving_ns DESC, cost_ns DESC, rule_id, site LIMIT {int(limit)}")
-    return _rows(store.query(sql))
+    return store.rows(sql)
 
 
 @dataclass
