@@ -181,7 +181,8 @@ def diff_cmd(
 @fleet_app.command("sql")
 def sql_cmd(
     query: Annotated[str, typer.Argument(help="SQL; tables zym.captures, zym.gpu_ops, "
-                                              "zym.calls, zym.paths, zym.findings, zym.frames, "
+                                              "zym.calls, zym.gpu_sums, zym.call_sums, "
+                                              "zym.paths, zym.findings, zym.frames, "
                                               "zym.stacks.", show_default=False)],
     store: Store = None, fmt: Format = Fmt.text,
 ) -> None:

@@ -60,8 +60,8 @@ def fleet_diff(baseline: list[str], candidate: list[str], by: str = "site", metr
 
 
 def fleet_sql(query: str, store: str | None = None) -> dict[str, Any]:
-    """Any SQL against the fleet store (tables zym.captures, zym.gpu_ops, zym.calls, zym.paths,
-    zym.findings, zym.frames, zym.stacks)."""
+    """Any SQL against the fleet store (tables zym.captures, zym.gpu_ops, zym.calls,
+    zym.gpu_sums, zym.call_sums, zym.paths, zym.findings, zym.frames, zym.stacks)."""
     return {"rows": _plain(queries.sql(_store(store), query))}
 
 

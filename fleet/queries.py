@@ -125,8 +125,8 @@ def _key_expr(by: str, metric: str) -> tuple[str, str]:
 
 
 _SOURCE = {  # metric -> (table, value, row condition)
-    "gpu": ("gpu_ops", "dur_ns", "work = 1"),
-    "blocked": ("calls", "dur_ns", "blocking = 1"),
+    "gpu": ("gpu_sums", "dur_ns", "work = 1"),
+    "blocked": ("call_sums", "dur_ns", "blocking = 1"),
     "saving": ("findings", "ifNull(saving_ns, 0)", "1"),
 }
 
@@ -142,8 +142,8 @@ def top(store, by: str = "site", metric: str = "gpu", filters: Filters | None = 
     db = store.database
     table, value, cond = _SOURCE[metric]
     where = f"{cond} AND {(filters or Filters()).where(db)}"
-    # Sum per capture and key first (the tables' ``sums`` projection answers this part
-    # without reading every row), then per key: its total and the captures it appears in.
+    # Sum per capture and key first (GPU and blocked time from the sums tables: a few hundred
+    # rows a capture, not every operation), then per key: its total and the captures it is in.
     if route == "direct":
         sql = (f"SELECT toString({key}) AS key, sum(v) AS value_ns, count() AS captures FROM "
                f"(SELECT capture_id, {key}, sum({value}) AS v FROM {db}.{table} "
@@ -224,7 +224,7 @@ def diff(store, baseline: dict[str, str], candidate: dict[str, str], by: str = "
         per = (f"SELECT capture_id, site AS key, sum({col}) AS v FROM {db}.paths "
                f"WHERE capture_id IN (SELECT capture_id FROM ({sides})) GROUP BY capture_id, key")
     elif by == "kernel" and metric == "gpu":
-        per = (f"SELECT capture_id, name AS key, sum(dur_ns) AS v FROM {db}.gpu_ops "
+        per = (f"SELECT capture_id, name AS key, sum(dur_ns) AS v FROM {db}.gpu_sums "
                f"WHERE work = 1 AND capture_id IN (SELECT capture_id FROM ({sides})) "
                f"GROUP BY capture_id, key")
     else:
@@ -293,7 +293,8 @@ def _compare(caps: pl.DataFrame, values: pl.DataFrame, total: str, noise: Noise
 
 def sql(store, text: str) -> list[dict]:
     """Any SQL against the store (tables ``zym.captures``, ``zym.gpu_ops``, ``zym.calls``,
-    ``zym.paths``, ``zym.findings``, ``zym.frames``, ``zym.stacks``)."""
+    ``zym.gpu_sums``, ``zym.call_sums``, ``zym.paths``, ``zym.findings``, ``zym.frames``,
+    ``zym.stacks``)."""
     if not text.strip():
         raise InputError("give a SQL query")
     return _rows(store.query(text))

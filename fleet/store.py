@@ -63,20 +63,9 @@ class ChdbStore:
             if "Cannot lock file" in why or "already running" in why:
                 why = "another process has it open (chDB: one process at a time)"
             raise StoreError(f"{path}: cannot open the fleet store ({why})") from None
-        if not self._has_schema():  # a new store answers queries (with no rows)
-            from .schema import ddl
+        from .schema import ensure
 
-            self.command(f"CREATE DATABASE IF NOT EXISTS {self.database}")
-            for statement in ddl(self.database):
-                self.command(statement)
-
-    def _has_schema(self) -> bool:
-        from .schema import TABLES
-
-        found = self._run("SELECT count() FROM system.tables WHERE database = "
-                          f"{sql_string(self.database)} AND name IN "
-                          f"({', '.join(map(sql_string, TABLES))})", "TSV")
-        return int(found.bytes() or 0) == len(TABLES)
+        ensure(self)  # a new store answers queries (with no rows)
 
     def command(self, sql: str) -> None:
         self._run(sql, "TSV")
