@@ -55,6 +55,7 @@ class ChdbStore:
         except OSError as e:
             raise StoreError(f"{path}: cannot create the fleet store ({e.strerror})") from None
         self.database = "zym"
+        self._c = None
         try:
             # JSON rows (``rows``) give 64-bit integers as numbers, not quoted strings
             self._c = _chdb.connect(f"{path}?output_format_json_quote_64bit_integers=0")
@@ -81,6 +82,8 @@ class ChdbStore:
         return [json.loads(line) for line in self._run(sql, "JSONEachRow").bytes().splitlines()]
 
     def _run(self, sql: str, fmt: str):
+        if self._c is None:  # chDB's engine crashes on a closed connection
+            raise StoreError(f"{self.path}: the fleet store was closed (another was opened)")
         try:
             return self._c.query(sql, fmt)
         except Exception as e:  # noqa: BLE001
@@ -96,7 +99,9 @@ class ChdbStore:
 
     def close(self) -> None:
         _OPEN.pop(str(self.path), None)
-        self._c.close()
+        if self._c is not None:
+            self._c.close()
+            self._c = None
 
 
 class ServerStore:
