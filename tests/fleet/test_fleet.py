@@ -100,13 +100,14 @@ def test_fleet_sums_equal_the_per_capture_analyses_summed(fleet):
     from zym.rules import evaluate
 
     store, files, _ = fleet
-    kernel, host = Counter(), Counter()
+    kernel, host, kernel_captures = Counter(), Counter(), Counter()
     site_gpu, site_blocked, saving = Counter(), Counter(), Counter()
     finding_captures = Counter()
     for f in files:
         g = raw(f, "gpu").filter(pl.col("kind") != "sync")
         for name, ns in g.group_by("name").agg(pl.col("dur_ns").sum()).iter_rows():
             kernel[name] += ns
+            kernel_captures[name] += 1
         meta = json.loads(pl.read_parquet_metadata(f)["zym.meta"])
         host[meta["host"]] += int(g["dur_ns"].sum())
         a = analyze(f, window="all")
@@ -125,6 +126,9 @@ def test_fleet_sums_equal_the_per_capture_analyses_summed(fleet):
         return {r["key"]: r["value_ns"] for r in top(store, by=by, metric=metric, limit=10**6)}
 
     assert got("kernel", "gpu") == {k: v for k, v in kernel.items() if v}
+    rows = top(store, by="kernel", limit=10**6)
+    assert {r["key"]: r["captures"] for r in rows} == {k: kernel_captures[k] for k in kernel
+                                                       if kernel[k]}
     assert got("host", "gpu") == {k: v for k, v in host.items() if v}
     assert got("site", "gpu") == {k: v for k, v in site_gpu.items() if v}
     assert got("site", "blocked") == {k: v for k, v in site_blocked.items() if v}
