@@ -27,9 +27,15 @@ from pathlib import Path
 from typing import BinaryIO, Literal, Union
 
 import msgspec
+import numpy as np
 import polars as pl
 from isal import isal_zlib
 from zym.schemas.errors import InputError
+
+try:  # the compiled columnar decoder (capture/_kineto_scan.c), built by pip install
+    from zym.capture import _kineto_scan
+except ImportError:  # not built: msgspec decodes every batch, to the same tables
+    _kineto_scan = None
 
 PYTHON_CATS = ("python_function",)
 OP_CATS = ("cpu_op", "user_annotation")
@@ -417,13 +423,16 @@ def _decode_batch(text: bytes) -> tuple[dict[str, pl.DataFrame], list, list] | s
     """In a worker: one batch of events (JSON array text) as group frames whose ids refer to
     the batch's own names and shapes, with those; None when the text is not JSON (a cut in
     the wrong place), the message of a malformed event."""
+    names, shapes = _Interner(), _Interner(b"")
+    frames = _scan_frames(text, 1, len(text) - 1, names, shapes)  # inside the [ ]
+    if frames is not None:
+        return frames, names.values, shapes.values
     try:
         events = _decode_events(text)
     except msgspec.ValidationError as e:
         return str(e)
     except msgspec.DecodeError:
         return None
-    names, shapes = _Interner(), _Interner(b"")
     return _group_frames(events, names, shapes), names.values, shapes.values
 
 
@@ -440,6 +449,10 @@ class _GroupAccumulator:
     def add_text(self, buf: bytearray, end: int) -> bool:
         """Decode ``buf[:end]``: whole events separated by commas (or only whitespace).
         False when it does not decode as JSON (a cut in the wrong place)."""
+        frames = _scan_frames(buf, 0, end, self.names, self.shapes)
+        if frames is not None:
+            self.batches.append(frames)
+            return True
         with memoryview(buf) as view:
             text = bytearray(b"[")
             text += view[:end]
@@ -679,3 +692,95 @@ def _as_int(value: int | str | None) -> int | None:
     return int(value) if digits.isascii() and digits.isdigit() else None
 
 
+
+
+# The compiled decoder's columns (capture/_kineto_scan.c), in its order.
+_SCAN_CATS = tuple(c.encode() for c in _CATS)
+_SCAN_INTS = ("pid", "tid", "external_id", "python_id", "python_parent_id", "correlation_id",
+              "cbid", "device_id", "stream_id", "size_bytes", "graph_id",
+              "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+_SCAN_FLOATS = ("ts_us", "dur_us")
+_SCAN_TEXTS = ("name", "shape_id", "dtypes_id")
+_GROUP_OF_CODE = np.array([_GROUPS.index(_GROUP_OF[c]) for c in _CATS], dtype=np.uint8)
+_CAT_SERIES = pl.Series("cat", list(_CATS), dtype=CAT_TYPE)
+
+
+def _scan_frames(buf: bytes | bytearray, start: int, end: int, names: _Interner,
+                 shapes: _Interner) -> dict[str, pl.DataFrame] | None:
+    """The group frames of the events in ``buf[start:end]`` (comma-separated JSON objects) by
+    the compiled decoder: no Python object per event; names and shapes interned in ``names``
+    and ``shapes``. None when it is not built, or the text is not plain JSON of the shape it
+    decodes (not JSON, a field of another type...): msgspec then decodes it, or says why not."""
+    if _kineto_scan is None:
+        return None
+    scanned = _kineto_scan.scan(buf, start, end, _SCAN_CATS)
+    if scanned is None:
+        return None
+    n, cat_codes, ints, floats, texts = scanned
+    if n == 0:
+        return {}
+    codes = np.frombuffer(cat_codes, dtype=np.uint8)
+    groups = _GROUP_OF_CODE[codes]
+    columns = ({name: _numbers(n, values, valid, np.int64)
+                for name, (values, valid) in zip(_SCAN_INTS, ints)}
+               | {name: _numbers(n, values, valid, np.float64)
+                  for name, (values, valid) in zip(_SCAN_FLOATS, floats)})
+    text_ids = {name: np.frombuffer(ids, dtype=np.int32) for name, (ids, _) in zip(_SCAN_TEXTS, texts)}
+    distinct = {name: values for name, (_, values) in zip(_SCAN_TEXTS, texts)}
+    out = {}
+    for k, group in enumerate(_GROUPS):
+        rows = None if (groups[0] == k and (groups == k).all()) else np.flatnonzero(groups == k)
+        if rows is not None and not len(rows):
+            continue
+        frame = {}
+        for column, dtype in _GROUP_SCHEMAS[group].items():
+            if column == "cat":
+                frame[column] = _CAT_SERIES.gather(codes if rows is None else codes[rows])
+            elif column in ("name", "name_id", "shape_id", "dtypes_id"):
+                text = "name" if column == "name_id" else column
+                ids = text_ids[text] if rows is None else text_ids[text][rows]
+                interner = None if column == "name" else shapes if text != "name" else names
+                frame[column] = _texts(column, ids, distinct[text], interner)
+            else:
+                values, valid = columns[column]
+                if rows is not None:
+                    values, valid = values[rows], None if valid is None else valid[rows]
+                frame[column] = _with_nulls(column, values, valid).cast(dtype)
+        out[group] = pl.DataFrame(frame)
+        if rows is None:
+            break
+    return out
+
+
+def _numbers(n: int, values: bytes, valid: bytes, dtype: type
+             ) -> tuple[np.ndarray, np.ndarray | None]:
+    """A column's values and its validity (None: all valid) from an Arrow bitmap."""
+    bits = np.unpackbits(np.frombuffer(valid, dtype=np.uint8), count=n, bitorder="little")
+    return np.frombuffer(values, dtype=dtype), None if bits.all() else bits.view(bool)
+
+
+def _with_nulls(name: str, values: np.ndarray, valid: np.ndarray | None) -> pl.Series:
+    series = pl.Series(name, values)
+    return series if valid is None else series.scatter(np.flatnonzero(~valid), None)
+
+
+def _texts(name: str, ids: np.ndarray, values: list, interner: _Interner | None) -> pl.Series:
+    """A text column from the batch's ids (-1: none) into its distinct ``values``: the text
+    itself (``interner`` None), or the ids ``interner`` gives the values these rows use, in
+    order of first appearance (a missing name: None's id, as for the msgspec decoder; a
+    missing shape: null, as its ``b""`` is)."""
+    missing = ids < 0
+    absent = np.flatnonzero(missing)
+    if interner is None:
+        series = (pl.Series(name, values, dtype=pl.String).gather(np.where(missing, 0, ids))
+                  if values else pl.Series(name, [None] * len(ids), dtype=pl.String))
+        return series.scatter(absent, None) if len(absent) else series
+    present, first = np.unique(ids[~missing], return_index=True)
+    used = present[np.argsort(first)]  # in this column's order of first appearance
+    mapped = np.zeros(len(values) + 1, dtype=np.uint32)  # [-1]: a missing value
+    mapped[used] = interner([values[i] for i in used])
+    shapes = interner.ids.get(b"", 0) is None
+    if len(absent) and not shapes:
+        mapped[-1] = interner([None])[0]
+    series = pl.Series(name, mapped[ids], dtype=pl.UInt32)
+    return series.scatter(absent, None) if len(absent) and shapes else series
