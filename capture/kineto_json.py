@@ -19,7 +19,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from itertools import compress, repeat
 from operator import attrgetter, eq
@@ -185,7 +185,8 @@ def _read_streaming(path: Path, parallel: bool
                     ) -> tuple[dict[str, pl.DataFrame], _TraceFile] | None:
     with open(path, "rb") as f:
         size = max(1, os.fstat(f.fileno()).st_size)
-        workers = _Workers(path, lambda: f.tell() / size) if parallel else None
+        kind = _Workers if _kineto_scan is None else _Threads
+        workers = kind(path, lambda: f.tell() / size) if parallel else None
         try:
             return _decode_streaming(_pieces(f, path), path, workers)
         finally:
@@ -266,7 +267,7 @@ def _decode_streaming(pieces: Iterator[bytes], path: Path, workers: _Workers | N
         if len(buf) < retry_at:
             continue
         if workers is not None and workers.started(done):
-            batch = _WORKER_BATCH
+            batch = workers.batch
             if workers.has_room() and (rest := workers.submit(buf, acc)) is not None:
                 del buf[:rest]
                 retry_at = batch
@@ -337,13 +338,16 @@ def _finish(buf: bytearray, acc: _GroupAccumulator, header: bytes, bare: bool
     return None
 
 
-# Both cores: once this much text is decoded and the rest of the file is estimated at more
-# than _PARALLEL_REST, batches of _WORKER_BATCH also go to worker processes (one fewer than
-# the cores, at most 3), whichever is free; this process reads, decompresses and cuts the
-# text, decodes when the workers are busy, and merges their names into its own.
+# Both cores. With the compiled decoder, batches of _THREAD_BATCH go to threads from the
+# start (_Threads). Without it (msgspec alone): once this much text is decoded and the rest
+# of the file is estimated at more than _PARALLEL_REST, batches of _WORKER_BATCH also go to
+# worker processes (one fewer than the cores, at most 3), whichever is free. Either way this
+# process reads, decompresses and cuts the text, decodes when the workers are busy, and
+# merges their names into its own.
 _PARALLEL_AFTER = 16 << 20
 _PARALLEL_REST = 96 << 20
 _WORKER_BATCH = 4 << 20
+_THREAD_BATCH = 2 << 20  # text per batch for a thread (the compiled decoder)
 _QUEUED = 2  # batches waiting per worker
 
 
@@ -354,6 +358,11 @@ class _BadCut(Exception):
 
 class _Workers:
     """Worker processes decoding batches of events, started once the trace proves large."""
+
+    @property
+    def batch(self) -> int:
+        """Text per batch sent to a worker."""
+        return _WORKER_BATCH
 
     def __init__(self, path: Path, fraction_read: Callable[[], float]) -> None:
         self.path, self.fraction_read = path, fraction_read
@@ -395,6 +404,26 @@ class _Workers:
     def close(self) -> None:
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+class _Threads(_Workers):
+    """With the compiled decoder, threads decode batches: it scans without the GIL, so they
+    run beside this thread, which reads, gunzips and cuts the text (and decodes a batch
+    itself when they are all busy). Started at once: threads cost nothing to start, and a
+    library caller's script is not run again as with processes."""
+
+    @property
+    def batch(self) -> int:
+        return _THREAD_BATCH
+
+    def __init__(self, path: Path, fraction_read: Callable[[], float]) -> None:
+        super().__init__(path, fraction_read)
+        self.count = max(1, min(3, (os.cpu_count() or 1) - 1))
+
+    def started(self, done: int) -> bool:
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(self.count, thread_name_prefix="zym-json")
+        return True
 
 
 def _spawn_is_safe() -> bool:
@@ -501,20 +530,29 @@ class _GroupAccumulator:
         if sum(df.height for df in groups.values()) == 0:
             raise InputError(f"{self.path}: JSON, but no torch.profiler events (python_function, "
                              "cpu_op, cuda_runtime, kernel...): not a Kineto trace")
-        # Names numbered in sorted order, not in order of appearance, which depends on where
-        # the batches were cut: the tables (frame ids) do not depend on the layout.
-        names = pl.Series("name", self.names.values, dtype=pl.String)
-        order = names.arg_sort()
-        new_id = pl.repeat(0, names.len(), dtype=pl.UInt32, eager=True).scatter(
-            order, pl.int_range(names.len(), dtype=pl.UInt32, eager=True))
+        # Names and shapes numbered in sorted order, not in order of appearance, which
+        # depends on where the batches were cut and which were decoded by workers: the
+        # tables (frame ids) do not depend on the layout.
+        name_ids, groups["names"] = _sorted_ids("name_id", "name", self.names.values, pl.String)
+        shape_ids, groups["shapes"] = _sorted_ids("shape_id", "shape", self.shapes.values,
+                                                  pl.Binary)
+        groups["shapes"] = groups["shapes"].with_columns(pl.col("shape").cast(pl.String))
         for g in ("python", "op", "call"):
-            groups[g] = groups[g].with_columns(new_id.gather(groups[g]["name_id"]).alias("name_id"))
-        groups["names"] = pl.DataFrame({
-            "name_id": pl.int_range(names.len(), dtype=pl.UInt32, eager=True),
-            "name": names.gather(order)})
-        groups["shapes"] = self.shapes.frame("shape_id", "shape", pl.Binary).with_columns(
-            pl.col("shape").cast(pl.String))
+            groups[g] = groups[g].with_columns(name_ids.gather(groups[g]["name_id"]).alias("name_id"))
+        groups["op"] = groups["op"].with_columns(
+            shape_ids.gather(groups["op"][c]).alias(c) for c in ("shape_id", "dtypes_id"))
         return groups
+
+
+def _sorted_ids(id_name: str, value_name: str, values: list, dtype: pl.DataType
+                ) -> tuple[pl.Series, pl.DataFrame]:
+    """For interned ``values``: each one's id in sorted order (indexed by its old id), and
+    the (id, value) table in that order."""
+    series = pl.Series(value_name, values, dtype=dtype)
+    order = series.arg_sort()
+    ids = pl.int_range(series.len(), dtype=pl.UInt32, eager=True)
+    new_id = pl.repeat(0, series.len(), dtype=pl.UInt32, eager=True).scatter(order, ids)
+    return new_id, pl.DataFrame({id_name: ids, value_name: series.gather(order)})
 
 
 class _Interner:
@@ -532,10 +570,6 @@ class _Interner:
                 ids[value] = len(self.values)
                 self.values.append(value)
         return list(map(ids.__getitem__, values))
-
-    def frame(self, id_name: str, value_name: str, dtype: pl.DataType) -> pl.DataFrame:
-        return pl.DataFrame({id_name: pl.int_range(len(self.values), dtype=pl.UInt32, eager=True),
-                             value_name: pl.Series(self.values, dtype=dtype)})
 
 
 # JSON not laid out as Kineto writes it is decoded whole, so its text must fit in memory; past
