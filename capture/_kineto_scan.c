@@ -143,7 +143,7 @@ typedef struct {
     const size_t *cat_lens;
     int n_cats;
     /* columns */
-    size_t n;
+    size_t n, cap;                     /* rows, and room for rows in every column */
     Buf cat_codes;
     Buf ints[N_INT], int_valid[N_INT];
     Buf floats[N_FLOAT], float_valid[N_FLOAT];
@@ -223,21 +223,11 @@ static int put_utf8(Buf *out, uint32_t cp) {
 /* A string at s->p (its opening quote). With ``out``, its decoded UTF-8 is appended there;
  * ``raw_start``/``raw_len`` (optional): the text between the quotes; ``escaped``: whether it
  * held a backslash. */
-static int read_string(Scanner *s, Buf *out, const char **raw_start, size_t *raw_len,
-                       int *escaped) {
+static int read_string_slow(Scanner *s, Buf *out, const char **raw_start, size_t *raw_len,
+                            int *escaped) {
     const char *p = s->p + 1, *end = s->end, *run = p;
     int high = 0, esc = 0;
     for (;;) {
-        /* 8 bytes at a time while none is a quote, a backslash, a control or non-ASCII byte */
-        while (end - p >= 8) {
-            uint64_t w;
-            memcpy(&w, p, 8);
-            uint64_t q = w ^ (ONES * '"'), b = w ^ (ONES * '\\');
-            if (((q - ONES) & ~q & HIGHS) | ((b - ONES) & ~b & HIGHS)
-                | ((w - ONES * 0x20) & ~w & HIGHS) | (w & HIGHS))
-                break;
-            p += 8;
-        }
         while (p < end && (unsigned char)*p >= 0x20 && *p != '"' && *p != '\\') {
             high |= (unsigned char)*p & 0x80;
             p++;
@@ -294,6 +284,44 @@ static int read_string(Scanner *s, Buf *out, const char **raw_start, size_t *raw
     if (escaped)
         *escaped = esc;
     s->p = p + 1;
+    return 0;
+}
+
+/* The bytes that end the plain part of a string: a quote, a backslash, a control or a
+ * non-ASCII byte; the first one's index in the 8 bytes at p, or 8. */
+static inline unsigned plain_run(const char *p) {
+    uint64_t w, q, b;
+    memcpy(&w, p, 8);
+    q = w ^ (ONES * '"');
+    b = w ^ (ONES * '\\');
+    uint64_t special = ((q - ONES) & ~q) | ((b - ONES) & ~b) | ((w - ONES * 0x20) & ~w) | w;
+    special &= HIGHS;  /* the first flagged byte is exact (later ones may be borrows) */
+    return special ? (unsigned)__builtin_ctzll(special) >> 3 : 8;
+}
+
+/* A string: the common case (ASCII, no escape) here, the rest in read_string_slow. */
+static inline int read_string(Scanner *s, Buf *out, const char **raw_start, size_t *raw_len,
+                              int *escaped) {
+    const char *start = s->p + 1, *q = start, *end = s->end;
+    for (;;) {
+        if (end - q < 8)
+            return read_string_slow(s, out, raw_start, raw_len, escaped);
+        unsigned n = plain_run(q);
+        q += n;
+        if (n < 8)
+            break;
+    }
+    if (*q != '"')
+        return read_string_slow(s, out, raw_start, raw_len, escaped);
+    if (out && buf_append(out, start, (size_t)(q - start)))
+        return NOMEM;
+    if (raw_start) {
+        *raw_start = start;
+        *raw_len = (size_t)(q - start);
+    }
+    if (escaped)
+        *escaped = 0;
+    s->p = q + 1;
     return 0;
 }
 
@@ -716,34 +744,59 @@ static int event_field(Scanner *s, Row *row, const char *key, size_t len, uint32
     return 1;
 }
 
-static inline int set_bit(Buf *b, size_t i, int on) {
-    if ((i & 7) == 0) {
-        if (buf_reserve(b, 1))
+/* Room for one more row in every column (grown together, bitmaps zeroed). */
+static int reserve_row(Scanner *s) {
+    if (s->n < s->cap)
+        return 0;
+    size_t cap = s->cap ? 2 * s->cap : 4096, bytes = cap / 8;
+    Buf *bitmaps[N_INT + N_FLOAT];
+    if (buf_reserve(&s->cat_codes, cap - s->n))
+        return NOMEM;
+    for (int c = 0; c < N_INT; c++) {
+        s->ints[c].len = 8 * s->n;  /* rows are written in place: the length follows n */
+        if (buf_reserve(&s->ints[c], 8 * (cap - s->n)))
             return NOMEM;
-        b->data[b->len++] = 0;
+        bitmaps[c] = &s->int_valid[c];
     }
-    if (on)
-        b->data[i >> 3] |= (char)(1u << (i & 7));
+    for (int c = 0; c < N_FLOAT; c++) {
+        s->floats[c].len = 8 * s->n;
+        if (buf_reserve(&s->floats[c], 8 * (cap - s->n)))
+            return NOMEM;
+        bitmaps[N_INT + c] = &s->float_valid[c];
+    }
+    for (int c = 0; c < N_STR; c++) {
+        s->str_ids[c].len = 4 * s->n;
+        if (buf_reserve(&s->str_ids[c], 4 * (cap - s->n)))
+            return NOMEM;
+    }
+    for (int c = 0; c < N_INT + N_FLOAT; c++) {
+        Buf *bits = bitmaps[c];
+        if (buf_reserve(bits, bytes - bits->len))
+            return NOMEM;
+        memset(bits->data + bits->len, 0, bytes - bits->len);
+        bits->len = bytes;  /* trimmed to the rows in columns() */
+    }
+    s->cap = cap;
     return 0;
 }
 
 /* Appends a kept event's fields to the columns. */
 static int commit(Scanner *s, Row *row) {
     size_t i = s->n;
-    unsigned char code = (unsigned char)row->cat;
-    if (buf_append(&s->cat_codes, &code, 1))
+    if (reserve_row(s))
         return NOMEM;
+    s->cat_codes.data[s->cat_codes.len++] = (char)row->cat;
     for (int c = 0; c < N_INT; c++) {
         int on = (row->int_valid >> c) & 1;
         int64_t v = on ? row->ints[c] : 0;
-        if (buf_append(&s->ints[c], &v, 8) || set_bit(&s->int_valid[c], i, on))
-            return NOMEM;
+        memcpy(s->ints[c].data + 8 * i, &v, 8);
+        s->int_valid[c].data[i >> 3] |= (char)(on << (i & 7));
     }
     for (int c = 0; c < N_FLOAT; c++) {
         int on = (row->float_valid >> c) & 1;
         double v = on ? row->floats[c] : 0.0;
-        if (buf_append(&s->floats[c], &v, 8) || set_bit(&s->float_valid[c], i, on))
-            return NOMEM;
+        memcpy(s->floats[c].data + 8 * i, &v, 8);
+        s->float_valid[c].data[i >> 3] |= (char)(on << (i & 7));
     }
     /* names decoded; shapes and dtypes as their source text */
     for (int c = 0; c < N_STR; c++) {
@@ -754,8 +807,7 @@ static int commit(Scanner *s, Row *row) {
             if (id < 0)
                 return NOMEM;
         }
-        if (buf_append(&s->str_ids[c], &id, sizeof id))
-            return NOMEM;
+        memcpy(s->str_ids[c].data + 4 * i, &id, 4);
     }
     s->n++;
     return 0;
@@ -833,6 +885,16 @@ static PyObject *distinct(Interner *t, int text) {
 
 /* (values, validity bitmap) pairs for numbers; (ids, distinct values) pairs for text. */
 static PyObject *columns(Scanner *s) {
+    for (int c = 0; c < N_INT; c++) {
+        s->ints[c].len = 8 * s->n;
+        s->int_valid[c].len = (s->n + 7) / 8;
+    }
+    for (int c = 0; c < N_FLOAT; c++) {
+        s->floats[c].len = 8 * s->n;
+        s->float_valid[c].len = (s->n + 7) / 8;
+    }
+    for (int c = 0; c < N_STR; c++)
+        s->str_ids[c].len = 4 * s->n;
     PyObject *ints = PyTuple_New(N_INT), *floats = PyTuple_New(N_FLOAT),
              *strs = PyTuple_New(N_STR), *out = NULL;
     if (!ints || !floats || !strs)
