@@ -347,7 +347,7 @@ def _finish(buf: bytearray, acc: _GroupAccumulator, header: bytes, bare: bool
 _PARALLEL_AFTER = 16 << 20
 _PARALLEL_REST = 96 << 20
 _WORKER_BATCH = 4 << 20
-_THREAD_BATCH = 2 << 20  # text per batch for a thread (the compiled decoder)
+_THREAD_BATCH = 8 << 20  # text per batch for a thread (the compiled decoder)
 _QUEUED = 2  # batches waiting per worker
 
 
@@ -755,10 +755,8 @@ def _scan_frames(buf: bytes | bytearray, start: int, end: int, names: _Interner,
         return {}
     codes = np.frombuffer(cat_codes, dtype=np.uint8)
     groups = _GROUP_OF_CODE[codes]
-    columns = ({name: _numbers(n, values, valid, np.int64)
-                for name, (values, valid) in zip(_SCAN_INTS, ints)}
-               | {name: _numbers(n, values, valid, np.float64)
-                  for name, (values, valid) in zip(_SCAN_FLOATS, floats)})
+    numbers = (dict(zip(_SCAN_INTS, ((*c, np.int64) for c in ints)))
+               | dict(zip(_SCAN_FLOATS, ((*c, np.float64) for c in floats))))
     text_ids = {name: np.frombuffer(ids, dtype=np.int32) for name, (ids, _) in zip(_SCAN_TEXTS, texts)}
     distinct = {name: values for name, (_, values) in zip(_SCAN_TEXTS, texts)}
     out = {}
@@ -776,7 +774,7 @@ def _scan_frames(buf: bytes | bytearray, start: int, end: int, names: _Interner,
                 interner = None if column == "name" else shapes if text != "name" else names
                 frame[column] = _texts(column, ids, distinct[text], interner)
             else:
-                values, valid = columns[column]
+                values, valid = _numbers(n, *numbers[column])
                 if rows is not None:
                     values, valid = values[rows], None if valid is None else valid[rows]
                 frame[column] = _with_nulls(column, values, valid).cast(dtype)
