@@ -456,8 +456,22 @@ static int skip_value(Scanner *s, int depth) {
 
 /* An integer field (or null); anything else is for msgspec to judge. */
 static int read_int(Scanner *s, Row *row, int col) {
-    if (s->p < s->end && *s->p == 'n')
+    const char *p = s->p, *end = s->end;
+    if (p < end && *p == 'n')
         return literal(s, "null", 4);
+    /* the common case in one pass: up to 18 digits, no leading zero, no fraction */
+    int neg = p < end && *p == '-';
+    const char *q = p + neg, *first = q;
+    uint64_t v = 0;
+    while (q < end && (unsigned)(*q - '0') < 10 && q - first < 18)
+        v = v * 10 + (uint64_t)(*q++ - '0');
+    if (q > first && (q - first == 1 || *first != '0') && q < end
+        && (unsigned)(*q - '0') >= 10 && *q != '.' && *q != 'e' && *q != 'E') {
+        row->ints[col] = neg ? -(int64_t)v : (int64_t)v;
+        row->int_valid |= 1u << col;
+        s->p = q;
+        return 0;
+    }
     const char *start;
     size_t len;
     int integer, r;
@@ -469,52 +483,50 @@ static int read_int(Scanner *s, Row *row, int col) {
     return 0;
 }
 
-/* Clinger's fast path: digits[.digits] whose digits form an integer m <= 2^53, with at most
- * 22 after the point, are exactly m / 10^k, one correctly rounded division. FAIL otherwise
- * (an exponent, more digits): strtod then. */
-static int fast_float(const char *p, size_t len, double *out) {
-    static const double pow10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10,
-                                   1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19,
-                                   1e20, 1e21, 1e22};
-    const char *end = p + len;
-    int neg = p < end && *p == '-';
-    p += neg;
-    uint64_t m = 0;
-    int digits = 0, frac = -1;
-    for (; p < end; p++) {
-        if (*p == '.') {
-            frac = 0;
-            continue;
-        }
-        if (*p < '0' || *p > '9' || ++digits > 19)
-            return FAIL;  /* 'e', or too many digits for m */
-        m = m * 10 + (uint64_t)(*p - '0');
-        frac += frac >= 0;
-    }
-    if (m > (1ull << 53) || frac > 22)
-        return FAIL;
-    double v = (double)m / pow10[frac < 0 ? 0 : frac];
-    *out = neg ? -v : v;
-    return 0;
-}
+static const double POW10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+                               1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
-/* A number field (integer or not) as float64, or null. */
+/* A number field (integer or not) as float64, or null. The common case in one pass by
+ * Clinger's fast path: digits[.digits], no exponent, whose digits form an integer
+ * m <= 2^53 with at most 22 after the point, is exactly m / 10^k, one correctly rounded
+ * division. Anything else: strtod (correctly rounded, as msgspec). */
 static int read_float(Scanner *s, Row *row, int col) {
-    if (s->p < s->end && *s->p == 'n')
+    const char *p = s->p, *end = s->end;
+    if (p < end && *p == 'n')
         return literal(s, "null", 4);
+    int neg = p < end && *p == '-';
+    const char *q = p + neg, *first = q;
+    uint64_t m = 0;
+    while (q < end && (unsigned)(*q - '0') < 10 && q - first < 20)
+        m = m * 10 + (uint64_t)(*q++ - '0');
+    long whole = q - first, frac = 0;
+    int plain = whole > 0 && whole < 20 && (whole == 1 || *first != '0');
+    if (plain && q < end && *q == '.') {
+        const char *f = ++q;
+        while (q < end && (unsigned)(*q - '0') < 10 && q - f < 20)
+            m = m * 10 + (uint64_t)(*q++ - '0');
+        frac = q - f;
+        plain = frac > 0;
+    }
+    if (plain && whole + frac <= 19 && frac <= 22 && m <= (1ull << 53) && q < end
+        && (unsigned)(*q - '0') >= 10 && *q != 'e' && *q != 'E') {
+        double v = (double)m / POW10[frac];
+        row->floats[col] = neg && (frac || m) ? -v : v;  /* "-0" is the integer 0 */
+        row->float_valid |= 1u << col;
+        s->p = q;
+        return 0;
+    }
     const char *start;
     size_t len;
     int integer, r;
     if ((r = scan_number(s, &start, &len, &integer)))
         return r;
-    if (fast_float(start, len, &row->floats[col])) {
-        char text[64];
-        if (len >= sizeof text)
-            return FAIL;
-        memcpy(text, start, len);
-        text[len] = 0;
-        row->floats[col] = strtod(text, NULL);  /* correctly rounded (glibc), as msgspec */
-    }
+    char text[64];
+    if (len >= sizeof text)
+        return FAIL;
+    memcpy(text, start, len);
+    text[len] = 0;
+    row->floats[col] = strtod(text, NULL);
     if (isinf(row->floats[col]))
         return FAIL;  /* out of range: msgspec's message */
     row->float_valid |= 1u << col;

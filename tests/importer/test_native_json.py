@@ -350,3 +350,31 @@ def test_the_compiled_decoder_decodes_the_sample_s_batches_itself(sample_trace, 
     monkeypatch.setattr(kineto_json, "_decode_events", counting)
     kineto_json._read_streaming(Path(sample_trace), parallel=False)
     assert calls == []
+
+
+def test_numbers_are_read_as_python_reads_them(compiled):
+    """ts and dur (floats, in one pass for plain decimals, by strtod otherwise) and ids
+    (integers) against Python's float() and int() of json.loads's numbers; "-0" is the
+    integer 0 (msgspec's +0.0), "-0.0" keeps its sign."""
+    import math
+    import struct
+
+    rng = random.Random(11)
+    texts = ["0", "-0", "-0.0", "5", "0.5", "5083073386369.537", "9007199254740993",
+             "9007199254740992.5", "12345678901234567890", "1e5", "1.5E-3", "2.5e+300",
+             "0.30000000000000004", "4.9e-324", "2.2250738585072014e-308", "123.456e2",
+             "1234567890123456789.5", "0.000000000000000000000001"]
+    texts += [repr(rng.uniform(-1e6, 1e6)) for _ in range(500)]
+    texts += [repr(rng.random() * 10.0 ** rng.randint(-300, 300)) for _ in range(500)]
+    texts += [f"{rng.randint(0, 10**9)}.{rng.randint(0, 10**9):09d}" for _ in range(500)]
+    for text in texts:
+        whole = text.split(".")[0].split("e")[0].split("E")[0]
+        if not -2**63 <= int(whole) < 2**63:
+            whole = "1"
+        event = (f'{{"ph": "X", "cat": "kernel", "ts": {text}, "dur": 1, '
+                 f'"args": {{"correlation": {whole}}}}}').encode()
+        _, _, ints, floats, _ = scan(event)
+        got = struct.unpack("d", floats[0][0])[0]
+        want = float(json.loads(text))
+        assert got == want and math.copysign(1, got) == math.copysign(1, want), text
+        assert struct.unpack("q", ints[5][0])[0] == int(json.loads(whole)), text
