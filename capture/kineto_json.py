@@ -347,7 +347,7 @@ def _finish(buf: bytearray, acc: _GroupAccumulator, header: bytes, bare: bool
 _PARALLEL_AFTER = 16 << 20
 _PARALLEL_REST = 96 << 20
 _WORKER_BATCH = 4 << 20
-_THREAD_BATCH = 8 << 20  # text per batch for a thread (the compiled decoder)
+_THREAD_BATCH = 4 << 20  # text per batch for a thread (the compiled decoder)
 _QUEUED = 2  # batches waiting per worker
 
 
