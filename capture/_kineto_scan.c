@@ -296,7 +296,17 @@ static inline unsigned plain_run(const char *p) {
     b = w ^ (ONES * '\\');
     uint64_t special = ((q - ONES) & ~q) | ((b - ONES) & ~b) | ((w - ONES * 0x20) & ~w) | w;
     special &= HIGHS;  /* the first flagged byte is exact (later ones may be borrows) */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    /* borrows run toward earlier bytes here: find the first one byte by byte */
+    for (unsigned i = 0; special && i < 8; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c == '"' || c == '\\' || c < 0x20 || c >= 0x80)
+            return i;
+    }
+    return 8;
+#else
     return special ? (unsigned)__builtin_ctzll(special) >> 3 : 8;
+#endif
 }
 
 /* A string: the common case (ASCII, no escape) here, the rest in read_string_slow. */

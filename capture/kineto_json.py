@@ -1,16 +1,21 @@
 """Decode torch.profiler (Kineto) Chrome-trace JSON into columns, one frame per event group.
 
 Groups: ``python`` (python_function), ``op`` (cpu_op, user_annotation), ``call`` (cuda_runtime,
-cuda_driver) and ``gpu`` (kernel, gpu_memcpy, gpu_memset, cuda_sync). msgspec does all JSON
-parsing, into typed structs that hold only the fields zym reads: one struct per category (a
-tagged union on ``cat``), so a category's other fields are skipped without building objects.
+cuda_driver) and ``gpu`` (kernel, gpu_memcpy, gpu_memset, cuda_sync).
 
-The ``traceEvents`` array is decoded a batch (about a megabyte of text) at a time as the
-file is read and decompressed (ISA-L), whatever its layout: Kineto's pretty print, a minified
-or re-indented re-export, the keys in any order, or a bare array of events. A batch is cut
+The ``traceEvents`` array is decoded a batch (a few megabytes of text) at a time as the file
+is read and decompressed (ISA-L), whatever its layout: Kineto's pretty print, a minified or
+re-indented re-export, the keys in any order, or a bare array of events. A batch is cut
 between two events (``}`` ``,`` ``{`` outside any string), found by a search from its end and
-confirmed by the batch decoding as JSON. The text is never held whole, and only one batch of
-Python objects is alive.
+confirmed by the batch decoding as JSON. The text is never held whole.
+
+Two decoders give the same columns. The compiled one (``_kineto_scan``, capture/_kineto_scan.c)
+reads a batch straight into columns, no Python object per event, without the GIL, so threads
+decode batches while this one reads; it refuses any batch it cannot read exactly as msgspec
+does (not JSON, fields of other types...). msgspec decodes those, and every batch when the
+extension is not built: typed structs that hold only the fields zym reads, one struct per
+category (a tagged union on ``cat``), so a category's other fields are skipped without
+building objects, and only one batch of Python objects is alive.
 """
 from __future__ import annotations
 
@@ -24,7 +29,7 @@ from concurrent.futures.process import BrokenProcessPool
 from itertools import compress, repeat
 from operator import attrgetter, eq
 from pathlib import Path
-from typing import BinaryIO, Literal, Union
+from typing import BinaryIO, Literal, NamedTuple, Union
 
 import msgspec
 import numpy as np
@@ -755,33 +760,50 @@ def _scan_frames(buf: bytes | bytearray, start: int, end: int, names: _Interner,
         return {}
     codes = np.frombuffer(cat_codes, dtype=np.uint8)
     groups = _GROUP_OF_CODE[codes]
-    numbers = (dict(zip(_SCAN_INTS, ((*c, np.int64) for c in ints)))
-               | dict(zip(_SCAN_FLOATS, ((*c, np.float64) for c in floats))))
-    text_ids = {name: np.frombuffer(ids, dtype=np.int32) for name, (ids, _) in zip(_SCAN_TEXTS, texts)}
-    distinct = {name: values for name, (_, values) in zip(_SCAN_TEXTS, texts)}
-    out = {}
-    for k, group in enumerate(_GROUPS):
-        rows = None if (groups[0] == k and (groups == k).all()) else np.flatnonzero(groups == k)
-        if rows is not None and not len(rows):
-            continue
+    batch = _ScannedBatch(
+        n, codes,
+        dict(zip(_SCAN_INTS, ((*c, np.int64) for c in ints)))
+        | dict(zip(_SCAN_FLOATS, ((*c, np.float64) for c in floats))),
+        {name: np.frombuffer(ids, dtype=np.int32) for name, (ids, _) in zip(_SCAN_TEXTS, texts)},
+        {name: values for name, (_, values) in zip(_SCAN_TEXTS, texts)}, names, shapes)
+    if (groups == groups[0]).all():  # Kineto's layout: most batches hold one group
+        return {_GROUPS[groups[0]]: batch.frame(_GROUPS[groups[0]], None)}
+    return {group: batch.frame(group, rows) for k, group in enumerate(_GROUPS)
+            if len(rows := np.flatnonzero(groups == k))}
+
+
+class _ScannedBatch(NamedTuple):
+    """One batch as the compiled decoder returns it: ``numbers``: column -> (values, Arrow
+    validity bitmap, dtype); ``text_ids``: column -> the rows' ids (-1: none) into
+    ``distinct`` values."""
+
+    n: int
+    codes: np.ndarray
+    numbers: dict[str, tuple[bytes, bytes, type]]
+    text_ids: dict[str, np.ndarray]
+    distinct: dict[str, list]
+    names: _Interner
+    shapes: _Interner
+
+    def frame(self, group: str, rows: np.ndarray | None) -> pl.DataFrame:
+        """The frame of one group: its ``rows`` (None: all)."""
         frame = {}
         for column, dtype in _GROUP_SCHEMAS[group].items():
             if column == "cat":
-                frame[column] = _CAT_SERIES.gather(codes if rows is None else codes[rows])
+                frame[column] = _CAT_SERIES.gather(self.codes if rows is None
+                                                   else self.codes[rows])
             elif column in ("name", "name_id", "shape_id", "dtypes_id"):
                 text = "name" if column == "name_id" else column
-                ids = text_ids[text] if rows is None else text_ids[text][rows]
-                interner = None if column == "name" else shapes if text != "name" else names
-                frame[column] = _texts(column, ids, distinct[text], interner)
+                ids = self.text_ids[text] if rows is None else self.text_ids[text][rows]
+                interner = (None if column == "name" else self.names if column == "name_id"
+                            else self.shapes)
+                frame[column] = _texts(column, ids, self.distinct[text], interner)
             else:
-                values, valid = _numbers(n, *numbers[column])
+                values, valid = _numbers(self.n, *self.numbers[column])
                 if rows is not None:
                     values, valid = values[rows], None if valid is None else valid[rows]
                 frame[column] = _with_nulls(column, values, valid).cast(dtype)
-        out[group] = pl.DataFrame(frame)
-        if rows is None:
-            break
-    return out
+        return pl.DataFrame(frame)
 
 
 def _numbers(n: int, values: bytes, valid: bytes, dtype: type
