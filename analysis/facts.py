@@ -136,6 +136,7 @@ class Facts:
         """The GPU table matched to ``calls`` (used while ``calls`` is being built)."""
         gpu = conform(self.data.gpu, "gpu")
         rows = match_rows(calls["pid"], calls["correlation_id"], gpu["pid"], gpu["correlation_id"])
+        self._call_rows = rows  # the calls' order is final here: ``gpu`` reuses the match
         g = gpu.with_columns(rows.alias("call_idx"), pl.col("kind").alias("gpu_kind"),
                              (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"))
         if "kind" in g.columns:  # the own GPU row of a call is work, not a sync record
@@ -149,7 +150,7 @@ class Facts:
         ``end_ns``, ``work`` and the kernel classes (:mod:`zym.analysis.kernels`)."""
         calls = self.calls
         gpu = conform(self.data.gpu, "gpu")
-        rows = match_rows(calls["pid"], calls["correlation_id"], gpu["pid"], gpu["correlation_id"])
+        rows = self._call_rows
         gpu = gpu.with_columns(rows.alias("call_idx"), pl.col("device_id").fill_null(-1),
                                (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"),
                                (pl.col("kind") != "sync").fill_null(True).alias("work"))

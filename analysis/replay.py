@@ -263,7 +263,9 @@ class Timeline:
         recording's own cost left in), and how long the window would have lasted without that
         cost (``uninstrumented_ns``: the baseline savings are taken from)."""
         obs = self.w1 - self.w0
-        sim = self.replay(Fix(), deflate=False).end_ns - self.w0
+        # Without a recording cost to take out, the replay as recorded is the baseline.
+        sim = (self.replay(Fix(), deflate=False) if self.overhead_ns.any()
+               else self.baseline).end_ns - self.w0
         return {"recorded_ns": int(obs), "replayed_ns": int(sim),
                 "error_pct": round(100 * (sim - obs) / obs, 2) if obs else 0.0,
                 "uninstrumented_ns": int(self.baseline.end_ns - self.w0),
@@ -283,11 +285,22 @@ class Timeline:
             return 0
         return max(self.baseline.end_ns - self.replay(fix).end_ns, 0)
 
-    def replay(self, fix: Fix, deflate: bool = True) -> Outcome:
-        """The window replayed with ``fix`` (``deflate``: without the recording's own cost)."""
-        n = self.n_calls
-        if n == 0:  # nothing on the CPU side to move: the window is what was recorded
+    def replay(self, fix: Fix, deflate: bool = True, incremental: bool = True) -> Outcome:
+        """The window replayed with ``fix`` (``deflate``: without the recording's own cost).
+
+        ``incremental``: from the unfixed replay's state (``_base``), recomputing only what the
+        fix moves (the same outcome as the whole replay, which runs for graph fixes, for
+        ``deflate=False``, and when ``incremental`` is off)."""
+        if self.n_calls == 0:  # nothing on the CPU side to move: the window is what was recorded
             return Outcome(self.w1, self.w0, self.w1)
+        if incremental and deflate and not len(fix.graph_first):
+            return self._base.replay(self, fix)
+        return self._replay_whole(fix, deflate)
+
+    def _edit(self, fix: Fix, deflate: bool):
+        """The timeline's arrays with ``fix`` applied (copies): gaps, costs, which calls wait,
+        and per operation its duration, launch latency, queue gap, the call it follows and
+        whether it is gone (its call removed)."""
         gap = np.clip(self.gap - (self.overhead_ns if deflate else 0), 0, None)
         cost = self.intrinsic.copy()
         waits = self.waits.copy()
@@ -306,7 +319,9 @@ class Timeline:
         if len(fix.remove_calls):
             cost[fix.remove_calls] = 0
             waits[fix.remove_calls] = False
-            gone = np.isin(self.op_call, fix.remove_calls)
+            removed = np.zeros(self.n_calls + 1, bool)  # the last: no call (-1)
+            removed[fix.remove_calls] = True
+            gone = removed[self.op_call]
             op_dur[gone] = 0
         if len(fix.gpu_ops):
             pos = self.pos_of_gpu[fix.gpu_ops]
@@ -314,6 +329,15 @@ class Timeline:
             op_dur[pos[ok]] = np.minimum(op_dur[pos[ok]], fix.gpu_dur_ns[ok])
         if len(fix.graph_first):
             self._apply_graphs(fix, gap, cost, waits, op_dur, op_lat, op_ready_call, op_gap)
+        op_gap = np.where(gone, 0, op_gap)
+        return gap, cost, waits, op_dur, op_lat, op_gap, op_ready_call, gone
+
+    def _replay_whole(self, fix: Fix, deflate: bool = True, keep: dict | None = None
+                      ) -> Outcome:
+        """Every call and operation replayed (``keep``: filled with the intermediate arrays,
+        from which ``_Base`` replays later fixes incrementally)."""
+        n = self.n_calls
+        gap, cost, waits, op_dur, op_lat, op_gap, op_ready_call, gone = self._edit(fix, deflate)
 
         order = self.order
         # Per thread: start of each call if nothing waited (C), relative to the window start.
@@ -341,7 +365,6 @@ class Timeline:
         # operation's contribution ready - gap - S_before (the epoch's shift is added in the
         # loop): its end is then S + the running max of the contributions.
         sid = self.op_sid
-        op_gap = np.where(gone, 0, op_gap)
         span = op_gap + op_dur
         s_incl = _segmented_cumsum(span, _starts(sid))
         s_before = s_incl - span
@@ -363,7 +386,7 @@ class Timeline:
                 if n_epochs else -1
         # Group maxima per (epoch, stream, anchored?).
         groups = _group_max(rank_of_epoch[np.maximum(op_epoch, 0)] if n_epochs else op_epoch,
-                            sid, (~launched).astype(np.int64), contrib)
+                            sid, (~launched).astype(np.int64), contrib, keep)
 
         # The waiting call that ends each epoch, and what it waits for.
         wait_idx = np.nonzero(waits)[0]
@@ -375,28 +398,43 @@ class Timeline:
         # For a sync: per stream, S up to the newest operation launched before the call;
         # for a blocking copy: its own operation's stream and S.
         s_at, own_pos = self._awaited_prefix(wait_idx, s_incl)
+        if keep is not None:
+            keep.update(gap=gap, cost=cost, start_nowait=start_nowait, span=span, s_incl=s_incl,
+                        launched=launched, epoch_start=epoch_start, epoch_order=epoch_order,
+                        epoch_wait=epoch_wait, thread_of_epoch=thread_of_epoch,
+                        wait_idx=wait_idx, own_pos=own_pos, n_threads=n_threads, groups=groups,
+                        epoch_base=epoch_base)
         total = self._loop(n_epochs, epoch_order, groups, epoch_wait, thread_of_epoch,
                            start_nowait, cost, s_at, own_pos, wait_idx, sid, s_incl, n_threads)
         return total
+
+    @cached_property
+    def _base(self) -> _Base:
+        return _Base(self)
 
     def _awaited_prefix(self, wait_idx: np.ndarray, s_incl: np.ndarray
                         ) -> tuple[np.ndarray, np.ndarray]:
         """Per waiting call: ``s_at[k, stream]``, the summed durations on each stream up to the
         newest operation launched before the call (-1: none), and ``own_pos``, the stream
         position of its own operation when it waits for that (a blocking copy), else -1."""
-        s_at = np.full((len(wait_idx), self.n_streams), -1, np.int64)
+        at, own_pos = self._awaited_positions(wait_idx)
+        return np.where(at >= 0, s_incl[np.maximum(at, 0)], -1) if at.size else at, own_pos
+
+    def _awaited_positions(self, wait_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``_awaited_prefix``'s operations (stream positions, -1: none), which no fix moves."""
+        at = np.full((len(wait_idx), self.n_streams), -1, np.int64)
         own_pos = np.full(len(wait_idx), -1, np.int64)
         if not len(wait_idx) or not self.n_streams:
-            return s_at, own_pos
+            return at, own_pos
         for s in range(self.n_streams):
             on = np.nonzero(self.op_sid == s)[0]
             k = np.searchsorted(self.op_launch[on], self.call_ts[wait_idx], side="left")
             has = k > 0
-            s_at[has, s] = s_incl[on[k[has] - 1]]
+            at[has, s] = on[k[has] - 1]
         own = self.own_row[wait_idx]
         ok = (own >= 0) & self.waits_own[wait_idx]
         own_pos[ok] = self.pos_of_gpu[own[ok]]
-        return s_at, own_pos
+        return at, own_pos
 
     def _loop(self, n_epochs, epoch_order, groups, epoch_wait, thread_of_epoch, start_nowait,
               cost, s_at, own_pos, wait_idx, sid, s_incl, n_threads) -> Outcome:
@@ -415,13 +453,7 @@ class Timeline:
         args = (epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream, g_fixed, g_val,
                 start_nowait[wait_idx], own_sid, own_prefix, s_at.reshape(-1),
                 np.zeros(max(n_threads, 1), np.int64), np.full(self.n_streams, neg, np.int64))
-        compiled = _compiled_epochs() if n_epochs >= JIT_MIN_EPOCHS else None
-        if compiled is not None:
-            compiled(*args)
-        else:  # few epochs (lists in the interpreter beat numba's import, ~0.5 s), or no numba
-            args = tuple(a.tolist() for a in args)
-            _epochs(*args)
-        d, r = np.asarray(args[-2], np.int64), np.asarray(args[-1], np.int64)
+        d, r = _run_epochs(args)
         # Ends: each thread's last call; each stream's last operation.
         cpu_end = neg
         if self.n_calls:
@@ -465,6 +497,219 @@ class Timeline:
         op_ready_call[in_graph] = op_head[in_graph]
         op_lat[in_graph] = self.launch_latency_ns
         op_gap[in_graph] = fix.graph_node_ns
+
+
+class _Base:
+    """The unfixed replay's state, from which a fix is replayed by what it moves.
+
+    A fix edits a few calls (their gap or cost, or whether they wait) and a few operations
+    (their duration, or they are gone). Every other call starts later by the summed edits
+    before it on its thread, and every other operation's contribution moves by that, less the
+    summed edits before it on its stream: a group of operations (one epoch, one stream) with
+    no edit among its members keeps its maximum, shifted. Only groups holding an edit are
+    recomputed, and the epochs are renumbered only where a wait went. So a replay costs the
+    size of the fix, plus one pass over the groups, not a sort of every operation.
+    """
+
+    def __init__(self, tl: Timeline) -> None:
+        k: dict = {}
+        self.outcome = tl._replay_whole(Fix(), keep=k)
+        self.gap, self.cost = k["gap"], k["cost"]
+        self.start_nowait, self.span, self.s_incl = k["start_nowait"], k["span"], k["s_incl"]
+        self.epoch_start, self.epoch_order = k["epoch_start"], k["epoch_order"]
+        self.epoch_wait, self.thread_of_epoch = k["epoch_wait"], k["thread_of_epoch"]
+        self.wait_idx, self.own_pos, self.n_threads = k["wait_idx"], k["own_pos"], k["n_threads"]
+        g_rank, self.g_stream, self.g_fixed, self.g_val, _ = k["groups"]
+        self.g_rank = g_rank
+        n, n_ops = tl.n_calls, len(tl.op_dur)
+        # Calls: position in thread order, and where the thread's run starts.
+        self.pos = np.empty(n, np.int64)
+        self.pos[tl.order] = np.arange(n)
+        head = np.maximum.accumulate(np.where(tl.first_of_thread, np.arange(n), 0))
+        self.thread_first_by_pos = head
+        self.last_calls = tl.order[np.nonzero(np.append(tl.first_of_thread[1:], True))[0]]
+        self.last_thread = (np.cumsum(tl.first_of_thread) - 1)[self.pos[self.last_calls]]
+        # Operations (stream positions): where their stream starts; each stream's last.
+        starts = _starts(tl.op_sid)
+        self.stream_first = np.maximum.accumulate(np.where(starts, np.arange(n_ops), 0))
+        self.last_ops = np.nonzero(np.append(starts[1:], True))[0] if n_ops else starts
+        self.launched = k["launched"]
+        self.anchored = np.nonzero(~self.launched)[0]
+        # Groups: members (in group order), one member's call and position, and the span of
+        # call and stream positions they cover.
+        order, gs = k["group_order"], k["group_start"]
+        self.members, self.member_start = order, gs
+        self.member_end = np.append(gs[1:], len(order)).astype(np.int64)
+        if len(order):
+            mcall = np.where(self.launched[order], self.pos[np.maximum(tl.op_call[order], 0)], -1)
+            self.g_op = order[gs]
+            self.g_call_pos = np.where(self.g_fixed == 0,
+                                       self.pos[np.maximum(tl.op_call[self.g_op], 0)], -1)
+            self.g_lo_op = np.minimum.reduceat(order, gs)
+            self.g_hi_op = np.maximum.reduceat(order, gs)
+            self.g_lo_call = np.minimum.reduceat(mcall, gs)
+            self.g_hi_call = np.maximum.reduceat(mcall, gs)
+        else:
+            self.g_op = self.g_call_pos = self.g_lo_op = self.g_hi_op = order
+            self.g_lo_call = self.g_hi_call = order
+        # Epochs: the first of each thread; each waiting call's row and its epoch.
+        n_epochs = len(self.epoch_start)
+        self.epoch_first = np.zeros(n_epochs, bool)
+        self.epoch_first[k["epoch_base"][:-1]] = True
+        self.row_of_epoch = np.full(n_epochs, -1, np.int64)
+        ends = self.epoch_wait >= 0
+        self.row_of_epoch[ends] = np.searchsorted(self.wait_idx, self.epoch_wait[ends])
+        self.at, _ = tl._awaited_positions(self.wait_idx)
+        own_ok = self.own_pos >= 0
+        self.own_sid = np.where(own_ok, tl.op_sid[np.maximum(self.own_pos, 0)], -1)
+
+    def replay(self, tl: Timeline, fix: Fix) -> Outcome:
+        if fix.is_empty():
+            return self.outcome
+        gap, cost, waits, op_dur, _, op_gap, _, gone = tl._edit(fix, deflate=True)
+        neg = -(1 << 62)
+        n, n_ops = tl.n_calls, len(op_dur)
+        # Edited calls: each moves the start of the later calls of its thread by its change of
+        # gap + cost, and its own start by its change of gap. ``d_start``: by thread position.
+        e = np.unique(np.concatenate([fix.gap_calls, fix.cost_calls, fix.remove_calls])
+                      ).astype(np.int64)
+        d_step = (gap + cost)[e] - (self.gap + self.cost)[e]
+        d_own = gap[e] - self.gap[e]
+        e_pos = self.pos[e[(d_step != 0) | (d_own != 0)]]
+        d_start = None
+        if len(e_pos):
+            x = np.zeros(n, np.int64)
+            x[self.pos[e]] = d_step
+            before = np.cumsum(x) - x
+            d_start = before - before[self.thread_first_by_pos]
+            d_start[self.pos[e]] += d_own
+        # Edited operations: each moves its stream's sums from itself on by its change of span.
+        span = op_gap + op_dur
+        edited = gone.copy()
+        if len(fix.gpu_ops):
+            p = tl.pos_of_gpu[fix.gpu_ops]
+            edited[p[p >= 0]] = True
+        q = np.nonzero(edited)[0]
+        d_span = span[q] - self.span[q]
+        q = q[(d_span != 0) | gone[q]]
+        d_incl = None  # by stream position: the change of the stream's sum up to and with it
+        if len(q):
+            y = np.zeros(n_ops, np.int64)
+            y[q] = span[q] - self.span[q]
+            cy = np.cumsum(y)
+            d_incl = cy - (cy - y)[self.stream_first]
+            d_excl = d_incl - y
+
+        def at_call(pos: np.ndarray) -> np.ndarray | int:
+            return d_start[pos] if d_start is not None else 0
+
+        def incl(ops: np.ndarray) -> np.ndarray | int:
+            return d_incl[ops] if d_incl is not None else 0
+
+        def excl(ops: np.ndarray) -> np.ndarray | int:
+            return d_excl[ops] if d_incl is not None else 0
+
+        def contrib(ops: np.ndarray) -> np.ndarray:
+            """Exact contributions of ``ops`` (stream positions) under the fix."""
+            call = np.maximum(tl.op_call[ops], 0)
+            lau = self.launched[ops]
+            ready = np.where(lau, self.start_nowait[call] + at_call(self.pos[call])
+                             + tl.op_lat[ops], tl.op_start[ops] - tl.w0)
+            s_before = self.s_incl[ops] + excl(ops) - self.span[ops]
+            return np.where(gone[ops], neg, ready - op_gap[ops] - s_before)
+
+        # Group maxima: shifted where no member was edited, recomputed where one was.
+        dirty = np.zeros(len(self.g_val), bool)
+        if len(q):
+            c = np.concatenate([[0], np.cumsum(edited & ((y != 0) | gone))])
+            dirty |= c[self.g_hi_op + 1] > c[self.g_lo_op]
+        if len(e_pos):
+            mark = np.zeros(n, np.int64)
+            mark[e_pos] = 1
+            c = np.concatenate([[0], np.cumsum(mark)])
+            lau = self.g_lo_call >= 0
+            dirty[lau] |= c[self.g_hi_call[lau] + 1] > c[self.g_lo_call[lau]]
+        val = self.g_val.copy()
+        if d_start is not None or d_incl is not None:
+            clean = ~dirty
+            shift = -excl(self.g_op)
+            if d_start is not None:
+                shift = shift + np.where(self.g_call_pos >= 0,
+                                         d_start[np.maximum(self.g_call_pos, 0)], 0)
+            val[clean] += shift[clean] if not np.isscalar(shift) else shift
+        redo = np.nonzero(dirty)[0]
+        if len(redo):
+            lens = self.member_end[redo] - self.member_start[redo]
+            offs = np.concatenate([[0], np.cumsum(lens)[:-1]])
+            idx = np.repeat(self.member_start[redo] - offs, lens) + np.arange(lens.sum())
+            val[redo] = np.maximum.reduceat(contrib(self.members[idx]), offs)
+
+        # Epochs: where a wait went, its epoch and the next one of its thread are one.
+        surv = waits[self.wait_idx]
+        if surv.all():
+            epoch_order, thread_of_epoch = self.epoch_order, self.thread_of_epoch
+            row_of_epoch, wait_rows = self.row_of_epoch, slice(None)
+            g_rank, g_stream, g_fixed = self.g_rank, self.g_stream, self.g_fixed
+            wait_idx = self.wait_idx
+        else:
+            ew = self.epoch_wait
+            sw = np.zeros(len(ew), bool)
+            sw[ew >= 0] = surv[self.row_of_epoch[ew >= 0]]
+            head = self.epoch_first.copy()
+            head[1:] |= sw[:-1]
+            nid = np.cumsum(head) - 1
+            n_new = int(nid[-1]) + 1
+            thread_of_epoch = np.zeros(n_new, np.int64)
+            thread_of_epoch[nid[head]] = self.thread_of_epoch[head]
+            new_row = np.cumsum(surv) - 1
+            row_of_epoch = np.full(n_new, -1, np.int64)
+            row_of_epoch[nid[sw]] = new_row[self.row_of_epoch[sw]]
+            is_head = head[self.epoch_order]
+            epoch_order = nid[self.epoch_order[is_head]]
+            rank_new = np.empty(n_new, np.int64)
+            rank_new[epoch_order] = np.arange(n_new)
+            rank_of_base_rank = rank_new[nid[self.epoch_order]]
+            lau = self.g_fixed == 0
+            r = [rank_of_base_rank[self.g_rank[lau]]]
+            st, fx, vv = [self.g_stream[lau]], [self.g_fixed[lau]], [val[lau]]
+            if len(self.anchored):
+                a = self.anchored
+                head_start = self.epoch_start[self.epoch_order[is_head]]
+                k = np.searchsorted(head_start, tl.op_start[a], side="right")
+                r.append(np.clip(k - 1, 0, n_new - 1))
+                st.append(tl.op_sid[a])
+                fx.append(np.ones(len(a), np.int64))
+                vv.append(contrib(a))
+            g_rank, g_stream, g_fixed, val, _ = _group_max_dense(
+                np.concatenate(r), np.concatenate(st), np.concatenate(fx), np.concatenate(vv),
+                n_new, tl.n_streams)
+            wait_rows = surv
+            wait_idx = self.wait_idx[surv]
+
+        at = self.at[wait_rows].reshape(-1)
+        has = at >= 0
+        s_at = np.full(len(at), -1, np.int64)
+        s_at[has] = self.s_incl[at[has]] + incl(at[has])
+        own_pos = self.own_pos[wait_rows]
+        own_sid = self.own_sid[wait_rows]
+        own_ok = own_pos >= 0
+        own_prefix = np.zeros(len(own_pos), np.int64)
+        own_prefix[own_ok] = self.s_incl[own_pos[own_ok]] + incl(own_pos[own_ok])
+        wait_start = self.start_nowait[wait_idx] + at_call(self.pos[wait_idx])
+        args = (epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream, g_fixed, val,
+                wait_start, own_sid, own_prefix, s_at,
+                np.zeros(max(self.n_threads, 1), np.int64), np.full(tl.n_streams, neg, np.int64))
+        d, r_end = _run_epochs(args)
+        last = self.last_calls
+        cpu_end = max(neg, int((self.start_nowait[last] + at_call(self.pos[last]) + cost[last]
+                                + d[self.last_thread]).max()))
+        gpu_end = neg
+        if len(self.last_ops):
+            lo = self.last_ops
+            gpu_end = max(neg, int((self.s_incl[lo] + incl(lo) + r_end[tl.op_sid[lo]]).max()))
+        end = max(cpu_end, gpu_end)
+        return Outcome(end_ns=tl.w0 + end, cpu_end_ns=tl.w0 + cpu_end,
+                       gpu_end_ns=tl.w0 + gpu_end)
 
 
 def events_in_gaps(calls: pl.DataFrame, spans: pl.DataFrame | None) -> np.ndarray:
@@ -531,6 +776,18 @@ def _epochs(epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream, g_fixe
             delay[t] = d + (g - start)
 
 
+def _run_epochs(args: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """``_epochs`` on ``args``, compiled when there are many epochs: the threads' delays and
+    the streams' running maxima after the last epoch."""
+    compiled = _compiled_epochs() if len(args[0]) >= JIT_MIN_EPOCHS else None
+    if compiled is not None:
+        compiled(*args)
+    else:  # few epochs (lists in the interpreter beat numba's import, ~0.5 s), or no numba
+        args = tuple(a.tolist() for a in args)
+        _epochs(*args)
+    return np.asarray(args[-2], np.int64), np.asarray(args[-1], np.int64)
+
+
 @functools.cache
 def _compiled_epochs():
     """``_epochs`` compiled by numba (the ``zym[fast]`` extra); None without numba: the same
@@ -571,11 +828,32 @@ def _segmented_cummax(x: np.ndarray, first: np.ndarray) -> np.ndarray:
     return np.maximum.accumulate(shifted) - seg.astype(np.int64) * span + lo
 
 
-def _group_max(rank: np.ndarray, stream: np.ndarray, fixed: np.ndarray, value: np.ndarray):
+def _group_max_dense(rank: np.ndarray, stream: np.ndarray, fixed: np.ndarray,
+                     value: np.ndarray, n_rank: int, n_streams: int):
+    """``_group_max`` through a table of every (rank, stream, fixed), when that table is not
+    much larger than the values (a scatter-max and a scan instead of a sort)."""
+    size = n_rank * max(n_streams, 1) * 2
+    if size > 8 * len(value) + 1024:
+        return _group_max(rank, stream, fixed, value)
+    flat = (rank * n_streams + stream) * 2 + fixed
+    table = np.full(size, np.iinfo(np.int64).min, np.int64)
+    np.maximum.at(table, flat, value)
+    present = np.zeros(size, bool)
+    present[flat] = True
+    at = np.nonzero(present)[0]
+    r = at // (2 * n_streams)
+    return r, (at // 2) % n_streams, at % 2, table[at], r
+
+
+def _group_max(rank: np.ndarray, stream: np.ndarray, fixed: np.ndarray, value: np.ndarray,
+               keep: dict | None = None):
     """Max of ``value`` per (rank, stream, fixed), sorted by rank: five parallel arrays
-    (rank, stream, fixed, max, rank again for the loop's cursor)."""
+    (rank, stream, fixed, max, rank again for the loop's cursor). ``keep``: also gets the
+    members' order (``group_order``) and where each group starts in it (``group_start``)."""
     if not len(value):
         z = np.zeros(0, np.int64)
+        if keep is not None:
+            keep.update(group_order=z, group_start=z)
         return z, z, z, z, z
     # One int64 key in (rank, stream, fixed) order: one sort instead of a three-key lexsort.
     key = (rank * (int(stream.max()) + 1) + stream) * 2 + fixed
@@ -586,4 +864,6 @@ def _group_max(rank: np.ndarray, stream: np.ndarray, fixed: np.ndarray, value: n
     new[1:] = key[1:] != key[:-1]
     idx = np.nonzero(new)[0]
     vmax = np.maximum.reduceat(v, idx)
+    if keep is not None:
+        keep.update(group_order=order, group_start=idx)
     return r[idx], s[idx], f[idx], vmax, r[idx]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 from zym.analysis import analyze, replay
@@ -108,3 +109,73 @@ def test_call_instances_match_a_walk_over_each_threads_calls(which, synthetic):
     assert both["walked"].n_unique() < both.height  # some runs hold several calls
     no_user = got.join(walked, on="call_idx", how="anti")
     assert (no_user["call_instance"] == -1).all()
+
+
+# -- the incremental replay ---------------------------------------------------------------------
+
+def _random_fix(tl, rng: np.random.Generator) -> replay.Fix:
+    """A fix of one to three kinds, each over a handful of calls or operations or over a share
+    of them (up to all), as the rules' fixes and their combinations are."""
+    n, m = tl.n_calls, len(tl.pos_of_gpu)
+    waiting = np.nonzero(tl.waits)[0]
+    fix = replay.Fix()
+
+    def pick(pool: np.ndarray) -> np.ndarray:
+        if not len(pool):
+            return np.zeros(0, np.int64)
+        k = int(rng.integers(1, 4)) if rng.random() < 0.4 else \
+            max(1, int(len(pool) * rng.choice([0.01, 0.1, 0.5, 1.0])))
+        return np.sort(rng.choice(pool, size=min(k, len(pool)), replace=False)).astype(np.int64)
+
+    for kind in rng.choice(["remove", "unblock", "cost", "gap", "gpu"],
+                           size=int(rng.integers(1, 4)), replace=False):
+        if kind == "remove":
+            fix.remove_calls = pick(waiting if rng.random() < 0.5 else np.arange(n))
+        elif kind == "unblock":
+            fix.unblock_calls = pick(waiting)
+        elif kind == "cost":
+            fix.cost_calls = pick(np.arange(n))
+            fix.cost_ns = (tl.intrinsic[fix.cost_calls] * rng.random(len(fix.cost_calls))
+                           ).astype(np.int64)
+        elif kind == "gap":
+            fix.gap_calls = pick(np.arange(n))
+            fix.gap_ns = (tl.gap[fix.gap_calls] * rng.random(len(fix.gap_calls))).astype(np.int64)
+        else:
+            fix.gpu_ops = pick(np.arange(m))
+            fix.gpu_dur_ns = rng.integers(0, 50_000, len(fix.gpu_ops))
+    return fix
+
+
+@pytest.mark.parametrize("which", ["sample", "ebpf_sample", "synthetic", "synthetic_anchored"])
+def test_the_incremental_replay_is_the_whole_replay(which, synthetic, request):
+    """A fix replayed from the unfixed replay's state (what it moves only) ends exactly when
+    the whole replay of every call and operation does: 60 random fixes (removed calls and
+    syncs, unblocked copies, cheaper calls, shorter gaps, faster kernels, alone and together),
+    on one-thread captures and on the synthetic one (several threads and streams), and with
+    operations no call launched (held at their recorded start)."""
+    path = {"sample": SAMPLE, "ebpf_sample": EBPF_SAMPLE}.get(which, synthetic)
+    tl = analyze(path, lambda _stage: None, "steady").timeline
+    rng = np.random.default_rng(11)
+    if which == "synthetic_anchored":  # some operations launched by no call
+        tl.op_call = tl.op_call.copy()
+        tl.op_call[rng.choice(len(tl.op_call), size=len(tl.op_call) // 20, replace=False)] = -1
+        tl.op_call[:5] = -1
+    assert tl.n_streams >= (2 if which.startswith("synthetic") else 1)
+    compared = 0
+    for _ in range(60):
+        fix = _random_fix(tl, rng)
+        assert tl.replay(fix) == tl.replay(fix, incremental=False), fix
+        compared += 1
+    assert compared == 60 and tl.replay(replay.Fix()) == tl.replay(replay.Fix(),
+                                                                    incremental=False)
+
+
+def test_findings_are_the_same_with_whole_replays(synthetic, monkeypatch):
+    """Every finding's saving, its share together with those above it, and the what-if total:
+    the same report when every replay is a whole one."""
+    fast = _report(synthetic, 1 << 62, monkeypatch)
+    whole = replay.Timeline.replay
+    monkeypatch.setattr(replay.Timeline, "replay",
+                        lambda self, fix, deflate=True, incremental=True:
+                        whole(self, fix, deflate, incremental=False))
+    assert _report(synthetic, 1 << 62, monkeypatch) == fast
