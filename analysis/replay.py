@@ -23,6 +23,13 @@ operation is ``S + max(ready - S_before)`` (``S``: summed durations on the strea
 running maxima are kept per (epoch, stream). Only epochs are visited one by one: a loop over
 waiting calls (syncs), never over events, compiled with numba when there are many of them.
 
+A rule's fix edits a few calls and operations, and every finding is replayed twice (alone,
+and with those ranked above it), so replays after the first start from the unfixed replay's
+state (:class:`_Base`): the calls and operations a fix does not edit move by sums of the
+edits before them, a group (epoch, stream) with no edit among its members keeps its maximum,
+shifted, and only the groups holding an edit, and the epochs around a removed wait, are
+recomputed. The outcome is the whole replay's, to the nanosecond (tests compare the two).
+
 Modelled: launch latency, stream FIFO order, host waits, blocking copies. Not modelled: work
 the GPU does for other processes, cross-stream event dependencies (their delay is kept as the
 operation's launch latency), the launch queue limit, and CPU work that waits for something

@@ -75,7 +75,8 @@ class CaptureConfig:
     max_overhead_pct: float | None = None
     # Native frames: copy the stack of each new native path (unwound after the capture).
     native: bool = True
-    # NVTX ranges (the GPU side's agent; opt-in: see capture/cupti/agent.py ready_nvtx).
+    # NVTX ranges (the GPU side's agent, see capture/cupti/agent.py ready_nvtx): `zym capture`
+    # turns it on for a program it starts (--no-nvtx: off).
     nvtx: bool = False
     # Continuous capture (capture/rotate.py): one file per this many seconds, the newest
     # ``keep`` kept, each labelled with ``labels``.

@@ -57,10 +57,10 @@ def capture(
         "--native/--no-native", help="Native frames and the torch operator layer: copy the "
         "thread's stack once per new native path (the same Python line reaching the API "
         "another way), unwound with the libraries' .eh_frame after the capture.")] = True,
-    nvtx: Annotated[bool, typer.Option(
-        "--nvtx", help="Also record the program's NVTX ranges (torch.cuda.nvtx, emit_nvtx) as "
-        "a stack layer and a Perfetto track. Opt-in: on the H200 some captured runs of an "
-        "annotated service stepped 26-37% slower with it.")] = False,
+    nvtx: Annotated[bool | None, typer.Option(
+        "--nvtx/--no-nvtx", help="Record the program's NVTX ranges (torch.cuda.nvtx, emit_nvtx) "
+        "as a stack layer and a Perfetto track: on for a program zym starts; a running process "
+        "has them only when started by `zym run --nvtx`.", show_default=False)] = None,
     keep_raw: Annotated[bool, typer.Option(
         "--keep-raw", help="Keep the raw Arrow streams next to the output.")] = False,
     print_bpf: Annotated[bool, typer.Option(
@@ -108,7 +108,7 @@ def capture(
                                        duration=duration, sample=sample, runtime_api=runtime_api,
                                        keep_raw=keep_raw, force_return_probes=return_probes,
                                        max_overhead_pct=_percent(max_overhead), native=native,
-                                       nvtx=nvtx))
+                                       nvtx=(pid is None) if nvtx is None else nvtx))
 
 
 def _rotate(rotate: str | None, keep: int | None, label: list[str] | None, cfg) -> None:

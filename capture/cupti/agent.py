@@ -60,7 +60,7 @@ ENV_AGENT = "ZYM_AGENT"              # "1": a dormant agent (`zym run`): CUPTI s
                                      # until `zym capture --pid` switches it on
 ENV_AGENT_DIR = "ZYM_AGENT_DIR"      # where dormant agents keep their control folders
 ENV_AGENT_FINALIZE = "ZYM_AGENT_FINALIZE"  # "0": switched off, CUPTI stays attached (disabled)
-ENV_NVTX = "ZYM_NVTX"                # "1": record NVTX ranges (`zym capture --nvtx`); opt-in
+ENV_NVTX = "ZYM_NVTX"                # "1": record NVTX ranges (`zym capture` sets it)
 ENV_AGENT_NVTX = "ZYM_AGENT_NVTX"    # "1" (`zym run --nvtx`): a dormant agent readies NVTX too
 NVTX_INJECTION = "NVTX_INJECTION64_PATH"  # read by NVTX v3 at a library's first NVTX call
 DEFAULT_AGENT_DIR = "/tmp/zym-agent"
@@ -216,14 +216,14 @@ def ready_nvtx(lib_path: str | None, asked: bool | None = None) -> str:
     """Name ``lib_path`` (this process's libcupti) as the NVTX injection library, so that NVTX
     calls reach CUPTI and become marker records. NVTX v3 reads ``NVTX_INJECTION64_PATH`` once,
     at each library's first NVTX call: this must run before it (the agent starts before the
-    first import of a CUDA framework). Opt-in (``asked``; default: ``ZYM_NVTX=1``, which
-    `zym capture --nvtx` sets): on the H200, 3 of 5 captured runs of an annotated service took
-    26-37% longer a step with NVTX recorded than with it off, 2 of 5 the same
-    (bench/nvtx/results/h200/cost). Returns "on" or "off: <why>"."""
+    first import of a CUDA framework). Only when asked (``asked``; default: ``ZYM_NVTX=1``,
+    which `zym capture` sets for a program it starts unless ``--no-nvtx``): an agent started
+    another way leaves NVTX alone. On the H200 recording showed no cost above the host's own
+    swings of a step time (bench/nvtx/results/h200/cost2). Returns "on" or "off: <why>"."""
     if asked is None:
         asked = os.environ.get(ENV_NVTX) == "1"
     if not asked:
-        return f"off: not asked ({ENV_NVTX}=1, `zym capture --nvtx`)"
+        return f"off: not asked ({ENV_NVTX}=1; `zym capture --no-nvtx` turns it off)"
     if not lib_path:
         return "off: no libcupti"
     current = os.environ.get(NVTX_INJECTION)

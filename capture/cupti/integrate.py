@@ -67,8 +67,7 @@ def capture_with_gpu(cfg, log: Log | None = None):
         return None
     spool = _fresh(spool_dir_for(cfg.output))
     env = target_env(spool)
-    if getattr(cfg, "nvtx", False):
-        env["ZYM_NVTX"] = "1"
+    env["ZYM_NVTX"] = "1" if getattr(cfg, "nvtx", False) else "0"
     # CUPTI's API records carry every call's duration: no return probes (one trap per call).
     cfg = dataclasses.replace(cfg, return_probes=cfg.return_probes and cfg.force_return_probes)
     try:

@@ -217,3 +217,38 @@ def test_attach_to_an_agent_that_does_not_answer_keeps_the_cpu_side(tmp_path, mo
     assert got == "ebpf" and seen == [svc.pid]
     assert any("did not answer 'on'" in m and "CPU side only" in m for m in logs), logs
     assert not (tmp_path / "t.parquet.cupti").exists()
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--", "python3", "serve.py"], True),            # a program zym starts: NVTX recorded
+    (["--no-nvtx", "--", "python3", "serve.py"], False),
+    (["--nvtx", "--", "python3", "serve.py"], True),
+    (["--pid", "1234"], False),                        # attaching: only when asked
+    (["--pid", "1234", "--nvtx"], True),
+])
+def test_zym_capture_records_nvtx_for_a_program_it_starts(tmp_path, monkeypatch, args, expected):
+    from typer.testing import CliRunner
+    from zym.cli.main import app
+
+    seen = []
+    monkeypatch.setattr(integrate, "capture_with_gpu", lambda cfg: seen.append(cfg))
+    res = CliRunner().invoke(app, ["capture", "-o", str(tmp_path / "t.parquet"), *args])
+    assert res.exit_code == 0, res.output
+    assert [cfg.nvtx for cfg in seen] == [expected]
+
+
+def test_the_agent_is_told_whether_to_record_nvtx(tmp_path, monkeypatch, fake_env):
+    """The target's environment says it either way (``ZYM_NVTX`` 1 or 0), so a value left in
+    the user's environment does not decide it."""
+    from zym.capture import bpf_loader, session
+    from zym.capture.session import CaptureConfig
+
+    monkeypatch.setenv("ZYM_NVTX", "1")
+    seen = []
+    monkeypatch.setattr(session, "run_capture", lambda cfg: seen.append(os.environ["ZYM_NVTX"]))
+    monkeypatch.setattr(bpf_loader, "check_environment", lambda: None)
+    monkeypatch.setattr(integrate, "add_gpu", lambda *a: None)
+    for nvtx in (True, False):
+        integrate.capture_with_gpu(CaptureConfig(output=tmp_path / "t.parquet",
+                                                 command=["true"], nvtx=nvtx), lambda _m: None)
+    assert seen == ["1", "0"]
