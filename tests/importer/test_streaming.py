@@ -321,3 +321,29 @@ def test_a_worker_batch_cut_inside_a_string_is_decoded_again_in_one_process(
     assert retried == [True, False]
     names = dict(tables[0]["names"].iter_rows())
     assert [names[i] for i in tables[0]["op"]["name_id"]] == [r["name"] for r in expected["op"]]
+
+
+def test_zym_analyze_takes_a_bare_event_array(tmp_path):
+    """The Trace Event Format allows a bare array of events: `zym analyze` reads it (no header,
+    so no GPU model) with the same calls, GPU operations and kernels as the events in an
+    object, and as many kernels as the events hold."""
+    import subprocess
+    import sys
+
+    sample = Path(__file__).resolve().parents[2] / "sample_traces" / "gpt_decode_server.trace.json.gz"
+    events = json.loads(gzip.decompress(sample.read_bytes()))["traceEvents"]
+    bare, whole = tmp_path / "bare.json", tmp_path / "whole.json"
+    bare.write_text(json.dumps(events))
+    whole.write_text(json.dumps({"traceEvents": events}))
+    reports = []
+    for path in (bare, whole):
+        res = subprocess.run([sys.executable, "-m", "zym.cli.main", "analyze", str(path),
+                              "--format", "json", "--no-progress", "--no-rules"],
+                             check=False, capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr
+        reports.append(json.loads(res.stdout))
+    kernels = sum(1 for e in events if e.get("cat") == "kernel" and e.get("ph") == "X")
+    keys = ("calls", "gpu_ops", "kernels", "copies", "paths")
+    got = [{k: r["capture"][k] for k in keys} for r in reports]
+    assert got[0] == got[1] and got[0]["kernels"] == kernels > 0
+    assert reports[0]["gpu"] == reports[1]["gpu"]
