@@ -396,7 +396,8 @@ def import_kineto(path: str | Path, out: str | Path, progress: Progress | None =
 
 
 def looks_like_kineto(path: str | Path) -> bool:
-    """True when the file is gzip or starts like a JSON object (the CLI's format sniffing)."""
+    """True when the file is gzip or starts like a JSON object or array (the CLI's format
+    sniffing; the Trace Event Format allows a bare array of events)."""
     try:
         with open(path, "rb") as f:
             head = f.read(64)
@@ -408,4 +409,4 @@ def looks_like_kineto(path: str | Path) -> bool:
                 head = g.read(64)
         except (OSError, EOFError, zlib.error):
             return True  # gzip that fails: let the importer report it
-    return head.lstrip()[:1] == b"{"
+    return head.lstrip()[:1] in (b"{", b"[")

@@ -1,16 +1,21 @@
 """Decode torch.profiler (Kineto) Chrome-trace JSON into columns, one frame per event group.
 
 Groups: ``python`` (python_function), ``op`` (cpu_op, user_annotation), ``call`` (cuda_runtime,
-cuda_driver) and ``gpu`` (kernel, gpu_memcpy, gpu_memset, cuda_sync). msgspec does all JSON
-parsing, into typed structs that hold only the fields zym reads: one struct per category (a
-tagged union on ``cat``), so a category's other fields are skipped without building objects.
+cuda_driver) and ``gpu`` (kernel, gpu_memcpy, gpu_memset, cuda_sync).
 
-The ``traceEvents`` array is decoded a batch (about a megabyte of text) at a time as the
-file is read and decompressed (ISA-L), whatever its layout: Kineto's pretty print, a minified
-or re-indented re-export, the keys in any order, or a bare array of events. A batch is cut
+The ``traceEvents`` array is decoded a batch (a few megabytes of text) at a time as the file
+is read and decompressed (ISA-L), whatever its layout: Kineto's pretty print, a minified or
+re-indented re-export, the keys in any order, or a bare array of events. A batch is cut
 between two events (``}`` ``,`` ``{`` outside any string), found by a search from its end and
-confirmed by the batch decoding as JSON. The text is never held whole, and only one batch of
-Python objects is alive.
+confirmed by the batch decoding as JSON. The text is never held whole.
+
+Two decoders give the same columns. The compiled one (``_kineto_scan``, capture/_kineto_scan.c)
+reads a batch straight into columns, no Python object per event, without the GIL, so threads
+decode batches while this one reads; it refuses any batch it cannot read exactly as msgspec
+does (not JSON, fields of other types...). msgspec decodes those, and every batch when the
+extension is not built: typed structs that hold only the fields zym reads, one struct per
+category (a tagged union on ``cat``), so a category's other fields are skipped without
+building objects, and only one batch of Python objects is alive.
 """
 from __future__ import annotations
 
@@ -19,17 +24,23 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from itertools import compress, repeat
 from operator import attrgetter, eq
 from pathlib import Path
-from typing import BinaryIO, Literal, Union
+from typing import BinaryIO, Literal, NamedTuple, Union
 
 import msgspec
+import numpy as np
 import polars as pl
 from isal import isal_zlib
 from zym.schemas.errors import InputError
+
+try:  # the compiled columnar decoder (capture/_kineto_scan.c), built by pip install
+    from zym.capture import _kineto_scan
+except ImportError:  # not built: msgspec decodes every batch, to the same tables
+    _kineto_scan = None
 
 PYTHON_CATS = ("python_function",)
 OP_CATS = ("cpu_op", "user_annotation")
@@ -179,7 +190,8 @@ def _read_streaming(path: Path, parallel: bool
                     ) -> tuple[dict[str, pl.DataFrame], _TraceFile] | None:
     with open(path, "rb") as f:
         size = max(1, os.fstat(f.fileno()).st_size)
-        workers = _Workers(path, lambda: f.tell() / size) if parallel else None
+        kind = _Workers if _kineto_scan is None else _Threads
+        workers = kind(path, lambda: f.tell() / size) if parallel else None
         try:
             return _decode_streaming(_pieces(f, path), path, workers)
         finally:
@@ -260,7 +272,7 @@ def _decode_streaming(pieces: Iterator[bytes], path: Path, workers: _Workers | N
         if len(buf) < retry_at:
             continue
         if workers is not None and workers.started(done):
-            batch = _WORKER_BATCH
+            batch = workers.batch
             if workers.has_room() and (rest := workers.submit(buf, acc)) is not None:
                 del buf[:rest]
                 retry_at = batch
@@ -331,13 +343,16 @@ def _finish(buf: bytearray, acc: _GroupAccumulator, header: bytes, bare: bool
     return None
 
 
-# Both cores: once this much text is decoded and the rest of the file is estimated at more
-# than _PARALLEL_REST, batches of _WORKER_BATCH also go to worker processes (one fewer than
-# the cores, at most 3), whichever is free; this process reads, decompresses and cuts the
-# text, decodes when the workers are busy, and merges their names into its own.
+# Both cores. With the compiled decoder, batches of _THREAD_BATCH go to threads from the
+# start (_Threads). Without it (msgspec alone): once this much text is decoded and the rest
+# of the file is estimated at more than _PARALLEL_REST, batches of _WORKER_BATCH also go to
+# worker processes (one fewer than the cores, at most 3), whichever is free. Either way this
+# process reads, decompresses and cuts the text, decodes when the workers are busy, and
+# merges their names into its own.
 _PARALLEL_AFTER = 16 << 20
 _PARALLEL_REST = 96 << 20
 _WORKER_BATCH = 4 << 20
+_THREAD_BATCH = 4 << 20  # text per batch for a thread (the compiled decoder)
 _QUEUED = 2  # batches waiting per worker
 
 
@@ -348,6 +363,11 @@ class _BadCut(Exception):
 
 class _Workers:
     """Worker processes decoding batches of events, started once the trace proves large."""
+
+    @property
+    def batch(self) -> int:
+        """Text per batch sent to a worker."""
+        return _WORKER_BATCH
 
     def __init__(self, path: Path, fraction_read: Callable[[], float]) -> None:
         self.path, self.fraction_read = path, fraction_read
@@ -391,6 +411,26 @@ class _Workers:
             self.pool.shutdown(wait=True, cancel_futures=True)
 
 
+class _Threads(_Workers):
+    """With the compiled decoder, threads decode batches: it scans without the GIL, so they
+    run beside this thread, which reads, gunzips and cuts the text (and decodes a batch
+    itself when they are all busy). Started at once: threads cost nothing to start, and a
+    library caller's script is not run again as with processes."""
+
+    @property
+    def batch(self) -> int:
+        return _THREAD_BATCH
+
+    def __init__(self, path: Path, fraction_read: Callable[[], float]) -> None:
+        super().__init__(path, fraction_read)
+        self.count = max(1, min(3, (os.cpu_count() or 1) - 1))
+
+    def started(self, done: int) -> bool:
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(self.count, thread_name_prefix="zym-json")
+        return True
+
+
 def _spawn_is_safe() -> bool:
     """Whether worker processes may start: a spawned process imports the main module again,
     which only zym's own commands are known to allow (a library caller's script would run a
@@ -417,13 +457,16 @@ def _decode_batch(text: bytes) -> tuple[dict[str, pl.DataFrame], list, list] | s
     """In a worker: one batch of events (JSON array text) as group frames whose ids refer to
     the batch's own names and shapes, with those; None when the text is not JSON (a cut in
     the wrong place), the message of a malformed event."""
+    names, shapes = _Interner(), _Interner(b"")
+    frames = _scan_frames(text, 1, len(text) - 1, names, shapes)  # inside the [ ]
+    if frames is not None:
+        return frames, names.values, shapes.values
     try:
         events = _decode_events(text)
     except msgspec.ValidationError as e:
         return str(e)
     except msgspec.DecodeError:
         return None
-    names, shapes = _Interner(), _Interner(b"")
     return _group_frames(events, names, shapes), names.values, shapes.values
 
 
@@ -440,6 +483,10 @@ class _GroupAccumulator:
     def add_text(self, buf: bytearray, end: int) -> bool:
         """Decode ``buf[:end]``: whole events separated by commas (or only whitespace).
         False when it does not decode as JSON (a cut in the wrong place)."""
+        frames = _scan_frames(buf, 0, end, self.names, self.shapes)
+        if frames is not None:
+            self.batches.append(frames)
+            return True
         with memoryview(buf) as view:
             text = bytearray(b"[")
             text += view[:end]
@@ -488,20 +535,29 @@ class _GroupAccumulator:
         if sum(df.height for df in groups.values()) == 0:
             raise InputError(f"{self.path}: JSON, but no torch.profiler events (python_function, "
                              "cpu_op, cuda_runtime, kernel...): not a Kineto trace")
-        # Names numbered in sorted order, not in order of appearance, which depends on where
-        # the batches were cut: the tables (frame ids) do not depend on the layout.
-        names = pl.Series("name", self.names.values, dtype=pl.String)
-        order = names.arg_sort()
-        new_id = pl.repeat(0, names.len(), dtype=pl.UInt32, eager=True).scatter(
-            order, pl.int_range(names.len(), dtype=pl.UInt32, eager=True))
+        # Names and shapes numbered in sorted order, not in order of appearance, which
+        # depends on where the batches were cut and which were decoded by workers: the
+        # tables (frame ids) do not depend on the layout.
+        name_ids, groups["names"] = _sorted_ids("name_id", "name", self.names.values, pl.String)
+        shape_ids, groups["shapes"] = _sorted_ids("shape_id", "shape", self.shapes.values,
+                                                  pl.Binary)
+        groups["shapes"] = groups["shapes"].with_columns(pl.col("shape").cast(pl.String))
         for g in ("python", "op", "call"):
-            groups[g] = groups[g].with_columns(new_id.gather(groups[g]["name_id"]).alias("name_id"))
-        groups["names"] = pl.DataFrame({
-            "name_id": pl.int_range(names.len(), dtype=pl.UInt32, eager=True),
-            "name": names.gather(order)})
-        groups["shapes"] = self.shapes.frame("shape_id", "shape", pl.Binary).with_columns(
-            pl.col("shape").cast(pl.String))
+            groups[g] = groups[g].with_columns(name_ids.gather(groups[g]["name_id"]).alias("name_id"))
+        groups["op"] = groups["op"].with_columns(
+            shape_ids.gather(groups["op"][c]).alias(c) for c in ("shape_id", "dtypes_id"))
         return groups
+
+
+def _sorted_ids(id_name: str, value_name: str, values: list, dtype: pl.DataType
+                ) -> tuple[pl.Series, pl.DataFrame]:
+    """For interned ``values``: each one's id in sorted order (indexed by its old id), and
+    the (id, value) table in that order."""
+    series = pl.Series(value_name, values, dtype=dtype)
+    order = series.arg_sort()
+    ids = pl.int_range(series.len(), dtype=pl.UInt32, eager=True)
+    new_id = pl.repeat(0, series.len(), dtype=pl.UInt32, eager=True).scatter(order, ids)
+    return new_id, pl.DataFrame({id_name: ids, value_name: series.gather(order)})
 
 
 class _Interner:
@@ -519,10 +575,6 @@ class _Interner:
                 ids[value] = len(self.values)
                 self.values.append(value)
         return list(map(ids.__getitem__, values))
-
-    def frame(self, id_name: str, value_name: str, dtype: pl.DataType) -> pl.DataFrame:
-        return pl.DataFrame({id_name: pl.int_range(len(self.values), dtype=pl.UInt32, eager=True),
-                             value_name: pl.Series(self.values, dtype=dtype)})
 
 
 # JSON not laid out as Kineto writes it is decoded whole, so its text must fit in memory; past
@@ -679,3 +731,110 @@ def _as_int(value: int | str | None) -> int | None:
     return int(value) if digits.isascii() and digits.isdigit() else None
 
 
+
+
+# The compiled decoder's columns (capture/_kineto_scan.c), in its order.
+_SCAN_CATS = tuple(c.encode() for c in _CATS)
+_SCAN_INTS = ("pid", "tid", "external_id", "python_id", "python_parent_id", "correlation_id",
+              "cbid", "device_id", "stream_id", "size_bytes", "graph_id",
+              "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+_SCAN_FLOATS = ("ts_us", "dur_us")
+_SCAN_TEXTS = ("name", "shape_id", "dtypes_id")
+_GROUP_OF_CODE = np.array([_GROUPS.index(_GROUP_OF[c]) for c in _CATS], dtype=np.uint8)
+_CAT_SERIES = pl.Series("cat", list(_CATS), dtype=CAT_TYPE)
+
+
+def _scan_frames(buf: bytes | bytearray, start: int, end: int, names: _Interner,
+                 shapes: _Interner) -> dict[str, pl.DataFrame] | None:
+    """The group frames of the events in ``buf[start:end]`` (comma-separated JSON objects) by
+    the compiled decoder: no Python object per event; names and shapes interned in ``names``
+    and ``shapes``. None when it is not built, or the text is not plain JSON of the shape it
+    decodes (not JSON, a field of another type...): msgspec then decodes it, or says why not."""
+    if _kineto_scan is None:
+        return None
+    scanned = _kineto_scan.scan(buf, start, end, _SCAN_CATS)
+    if scanned is None:
+        return None
+    n, cat_codes, ints, floats, texts = scanned
+    if n == 0:
+        return {}
+    codes = np.frombuffer(cat_codes, dtype=np.uint8)
+    groups = _GROUP_OF_CODE[codes]
+    batch = _ScannedBatch(
+        n, codes,
+        dict(zip(_SCAN_INTS, ((*c, np.int64) for c in ints)))
+        | dict(zip(_SCAN_FLOATS, ((*c, np.float64) for c in floats))),
+        {name: np.frombuffer(ids, dtype=np.int32) for name, (ids, _) in zip(_SCAN_TEXTS, texts)},
+        {name: values for name, (_, values) in zip(_SCAN_TEXTS, texts)}, names, shapes)
+    if (groups == groups[0]).all():  # Kineto's layout: most batches hold one group
+        return {_GROUPS[groups[0]]: batch.frame(_GROUPS[groups[0]], None)}
+    return {group: batch.frame(group, rows) for k, group in enumerate(_GROUPS)
+            if len(rows := np.flatnonzero(groups == k))}
+
+
+class _ScannedBatch(NamedTuple):
+    """One batch as the compiled decoder returns it: ``numbers``: column -> (values, Arrow
+    validity bitmap, dtype); ``text_ids``: column -> the rows' ids (-1: none) into
+    ``distinct`` values."""
+
+    n: int
+    codes: np.ndarray
+    numbers: dict[str, tuple[bytes, bytes, type]]
+    text_ids: dict[str, np.ndarray]
+    distinct: dict[str, list]
+    names: _Interner
+    shapes: _Interner
+
+    def frame(self, group: str, rows: np.ndarray | None) -> pl.DataFrame:
+        """The frame of one group: its ``rows`` (None: all)."""
+        frame = {}
+        for column, dtype in _GROUP_SCHEMAS[group].items():
+            if column == "cat":
+                frame[column] = _CAT_SERIES.gather(self.codes if rows is None
+                                                   else self.codes[rows])
+            elif column in ("name", "name_id", "shape_id", "dtypes_id"):
+                text = "name" if column == "name_id" else column
+                ids = self.text_ids[text] if rows is None else self.text_ids[text][rows]
+                interner = (None if column == "name" else self.names if column == "name_id"
+                            else self.shapes)
+                frame[column] = _texts(column, ids, self.distinct[text], interner)
+            else:
+                values, valid = _numbers(self.n, *self.numbers[column])
+                if rows is not None:
+                    values, valid = values[rows], None if valid is None else valid[rows]
+                frame[column] = _with_nulls(column, values, valid).cast(dtype)
+        return pl.DataFrame(frame)
+
+
+def _numbers(n: int, values: bytes, valid: bytes, dtype: type
+             ) -> tuple[np.ndarray, np.ndarray | None]:
+    """A column's values and its validity (None: all valid) from an Arrow bitmap."""
+    bits = np.unpackbits(np.frombuffer(valid, dtype=np.uint8), count=n, bitorder="little")
+    return np.frombuffer(values, dtype=dtype), None if bits.all() else bits.view(bool)
+
+
+def _with_nulls(name: str, values: np.ndarray, valid: np.ndarray | None) -> pl.Series:
+    series = pl.Series(name, values)
+    return series if valid is None else series.scatter(np.flatnonzero(~valid), None)
+
+
+def _texts(name: str, ids: np.ndarray, values: list, interner: _Interner | None) -> pl.Series:
+    """A text column from the batch's ids (-1: none) into its distinct ``values``: the text
+    itself (``interner`` None), or the ids ``interner`` gives the values these rows use, in
+    order of first appearance (a missing name: None's id, as for the msgspec decoder; a
+    missing shape: null, as its ``b""`` is)."""
+    missing = ids < 0
+    absent = np.flatnonzero(missing)
+    if interner is None:
+        series = (pl.Series(name, values, dtype=pl.String).gather(np.where(missing, 0, ids))
+                  if values else pl.Series(name, [None] * len(ids), dtype=pl.String))
+        return series.scatter(absent, None) if len(absent) else series
+    present, first = np.unique(ids[~missing], return_index=True)
+    used = present[np.argsort(first)]  # in this column's order of first appearance
+    mapped = np.zeros(len(values) + 1, dtype=np.uint32)  # [-1]: a missing value
+    mapped[used] = interner([values[i] for i in used])
+    shapes = interner.ids.get(b"", 0) is None
+    if len(absent) and not shapes:
+        mapped[-1] = interner([None])[0]
+    series = pl.Series(name, mapped[ids], dtype=pl.UInt32)
+    return series.scatter(absent, None) if len(absent) and shapes else series

@@ -149,16 +149,16 @@ class Findings(list):
     def _replay_together(self, analysis: Analysis) -> None:
         from zym.analysis.replay import Fix
 
-        edits: list = []
+        together: Fix | None = None  # every edit so far (combining is associative)
         before = 0
         for f in self:
             if f.edit is None:
                 continue
-            edits.append(f.edit)
-            now = analysis.timeline.saving(Fix.combine(edits))
+            together = Fix.combine([f.edit] if together is None else [together, f.edit])
+            now = analysis.timeline.saving(together)
             f.saving_incremental_ns = max(now - before, 0)
             before = now
-        self.total_ns = before if edits else None
+        self.total_ns = before if together is not None else None
 
     def what_if(self, window_ns: int, steps: int) -> dict:
         total = self.total_ns

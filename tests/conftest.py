@@ -33,7 +33,7 @@ def sample_capture(tmp_path_factory) -> Path:
 SYSTEM_SKIPS = ("eBPF unavailable", "chromium not installed", "cupti-python not installed",
                 "needs gcc", "no C compiler", "needs root", "chdb not installed",
                 "protoc not installed", "mcp not installed", "needs readelf",
-                "numba not installed")
+                "numba not installed", "native JSON decoder not built")
 
 
 def system_required() -> bool:

@@ -39,5 +39,10 @@ def test_wheel_contains_every_subpackage_and_data(tmp_path):
                 target = "/".join(package.split(".")) + "/" + str(py.relative_to(root))
                 assert target in names, f"{py} is not in the wheel"
     assert "zym/schemas/README.md" in names or any(n.startswith("zym/schemas/") for n in names)
+    from zym.capture import kineto_json
+
+    if kineto_json._kineto_scan is not None:  # it builds here: the wheel carries it
+        assert any(n.startswith("zym/capture/_kineto_scan.") and n.endswith(".so")
+                   for n in names), "the compiled JSON decoder is not in the wheel"
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "zym = zym.cli.entry:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
