@@ -1,6 +1,7 @@
 """The `zym` console script. `zym` and `zym --help` are answered from cli/commands.py's table
 with the standard library alone: typer and click cost ~0.08-0.12 s of imports, more than the
-whole answer. Everything else goes to the typer app (cli/main.py).
+whole answer. `zym fleet top|findings|sql` are answered by cli/fleet_fast.py, also without typer. Everything
+else goes to the typer app (cli/main.py).
 
 The text is laid out as click lays out a group's help (usage, description, options, commands;
 width from the terminal, 50-78 columns); tests/cli/test_entry.py checks it against the typer
@@ -75,6 +76,13 @@ def main() -> None:
         except BrokenPipeError:     # `zym --help | head`: the reader left; nothing to say
             os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
         sys.exit(0 if args else 2)
+    if args[:1] == ["fleet"] and len(args) > 1 and _COMPLETE_VAR not in os.environ:
+        from .fleet_fast import run
+
+        code = run(args[1], args[2:])  # None: a line for the typer app
+        if code is not None:
+            sys.stdout.flush()
+            sys.exit(code)
     from .main import app
 
     app()

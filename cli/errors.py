@@ -5,27 +5,32 @@ import contextlib
 import sys
 from collections.abc import Iterator
 
-import typer
-from zym.schemas.errors import ZymError
+from zym.schemas.errors import Terminated, ZymError
 from zym.schemas.text import printable
 
 EXIT_BAD_INPUT = 2
 EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports a process it ended
 
 
+def exit_code(e: ZymError | KeyboardInterrupt) -> int:
+    """Say `e` on stderr in one line; the exit code for it."""
+    if isinstance(e, Terminated):
+        print(f"zym: {e}", file=sys.stderr)
+        return EXIT_TERMINATED
+    if isinstance(e, ZymError):  # messages quote names from files: shown escaped, on one line
+        print(f"zym: error: {printable(e)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print("zym: interrupted", file=sys.stderr)
+    return 130
+
+
 @contextlib.contextmanager
 def exit_on_error() -> Iterator[None]:
-    """Run a command body; a ZymError becomes `zym: error: <message>` and exit code 2."""
-    from zym.schemas.errors import Terminated
-
+    """Run a command body; a ZymError becomes `zym: error: <message>` and exit code 2
+    (typer imported only then: cli/fleet_fast.py runs without it)."""
     try:
         yield
-    except Terminated as e:
-        print(f"zym: {e}", file=sys.stderr)
-        raise typer.Exit(EXIT_TERMINATED) from None
-    except ZymError as e:  # messages quote names from files: shown escaped, on one line
-        print(f"zym: error: {printable(e)}", file=sys.stderr)
-        raise typer.Exit(EXIT_BAD_INPUT) from None
-    except KeyboardInterrupt:
-        print("zym: interrupted", file=sys.stderr)
-        raise typer.Exit(130) from None
+    except (ZymError, KeyboardInterrupt) as e:
+        import typer
+
+        raise typer.Exit(exit_code(e)) from None

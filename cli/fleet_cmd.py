@@ -1,8 +1,10 @@
-"""`zym fleet ingest|top|findings|diff|sql`: many captures in ClickHouse. Library: zym.fleet."""
+"""`zym fleet ingest|top|findings|diff|sql`: many captures in ClickHouse. Library: zym.fleet.
+
+`top`, `findings` and `sql` are answered by cli/fleet_fast.py without typer when the console
+script is run with options it parses; the typer commands here declare them (for `--help`) and
+serve every other command line."""
 from __future__ import annotations
 
-import json
-import sys
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
@@ -10,6 +12,7 @@ from typing import Annotated
 import typer
 
 from .errors import exit_on_error
+from .fleet_fast import FINDINGS_COLUMNS, emit, top_columns
 
 fleet_app = typer.Typer(
     name="fleet", no_args_is_help=True,
@@ -47,31 +50,7 @@ def _filters(since, until, labels, hosts):
 
 
 def _emit(rows, fmt: Fmt, columns: list[tuple[str, str]] | None = None) -> None:
-    if fmt is Fmt.json:
-        json.dump(rows, sys.stdout, indent=1, default=str)
-        sys.stdout.write("\n")
-        return
-    if not rows:
-        typer.echo("(no rows)")
-        return
-    cols = columns or [(c, c) for c in rows[0]]
-    cells = [[_cell(r.get(c), c) for c, _ in cols] for r in rows]
-    widths = [max(len(h), *(len(row[i]) for row in cells)) for i, (_, h) in enumerate(cols)]
-    typer.echo("  ".join(h.ljust(w) for (_, h), w in zip(cols, widths)).rstrip())
-    for row in cells:
-        typer.echo("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
-
-
-def _cell(v, col: str) -> str:
-    if v is None:
-        return "-"
-    if col.endswith("_ns") and isinstance(v, (int, float)):
-        from zym.analysis.units import fmt_ns
-
-        return fmt_ns(int(v))
-    if isinstance(v, float):
-        return f"{v:g}"
-    return str(v)
+    emit(rows, fmt.value, columns)
 
 
 @fleet_app.command("ingest")
@@ -92,7 +71,7 @@ def ingest_cmd(
     """
     with exit_on_error():
         from zym.fleet import ingest, open_store
-        from zym.fleet.prepare import parse_labels
+        from zym.fleet.queries import parse_labels
 
         extra = parse_labels(label or [])
         s = open_store(store)
@@ -127,8 +106,7 @@ def top_cmd(
 
         rows = top(open_store(store), by=by, metric=metric,
                    filters=_filters(since, until, label, host), limit=limit)
-    _emit(rows, fmt, [("value_ns", metric), ("share_pct", "%"), ("captures", "captures"),
-                      ("key", by)])
+    _emit(rows, fmt, top_columns(metric, by))
 
 
 @fleet_app.command("findings")
@@ -146,8 +124,7 @@ def findings_cmd(
 
         rows = findings(open_store(store), filters=_filters(since, until, label, host),
                         rule=rule, limit=limit)
-    _emit(rows, fmt, [("saving_ns", "saving"), ("cost_ns", "cost"), ("captures", "captures"),
-                      ("rule_id", "rule"), ("site", "site")])
+    _emit(rows, fmt, FINDINGS_COLUMNS)
 
 
 @fleet_app.command("diff")
@@ -179,7 +156,7 @@ def diff_cmd(
     """
     with exit_on_error():
         from zym.fleet import Noise, diff, open_store
-        from zym.fleet.prepare import parse_labels
+        from zym.fleet.queries import parse_labels
 
         result = diff(open_store(store), parse_labels(baseline), parse_labels(candidate),
                       by=by, metric=metric, filters=_filters(since, until, label, host),
@@ -204,7 +181,8 @@ def diff_cmd(
 @fleet_app.command("sql")
 def sql_cmd(
     query: Annotated[str, typer.Argument(help="SQL; tables zym.captures, zym.gpu_ops, "
-                                              "zym.calls, zym.paths, zym.findings, zym.frames, "
+                                              "zym.calls, zym.gpu_sums, zym.call_sums, "
+                                              "zym.paths, zym.findings, zym.frames, "
                                               "zym.stacks.", show_default=False)],
     store: Store = None, fmt: Format = Fmt.text,
 ) -> None:

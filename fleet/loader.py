@@ -1,8 +1,8 @@
 """``ingest(store, files)``: captures into the fleet store, each once.
 
 A capture is analysed (:mod:`zym.fleet.prepare`, in ``jobs`` processes), its rows written as
-Parquet files in a staging folder, and the store loads them (chDB reads the files itself; a
-server receives them as Parquet). Frames and stacks are loaded from the capture file itself.
+Parquet files in a staging folder, and the store loads them (chDB reads the files itself, one
+statement per table for a batch of captures; a server receives them as Parquet).
 The ``captures`` row goes in last, so a capture is in the store exactly when its row is: a
 capture whose rows were cut short (zym killed mid-load) is cleared and loaded again next time,
 and one that is already in is skipped (its content hash is its key).
@@ -21,7 +21,7 @@ from pathlib import Path
 from zym.schemas.errors import InputError
 
 from .prepare import PREPARED, Prepared, capture_id, prepare_chunk
-from .schema import LOAD_ORDER, columns, ddl
+from .schema import LOAD_ORDER, columns, ensure
 from .store import sql_string
 
 BATCH = 128
@@ -46,8 +46,7 @@ class IngestResult:
 
 
 def ensure_schema(store) -> None:
-    for statement in ddl(store.database):
-        store.command(statement)
+    ensure(store)
 
 
 ID_CHUNK = 256  # ids per IN (...) list: a query's text stays far below max_query_size
@@ -137,56 +136,12 @@ def _prepare_all(pool, jobs: int, batch: list[tuple[str, Path]], stage: Path,
 
 def _load(store, prepared: list[Prepared], stage: Path, result: IngestResult) -> None:
     for table in LOAD_ORDER:
-        if table in ("frames", "stacks"):
-            _load_own(store, table, prepared, stage)
-        elif table in PREPARED:
+        if table in PREPARED:
             _load_staged(store, table, stage)
         else:
             _load_captures(store, prepared, stage)
         result.rows[table] = result.rows.get(table, 0) + sum(
             p.counts.get(table, 0) for p in prepared)
-
-
-_OWN = {"frames": ("frame", "frame_id, kind, name, file, line"),
-        "stacks": ("stack", "stack_id, parent_id, frame_id, depth")}
-
-
-def _load_own(store, table: str, prepared: list[Prepared], stage: Path) -> None:
-    """Frames or stacks straight from the capture files: chDB reads them all in one statement
-    (each capture is linked into the staging folder under its id, and the key columns are
-    looked up from the path); a server receives each file."""
-    record, cols = _OWN[table]
-    where = f"record = {sql_string(record)}"
-    if store.kind != "chdb":
-        for p in prepared:
-            store.load_parquet(table, p.file, select=f"{_key_literals(p)}, {cols}", where=where)
-        return
-    for p in prepared:
-        link = stage / "links" / p.capture_id / "capture.parquet"
-        if not link.exists():
-            link.parent.mkdir(parents=True, exist_ok=True)
-            link.symlink_to(Path(p.file).resolve())
-    ids = "[" + ", ".join(sql_string(p.capture_id) for p in prepared) + "]"
-    cid = "splitByChar('/', _path)[-2]"
-
-    def lookup(values: list[str], default: str) -> str:
-        return f"transform({cid}, {ids}, [{', '.join(values)}], {default})"
-
-    times = [f"toInt64({p.row['capture_time']})" for p in prepared]
-    select = (f"{cid} AS capture_id, "
-              f"fromUnixTimestamp64Milli({lookup(times, 'toInt64(0)')}, 'UTC') AS capture_time, "
-              f"{lookup([sql_string(p.row['host']) for p in prepared], chr(39) * 2)} AS host, "
-              f"{lookup([sql_string(p.row['service']) for p in prepared], chr(39) * 2)} "
-              f"AS service, {cols}")
-    store.load_parquet(table, stage / "links" / "*" / "capture.parquet", select=select,
-                       where=where)
-
-
-def _key_literals(p: Prepared) -> str:
-    r = p.row
-    return (f"{sql_string(p.capture_id)} AS capture_id, "
-            f"fromUnixTimestamp64Milli(toInt64({r['capture_time']}), 'UTC') AS capture_time, "
-            f"{sql_string(r['host'])} AS host, {sql_string(r['service'])} AS service")
 
 
 def _load_staged(store, table: str, stage: Path) -> None:

@@ -52,7 +52,7 @@ def fleet_diff(baseline: list[str], candidate: list[str], by: str = "site", metr
     baseline ["version=1.2"], candidate ["version=1.3"], per service and site (or kernel):
     each capture's time per second of capture, averaged per version; a change counts when it
     beats the noise between captures."""
-    from .prepare import parse_labels
+    from .queries import parse_labels
 
     result = queries.diff(_store(store), parse_labels(baseline), parse_labels(candidate), by=by,
                           metric=metric, filters=queries.filters_from(since, until, labels, hosts))
@@ -60,8 +60,8 @@ def fleet_diff(baseline: list[str], candidate: list[str], by: str = "site", metr
 
 
 def fleet_sql(query: str, store: str | None = None) -> dict[str, Any]:
-    """Any SQL against the fleet store (tables zym.captures, zym.gpu_ops, zym.calls, zym.paths,
-    zym.findings, zym.frames, zym.stacks)."""
+    """Any SQL against the fleet store (tables zym.captures, zym.gpu_ops, zym.calls,
+    zym.gpu_sums, zym.call_sums, zym.paths, zym.findings, zym.frames, zym.stacks)."""
     return {"rows": _plain(queries.sql(_store(store), query))}
 
 

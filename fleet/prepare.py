@@ -3,14 +3,16 @@
 Nothing here measures anything: every number is the per-capture analysis' (``analyze()`` with
 ``window="all"``, so a capture counts whole) and the rules' (``zym.rules.evaluate``). GPU
 operations and calls keep the path and site the analysis attributed them to, so a fleet sum is
-the sum of the per-capture analyses. The tables are written as Parquet files that the store
-loads itself (:meth:`zym.fleet.store.ChdbStore.load_parquet`).
+the sum of the per-capture analyses; ``gpu_sums`` and ``call_sums`` sum those same rows here,
+where the capture is analysed, so the store only loads. Frames and stacks are the capture's
+own, as the analysis read them. The tables are written as Parquet files that the store loads
+itself (:meth:`zym.fleet.store.ChdbStore.load_parquet`).
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import cache
 from pathlib import Path
 
 import polars as pl
@@ -19,9 +21,8 @@ from zym.schemas.integrity import HASH_KEY
 
 from .schema import columns
 
-# The tables prepare writes per capture (frames and stacks come from the capture file).
-PREPARED = ("gpu_ops", "calls", "paths", "findings")
-LABEL_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+# The tables prepare writes per capture (all but ``captures``, whose rows the loader writes).
+PREPARED = ("frames", "stacks", "gpu_ops", "calls", "gpu_sums", "call_sums", "paths", "findings")
 
 
 @dataclass
@@ -47,17 +48,6 @@ def capture_id(path: Path) -> str:
         raise InputError(f"{path}: no {HASH_KEY} in its metadata: not a zym capture (import "
                          "Kineto traces with `zym import` first)")
     return value.removeprefix("sha256:")
-
-
-def parse_labels(items: list[str] | tuple[str, ...]) -> dict[str, str]:
-    """``["k=v", ...]`` -> dict; a bad item is an ``InputError``."""
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not LABEL_KEY.fullmatch(key):
-            raise InputError(f"--label {item!r}: give KEY=VALUE (KEY: letters, digits, _ . -)")
-        out[key] = value
-    return out
 
 
 def _times(meta, window_ns: int) -> tuple[int, int]:
@@ -102,6 +92,15 @@ def prepare_chunk(paths: list[Path], folder: Path, extra_labels: dict[str, str] 
     return out
 
 
+@cache
+def _packs() -> tuple:
+    """The rule packs `zym analyze` runs (built-in and plugins), read once per process: ~0.1 s
+    a capture otherwise, a sixth of its analysis."""
+    from zym.rules import load_packs
+
+    return tuple(load_packs())
+
+
 def prepare(path: Path, extra_labels: dict[str, str] | None = None) -> Prepared:
     """Analyze ``path``: its rows for every fleet table."""
     from zym.analysis import analyze
@@ -109,7 +108,7 @@ def prepare(path: Path, extra_labels: dict[str, str] | None = None) -> Prepared:
 
     cid = capture_id(path)
     analysis = analyze(path, window="all")
-    findings = evaluate(analysis)
+    findings = evaluate(analysis, packs=_packs())
     meta = analysis.data.meta
     lo, hi = analysis.window
     start, end = _times(meta, hi - lo)
@@ -118,16 +117,20 @@ def prepare(path: Path, extra_labels: dict[str, str] | None = None) -> Prepared:
             "service": labels.get("service", "")}
     paths = analysis.call_paths.paths
     site = paths.select("path_id", "site")
+    gpu = _gpu_ops(analysis.facts.gpu, site)
+    calls = _calls(analysis.facts.calls, site)
     tables = {
-        "gpu_ops": _gpu_ops(analysis.facts.gpu, site),
-        "calls": _calls(analysis.facts.calls, site),
+        "frames": _own(analysis.data.frames),
+        "stacks": _own(analysis.data.stacks),
+        "gpu_ops": gpu,
+        "calls": calls,
+        "gpu_sums": _sums(gpu, ["work", "name", "site"], "ops"),
+        "call_sums": _sums(calls, ["blocking", "api", "site"], "calls"),
         "paths": paths,
         "findings": _findings(findings),
     }
     keyed = {name: _keyed(df, keys, name) for name, df in tables.items()}
     counts = {name: df.height for name, df in keyed.items()}
-    counts["frames"] = analysis.data.frames.height
-    counts["stacks"] = analysis.data.stacks.height
     steps = analysis.phases.steps
     row = keys | {
         "end_time": end // 1_000_000, "labels": labels, "file": str(path),
@@ -146,6 +149,17 @@ def _keyed(df: pl.DataFrame, keys: dict, table: str) -> pl.DataFrame:
                 pl.lit(keys["capture_time"]).cast(pl.Datetime("ms", "UTC")).alias("capture_time"),
                 pl.lit(keys["host"]).alias("host"), pl.lit(keys["service"]).alias("service")]
     return df.with_columns(key_cols).select(columns(table))
+
+
+def _own(df: pl.DataFrame) -> pl.DataFrame:
+    """The capture's own frames or stacks as its file has them (categoricals as strings)."""
+    return df.with_columns(pl.col(c).cast(pl.String) for c, t in df.schema.items()
+                           if t == pl.Categorical)
+
+
+def _sums(rows: pl.DataFrame, keys: list[str], count: str) -> pl.DataFrame:
+    """``rows`` summed per key: duration and count (``gpu_sums``, ``call_sums``)."""
+    return rows.group_by(keys).agg(pl.col("dur_ns").sum(), pl.len().cast(pl.Int64).alias(count))
 
 
 def _gpu_ops(gpu: pl.DataFrame, site: pl.DataFrame) -> pl.DataFrame:

@@ -9,6 +9,7 @@ duration of blocking calls (``Facts.calls.blocking``), savings the rules' estima
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     import polars as pl
 
 METRICS = ("gpu", "blocked", "saving")
+LABEL_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
 BY = ("site", "kernel", "host", "service", "label:KEY")
 
 
@@ -66,12 +68,21 @@ def label_match(labels: dict[str, str]) -> str:
     return " AND ".join(parts) or "1"
 
 
+def parse_labels(items: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """``["k=v", ...]`` -> dict; a bad item is an ``InputError``."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not LABEL_KEY.fullmatch(key):
+            raise InputError(f"--label {item!r}: give KEY=VALUE (KEY: letters, digits, _ . -)")
+        out[key] = value
+    return out
+
+
 def filters_from(since: str | None = None, until: str | None = None,
                  labels: list[str] | None = None, hosts: list[str] | None = None) -> Filters:
     """Filters from the words a user gives (``-7d``, ``KEY=VALUE`` labels, host names): what
     the CLI options and the MCP tools take."""
-    from .prepare import parse_labels
-
     return Filters(since=parse_time(since), until=parse_time(until), hosts=list(hosts or []),
                    labels=parse_labels(labels or []))
 
@@ -114,8 +125,8 @@ def _key_expr(by: str, metric: str) -> tuple[str, str]:
 
 
 _SOURCE = {  # metric -> (table, value, row condition)
-    "gpu": ("gpu_ops", "dur_ns", "work = 1"),
-    "blocked": ("calls", "dur_ns", "blocking = 1"),
+    "gpu": ("gpu_sums", "dur_ns", "work = 1"),
+    "blocked": ("call_sums", "dur_ns", "blocking = 1"),
     "saving": ("findings", "ifNull(saving_ns, 0)", "1"),
 }
 
@@ -131,12 +142,13 @@ def top(store, by: str = "site", metric: str = "gpu", filters: Filters | None = 
     db = store.database
     table, value, cond = _SOURCE[metric]
     where = f"{cond} AND {(filters or Filters()).where(db)}"
-    # Sum per capture and key first (the tables' ``sums`` projection answers this part
-    # without reading every row), then per key: its total and the captures it appears in.
+    # GPU and blocked time from the sums tables: a few hundred rows a capture, not every
+    # operation. Per key: its total and the captures it is in (one pass: 2.5x faster than
+    # summing per capture and key first, on 13,000 captures).
     if route == "direct":
-        sql = (f"SELECT toString({key}) AS key, sum(v) AS value_ns, count() AS captures FROM "
-               f"(SELECT capture_id, {key}, sum({value}) AS v FROM {db}.{table} "
-               f"WHERE {where} GROUP BY capture_id, {key}) GROUP BY key")
+        sql = (f"SELECT toString({key}) AS key, sum({value}) AS value_ns, "
+               f"uniqExact(capture_id) AS captures FROM {db}.{table} WHERE {where} "
+               f"GROUP BY key")
     else:  # per capture first (millions of rows -> one per capture), then its label
         sql = (f"SELECT toString({key}) AS key, sum(v) AS value_ns, count() AS captures FROM "
                f"(SELECT capture_id, sum({value}) AS v FROM {db}.{table} WHERE {where} "
@@ -145,7 +157,7 @@ def top(store, by: str = "site", metric: str = "gpu", filters: Filters | None = 
     sql = (f"SELECT key, value_ns, captures, round(100 * value_ns / sum(value_ns) OVER (), 3) "
            f"AS share_pct FROM ({sql}) WHERE value_ns > 0 ORDER BY value_ns DESC, key "
            f"LIMIT {int(limit)}")
-    return _rows(store.query(sql))
+    return store.rows(sql)
 
 
 def findings(store, filters: Filters | None = None, rule: str | None = None,
@@ -161,7 +173,7 @@ def findings(store, filters: Filters | None = None, rule: str | None = None,
            f"sum(cost_ns) AS cost_ns, sum(ifNull(saving_ns, 0)) AS saving_ns, "
            f"any(fix) AS fix FROM {db}.findings WHERE {where} GROUP BY rule_id, site "
            f"ORDER BY saving_ns DESC, cost_ns DESC, rule_id, site LIMIT {int(limit)}")
-    return _rows(store.query(sql))
+    return store.rows(sql)
 
 
 @dataclass
@@ -213,7 +225,7 @@ def diff(store, baseline: dict[str, str], candidate: dict[str, str], by: str = "
         per = (f"SELECT capture_id, site AS key, sum({col}) AS v FROM {db}.paths "
                f"WHERE capture_id IN (SELECT capture_id FROM ({sides})) GROUP BY capture_id, key")
     elif by == "kernel" and metric == "gpu":
-        per = (f"SELECT capture_id, name AS key, sum(dur_ns) AS v FROM {db}.gpu_ops "
+        per = (f"SELECT capture_id, name AS key, sum(dur_ns) AS v FROM {db}.gpu_sums "
                f"WHERE work = 1 AND capture_id IN (SELECT capture_id FROM ({sides})) "
                f"GROUP BY capture_id, key")
     else:
@@ -282,7 +294,8 @@ def _compare(caps: pl.DataFrame, values: pl.DataFrame, total: str, noise: Noise
 
 def sql(store, text: str) -> list[dict]:
     """Any SQL against the store (tables ``zym.captures``, ``zym.gpu_ops``, ``zym.calls``,
-    ``zym.paths``, ``zym.findings``, ``zym.frames``, ``zym.stacks``)."""
+    ``zym.gpu_sums``, ``zym.call_sums``, ``zym.paths``, ``zym.findings``, ``zym.frames``,
+    ``zym.stacks``)."""
     if not text.strip():
         raise InputError("give a SQL query")
     return _rows(store.query(text))

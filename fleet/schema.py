@@ -13,25 +13,30 @@ unit of retention (``docs/fleet.md``), and sorted by ``capture_id`` first.
 * ``calls``: every CUDA API call (``Facts.calls``) with its path, site and ``blocking``;
 * ``paths``: the analysis' call paths (``CallPaths.paths``), one row per capture and path;
 * ``findings``: the rules' findings (``zym.rules.evaluate``) with cost and estimated saving;
-* ``frames``, ``stacks``: the capture's own frame and stack tables, loaded from its file.
+* ``frames``, ``stacks``: the capture's own frame and stack tables;
+* ``gpu_sums``, ``call_sums``: ``gpu_ops`` and ``calls`` summed per capture and (``work``,
+  kernel, site) or (``blocking``, API, site): duration and count, ~100-200 rows a capture.
 
-``gpu_ops`` and ``calls`` carry an aggregate projection, ``sums``: per capture and (kernel,
-site) or (API, site), the summed duration and count, kept by ClickHouse in every part as it
-is written. Queries that sum durations per capture and key (``fleet top``, ``fleet diff
---by kernel``) read it instead of every row, and give the same sums.
+The sums are computed where the capture is analysed (``prepare.py``, from the same rows as
+``gpu_ops`` and ``calls``), so queries that sum durations per capture and key (``fleet top``,
+``fleet diff --by kernel``) read a few hundred rows a capture instead of every operation, and
+the store's load does not aggregate (an aggregate projection on ``gpu_ops`` and ``calls`` did
+this before, at ~40 % of the load's time: ``docs/benchmarks.md``). They are the per-capture
+aggregate tier of ``docs/fleet.md``: kept when operations are sampled or dropped.
+
+``capture_id`` is ``LowCardinality(String)`` in the per-capture tables: a few hundred to a
+few thousand captures a part, so each row stores a dictionary index, not 64 hex digits.
 """
 from __future__ import annotations
 
 _EVENT_KEYS = """
-    capture_id String,
+    capture_id LowCardinality(String),
     capture_time DateTime64(3, 'UTC'),
     host LowCardinality(String),
     service LowCardinality(String),"""
 
-# A partial load is deleted (lightweight DELETE): projections are rebuilt for the parts it
-# touches (ClickHouse 24.8 or later).
-_MERGE_TREE = ("ENGINE = MergeTree PARTITION BY toYYYYMMDD(capture_time) "
-               "ORDER BY ({order}) SETTINGS lightweight_mutation_projection_mode = 'rebuild'")
+# A partial load is deleted (lightweight DELETE).
+_MERGE_TREE = "ENGINE = MergeTree PARTITION BY toYYYYMMDD(capture_time) ORDER BY ({order})"
 
 TABLES: dict[str, str] = {
     "captures": """
@@ -66,10 +71,7 @@ TABLES: dict[str, str] = {
     graph_id Nullable(Int64),
     correlation_id Nullable(Int64),
     path_id Int64,
-    site LowCardinality(String),
-    PROJECTION sums (SELECT capture_id, capture_time, host, service, work, name, site,
-                     sum(dur_ns), count()
-                     GROUP BY capture_id, capture_time, host, service, work, name, site)
+    site LowCardinality(String)
 """,
     "calls": _EVENT_KEYS + """
     pid Int64,
@@ -83,10 +85,21 @@ TABLES: dict[str, str] = {
     copy_kind LowCardinality(Nullable(String)),
     correlation_id Nullable(Int64),
     path_id Int64,
+    site LowCardinality(String)
+""",
+    "gpu_sums": _EVENT_KEYS + """
+    work UInt8,
+    name LowCardinality(String),
     site LowCardinality(String),
-    PROJECTION sums (SELECT capture_id, capture_time, host, service, blocking, api, site,
-                     sum(dur_ns), count()
-                     GROUP BY capture_id, capture_time, host, service, blocking, api, site)
+    dur_ns Int64,
+    ops Int64
+""",
+    "call_sums": _EVENT_KEYS + """
+    blocking UInt8,
+    api LowCardinality(String),
+    site LowCardinality(String),
+    dur_ns Int64,
+    calls Int64
 """,
     "paths": _EVENT_KEYS + """
     path_id Int64,
@@ -142,6 +155,8 @@ ORDER: dict[str, str] = {
     "captures": "capture_id",
     "gpu_ops": "capture_id, ts_ns",
     "calls": "capture_id, ts_ns",
+    "gpu_sums": "capture_id, work, name, site",
+    "call_sums": "capture_id, blocking, api, site",
     "paths": "capture_id, path_id",
     "findings": "capture_id, rank",
     "frames": "capture_id, frame_id",
@@ -149,23 +164,55 @@ ORDER: dict[str, str] = {
 }
 
 # Loaded in this order; ``captures`` last: a capture is in the store once its row is.
-LOAD_ORDER = ("frames", "stacks", "gpu_ops", "calls", "paths", "findings", "captures")
+LOAD_ORDER = ("frames", "stacks", "gpu_ops", "calls", "gpu_sums", "call_sums", "paths", "findings",
+              "captures")
 
 
 def ddl(database: str) -> list[str]:
     """``CREATE TABLE IF NOT EXISTS`` for every table."""
-    out = []
+    return list(_ddl(database).values())
+
+
+def _ddl(database: str) -> dict[str, str]:
+    out = {}
     for name, cols in TABLES.items():
         engine = (_MERGE_TREE.format(order=ORDER[name]) if name != "captures" else
                   "ENGINE = ReplacingMergeTree ORDER BY capture_id")
-        out.append(f"CREATE TABLE IF NOT EXISTS {database}.{name} ({cols}) {engine}")
+        out[name] = f"CREATE TABLE IF NOT EXISTS {database}.{name} ({cols}) {engine}"
     return out
+
+
+# sums table -> (the table it sums, its keys after the capture's, what it sums)
+SUMS = {"gpu_sums": ("gpu_ops", "work, name, site", "sum(dur_ns), count()"),
+        "call_sums": ("calls", "blocking, api, site", "sum(dur_ns), count()")}
+_CAPTURE_KEYS = "capture_id, capture_time, host, service"
+
+
+def ensure(store) -> None:
+    """Create the tables ``store`` lacks (one query when it has them all). A store written
+    before the sums tables existed gets them computed from its rows, once."""
+    from .store import sql_string
+
+    db = store.database
+    have = {r["name"] for r in store.rows(
+        f"SELECT name FROM system.tables WHERE database = {sql_string(db)}")}
+    if set(TABLES) <= have:
+        return
+    store.command(f"CREATE DATABASE IF NOT EXISTS {db}")
+    for name, statement in _ddl(db).items():
+        if name not in have:
+            store.command(statement)
+    for name, (source, keys, values) in SUMS.items():
+        if name not in have and source in have:
+            store.command(f"INSERT INTO {db}.{name} ({', '.join(columns(name))}) "
+                          f"SELECT {_CAPTURE_KEYS}, {keys}, {values} FROM {db}.{source} "
+                          f"GROUP BY {_CAPTURE_KEYS}, {keys}")
 
 
 def columns(name: str) -> list[str]:
     """Column names of a table, in order (without ``ingested_at``, filled by the store)."""
     names = []
-    for line in TABLES[name].strip().split("PROJECTION")[0].splitlines():
+    for line in TABLES[name].strip().splitlines():
         col = line.strip().split(" ", 1)[0]
         if col and col != "ingested_at":
             names.append(col)

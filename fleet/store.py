@@ -3,13 +3,15 @@
     store = open_store("~/.zym/fleet")                       # chDB, embedded
     store = open_store("clickhouse://host:8123/zym")         # a server (clickhouse-connect)
 
-Both run the same SQL (``schema.py``, ``queries.py``). A store offers four operations:
-``command`` (DDL, INSERT ... SELECT), ``query`` (rows as a ``pyarrow.Table``), ``load_parquet``
+Both run the same SQL (``schema.py``, ``queries.py``). A store offers five operations:
+``command`` (DDL, INSERT ... SELECT), ``query`` (rows as a ``pyarrow.Table``), ``rows`` (rows as
+dicts; chDB gives them without importing pyarrow), ``load_parquet``
 (a Parquet file into a table: chDB reads the file itself; a server receives it over HTTP in
 Parquet format, so neither goes through Python rows) and ``close``.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -39,8 +41,11 @@ class ChdbStore:
     kind = "chdb"
 
     def __init__(self, path: Path) -> None:
+        # chDB's engine without its Python wrappers: ``chdb.session`` imports pyarrow (and
+        # ArrowTable results import pandas), ~0.3-1 s that a `zym fleet top` would pay to
+        # print 20 rows. ``query`` reads Arrow IPC with pyarrow itself, imported on first use.
         try:
-            from chdb import session
+            from chdb import _chdb
         except ImportError as e:
             raise StoreError(f"the embedded fleet store needs chDB ({e}); "
                              "pip install chdb, or use --store clickhouse://HOST:PORT/DB") from None
@@ -50,33 +55,39 @@ class ChdbStore:
         except OSError as e:
             raise StoreError(f"{path}: cannot create the fleet store ({e.strerror})") from None
         self.database = "zym"
+        self._c = None
         try:
-            self._s = session.Session(str(path))
+            # JSON rows (``rows``) give 64-bit integers as numbers, not quoted strings
+            self._c = _chdb.connect(f"{path}?output_format_json_quote_64bit_integers=0")
         except Exception as e:  # noqa: BLE001 (chDB raises its own types)
             why = _line(e)
             if "Cannot lock file" in why or "already running" in why:
                 why = "another process has it open (chDB: one process at a time)"
             raise StoreError(f"{path}: cannot open the fleet store ({why})") from None
-        self.command(f"CREATE DATABASE IF NOT EXISTS {self.database}")
-        from .schema import ddl
+        from .schema import ensure
 
-        for statement in ddl(self.database):  # a new store answers queries (with no rows)
-            self.command(statement)
+        ensure(self)  # a new store answers queries (with no rows)
 
     def command(self, sql: str) -> None:
-        self._run(sql, "CSV")
+        self._run(sql, "TSV")
 
     def query(self, sql: str) -> pa.Table:
-        return self._run(sql, "ArrowTable")
+        import pyarrow as pa
+
+        data = self._run(sql, "Arrow").bytes()
+        return pa.ipc.open_file(data).read_all() if data else pa.table({})
+
+    def rows(self, sql: str) -> list[dict]:
+        """The rows as dicts of JSON values (strings, numbers, lists, objects): no pyarrow."""
+        return [json.loads(line) for line in self._run(sql, "JSONEachRow").bytes().splitlines()]
 
     def _run(self, sql: str, fmt: str):
+        if self._c is None:  # chDB's engine crashes on a closed connection
+            raise StoreError(f"{self.path}: the fleet store was closed (another was opened)")
         try:
-            res = self._s.query(sql, fmt)
+            return self._c.query(sql, fmt)
         except Exception as e:  # noqa: BLE001
             raise StoreError(f"query failed: {_line(e)}") from None
-        if fmt == "ArrowTable":
-            return res
-        return None
 
     def load_parquet(self, table: str, path: Path, select: str = "*", where: str = "") -> None:
         """``INSERT INTO table (its columns) SELECT select FROM file(path) [WHERE where]``:
@@ -88,7 +99,9 @@ class ChdbStore:
 
     def close(self) -> None:
         _OPEN.pop(str(self.path), None)
-        self._s.close()
+        if self._c is not None:
+            self._c.close()
+            self._c = None
 
 
 class ServerStore:
@@ -128,6 +141,9 @@ class ServerStore:
             return self._c.query_arrow(sql, use_strings=True)
         except Exception as e:  # noqa: BLE001
             raise StoreError(f"query failed: {_line(e)}") from None
+
+    def rows(self, sql: str) -> list[dict]:
+        return self.query(sql).to_pylist()
 
     def load_parquet(self, table: str, path: Path, select: str = "*", where: str = "") -> None:
         """The file travels to the server as Parquet; the server reads it through the

@@ -100,13 +100,14 @@ def test_fleet_sums_equal_the_per_capture_analyses_summed(fleet):
     from zym.rules import evaluate
 
     store, files, _ = fleet
-    kernel, host = Counter(), Counter()
+    kernel, host, kernel_captures = Counter(), Counter(), Counter()
     site_gpu, site_blocked, saving = Counter(), Counter(), Counter()
     finding_captures = Counter()
     for f in files:
         g = raw(f, "gpu").filter(pl.col("kind") != "sync")
         for name, ns in g.group_by("name").agg(pl.col("dur_ns").sum()).iter_rows():
             kernel[name] += ns
+            kernel_captures[name] += 1
         meta = json.loads(pl.read_parquet_metadata(f)["zym.meta"])
         host[meta["host"]] += int(g["dur_ns"].sum())
         a = analyze(f, window="all")
@@ -125,6 +126,9 @@ def test_fleet_sums_equal_the_per_capture_analyses_summed(fleet):
         return {r["key"]: r["value_ns"] for r in top(store, by=by, metric=metric, limit=10**6)}
 
     assert got("kernel", "gpu") == {k: v for k, v in kernel.items() if v}
+    rows = top(store, by="kernel", limit=10**6)
+    assert {r["key"]: r["captures"] for r in rows} == {k: kernel_captures[k] for k in kernel
+                                                       if kernel[k]}
     assert got("host", "gpu") == {k: v for k, v in host.items() if v}
     assert got("site", "gpu") == {k: v for k, v in site_gpu.items() if v}
     assert got("site", "blocked") == {k: v for k, v in site_blocked.items() if v}
@@ -153,6 +157,56 @@ def test_filters_select_captures_by_label_host_and_time(fleet):
     assert one(since=parse_time("2026-11-30T01:30"), until=parse_time("2026-11-30T02:30")) \
         == total["b"]
     assert one(labels={"version": "9"}) == 0
+
+
+def test_sums_tables_equal_the_rows_they_sum(fleet):
+    """gpu_sums and call_sums (written by prepare) against the capture files read with polars,
+    and against the store's own gpu_ops and calls summed by ClickHouse."""
+    from zym.fleet import sql
+    from zym.fleet.prepare import capture_id
+
+    store, files, _ = fleet
+    for f in files:
+        cid = capture_id(f)
+        g = raw(f, "gpu")
+        got = {r["name"]: (r["d"], r["n"]) for r in sql(
+            store, f"SELECT name, sum(dur_ns) AS d, sum(ops) AS n FROM zym.gpu_sums "
+                   f"WHERE capture_id = '{cid}' GROUP BY name")}
+        want = {n: (d, c) for n, d, c in g.group_by("name").agg(
+            pl.col("dur_ns").sum(), pl.len()).iter_rows()}
+        assert got == want
+        c = raw(f, "call")
+        got = {r["api"]: (r["d"], r["n"]) for r in sql(
+            store, f"SELECT api, sum(dur_ns) AS d, sum(calls) AS n FROM zym.call_sums "
+                   f"WHERE capture_id = '{cid}' GROUP BY api")}
+        want = {a: (d, n) for a, d, n in c.group_by("name").agg(  # a call's name: its API
+            pl.col("dur_ns").sum(), pl.len()).iter_rows()}
+        assert got == want
+    for sums, rows, keys, count in (("gpu_sums", "gpu_ops", "work, name, site", "ops"),
+                                    ("call_sums", "calls", "blocking, api, site", "calls")):
+        diff = sql(store, f"SELECT count() AS n FROM (SELECT capture_id, {keys}, sum(dur_ns) AS d,"
+                          f" count() AS c FROM zym.{rows} GROUP BY capture_id, {keys}) AS a "
+                          f"FULL OUTER JOIN (SELECT capture_id, {keys}, dur_ns AS d, {count} AS c"
+                          f" FROM zym.{sums}) AS b USING (capture_id, {keys}) "
+                          f"WHERE a.d != b.d OR a.c != b.c")
+        assert diff[0]["n"] == 0, sums
+
+
+def test_frames_and_stacks_are_the_captures_own(fleet):
+    from zym.fleet import sql
+    from zym.fleet.prepare import capture_id
+
+    store, files, _ = fleet
+    for f in files:
+        cid = capture_id(f)
+        for table, record, cols in (("frames", "frame", ["frame_id", "kind", "name", "file",
+                                                          "line"]),
+                                    ("stacks", "stack", ["stack_id", "parent_id", "frame_id",
+                                                         "depth"])):
+            got = sorted(tuple(r[c] for c in cols) for r in sql(
+                store, f"SELECT {', '.join(cols)} FROM zym.{table} WHERE capture_id = '{cid}'"))
+            want = sorted(raw(f, record).select(cols).iter_rows())
+            assert got == want, (f.name, table)
 
 
 def test_diff_finds_a_planted_kernel_and_nothing_in_noise(tmp_path):
@@ -236,3 +290,27 @@ def test_cli_ingest_top_and_bad_input(tmp_path):
         r = _zym(*args)
         assert r.returncode == 2, (args, r.stdout, r.stderr)
         assert "Traceback" not in r.stderr and needle in r.stderr, (args, r.stderr)
+
+
+def test_a_store_without_the_sums_tables_gets_them_from_its_rows(tmp_path):
+    """A store written before gpu_sums and call_sums: opening it computes them, once."""
+    from zym.fleet import ingest, open_store, sql, top
+
+    path = tmp_path / "store"
+    store = open_store(path)
+    ingest(store, [ZYM_CAPTURE, EBPF_CAPTURE])
+    before = {(by, m): top(store, by=by, metric=m, limit=10**6)
+              for by, m in (("kernel", "gpu"), ("site", "gpu"), ("site", "blocked"))}
+    store.command("DROP TABLE zym.gpu_sums")
+    store.command("DROP TABLE zym.call_sums")
+    store.close()
+    store = open_store(path)
+    try:
+        for (by, m), rows in before.items():
+            assert top(store, by=by, metric=m, limit=10**6) == rows, (by, m)
+        n = sql(store, "SELECT count() AS n FROM zym.gpu_sums")[0]["n"]
+        store.close()
+        store = open_store(path)  # has them now: nothing computed again
+        assert sql(store, "SELECT count() AS n FROM zym.gpu_sums")[0]["n"] == n
+    finally:
+        store.close()
