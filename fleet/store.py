@@ -46,9 +46,14 @@ class ChdbStore:
         # print 20 rows. ``query`` reads Arrow IPC with pyarrow itself, imported on first use.
         try:
             from chdb import _chdb
-        except ImportError as e:
-            raise StoreError(f"the embedded fleet store needs chDB ({e}); "
-                             "pip install chdb, or use --store clickhouse://HOST:PORT/DB") from None
+            connect = _chdb.connect
+        except (ImportError, AttributeError):  # a chDB without that module: its public API
+            try:
+                import chdb
+                connect = chdb.connect
+            except (ImportError, AttributeError) as e:
+                raise StoreError(f"the embedded fleet store needs chDB ({e}); pip install "
+                                 "chdb, or use --store clickhouse://HOST:PORT/DB") from None
         self.path = path
         try:
             path.mkdir(parents=True, exist_ok=True)
@@ -58,7 +63,7 @@ class ChdbStore:
         self._c = None
         try:
             # JSON rows (``rows``) give 64-bit integers as numbers, not quoted strings
-            self._c = _chdb.connect(f"{path}?output_format_json_quote_64bit_integers=0")
+            self._c = connect(f"{path}?output_format_json_quote_64bit_integers=0")
         except Exception as e:  # noqa: BLE001 (chDB raises its own types)
             why = _line(e)
             if "Cannot lock file" in why or "already running" in why:
