@@ -470,7 +470,6 @@ class Collector:
         self.version = version.value
         names = {"runtime": self.api_names(DOMAIN_RUNTIME), "driver": self.api_names(DOMAIN_DRIVER)}
         enabled: dict[str, dict[int, str]] = {"runtime": {}, "driver": {}}
-        self.enabled_mono_ns = time.monotonic_ns()   # no record of a call before this
         if apis == "1":
             self._check("enable RUNTIME", L.cuptiActivityEnable(KIND_RUNTIME))
             self._check("enable DRIVER", L.cuptiActivityEnable(KIND_DRIVER))
@@ -485,6 +484,10 @@ class Collector:
         self.enabled_apis = enabled
         for kind in ENABLED_KINDS:
             self._check(f"enable kind {kind}", L.cuptiActivityEnable(kind))
+        # Every API and kind is on from here: a call after this has all its records (the
+        # window of an attach starts here, not when enabling began: launches made while the
+        # kinds were being switched on had API records but no kernel records).
+        self.enabled_mono_ns = time.monotonic_ns()
         flush_ms = int(os.environ.get(ENV_FLUSH_MS, "1000"))
         if flush_ms > 0:  # a forced flush hands over partly filled buffers: a crash loses < 1 period
             threading.Thread(target=self._flusher, args=(flush_ms / 1000,), daemon=True,
@@ -553,10 +556,12 @@ class Collector:
         every record and API callback off, flushed, footer written (``stop``); then, with
         ``finalize``, CUPTI detached from the process (``cuptiFinalize``), so the process runs
         as if it had never been profiled, and a later session attaches afresh."""
+        # Everything is still on: a call before this has all its records (the window of an
+        # attach ends here, before anything is switched off).
+        self.disabled_mono_ns = time.monotonic_ns()
         for kind in ENABLED_KINDS:
             self.lib.cuptiActivityDisable(kind)
         self._set_apis(0)
-        self.disabled_mono_ns = time.monotonic_ns()   # no record of a call after this
         self.stop("detach")
         fin = getattr(self.lib, "cuptiFinalize", None) if finalize else None
         if fin is not None:

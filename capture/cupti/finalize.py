@@ -66,14 +66,25 @@ def merge_gpu(tables: dict[str, pl.DataFrame] | None, spool_dir: str | Path,
         meta.extra["cupti"] = {"spools": 0, "note": f"no CUPTI spool in {spool_dir}: GPU side absent"}
         return tables
     window = read_gpu_window(spool_dir)
+    api, gpu = cupti.api, cupti.gpu
     if window is not None and tables.get("call") is not None:
-        # an attach: CUPTI ran inside the eBPF session; calls outside it have no GPU records
+        # an attach: CUPTI ran inside the eBPF session; calls outside it have no GPU records,
+        # and the GPU records of calls made while CUPTI was switching on or off go with them
         before = tables["call"].height
         tables["call"] = tables["call"].filter(pl.col("ts_ns").is_between(*window))
+        outside = api.filter(~pl.col("ts_ns").is_between(*window))
+        api = api.filter(pl.col("ts_ns").is_between(*window))
+        gpu_before = gpu.height
+        if outside.height and gpu.height and "correlation_id" in gpu.columns:
+            gpu = gpu.join(outside.select(pl.col("pid").cast(gpu["pid"].dtype),
+                                          pl.col("correlation_id").cast(
+                                              gpu["correlation_id"].dtype)).unique(),
+                           on=["pid", "correlation_id"], how="anti")
         meta.extra["gpu_window"] = {"from_mono_ns": window[0], "to_mono_ns": window[1],
-                                    "calls_left_out": before - tables["call"].height}
-    calls, join_stats = join_calls(tables.get("call"), cupti.api)
-    gpu = cupti.gpu.select([c for c in TABLES["gpu"] if c != "record" and c in cupti.gpu.columns])
+                                    "calls_left_out": before - tables["call"].height,
+                                    "gpu_ops_left_out": gpu_before - gpu.height}
+    calls, join_stats = join_calls(tables.get("call"), api)
+    gpu = gpu.select([c for c in TABLES["gpu"] if c != "record" and c in gpu.columns])
     if tables.get("call") is not None and gpu.height:   # GPU work no API record accounts for
         calls, order_stats = join_by_order(calls, gpu)
         join_stats |= order_stats
