@@ -67,23 +67,29 @@ def merge_gpu(tables: dict[str, pl.DataFrame] | None, spool_dir: str | Path,
         return tables
     window = read_gpu_window(spool_dir)
     api, gpu = cupti.api, cupti.gpu
+    recorded = tables["call"].height if tables.get("call") is not None else 0
     if window is not None and tables.get("call") is not None:
-        # an attach: CUPTI ran inside the eBPF session; calls outside it have no GPU records,
-        # and the GPU records of calls made while CUPTI was switching on or off go with them
-        before = tables["call"].height
+        # an attach: CUPTI ran inside the eBPF session; calls outside it have no GPU records
         tables["call"] = tables["call"].filter(pl.col("ts_ns").is_between(*window))
-        outside = api.filter(~pl.col("ts_ns").is_between(*window))
-        api = api.filter(pl.col("ts_ns").is_between(*window))
-        gpu_before = gpu.height
-        if outside.height and gpu.height and "correlation_id" in gpu.columns:
-            gpu = gpu.join(outside.select(pl.col("pid").cast(gpu["pid"].dtype),
-                                          pl.col("correlation_id").cast(
-                                              gpu["correlation_id"].dtype)).unique(),
-                           on=["pid", "correlation_id"], how="anti")
-        meta.extra["gpu_window"] = {"from_mono_ns": window[0], "to_mono_ns": window[1],
-                                    "calls_left_out": before - tables["call"].height,
-                                    "gpu_ops_left_out": gpu_before - gpu.height}
     calls, join_stats = join_calls(tables.get("call"), api)
+    if window is not None and calls is not None:
+        # A call still running when CUPTI was switched off may have lost its GPU records (they
+        # are decided inside the call): the window keeps the calls that ended inside it, and
+        # the GPU records of calls it leaves out, or of API records outside it, go with them.
+        gpu_before = gpu.height
+        inside = (pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)) <= window[1]
+        ids = [pl.col("pid").cast(pl.Int64), pl.col("correlation_id").cast(pl.Int64)]
+        cut = calls.filter(~inside).select(ids)
+        calls = calls.filter(inside)
+        outside = api.filter(~pl.col("ts_ns").is_between(*window)).select(ids)
+        if gpu.height and "correlation_id" in gpu.columns:
+            gone = pl.concat([cut, outside]).drop_nulls().select(
+                pl.col("pid").cast(gpu["pid"].dtype),
+                pl.col("correlation_id").cast(gpu["correlation_id"].dtype)).unique()
+            gpu = gpu.join(gone, on=["pid", "correlation_id"], how="anti")
+        meta.extra["gpu_window"] = {"from_mono_ns": window[0], "to_mono_ns": window[1],
+                                    "calls_left_out": recorded - calls.height,
+                                    "gpu_ops_left_out": gpu_before - gpu.height}
     gpu = gpu.select([c for c in TABLES["gpu"] if c != "record" and c in gpu.columns])
     if tables.get("call") is not None and gpu.height:   # GPU work no API record accounts for
         calls, order_stats = join_by_order(calls, gpu)
