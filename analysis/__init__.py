@@ -11,15 +11,9 @@ _HOME = {"CallPathGraph": "callpath", "CallPaths": "callpath", "build_call_paths
          "analyze": "report", "analyze_data": "report"}
 
 
-def __getattr__(name: str) -> object:
-    if name not in _HOME:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
+from zym.schemas.lazy import lazy_names
 
-    value = getattr(import_module(f".{_HOME[name]}", __name__), name)
-    globals()[name] = value
-    return value
-
+__getattr__ = lazy_names(__name__, globals(), _HOME)
 
 __all__ = ["Analysis", "CallPathGraph", "CallPaths", "CaptureData", "analyze", "analyze_data",
            "build_call_paths", "load_capture"]

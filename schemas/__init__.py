@@ -13,15 +13,9 @@ _HOME = {
 }
 
 
-def __getattr__(name: str) -> object:
-    if name not in _HOME:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
+from .lazy import lazy_names
 
-    value = getattr(import_module(f".{_HOME[name]}", __name__), name)
-    globals()[name] = value
-    return value
-
+__getattr__ = lazy_names(__name__, globals(), _HOME)
 
 __all__ = [
     "CALL_KINDS", "COPY_KINDS", "FRAME_KINDS", "GPU_KINDS", "SCHEMA_VERSION", "TABLES",
