@@ -628,7 +628,9 @@ class _Base:
         # Group maxima: shifted where no member was edited, recomputed where one was.
         dirty = np.zeros(len(self.g_val), bool)
         if len(q):
-            c = np.concatenate([[0], np.cumsum(edited & ((y != 0) | gone))])
+            mark = np.zeros(n_ops, np.int64)
+            mark[q] = 1
+            c = np.concatenate([[0], np.cumsum(mark)])
             dirty |= c[self.g_hi_op + 1] > c[self.g_lo_op]
         if len(e_pos):
             mark = np.zeros(n, np.int64)
@@ -639,11 +641,10 @@ class _Base:
         val = self.g_val.copy()
         if d_start is not None or d_incl is not None:
             clean = ~dirty
-            shift = -excl(self.g_op)
+            shift = np.zeros(len(val), np.int64) - excl(self.g_op)
             if d_start is not None:
-                shift = shift + np.where(self.g_call_pos >= 0,
-                                         d_start[np.maximum(self.g_call_pos, 0)], 0)
-            val[clean] += shift[clean] if not np.isscalar(shift) else shift
+                shift += np.where(self.g_call_pos >= 0, d_start[np.maximum(self.g_call_pos, 0)], 0)
+            val[clean] += shift[clean]
         redo = np.nonzero(dirty)[0]
         if len(redo):
             lens = self.member_end[redo] - self.member_start[redo]
