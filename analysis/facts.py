@@ -52,8 +52,19 @@ def take(df: pl.DataFrame, idx: pl.Series) -> pl.DataFrame:
     return pl.DataFrame([df[c].gather(idx) for c in df.columns]) if df.width else df
 
 
-def blocking(api: pl.Expr, kind: pl.Expr, src_mem: pl.Expr, dst_mem: pl.Expr) -> pl.Expr:
-    """Whether a call blocks its CPU thread until the GPU has done (some of) its queued work.
+def api_blocks(api: pl.Series) -> pl.Series:
+    """:func:`zym.schemas.apis.is_blocking_api` of each call's API name (null where none),
+    matched once per distinct name: the names are few, the calls millions."""
+    names = pl.DataFrame({"api": api.unique().drop_nulls()})
+    table = names.with_columns(is_blocking_api(pl.col("api").cast(pl.String)).alias("blocks"))
+    return (pl.DataFrame({"api": api}).join(table, on="api", how="left", maintain_order="left")
+            ["blocks"])
+
+
+def blocking(blocks_api: pl.Expr, kind: pl.Expr, src_mem: pl.Expr, dst_mem: pl.Expr
+             ) -> pl.Expr:
+    """Whether a call blocks its CPU thread until the GPU has done (some of) its queued work
+    (``blocks_api``: :func:`api_blocks` of its API name).
 
     Syncs; synchronous copies and memsets (no ``Async`` in the name); and async copies that
     touch pageable host memory, which the driver stages synchronously (CUDA Runtime API,
@@ -62,7 +73,7 @@ def blocking(api: pl.Expr, kind: pl.Expr, src_mem: pl.Expr, dst_mem: pl.Expr) ->
     """
     pageable = (src_mem == "pageable") | (dst_mem == "pageable")
     unknown = src_mem.is_null() & dst_mem.is_null()
-    return (is_blocking_api(api) | (kind == "sync")
+    return (blocks_api | (kind == "sync")
             | ((kind == "copy") & (pageable | unknown))).fill_null(False)
 
 
@@ -118,7 +129,7 @@ class Facts:
             g["src_mem"].gather(at).alias("src_mem"), g["dst_mem"].gather(at).alias("dst_mem"),
             pl.coalesce(g["size_bytes"].gather(at), pl.col("size_bytes")).alias("bytes"),
             g["dur_ns"].gather(at).alias("own_gpu_ns"), g["end_ns"].gather(at).alias("own_end_ns"))
-        return calls.with_columns(blocking(pl.col("api").cast(pl.String), pl.col("kind"),
+        return calls.with_columns(blocking(pl.lit(api_blocks(calls["api"])), pl.col("kind"),
                                            pl.col("src_mem"), pl.col("dst_mem")).alias("blocking"))
 
     @cached_property

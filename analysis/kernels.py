@@ -15,7 +15,6 @@ and rules refine with them where present).
 from __future__ import annotations
 
 from functools import lru_cache
-from importlib import resources
 
 import polars as pl
 
@@ -28,10 +27,9 @@ PRECISIONS = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
 @lru_cache(maxsize=1)
 def kernel_rules() -> tuple[dict, ...]:
     """The classification rules, in order (``kernel_classes.yaml``)."""
-    import yaml
+    from .bundled import bundled_yaml
 
-    text = resources.files("zym.analysis").joinpath("kernel_classes.yaml").read_text("utf-8")
-    rules = tuple(yaml.safe_load(text)["kernels"])
+    rules = tuple(bundled_yaml("kernel_classes.yaml")["kernels"])
     for r in rules:
         unknown = set(r) - {"match", *FIELDS}
         if unknown or r.get("op_class", OP_CLASSES[0]) not in OP_CLASSES \

@@ -1,42 +1,51 @@
 """Matmul facts from the input shapes a producer recorded (Kineto ``record_shapes``): FLOPs,
 arithmetic intensity and 8-alignment per matmul-family call. Runs on the calls of matmul-family
-ops only, never per event.
+ops only, never per event. ``MATMUL_OPS`` is importable without polars: `zym capture --shapes`
+tells the target which operators to record from it (on GPU hosts that lack polars too).
 """
 from __future__ import annotations
 
-import polars as pl
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import polars
 
 # Ops whose inputs are (bias?, A, B): aten::_addmm_activation is addmm fused with GELU/ReLU
 # (nn.Linear followed by an activation under inference mode).
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_addmm_activation")
-_BIAS_FIRST = ["aten::addmm", "aten::baddbmm", "aten::_addmm_activation"]
-_SHAPES = pl.List(pl.List(pl.Int64))
 _ELEMENT_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "half": 2,
                   "bfloat16": 2, "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1}
 
 
-def dtype_expr() -> pl.Expr:
+def dtype_expr() -> polars.Expr:
+    import polars as pl
+
     return pl.col("op_dtypes").str.extract(r'^\[\s*"([^"]*)"', 1).alias("dtype")
 
 
-def with_flops(calls: pl.DataFrame) -> pl.DataFrame:
+def with_flops(calls: polars.DataFrame) -> polars.DataFrame:
     """FLOPs, intensity and 8-alignment of matmul-family calls from their input shapes.
 
     ``mm [M,K]x[K,N]``, ``addmm (bias, [M,K], [K,N])``, ``bmm [B,M,K]x[B,K,N]``: 2*M*N*K
     (*B). Intensity: FLOPs per byte of both inputs and the output. Unparsable shapes: null.
     """
+    import polars as pl
+
     nulls = [pl.lit(None, pl.Int64).alias("flops"), pl.lit(None, pl.Boolean).alias("dims_aligned8"),
              pl.lit(None, pl.Float64).alias("intensity")]
     if calls.height == 0:
         return calls.with_columns(nulls)
     try:
-        mm = calls.with_columns(pl.col("op_shapes").str.json_decode(_SHAPES).alias("_s"),
-                                dtype_expr())
+        mm = calls.with_columns(
+            pl.col("op_shapes").str.json_decode(pl.List(pl.List(pl.Int64))).alias("_s"),
+            dtype_expr())
     except pl.exceptions.PolarsError:  # shapes of an unexpected form: FLOPs stay unknown
         return calls.with_columns(nulls)
-    a_idx = pl.when(pl.col("torch_op").is_in(_BIAS_FIRST)).then(1).otherwise(0)
-    mm = mm.with_columns(pl.col("_s").list.get(a_idx, null_on_oob=True).alias("_a"),
-                         pl.col("_s").list.get(a_idx + 1, null_on_oob=True).alias("_b"))
+    # A and B: the last two inputs with dimensions, whatever comes before them (a bias for
+    # addmm/baddbmm/_addmm_activation) or after (beta, alpha: scalars, shape [])
+    operands = pl.col("_s").list.eval(pl.element().filter(pl.element().list.len() > 0))
+    mm = mm.with_columns(operands.list.get(-2, null_on_oob=True).alias("_a"),
+                         operands.list.get(-1, null_on_oob=True).alias("_b"))
     batch = pl.when(pl.col("_a").list.len() == 3).then(pl.col("_a").list.get(0, null_on_oob=True)
                                                        ).otherwise(1)
     m_, k_ = (pl.col("_a").list.reverse().list.get(i, null_on_oob=True) for i in (1, 0))

@@ -398,6 +398,11 @@ class Relations:
             self._objects[name] = build()
         return self._objects[name]
 
+    def shared(self, name: str, build):
+        """``build()`` once per analysis: what every finding's fix model reads alike (the
+        capture's typical async copy call, its host link's bandwidth)."""
+        return self._once_obj(f"shared:{name}", build)
+
     def _build_gaps(self, want: set[str], wheres: list[dict] | None = None) -> pl.DataFrame:
         gaps = self.facts.gaps.with_row_index("gap_idx").with_columns(
             pl.col("gap_idx").cast(pl.Int64))

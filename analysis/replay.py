@@ -91,25 +91,26 @@ class Fix:
             return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
         def smallest(keys: str, values: str) -> tuple[np.ndarray, np.ndarray]:
+            """Each key once, in order, with its smallest value. A stable sort of the keys
+            alone: fixes are sorted runs, which it merges in linear time."""
             k, v = cat(keys), cat(values)
             if not len(k):
                 return k, v
-            order = np.lexsort((v, k))
-            k, v = k[order], v[order]
-            first = np.ones(len(k), bool)
-            first[1:] = k[1:] != k[:-1]
-            return k[first], v[first]
+            order = np.argsort(k, kind="stable")
+            k = k[order]
+            first = np.flatnonzero(_starts(k))
+            return k[first], np.fmin.reduceat(v[order], first)
 
         cost_calls, cost_ns = smallest("cost_calls", "cost_ns")
         gap_calls, gap_ns = smallest("gap_calls", "gap_ns")
         gpu_ops, gpu_dur = smallest("gpu_ops", "gpu_dur_ns")
         graphs = [f for f in fixes if len(f.graph_first)]
-        return Fix(remove_calls=np.unique(cat("remove_calls")),
-                   unblock_calls=np.unique(cat("unblock_calls")), cost_calls=cost_calls,
+        return Fix(remove_calls=sorted_unique(cat("remove_calls")),
+                   unblock_calls=sorted_unique(cat("unblock_calls")), cost_calls=cost_calls,
                    cost_ns=cost_ns, gap_calls=gap_calls, gap_ns=gap_ns, gpu_ops=gpu_ops,
                    gpu_dur_ns=gpu_dur, graph_first=cat("graph_first"),
                    graph_last=cat("graph_last"),
-                   graph_launch_ns=max((f.graph_launch_ns for f in graphs), default=0),
+                   graph_launch_ns=cat("graph_launch_ns"),   # one per segment, as graph_first
                    graph_node_ns=max((f.graph_node_ns for f in graphs), default=0),
                    describe="; ".join(f.describe for f in fixes if f.describe))
 
@@ -132,8 +133,8 @@ class Timeline:
     def __init__(self, facts: Facts, overhead_ns: int | np.ndarray = 0) -> None:
         self.facts = facts
         calls = facts.calls
-        self.overhead_ns = np.clip(np.broadcast_to(np.asarray(overhead_ns, np.int64),
-                                                   (calls.height,)), 0, None)
+        oh = np.broadcast_to(np.asarray(overhead_ns, np.int64), (calls.height,))
+        self.overhead_ns = np.clip(oh, 0, None) if oh.size and oh.min() < 0 else oh
         self.n_calls = calls.height
         self.w0, self.w1 = facts.window
         self._build_gpu(facts.gpu.filter("work"), calls, facts.gpu.height)
@@ -177,7 +178,8 @@ class Timeline:
              + pl.col("stream_id").fill_null(0).cast(pl.Int64)).alias("stream"),
             pl.col("call_idx").fill_null(-1),
             pl.coalesce(launch_ts, pl.col("ts_ns")).alias("launch_ts"),
-        ).sort("stream", "ts_ns", "gpu_idx")
+        )
+        g = g[_stream_order(g)]
         start = g["ts_ns"].to_numpy()
         end = g["end_ns"].to_numpy()
         stream = g["stream"].to_numpy()
@@ -195,31 +197,36 @@ class Timeline:
         lat = np.where(by_launch, lat_obs, np.minimum(lat_obs, self.launch_latency_ns))
         gap = np.where(by_stream, gap_obs,
                        np.where(first, 0, np.minimum(gap_obs, self.queue_gap_ns)))
-        self.op_gpu_idx = g["gpu_idx"].to_numpy()
-        self.op_stream = stream
+        op_gpu_idx = g["gpu_idx"].to_numpy()
         self.op_call = g["call_idx"].to_numpy()
         self.op_dur = g["dur_ns"].to_numpy().astype(np.int64)
         self.op_start = start
         self.op_lat = np.where(launched, lat, 0).astype(np.int64)
         self.op_gap = gap.astype(np.int64)
         self.op_launch = g["launch_ts"].to_numpy()
-        streams, self.op_sid = np.unique(self.op_stream, return_inverse=True)
-        self.n_streams = len(streams)
+        # Streams are few and the operations sorted by stream: ids by counting the changes.
+        self.op_sid = np.cumsum(_starts(stream)) - 1
+        self.n_streams = int(self.op_sid[-1]) + 1 if len(stream) else 0
         # position of each gpu_idx in stream order
         self.pos_of_gpu = np.full(n_gpu, -1, np.int64)  # by gpu_idx; -1: not work
-        self.pos_of_gpu[self.op_gpu_idx] = np.arange(len(self.op_gpu_idx))
+        self.pos_of_gpu[op_gpu_idx] = np.arange(len(op_gpu_idx))
 
     def _build_calls(self, calls: pl.DataFrame) -> None:
         """Per call: its thread, gap, intrinsic cost, and whether (and for what) it waits."""
         c = calls.select("call_idx", "_thread", "ts_ns", "dur_ns", "end_ns", "kind", "blocking",
                          "own_end_ns")
-        self.call_thread = c["_thread"].to_numpy()
+        thread = c["_thread"].to_numpy()
         self.call_ts = c["ts_ns"].to_numpy()
-        self.call_dur = c["dur_ns"].to_numpy().astype(np.int64)
+        dur = c["dur_ns"].to_numpy().astype(np.int64)
         end = c["end_ns"].to_numpy()
-        order = np.lexsort((self.call_ts, self.call_thread))  # per thread, in time order
+        # Per thread, in time order: the calls are in time order already (``Facts.calls``), so
+        # a stable sort by thread alone is the (thread, time) order.
+        if len(self.call_ts) < 2 or bool((self.call_ts[1:] >= self.call_ts[:-1]).all()):
+            order = np.argsort(thread, kind="stable")
+        else:
+            order = np.lexsort((self.call_ts, thread))
         self.order = order
-        t_sorted = self.call_thread[order]
+        t_sorted = thread[order]
         first = np.ones(len(order), bool)
         first[1:] = t_sorted[1:] != t_sorted[:-1]
         self.first_of_thread = first
@@ -243,10 +250,8 @@ class Timeline:
         self.waits_own = self.waits & has_own
         g_all = self._completed_before(self.call_ts)
         awaited = np.where(self.waits_own, own_end, g_all)
-        wait_obs = np.where(self.waits, np.clip(awaited - self.call_ts, 0, self.call_dur), 0)
-        self.wait_obs = wait_obs
-        self.intrinsic = self.call_dur - wait_obs
-        self.blocked_ns = np.where(blocking, self.call_dur, 0)
+        wait_obs = np.where(self.waits, np.clip(awaited - self.call_ts, 0, dur), 0)
+        self.intrinsic = dur - wait_obs
 
     def _completed_before(self, ts: np.ndarray) -> np.ndarray:
         """For each time, the latest end among GPU operations launched before it (observed)."""
@@ -262,7 +267,11 @@ class Timeline:
 
     @cached_property
     def baseline(self) -> Outcome:
-        return self.replay(Fix())
+        """The unfixed replay: the incremental state's, once fixes have been replayed from it;
+        else one whole replay that keeps no state (all that ``--no-rules`` needs)."""
+        if "_base" in self.__dict__:
+            return self._base.outcome
+        return self.replay(Fix(), incremental=False)
 
     @property
     def fidelity(self) -> dict:
@@ -290,7 +299,8 @@ class Timeline:
         """Nanoseconds the window would end sooner with ``fix`` applied (never negative)."""
         if fix.is_empty():
             return 0
-        return max(self.baseline.end_ns - self.replay(fix).end_ns, 0)
+        fixed = self.replay(fix)  # first: it builds the state the baseline then comes from
+        return max(self.baseline.end_ns - fixed.end_ns, 0)
 
     def replay(self, fix: Fix, deflate: bool = True, incremental: bool = True) -> Outcome:
         """The window replayed with ``fix`` (``deflate``: without the recording's own cost).
@@ -529,16 +539,13 @@ class _Base:
         g_rank, self.g_stream, self.g_fixed, self.g_val, _ = k["groups"]
         self.g_rank = g_rank
         n, n_ops = tl.n_calls, len(tl.op_dur)
-        # Calls: position in thread order, and where the thread's run starts.
+        # Calls: position in thread order; each thread's last call.
         self.pos = np.empty(n, np.int64)
         self.pos[tl.order] = np.arange(n)
-        head = np.maximum.accumulate(np.where(tl.first_of_thread, np.arange(n), 0))
-        self.thread_first_by_pos = head
         self.last_calls = tl.order[np.nonzero(np.append(tl.first_of_thread[1:], True))[0]]
         self.last_thread = (np.cumsum(tl.first_of_thread) - 1)[self.pos[self.last_calls]]
         # Operations (stream positions): where their stream starts; each stream's last.
         starts = _starts(tl.op_sid)
-        self.stream_first = np.maximum.accumulate(np.where(starts, np.arange(n_ops), 0))
         self.last_ops = np.nonzero(np.append(starts[1:], True))[0] if n_ops else starts
         self.launched = k["launched"]
         self.anchored = np.nonzero(~self.launched)[0]
@@ -566,46 +573,95 @@ class _Base:
         self.row_of_epoch = np.full(n_epochs, -1, np.int64)
         ends = self.epoch_wait >= 0
         self.row_of_epoch[ends] = np.searchsorted(self.wait_idx, self.epoch_wait[ends])
-        self.at, _ = tl._awaited_positions(self.wait_idx)
+        at, _ = tl._awaited_positions(self.wait_idx)
         own_ok = self.own_pos >= 0
-        self.own_sid = np.where(own_ok, tl.op_sid[np.maximum(self.own_pos, 0)], -1)
+        self.own_sid = (np.where(own_ok, tl.op_sid[np.maximum(self.own_pos, 0)], -1)
+                        if len(tl.op_sid) else np.full(len(self.own_pos), -1, np.int64))
+        # What a replay moves by its edits, unfixed: per waiting call, the stream sums it
+        # waits for (``s_at``, -1: none on that stream; ``own_prefix``) and its start.
+        self.at_has = at >= 0
+        self.at_0 = np.maximum(at, 0)
+        self.s_at = np.full(at.shape, -1, np.int64)
+        self.s_at[self.at_has] = self.s_incl[at[self.at_has]]
+        self.own_prefix = np.zeros(len(self.own_pos), np.int64)
+        self.own_prefix[own_ok] = self.s_incl[self.own_pos[own_ok]]
+        self.wait_pos = self.pos[self.wait_idx]
+        self.wait_start = self.start_nowait[self.wait_idx]
+        self.g_has_call = self.g_call_pos >= 0
+        self.g_call_pos_0 = np.maximum(self.g_call_pos, 0)
+        # Threads (calls by thread position) and streams (operations by stream position):
+        # where each run starts, and its length.
+        self.thread_heads = np.flatnonzero(tl.first_of_thread)
+        self.thread_lens = np.diff(np.append(self.thread_heads, n))
+        self.stream_heads = np.flatnonzero(starts)
+        self.stream_lens = np.diff(np.append(self.stream_heads, n_ops))
+
+    def edits(self, tl: Timeline, fix: Fix) -> _Edits:
+        """What ``fix`` changes, at the calls and operations it names only (``Timeline._edit``
+        applies the same edits, in the same order, to copies of every array)."""
+        e = sorted_unique(fix.gap_calls, fix.cost_calls, fix.remove_calls).astype(np.int64)
+        gap, cost = self.gap[e], self.cost[e]
+        if len(fix.gap_calls):
+            _min_at(gap, np.searchsorted(e, fix.gap_calls), fix.gap_ns)
+        if len(fix.cost_calls):
+            _min_at(cost, np.searchsorted(e, fix.cost_calls), fix.cost_ns)
+        surv = np.ones(len(self.wait_idx), bool)  # the waiting calls that still wait
+        for calls in (fix.unblock_calls, fix.remove_calls):
+            if len(calls) and len(self.wait_idx):
+                k = np.minimum(np.searchsorted(self.wait_idx, calls), len(self.wait_idx) - 1)
+                surv[k[self.wait_idx[k] == calls]] = False
+        n_ops = len(tl.op_dur)
+        gone = np.zeros(n_ops, bool)
+        gone_ops = np.zeros(0, np.int64)
+        if len(fix.remove_calls):
+            cost[np.searchsorted(e, fix.remove_calls)] = 0
+            removed = np.zeros(tl.n_calls + 1, bool)  # the last: no call (-1)
+            removed[fix.remove_calls] = True
+            gone = removed[tl.op_call]
+            gone_ops = np.flatnonzero(gone)
+        pos = tl.pos_of_gpu[fix.gpu_ops] if len(fix.gpu_ops) else np.zeros(0, np.int64)
+        ok = pos >= 0
+        q = sorted_unique(gone_ops, pos[ok])
+        dur = tl.op_dur[q]
+        dur[np.searchsorted(q, gone_ops)] = 0
+        if ok.any():
+            _min_at(dur, np.searchsorted(q, pos[ok]), fix.gpu_dur_ns[ok])
+        span = np.where(gone[q], 0, tl.op_gap[q]) + dur
+        return _Edits(e, gap, cost, surv, gone, q, span)
 
     def replay(self, tl: Timeline, fix: Fix) -> Outcome:
         if fix.is_empty():
             return self.outcome
-        gap, cost, waits, op_dur, _, op_gap, _, gone = tl._edit(fix, deflate=True)
+        ed = self.edits(tl, fix)
         neg = -(1 << 62)
-        n, n_ops = tl.n_calls, len(op_dur)
+        n, n_ops = tl.n_calls, len(tl.op_dur)
+        gone = ed.gone
         # Edited calls: each moves the start of the later calls of its thread by its change of
         # gap + cost, and its own start by its change of gap. ``d_start``: by thread position.
-        e = np.unique(np.concatenate([fix.gap_calls, fix.cost_calls, fix.remove_calls])
-                      ).astype(np.int64)
-        d_step = (gap + cost)[e] - (self.gap + self.cost)[e]
-        d_own = gap[e] - self.gap[e]
+        e = ed.calls
+        d_step = (ed.gap + ed.cost) - (self.gap[e] + self.cost[e])
+        d_own = ed.gap - self.gap[e]
         e_pos = self.pos[e[(d_step != 0) | (d_own != 0)]]
         d_start = None
         if len(e_pos):
+            p = self.pos[e]
             x = np.zeros(n, np.int64)
-            x[self.pos[e]] = d_step
-            before = np.cumsum(x) - x
-            d_start = before - before[self.thread_first_by_pos]
-            d_start[self.pos[e]] += d_own
+            x[p] = d_step
+            d_start = np.cumsum(x)
+            d_start -= x
+            _from_heads(d_start, self.thread_heads, self.thread_lens)
+            d_start[p] += d_own
         # Edited operations: each moves its stream's sums from itself on by its change of span.
-        span = op_gap + op_dur
-        edited = gone.copy()
-        if len(fix.gpu_ops):
-            p = tl.pos_of_gpu[fix.gpu_ops]
-            edited[p[p >= 0]] = True
-        q = np.nonzero(edited)[0]
-        d_span = span[q] - self.span[q]
-        q = q[(d_span != 0) | gone[q]]
-        d_incl = None  # by stream position: the change of the stream's sum up to and with it
+        q = ed.ops
+        d_span = ed.span - self.span[q]
+        keep = (d_span != 0) | gone[q]
+        q, d_span = q[keep], d_span[keep]
+        d_incl = y = None  # by stream position: the change of the stream's sum up to and with it
         if len(q):
             y = np.zeros(n_ops, np.int64)
-            y[q] = span[q] - self.span[q]
-            cy = np.cumsum(y)
-            d_incl = cy - (cy - y)[self.stream_first]
-            d_excl = d_incl - y
+            y[q] = d_span
+            d_incl = np.cumsum(y)
+            _from_heads(d_incl, self.stream_heads, self.stream_lens, y)
 
         def at_call(pos: np.ndarray) -> np.ndarray | int:
             return d_start[pos] if d_start is not None else 0
@@ -614,7 +670,7 @@ class _Base:
             return d_incl[ops] if d_incl is not None else 0
 
         def excl(ops: np.ndarray) -> np.ndarray | int:
-            return d_excl[ops] if d_incl is not None else 0
+            return d_incl[ops] - y[ops] if d_incl is not None else 0
 
         def contrib(ops: np.ndarray) -> np.ndarray:
             """Exact contributions of ``ops`` (stream positions) under the fix."""
@@ -623,28 +679,23 @@ class _Base:
             ready = np.where(lau, self.start_nowait[call] + at_call(self.pos[call])
                              + tl.op_lat[ops], tl.op_start[ops] - tl.w0)
             s_before = self.s_incl[ops] + excl(ops) - self.span[ops]
-            return np.where(gone[ops], neg, ready - op_gap[ops] - s_before)
+            # a gone operation's own gap is 0 (``Timeline._edit``), but it contributes nothing
+            return np.where(gone[ops], neg, ready - tl.op_gap[ops] - s_before)
 
         # Group maxima: shifted where no member was edited, recomputed where one was.
         dirty = np.zeros(len(self.g_val), bool)
         if len(q):
-            mark = np.zeros(n_ops, np.int64)
-            mark[q] = 1
-            c = np.concatenate([[0], np.cumsum(mark)])
-            dirty |= c[self.g_hi_op + 1] > c[self.g_lo_op]
+            dirty |= _any_marked(q, n_ops, self.g_lo_op, self.g_hi_op)
         if len(e_pos):
-            mark = np.zeros(n, np.int64)
-            mark[e_pos] = 1
-            c = np.concatenate([[0], np.cumsum(mark)])
             lau = self.g_lo_call >= 0
-            dirty[lau] |= c[self.g_hi_call[lau] + 1] > c[self.g_lo_call[lau]]
-        val = self.g_val.copy()
-        if d_start is not None or d_incl is not None:
-            clean = ~dirty
-            shift = np.zeros(len(val), np.int64) - excl(self.g_op)
+            dirty[lau] |= _any_marked(e_pos, n, self.g_lo_call[lau], self.g_hi_call[lau])
+        val = self.g_val
+        if d_start is not None or d_incl is not None:  # dirty groups are recomputed below
+            val = val - excl(self.g_op)
             if d_start is not None:
-                shift += np.where(self.g_call_pos >= 0, d_start[np.maximum(self.g_call_pos, 0)], 0)
-            val[clean] += shift[clean]
+                val += np.where(self.g_has_call, d_start[self.g_call_pos_0], 0)
+        else:
+            val = val.copy()
         redo = np.nonzero(dirty)[0]
         if len(redo):
             lens = self.member_end[redo] - self.member_start[redo]
@@ -653,12 +704,11 @@ class _Base:
             val[redo] = np.maximum.reduceat(contrib(self.members[idx]), offs)
 
         # Epochs: where a wait went, its epoch and the next one of its thread are one.
-        surv = waits[self.wait_idx]
+        surv = ed.surv
         if surv.all():
             epoch_order, thread_of_epoch = self.epoch_order, self.thread_of_epoch
             row_of_epoch, wait_rows = self.row_of_epoch, slice(None)
             g_rank, g_stream, g_fixed = self.g_rank, self.g_stream, self.g_fixed
-            wait_idx = self.wait_idx
         else:
             ew = self.epoch_wait
             sw = np.zeros(len(ew), bool)
@@ -692,24 +742,30 @@ class _Base:
                 np.concatenate(r), np.concatenate(st), np.concatenate(fx), np.concatenate(vv),
                 n_new, tl.n_streams)
             wait_rows = surv
-            wait_idx = self.wait_idx[surv]
 
-        at = self.at[wait_rows].reshape(-1)
-        has = at >= 0
-        s_at = np.full(len(at), -1, np.int64)
-        s_at[has] = self.s_incl[at[has]] + incl(at[has])
-        own_pos = self.own_pos[wait_rows]
+        s_at = self.s_at[wait_rows]
+        if d_incl is not None:
+            s_at = np.where(self.at_has[wait_rows], s_at + d_incl[self.at_0[wait_rows]], s_at)
+        s_at = s_at.reshape(-1)
         own_sid = self.own_sid[wait_rows]
-        own_ok = own_pos >= 0
-        own_prefix = np.zeros(len(own_pos), np.int64)
-        own_prefix[own_ok] = self.s_incl[own_pos[own_ok]] + incl(own_pos[own_ok])
-        wait_start = self.start_nowait[wait_idx] + at_call(self.pos[wait_idx])
+        own_prefix = self.own_prefix[wait_rows]
+        if d_incl is not None:
+            own_prefix = np.where(own_sid >= 0, own_prefix
+                                  + d_incl[np.maximum(self.own_pos[wait_rows], 0)], 0)
+        wait_start = self.wait_start[wait_rows]
+        if d_start is not None:
+            wait_start = wait_start + d_start[self.wait_pos[wait_rows]]
         args = (epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream, g_fixed, val,
                 wait_start, own_sid, own_prefix, s_at,
                 np.zeros(max(self.n_threads, 1), np.int64), np.full(tl.n_streams, neg, np.int64))
         d, r_end = _run_epochs(args)
         last = self.last_calls
-        cpu_end = max(neg, int((self.start_nowait[last] + at_call(self.pos[last]) + cost[last]
+        cost_last = self.cost[last].copy()
+        k = np.searchsorted(e, last)
+        hit = k < len(e)
+        hit[hit] = e[k[hit]] == last[hit]
+        cost_last[hit] = ed.cost[k[hit]]
+        cpu_end = max(neg, int((self.start_nowait[last] + at_call(self.pos[last]) + cost_last
                                 + d[self.last_thread]).max()))
         gpu_end = neg
         if len(self.last_ops):
@@ -718,6 +774,49 @@ class _Base:
         end = max(cpu_end, gpu_end)
         return Outcome(end_ns=tl.w0 + end, cpu_end_ns=tl.w0 + cpu_end,
                        gpu_end_ns=tl.w0 + gpu_end)
+
+
+@dataclass
+class _Edits:
+    """A fix's edits, sparse (:meth:`_Base.edits`): the calls whose gap, cost or removal it
+    edits (sorted) with their new gap and cost; which waiting calls still wait (by row of
+    ``_Base.wait_idx``); the operations gone with their calls (a mask by stream position);
+    the operations whose span (queue gap + duration) it may change (sorted), with the new
+    span."""
+
+    calls: np.ndarray
+    gap: np.ndarray
+    cost: np.ndarray
+    surv: np.ndarray
+    gone: np.ndarray
+    ops: np.ndarray
+    span: np.ndarray
+
+
+def _min_at(values: np.ndarray, at: np.ndarray, new: np.ndarray) -> None:
+    """``values[at] = min(values[at], new)`` in place; of repeated positions the last holds,
+    as in ``Timeline._edit``'s fancy assignment."""
+    values[at] = np.minimum(values[at], new)
+
+
+def _from_heads(a: np.ndarray, heads: np.ndarray, lens: np.ndarray,
+                y: np.ndarray | None = None) -> None:
+    """Turn a running sum ``a`` into a running sum per segment, in place: subtract from each
+    segment (``heads``: first positions, ``lens``: lengths, consecutive) what ``a`` held
+    before its head (``a - y`` there, or ``a`` itself where ``a`` is already exclusive)."""
+    base = a[heads] - (y[heads] if y is not None else 0)
+    if len(heads) == 1:
+        a -= base[0]
+    elif len(heads):
+        a -= np.repeat(base, lens)
+
+
+def _any_marked(marked: np.ndarray, n: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per range ``[lo, hi]`` of positions (``0..n-1``): whether any of ``marked`` lies in it."""
+    c = np.zeros(n + 1, np.int32)
+    c[marked + 1] = 1
+    np.cumsum(c, dtype=np.int32, out=c)
+    return c[hi + 1] > c[lo]
 
 
 def events_in_gaps(calls: pl.DataFrame, spans: pl.DataFrame | None) -> np.ndarray:
@@ -807,6 +906,26 @@ def _compiled_epochs():
     return numba.njit(cache=True, nogil=True)(_epochs)
 
 
+def _stream_order(g: pl.DataFrame) -> np.ndarray | pl.Series:
+    """Rows of ``g`` by (stream, ts_ns, gpu_idx): numpy's lexsort of the three int64 keys,
+    ~6x faster than polars' multi-key sort here (which stays for keys with nulls)."""
+    keys = [g[c] for c in ("gpu_idx", "ts_ns", "stream")]
+    if any(k.null_count() for k in keys):
+        return g.with_row_index("_r").sort("stream", "ts_ns", "gpu_idx")["_r"]
+    return np.lexsort([k.to_numpy() for k in keys])
+
+
+def sorted_unique(*parts: np.ndarray) -> np.ndarray:
+    """``np.unique`` of ``parts`` together (integers): a stable sort, which merges the sorted
+    runs that fixes are made of in linear time (numpy's hashed ``unique`` was ~50x slower on
+    them), then the first of each value."""
+    x = np.concatenate(parts) if len(parts) != 1 else np.asarray(parts[0])
+    if len(x) and (len(x) == 1 or bool((x[1:] > x[:-1]).all())):
+        return x.copy()
+    x = np.sort(x, kind="stable")
+    return x[_starts(x)]
+
+
 def _starts(keys: np.ndarray) -> np.ndarray:
     first = np.ones(len(keys), bool)
     first[1:] = keys[1:] != keys[:-1]
@@ -814,11 +933,15 @@ def _starts(keys: np.ndarray) -> np.ndarray:
 
 
 def _segmented_cumsum(x: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """Running sum of ``x`` restarting where ``first`` is set (and at 0)."""
     if not len(x):
         return x.astype(np.int64)
     c = np.cumsum(x, dtype=np.int64)
-    head = np.maximum.accumulate(np.where(first, np.arange(len(x)), 0))
-    return c - (c - x)[head]
+    heads = np.flatnonzero(first)
+    if not len(heads) or heads[0] != 0:
+        heads = np.concatenate([[0], heads])
+    _from_heads(c, heads, np.diff(np.append(heads, len(x))), x)
+    return c
 
 
 def _segmented_exclusive_cumsum(x: np.ndarray, first: np.ndarray) -> np.ndarray:

@@ -11,7 +11,6 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -240,10 +239,9 @@ class Analysis:
 
 @functools.cache
 def _cupti_costs() -> dict:
-    import yaml
+    from .bundled import bundled_yaml
 
-    text = resources.files("zym.analysis").joinpath("capture_costs.yaml").read_text("utf-8")
-    return yaml.safe_load(text)["cupti"]
+    return bundled_yaml("capture_costs.yaml")["cupti"]
 
 
 def capture_cost(meta) -> dict:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from importlib import resources
 
 import numpy as np
 
@@ -30,18 +29,17 @@ MEASURED = ("fp32", "tf32", "fp16", "bf16")
 
 @lru_cache(maxsize=1)
 def _peaks() -> tuple[list[dict], str]:
-    import yaml
+    from .bundled import bundled_yaml
 
-    doc = yaml.safe_load(resources.files("zym.analysis").joinpath("gpus.yaml").read_text("utf-8"))
+    doc = bundled_yaml("gpus.yaml")
     return doc["gpus"], doc["default"]
 
 
 @lru_cache(maxsize=1)
 def _measured() -> list[dict]:
-    import yaml
+    from .bundled import bundled_yaml
 
-    text = resources.files("zym.analysis").joinpath("gemm_rates.yaml").read_text("utf-8")
-    return yaml.safe_load(text)["gpus"]
+    return bundled_yaml("gemm_rates.yaml")["gpus"]
 
 
 def gpu_spec(name: str | None) -> tuple[dict, bool]:

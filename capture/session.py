@@ -78,6 +78,9 @@ class CaptureConfig:
     # NVTX ranges (the GPU side's agent, see capture/cupti/agent.py ready_nvtx): `zym capture`
     # turns it on for a program it starts (--no-nvtx: off).
     nvtx: bool = False
+    # Input shapes of torch's matmul-family operators (capture/cupti/opshapes_target.py): an
+    # in-process dispatch mode, opt-in (every operator then passes through Python).
+    shapes: bool = False
     # Continuous capture (capture/rotate.py): one file per this many seconds, the newest
     # ``keep`` kept, each labelled with ``labels``.
     rotate_s: float | None = None

@@ -1,18 +1,13 @@
 """`zym analyze FILE`: findings first (ranked by cost), then the call paths ranked by GPU time
-and by CPU time blocked."""
+and by CPU time blocked. The options are declared here; cli/bodies.py does the work (and
+cli/fast.py parses the common command lines without typer)."""
 from __future__ import annotations
 
-import json
-import sys
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
-
-from .errors import exit_on_error
-
-EXIT_FINDINGS = 1  # --fail-on matched: the report was printed, and CI should fail
 
 
 class Format(str, Enum):
@@ -65,65 +60,12 @@ def analyze(
 
     Example: zym analyze trace.parquet --what-if 1 --what-if batch@serve.py:87
     """
-    from zym.analysis import analyze as run_analysis
+    from . import bodies
 
-    from .progress import stage_progress
-
-    with exit_on_error():
-        if no_rules and fail_on is not FailOn.never:  # it could never fail: say so, not exit 0
-            from zym.schemas.errors import InputError
-
-            raise InputError(f"--fail-on {fail_on.value} needs the rules: drop --no-rules")
-        packs = None
-        if not no_rules:
-            from zym.rules import load_packs
-
-            packs = load_packs(rules or ())
-        if what_if and packs is None:
-            from zym.schemas.errors import InputError
-
-            raise InputError("--what-if needs the rules (finding numbers, fix models): drop "
-                             "--no-rules")
-        with stage_progress(progress) as say:
-            result = run_analysis(file, say, window)
-            findings = None
-            if packs is not None:
-                from zym.rules import evaluate
-
-                say("applying rules and replaying their fixes")
-                findings = evaluate(result, packs, disable or ())
-            replays = None
-            if what_if:
-                from zym.rules.whatif import what_if as replay
-
-                say("replaying --what-if")
-                replays = replay(result, findings, what_if)
-        from zym.analysis.export.summary import build_report
-
-        shown = top if top is not None or format is Format.json else 10
-        # Example events only for machines: people read the message, and it costs a join.
-        report = build_report(result, findings, shown, 5 if format is Format.json else 0,
-                              replays)
-    if format is Format.json:
-        json.dump(report, sys.stdout, indent=1)
-        sys.stdout.write("\n")
-    elif format is Format.markdown:
-        from .render import render_markdown
-
-        sys.stdout.write(render_markdown(report, shown))
-    else:
-        from .render import console_for_stdout, render_report
-
-        render_report(report, console_for_stdout(), shown)
-    if fail_on is not FailOn.never:
-        from zym.rules.model import SEVERITY_RANK
-
-        worst = [f for f in findings or [] if SEVERITY_RANK[f.severity]
-                 >= SEVERITY_RANK[fail_on.value]]
-        if worst:
-            print(f"zym: {len(worst)} finding(s) at or above {fail_on.value} "
-                  f"(--fail-on {fail_on.value})", file=sys.stderr)
-            raise typer.Exit(EXIT_FINDINGS)
+    code = bodies.analyze(file, format.value, top, window, what_if or (), rules or (),
+                          disable or (), no_rules, fail_on.value, progress)
+    if code:
+        raise typer.Exit(code)
 
 
 def register(app: typer.Typer) -> None:

@@ -61,6 +61,11 @@ def capture(
         "--nvtx/--no-nvtx", help="Record the program's NVTX ranges (torch.cuda.nvtx, emit_nvtx) "
         "as a stack layer and a Perfetto track: on for a program zym starts; a running process "
         "has them only when started by `zym run --nvtx`.", show_default=False)] = None,
+    shapes: Annotated[bool, typer.Option(
+        "--shapes", help="Record the input shapes of torch's matmuls, as torch.profiler's "
+        "record_shapes does, for the rules that size matmuls (FLOPs, alignment). torch's "
+        "matmul entry points are wrapped: microseconds per matmul call, for a diagnostic "
+        "capture (ZYM_SHAPES_SCOPE=all: every operator, through a dispatch mode).")] = False,
     keep_raw: Annotated[bool, typer.Option(
         "--keep-raw", help="Keep the raw Arrow streams next to the output.")] = False,
     print_bpf: Annotated[bool, typer.Option(
@@ -95,6 +100,13 @@ def capture(
         from zym.schemas.output import check_target
 
         command = list(ctx.args)
+        if shapes and (pid is not None or rotate is not None or not command):
+            from zym.schemas.errors import CaptureError
+
+            raise CaptureError("--shapes records a program zym starts (zym capture --shapes -- "
+                               "COMMAND), without --pid or --rotate: operators are seen from "
+                               "inside the program, from its start (a service started with "
+                               "`zym run --shapes` has them in every --pid capture)")
         if output is None:
             output = Path(f"zym-{pid if pid else Path(command[0]).name if command else 'capture'}.parquet")
         if rotate is not None or keep is not None or label:
@@ -108,7 +120,8 @@ def capture(
                                        duration=duration, sample=sample, runtime_api=runtime_api,
                                        keep_raw=keep_raw, force_return_probes=return_probes,
                                        max_overhead_pct=_percent(max_overhead), native=native,
-                                       nvtx=(pid is None) if nvtx is None else nvtx))
+                                       nvtx=(pid is None) if nvtx is None else nvtx,
+                                       shapes=shapes))
 
 
 def _rotate(rotate: str | None, keep: int | None, label: list[str] | None, cfg) -> None:

@@ -1,17 +1,13 @@
-"""`zym diff BEFORE AFTER`: what changed between two captures, per step, above noise."""
+"""`zym diff BEFORE AFTER`: what changed between two captures, per step, above noise. The
+options are declared here; cli/bodies.py does the work (and cli/fast.py parses the common
+command lines without typer)."""
 from __future__ import annotations
 
-import json
-import sys
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
-
-from .errors import EXIT_BAD_INPUT, exit_on_error
-
-EXIT_REGRESSION = 1  # --fail-on-regression: GPU or wall time per step got worse by more than PCT
 
 
 class Format(str, Enum):
@@ -76,44 +72,12 @@ def diff(
 
     Example: zym diff base-a.parquet fixed.parquet --repeat base-b.parquet
     """
-    from zym.analysis.export.diff import finish_diff, render_markdown, render_text, start_profile
+    from . import bodies
 
-    from .progress import stage_progress
-
-    args = {"window": window, "rules": not no_rules, "rule_paths": tuple(rules or ()),
-                "disabled": tuple(disable or ())}
-    with exit_on_error():
-        # The baseline goes to a forked child first, before the spinner starts a thread (each
-        # side loads the rule packs itself).
-        pending = start_profile(before, jobs, **args)
-        with stage_progress(progress) as say:
-            from zym.analysis.diff import HOST_FLOOR
-
-            floor = HOST_FLOOR if host_noise is None else host_noise / 100
-            result = finish_diff(pending, after, say, repeat, floor, **args)
-    shown = top if top is not None or format is Format.json else 10
-    d = result.to_dict(shown)
-    if format is Format.json:
-        json.dump(d, sys.stdout, indent=1)
-        sys.stdout.write("\n")
-    elif format is Format.markdown:
-        sys.stdout.write(render_markdown(d))
-    else:
-        sys.stdout.write(render_text(d))
-    if fail_on_regression is not None:
-        if d["per"] != "step":  # GPU time per second is a busy share, not a cost: no verdict
-            print("zym: error: --fail-on-regression compares per-step figures, and "
-                  f"{'BEFORE' if d['before']['unit'] != 'step' else 'AFTER'} has no repeated "
-                  "step (see --window)", file=sys.stderr)
-            raise typer.Exit(EXIT_BAD_INPUT)
-        worse = {m: pct for m, pct in d["regression_pct"].items()
-                 if pct is not None and pct > fail_on_regression}
-        if worse:
-            what = ", ".join(f"{'GPU time' if m == 'gpu_ns' else 'wall time'} +{pct:.1f}%"
-                             for m, pct in worse.items())
-            print(f"zym: regression per {d['per']}: {what} (--fail-on-regression "
-                  f"{fail_on_regression:g})", file=sys.stderr)
-            raise typer.Exit(EXIT_REGRESSION)
+    code = bodies.diff(before, after, format.value, top, window, fail_on_regression, repeat,
+                       host_noise, rules or (), disable or (), no_rules, jobs, progress)
+    if code:
+        raise typer.Exit(code)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,7 +1,9 @@
 """The `zym` console script. `zym` and `zym --help` are answered from cli/commands.py's table
 with the standard library alone: typer and click cost ~0.08-0.12 s of imports, more than the
-whole answer. `zym fleet top|findings|sql` are answered by cli/fleet_fast.py, also without typer. Everything
-else goes to the typer app (cli/main.py).
+whole answer. `zym fleet top|findings|sql` are answered by cli/fleet_fast.py, and the common command lines of
+`zym analyze` and `zym diff` by cli/fast.py, also without typer (typer, click and the pydantic
+that typer 0.29 converts parameters with cost ~0.25-0.3 s there). Everything else goes to the
+typer app (cli/main.py).
 
 The text is laid out as click lays out a group's help (usage, description, options, commands;
 width from the terminal, 50-78 columns); tests/cli/test_entry.py checks it against the typer
@@ -82,6 +84,12 @@ def main() -> None:
         code = run(args[1], args[2:])  # None: a line for the typer app
         if code is not None:
             sys.stdout.flush()
+            sys.exit(code)
+    if args[:1] in (["analyze"], ["diff"]):
+        from .fast import run as run_fast
+
+        code = run_fast(args[0], args[1:])  # None: a line for the typer app
+        if code is not None:
             sys.exit(code)
     from .main import app
 

@@ -15,58 +15,34 @@ import json
 import os
 import sys
 
-_COMMON = {"--store": "store", "--format": "fmt", "-f": "fmt"}
-_FILTERS = {"--since": "since", "--until": "until", "--label": "label", "-l": "label",
-            "--host": "host", "--limit": "limit", "-n": "limit"}
-OPTIONS: dict[str, dict[str, str]] = {  # command -> option -> its parameter
-    "top": _COMMON | _FILTERS | {"--by": "by", "--metric": "metric", "-m": "metric"},
-    "findings": _COMMON | _FILTERS | {"--rule": "rule"},
+from .fast import Opt, parse_line
+
+_FORMAT = Opt("fmt", "choice", ("text", "json"))
+_LIMIT = Opt("limit", "int", low=1)
+_COMMON = {"--store": Opt("store", "str"), "--format": _FORMAT, "-f": _FORMAT}
+_FILTERS = {"--since": Opt("since", "str", dash_ok=True), "--until": Opt("until", "str",
+                                                                         dash_ok=True),
+            "--label": Opt("label", "multi-str"), "-l": Opt("label", "multi-str"),
+            "--host": Opt("host", "multi-str"), "--limit": _LIMIT, "-n": _LIMIT}
+OPTIONS: dict[str, dict[str, Opt]] = {  # command -> option -> what it sets
+    "top": _COMMON | _FILTERS | {"--by": Opt("by", "str"), "--metric": Opt("metric", "str"),
+                                 "-m": Opt("metric", "str")},
+    "findings": _COMMON | _FILTERS | {"--rule": Opt("rule", "str")},
     "sql": dict(_COMMON),
 }
 POSITIONAL = {"top": 0, "findings": 0, "sql": 1}  # arguments each takes
-REPEATED = {"label", "host"}
-DEFAULTS = {"fmt": "text", "limit": "20", "by": "site", "metric": "gpu"}
+DEFAULTS = {"fmt": "text", "limit": 20, "by": "site", "metric": "gpu"}
 STORE_ENV = "ZYM_FLEET_STORE"
 
 
 def parse(command: str, args: list[str]) -> dict | None:
     """The command's parameters, or None when the line is not one this parser takes exactly
-    (the typer app then answers it)."""
-    names = OPTIONS[command]
-    out: dict = {}
-    positional: list[str] = []
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if not arg.startswith("-") or arg == "-":
-            positional.append(arg)
-            i += 1
-            continue
-        name, eq, value = arg.partition("=")
-        if name not in names or (eq and not name.startswith("--")):
-            return None
-        if not eq:
-            if i + 1 >= len(args):
-                return None
-            value = args[i + 1]
-            i += 1
-        key = names[name]
-        if key in REPEATED:
-            out.setdefault(key, []).append(value)
-        else:  # click keeps the last value given
-            out[key] = value
-        i += 1
-    if len(positional) != POSITIONAL[command]:
+    (the typer app then answers it): cli/fast.py's parser, with these commands' options."""
+    got = parse_line(OPTIONS[command], args)
+    if got is None or len(got[1]) != POSITIONAL[command]:
         return None
+    out, positional = got
     out = DEFAULTS | out
-    if out["fmt"] not in ("text", "json"):
-        return None
-    try:
-        out["limit"] = int(out["limit"])
-    except ValueError:
-        return None
-    if out["limit"] < 1:
-        return None
     out["store"] = out.get("store") or os.environ.get(STORE_ENV) or None
     if positional:
         out["query"] = positional[0]

@@ -20,6 +20,9 @@ HELP = (
     "--nvtx readies NVTX ranges for recording (NVTX reads its injection library once, at the "
     "program's first NVTX call): the program then loads libcupti at that call, before any "
     "capture; without it, captures of this program have no NVTX ranges.\n\n"
+    "--shapes wraps torch's matmul entry points when torch is imported, so that captures record "
+    "the input shapes of its matmuls (as `zym capture --shapes` does); while no capture is on, "
+    "each matmul call pays one flag check.\n\n"
     "Example: zym run -- python serve.py --port 8000\n\n"
     "Then: sudo zym capture --pid PID --duration 30 -o serve.parquet"
 )
@@ -33,6 +36,9 @@ def run(
     nvtx: Annotated[bool, typer.Option(
         "--nvtx", help="Record NVTX ranges in later captures (loads libcupti at the program's "
                        "first NVTX call; ZYM_AGENT_NVTX=1).")] = False,
+    shapes: Annotated[bool, typer.Option(
+        "--shapes", help="Record the input shapes of torch's matmuls in later captures "
+                         "(ZYM_AGENT_SHAPES=1).")] = False,
 ) -> None:
     from zym.capture.cupti import agent_env
     from zym.schemas.errors import CaptureError
@@ -40,7 +46,7 @@ def run(
     with exit_on_error():
         if not command:
             raise CaptureError("give the command to run after --, e.g. zym run -- python serve.py")
-        env = agent_env(agent_dir=agent_dir, nvtx=nvtx)
+        env = agent_env(agent_dir=agent_dir, nvtx=nvtx, shapes=shapes)
         if shutil.which(command[0], path=env.get("PATH")) is None:
             raise CaptureError(f"cannot run {command[0]!r}: not found or not executable")
         print(f"zym: PID {os.getpid()} runs {command[0]} with zym's agent dormant; "

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
-from zym.analysis.replay import Fix
+from zym.analysis.replay import Fix, sorted_unique
 
 if TYPE_CHECKING:
     from zym.analysis import Analysis
@@ -96,7 +96,7 @@ def _idx(s) -> np.ndarray:
 def _call_rows(relation: str, rows: pl.DataFrame, analysis: Analysis) -> np.ndarray:
     """The ``call_idx`` of each event of a finding (its own call, or the gap's call)."""
     if "call_idx" in rows.columns:
-        return np.unique(rows["call_idx"].drop_nulls().to_numpy().astype(np.int64))
+        return sorted_unique(rows["call_idx"].drop_nulls().to_numpy().astype(np.int64))
     return np.zeros(0, np.int64)
 
 
@@ -110,25 +110,9 @@ def _batch(calls: np.ndarray, analysis: Analysis, keep: str) -> Fix:
     inst = inst.filter(pl.col("call_idx").is_in(pl.Series(calls).implode())).select(
         "call_idx", "call_instance").sort("call_idx")
     idx = inst["call_idx"].to_numpy()
-    waits = tl.waits[idx]
     group = inst["call_instance"].to_numpy()
-    keep_mask = np.zeros(len(idx), bool)
-    # Per instance (rows are in time order): the kept blocking call, and the calls since the
-    # previous blocking call of the finding that lead to it (e.g. the copy before its sync).
-    order = np.lexsort((idx, group))
-    g, w = group[order], waits[order]
-    starts = np.nonzero(np.r_[True, g[1:] != g[:-1]])[0]
-    ends = np.r_[starts[1:], len(g)]
-    for a, b in zip(starts.tolist(), ends.tolist()):
-        blocking = np.nonzero(w[a:b])[0]
-        if not len(blocking):
-            continue
-        k = blocking[0] if keep == "first" else blocking[-1]
-        prev = blocking[blocking < k]
-        lo = (prev[-1] + 1) if len(prev) else 0
-        keep_mask[order[a + lo:a + k + 1]] = True
+    keep_mask, instances = kept_per_instance(group, idx, tl.waits[idx], keep)
     gone = idx[~keep_mask]
-    instances = len(starts)
     kept = int(keep_mask.sum())
     return Fix(remove_calls=gone, gap_calls=gone, gap_ns=np.zeros(len(gone), np.int64),
                describe=(
@@ -137,9 +121,52 @@ def _batch(calls: np.ndarray, analysis: Analysis, keep: str) -> Fix:
         f"stays), and the other {len(gone):,} removed with the CPU work that led to each"))
 
 
+def kept_per_instance(group: np.ndarray, idx: np.ndarray, waits: np.ndarray, keep: str
+                      ) -> tuple[np.ndarray, int]:
+    """Which calls a batching fix keeps, and how many instances there are. Per instance
+    (``group``; calls in ``idx`` order, i.e. time order): its first or last (``keep``) blocking
+    call (``waits``), and the calls since the instance's previous blocking call that lead to it
+    (e.g. the copy before its sync). Vectorised: one pass over the calls, not per instance."""
+    n = len(idx)
+    mask = np.zeros(n, bool)
+    if not n:
+        return mask, 0
+    order = np.lexsort((idx, group))
+    g, w = group[order], waits[order].astype(bool)
+    first = np.r_[True, g[1:] != g[:-1]]
+    starts = np.flatnonzero(first)
+    seg = np.cumsum(first) - 1                      # instance of each sorted row
+    rows = np.arange(n)
+    blocking = np.flatnonzero(w)
+    if not len(blocking):
+        return mask, len(starts)
+    b_seg = seg[blocking]
+    if keep == "first":
+        pick = np.r_[True, b_seg[1:] != b_seg[:-1]]   # the first blocking row of an instance
+        k_rows = blocking[pick]
+        lo = starts[b_seg[pick]]
+    else:
+        pick = np.r_[b_seg[1:] != b_seg[:-1], True]   # the last blocking row of an instance
+        k_rows = blocking[pick]
+        at = np.flatnonzero(pick)
+        prev = np.where(at > 0, blocking[np.maximum(at - 1, 0)], -1)
+        same = (at > 0) & (b_seg[np.maximum(at - 1, 0)] == b_seg[at])
+        lo = np.where(same, prev + 1, starts[b_seg[at]])
+    span = np.zeros(n + 1, np.int64)                 # rows lo..k of each instance kept
+    np.add.at(span, lo, 1)
+    np.add.at(span, k_rows + 1, -1)
+    mask[order[rows[np.cumsum(span[:-1]) > 0]]] = True
+    return mask, len(starts)
+
+
 def _async_copy_cost(analysis: Analysis, direction: str | None) -> int:
     """CPU cost of an async copy that does not wait: the median of such calls in the
     capture (same direction), else :data:`ASYNC_COPY_CALL_NS`."""
+    return analysis.relations.shared(f"async_copy_cost:{direction}",
+                                     lambda: _measure_async_copy_cost(analysis, direction))
+
+
+def _measure_async_copy_cost(analysis: Analysis, direction: str | None) -> int:
     c = analysis.facts.calls
     ok = c.filter((pl.col("kind") == "copy") & ~pl.col("blocking"))
     if direction is not None:
@@ -152,6 +179,11 @@ def _async_copy_cost(analysis: Analysis, direction: str | None) -> int:
 def _host_bandwidth(analysis: Analysis, direction: str) -> tuple[float, str]:
     """Bytes per ns of a pinned copy in ``direction``: measured on this capture's pinned
     copies of 1 MB or more, else the GPU's host link (``gpus.yaml``)."""
+    return analysis.relations.shared(f"host_bandwidth:{direction}",
+                                     lambda: _measure_host_bandwidth(analysis, direction))
+
+
+def _measure_host_bandwidth(analysis: Analysis, direction: str) -> tuple[float, str]:
     from zym.analysis.throughput import gpu_spec
 
     g = analysis.facts.gpu.filter((pl.col("kind") == "copy") & (pl.col("copy_kind") == direction)
@@ -171,7 +203,7 @@ def _gpu_name(analysis: Analysis) -> str | None:
 
 def _pin(calls: np.ndarray, analysis: Analysis) -> Fix:
     c = analysis.facts.calls
-    rows = c[calls.tolist()] if len(calls) else c.clear()
+    rows = c[calls] if len(calls) else c.clear()
     fix = Fix(describe="")
     parts = []
     costs, cost_calls, unblock, ops, op_dur = [], [], [], [], []

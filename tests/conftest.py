@@ -51,3 +51,14 @@ def pytest_runtest_makereport(item, call):
         if any(s in reason for s in SYSTEM_SKIPS):
             report.outcome = "failed"
             report.longrepr = f"ZYM_REQUIRE_SYSTEM=1 but skipped: {reason}"
+
+
+@pytest.fixture(scope="session")
+def fake_lib(tmp_path_factory) -> Path:
+    """The stand-in libcupti (tests/cupti/fakecupti.c), built once for the CUPTI agent tests."""
+    from cupti_builder import build_fake_cupti  # tests/cupti
+
+    out = build_fake_cupti(tmp_path_factory.mktemp("fakecupti"))
+    if out is None:
+        pytest.skip("no C compiler to build the stand-in libcupti")
+    return out

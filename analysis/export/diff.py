@@ -25,19 +25,18 @@ Progress = Callable[[str], None]
 
 def load_profile(path: str | Path, window: str = "steady", rules: bool = True,
                  rule_paths: Sequence[str | Path] = (), disabled: Sequence[str] = (),
-                 progress: Progress | None = None) -> Profile:
+                 progress: Progress | None = None, packs: Sequence | None = None) -> Profile:
     """Analyze a capture (``zym analyze``'s analysis and rules: the built-in packs, plugins
-    and ``rule_paths``) and reduce it to its profile."""
+    and ``rule_paths``, or ``packs`` already loaded from them) and reduce it to its profile."""
     from ..report import analyze
 
-    packs = None
-    if rules:
+    if rules and packs is None:
         from zym.rules import load_packs
 
         packs = load_packs(rule_paths)
     analysis = analyze(path, progress, window)
     found = None
-    if packs is not None:
+    if rules:
         from zym.rules import evaluate
 
         found = evaluate(analysis, packs, disabled)
@@ -70,24 +69,26 @@ def diff_captures(before: str | Path, after: str | Path, window: str = "steady",
     args = {"window": window, "rules": rules, "rule_paths": tuple(rule_paths),
             "disabled": disabled}
     pending = start_profile(before, jobs, **args)
-    return finish_diff(pending, after, progress, repeat, host_floor, **args)
+    return finish_diff(pending, after, progress, repeat, host_floor)
 
 
 def finish_diff(pending: Pending, after: str | Path, progress: Progress | None = None,
-                repeat: str | Path | None = None, host_floor: float = HOST_FLOOR,
-                **args) -> Diff:
+                repeat: str | Path | None = None, host_floor: float = HOST_FLOOR) -> Diff:
     """The comparison of ``pending`` (the baseline, see :func:`start_profile`) with ``after``
-    (and with ``repeat``, a second run of the baseline, for the noise)."""
+    (and with ``repeat``, a second run of the baseline, for the noise), each analyzed with
+    the baseline's arguments and rule packs."""
     if progress:
         progress("analyzing the captures")
     if pending.forked:
         try:
+            args = pending.with_packs()
             after_p = load_profile(after, progress=progress, **args)
         except BaseException:
             pending.cancel()
             raise
         before_p = pending.result(progress)
     else:
+        args = pending.with_packs()
         before_p = pending.result(progress)
         after_p = load_profile(after, progress=progress, **args)
     again = None if repeat is None else load_profile(repeat, progress=progress, **args)
@@ -115,6 +116,15 @@ class Pending:
     @property
     def forked(self) -> bool:
         return self.child is not None
+
+    def with_packs(self) -> dict:
+        """The arguments of an analysis here, with the rule packs loaded (once for every
+        capture this process analyzes)."""
+        if self.args.get("rules", True) and self.args.get("packs") is None:
+            from zym.rules import load_packs
+
+            self.args = self.args | {"packs": load_packs(self.args.get("rule_paths", ()))}
+        return self.args
 
     def cancel(self) -> None:
         """End the child (its result is no longer wanted)."""
@@ -162,7 +172,11 @@ def fork_is_safe() -> bool:
 def start_profile(path: str | Path, jobs: int = 1, **args) -> Pending:
     """Start building the profile of ``path``: in a forked child when ``jobs >= 2`` and
     :func:`fork_is_safe` (call it before this process runs a polars query), else later, in
-    this process."""
+    this process. With a child, the modules an analysis imports are imported before the
+    fork, not in both processes (the rule packs cannot be: checking their patterns runs
+    polars, which would make the fork unsafe)."""
+    if jobs >= 2:
+        _import_analysis(path)
     if jobs < 2 or not hasattr(os, "fork") or not fork_is_safe():
         return Pending(path, args, None)
     read_fd, write_fd = os.pipe()
@@ -182,6 +196,22 @@ def start_profile(path: str | Path, jobs: int = 1, **args) -> Pending:
             os._exit(code)
     os.close(write_fd)
     return Pending(path, args, (pid, read_fd))
+
+
+def _import_analysis(path: str | Path) -> None:
+    """Import what analyzing ``path`` will (its reader, the analysis, the rules' engine and
+    replays, the report): ~0.25 s that a forked child would otherwise spend again."""
+    import importlib
+
+    from zym.schemas.io import is_parquet
+
+    names = ["zym.analysis.report", "zym.rules.engine", "zym.rules.savings",
+             "zym.rules.packcheck", "yaml", "zym.analysis.export.summary",
+             "numpy.ma"]  # polars imports it at its first Series made from a numpy array
+    if not is_parquet(path):  # a torch.profiler trace (or no capture: the child says so)
+        names.append("zym.capture.kineto")
+    for name in names:
+        importlib.import_module(name)
 
 
 def _rebuilt(kind: type, message: str) -> BaseException:

@@ -58,7 +58,7 @@ SHAPE_COLUMNS = {
     SHAPE_END: ["ts_ns", "type", "track"],
     SHAPE_SPAN: _COMMON + ["op_shapes"],
     SHAPE_CALL: _COMMON + ["correlation_id", "size_bytes", "copy_kind", "device_id", "stream_id",
-                           "gpu_ns", "flow_out", "cs_iid", "weight"],
+                           "gpu_ns", "op_shapes", "flow_out", "cs_iid", "weight"],
     SHAPE_GPU: _COMMON + ["correlation_id", "size_bytes", "copy_kind", "src_mem", "dst_mem",
                           "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
                           "graph_id", "device_id", "stream_id", "flow_in",

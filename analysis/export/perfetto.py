@@ -265,6 +265,8 @@ class _TraceBuilder:
         calls = calls.select(
             "pid", "tid", "ts_ns", "dur_ns", "correlation_id", "size_bytes", "copy_kind",
             "device_id", "stream_id", "gpu_ns", pl.col("gpu_ns").alias("weight"), "flow_out",
+            (pl.col("op_shapes") if "op_shapes" in calls.columns
+             else pl.lit(None, pl.String)).alias("op_shapes"),   # zym capture --shapes
             intern.column("event_names", calls["name"]).alias("name_iid"),
             pl.lit(intern.iid("event_categories", "cuda_api"), pl.UInt64).alias("cat_iid"),
             self._callstack_iids(calls["stack_id"], calls["leaf"]).alias("cs_iid"))

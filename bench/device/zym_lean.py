@@ -1,6 +1,6 @@
 """`zym capture` on the GPU machine, where zym is not installed and polars is absent.
 
-    python3 bench/device/zym_lean.py -o OUT [--keep-raw] [--no-cupti] [--no-native]
+    python3 bench/device/zym_lean.py -o OUT [--keep-raw] [--no-cupti] [--no-native] [--shapes]
                                      [--max-overhead PCT]
                                      [--return-probes] -- python3 serve.py ...
     python3 bench/device/zym_lean.py -o OUT --pid PID --duration S   # attach (zym run'd)
@@ -25,6 +25,7 @@ def main() -> int:
     ap.add_argument("--keep-raw", action="store_true")   # always kept: nothing can finalize here
     ap.add_argument("--no-cupti", action="store_true")
     ap.add_argument("--no-native", action="store_true")
+    ap.add_argument("--shapes", action="store_true")
     ap.add_argument("--return-probes", action="store_true")
     ap.add_argument("--max-overhead", type=lambda s: float(s.rstrip("%")), default=None)
     ap.add_argument("--pid", type=int, default=None)
@@ -44,7 +45,7 @@ def main() -> int:
     cfg = CaptureConfig(output=a.output, command=command or None, pid=a.pid,
                         duration=a.duration, keep_raw=True,
                         force_return_probes=a.return_probes, max_overhead_pct=a.max_overhead,
-                        native=not a.no_native)
+                        native=not a.no_native, shapes=a.shapes)
     try:
         print(run_capture(cfg) if a.no_cupti else capture_with_gpu(cfg), file=sys.stderr)
     except CaptureError as e:   # expected here: no polars to finalize with

@@ -16,10 +16,12 @@ BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
 
 
 def agent_env(env: dict[str, str] | None = None, agent_dir: str | None = None,
-              nvtx: bool = False) -> dict[str, str]:
+              nvtx: bool = False, shapes: bool = False) -> dict[str, str]:
     """The environment to start a target with zym's dormant agent (``zym run``): the bootstrap
     first on PYTHONPATH, ``ZYM_AGENT=1`` (and ``ZYM_AGENT_DIR`` when given; ``ZYM_AGENT_NVTX=1``
-    with ``nvtx``: the agent readies NVTX recording at the program's start).
+    with ``nvtx``: the agent readies NVTX recording at the program's start; ``ZYM_AGENT_SHAPES=1``
+    with ``shapes``: it wraps torch's matmul entry points at torch's import, recording their
+    shapes while a capture has it on).
 
     >>> e = agent_env({"PYTHONPATH": "/app"})
     >>> e["PYTHONPATH"].endswith(":/app"), e["ZYM_AGENT"], "ZYM_CUPTI_DIR" in e
@@ -30,9 +32,28 @@ def agent_env(env: dict[str, str] | None = None, agent_dir: str | None = None,
     env["ZYM_AGENT"] = "1"
     if nvtx:
         env["ZYM_AGENT_NVTX"] = "1"
+    if shapes:
+        env["ZYM_AGENT_SHAPES"] = "1"
+        env["ZYM_SHAPES_OPS"] = shapes_env(True)["ZYM_SHAPES_OPS"]
     if agent_dir:
         env["ZYM_AGENT_DIR"] = agent_dir
     return env
+
+
+def shapes_env(shapes: bool) -> dict[str, str]:
+    """The target's variables for operator shapes (``--shapes``): on, for the operators whose
+    shapes the analysis reads (the matmul family it sizes), or explicitly off."""
+    if not shapes:
+        return {"ZYM_SHAPES": "0"}
+    scope = os.environ.get("ZYM_SHAPES_SCOPE")
+    if scope not in (None, "", "entry", "all"):
+        from zym.schemas.errors import CaptureError
+
+        raise CaptureError(f"ZYM_SHAPES_SCOPE={scope!r}: give entry (the default: torch's "
+                           "matmul entry points) or all (every operator)")
+    from zym.analysis.matmul import MATMUL_OPS  # no polars: importable on lean GPU hosts
+
+    return {"ZYM_SHAPES": "1", "ZYM_SHAPES_OPS": ",".join(MATMUL_OPS)}
 
 
 def _with_bootstrap(env: dict[str, str] | None) -> dict[str, str]:

@@ -62,6 +62,10 @@ ENV_AGENT_DIR = "ZYM_AGENT_DIR"      # where dormant agents keep their control f
 ENV_AGENT_FINALIZE = "ZYM_AGENT_FINALIZE"  # "0": switched off, CUPTI stays attached (disabled)
 ENV_NVTX = "ZYM_NVTX"                # "1": record NVTX ranges (`zym capture` sets it)
 ENV_AGENT_NVTX = "ZYM_AGENT_NVTX"    # "1" (`zym run --nvtx`): a dormant agent readies NVTX too
+ENV_SHAPES = "ZYM_SHAPES"            # "1" (`zym capture --shapes`): torch operator shapes
+                                     # (opshapes_target.py, loaded by path when asked)
+ENV_AGENT_SHAPES = "ZYM_AGENT_SHAPES"  # "1" (`zym run --shapes`): a dormant agent readies them,
+                                       # recording while a capture has it switched on
 NVTX_INJECTION = "NVTX_INJECTION64_PATH"  # read by NVTX v3 at a library's first NVTX call
 DEFAULT_AGENT_DIR = "/tmp/zym-agent"
 AGENT_POLL_S = 0.2                   # how often a dormant agent looks at its control file
@@ -351,6 +355,7 @@ class Collector:
         self.version = 0
         self.stopped = False
         self.enabled_mono_ns = self.disabled_mono_ns = None
+        self.flushers: list = []   # flushed with CUPTI's buffers and at stop (operator shapes)
         fmt = os.environ.get(ENV_FORMAT, "arrow")
         os.makedirs(out_dir, exist_ok=True)
         self.spool = SpoolWriter(os.path.join(out_dir, f"cupti-{self.pid}.spool"), fmt)
@@ -527,6 +532,8 @@ class Collector:
             time.sleep(period_s)
             if not self.stopped:
                 self.lib.cuptiActivityFlushAll(FLUSH_FORCED)
+                for flush in list(self.flushers):
+                    flush(False)
 
     def stop(self, reason: str = "exit") -> None:
         """Flush CUPTI, resolve kernel names, write the footer. Idempotent."""
@@ -534,6 +541,8 @@ class Collector:
             return
         self.stopped = True
         t0 = time.perf_counter_ns()
+        for flush in list(self.flushers):
+            flush(True)
         try:
             self.lib.cuptiActivityFlushAll(FLUSH_FORCED)
             for kind in ENABLED_KINDS:
@@ -694,17 +703,112 @@ def _remove_hook() -> None:
         pass
 
 
+class _ShapesOnImport:
+    """``$ZYM_SHAPES=1``: at the first import of torch, finds torch's spec through the other
+    finders and returns it with its loader's ``exec_module`` wrapped, so that operator shapes
+    start being recorded once torch has finished importing (``_start_shapes``)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+        for finder in list(sys.meta_path):
+            find = getattr(finder, "find_spec", None)
+            spec = find(name, path, target) if find is not None else None
+            if spec is not None:
+                break
+        else:
+            return None
+        run = getattr(spec.loader, "exec_module", None)
+        if run is None:
+            return spec
+
+        def exec_module(module):
+            run(module)
+            _start_shapes()
+
+        try:
+            spec.loader.exec_module = exec_module   # this spec's own loader instance
+        except (AttributeError, TypeError):
+            pass
+        return spec
+
+
+_shapes = None   # the operator-shapes recorder (opshapes_target.Recorder), once started
+
+
+def _torch_imported() -> bool:
+    m = sys.modules.get("torch")
+    return m is not None and not getattr(getattr(m, "__spec__", None), "_initializing", False)
+
+
+def _start_shapes() -> None:
+    """Record torch operator shapes into the collector's spool (``zym capture --shapes``), or
+    ready them for a dormant agent's sessions (``zym run --shapes``: recorded only while one is
+    on, into its spool); never raise into the target."""
+    global _shapes
+    c = _collector
+    if _shapes is not None:
+        return
+    if c is None or c.stopped:
+        if _dormant is not None and os.environ.get(ENV_AGENT_SHAPES) == "1":
+            _dormant.ready_shapes()
+        return
+    recorder = _load_shapes(c.spool.write, c.stats["errors"])
+    if recorder is None:
+        return
+    _shapes = recorder
+    c.stats["op_shapes"] = recorder.stats
+    c.flushers.append(lambda final: recorder.stop() if final else recorder.flush())
+    os.register_at_fork(after_in_child=lambda: setattr(recorder, "active", False))
+
+
+def _load_shapes(write, errors: list):
+    """opshapes_target.py's recorder, writing through ``write``; None (and why in ``errors``)
+    when it cannot start."""
+    try:
+        import types
+
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "opshapes_target.py")
+        with open(path) as f:
+            source = f.read()
+        mod = types.ModuleType("_zym_opshapes")
+        sys.modules[mod.__name__] = mod
+        # compiled under a "<...>" name: its frame (between the user's line and torch's kernel
+        # in every recorded operator's stack) reads as zym's, never as the user's code
+        exec(compile(source, "<zym opshapes_target.py>", "exec"), mod.__dict__)  # noqa: S102
+        recorder, installed = mod.install(write)
+    except Exception as e:  # noqa: BLE001
+        errors.append(f"operator shapes: {type(e).__name__}: {e}")
+        return None
+    if installed is None:
+        errors += [f"operator shapes: {e}" for e in recorder.stats["errors"]]
+        return None
+    return recorder
+
+
 def install() -> None:
     """Called by the bootstrap. ``$ZYM_CUPTI_DIR`` (``zym capture -- COMMAND``): start
     collecting now (``$ZYM_CUPTI_EAGER=1``, or a trigger module is already imported), else at
     the first import of a CUDA framework. ``$ZYM_AGENT=1`` (``zym run``): the same moments, but
-    only a dormant agent starts (see ``Dormant``)."""
+    only a dormant agent starts (see ``Dormant``). ``$ZYM_SHAPES=1`` with ``$ZYM_CUPTI_DIR``:
+    operator shapes too, from the end of torch's import."""
     if not os.environ.get(ENV_DIR) and os.environ.get(ENV_AGENT) != "1":
         return
     if os.environ.get(ENV_EAGER) == "1" or TRIGGER_MODULES & set(sys.modules):
         _start()
     elif _hook not in sys.meta_path:
         sys.meta_path.insert(0, _hook)
+    if (os.environ.get(ENV_DIR) and os.environ.get(ENV_SHAPES) == "1") or (
+            not os.environ.get(ENV_DIR) and os.environ.get(ENV_AGENT) == "1"
+            and os.environ.get(ENV_AGENT_SHAPES) == "1"):
+        if _torch_imported():
+            _start_shapes()
+        else:
+            sys.meta_path.insert(0, _ShapesOnImport())
 
 
 def _start() -> None:
@@ -748,6 +852,8 @@ class Dormant:
                      if os.environ.get(ENV_AGENT_NVTX) == "1" else
                      f"off: the dormant agent was started without {ENV_AGENT_NVTX}=1 "
                      "(`zym run --nvtx`)")
+        self.shapes = None    # opshapes_target's recorder, once torch is imported (--shapes)
+        self.shapes_errors: list[str] = []
         self.write_state("dormant")
         threading.Thread(target=self._watch, daemon=True, name="zym-agent").start()
 
@@ -780,6 +886,26 @@ class Dormant:
                 self.seq = req["seq"]
                 self.handle(req)
 
+    def ready_shapes(self) -> None:
+        """torch is imported: wrap its matmul entry points now (the program's start), recording
+        nothing until a session is switched on (``_shapes_on``)."""
+        if self.shapes is None:
+            self.shapes = _load_shapes(lambda kind, payload: None, self.shapes_errors)
+            if self.shapes is not None:
+                self.shapes.active = False
+                os.register_at_fork(after_in_child=lambda: setattr(self, "shapes", None))
+
+    def _shapes_on(self, c: Collector) -> None:
+        rec = self.shapes
+        if rec is None:
+            if self.shapes_errors:
+                c.stats["errors"] += self.shapes_errors
+            return
+        rec.write = c.spool.write   # this session's spool, until the next one's
+        rec.active = True   # stopped (flushed, inactive) with the session: Collector.stop
+        c.stats["op_shapes"] = rec.stats
+        c.flushers.append(lambda final: rec.stop() if final else rec.flush())
+
     def handle(self, req: dict) -> None:
         """Carry out one request and answer in the state file; never raise."""
         errors: list[str] = []
@@ -788,7 +914,15 @@ class Dormant:
             if req.get("action") == "on":
                 if self.collector is None:
                     c = Collector(str(req["spool_dir"]), nvtx=self.nvtx)
-                    c.start()
+                    # shapes on first: c.start() spends a while after its window opens
+                    # (header, first spool write); a record before the window matches no call
+                    self._shapes_on(c)
+                    try:
+                        c.start()
+                    except Exception:
+                        if self.shapes is not None:
+                            self.shapes.active = False
+                        raise
                     self.collector = c
                     errors = list(c.stats["errors"])
                 state = "on"

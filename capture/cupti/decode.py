@@ -37,6 +37,7 @@ from .agent import (
 from .clock import ClockFit, fit_clock
 from .layouts import COPY_KINDS, MEMORY_KINDS, SYNC_NAMES, UINT32_MAX, cupti_major, dtypes_for
 from .nvtx import empty_ranges, markers_frame, pair_ranges
+from .opshapes import empty_shapes, shapes_frame
 
 API_KINDS = (KIND_RUNTIME, KIND_DRIVER, KIND_INTERNAL_LAUNCH_API)
 DOMAIN_OF_KIND = {KIND_RUNTIME: "runtime", KIND_DRIVER: "driver",
@@ -54,6 +55,7 @@ class Spool:
     names: dict[int, str]
     footer: dict | None  # None: the target did not stop cleanly (crash, kill -9)
     marker_names: dict[int, dict[int, str]] = field(default_factory=dict)  # buffer -> ptr -> str
+    op_shapes: list[bytes] = field(default_factory=list)  # opshapes_target.py's chunks
 
 
 @dataclass
@@ -62,7 +64,8 @@ class CuptiTables:
 
     ``api``: one row per runtime/driver API call (nested records of one call collapsed), with
     the ``call`` table's columns plus ``domain``; ``gpu``: the ``gpu`` table; ``ranges``: the
-    NVTX ranges and marks (``nvtx.RANGE_COLUMNS``).
+    NVTX ranges and marks (``nvtx.RANGE_COLUMNS``); ``shapes``: torch operators with their
+    input shapes (``opshapes.SHAPE_SCHEMA``; ``zym capture --shapes``).
     """
 
     api: pl.DataFrame
@@ -70,11 +73,13 @@ class CuptiTables:
     ranges: pl.DataFrame = field(default_factory=empty_ranges)
     clock: dict[int, ClockFit] = field(default_factory=dict)  # pid -> fit
     stats: dict = field(default_factory=dict)
+    shapes: pl.DataFrame = field(default_factory=empty_shapes)
 
 
 def read_spool(path: str | Path) -> Spool:
     header, activity, calib, names, footer = {}, [], [], {}, None
     marker_names: dict[int, dict[int, str]] = {}
+    op_shapes: list[bytes] = []
     for kind, _, payload in read_chunks(str(path)):
         if kind == "activity":
             activity.append(payload)
@@ -89,7 +94,9 @@ def read_spool(path: str | Path) -> Spool:
             names.update({int(k): v for k, v in json.loads(payload).items()})
         elif kind == "footer":
             footer = json.loads(payload)
-    return Spool(Path(path), header, activity, calib, names, footer, marker_names)
+        elif kind == "op_shapes":
+            op_shapes.append(payload)
+    return Spool(Path(path), header, activity, calib, names, footer, marker_names, op_shapes)
 
 
 def decode_buffers(buffers: list[bytes], dtypes: dict[int, np.dtype],
@@ -147,8 +154,10 @@ def decode_spool(spool: Spool, clock: ClockFit | None = None) -> CuptiTables:
                        if k in ("gpus", "torch_version", "cuda_runtime_version",
                                 "cuda_driver_api_version")},
              "nvtx": spool.header.get("nvtx", "off: this agent predates NVTX recording"),
-             "nvtx_records": 0 if records.get(KIND_MARKER) is None else len(records[KIND_MARKER])}
-    return CuptiTables(api=api, gpu=gpu, ranges=ranges, clock={pid: fit}, stats=stats)
+             "nvtx_records": 0 if records.get(KIND_MARKER) is None else len(records[KIND_MARKER]),
+             "op_shapes": (spool.footer or {}).get("op_shapes")}
+    return CuptiTables(api=api, gpu=gpu, ranges=ranges, clock={pid: fit}, stats=stats,
+                       shapes=shapes_frame(spool.op_shapes, pid))
 
 
 def _ranges(spool: Spool, markers: np.ndarray | None, buffer_of: np.ndarray, fit: ClockFit,

@@ -20,6 +20,7 @@ from zym.schemas.tables import TABLES
 from .decode import CuptiTables, decode_spool, read_spool
 from .layouts import cupti_major
 from .nvtx import add_range_layer, empty_ranges
+from .opshapes import add_op_layer, attach_shapes, empty_shapes
 from .remote import read_gpu_window
 
 SPOOL_GLOB = "cupti-*.spool"
@@ -29,7 +30,7 @@ def collect_spools(spool_dir: str | Path) -> tuple[CuptiTables, list[dict]]:
     """Decode every process's spool in ``spool_dir`` into one ``CuptiTables``; also returns
     the spool headers."""
     paths = sorted(Path(spool_dir).glob(SPOOL_GLOB))
-    apis, gpus, ranges, clocks, stats, headers = [], [], [], {}, [], []
+    apis, gpus, ranges, clocks, stats, headers, shapes = [], [], [], {}, [], [], []
     for p in paths:
         spool = read_spool(p)
         if not spool.header:
@@ -37,6 +38,7 @@ def collect_spools(spool_dir: str | Path) -> tuple[CuptiTables, list[dict]]:
         t = decode_spool(spool)
         apis.append(t.api)
         ranges.append(t.ranges)
+        shapes.append(t.shapes)
         if t.gpu.height:
             gpus.append(t.gpu)
         clocks |= t.clock
@@ -49,7 +51,8 @@ def collect_spools(spool_dir: str | Path) -> tuple[CuptiTables, list[dict]]:
 
         api = _api_frame({}, {}, None)  # empty, typed
     return CuptiTables(api=api, gpu=gpu, ranges=pl.concat(ranges) if ranges else empty_ranges(),
-                       clock=clocks, stats={"spools": stats}), headers
+                       clock=clocks, stats={"spools": stats},
+                       shapes=pl.concat(shapes) if shapes else empty_shapes()), headers
 
 
 def merge_gpu(tables: dict[str, pl.DataFrame] | None, spool_dir: str | Path,
@@ -101,6 +104,17 @@ def merge_gpu(tables: dict[str, pl.DataFrame] | None, spool_dir: str | Path,
         join_stats["ebpf_matched_pct"] = round(100 * min(matched, joinable) / joinable, 3) \
             if joinable else 0.0
     coverage = stack_coverage(calls, gpu) if gpu.height else {}   # Python stacks only
+    calls, shape_stats = attach_shapes(calls, cupti.shapes)
+    if calls is not None:
+        frames, stacks, calls, layered_paths = add_op_layer(tables.get("frame"),
+                                                            tables.get("stack"), calls)
+        if layered_paths:
+            tables["frame"], tables["stack"] = frames, stacks
+            shape_stats["paths_given_the_operator"] = layered_paths
+    recording = {str(st["pid"]): st["op_shapes"] for st in cupti.stats["spools"]
+                 if st.get("op_shapes")}
+    if recording or shape_stats:
+        meta.extra["op_shapes"] = {"recording": recording, **shape_stats}
     layered, nvtx_stats = add_range_layer(
         {"frame": tables.get("frame"), "stack": tables.get("stack"), "call": calls}, cupti.ranges)
     if cupti.ranges.height:

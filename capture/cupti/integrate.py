@@ -28,7 +28,7 @@ from pathlib import Path
 
 from zym.schemas.errors import CaptureError
 
-from . import target_env
+from . import shapes_env, target_env
 
 # Importable where only the capture runs (a lean GPU host without polars/numpy): joining and
 # writing import their dependencies when called; a capture that cannot finalize there keeps
@@ -63,16 +63,17 @@ def capture_with_gpu(cfg, log: Log | None = None):
     except CaptureError as e:
         log(f"eBPF unavailable ({e}); recording the GPU side only, without Python stacks")
         run_cupti_only(cfg.command, cfg.output, duration=cfg.duration, keep_spool=cfg.keep_raw,
-                       log=log)
+                       log=log, shapes=getattr(cfg, "shapes", False))
         return None
+    shapes = shapes_env(getattr(cfg, "shapes", False))   # checked before anything is made
     spool = _fresh(spool_dir_for(cfg.output))
-    env = target_env(spool)
+    env = target_env(spool) | shapes
     env["ZYM_NVTX"] = "1" if getattr(cfg, "nvtx", False) else "0"
     # CUPTI's API records carry every call's duration: no return probes (one trap per call).
     cfg = dataclasses.replace(cfg, return_probes=cfg.return_probes and cfg.force_return_probes)
     try:
-        with _environment({k: env[k] for k in ("PYTHONPATH", "ZYM_CUPTI_DIR", "ZYM_NVTX")
-                           if k in env}):
+        with _environment({k: env[k] for k in ("PYTHONPATH", "ZYM_CUPTI_DIR", "ZYM_NVTX",
+                                                "ZYM_SHAPES", "ZYM_SHAPES_OPS") if k in env}):
             summary = run_capture(cfg)
     except CaptureError:
         # kept beside a kept raw capture (a lean host finalizes elsewhere), else removed
@@ -181,7 +182,7 @@ def add_gpu(output: Path, spool: Path, log: Log | None = None):
 
 
 def run_cupti_only(command: list[str], output: Path, duration: float | None = None,
-                   keep_spool: bool = False, log: Log | None = None):
+                   keep_spool: bool = False, log: Log | None = None, shapes: bool = False):
     """Run ``command`` under the CUPTI collector alone and write ``output``; returns its
     ``CaptureMeta``."""
     from zym.schemas import CaptureMeta
@@ -189,9 +190,10 @@ def run_cupti_only(command: list[str], output: Path, duration: float | None = No
     from .finalize import finalize_capture
 
     log = log or _log
+    shape_vars = shapes_env(shapes)   # checked before anything is made
     spool = _fresh(spool_dir_for(output))
     try:
-        proc = subprocess.Popen(command, env=target_env(spool))
+        proc = subprocess.Popen(command, env=target_env(spool) | shape_vars)
     except OSError as e:
         raise CaptureError(f"cannot start {command[0]!r}: {e.strerror}") from None
     try:

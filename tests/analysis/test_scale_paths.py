@@ -179,3 +179,64 @@ def test_findings_are_the_same_with_whole_replays(synthetic, monkeypatch):
                         lambda self, fix, deflate=True, incremental=True:
                         whole(self, fix, deflate, incremental=False))
     assert _report(synthetic, 1 << 62, monkeypatch) == fast
+
+
+def _messy(fix: replay.Fix, rng: np.random.Generator) -> replay.Fix:
+    """``fix`` with each edit array shuffled and some of its entries repeated with other
+    values, as fixes built from several parts are (``Timeline._edit``: the last one holds)."""
+    for keys, values in (("remove_calls", None), ("unblock_calls", None),
+                         ("cost_calls", "cost_ns"), ("gap_calls", "gap_ns"),
+                         ("gpu_ops", "gpu_dur_ns")):
+        k = getattr(fix, keys)
+        if not len(k):
+            continue
+        again = rng.choice(len(k), size=max(1, len(k) // 3))
+        order = rng.permutation(len(k) + len(again))
+        setattr(fix, keys, np.concatenate([k, k[again]])[order])
+        if values is not None:
+            v = getattr(fix, values)
+            setattr(fix, values, np.concatenate([v, rng.permutation(v)[:len(again)]])[order])
+    return fix
+
+
+@pytest.mark.parametrize("which", ["ebpf_sample", "synthetic"])
+def test_the_incremental_replay_takes_edits_in_any_order(which, synthetic):
+    """Edits at calls and operations named out of order, and named twice with two values:
+    the incremental replay (which edits only what the fix names) applies them as the whole
+    replay's fancy assignments do."""
+    tl = analyze(EBPF_SAMPLE if which == "ebpf_sample" else synthetic, lambda _stage: None,
+                 "steady").timeline
+    rng = np.random.default_rng(5)
+    for _ in range(30):
+        fix = _messy(_random_fix(tl, rng), rng)
+        assert tl.replay(fix) == tl.replay(fix, incremental=False), fix
+
+
+def test_combine_keeps_the_smallest_edit_of_each_call():
+    """``Fix.combine`` against a dictionary built edit by edit."""
+    rng = np.random.default_rng(3)
+    parts = [replay.Fix(cost_calls=rng.integers(0, 500, 300), cost_ns=rng.integers(0, 10**6, 300),
+                        remove_calls=rng.integers(0, 500, 50)) for _ in range(4)]
+    both = replay.Fix.combine(parts)
+    want: dict[int, int] = {}
+    for f in parts:
+        for k, v in zip(f.cost_calls.tolist(), f.cost_ns.tolist()):
+            want[k] = min(v, want.get(k, v))
+    assert both.cost_calls.tolist() == sorted(want)
+    assert both.cost_ns.tolist() == [want[k] for k in sorted(want)]
+    assert both.remove_calls.tolist() == sorted({k for f in parts for k in f.remove_calls.tolist()})
+    assert replay.sorted_unique(np.array([5, 1, 5, 3]), np.array([1, 9])).tolist() == [1, 3, 5, 9]
+
+
+def test_blocking_apis_are_matched_per_name():
+    """``api_blocks`` (once per distinct name) is ``is_blocking_api`` on every call's name."""
+    from zym.analysis.facts import api_blocks
+    from zym.schemas.apis import is_blocking_api
+
+    names = ["cudaMemcpy", "cudaMemcpyAsync", "cudaDeviceSynchronize", "cudaLaunchKernel",
+             "cuMemsetD32", "cudaStreamSynchronize", None, "cudaMemsetAsync"]
+    api = pl.Series("api", [names[i] for i in np.random.default_rng(1).integers(0, 8, 500)],
+                    dtype=pl.String)
+    want = pl.select(is_blocking_api(pl.lit(api))).to_series()
+    got = api_blocks(api.cast(pl.Categorical))
+    assert got.to_list() == want.to_list() and want.sum() > 0 and want.null_count() > 0

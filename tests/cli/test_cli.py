@@ -174,3 +174,30 @@ def test_commands_register_without_loading_the_analysis():
             "print(sorted(m for m in ('polars', 'zym.analysis', 'pyarrow') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_every_bundled_sample_analyzes_with_the_defaults():
+    """The steady-state window with rules on, as users run it, on each bundled sample (the eBPF
+    one has no GPU operations: its replay starts from no operations at all)."""
+    from pathlib import Path
+
+    samples = Path(__file__).parents[2] / "sample_traces"
+    for name in ("gpt_decode_server.ebpf.parquet", "gpt_decode_server.parquet",
+                 "gpt_decode_server.trace.json.gz"):
+        res = run("analyze", str(samples / name), "--format", "json")
+        assert res.exit_code == 0, (name, res.output[-500:])
+        assert json.loads(res.output)["findings"], name
+
+
+@pytest.mark.parametrize("name", ["gpt_decode_server.parquet", "gpt_decode_server.trace.json.gz"])
+def test_what_if_of_one_finding_and_of_all_together(name):
+    """Two what-ifs at once, one of them all the findings combined (graph fixes among them:
+    their per-segment launch costs are concatenated, not compared)."""
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "sample_traces" / name
+    res = run("analyze", str(path), "--what-if", "1", "--what-if", "all", "--format", "json")
+    assert res.exit_code == 0, res.output[-500:]
+    doc = json.loads(res.output)
+    saved = {w["spec"]: w["saving_ns"] for w in doc["what_if"]["specs"]}
+    assert set(saved) == {"1", "all"} and saved["all"] >= saved["1"] > 0

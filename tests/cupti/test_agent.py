@@ -10,7 +10,6 @@ import textwrap
 from pathlib import Path
 
 import polars as pl
-import pytest
 from zym.capture.cupti import target_env
 from zym.capture.cupti.decode import decode_spool, read_spool
 from zym.capture.cupti.finalize import finalize_capture
@@ -36,16 +35,6 @@ TARGET = textwrap.dedent("""
         time.sleep(0.5)              # two flush periods: the records reach the spool
         os.kill(os.getpid(), signal.SIGKILL)
 """)
-
-
-@pytest.fixture(scope="module")
-def fake_lib(tmp_path_factory) -> Path:
-    from cupti_builder import build_fake_cupti
-
-    out = build_fake_cupti(tmp_path_factory.mktemp("fakecupti"))
-    if out is None:
-        pytest.skip("no C compiler to build the stand-in libcupti")
-    return out
 
 
 def _run(tmp_path: Path, lib: Path, mode: str, **extra: str) -> tuple[dict, Path]:

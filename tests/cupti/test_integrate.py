@@ -87,18 +87,11 @@ def test_add_gpu_without_spools_keeps_the_capture(tmp_path):
 
 
 @pytest.fixture
-def fake_env(monkeypatch, tmp_path):
-    import shutil
-
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler")
-    lib = tmp_path / "libcupti.so.13"
-    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(Path(__file__).parent / "fakecupti.c"),
-                    "-lpthread"], check=True)
-    monkeypatch.setenv("ZYM_CUPTI_LIB", str(lib))
+def fake_env(monkeypatch, fake_lib):
+    """The stand-in libcupti (tests/cupti/conftest.py), collecting from the target's start."""
+    monkeypatch.setenv("ZYM_CUPTI_LIB", str(fake_lib))
     monkeypatch.setenv("ZYM_CUPTI_EAGER", "1")
-    return lib
+    return fake_lib
 
 
 def test_no_ebpf_falls_back_to_a_cupti_only_capture(tmp_path, monkeypatch, fake_env):
@@ -184,7 +177,6 @@ def test_failed_session_keeps_spools_only_beside_a_kept_raw_capture(tmp_path, mo
 def test_attach_to_an_agent_that_does_not_answer_keeps_the_cpu_side(tmp_path, monkeypatch):
     """A stale agent folder (or a hung agent): the capture goes on without the GPU side."""
     import json
-    import subprocess
 
     from zym.capture import session
     from zym.capture.cupti import remote
@@ -252,3 +244,58 @@ def test_the_agent_is_told_whether_to_record_nvtx(tmp_path, monkeypatch, fake_en
         integrate.capture_with_gpu(CaptureConfig(output=tmp_path / "t.parquet",
                                                  command=["true"], nvtx=nvtx), lambda _m: None)
     assert seen == ["1", "0"]
+
+
+@pytest.mark.parametrize(("args", "code", "shapes"), [
+    (["--", "python3", "serve.py"], 0, [False]),
+    (["--shapes", "--", "python3", "serve.py"], 0, [True]),
+    (["--shapes", "--pid", "1234"], 2, []),            # a running process: too late to wrap torch
+    (["--shapes", "--rotate", "60s", "--", "python3", "serve.py"], 2, []),
+])
+def test_zym_capture_shapes_only_for_a_program_it_starts(tmp_path, monkeypatch, args, code, shapes):
+    from typer.testing import CliRunner
+    from zym.cli.main import app
+
+    seen = []
+    monkeypatch.setattr(integrate, "capture_with_gpu", lambda cfg: seen.append(cfg))
+    res = CliRunner().invoke(app, ["capture", "-o", str(tmp_path / "t.parquet"), *args])
+    assert res.exit_code == code, res.output
+    assert [cfg.shapes for cfg in seen] == shapes
+    if code:
+        assert "--shapes records a program zym starts" in res.output
+
+
+def test_the_agent_is_told_whether_to_record_shapes(tmp_path, monkeypatch, fake_env):
+    from zym.capture import bpf_loader, session
+    from zym.capture.session import CaptureConfig
+
+    monkeypatch.setenv("ZYM_SHAPES", "1")     # left in the user's environment
+    seen = []
+    monkeypatch.setattr(session, "run_capture",
+                        lambda cfg: seen.append((os.environ["ZYM_SHAPES"],
+                                                 os.environ.get("ZYM_SHAPES_OPS"))))
+    monkeypatch.setattr(bpf_loader, "check_environment", lambda: None)
+    monkeypatch.setattr(integrate, "add_gpu", lambda *a: None)
+    for shapes in (True, False):
+        integrate.capture_with_gpu(CaptureConfig(output=tmp_path / "t.parquet",
+                                                 command=["true"], shapes=shapes), lambda _m: None)
+    from zym.analysis.matmul import MATMUL_OPS
+
+    assert seen == [("1", ",".join(MATMUL_OPS)), ("0", None)]
+
+
+@pytest.mark.parametrize("command", [["capture", "--shapes", "-o", "{out}", "--", "true"],
+                                     ["run", "--shapes", "--", "true"]])
+def test_an_unknown_shapes_scope_is_a_one_line_error_and_nothing_is_made(tmp_path, monkeypatch,
+                                                                          command):
+    from typer.testing import CliRunner
+    from zym.capture import bpf_loader
+    from zym.cli.main import app
+
+    monkeypatch.setenv("ZYM_SHAPES_SCOPE", "everything")
+    monkeypatch.setattr(bpf_loader, "check_environment", lambda: None)
+    out = tmp_path / "t.parquet"
+    res = CliRunner().invoke(app, [a.format(out=out) for a in command])
+    assert res.exit_code == 2, res.output
+    assert "ZYM_SHAPES_SCOPE='everything': give entry" in res.output
+    assert "Traceback" not in res.output and list(tmp_path.iterdir()) == []

@@ -34,16 +34,6 @@ OUTSIDE = 6
 LAUNCHES = sum(INSIDE.values()) + OUTSIDE
 
 
-@pytest.fixture(scope="module")
-def fake_lib(tmp_path_factory) -> Path:
-    from cupti_builder import build_fake_cupti
-
-    out = build_fake_cupti(tmp_path_factory.mktemp("fakecupti"))
-    if out is None:
-        pytest.skip("no C compiler to build the stand-in libcupti")
-    return out
-
-
 def _run(tmp_path: Path, lib: Path, **extra: str) -> tuple[dict, Path]:
     spool = tmp_path / "spool"
     env = target_env(spool) | {"ZYM_CUPTI_LIB": str(lib), "ZYM_CUPTI_FLUSH_MS": "200",

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from console import console as run_console
+from console import imported, typer_app
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -18,29 +19,10 @@ except ImportError:  # a system part: fails under ZYM_REQUIRE_SYSTEM=1 (tests/co
     pytest.skip("chdb not installed (pip install chdb)", allow_module_level=True)
 
 HEAVY = ("typer", "click", "polars", "pandas", "pyarrow", "zym.analysis.report")
-# The console script, reporting on stderr which heavy modules the process imported.
-SCRIPT = ("import atexit, sys\n"
-          "atexit.register(lambda: print('imported:', ' '.join(m for m in "
-          f"{HEAVY!r} if m in sys.modules), file=sys.stderr))\n"
-          "sys.argv[0] = 'zym'\n"
-          "from zym.cli.entry import main\n"
-          "main()\n")
 
 
 def console(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", SCRIPT, *args], capture_output=True,
-                          text=True, timeout=300, check=False, env=env)
-
-
-def typer_app(*args: str) -> subprocess.CompletedProcess:
-    """The typer commands themselves (cli/main.py, not through cli/entry.py)."""
-    return subprocess.run([sys.executable, "-m", "zym.cli.main", *args], capture_output=True,
-                          text=True, timeout=300, check=False)
-
-
-def imported(r: subprocess.CompletedProcess) -> set[str]:
-    line = [x for x in r.stderr.splitlines() if x.startswith("imported:")][-1]
-    return set(line.split()[1:])
+    return run_console(HEAVY, *args, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +43,7 @@ QUERIES = (
     ("top", "--by=label:version", "--metric", "blocked", "-f", "json"),
     ("top", "-m", "saving", "--label", "version=1", "--since", "2000-01-01", "--limit", "3"),
     ("top", "--by", "host", "--host", "nohost"),
+    ("top", "--since", "-36500d", "--until=-1m", "-l", "version=1", "-l", "version=1"),
     ("findings",),
     ("findings", "-f", "json", "-n", "2"),
     ("sql", ("SELECT name, count() AS n FROM zym.gpu_ops GROUP BY name ORDER BY n DESC, name "

@@ -154,3 +154,39 @@ def test_fixes_together_are_one_replay_and_increments_add_up():
     assert len(estimated) >= 2
     assert sum(f.saving_incremental_ns for f in estimated) == found.total_ns
     assert found.total_ns <= sum(f.saving_ns for f in estimated)
+
+
+def _kept_by_loop(group, idx, waits, keep):
+    """The per-instance loop the vectorised version replaced (second method)."""
+    import numpy as np
+
+    mask = np.zeros(len(idx), bool)
+    order = np.lexsort((idx, group))
+    g, w = group[order], waits[order]
+    starts = np.nonzero(np.r_[True, g[1:] != g[:-1]])[0]
+    ends = np.r_[starts[1:], len(g)]
+    for a, b in zip(starts.tolist(), ends.tolist()):
+        blocking = np.nonzero(w[a:b])[0]
+        if not len(blocking):
+            continue
+        k = blocking[0] if keep == "first" else blocking[-1]
+        prev = blocking[blocking < k]
+        lo = (prev[-1] + 1) if len(prev) else 0
+        mask[order[a + lo:a + k + 1]] = True
+    return mask, len(starts)
+
+
+@pytest.mark.parametrize("keep", ["first", "last"])
+def test_kept_per_instance_equals_the_per_instance_loop(keep):
+    import numpy as np
+    from zym.rules.savings import kept_per_instance
+
+    rng = np.random.default_rng(3)
+    for trial in range(300):
+        n = int(rng.integers(1, 60))   # (no calls: the loop counted one instance, this none)
+        idx = rng.permutation(1000)[:n]
+        group = rng.integers(0, max(1, n // 4 + 1), n)
+        waits = rng.random(n) < [0.0, 0.1, 0.5, 1.0][trial % 4]
+        got = kept_per_instance(group, idx, waits, keep)
+        want = _kept_by_loop(group, idx, waits, keep)
+        assert got[1] == want[1] and (got[0] == want[0]).all(), (trial, n)

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[3]
 def import_zym() -> None:
     shim = Path(tempfile.mkdtemp()) / "zym"
     shim.mkdir()
-    for pkg in ("capture", "schemas", "cli"):
+    for pkg in ("capture", "schemas", "cli", "analysis"):
         (shim / pkg).symlink_to(REPO / pkg)
     sys.path.insert(0, str(shim.parent))
     try:

@@ -1,0 +1,145 @@
+"""What `zym analyze` and `zym diff` do once their command line is parsed, without typer.
+
+The typer commands (cli/analyze_cmd.py, cli/diff_cmd.py) declare the options and call these;
+the console script (cli/entry.py, through cli/fast.py) calls them directly for the command
+lines it parses itself, without importing typer, click or pydantic (~0.25-0.3 s of a small
+analysis). Each returns the exit code: 0, 1 (--fail-on / --fail-on-regression matched),
+2 (unusable input, said in one line on stderr), 130 (interrupted), 143 (terminated).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from zym.schemas.errors import InputError, ZymError
+
+from .errors import EXIT_BAD_INPUT, exit_code
+
+EXIT_FINDINGS = 1  # --fail-on matched: the report was printed, and CI should fail
+EXIT_REGRESSION = 1  # --fail-on-regression: GPU or wall time per step got worse by more than PCT
+
+
+def analyze(file: Path, fmt: str = "text", top: int | None = None, window: str = "steady",
+            what_if: Sequence[str] = (), rules: Sequence[Path] = (),
+            disable: Sequence[str] = (), no_rules: bool = False, fail_on: str = "never",
+            progress: bool = True) -> int:
+    """`zym analyze`: the report on stdout in ``fmt``; the exit code."""
+    try:
+        found = _analyze(file, fmt, top, window, what_if, rules, disable, no_rules, fail_on,
+                         progress)
+    except (ZymError, KeyboardInterrupt) as e:
+        return exit_code(e)
+    report, findings, shown = found
+    if fmt == "json":
+        json.dump(report, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    elif fmt == "markdown":
+        from .render import render_markdown
+
+        sys.stdout.write(render_markdown(report, shown))
+    else:
+        from .render import console_for_stdout, render_report
+
+        render_report(report, console_for_stdout(), shown)
+    if fail_on != "never":
+        from zym.rules.model import SEVERITY_RANK
+
+        worst = [f for f in findings or [] if SEVERITY_RANK[f.severity]
+                 >= SEVERITY_RANK[fail_on]]
+        if worst:
+            print(f"zym: {len(worst)} finding(s) at or above {fail_on} "
+                  f"(--fail-on {fail_on})", file=sys.stderr)
+            return EXIT_FINDINGS
+    return 0
+
+
+def _analyze(file: Path, fmt: str, top: int | None, window: str, what_if: Sequence[str],
+             rules: Sequence[Path], disable: Sequence[str], no_rules: bool, fail_on: str,
+             progress: bool) -> tuple[dict, list | None, int | None]:
+    """The report of ``file``, its findings and how many rows it shows per ranking."""
+    from zym.analysis import analyze as run_analysis
+
+    from .progress import stage_progress
+
+    if no_rules and fail_on != "never":  # it could never fail: say so, not exit 0
+        raise InputError(f"--fail-on {fail_on} needs the rules: drop --no-rules")
+    packs = None
+    if not no_rules:
+        from zym.rules import load_packs
+
+        packs = load_packs(rules)
+    if what_if and packs is None:
+        raise InputError("--what-if needs the rules (finding numbers, fix models): drop "
+                         "--no-rules")
+    with stage_progress(progress) as say:
+        result = run_analysis(file, say, window)
+        findings = None
+        if packs is not None:
+            from zym.rules import evaluate
+
+            say("applying rules and replaying their fixes")
+            findings = evaluate(result, packs, disable)
+        replays = None
+        if what_if:
+            from zym.rules.whatif import what_if as replay
+
+            say("replaying --what-if")
+            replays = replay(result, findings, list(what_if))
+    from zym.analysis.export.summary import build_report
+
+    shown = top if top is not None or fmt == "json" else 10
+    # Example events only for machines: people read the message, and it costs a join.
+    report = build_report(result, findings, shown, 5 if fmt == "json" else 0, replays)
+    return report, findings, shown
+
+
+def diff(before: Path, after: Path, fmt: str = "text", top: int | None = None,
+         window: str = "steady", fail_on_regression: float | None = None,
+         repeat: Path | None = None, host_noise: float | None = None,
+         rules: Sequence[Path] = (), disable: Sequence[str] = (), no_rules: bool = False,
+         jobs: int = 2, progress: bool = True) -> int:
+    """`zym diff`: the comparison on stdout in ``fmt``; the exit code."""
+    from zym.analysis.export.diff import finish_diff, render_markdown, render_text, start_profile
+
+    from .progress import stage_progress
+
+    args = {"window": window, "rules": not no_rules, "rule_paths": tuple(rules),
+            "disabled": tuple(disable)}
+    try:
+        # The baseline goes to a forked child first, before the spinner starts a thread (the
+        # rule packs are loaded once, before the fork).
+        pending = start_profile(before, jobs, **args)
+        with stage_progress(progress) as say:
+            from zym.analysis.diff import HOST_FLOOR
+
+            floor = HOST_FLOOR if host_noise is None else host_noise / 100
+            result = finish_diff(pending, after, say, repeat, floor)
+    except (ZymError, KeyboardInterrupt) as e:
+        return exit_code(e)
+    shown = top if top is not None or fmt == "json" else 10
+    d = result.to_dict(shown)
+    if fmt == "json":
+        json.dump(d, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    elif fmt == "markdown":
+        sys.stdout.write(render_markdown(d))
+    else:
+        sys.stdout.write(render_text(d))
+    if fail_on_regression is None:
+        return 0
+    if d["per"] != "step":  # GPU time per second is a busy share, not a cost: no verdict
+        print("zym: error: --fail-on-regression compares per-step figures, and "
+              f"{'BEFORE' if d['before']['unit'] != 'step' else 'AFTER'} has no repeated "
+              "step (see --window)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    worse = {m: pct for m, pct in d["regression_pct"].items()
+             if pct is not None and pct > fail_on_regression}
+    if worse:
+        what = ", ".join(f"{'GPU time' if m == 'gpu_ns' else 'wall time'} +{pct:.1f}%"
+                         for m, pct in worse.items())
+        print(f"zym: regression per {d['per']}: {what} (--fail-on-regression "
+              f"{fail_on_regression:g})", file=sys.stderr)
+        return EXIT_REGRESSION
+    return 0
