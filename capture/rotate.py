@@ -12,6 +12,10 @@ being read meanwhile). A call that arrives later than that (it would have to wai
 in the ring) goes to the oldest open interval and is counted in
 ``meta.extra.interval.late_calls``.
 
+The GPU side (``gpu``, from ``capture/cupti/rolling.py``) is added to an interval's tables
+before they are written; CUPTI hands its records over once per flush period, so with it an
+interval stays open ``grace_s`` (longer than ``GRACE_S``).
+
 Stacks are interned once per capture (the kernel sends a stack the first time it is seen):
 every frame row recorded so far is written again into each new interval's raw stream, so each
 file resolves its own stacks. ``keep``: only the newest ``keep`` files of this run are kept.
@@ -19,6 +23,7 @@ file resolves its own stacks. ``keep``: only the newest ``keep`` files of this r
 from __future__ import annotations
 
 import copy
+import functools
 import re
 import shutil
 import threading
@@ -73,6 +78,7 @@ class _Interval:
     calls: int = 0
     late_calls: int = 0
     close_at: float = 0.0  # monotonic seconds: finalize after this
+    final: bool = False    # the run's last interval (it takes every GPU record left)
 
 
 @dataclass
@@ -93,6 +99,10 @@ class RotatingWriter:
     start_ns: int = field(default_factory=time.monotonic_ns)
     written: list[Path] = field(default_factory=list)
     rows: dict = field(default_factory=dict)
+    # The GPU side (capture/cupti/rolling.py): gives an interval's tables its share of CUPTI's
+    # records, ``gpu(tables, meta, *, start_ns, end_ns, final) -> tables``; None: CPU side only.
+    gpu: Callable[..., dict] | None = None
+    grace_s: float = GRACE_S
 
     def __post_init__(self) -> None:
         import polars  # noqa: F401  (imported now: an import in the writing thread would
@@ -168,7 +178,7 @@ class RotatingWriter:
     def rotate_if_due(self, now_ns: int) -> None:
         while now_ns >= self._current.end_ns:
             old = self._current
-            old.close_at = old.end_ns / 1e9 + GRACE_S
+            old.close_at = old.end_ns / 1e9 + self.grace_s
             self._open_ivs.append(self._open(old.index + 1, old.end_ns))
 
     def _submit(self, iv: _Interval, end_ns: int) -> None:
@@ -188,7 +198,8 @@ class RotatingWriter:
             "start_unix_ns": iv.start_ns + self._unix_offset,
             "end_unix_ns": end_ns + self._unix_offset,
             "calls": iv.calls, "late_calls": iv.late_calls,
-            "rule": "a call belongs to the interval in which it ended (ts_ns + dur_ns)",
+            "rule": "a call belongs to the interval in which it ended as its probes saw it "
+                    "(ts_ns + dur_ns; the entry when its return is not probed)",
         }
         meta.extra.pop("capture_cost", None)  # measured over the whole run, not this file
         return meta
@@ -196,8 +207,10 @@ class RotatingWriter:
     def _write(self, iv: _Interval, meta: CaptureMeta) -> Path | None:
         path = interval_path(self.output, iv.start_ns + self._unix_offset, iv.index)
         write_raw_meta(iv.raw_dir, meta)
+        add = None if self.gpu is None else functools.partial(
+            self.gpu, start_ns=iv.start_ns, end_ns=iv.end_ns, final=iv.final)
         try:
-            tables = finalize(iv.raw_dir, path, meta)
+            tables = finalize(iv.raw_dir, path, meta, add)
         except Exception as e:  # noqa: BLE001 (keep the raw interval for --finalize)
             self.log(f"interval {iv.index}: cannot write {path.name} ({e}); its raw calls are "
                      f"kept in {iv.raw_dir}")
@@ -222,6 +235,7 @@ class RotatingWriter:
         every file to be written; returns the files kept."""
         cur = self._current
         cur.end_ns = max(stop_ns, cur.start_ns)
+        cur.final = True
         for iv in self._open_ivs:
             self._submit(iv, iv.end_ns)
         self._open_ivs = []

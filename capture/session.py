@@ -86,6 +86,10 @@ class CaptureConfig:
     rotate_s: float | None = None
     keep: int | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    # Its GPU side (capture/cupti/rolling.py): gives each interval's tables their CUPTI records
+    # (``RotatingWriter.gpu``), once CUPTI has had ``rotate_grace_s`` to hand them over.
+    interval_gpu: Callable[..., dict] | None = None
+    rotate_grace_s: float | None = None
     # Called once the probes are attached and the target tracked (before any of its calls
     # counts), and once recording ends (probes still attached): the GPU side switches a
     # running process's agent on and off here (--pid).
@@ -513,7 +517,11 @@ def _rotating_writer(cfg: CaptureConfig, meta_for: Callable[[], CaptureMeta], lo
     labels = {"process": (Path(cfg.command[0]).name if cfg.command
                           else _comm(cfg.pid))} | cfg.labels
     labels.setdefault("service", labels["process"])
-    return RotatingWriter(cfg.output, cfg.rotate_s, meta_for, labels, cfg.keep, log)
+    writer = RotatingWriter(cfg.output, cfg.rotate_s, meta_for, labels, cfg.keep, log,
+                            gpu=cfg.interval_gpu)
+    if cfg.rotate_grace_s is not None:
+        writer.grace_s = cfg.rotate_grace_s
+    return writer
 
 
 def _comm(pid: int | None) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -417,8 +418,10 @@ def read_raw_meta(raw_dir: Path) -> CaptureMeta:
     return CaptureMeta.from_json(path.read_text())
 
 
-def finalize(raw_dir: Path, output: Path, meta: CaptureMeta) -> dict[str, pl.DataFrame]:
-    """Write the capture Parquet from a raw directory; returns the tables written."""
+def finalize(raw_dir: Path, output: Path, meta: CaptureMeta,
+             add: Callable[[dict, CaptureMeta], dict] | None = None) -> dict[str, pl.DataFrame]:
+    """Write the capture Parquet from a raw directory; returns the tables written. ``add``
+    gives the tables more (the GPU side of a continuous capture) before they are written."""
     import polars as pl
     from zym.schemas import write_capture
 
@@ -426,5 +429,7 @@ def finalize(raw_dir: Path, output: Path, meta: CaptureMeta) -> dict[str, pl.Dat
     tables = build_tables(raw_calls, raw_frames, native_frames_of(raw_dir, meta))
     resolved = resolve_stacks(raw_calls, raw_frames)
     meta.extra["missed_stacks"] = resolved.filter(pl.col("stack_key") == STACK_MISSED).height
+    if add is not None:
+        tables = add(tables, meta)
     write_capture(output, tables, meta)
     return tables

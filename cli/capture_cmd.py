@@ -113,7 +113,8 @@ def capture(
             _rotate(rotate, keep, label, CaptureConfig(
                 output=output, pid=pid, command=command or None, duration=duration,
                 sample=sample, runtime_api=runtime_api, keep_raw=keep_raw,
-                max_overhead_pct=_percent(max_overhead), native=native))
+                max_overhead_pct=_percent(max_overhead), native=native,
+                nvtx=(pid is None) if nvtx is None else nvtx))
             return
         check_target(output, force)  # before the target runs, not after
         capture_with_gpu(CaptureConfig(output=output, pid=pid, command=command or None,
@@ -128,8 +129,8 @@ def _rotate(rotate: str | None, keep: int | None, label: list[str] | None, cfg) 
     """Continuous capture: the eBPF session with a rotating writer (capture/rotate.py)."""
     import dataclasses
 
+    from zym.capture.cupti.integrate import capture_with_gpu
     from zym.capture.rotate import parse_interval
-    from zym.capture.session import run_capture
     from zym.schemas.errors import CaptureError
 
     if rotate is None:
@@ -140,10 +141,8 @@ def _rotate(rotate: str | None, keep: int | None, label: list[str] | None, cfg) 
         if not sep or not key:
             raise CaptureError(f"--label {item!r}: give KEY=VALUE")
         labels[key] = value
-    typer.echo("zym: --rotate records the CPU side (eBPF) in each interval; the GPU side "
-               "(CUPTI) is not recorded in continuous mode", err=True)
-    summary = run_capture(dataclasses.replace(cfg, rotate_s=parse_interval(rotate), keep=keep,
-                                              labels=labels))
+    summary = capture_with_gpu(dataclasses.replace(cfg, rotate_s=parse_interval(rotate),
+                                                   keep=keep, labels=labels))
     typer.echo(f"zym: {summary.calls} calls in {summary.seconds:.1f} s -> "
                f"{len(summary.outputs)} files kept"
                + (f" (newest {summary.outputs[-1]})" if summary.outputs else ""), err=True)

@@ -32,7 +32,9 @@ not be importable, so it cannot import its siblings.
 Spool format: an Arrow IPC stream (``kind: string, t_mono_ns: int64, payload: binary``, one
 batch per chunk) when pyarrow is importable in the target, otherwise a framed file with the same
 chunks (``MAGIC`` then ``u16 len, kind, i64 t_mono_ns, u64 len, payload`` per chunk). Each chunk
-is flushed as written, so a crash keeps every completed buffer.
+is flushed as written, so a crash keeps every completed buffer. With ``ZYM_CUPTI_ROLL_S``
+(``zym capture --rotate``) the spool is a series of segments, ``cupti-<pid>-<n>.spool``, each
+opened by the header, which zym reads and removes while the target runs.
 """
 from __future__ import annotations
 
@@ -54,6 +56,9 @@ ENV_LIB = "ZYM_CUPTI_LIB"            # explicit libcupti path
 ENV_BUFFER_MB = "ZYM_CUPTI_BUFFER_MB"
 ENV_FLUSH_MS = "ZYM_CUPTI_FLUSH_MS"  # CUPTI flush period: bounds what a crash can lose
 ENV_FORMAT = "ZYM_CUPTI_FORMAT"      # "arrow" (default when pyarrow imports) or "framed"
+ENV_ROLL_S = "ZYM_CUPTI_ROLL_S"      # seconds (`zym capture --rotate`): the spool goes on in a new
+                                     # segment, cupti-<pid>-<n>.spool, this often; zym removes
+                                     # the segments it has read, so the disk use stays bounded
 ENV_ALL_APIS = "ZYM_CUPTI_ALL_APIS"  # "1": every runtime/driver API record (slow; debugging);
                                      # "0": none (GPU records only; measures their cost)
 ENV_AGENT = "ZYM_AGENT"              # "1": a dormant agent (`zym run`): CUPTI stays unloaded
@@ -241,10 +246,8 @@ class SpoolWriter:
     """Appends chunks to the spool file and flushes each one (crash safety)."""
 
     def __init__(self, path: str, fmt: str) -> None:
-        self.path = path
         self._lock = threading.Lock()
-        self._f = open(path, "wb")  # noqa: SIM115 - open for the session
-        self._arrow = None
+        self._pa = None
         if fmt == "arrow":
             try:
                 import pyarrow as pa
@@ -252,28 +255,50 @@ class SpoolWriter:
                 self._pa = pa
                 self._schema = pa.schema([("kind", pa.string()), ("t_mono_ns", pa.int64()),
                                           ("payload", pa.binary())])
-                self._arrow = pa.ipc.new_stream(self._f, self._schema)
             except Exception:  # noqa: BLE001 - no pyarrow: framed format
-                self._arrow = None
-        if self._arrow is None:
-            self._f.write(MAGIC)
-        self.format = "arrow" if self._arrow is not None else "framed"
+                self._pa = None
+        self.format = "arrow" if self._pa is not None else "framed"
+        self._open(path)
 
-    def write(self, kind: str, payload: bytes, t_mono_ns: int | None = None) -> None:
-        t = time.monotonic_ns() if t_mono_ns is None else t_mono_ns
+    def _open(self, path: str) -> None:
+        self.path = path
+        self._f = open(path, "wb")  # noqa: SIM115 - open for the session
+        self._arrow = None
+        if self._pa is not None:
+            self._arrow = self._pa.ipc.new_stream(self._f, self._schema)
+        else:
+            self._f.write(MAGIC)
+
+    def roll(self, path: str, first: list[tuple[str, bytes]]) -> None:
+        """Go on in a new file (a segment) that starts with the chunks ``first``; whoever holds
+        this writer writes there from now on (no chunk is written between the two files)."""
         with self._lock:
             if self._f.closed:
                 return
             if self._arrow is not None:
-                pa = self._pa
-                batch = pa.record_batch([pa.array([kind]), pa.array([t], pa.int64()),
-                                         pa.array([payload], pa.binary())], schema=self._schema)
-                self._arrow.write_batch(batch)
-            else:
-                k = kind.encode()
-                self._f.write(struct.pack("<H", len(k)) + k + struct.pack("<qQ", t, len(payload)))
-                self._f.write(payload)
-            self._f.flush()
+                self._arrow.close()
+            self._f.close()
+            self._open(path)
+            for kind, payload in first:
+                self._put(kind, payload, time.monotonic_ns())
+
+    def write(self, kind: str, payload: bytes, t_mono_ns: int | None = None) -> None:
+        t = time.monotonic_ns() if t_mono_ns is None else t_mono_ns
+        with self._lock:
+            if not self._f.closed:
+                self._put(kind, payload, t)
+
+    def _put(self, kind: str, payload: bytes, t: int) -> None:
+        if self._arrow is not None:
+            pa = self._pa
+            batch = pa.record_batch([pa.array([kind]), pa.array([t], pa.int64()),
+                                     pa.array([payload], pa.binary())], schema=self._schema)
+            self._arrow.write_batch(batch)
+        else:
+            k = kind.encode()
+            self._f.write(struct.pack("<H", len(k)) + k + struct.pack("<qQ", t, len(payload)))
+            self._f.write(payload)
+        self._f.flush()
 
     def close(self) -> None:
         with self._lock:
@@ -332,7 +357,8 @@ def _torch_cuda_major() -> int | None:
 class Collector:
     """One CUPTI activity session in this process."""
 
-    def __init__(self, out_dir: str, nvtx: str | None = None) -> None:
+    def __init__(self, out_dir: str, nvtx: str | None = None,
+                 roll_s: float | None = None) -> None:
         self.pid = os.getpid()
         self.out_dir = out_dir
         self.lib_path = find_libcupti()
@@ -358,7 +384,12 @@ class Collector:
         self.flushers: list = []   # flushed with CUPTI's buffers and at stop (operator shapes)
         fmt = os.environ.get(ENV_FORMAT, "arrow")
         os.makedirs(out_dir, exist_ok=True)
-        self.spool = SpoolWriter(os.path.join(out_dir, f"cupti-{self.pid}.spool"), fmt)
+        # segments (--rotate): a new spool file every roll_s seconds, each opened by the header
+        self.roll_s = float(os.environ.get(ENV_ROLL_S) or 0) if roll_s is None else roll_s
+        self.segments = [self._segment_path(0)]
+        self._rolled_at = time.monotonic()
+        self._header: dict = {}
+        self.spool = SpoolWriter(self.segments[0], fmt)
         self._setup_api()
 
     # -- CUPTI calls -------------------------------------------------------------------------
@@ -504,8 +535,9 @@ class Collector:
             "api_names": {d: {str(k): v for k, v in m.items()} for d, m in enabled.items()},
             "kinds": list(ENABLED_KINDS), "spool_format": self.spool.format, "nvtx": self.nvtx,
             "started_mono_ns": time.monotonic_ns(), "setup_ns": time.monotonic_ns() - t0,
-            "errors": list(self.stats["errors"]),
+            "errors": list(self.stats["errors"]), "roll_s": self.roll_s,
         }
+        self._header = header
         self.spool.write("header", json.dumps(header).encode())
         self.spool.write("calib", json.dumps(self.calibrate(64)).encode())
 
@@ -534,6 +566,24 @@ class Collector:
                 self.lib.cuptiActivityFlushAll(FLUSH_FORCED)
                 for flush in list(self.flushers):
                     flush(False)
+                if self.roll_s and time.monotonic() - self._rolled_at >= self.roll_s:
+                    self.roll()
+
+    def _segment_path(self, index: int) -> str:
+        name = f"cupti-{self.pid}-{index:06d}.spool" if self.roll_s else f"cupti-{self.pid}.spool"
+        return os.path.join(self.out_dir, name)
+
+    def roll(self) -> None:
+        """Go on in a new spool segment (opened by the header and a calibration); an activity
+        chunk and its NVTX names stay in one segment, whose buffers count from 0."""
+        with self._write_lock:
+            self._rolled_at = time.monotonic()
+            path = self._segment_path(len(self.segments))
+            header = {**self._header, "segment": len(self.segments)}
+            self.spool.roll(path, [("header", json.dumps(header).encode()),
+                                   ("calib", json.dumps(self.calibrate()).encode())])
+            self.segments.append(path)
+            self._activity_seq = 0
 
     def stop(self, reason: str = "exit") -> None:
         """Flush CUPTI, resolve kernel names, write the footer. Idempotent."""
@@ -590,13 +640,18 @@ class Collector:
             return {}
         ptrs: set[int] = set()
         q = struct.Struct("<q").unpack_from
-        for data in read_activity_chunks(self.spool.path):
-            offsets, kinds, end = record_offsets(data, sizes)
-            if end != len(data):  # a layout that does not fit: never follow its pointers
-                self.stats["errors"].append("kernel names: a buffer did not walk to its end")
+        for path in self.segments:   # those zym has not read and removed yet (--rotate)
+            try:
+                chunks = list(read_activity_chunks(path))
+            except OSError:
                 continue
-            ptrs.update(q(data, o + KERNEL_NAME_OFFSET)[0]
-                        for o, k in zip(offsets, kinds) if k == KIND_CONCURRENT_KERNEL)
+            for data in chunks:
+                offsets, kinds, end = record_offsets(data, sizes)
+                if end != len(data):  # a layout that does not fit: never follow its pointers
+                    self.stats["errors"].append("kernel names: a buffer did not walk to its end")
+                    continue
+                ptrs.update(q(data, o + KERNEL_NAME_OFFSET)[0]
+                            for o, k in zip(offsets, kinds) if k == KIND_CONCURRENT_KERNEL)
         return {str(p): ct.string_at(p).decode(errors="replace") for p in ptrs if p}
 
 
@@ -830,7 +885,7 @@ class Dormant:
     Its folder ``agent_folder(pid)`` (mode 0700, the process's own user; root may write it)
     holds ``state`` (JSON, replaced atomically: ``pid``, ``seq``, ``state`` dormant|on|off,
     ``errors``) and, from ``zym capture --pid``, ``control`` (JSON: ``seq``, ``action``
-    on|off, ``spool_dir``). A request is handled once, when its ``seq`` is new: "on" starts a
+    on|off, ``spool_dir``, ``roll_s``: spool segments, for --rotate). A request is handled once, when its ``seq`` is new: "on" starts a
     CUPTI session writing to ``spool_dir``; "off" ends it (``Collector.detach``). The state
     file answers with the same ``seq`` when the request is done."""
 
@@ -913,7 +968,8 @@ class Dormant:
         try:
             if req.get("action") == "on":
                 if self.collector is None:
-                    c = Collector(str(req["spool_dir"]), nvtx=self.nvtx)
+                    c = Collector(str(req["spool_dir"]), nvtx=self.nvtx,
+                                  roll_s=float(req.get("roll_s") or 0))
                     # shapes on first: c.start() spends a while after its window opens
                     # (header, first spool write); a record before the window matches no call
                     self._shapes_on(c)

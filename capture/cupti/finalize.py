@@ -64,11 +64,19 @@ def merge_gpu(tables: dict[str, pl.DataFrame] | None, spool_dir: str | Path,
     ``dropped["cupti"]``, ``extra["cupti"]`` (clock fits, join statistics, stack coverage).
     """
     cupti, headers = collect_spools(spool_dir)
-    tables = dict(tables or {})
     if not headers:
         meta.extra["cupti"] = {"spools": 0, "note": f"no CUPTI spool in {spool_dir}: GPU side absent"}
-        return tables
-    window = read_gpu_window(spool_dir)
+        return dict(tables or {})
+    return merge_cupti(tables, cupti, headers, meta, read_gpu_window(spool_dir))
+
+
+def merge_cupti(tables: dict[str, pl.DataFrame] | None, cupti: CuptiTables, headers: list[dict],
+                meta: CaptureMeta, window: tuple[int, int] | None = None
+                ) -> dict[str, pl.DataFrame]:
+    """``merge_gpu`` on records decoded already (``headers``: their spools' headers), e.g. one
+    interval's share of a continuous capture (``capture/cupti/rolling.py``). ``window``:
+    CLOCK_MONOTONIC bounds within which CUPTI recorded (an attach), else None."""
+    tables = dict(tables or {})
     api, gpu = cupti.api, cupti.gpu
     recorded = tables["call"].height if tables.get("call") is not None else 0
     if window is not None and tables.get("call") is not None:

@@ -29,6 +29,7 @@ from pathlib import Path
 from zym.schemas.errors import CaptureError
 
 from . import shapes_env, target_env
+from .agent import ENV_FLUSH_MS, ENV_ROLL_S
 
 # Importable where only the capture runs (a lean GPU host without polars/numpy): joining and
 # writing import their dependencies when called; a capture that cannot finalize there keeps
@@ -61,6 +62,8 @@ def capture_with_gpu(cfg, log: Log | None = None):
     try:
         check_environment()
     except CaptureError as e:
+        if cfg.rotate_s is not None:
+            raise CaptureError(f"--rotate needs the eBPF side: {e}") from None
         log(f"eBPF unavailable ({e}); recording the GPU side only, without Python stacks")
         run_cupti_only(cfg.command, cfg.output, duration=cfg.duration, keep_spool=cfg.keep_raw,
                        log=log, shapes=getattr(cfg, "shapes", False))
@@ -71,20 +74,50 @@ def capture_with_gpu(cfg, log: Log | None = None):
     env["ZYM_NVTX"] = "1" if getattr(cfg, "nvtx", False) else "0"
     # CUPTI's API records carry every call's duration: no return probes (one trap per call).
     cfg = dataclasses.replace(cfg, return_probes=cfg.return_probes and cfg.force_return_probes)
+    if cfg.rotate_s is not None:
+        env[ENV_ROLL_S] = f"{cfg.rotate_s:g}"
+        cfg, _ = _rotating(cfg, spool)
     try:
         with _environment({k: env[k] for k in ("PYTHONPATH", "ZYM_CUPTI_DIR", "ZYM_NVTX",
-                                                "ZYM_SHAPES", "ZYM_SHAPES_OPS") if k in env}):
+                                                "ZYM_SHAPES", "ZYM_SHAPES_OPS", ENV_ROLL_S)
+                           if k in env}):
             summary = run_capture(cfg)
     except CaptureError:
         # kept beside a kept raw capture (a lean host finalizes elsewhere), else removed
         if not Path(cfg.output).with_name(Path(cfg.output).name + ".raw").exists():
             shutil.rmtree(spool, ignore_errors=True)
         raise
-    _stop_stragglers(getattr(summary, "pids", []), spool)
-    add_gpu(cfg.output, spool, log)
+    if cfg.rotate_s is None:
+        _stop_stragglers(getattr(summary, "pids", []), spool)
+        add_gpu(cfg.output, spool, log)
     if not cfg.keep_raw:
         shutil.rmtree(spool, ignore_errors=True)
     return summary
+
+
+def _rotating(cfg, spool: Path):
+    """A continuous capture's config whose interval files each get their share of CUPTI's
+    records in ``spool`` (``rolling.py``), after CUPTI's buffers have been handed over: the
+    eBPF grace plus two of the agent's flush periods."""
+    from zym.capture.rotate import GRACE_S
+
+    from .finalize import merge_cupti
+    from .rolling import GpuPool
+
+    pool = GpuPool(spool, keep_raw=cfg.keep_raw)
+
+    def add(tables: dict, meta, *, start_ns: int, end_ns: int, final: bool) -> dict:
+        cupti, headers, counts = pool.take(tables.get("call"), end_ns, final)
+        meta.extra.setdefault("interval", {})["gpu"] = counts | {
+            "kernels_unnamed": pool.unnamed_kernels,
+            "rule": "GPU records go with the API record their call joins (else by start time)"}
+        if not headers:
+            return tables
+        return merge_cupti(tables, cupti, headers, meta, pool.window())
+
+    flush_s = int(os.environ.get(ENV_FLUSH_MS, "1000")) / 1000
+    return dataclasses.replace(cfg, interval_gpu=add,
+                               rotate_grace_s=GRACE_S + 2 * flush_s), pool
 
 
 def _capture_running(cfg, log: Log):
@@ -108,10 +141,13 @@ def _capture_running(cfg, log: Log):
     if owner is not None and os.geteuid() == 0:
         os.chown(spool, *owner)   # the target writes its spool there
     switched: dict = {}
+    pool = None
+    if cfg.rotate_s is not None:   # each interval file gets its GPU records (rolling.py)
+        cfg, pool = _rotating(cfg, spool)
 
     def on() -> None:
         try:
-            st = agent.switch("on", spool)
+            st = agent.switch("on", spool, roll_s=cfg.rotate_s)
         except CaptureError as e:   # a stale folder, an agent that hangs: the CPU side goes on
             log(f"{e}; CPU side only")
             return
@@ -121,6 +157,8 @@ def _capture_running(cfg, log: Log):
                 "; CPU side only")
         elif st.get("errors"):
             log(f"agent: {'; '.join(st['errors'][:3])}")
+        if pool is not None and st.get("state") == "on":
+            pool.window_from_ns = st.get("enabled_mono_ns")
 
     def off() -> None:
         if switched.get("on", {}).get("state") == "on":
@@ -132,6 +170,8 @@ def _capture_running(cfg, log: Log):
             hi = switched.get("off", {}).get("disabled_mono_ns") or time.monotonic_ns()
             if lo:
                 write_gpu_window(spool, lo, hi)
+            if pool is not None:
+                pool.window_to_ns = hi
 
     # Return probes stay: CUPTI started late records no runtime API, so no call durations.
     cfg = dataclasses.replace(cfg, on_attached=on, on_detach=off)
@@ -142,7 +182,7 @@ def _capture_running(cfg, log: Log):
         if not Path(cfg.output).with_name(Path(cfg.output).name + ".raw").exists():
             shutil.rmtree(spool, ignore_errors=True)
         raise
-    if switched.get("on", {}).get("state") == "on":
+    if switched.get("on", {}).get("state") == "on" and pool is None:
         add_gpu(cfg.output, spool, log)
     if not cfg.keep_raw:
         shutil.rmtree(spool, ignore_errors=True)

@@ -33,10 +33,12 @@ class AgentHandle:
         return doc if isinstance(doc, dict) else {}
 
     def switch(self, action: str, spool_dir: Path | None = None,
-               timeout_s: float = ANSWER_S) -> dict:
-        """Ask for ``action`` (on|off) and wait for the answer; returns the agent's state."""
+               timeout_s: float = ANSWER_S, *, roll_s: float | None = None) -> dict:
+        """Ask for ``action`` (on|off) and wait for the answer; returns the agent's state.
+        ``roll_s`` (--rotate): the spool goes on in a new segment this often."""
         seq = int(self.state().get("seq", 0)) + 1
-        doc = {"seq": seq, "action": action, "spool_dir": str(spool_dir) if spool_dir else None}
+        doc = {"seq": seq, "action": action, "spool_dir": str(spool_dir) if spool_dir else None,
+               "roll_s": roll_s}
         tmp = self.folder / f".control.{os.getpid()}"
         tmp.write_text(json.dumps(doc))
         os.replace(tmp, self.folder / "control")

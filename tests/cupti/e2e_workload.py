@@ -1,7 +1,8 @@
 """Workload for the end-to-end test of `zym capture` with both sides: Python -> the libcuda
 stand-in (eBPF sees it) inside runtime calls the libcupti stand-in records (CUPTI sees them).
 Environment: FAKECUDA (libcuda stand-in), ZYM_CUPTI_LIB (libcupti stand-in), ITERS,
-INIT_SLEEP (seconds after cuInit, as CUDA's own init takes: the eBPF side attaches meanwhile)."""
+INIT_SLEEP (seconds after cuInit, as CUDA's own init takes: the eBPF side attaches meanwhile),
+STEP_SLEEP (seconds after each step: a run that spans several --rotate intervals)."""
 import ctypes
 import os
 import threading
@@ -30,6 +31,10 @@ def step(n):
     for _ in range(n):
         launch()  # @step_launch
     sync()  # @step_sync
+    time.sleep(PAUSE)
+
+
+PAUSE = float(os.environ.get("STEP_SLEEP", "0"))
 
 
 cuda.cuInit(0)

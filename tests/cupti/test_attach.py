@@ -16,7 +16,7 @@ import numpy as np
 import polars as pl
 import pytest
 from ebpf_env import line_markers
-from test_capture_e2e import libs  # noqa: F401 - the stand-in libraries fixture
+from test_capture_e2e import check_gpu_intervals, libs  # noqa: F401 - libs: a fixture
 from zym.analysis import analyze
 from zym.schemas import open_capture
 
@@ -102,3 +102,38 @@ def test_capture_pid_without_the_agent_says_why_and_records_the_cpu_side(libs, t
     cap = open_capture(out)
     assert cap.load("call").filter(pl.col("name") == "cuLaunchKernel").height > 100
     assert cap.load("gpu").height == 0
+
+
+def test_capture_pid_rotate_gives_every_file_its_gpu_side(libs, tmp_path):  # noqa: F811
+    agents, stop, log = tmp_path / "agents", tmp_path / "stop", tmp_path / "launches.log"
+    env = {**os.environ, "FAKECUDA": str(libs / "libcuda.so.1"),
+           "ZYM_CUPTI_LIB": str(libs / "libcupti.so.13"), "ZYM_CUPTI_EAGER": "1",
+           "ZYM_AGENT_DIR": str(agents), "STOP_FILE": str(stop), "LOG_FILE": str(log),
+           "ZYM_CUPTI_FLUSH_MS": "200"}
+    svc = subprocess.Popen([*ZYM, "run", "--", sys.executable, str(WORKLOAD)], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out = tmp_path / "svc.parquet"
+    try:
+        _wait_for(agents / str(svc.pid) / "state")
+        proc = subprocess.run([*ZYM, "capture", "--pid", str(svc.pid), "--duration", "2.5",
+                               "--rotate", "500ms", "-o", str(out)], env=env,
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert proc.returncode == 0, proc.stderr
+    finally:
+        stop.touch()
+        stdout, stderr = svc.communicate(timeout=30)
+    assert svc.returncode == 0, stderr
+    assert "finalized 1; kernel records on 0" in stdout, stdout
+    files = sorted(tmp_path.glob("svc-*.parquet"))
+    calls, gpu = check_gpu_intervals(files)
+    assert sum(1 for f in files if open_capture(f).load("call").height) >= 3
+    launches = calls.filter(pl.col("name") == "cuLaunchKernel").sort("ts_ns")
+    lost = sum(open_capture(f).meta.dropped.get("ebpf_ringbuf", 0) for f in files)
+    # the service's own log: every launch between the first and last one recorded is there,
+    # each with its kernel, in one file
+    logged = np.array(log.read_text().split(), dtype=np.int64)
+    first, last = np.searchsorted(logged, launches["ts_ns"][[0, -1]].to_numpy(), "right") - 1
+    assert launches.height + lost == int(last - first + 1) > 500
+    kernels = gpu.filter(pl.col("kind") == "kernel")
+    assert kernels.height == launches.height == kernels["correlation_id"].n_unique()
+    assert not out.with_name(out.name + ".cupti").exists()

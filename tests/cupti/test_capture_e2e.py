@@ -88,3 +88,50 @@ def test_finalize_elsewhere_joins_the_kept_spools(libs, tmp_path):
     assert fin.returncode == 0, fin.stderr
     assert "100.0% of GPU time with its Python stack" in fin.stderr
     assert open_capture(again).load("gpu").filter(pl.col("kind") == "kernel").height == 25
+
+
+def _interval_files(out: Path) -> list[Path]:
+    return sorted(out.parent.glob(f"{out.stem}-*{out.suffix}"),
+                  key=lambda p: int(p.stem.rsplit("-", 1)[1]))
+
+
+def check_gpu_intervals(files: list[Path]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Each file's GPU records belong to its own calls (same correlation ids), each call's
+    entry lies in its file's interval; returns all calls and GPU records."""
+    calls, gpus = [], []
+    for f in files:
+        cap = open_capture(f)
+        iv = cap.meta.extra["interval"]
+        call = cap.load("call")
+        gpu = cap.load("gpu")
+        probed = call.filter(pl.col("stack_id").is_not_null())
+        assert probed["ts_ns"].is_between(iv["start_mono_ns"], iv["end_mono_ns"],
+                                          closed="left").all(), f
+        if gpu.height:
+            assert gpu.join(call, on=["pid", "correlation_id"], how="anti").height == 0, f
+            assert cap.meta.extra["cupti"]["stack_coverage"]["gpu_time_with_stack_pct"] == 100.0
+            assert not gpu["name"].str.starts_with("kernel@").any(), f
+            gpus.append(gpu)
+        calls.append(call)
+    return pl.concat(calls, how="diagonal_relaxed"), pl.concat(gpus, how="diagonal_relaxed")
+
+
+def test_rotate_shares_the_gpu_side_out_among_the_files(libs, tmp_path):
+    iters = 120
+    out = tmp_path / "svc.parquet"
+    env = {**os.environ, "FAKECUDA": str(libs / "libcuda.so.1"), "ITERS": str(iters),
+           "ZYM_CUPTI_LIB": str(libs / "libcupti.so.13"), "ZYM_CUPTI_EAGER": "1",
+           "INIT_SLEEP": "0.5", "STEP_SLEEP": "0.01", "ZYM_CUPTI_FLUSH_MS": "200"}
+    proc = subprocess.run([sys.executable, "-m", "zym.cli.main", "capture", "--rotate", "400ms",
+                           "-o", str(out), "--", sys.executable, str(WORKLOAD)],
+                          capture_output=True, text=True, check=False, timeout=180, env=env)
+    assert proc.returncode == 0, proc.stderr
+    files = _interval_files(out)
+    calls, gpu = check_gpu_intervals(files)
+    assert sum(1 for f in files if open_capture(f).load("call").height) >= 3
+    launches = iters * 2 + iters * 3   # the workload: step(2) and step(3), iters times each
+    kernels = gpu.filter(pl.col("kind") == "kernel")
+    assert kernels.height == launches and kernels["correlation_id"].n_unique() == launches
+    assert gpu.filter(pl.col("kind") == "sync").height == 2 * iters
+    assert calls.filter(pl.col("name") == "cuLaunchKernel").height == launches
+    assert not (tmp_path / "svc.parquet.cupti").exists()

@@ -119,6 +119,22 @@ def test_no_ebpf_falls_back_to_a_cupti_only_capture(tmp_path, monkeypatch, fake_
     assert not (tmp_path / "trace.parquet.cupti").exists()
 
 
+
+def test_rotate_without_ebpf_is_refused_before_anything_runs(tmp_path, monkeypatch):
+    from zym.capture import bpf_loader
+    from zym.capture.session import CaptureConfig
+
+    def no_root():
+        raise CaptureError("zym capture needs root (eBPF uprobes): run it with sudo")
+
+    monkeypatch.setattr(bpf_loader, "check_environment", no_root)
+    marker = tmp_path / "ran"
+    cfg = CaptureConfig(output=tmp_path / "t.parquet", rotate_s=60.0,
+                        command=[sys.executable, "-c", f"open({str(marker)!r}, 'w')"])
+    with pytest.raises(CaptureError, match="--rotate needs the eBPF side: zym capture needs root"):
+        integrate.capture_with_gpu(cfg, print)
+    assert not marker.exists() and not list(tmp_path.iterdir())
+
 def test_attach_gives_the_cpu_side_only_and_says_so(tmp_path, monkeypatch):
     from zym.capture import session
     from zym.capture.session import CaptureConfig

@@ -1,0 +1,140 @@
+"""The GPU side of `zym capture --rotate` (capture/cupti/rolling.py): CUPTI's records shared out
+among interval files, each given once and with its call, spool segments read as they come and
+removed once read, kernel names read from the running target."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from itertools import pairwise
+from pathlib import Path
+
+import polars as pl
+from cupti_world import make_world
+from zym.capture.cupti import target_env
+from zym.capture.cupti.decode import CuptiTables
+from zym.capture.cupti.rolling import GpuPool, read_c_strings
+
+
+def _pool_of(world, tmp_path: Path) -> GpuPool:
+    pool = GpuPool(tmp_path)   # no spool files: the records are put in directly
+    pool._parts = [CuptiTables(api=world.api, gpu=world.gpu)]
+    pool._headers = {100: {"pid": 100}}
+    return pool
+
+
+def test_each_gpu_record_goes_once_to_the_interval_of_its_call(tmp_path):
+    kinds = ["launch", "copy", "launch", "memset", "sync", "launch", "graph", "nogpu"] * 6
+    world = make_world({11: kinds, 12: kinds[::-1]}, seed=3)
+    # make_world appends a call and its record together: row i of the calls made row i of truth
+    calls = world.calls.with_row_index("call")
+    owner = world.truth.with_row_index("call").select("call", "pid", "correlation_id")
+    records = (world.api.join(owner, on=["pid", "correlation_id"])
+               .join(calls.select("call", pl.col("ts_ns").alias("entry")), on="call"))
+    # boundaries 300 ns before a driver call's entry, inside its runtime record: the record
+    # starts in one interval, its call in the next
+    inside = records.filter(pl.col("ts_ns") < pl.col("entry") - 300).sort("entry")
+    cuts = [int(e) - 300 for e in inside["entry"].gather_every(inside.height // 4 + 1)[1:]]
+    assert len(cuts) >= 3
+    pool = _pool_of(world, tmp_path)
+    bounds = [int(calls["ts_ns"].min()), *cuts, None]
+    got = []
+    for start, end in pairwise(bounds):
+        mine = calls.filter(pl.col("ts_ns") >= start)
+        mine = mine if end is None else mine.filter(pl.col("ts_ns") < end)
+        taken, headers, _ = pool.take(mine.drop("call"), end, final=end is None)
+        assert headers == [{"pid": 100}]
+        got.append((set(mine["call"].to_list()), taken))
+    # every GPU and API record once, none lost
+    ids = ["pid", "correlation_id", "ts_ns"]
+    given = pl.concat([t.gpu.select(ids) for _, t in got]).sort(ids)
+    assert given.equals(world.gpu.select(ids).sort(ids))
+    assert pl.concat([t.api.select(ids) for _, t in got]).sort(ids).equals(
+        world.api.select(ids).sort(ids))
+    # each record is in the interval holding the call that caused it
+    for mine, taken in got:
+        assert set(taken.gpu.join(owner, on=["pid", "correlation_id"])["call"].to_list()) <= mine
+        assert set(taken.api.join(owner, on=["pid", "correlation_id"])["call"].to_list()) == mine
+
+
+def test_records_without_an_api_record_go_by_start_time(tmp_path):
+    world = make_world({11: ["launch"] * 20}, seed=1)
+    orphan = world.gpu.head(3).with_columns(pl.lit(None, pl.Int64).alias("correlation_id"))
+    pool = _pool_of(world, tmp_path)
+    pool._parts[0].gpu = pl.concat([world.gpu, orphan])
+    cut = int(orphan["ts_ns"].max()) + 1
+    taken, _, counts = pool.take(world.calls.filter(pl.col("ts_ns") < cut), cut)
+    assert counts["gpu_ops_by_time"] == 3
+    rest, _, _ = pool.take(world.calls.filter(pl.col("ts_ns") >= cut), None, final=True)
+    assert taken.gpu.height + rest.gpu.height == world.gpu.height + 3
+    assert rest.gpu["correlation_id"].null_count() == 0
+
+
+TARGET = textwrap.dedent("""
+    import ctypes, os, sys, time
+    lib = ctypes.CDLL(os.environ["ZYM_CUPTI_LIB"])
+    end = time.monotonic() + float(sys.argv[1])
+    n = 0
+    while time.monotonic() < end:
+        lib.fake_launch(10); n += 10
+        time.sleep(0.01)
+    print(n, flush=True)
+""")
+
+
+def test_segments_are_read_as_they_come_and_removed(tmp_path, fake_lib):
+    spool = tmp_path / "spool"
+    env = target_env(spool) | {"ZYM_CUPTI_LIB": str(fake_lib), "ZYM_CUPTI_FLUSH_MS": "100",
+                               "ZYM_CUPTI_EAGER": "1", "ZYM_CUPTI_ROLL_S": "0.3"}
+    script = tmp_path / "target.py"
+    script.write_text(TARGET)
+    proc = subprocess.Popen([sys.executable, str(script), "2.5"], env=env,
+                            stdout=subprocess.PIPE, text=True)
+    pool = GpuPool(spool)
+    most, reads, named_while_running = 0, 0, set()
+    while proc.poll() is None:
+        time.sleep(0.25)
+        most = max(most, len(list(spool.glob("cupti-*.spool"))))
+        pool.read()
+        reads += 1
+        for part in pool._parts:
+            if part.gpu.height:
+                named_while_running |= set(part.gpu["name"].to_list())
+    launched = int(proc.stdout.read().split()[0])
+    taken, headers, _ = pool.take(None, None, final=True)
+    assert reads >= 5
+    # a segment every 0.3 s over 2.5 s: the reader removed the closed ones as it went
+    assert 1 <= most <= 3, most
+    assert not list(spool.glob("cupti-*.spool"))
+    assert headers and headers[0]["roll_s"] == 0.3
+    # every launch, once, named: while the target ran, the names came from its memory
+    assert taken.gpu.height == launched
+    assert taken.gpu["correlation_id"].n_unique() == launched
+    assert taken.api.height == launched
+    assert named_while_running == {"fake_kernel(float*, int)"}
+    assert set(taken.gpu["name"].to_list()) == {"fake_kernel(float*, int)"}
+
+
+def test_c_strings_are_read_from_a_process_and_unreadable_ones_left_out():
+    import ctypes
+    import mmap
+
+    pages = mmap.mmap(-1, 2 * mmap.PAGESIZE)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(pages))
+    name = b"void at::native::vectorized_elementwise_kernel<4>" * 8
+    at = mmap.PAGESIZE - 100                  # the name runs over into the next page
+    pages[at:at + len(name) + 1] = name + b"\0"
+    pages[0:5] = b"mul\0x"
+    got = read_c_strings(os.getpid(), [base + at, base, 8])
+    assert got == {base + at: name.decode(), base: "mul"}   # address 8: not mapped, left out
+    assert read_c_strings(2**22 + 12345, [base]) == {}       # no such process
+
+
+def test_the_interval_meta_says_how_gpu_records_were_shared(tmp_path):
+    world = make_world({11: ["launch"] * 4}, seed=2)
+    pool = _pool_of(world, tmp_path)
+    _, _, counts = pool.take(world.calls, None, final=True)
+    assert json.loads(json.dumps(counts)) == {"gpu_ops": world.gpu.height}
