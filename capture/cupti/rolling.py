@@ -102,19 +102,20 @@ class GpuPool:
         return int(m.group(1)), int(m.group(2) or 0)
 
     def _consume(self, path: Path, seg: _Segment, chunks: list) -> None:
+        if not seg.header:   # the header tells how to decode the segment: nothing before it
+            seg.header = next((json.loads(p) for k, _, p in chunks if k == "header"), {})
+            if not seg.header:
+                return
+        pid = int(seg.header.get("pid", self._order(path)[0]))
         activity, markers, shapes = [], {}, []
         for kind, _, payload in chunks:
             if kind == "activity":
                 activity.append(payload)
-            elif kind == "header":
-                seg.header = json.loads(payload)
             elif kind == "calib":
-                pid = int(seg.header.get("pid", self._order(path)[0]))
                 cal = self._calibrations.setdefault(pid, [])
                 cal.append(json.loads(payload))
                 del cal[:-MAX_CALIBRATIONS]
             elif kind == "names":
-                pid = int(seg.header.get("pid", self._order(path)[0]))
                 named = {int(k): v for k, v in json.loads(payload).items()}
                 self._names.setdefault(pid, {}).update(demangle(named))
             elif kind == "marker_names":
@@ -127,9 +128,6 @@ class GpuPool:
                 shapes.append(payload)
         seg.chunks += len(chunks)
         seg.activity += len(activity)
-        if not seg.header:
-            return
-        pid = int(seg.header.get("pid", -1))
         self._headers.setdefault(pid, seg.header)
         if not (activity or shapes or seg.footer):
             return
