@@ -69,6 +69,7 @@ class GpuPool:
     _headers: dict[int, dict] = field(default_factory=dict)
     _stats: dict[int, dict] = field(default_factory=dict)
     unnamed_kernels: int = 0
+    _read_pids: set[int] = field(default_factory=set)   # processes decoded at least once
 
     # ---- reading the spools
     def read(self, final: bool = False) -> None:
@@ -131,7 +132,12 @@ class GpuPool:
         self._headers.setdefault(pid, seg.header)
         if not (activity or shapes or seg.footer):
             return
-        spool = Spool(path, seg.header, activity, self._calibrations.get(pid, []),
+        # An NVTX range cut by a read: its end, read later, is clipped to when this read's
+        # chunks began (the recording's start would stretch it over every earlier interval).
+        header = seg.header if pid not in self._read_pids else {
+            **seg.header, "started_mono_ns": min(t for _, t, _ in chunks)}
+        self._read_pids.add(pid)
+        spool = Spool(path, header, activity, self._calibrations.get(pid, []),
                       {}, seg.footer, markers, shapes)
         t = decode_spool(spool, fit_clock(self._calibrations[pid]) if
                          self._calibrations.get(pid) else None)

@@ -138,3 +138,54 @@ def test_the_interval_meta_says_how_gpu_records_were_shared(tmp_path):
     pool = _pool_of(world, tmp_path)
     _, _, counts = pool.take(world.calls, None, final=True)
     assert json.loads(json.dumps(counts)) == {"gpu_ops": world.gpu.height}
+
+
+NVTX_TARGET = textwrap.dedent("""
+    import ctypes, os, sys, time
+    lib = ctypes.CDLL(os.environ["ZYM_CUPTI_LIB"])
+    libc = ctypes.CDLL(None)
+    libc.getenv.restype = ctypes.c_char_p
+    ctypes.CDLL(libc.getenv(b"NVTX_INJECTION64_PATH").decode()).InitializeInjectionNvtx2(None)
+    lib.fake_nvtx_push.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+    lib.fake_launch(1)
+    time.sleep(0.4)                      # recorded before the range: it must not reach back here
+    pushed = time.monotonic_ns()
+    lib.fake_nvtx_push(b"outer", None)
+    end = time.monotonic() + 1.5
+    while time.monotonic() < end:        # several reads of the spool while the range is open
+        lib.fake_launch(5)
+        time.sleep(0.01)
+    lib.fake_nvtx_pop()
+    popped = time.monotonic_ns()
+    print(pushed, popped, flush=True)
+""")
+
+
+def test_an_nvtx_range_open_across_reads_stays_within_its_own_time(tmp_path, fake_lib):
+    spool = tmp_path / "spool"
+    env = target_env(spool) | {"ZYM_CUPTI_LIB": str(fake_lib), "ZYM_CUPTI_FLUSH_MS": "100",
+                               "ZYM_CUPTI_EAGER": "1", "ZYM_CUPTI_ROLL_S": "0.3",
+                               "ZYM_NVTX": "1"}
+    env.pop("NVTX_INJECTION64_PATH", None)
+    script = tmp_path / "target.py"
+    script.write_text(NVTX_TARGET)
+    proc = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE,
+                            text=True)
+    pool, reads = GpuPool(spool), 0
+    while proc.poll() is None:
+        time.sleep(0.2)
+        pool.read()
+        reads += 1
+    pushed, popped = map(int, proc.stdout.read().split())
+    taken, _, _ = pool.take(None, None, final=True)
+    # the one range of the program: its start piece is named; the piece a later read holds
+    # (its end marker alone) is clipped at its start and unnamed
+    outer = taken.ranges.filter(pl.col("kind") == "nvtx")
+    assert reads >= 5 and outer.height >= 2, outer     # cut by the reads while it was open
+    assert outer["name"].to_list()[0] == "outer"
+    assert set(outer["clipped"].to_list()) == {"end", "start"}
+    # every piece lies inside the range's own time (the clock fit's error aside)
+    slack = 2_000_000
+    assert (outer["ts_ns"] >= pushed - slack).all(), (outer, pushed)
+    assert ((outer["ts_ns"] + outer["dur_ns"]) <= popped + slack).all()
+    assert outer["dur_ns"].sum() <= popped - pushed + slack
