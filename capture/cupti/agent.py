@@ -261,13 +261,12 @@ class SpoolWriter:
         self._open(path)
 
     def _open(self, path: str) -> None:
-        self.path = path
-        self._f = open(path, "wb")  # noqa: SIM115 - open for the session
-        self._arrow = None
+        f = open(path, "wb")  # noqa: SIM115 - open for the session
+        self.path, self._f, self._arrow = path, f, None
         if self._pa is not None:
-            self._arrow = self._pa.ipc.new_stream(self._f, self._schema)
+            self._arrow = self._pa.ipc.new_stream(f, self._schema)
         else:
-            self._f.write(MAGIC)
+            f.write(MAGIC)
 
     def roll(self, path: str, first: list[tuple[str, bytes]]) -> None:
         """Go on in a new file (a segment) that starts with the chunks ``first``; whoever holds
@@ -275,10 +274,11 @@ class SpoolWriter:
         with self._lock:
             if self._f.closed:
                 return
-            if self._arrow is not None:
-                self._arrow.close()
-            self._f.close()
-            self._open(path)
+            old_f, old_arrow = self._f, self._arrow
+            self._open(path)   # an OSError (the folder is gone) leaves the old file in use
+            if old_arrow is not None:
+                old_arrow.close()
+            old_f.close()
             for kind, payload in first:
                 self._put(kind, payload, time.monotonic_ns())
 
@@ -567,7 +567,11 @@ class Collector:
                 for flush in list(self.flushers):
                     flush(False)
                 if self.roll_s and time.monotonic() - self._rolled_at >= self.roll_s:
-                    self.roll()
+                    try:
+                        self.roll()
+                    except OSError as e:   # zym removed the folder (it has ended): stay put
+                        self.roll_s = 0
+                        self.stats["errors"].append(f"spool segment: {e}")
 
     def _segment_path(self, index: int) -> str:
         name = f"cupti-{self.pid}-{index:06d}.spool" if self.roll_s else f"cupti-{self.pid}.spool"

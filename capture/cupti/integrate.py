@@ -107,6 +107,8 @@ def _rotating(cfg, spool: Path):
     pool = GpuPool(spool, keep_raw=cfg.keep_raw)
 
     def add(tables: dict, meta, *, start_ns: int, end_ns: int, final: bool) -> dict:
+        if final:   # processes still running (a capture cut short): their agents flush, stop
+            _stop_stragglers(pool.pids(), spool)
         cupti, headers, counts = pool.take(tables.get("call"), end_ns, final)
         meta.extra.setdefault("interval", {})["gpu"] = counts | {
             "kernels_unnamed": pool.unnamed_kernels,
@@ -302,8 +304,8 @@ def _stop_stragglers(pids: list[int], spool: Path) -> None:
     kernel names, footer) and a moment to write their footer."""
     live = []
     for pid in pids:
-        path = spool / f"cupti-{pid}.spool"
-        if path.exists() and not _has_footer(path) and _runs_agent(pid, spool):
+        path = _spool_of(spool, pid)
+        if path is not None and not _has_footer(path) and _runs_agent(pid, spool):
             try:
                 os.kill(pid, signal.SIGUSR2)
                 live.append(pid)
@@ -312,7 +314,16 @@ def _stop_stragglers(pids: list[int], spool: Path) -> None:
     deadline = time.monotonic() + STOP_WAIT_S
     while live and time.monotonic() < deadline:
         time.sleep(0.05)
-        live = [p for p in live if not _has_footer(spool / f"cupti-{p}.spool")]
+        live = [p for p in live if (path := _spool_of(spool, p)) and not _has_footer(path)]
+
+
+def _spool_of(spool: Path, pid: int) -> Path | None:
+    """The spool file process ``pid`` writes now: its only one, or its newest segment."""
+    one = spool / f"cupti-{pid}.spool"
+    if one.exists():
+        return one
+    segments = sorted(spool.glob(f"cupti-{pid}-*.spool"))
+    return segments[-1] if segments else None
 
 
 def _has_footer(path: Path) -> bool:

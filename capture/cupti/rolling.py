@@ -246,6 +246,10 @@ class GpuPool:
             for k in ("records", "undecoded_bytes", "incomplete", "buffers", "nvtx_records"):
                 st[k] = 0
 
+    def pids(self) -> list[int]:
+        """The processes that write spools here."""
+        return sorted(set(self._headers) | {self._order(p)[0] for p in self._files()})
+
     def window(self) -> tuple[int, int] | None:
         """CUPTI's recording window of an attach (None: it recorded throughout)."""
         if self.window_from_ns is None:

@@ -5,10 +5,13 @@ The stand-in CUPTI counts time from the epoch (CLOCK_REALTIME, as the H200's did
 boot (CLOCK_MONOTONIC): the clock fit and the join run on real clocks and real uprobe timing."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import polars as pl
@@ -95,11 +98,13 @@ def _interval_files(out: Path) -> list[Path]:
                   key=lambda p: int(p.stem.rsplit("-", 1)[1]))
 
 
-def check_gpu_intervals(files: list[Path]) -> tuple[pl.DataFrame, pl.DataFrame]:
+def check_gpu_intervals(files: list[Path], covered: int | None = None
+                        ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Each file's GPU records belong to its own calls (same correlation ids), each call's
-    entry lies in its file's interval; returns all calls and GPU records."""
+    entry lies in its file's interval, and (in the first ``covered`` files: all by default)
+    all its GPU time has a Python stack; returns all calls and GPU records."""
     calls, gpus = [], []
-    for f in files:
+    for i, f in enumerate(files):
         cap = open_capture(f)
         iv = cap.meta.extra["interval"]
         call = cap.load("call")
@@ -109,7 +114,9 @@ def check_gpu_intervals(files: list[Path]) -> tuple[pl.DataFrame, pl.DataFrame]:
                                           closed="left").all(), f
         if gpu.height:
             assert gpu.join(call, on=["pid", "correlation_id"], how="anti").height == 0, f
-            assert cap.meta.extra["cupti"]["stack_coverage"]["gpu_time_with_stack_pct"] == 100.0
+            if covered is None or i < covered:
+                cover = cap.meta.extra["cupti"]["stack_coverage"]
+                assert cover["gpu_time_with_stack_pct"] == 100.0, f
             assert not gpu["name"].str.starts_with("kernel@").any(), f
             gpus.append(gpu)
         calls.append(call)
@@ -135,3 +142,41 @@ def test_rotate_shares_the_gpu_side_out_among_the_files(libs, tmp_path):
     assert gpu.filter(pl.col("kind") == "sync").height == 2 * iters
     assert calls.filter(pl.col("name") == "cuLaunchKernel").height == launches
     assert not (tmp_path / "svc.parquet.cupti").exists()
+
+
+def test_rotate_cut_short_stops_the_agents_still_running_and_keeps_their_records(libs, tmp_path):
+    """--duration ends the capture while the program runs on (its worker thread ignores the
+    SIGINT): the last file still gets every kernel of every call recorded, the agent still
+    running is stopped before it is read (no error from it when the spool folder goes)."""
+    out = tmp_path / "svc.parquet"
+    env = {**os.environ, "FAKECUDA": str(libs / "libcuda.so.1"), "ITERS": "100000",
+           "ZYM_CUPTI_LIB": str(libs / "libcupti.so.13"), "ZYM_CUPTI_EAGER": "1",
+           "INIT_SLEEP": "0.5", "STEP_SLEEP": "0.01", "ZYM_CUPTI_FLUSH_MS": "200"}
+    proc = subprocess.Popen([sys.executable, "-m", "zym.cli.main", "capture", "--rotate", "1s",
+                             "--duration", "3", "--keep-raw", "-o", str(out), "--", sys.executable,
+                             str(WORKLOAD)], stdout=subprocess.DEVNULL,
+                            stderr=(tmp_path / "err").open("w"), env=env,
+                            start_new_session=True)   # the program outlives zym: files, not pipes
+    try:
+        rc = proc.wait(timeout=180)
+        time.sleep(1.5)   # the program's flush thread would roll into the removed folder now
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+    stderr = (tmp_path / "err").read_text()
+    assert rc == 0, stderr
+    assert "still running after SIGINT" in stderr   # the case this test is about
+    files = _interval_files(out)
+    # the last file also holds GPU work launched after the probes left (no stack for it)
+    calls, gpu = check_gpu_intervals(files, covered=len(files) - 1)
+    launches = calls.filter(pl.col("name") == "cuLaunchKernel")
+    kernels = gpu.filter(pl.col("kind") == "kernel")
+    assert launches.height > 100
+    # every recorded launch has its kernel (some kernels more: launched after the probes left)
+    assert launches.join(kernels, on=["pid", "correlation_id"], how="anti").height == 0
+    assert "zym-cupti-flush" not in stderr and "CUPTI collector" not in stderr, stderr
+    # the agent of the program zym left running was stopped (SIGUSR2: flushed, footer written)
+    from zym.capture.cupti.agent import read_chunks
+
+    newest = max((tmp_path / "svc.parquet.cupti").glob("cupti-*.spool"))
+    footers = [json.loads(p) for k, _, p in read_chunks(str(newest)) if k == "footer"]
+    assert [f["reason"] for f in footers] == ["signal"], newest

@@ -189,3 +189,30 @@ def test_an_nvtx_range_open_across_reads_stays_within_its_own_time(tmp_path, fak
     assert (outer["ts_ns"] >= pushed - slack).all(), (outer, pushed)
     assert ((outer["ts_ns"] + outer["dur_ns"]) <= popped + slack).all()
     assert outer["dur_ns"].sum() <= popped - pushed + slack
+
+
+def test_a_segment_that_cannot_be_opened_leaves_the_spool_writing_where_it_was(tmp_path):
+    """zym removed the spool folder (it ended while the target runs on): rolling fails with
+    OSError, which the agent's flush thread catches, and the writer keeps its file."""
+    import shutil
+
+    from zym.capture.cupti.agent import SpoolWriter, read_chunks
+
+    folder = tmp_path / "spool"
+    folder.mkdir()
+    w = SpoolWriter(str(folder / "cupti-1-000000.spool"), "framed")
+    w.write("header", b"{}")
+    w.roll(str(folder / "cupti-1-000001.spool"), [("header", b"{}")])
+    w.write("activity", b"a")
+    kept = folder / "cupti-1-000001.spool"
+    assert [k for k, _, _ in read_chunks(str(kept))] == ["header", "activity"]
+    shutil.rmtree(folder)
+    try:
+        w.roll(str(folder / "cupti-1-000002.spool"), [("header", b"{}")])
+    except OSError:
+        pass
+    else:
+        raise AssertionError("a roll into a removed folder must fail")
+    w.write("activity", b"b")   # still open, still writing (to the unlinked file)
+    assert w.path == str(kept) and not w._f.closed
+    w.close()
