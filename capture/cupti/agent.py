@@ -468,6 +468,8 @@ class Collector:
             self.stats["buffers"] += 1
             self.stats["bytes"] += len(data)
             self.stats["dropped"] += dropped.value
+            if dropped.value:   # said where it happened, not only in the footer's total
+                self.spool.write("dropped", str(dropped.value).encode())
             if data:
                 self._write_activity(data)
             self.spool.write("calib", json.dumps(self.calibrate()).encode())

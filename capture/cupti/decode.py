@@ -56,6 +56,7 @@ class Spool:
     footer: dict | None  # None: the target did not stop cleanly (crash, kill -9)
     marker_names: dict[int, dict[int, str]] = field(default_factory=dict)  # buffer -> ptr -> str
     op_shapes: list[bytes] = field(default_factory=list)  # opshapes_target.py's chunks
+    dropped: int = 0  # records CUPTI said it dropped, summed over the spool's "dropped" chunks
 
 
 @dataclass
@@ -80,9 +81,12 @@ def read_spool(path: str | Path) -> Spool:
     header, activity, calib, names, footer = {}, [], [], {}, None
     marker_names: dict[int, dict[int, str]] = {}
     op_shapes: list[bytes] = []
+    dropped = 0
     for kind, _, payload in read_chunks(str(path)):
         if kind == "activity":
             activity.append(payload)
+        elif kind == "dropped":
+            dropped += int(payload)
         elif kind == "marker_names":
             doc = json.loads(payload)
             marker_names[int(doc["buffer"])] = {int(k): v for k, v in doc["names"].items()}
@@ -96,7 +100,8 @@ def read_spool(path: str | Path) -> Spool:
             footer = json.loads(payload)
         elif kind == "op_shapes":
             op_shapes.append(payload)
-    return Spool(Path(path), header, activity, calib, names, footer, marker_names, op_shapes)
+    return Spool(Path(path), header, activity, calib, names, footer, marker_names, op_shapes,
+                 dropped)
 
 
 def decode_buffers(buffers: list[bytes], dtypes: dict[int, np.dtype],
@@ -147,7 +152,8 @@ def decode_spool(spool: Spool, clock: ClockFit | None = None) -> CuptiTables:
              "undecoded_bytes": undecoded, "incomplete": incomplete,
              "cupti_major": cupti_major(version),
              "clean_stop": spool.footer is not None,
-             "dropped": int((spool.footer or {}).get("dropped", 0)),
+             # the footer's total, else (a process that did not stop cleanly) the chunks' sum
+             "dropped": int((spool.footer or {}).get("dropped", spool.dropped)),
              "buffers": len(spool.activity),
              "callback_ns": int((spool.footer or {}).get("callback_ns", 0)),
              "facts": {k: v for k, v in (spool.footer or {}).items()

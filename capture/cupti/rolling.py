@@ -108,10 +108,12 @@ class GpuPool:
             if not seg.header:
                 return
         pid = int(seg.header.get("pid", self._order(path)[0]))
-        activity, markers, shapes = [], {}, []
+        activity, markers, shapes, dropped = [], {}, [], 0
         for kind, _, payload in chunks:
             if kind == "activity":
                 activity.append(payload)
+            elif kind == "dropped":
+                dropped += int(payload)
             elif kind == "calib":
                 cal = self._calibrations.setdefault(pid, [])
                 cal.append(json.loads(payload))
@@ -130,7 +132,9 @@ class GpuPool:
         seg.chunks += len(chunks)
         seg.activity += len(activity)
         self._headers.setdefault(pid, seg.header)
-        if not (activity or shapes or seg.footer):
+        st = self._stats.setdefault(pid, {"dropped": 0, "clean_stop": False})
+        st["dropped"] += dropped   # this read's (the footer's total spans every interval)
+        if not (activity or shapes or any(k == "footer" for k, _, _ in chunks)):
             return
         # An NVTX range cut by a read: its end, read later, is clipped to when this read's
         # chunks began (the recording's start would stretch it over every earlier interval).
@@ -143,13 +147,12 @@ class GpuPool:
                          self._calibrations.get(pid) else None)
         t.gpu = self._name_kernels(t.gpu, pid)
         self._parts.append(t)
-        st = self._stats.setdefault(pid, {"dropped": 0, "clean_stop": False})
         for k in ("records", "undecoded_bytes", "incomplete", "buffers", "nvtx_records"):
             st[k] = st.get(k, 0) + int(t.stats.get(k, 0) or 0)
         for k in ("pid", "cupti_major", "nvtx"):
             st[k] = t.stats.get(k)
         if seg.footer is not None:
-            st |= {"clean_stop": True, "dropped": t.stats["dropped"],
+            st |= {"clean_stop": True,
                    "callback_ns": t.stats["callback_ns"], "facts": t.stats["facts"],
                    "op_shapes": t.stats.get("op_shapes")}
 
@@ -243,7 +246,8 @@ class GpuPool:
     def _reset_counts(self) -> None:
         """Each file's statistics count the records read for it."""
         for st in self._stats.values():
-            for k in ("records", "undecoded_bytes", "incomplete", "buffers", "nvtx_records"):
+            for k in ("records", "undecoded_bytes", "incomplete", "buffers", "nvtx_records",
+                      "dropped"):
                 st[k] = 0
 
     def pids(self) -> list[int]:

@@ -45,7 +45,10 @@ int cuptiFinalize(void) {
 }
 int fake_finalized(void) { return g_finalized; }
 int fake_kind_on(int k) { return k >= 0 && k < 64 ? g_kind_on[k] : 0; }
-int cuptiActivityGetNumDroppedRecords(void *c, uint32_t s, size_t *n) { (void)c; (void)s; *n = 0; return 0; }
+/* FAKE_CUPTI_DROPS=n: every buffer reports n records dropped (CUPTI's count since the last ask) */
+int cuptiActivityGetNumDroppedRecords(void *c, uint32_t s, size_t *n) {
+    (void)c; (void)s; const char *d = getenv("FAKE_CUPTI_DROPS"); *n = d ? (size_t)atoi(d) : 0; return 0;
+}
 
 int cuptiGetCallbackName(int domain, uint32_t cbid, const char **name) {
     if (domain == 2) {  /* runtime */

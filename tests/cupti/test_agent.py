@@ -171,3 +171,25 @@ def test_libcupti_of_torchs_cuda_major_is_found_during_the_torch_import(tmp_path
     out = subprocess.run([sys.executable, "-c", "import torch; print(torch.LIB)"], env=env,
                          capture_output=True, text=True, timeout=60, check=False)
     assert out.stdout.strip() == str(site / "nvidia" / "cu12" / "lib" / "libcupti.so.12"), out.stderr
+
+
+def test_dropped_records_are_said_per_buffer_and_counted_without_a_footer(tmp_path, fake_lib):
+    """CUPTI's dropped-record count goes into the spool with each buffer that had drops, so a
+    process that never stopped cleanly still reports them (the footer has the same total)."""
+    from zym.capture.cupti.agent import read_chunks
+
+    for sub in ("exit", "crash"):
+        (tmp_path / sub).mkdir()
+    _, spool_dir = _run(tmp_path / "exit", fake_lib, "exit", FAKE_CUPTI_DROPS="3")
+    (path,) = spool_dir.glob("cupti-*.spool")
+    chunks = list(read_chunks(str(path)))
+    said = [int(p) for k, _, p in chunks if k == "dropped"]
+    footer = json.loads(next(p for k, _, p in chunks if k == "footer"))
+    assert said and set(said) == {3} and footer["dropped"] == sum(said)
+    assert decode_spool(read_spool(path)).stats["dropped"] == sum(said)
+    _, spool_dir = _run(tmp_path / "crash", fake_lib, "crash", FAKE_CUPTI_DROPS="3")
+    (path,) = spool_dir.glob("cupti-*.spool")
+    spool = read_spool(path)
+    assert spool.footer is None
+    said = [int(p) for k, _, p in read_chunks(str(path)) if k == "dropped"]
+    assert said and decode_spool(spool).stats["dropped"] == sum(said)

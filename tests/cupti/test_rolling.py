@@ -216,3 +216,28 @@ def test_a_segment_that_cannot_be_opened_leaves_the_spool_writing_where_it_was(t
     w.write("activity", b"b")   # still open, still writing (to the unlinked file)
     assert w.path == str(kept) and not w._f.closed
     w.close()
+
+
+def test_dropped_records_are_counted_once_in_the_interval_that_read_them(tmp_path, fake_lib):
+    from zym.capture.cupti.agent import read_chunks
+
+    spool = tmp_path / "spool"
+    env = target_env(spool) | {"ZYM_CUPTI_LIB": str(fake_lib), "ZYM_CUPTI_FLUSH_MS": "100",
+                               "ZYM_CUPTI_EAGER": "1", "ZYM_CUPTI_ROLL_S": "0.3",
+                               "FAKE_CUPTI_DROPS": "2"}
+    script = tmp_path / "target.py"
+    script.write_text(TARGET)
+    proc = subprocess.Popen([sys.executable, str(script), "1.5"], env=env,
+                            stdout=subprocess.DEVNULL)
+    pool, shares = GpuPool(spool, keep_raw=True), []   # segments kept: the truth is read after
+    while proc.poll() is None:
+        time.sleep(0.3)
+        taken, _, _ = pool.take(None, time.monotonic_ns() - 10**8)
+        shares.append(sum(st["dropped"] for st in taken.stats["spools"]))
+    taken, _, _ = pool.take(None, None, final=True)
+    shares.append(sum(st["dropped"] for st in taken.stats["spools"]))
+    chunks = [c for p in sorted(spool.glob("cupti-*.spool")) for c in read_chunks(str(p))]
+    said = sum(int(p) for k, _, p in chunks if k == "dropped")
+    (footer,) = [json.loads(p) for k, _, p in chunks if k == "footer"]
+    assert said > 0 and footer["dropped"] == said == sum(shares)
+    assert sum(1 for s in shares if s) >= 2       # spread over the intervals that read them
