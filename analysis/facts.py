@@ -18,11 +18,12 @@ from __future__ import annotations
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+import numpy as np
 import polars as pl
 from zym.schemas.apis import is_blocking_api
 
 from .correlate import match_rows
-from .kernels import classify_kernels
+from .kernels import classify_kernels, classify_names
 from .sites import site_table
 from .timeline import busy_intervals, gpu_work
 
@@ -95,11 +96,42 @@ class Facts:
 
     def site_of(self, stack: pl.Series, columns: tuple[str, ...] = EVENT_SITE_COLUMNS
                 ) -> list[pl.Series]:
-        """Site columns for each stack id of ``stack`` (a gather when ids are dense)."""
-        from zym.schemas.lookup import first_row_of
+        """Site columns for each stack id of ``stack`` (null where the site table has none):
+        through one lookup table per analysis when the ids are dense (they index it), else
+        :func:`zym.schemas.lookup.first_row_of`."""
+        rows = self._site_rows
+        if rows is None:
+            from zym.schemas.lookup import first_row_of
 
-        idx = first_row_of(self.sites["stack_id"], stack.cast(pl.Int64))
-        return [self.sites[c].gather(idx).alias(c) for c in columns]
+            idx = first_row_of(self.sites["stack_id"], stack.cast(pl.Int64))
+            return [self.sites[c].gather(idx).alias(c) for c in columns]
+        q = stack.cast(pl.Int64).fill_null(-1).to_numpy()
+        inside = (q >= 0) & (q < len(rows))
+        at = np.where(inside, rows[np.where(inside, q, 0)], -1) if len(rows) else \
+            np.full(len(q), -1, np.int64)
+        at[at < 0] = self.sites.height  # the null row past the end
+        return [self._site_column(c).gather(at).alias(c) for c in columns]
+
+    @cached_property
+    def _site_rows(self) -> np.ndarray | None:
+        """Per stack id (an index), the first row of the site table that holds it, -1 where
+        none; None when the ids are not small non-negative integers (then a hash join)."""
+        keys = self.sites["stack_id"].drop_nulls()
+        if keys.len() and (keys.min() < 0 or keys.max() >= 4 * keys.len() + 1024):
+            return None
+        k = keys.cast(pl.Int64).to_numpy()
+        pos = np.flatnonzero(self.sites["stack_id"].is_not_null().to_numpy())
+        rows = np.full(int(k.max()) + 1 if len(k) else 0, -1, np.int64)
+        rows[k[::-1]] = pos[::-1]  # reversed: the first row of a key is written last
+        return rows
+
+    def _site_column(self, name: str) -> pl.Series:
+        """A column of the site table with one null row appended (what a missing id gathers)."""
+        cache = self.__dict__.setdefault("_site_padded", {})
+        if name not in cache:
+            col = self.sites[name]
+            cache[name] = pl.concat([col, pl.Series([None], dtype=col.dtype)])
+        return cache[name]
 
     # -- calls -------------------------------------------------------------------------------
 
@@ -167,7 +199,15 @@ class Facts:
                                (pl.col("kind") != "sync").fill_null(True).alias("work"))
         gpu = gpu.with_row_index("gpu_idx").with_columns(pl.col("gpu_idx").cast(pl.Int64))
         return gpu.with_columns(calls["stack_id"].gather(gpu["call_idx"]).alias("stack_id"),
-                                *classify_kernels(gpu["name"], gpu["kind"]))
+                                *classify_kernels(gpu["name"], gpu["kind"], self.kernel_table))
+
+    @cached_property
+    def kernel_table(self) -> pl.DataFrame:
+        """The kernel classes of each distinct GPU operation name
+        (:func:`zym.analysis.kernels.classify_names`): a window's facts share the whole
+        capture's (its names are among them)."""
+        names = conform(self.data.gpu, "gpu")["name"]
+        return classify_names(names.cast(pl.String).unique().drop_nulls())
 
     @cached_property
     def gpu_ns(self) -> int:
