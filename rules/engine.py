@@ -205,7 +205,9 @@ def _plan(rule: Rule, rel: Relations, frame: pl.DataFrame) -> dict:
     keys = list(rule.group_by)
     joined = [k for k in keys if k in SITE_COLUMNS and k not in EVENT_SITE_COLUMNS]
     if joined:  # grouping by a site column: the one case that joins site strings to events
-        lf = lf.join(rel.sites.lazy().select("stack_id", *joined), on="stack_id", how="left")
+        # In the events' order: a group's labels (its first site id) must not depend on it.
+        lf = lf.join(rel.sites.lazy().select("stack_id", *joined), on="stack_id", how="left",
+                     maintain_order="left")
     # Conditions on per-call text (dtype, shapes) run after the others, on the rows they keep.
     late = {k: v for k, v in rule.where.items() if _uses({k: v}, set(DEFERRED))}
     early = {k: v for k, v in rule.where.items() if k not in late}
