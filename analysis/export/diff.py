@@ -39,7 +39,9 @@ def load_profile(path: str | Path, window: str = "steady", rules: bool = True,
     if rules:
         from zym.rules import evaluate
 
-        found = evaluate(analysis, packs, disabled)
+        # Each finding's own saving is compared; what the fixes save together (one more
+        # replay) is the report's, not the comparison's.
+        found = evaluate(analysis, packs, disabled, together=False)
     return profile_with_findings(analysis, found)
 
 

@@ -106,3 +106,51 @@ def test_the_windows_kernel_classes_are_its_own(trace):
     table = trace.facts.kernel_table
     assert names <= set(table["name"].to_list())
     assert table.equals(classify_names(table["name"]))
+
+
+def _compiled_by_walk(nodes: pl.DataFrame, hops: int = 8) -> list[bool]:
+    """compiled_frames' definition, walked node by node: a user frame called by Dynamo's
+    eval_frame.py (past at most ``hops`` nn.Module wrapper frames) that calls the compiled
+    runtime (a child frame under torch/_dynamo, _functorch or _inductor)."""
+    import re
+
+    from zym.analysis.usercode import COMPILED_RUNTIME, DYNAMO_CALLER, MODULE_WRAPPER
+
+    rows = nodes.to_dicts()
+    by_id = {r["stack_id"]: r for r in rows}
+    parent = {r["stack_id"]: by_id.get(r["parent_id"]) for r in rows}
+    runtime_parents = {r["parent_id"] for r in rows
+                       if re.search(COMPILED_RUNTIME, r["file"] or "")}
+    out = []
+    for r in rows:
+        caller = parent[r["stack_id"]]
+        for _ in range(hops):
+            if caller is None or not re.search(MODULE_WRAPPER, caller["file"] or ""):
+                break
+            caller = parent[caller["stack_id"]]
+        out.append(bool(r["is_user"]) and caller is not None
+                   and re.search(DYNAMO_CALLER, caller["file"] or "") is not None
+                   and r["stack_id"] in runtime_parents)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_compiled_frames_match_a_walk_up_the_stack(seed):
+    from zym.analysis.usercode import compiled_frames
+
+    rng = np.random.default_rng(seed)
+    files = ["app.py", "torch/_dynamo/eval_frame.py", "/x/torch/nn/modules/module.py",
+             "torch/_inductor/runtime.py", "torch/_functorch/aot.py", None, "model.py"]
+    n = int(rng.integers(1, 60))
+    ids = rng.permutation(np.arange(100, 100 + 3 * n))[:n]  # not row numbers
+    parents = [None if i == 0 or rng.random() < 0.1 else int(ids[rng.integers(0, i)])
+               for i in range(n)]
+    nodes = pl.DataFrame({"stack_id": ids, "parent_id": parents,
+                          "file": [files[k] for k in rng.integers(0, len(files), n)],
+                          "is_user": rng.random(n) < 0.7},
+                         schema={"stack_id": pl.Int64, "parent_id": pl.Int64,
+                                 "file": pl.String, "is_user": pl.Boolean})
+    for hops in (8, 1):
+        got = compiled_frames(nodes, hops)
+        assert got.to_list() == _compiled_by_walk(nodes, hops)
+    assert got.dtype == pl.Boolean and got.len() == n
