@@ -105,12 +105,13 @@ class Facts:
 
             idx = first_row_of(self.sites["stack_id"], stack.cast(pl.Int64))
             return [self.sites[c].gather(idx).alias(c) for c in columns]
-        q = stack.cast(pl.Int64).fill_null(-1).to_numpy()
+        q = stack.cast(pl.Int64)
+        q = (q.fill_null(-1) if q.null_count() else q).to_numpy()
         inside = (q >= 0) & (q < len(rows))
         at = np.where(inside, rows[np.where(inside, q, 0)], -1) if len(rows) else \
             np.full(len(q), -1, np.int64)
         at[at < 0] = self.sites.height  # the null row past the end
-        return [self._site_column(c).gather(at).alias(c) for c in columns]
+        return self._site_padded[at, list(columns)].get_columns()
 
     @cached_property
     def _site_rows(self) -> np.ndarray | None:
@@ -125,13 +126,11 @@ class Facts:
         rows[k[::-1]] = pos[::-1]  # reversed: the first row of a key is written last
         return rows
 
-    def _site_column(self, name: str) -> pl.Series:
-        """A column of the site table with one null row appended (what a missing id gathers)."""
-        cache = self.__dict__.setdefault("_site_padded", {})
-        if name not in cache:
-            col = self.sites[name]
-            cache[name] = pl.concat([col, pl.Series([None], dtype=col.dtype)])
-        return cache[name]
+    @cached_property
+    def _site_padded(self) -> pl.DataFrame:
+        """The site table with one row of nulls appended (what a missing id gathers)."""
+        nulls = pl.DataFrame([pl.Series(c, [None], dtype=t) for c, t in self.sites.schema.items()])
+        return pl.concat([self.sites, nulls])
 
     # -- calls -------------------------------------------------------------------------------
 

@@ -154,3 +154,29 @@ def test_compiled_frames_match_a_walk_up_the_stack(seed):
         got = compiled_frames(nodes, hops)
         assert got.to_list() == _compiled_by_walk(nodes, hops)
     assert got.dtype == pl.Boolean and got.len() == n
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_span_steps_are_the_outermost_spans_of_the_function(seed):
+    from zym.analysis.phases import _span_steps
+
+    rng = np.random.default_rng(seed)
+    nodes = pl.DataFrame({"stack_id": [1, 2, 3], "file": ["a.py", "a.py", "b.py"],
+                          "name": ["step", "other", "step"]})
+    n = int(rng.integers(1, 40))
+    ts = rng.integers(0, 200, n)
+    spans = pl.DataFrame({"pid": rng.integers(1, 3, n), "tid": np.full(n, 7),
+                          "stack_id": rng.integers(1, 4, n), "ts_ns": ts,
+                          "dur_ns": rng.integers(0, 30, n)})
+    mine = pl.DataFrame({"pid": [1], "tid": [7]})
+    # Outermost: a span that starts before every earlier one (by start) has ended.
+    rows = sorted((t, t + d) for p, s, t, d in spans.select("pid", "stack_id", "ts_ns", "dur_ns")
+                  .iter_rows() if p == 1 and s == 1)
+    kept, reach = [], None
+    for t, e in rows:
+        if reach is None or t >= reach:
+            kept.append((t, e))
+        reach = e if reach is None else max(reach, e)
+    starts, ends = _span_steps(spans, nodes, "a.py", "step", mine)
+    assert starts.tolist() == [t for t, _ in kept]
+    assert ends.tolist() == [t for t, _ in kept[1:]] + ([kept[-1][1]] if kept else [])
