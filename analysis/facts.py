@@ -48,9 +48,17 @@ def conform(df: pl.DataFrame, table: str) -> pl.DataFrame:
     return df.with_columns([pl.lit(None, schema[c]).alias(c) for c in missing]) if missing else df
 
 
+def conformed(data: CaptureData, table: str) -> pl.DataFrame:
+    """:func:`conform` of the capture's ``call`` or ``gpu`` table, once per capture."""
+    cache = data.__dict__.setdefault("_conformed", {})
+    if table not in cache:
+        cache[table] = conform(data.calls if table == "call" else data.gpu, table)
+    return cache[table]
+
+
 def take(df: pl.DataFrame, idx: pl.Series) -> pl.DataFrame:
     """Rows ``idx`` of ``df``; a null index gives a row of nulls."""
-    return pl.DataFrame([df[c].gather(idx) for c in df.columns]) if df.width else df
+    return df.select(pl.all().gather(idx)) if df.width else df
 
 
 def api_blocks(api: pl.Series) -> pl.Series:
@@ -137,7 +145,7 @@ class Facts:
     @cached_property
     def calls(self) -> pl.DataFrame:
         """The call table in time order (see the module doc for the added columns)."""
-        raw = conform(self.data.calls, "call")
+        raw = conformed(self.data, "call")
         # Narrow: long per-call text (shapes, dtypes) stays in the capture's table and is
         # gathered through ``_orig`` only for rows a rule keeps. API names are few: as a
         # categorical, sorting and gathering moves an integer, not text.
@@ -176,7 +184,7 @@ class Facts:
 
     def _work_rows(self, calls: pl.DataFrame) -> pl.DataFrame:
         """The GPU table matched to ``calls`` (used while ``calls`` is being built)."""
-        gpu = conform(self.data.gpu, "gpu")
+        gpu = conformed(self.data, "gpu")
         rows = match_rows(calls["pid"], calls["correlation_id"], gpu["pid"], gpu["correlation_id"])
         self._call_rows = rows  # the calls' order is final here: ``gpu`` reuses the match
         g = gpu.with_columns(rows.alias("call_idx"), pl.col("kind").alias("gpu_kind"),
@@ -191,7 +199,7 @@ class Facts:
         """GPU operations with ``gpu_idx``, ``call_idx``, ``stack_id`` (of the launching call),
         ``end_ns``, ``work`` and the kernel classes (:mod:`zym.analysis.kernels`)."""
         calls = self.calls
-        gpu = conform(self.data.gpu, "gpu")
+        gpu = conformed(self.data, "gpu")
         rows = self._call_rows
         gpu = gpu.with_columns(rows.alias("call_idx"), pl.col("device_id").fill_null(-1),
                                (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"),
@@ -205,7 +213,7 @@ class Facts:
         """The kernel classes of each distinct GPU operation name
         (:func:`zym.analysis.kernels.classify_names`): a window's facts share the whole
         capture's (its names are among them)."""
-        names = conform(self.data.gpu, "gpu")["name"]
+        names = conformed(self.data, "gpu")["name"]
         return classify_names(names.cast(pl.String).unique().drop_nulls())
 
     @cached_property

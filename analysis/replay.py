@@ -829,9 +829,16 @@ def events_in_gaps(calls: pl.DataFrame, spans: pl.DataFrame | None) -> np.ndarra
         return out
     # Threads as dense ranks; then one sorted key per span (thread, start) and one search for
     # every call at once: key = thread * R + time since the earliest event, + 1 (0: before all).
-    thread = pl.concat([calls.select(pl.col("pid", "tid").cast(pl.Int64)),
-                        spans.select(pl.col("pid", "tid").cast(pl.Int64))]).select(
-        pl.struct("pid", "tid").rank("dense").cast(pl.Int64)).to_series().to_numpy()
+    ids = [(s["pid"], s["tid"]) for s in (calls, spans)]
+    one = {(p.min(), p.max(), t.min(), t.max()) if not p.null_count() and not t.null_count()
+           else None for p, t in ids}
+    if len(one) == 1 and (key := one.pop()) is not None and key[0] == key[1] \
+            and key[2] == key[3]:
+        thread = np.zeros(n + spans.height, np.int64)  # one thread (the usual trace)
+    else:
+        thread = pl.concat([calls.select(pl.col("pid", "tid").cast(pl.Int64)),
+                            spans.select(pl.col("pid", "tid").cast(pl.Int64))]).select(
+            pl.struct("pid", "tid").rank("dense").cast(pl.Int64)).to_series().to_numpy()
     t_call, t_span = thread[:n], thread[n:]
     ts_call, ts_span = calls["ts_ns"].to_numpy(), spans["ts_ns"].to_numpy()
     t0 = min(int(ts_call.min()), int(ts_span.min()))

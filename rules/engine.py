@@ -258,7 +258,8 @@ class _Occurrences:
                 occ = (self.plan["rows"].join(self.fired.lazy().select(keys), on=keys,
                                               how="semi", nulls_equal=True).collect())
                 self.parts = dict(occ.partition_by(keys, as_dict=True, maintain_order=True))
-        return self.parts.get(key, self.plan["rows"].clear().collect())
+        part = self.parts.get(key)
+        return part if part is not None else self.plan["rows"].clear().collect()
 
     def of(self, key: tuple) -> pl.DataFrame:
         """The group's occurrences: ``pid, tid, ts_ns, dur_ns, correlation_id``."""

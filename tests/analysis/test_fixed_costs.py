@@ -180,3 +180,18 @@ def test_span_steps_are_the_outermost_spans_of_the_function(seed):
     starts, ends = _span_steps(spans, nodes, "a.py", "step", mine)
     assert starts.tolist() == [t for t, _ in kept]
     assert ends.tolist() == [t for t, _ in kept[1:]] + ([kept[-1][1]] if kept else [])
+
+
+@pytest.mark.parametrize("calls_ids, spans_ids", [
+    (([1, 1], [5, 5]), ([1, 1, 1], [5, 5, 5])),       # one thread
+    (([1, 1], [5, 5]), ([1, 2, 1], [5, 5, 5])),       # another process's spans
+    (([1, 2], [5, 6]), ([2, 1, 1], [6, 5, 5])),       # two threads on both sides
+    (([1, 1], [5, 5]), ([1, 1, 1], [6, 6, 6])),       # one thread each, not the same
+    (([1, None], [5, 5]), ([1, 1, 1], [5, 5, 5])),    # an unknown process
+])
+def test_events_in_gaps_tells_threads_apart(calls_ids, spans_ids):
+    calls = pl.DataFrame({"call_idx": [0, 1], "pid": calls_ids[0], "tid": calls_ids[1],
+                          "ts_ns": [10, 20]}, schema_overrides={"pid": pl.Int64})
+    spans = pl.DataFrame({"pid": spans_ids[0], "tid": spans_ids[1], "ts_ns": [5, 15, 18]},
+                         schema_overrides={"pid": pl.Int64})
+    assert events_in_gaps(calls, spans).tolist() == _events_in_gaps_by_loop(calls, spans)
