@@ -63,8 +63,28 @@ def root_help(prog: str, columns: int) -> str:
                       *_definitions(commands, width)])
 
 
+def version_line() -> str:
+    """What `zym --version` prints: the installed version and the capture schema's."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from zym.schemas.version import SCHEMA_VERSION
+
+    try:
+        v = version("zym")
+    except PackageNotFoundError:  # run from a source tree without an install
+        v = "unknown (not installed)"
+    return f"zym {v} (capture file schema v{SCHEMA_VERSION})"
+
+
 def main() -> None:
     args = sys.argv[1:]
+    if args == ["--version"] and _COMPLETE_VAR not in os.environ:  # without typer (~0.1 s)
+        try:
+            print(version_line())
+            sys.stdout.flush()
+        except BrokenPipeError:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
     if args in ([], ["--help"]) and _COMPLETE_VAR not in os.environ:
         import shutil
 

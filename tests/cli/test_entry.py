@@ -48,3 +48,22 @@ def test_other_arguments_and_completion_go_to_the_app():
     # typer's shell completion answers through the app even for a bare `zym`.
     done = _run(ENTRY, env={"_ZYM_COMPLETE": "source_bash"})
     assert "_zym_completion()" in done.stdout and done.returncode == 0
+
+
+def test_version_answers_as_the_app_does_without_typer():
+    from importlib.metadata import version
+
+    from zym.schemas.version import SCHEMA_VERSION
+
+    app_code = "import sys; sys.argv[0] = 'zym'; from zym.cli.main import app; app()"
+    fast, slow = _run(ENTRY, "--version"), _run(app_code, "--version")
+    assert (fast.returncode, fast.stdout, fast.stderr) == (slow.returncode, slow.stdout,
+                                                           slow.stderr)
+    assert fast.stdout == f"zym {version('zym')} (capture file schema v{SCHEMA_VERSION})\n"
+    probe = ("import sys, atexit; atexit.register(lambda: print(sorted(m for m in ('typer', "
+             "'click', 'polars', 'zym.cli.main') if m in sys.modules), file=sys.stderr)); "
+             + ENTRY)
+    assert _run(probe, "--version").stderr.strip() == "[]"
+    # anything more goes to the app, which answers as before
+    both = [_run(code, "--version", "--help") for code in (ENTRY, app_code)]
+    assert both[0].stdout == both[1].stdout == fast.stdout
