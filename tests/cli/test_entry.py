@@ -67,3 +67,23 @@ def test_version_answers_as_the_app_does_without_typer():
     # anything more goes to the app, which answers as before
     both = [_run(code, "--version", "--help") for code in (ENTRY, app_code)]
     assert both[0].stdout == both[1].stdout == fast.stdout
+
+
+def test_leave_flushes_runs_exit_handlers_and_keeps_the_code():
+    code = ("import atexit, sys; atexit.register(lambda: print('handler ran')); "
+            "from zym.cli.entry import leave; sys.stdout.write('x' * 100_000); "
+            "sys.stderr.write('said'); leave(3)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=False)
+    assert done.returncode == 3
+    assert done.stdout == "x" * 100_000 + "handler ran\n"
+    assert done.stderr == "said"
+
+
+def test_leave_waits_for_a_running_thread_as_a_normal_exit_does():
+    code = ("import threading, time; from zym.cli.entry import leave; "
+            "t = threading.Thread(target=lambda: (time.sleep(0.3), print('thread done'))); "
+            "t.start(); leave(0)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=False)
+    assert (done.returncode, done.stdout) == (0, "thread done\n")
