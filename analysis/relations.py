@@ -376,9 +376,9 @@ class Relations:
             anc = self._once_obj("ancestors", lambda: Ancestors(self.facts.nodes))
             ids = call_instances(calls, user_node, idx.to_numpy(), anc, self.call_steps())
             return pl.Series("call_instance", ids, dtype=pl.Int64)
-        frame = calls[["pid", "tid", "ts_ns"]].hstack([user_node.alias("user_node")])[
-            idx.to_numpy()]
-        users = frame["user_node"].drop_nulls()
+        frame = calls.select("pid", "tid", "ts_ns").with_columns(
+            user_node.alias("user_node"))[idx.to_list()]
+        users = frame["user_node"].drop_nulls().unique()
         # One query: the spans of those user frames, and each call's latest one before it.
         sp = (spans.lazy().filter(pl.col("stack_id").is_in(users.implode()))
               .select("pid", "tid", pl.col("stack_id").alias("user_node"),
