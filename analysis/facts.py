@@ -18,11 +18,12 @@ from __future__ import annotations
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+import numpy as np
 import polars as pl
 from zym.schemas.apis import is_blocking_api
 
 from .correlate import match_rows
-from .kernels import classify_kernels
+from .kernels import classify_kernels, classify_names
 from .sites import site_table
 from .timeline import busy_intervals, gpu_work
 
@@ -47,9 +48,17 @@ def conform(df: pl.DataFrame, table: str) -> pl.DataFrame:
     return df.with_columns([pl.lit(None, schema[c]).alias(c) for c in missing]) if missing else df
 
 
+def conformed(data: CaptureData, table: str) -> pl.DataFrame:
+    """:func:`conform` of the capture's ``call`` or ``gpu`` table, once per capture."""
+    cache = data.__dict__.setdefault("_conformed", {})
+    if table not in cache:
+        cache[table] = conform(data.calls if table == "call" else data.gpu, table)
+    return cache[table]
+
+
 def take(df: pl.DataFrame, idx: pl.Series) -> pl.DataFrame:
     """Rows ``idx`` of ``df``; a null index gives a row of nulls."""
-    return pl.DataFrame([df[c].gather(idx) for c in df.columns]) if df.width else df
+    return df.select(pl.all().gather(idx)) if df.width else df
 
 
 def api_blocks(api: pl.Series) -> pl.Series:
@@ -95,18 +104,48 @@ class Facts:
 
     def site_of(self, stack: pl.Series, columns: tuple[str, ...] = EVENT_SITE_COLUMNS
                 ) -> list[pl.Series]:
-        """Site columns for each stack id of ``stack`` (a gather when ids are dense)."""
-        from zym.schemas.lookup import first_row_of
+        """Site columns for each stack id of ``stack`` (null where the site table has none):
+        through one lookup table per analysis when the ids are dense (they index it), else
+        :func:`zym.schemas.lookup.first_row_of`."""
+        rows = self._site_rows
+        if rows is None:
+            from zym.schemas.lookup import first_row_of
 
-        idx = first_row_of(self.sites["stack_id"], stack.cast(pl.Int64))
-        return [self.sites[c].gather(idx).alias(c) for c in columns]
+            idx = first_row_of(self.sites["stack_id"], stack.cast(pl.Int64))
+            return [self.sites[c].gather(idx).alias(c) for c in columns]
+        q = stack.cast(pl.Int64)
+        q = (q.fill_null(-1) if q.null_count() else q).to_numpy()
+        inside = (q >= 0) & (q < len(rows))
+        at = np.where(inside, rows[np.where(inside, q, 0)], -1) if len(rows) else \
+            np.full(len(q), -1, np.int64)
+        at[at < 0] = self.sites.height  # the null row past the end
+        return self._site_padded[at, list(columns)].get_columns()
+
+    @cached_property
+    def _site_rows(self) -> np.ndarray | None:
+        """Per stack id (an index), the first row of the site table that holds it, -1 where
+        none; None when the ids are not small non-negative integers (then a hash join)."""
+        keys = self.sites["stack_id"].drop_nulls()
+        if keys.len() and (keys.min() < 0 or keys.max() >= 4 * keys.len() + 1024):
+            return None
+        k = keys.cast(pl.Int64).to_numpy()
+        pos = np.flatnonzero(self.sites["stack_id"].is_not_null().to_numpy())
+        rows = np.full(int(k.max()) + 1 if len(k) else 0, -1, np.int64)
+        rows[k[::-1]] = pos[::-1]  # reversed: the first row of a key is written last
+        return rows
+
+    @cached_property
+    def _site_padded(self) -> pl.DataFrame:
+        """The site table with one row of nulls appended (what a missing id gathers)."""
+        nulls = pl.DataFrame([pl.Series(c, [None], dtype=t) for c, t in self.sites.schema.items()])
+        return pl.concat([self.sites, nulls])
 
     # -- calls -------------------------------------------------------------------------------
 
     @cached_property
     def calls(self) -> pl.DataFrame:
         """The call table in time order (see the module doc for the added columns)."""
-        raw = conform(self.data.calls, "call")
+        raw = conformed(self.data, "call")
         # Narrow: long per-call text (shapes, dtypes) stays in the capture's table and is
         # gathered through ``_orig`` only for rows a rule keeps. API names are few: as a
         # categorical, sorting and gathering moves an integer, not text.
@@ -145,7 +184,7 @@ class Facts:
 
     def _work_rows(self, calls: pl.DataFrame) -> pl.DataFrame:
         """The GPU table matched to ``calls`` (used while ``calls`` is being built)."""
-        gpu = conform(self.data.gpu, "gpu")
+        gpu = conformed(self.data, "gpu")
         rows = match_rows(calls["pid"], calls["correlation_id"], gpu["pid"], gpu["correlation_id"])
         self._call_rows = rows  # the calls' order is final here: ``gpu`` reuses the match
         g = gpu.with_columns(rows.alias("call_idx"), pl.col("kind").alias("gpu_kind"),
@@ -160,14 +199,22 @@ class Facts:
         """GPU operations with ``gpu_idx``, ``call_idx``, ``stack_id`` (of the launching call),
         ``end_ns``, ``work`` and the kernel classes (:mod:`zym.analysis.kernels`)."""
         calls = self.calls
-        gpu = conform(self.data.gpu, "gpu")
+        gpu = conformed(self.data, "gpu")
         rows = self._call_rows
         gpu = gpu.with_columns(rows.alias("call_idx"), pl.col("device_id").fill_null(-1),
                                (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"),
                                (pl.col("kind") != "sync").fill_null(True).alias("work"))
         gpu = gpu.with_row_index("gpu_idx").with_columns(pl.col("gpu_idx").cast(pl.Int64))
         return gpu.with_columns(calls["stack_id"].gather(gpu["call_idx"]).alias("stack_id"),
-                                *classify_kernels(gpu["name"], gpu["kind"]))
+                                *classify_kernels(gpu["name"], gpu["kind"], self.kernel_table))
+
+    @cached_property
+    def kernel_table(self) -> pl.DataFrame:
+        """The kernel classes of each distinct GPU operation name
+        (:func:`zym.analysis.kernels.classify_names`): a window's facts share the whole
+        capture's (its names are among them)."""
+        names = conformed(self.data, "gpu")["name"]
+        return classify_names(names.cast(pl.String).unique().drop_nulls())
 
     @cached_property
     def gpu_ns(self) -> int:

@@ -52,15 +52,18 @@ def classify_names(names: pl.Series) -> pl.DataFrame:
     return df.with_columns(out)
 
 
-def classify_kernels(names: pl.Series, kinds: pl.Series) -> list[pl.Series]:
+def classify_kernels(names: pl.Series, kinds: pl.Series, table: pl.DataFrame | None = None
+                     ) -> list[pl.Series]:
     """``op_class``, ``precision`` and ``tensor_core`` for each GPU operation.
 
-    Copies and memsets are their own class; a kernel no rule names is ``other``.
+    Copies and memsets are their own class; a kernel no rule names is ``other``. ``table``:
+    :func:`classify_names` of (at least) every name in ``names``, when already at hand (an
+    analysis classifies its capture's names once, for the whole capture and its window).
     """
     if names.len() == 0:
         return [pl.Series(f, [], dtype) for f, dtype in FIELDS.items()]
-    distinct = names.cast(pl.String).unique().drop_nulls()
-    table = classify_names(distinct)
+    if table is None:
+        table = classify_names(names.cast(pl.String).unique().drop_nulls())
     idx = (pl.DataFrame({"name": names.cast(pl.String)})
            .join(table.with_row_index("_r"), on="name", how="left", maintain_order="left")["_r"])
     cols = [table[f].gather(idx).alias(f) for f in FIELDS]

@@ -184,11 +184,17 @@ def _span_steps(spans: pl.DataFrame, nodes: pl.DataFrame, file: str, name: str,
     (a recursive call is part of its caller's step)."""
     ids = nodes.filter((pl.col("file") == file) & (pl.col("name") == name))["stack_id"]
     pid, tid = mine["pid"][0], mine["tid"][0]
-    sp = (spans.filter(pl.col("stack_id").is_in(ids.implode()) & (pl.col("pid") == pid)
-                       & (pl.col("tid") == tid))
-          .select("ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end")).sort("ts_ns"))
+    sp = (spans.lazy().filter(pl.col("stack_id").is_in(ids.implode()) & (pl.col("pid") == pid)
+                              & (pl.col("tid") == tid))
+          .select("ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end")).sort("ts_ns")
+          .collect())
     if sp.height == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if sp["ts_ns"].null_count() == 0 and sp["end"].null_count() == 0:  # one numpy pass
+        ts, end = sp["ts_ns"].to_numpy(), sp["end"].to_numpy()
+        reach = np.concatenate([[-(1 << 62)], np.maximum.accumulate(end)[:-1]])
+        starts, last = ts[ts >= reach], end[ts >= reach][-1]
+        return starts.astype(np.int64), np.append(starts[1:], last).astype(np.int64)
     outer = sp["ts_ns"] >= sp["end"].cum_max().shift(1).fill_null(-(1 << 62))
     sp = sp.filter(outer)
     starts = sp["ts_ns"].to_numpy()

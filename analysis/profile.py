@@ -92,7 +92,7 @@ def profile_of(analysis: Analysis, findings: list[dict] | None = None) -> Profil
     unit, starts, ends, step_fn = unit_bounds(analysis)
     calls = facts.calls
     (code_site,) = facts.site_of(calls["stack_id"], ("code_site",))
-    c = calls.select(
+    c = calls.lazy().select(
         code_site.fill_null(UNKNOWN_STACK).alias("code_site"), unit_of(calls["ts_ns"], starts),
         pl.lit(1, pl.Int64).alias("calls"),
         (pl.col("kind") == "launch").cast(pl.Int64).alias("launches"),
@@ -103,7 +103,7 @@ def profile_of(analysis: Analysis, findings: list[dict] | None = None) -> Profil
     (gsite,) = facts.site_of(gpu["stack_id"].fill_null(UNKNOWN_STACK), ("code_site",))
     kind, direction = pl.col("kind"), pl.col("copy_kind")
     size = pl.col("size_bytes").fill_null(0).cast(pl.Int64)
-    g = gpu.select(
+    g = gpu.lazy().select(
         gsite.fill_null(UNKNOWN_STACK).alias("code_site"),
         unit_of(pl.coalesce(launched_at, gpu["ts_ns"]), starts),
         pl.col("name").cast(pl.String), pl.col("kind").cast(pl.String),
@@ -115,21 +115,23 @@ def profile_of(analysis: Analysis, findings: list[dict] | None = None) -> Profil
         pl.when(kind == "copy").then(size).otherwise(0).alias("bytes"))
     call_cols = ["calls", "launches", "syncs", "cpu_blocked_ns"]
     gpu_cols = [m for m in SITE_MEASURES if m not in call_cols]
+    # One query for the three tables (the per-site-and-unit sums computed once).
     per_site_unit = (
         pl.concat([c.group_by("code_site", "unit").agg(pl.col(call_cols).sum()),
                    g.group_by("code_site", "unit").agg(pl.col(gpu_cols).sum())],
                   how="diagonal")
         .group_by("code_site", "unit").agg(pl.col(list(SITE_MEASURES)).fill_null(0).sum()))
     sites = _moments(per_site_unit, ["code_site"], list(SITE_MEASURES))
-    sites = sites.join(site_identity(analysis), on="code_site", how="left")
     kernels = _moments(
         g.group_by("name", "kind", "unit").agg(pl.col("gpu_ns").sum(), pl.len().alias("count"),
                                                pl.col("bytes").sum()),
         ["name", "kind"], list(KERNEL_MEASURES))
     units = (per_site_unit.group_by("unit").agg(pl.col(list(SITE_MEASURES)).sum())
-             .join(pl.DataFrame({"unit": np.arange(len(starts), dtype=np.int64)}), on="unit",
+             .join(pl.LazyFrame({"unit": np.arange(len(starts), dtype=np.int64)}), on="unit",
                    how="right").fill_null(0)
              .with_columns(pl.Series("wall_ns", (ends - starts).astype(np.int64))).sort("unit"))
+    sites, kernels, units = pl.collect_all([sites, kernels, units])
+    sites = sites.join(site_identity(analysis), on="code_site", how="left")
     meta = analysis.data.meta
     return Profile(
         source=str(analysis.data.source), producer=meta.producer, unit=unit,
@@ -138,7 +140,7 @@ def profile_of(analysis: Analysis, findings: list[dict] | None = None) -> Profil
         findings=_findings_with_sites(findings or [], facts.sites))
 
 
-def _moments(df: pl.DataFrame, keys: list[str], measures: list[str]) -> pl.DataFrame:
+def _moments(df: pl.LazyFrame, keys: list[str], measures: list[str]) -> pl.LazyFrame:
     """Per key: each measure's total over the units and its sum of squares (units with no
     row count as zero), for the mean and spread per unit."""
     return df.group_by(keys).agg(

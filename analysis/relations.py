@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from .facts import EVENT_SITE_COLUMNS, conform, take
+from .facts import EVENT_SITE_COLUMNS, conformed, take
 from .matmul import MATMUL_OPS, with_flops
 
 if TYPE_CHECKING:
@@ -295,7 +295,7 @@ class Relations:
     def _matmuls(self) -> pl.DataFrame:
         """FLOPs, arithmetic intensity and 8-alignment per matmul-family call (``call_idx``)."""
         stacks = self.sites.filter(pl.col("torch_op").is_in(list(MATMUL_OPS)))["stack_id"]
-        raw = conform(self.analysis.data.calls, "call")
+        raw = conformed(self.analysis.data, "call")
         calls = self.calls_table().filter(pl.col("stack_id").is_in(stacks.implode()))
         calls = (calls.select("call_idx", "stack_id", *[raw[c].gather(calls["_orig"])
                                                         for c in ("op_shapes", "op_dtypes")])
@@ -379,11 +379,12 @@ class Relations:
         frame = calls.select("pid", "tid", "ts_ns").with_columns(
             user_node.alias("user_node"))[idx.to_list()]
         users = frame["user_node"].drop_nulls().unique()
-        sp = (spans.filter(pl.col("stack_id").is_in(users.implode()))
+        # One query: the spans of those user frames, and each call's latest one before it.
+        sp = (spans.lazy().filter(pl.col("stack_id").is_in(users.implode()))
               .select("pid", "tid", pl.col("stack_id").alias("user_node"),
                       pl.col("ts_ns").alias("inst_ts"),
                       (pl.col("ts_ns") + pl.col("dur_ns")).alias("inst_end")).sort("inst_ts"))
-        return (frame.with_row_index("_r").sort("ts_ns")
+        return (frame.lazy().with_row_index("_r").sort("ts_ns")
                 .join_asof(sp, left_on="ts_ns", right_on="inst_ts",
                            by=["pid", "tid", "user_node"], strategy="backward",
                            check_sortedness=False)
@@ -391,7 +392,7 @@ class Relations:
                 .select(pl.coalesce(pl.when(pl.col("inst_end") >= pl.col("ts_ns"))
                                     .then("inst_ts"), -pl.col("_r").cast(pl.Int64) - 1)
                         .alias("call_instance"))
-                .to_series())
+                .collect().to_series())
 
     def _once_obj(self, name: str, build):
         if name not in self._objects:
@@ -571,7 +572,7 @@ def deferred_columns(rel: Relations, names: set[str]) -> list[pl.Expr]:
     """Expressions gathering per-call text columns by ``call_idx`` (see ``DEFERRED``): two
     gathers, so text moves only for the rows the expression runs on."""
     calls = rel.calls_table()
-    raw = conform(rel.analysis.data.calls, "call")
+    raw = conformed(rel.analysis.data, "call")
     orig = pl.lit(calls["_orig"]).gather(pl.col("call_idx"))
     exprs = [pl.lit(raw["op_id"]).gather(orig).alias("op_id")] if "op_id" in names else []
     for c in ("op_shapes", "op_dtypes"):

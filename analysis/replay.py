@@ -827,6 +827,33 @@ def events_in_gaps(calls: pl.DataFrame, spans: pl.DataFrame | None) -> np.ndarra
     out = np.zeros(n, np.int64)
     if spans is None or spans.height == 0 or n == 0:
         return out
+    # Threads as dense ranks; then one sorted key per span (thread, start) and one search for
+    # every call at once: key = thread * R + time since the earliest event, + 1 (0: before all).
+    ids = [(s["pid"], s["tid"]) for s in (calls, spans)]
+    one = {(p.min(), p.max(), t.min(), t.max()) if not p.null_count() and not t.null_count()
+           else None for p, t in ids}
+    if len(one) == 1 and (key := one.pop()) is not None and key[0] == key[1] \
+            and key[2] == key[3]:
+        thread = np.zeros(n + spans.height, np.int64)  # one thread (the usual trace)
+    else:
+        thread = pl.concat([calls.select(pl.col("pid", "tid").cast(pl.Int64)),
+                            spans.select(pl.col("pid", "tid").cast(pl.Int64))]).select(
+            pl.struct("pid", "tid").rank("dense").cast(pl.Int64)).to_series().to_numpy()
+    t_call, t_span = thread[:n], thread[n:]
+    ts_call, ts_span = calls["ts_ns"].to_numpy(), spans["ts_ns"].to_numpy()
+    t0 = min(int(ts_call.min()), int(ts_span.min()))
+    r = max(int(ts_call.max()), int(ts_span.max())) - t0 + 2
+    if (int(thread.max()) + 1) * r < (1 << 62):
+        span_key = np.sort(t_span * r + (ts_span - t0 + 1))
+        order = np.lexsort((ts_call, t_call))  # per thread, in time order (stable: ties by row)
+        t, ts = t_call[order], ts_call[order]
+        first = np.ones(n, bool)
+        first[1:] = t[1:] != t[:-1]
+        prev = np.where(first, 0, np.concatenate([[0], ts[:-1]]) - t0 + 1)
+        counts = (np.searchsorted(span_key, t * r + (ts - t0 + 1), side="right")
+                  - np.searchsorted(span_key, t * r + prev, side="right"))
+        out[calls["call_idx"].to_numpy()[order]] = counts
+        return out
     sp = spans.select("pid", "tid", "ts_ns").sort("ts_ns")
     by_thread = {k: g["ts_ns"].to_numpy() for k, g in sp.group_by("pid", "tid")}
     c = calls.select("call_idx", "pid", "tid", "ts_ns")

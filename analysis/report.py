@@ -337,5 +337,8 @@ def analyze_data(data: CaptureData, window: str = "steady") -> Analysis:
     else:
         part = restrict(data, whole, t0, t1)
         facts = Facts(part, nodes, window=(t0, t1))
-        facts.__dict__["sites"] = whole.sites  # same stacks: the site table is shared
+        facts.__dict__["sites"] = whole.sites  # same stacks: the site table is shared,
+        facts.__dict__["_site_rows"] = whole._site_rows  # with its lookup
+        facts.__dict__["_site_padded"] = whole._site_padded
+        facts.__dict__["kernel_table"] = whole.kernel_table  # and the kernel classes
     return Analysis(part, facts, build_call_paths(facts), phases, whole, window)

@@ -62,20 +62,26 @@ def compiled_frames(nodes: pl.DataFrame, hops: int = 8) -> pl.Series:
     at most ``hops`` nn.Module wrapper frames) and calling into its runtime
     (``torch/_dynamo``, ``_functorch``, ``_inductor``). A graph break's own lines in the same
     function call torch ops, not the runtime, and stay the user's."""
+    import numpy as np
+
     idx = {"stack_id": nodes["stack_id"]}
     row_of = pl.DataFrame(idx).with_row_index("row").with_columns(pl.col("row").cast(pl.Int64))
-    up = (nodes.select("parent_id").join(row_of.rename({"stack_id": "parent_id"}),
-                                         on="parent_id", how="left", maintain_order="left")["row"])
-    file = nodes["file"].fill_null("")
-    is_wrapper = file.str.contains(MODULE_WRAPPER)
+    file = pl.col("file").fill_null("")
+    flags = nodes.select(
+        nodes.select("parent_id").join(row_of.rename({"stack_id": "parent_id"}), on="parent_id",
+                                       how="left", maintain_order="left")["row"]
+        .fill_null(-1).alias("up"),
+        file.str.contains(MODULE_WRAPPER).alias("wrapper"),
+        file.str.contains(DYNAMO_CALLER).alias("dynamo"),
+        file.str.contains(COMPILED_RUNTIME).alias("runtime"), pl.col("is_user").fill_null(False))
+    # The walk over the (small) node table in numpy: -1 is "no caller".
+    up, is_wrapper = flags["up"].to_numpy(), flags["wrapper"].to_numpy()
     caller = up
     for _ in range(hops):  # past nn.Module's __call__ wrappers
-        through = caller.is_not_null() & is_wrapper.gather(caller.fill_null(0))
-        caller = pl.select(pl.when(through).then(up.gather(caller.fill_null(0)))
-                           .otherwise(caller)).to_series()
-    called_by_dynamo = (caller.is_not_null()
-                        & file.gather(caller.fill_null(0)).str.contains(DYNAMO_CALLER))
-    calls_runtime_rows = up.filter(file.str.contains(COMPILED_RUNTIME)).drop_nulls().unique()
-    row = pl.Series(range(nodes.height), dtype=pl.Int64)
-    calls_runtime = row.is_in(calls_runtime_rows.implode())
-    return (nodes["is_user"] & called_by_dynamo & calls_runtime).fill_null(False)
+        at = np.maximum(caller, 0)
+        caller = np.where((caller >= 0) & is_wrapper[at], up[at], caller)
+    called_by_dynamo = (caller >= 0) & flags["dynamo"].to_numpy()[np.maximum(caller, 0)]
+    calls_runtime = np.zeros(nodes.height, bool)
+    runtime_callers = up[flags["runtime"].to_numpy()]
+    calls_runtime[runtime_callers[runtime_callers >= 0]] = True
+    return pl.Series("is_user", flags["is_user"].to_numpy() & called_by_dynamo & calls_runtime)

@@ -2,9 +2,10 @@
 
 Each round runs ``zym analyze INPUT --format json --no-progress`` (rules on unless
 ``--no-rules``) with A's and B's console script, fresh processes, in alternating order, and
-checks that the two reports are the same (every key). Wall time is the whole process; peak
-memory the summed RSS of its process tree, sampled every 20 ms (bench_scale.run_measured).
-Reported: each side's median (min-max), and B/A per pair (median, min-max).
+checks that the two reports are the same (every key). Wall time is the whole process; CPU
+time the user + system seconds of its process tree; peak memory the summed RSS of its process
+tree, sampled every 20 ms (bench_scale.run_measured). Reported: each side's median (min-max),
+and B/A per pair (median, min-max).
 
     python bench/bench_ab.py --a /path/venv-main/bin/zym --b /path/venv-branch/bin/zym \\
         INPUT [--pairs 7] [--no-rules] [--json out.json]
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import sys
 import tempfile
@@ -27,7 +29,13 @@ def one(zym: str, args: argparse.Namespace, out: Path) -> dict:
     if args.no_rules:
         cmd.append("--no-rules")
     shell = " ".join(f"'{c}'" for c in cmd) + f" > '{out}'"
-    return run_measured(["bash", "-c", shell])
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    row = run_measured(["bash", "-c", shell])
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # CPU seconds (user + system) of the whole process tree: less sensitive than wall time
+    # to other work on a shared machine.
+    return row | {"cpu_s": (after.ru_utime + after.ru_stime)
+                  - (before.ru_utime + before.ru_stime)}
 
 
 def main() -> None:
@@ -48,8 +56,9 @@ def main() -> None:
             pair = {side: one(getattr(args, side), args, outs[side]) for side in order}
             same = json.loads(outs["a"].read_text()) == json.loads(outs["b"].read_text())
             pairs.append(pair | {"same_report": same})
-            print(f"pair {i + 1}: A {pair['a']['wall_s']:.2f} s {pair['a']['tree_mb']:.0f} MB, "
-                  f"B {pair['b']['wall_s']:.2f} s {pair['b']['tree_mb']:.0f} MB, "
+            print(f"pair {i + 1}: A {pair['a']['wall_s']:.2f} s ({pair['a']['cpu_s']:.2f} CPU) "
+                  f"{pair['a']['tree_mb']:.0f} MB, B {pair['b']['wall_s']:.2f} s "
+                  f"({pair['b']['cpu_s']:.2f} CPU) {pair['b']['tree_mb']:.0f} MB, "
                   f"same report: {same}", flush=True)
 
     def spread(values: list[float], fmt: str = ".2f") -> str:
@@ -57,8 +66,10 @@ def main() -> None:
 
     for side in ("a", "b"):
         print(f"{side.upper()}: wall s {spread([p[side]['wall_s'] for p in pairs])}, "
+              f"CPU s {spread([p[side]['cpu_s'] for p in pairs])}, "
               f"peak MB {spread([p[side]['tree_mb'] for p in pairs], '.0f')}")
     print(f"B/A wall per pair: {spread([p['b']['wall_s'] / p['a']['wall_s'] for p in pairs])}")
+    print(f"B/A CPU per pair: {spread([p['b']['cpu_s'] / p['a']['cpu_s'] for p in pairs])}")
     print(f"reports the same in {sum(p['same_report'] for p in pairs)}/{len(pairs)} pairs")
     if args.json:
         args.json.write_text(json.dumps({"input": str(args.input), "a": args.a, "b": args.b,

@@ -63,8 +63,57 @@ def root_help(prog: str, columns: int) -> str:
                       *_definitions(commands, width)])
 
 
+def version_line() -> str:
+    """What `zym --version` prints: the installed version and the capture schema's."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from zym.schemas.version import SCHEMA_VERSION
+
+    try:
+        v = version("zym")
+    except PackageNotFoundError:  # run from a source tree without an install
+        v = "unknown (not installed)"
+    return f"zym {v} (capture file schema v{SCHEMA_VERSION})"
+
+
+def leave(code: int) -> None:
+    """``sys.exit(code)`` without the interpreter's teardown, where nothing is left running:
+    freeing an analysis's objects one by one at exit takes ~0.04-0.06 s here. The output is
+    flushed and the atexit handlers run first, as at a normal exit; with another Python
+    thread or a child process still alive, or output that cannot be flushed, the normal exit.
+    """
+    import threading
+
+    others = [t for t in threading.enumerate()
+              if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    mp = sys.modules.get("multiprocessing")
+    if others or (mp is not None and mp.active_children()):
+        sys.exit(code)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except OSError:
+        sys.exit(code)
+    import atexit
+
+    atexit._run_exitfuncs()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except OSError:
+        pass  # what an exit handler wrote may be lost, as at a normal exit
+    os._exit(code)
+
+
 def main() -> None:
     args = sys.argv[1:]
+    if args == ["--version"] and _COMPLETE_VAR not in os.environ:  # without typer (~0.1 s)
+        try:
+            print(version_line())
+            sys.stdout.flush()
+        except BrokenPipeError:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
     if args in ([], ["--help"]) and _COMPLETE_VAR not in os.environ:
         import shutil
 
@@ -90,7 +139,7 @@ def main() -> None:
 
         code = run_fast(args[0], args[1:])  # None: a line for the typer app
         if code is not None:
-            sys.exit(code)
+            leave(code)
     from .main import app
 
     app()

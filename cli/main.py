@@ -26,15 +26,9 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        from importlib.metadata import PackageNotFoundError, version
+        from .entry import version_line
 
-        from zym.schemas.version import SCHEMA_VERSION
-
-        try:
-            v = version("zym")
-        except PackageNotFoundError:  # run from a source tree without an install
-            v = "unknown (not installed)"
-        typer.echo(f"zym {v} (capture file schema v{SCHEMA_VERSION})")
+        typer.echo(version_line())
         raise typer.Exit()
 
 

@@ -42,9 +42,9 @@ _MODEL_COLUMNS = {"speedup": ("dur_ns", "precision", "op_class", "flops"),
 
 
 def evaluate_rules(analysis: Analysis, rules: Sequence[Rule],
-                   relations: Relations | None = None) -> Findings:
+                   relations: Relations | None = None, together: bool = True) -> Findings:
     """Findings of ``rules`` on ``analysis``, ranked by what fixing each would save (see
-    :func:`rank`).
+    :func:`rank`; ``together``: also replay the fixes together).
 
     All rules are collected together (``polars.collect_all``): the relations they share are
     built once, with only the columns some rule reads.
@@ -63,14 +63,16 @@ def evaluate_rules(analysis: Analysis, rules: Sequence[Rule],
         if frame.height:
             findings.extend(_findings(plan, frame, rel))
     findings = _apply_supersedes(findings, rules)
-    return rank(analysis, findings)
+    return rank(analysis, findings, together)
 
 
-def rank(analysis: Analysis, findings: list[Finding]) -> Findings:
+def rank(analysis: Analysis, findings: list[Finding], together: bool = True) -> Findings:
     """Estimate each finding's saving, merge findings whose fixes are the same edit, rank by
     saving (findings without an estimate last, by observed cost), and replay all fixes
     together for the window's total, and each in rank order for what it adds to those above
-    it (``saving_incremental_ns``: these sum to the total, so no time is counted twice)."""
+    it (``saving_incremental_ns``: these sum to the total, so no time is counted twice).
+    ``together=False`` leaves that last replay out (``total_ns`` and each
+    ``saving_incremental_ns`` stay None): `zym diff` compares each finding's own saving."""
     from .savings import fix_for
 
     for f in findings:
@@ -78,7 +80,7 @@ def rank(analysis: Analysis, findings: list[Finding]) -> Findings:
     findings = _merge_same_fix(findings)
     findings.sort(key=lambda f: (f.saving_ns is None, -(f.saving_ns or 0), -f.cost_ns,
                                  -SEVERITY_RANK[f.severity], f.rule_id, f.site))
-    return Findings(findings, analysis)
+    return Findings(findings, analysis if together else None)
 
 
 def _merge_same_fix(findings: list[Finding]) -> list[Finding]:
@@ -205,7 +207,9 @@ def _plan(rule: Rule, rel: Relations, frame: pl.DataFrame) -> dict:
     keys = list(rule.group_by)
     joined = [k for k in keys if k in SITE_COLUMNS and k not in EVENT_SITE_COLUMNS]
     if joined:  # grouping by a site column: the one case that joins site strings to events
-        lf = lf.join(rel.sites.lazy().select("stack_id", *joined), on="stack_id", how="left")
+        # In the events' order: a group's labels (its first site id) must not depend on it.
+        lf = lf.join(rel.sites.lazy().select("stack_id", *joined), on="stack_id", how="left",
+                     maintain_order="left")
     # Conditions on per-call text (dtype, shapes) run after the others, on the rows they keep.
     late = {k: v for k, v in rule.where.items() if _uses({k: v}, set(DEFERRED))}
     early = {k: v for k, v in rule.where.items() if k not in late}
@@ -254,7 +258,8 @@ class _Occurrences:
                 occ = (self.plan["rows"].join(self.fired.lazy().select(keys), on=keys,
                                               how="semi", nulls_equal=True).collect())
                 self.parts = dict(occ.partition_by(keys, as_dict=True, maintain_order=True))
-        return self.parts.get(key, self.plan["rows"].clear().collect())
+        part = self.parts.get(key)
+        return part if part is not None else self.plan["rows"].clear().collect()
 
     def of(self, key: tuple) -> pl.DataFrame:
         """The group's occurrences: ``pid, tid, ts_ns, dur_ns, correlation_id``."""

@@ -71,14 +71,14 @@ class Finding:
     @property
     def occurrences(self) -> list[dict]:
         if self._occurrences is None:
-            self._occurrences = self.occurrence_frame.select(OCCURRENCE_COLUMNS).to_dicts()
+            self._occurrences = self.occurrence_frame[list(OCCURRENCE_COLUMNS)].to_dicts()
         return self._occurrences
 
     def examples(self, n: int = 5) -> list[dict]:
         """The ``n`` costliest occurrences (longest first), for reports."""
         return (self.occurrence_frame.sort("dur_ns", "ts_ns", descending=[True, False],
                                            nulls_last=True)
-                .head(n).select(OCCURRENCE_COLUMNS).to_dicts())
+                .head(n)[list(OCCURRENCE_COLUMNS)].to_dicts())
 
     def estimate(self, analysis: Analysis, fix_for: Callable) -> None:
         """Build this finding's fix and replay it (sets ``edit``, ``saving_ns``,

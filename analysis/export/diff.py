@@ -39,7 +39,9 @@ def load_profile(path: str | Path, window: str = "steady", rules: bool = True,
     if rules:
         from zym.rules import evaluate
 
-        found = evaluate(analysis, packs, disabled)
+        # Each finding's own saving is compared; what the fixes save together (one more
+        # replay) is the report's, not the comparison's.
+        found = evaluate(analysis, packs, disabled, together=False)
     return profile_with_findings(analysis, found)
 
 
@@ -207,9 +209,11 @@ def _import_analysis(path: str | Path) -> None:
 
     names = ["zym.analysis.report", "zym.rules.engine", "zym.rules.savings",
              "zym.rules.packcheck", "yaml", "zym.analysis.export.summary",
+             "zym.analysis.bundled", "zym.analysis.instances", "zym.analysis.throughput",
+             "zym.schemas.validate",
              "numpy.ma"]  # polars imports it at its first Series made from a numpy array
     if not is_parquet(path):  # a torch.profiler trace (or no capture: the child says so)
-        names.append("zym.capture.kineto")
+        names += ["zym.capture.kineto", "email.parser"]  # its metadata reads zym's version
     for name in names:
         importlib.import_module(name)
 
