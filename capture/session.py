@@ -107,6 +107,7 @@ class CaptureSummary:
     dropped: dict[str, int]
     counters: dict[str, int]
     outputs: list[Path] = field(default_factory=list)  # --rotate: the files kept
+    gpu: dict[str, int] = field(default_factory=dict)  # --rotate: GPU work over the files
 
 
 @dataclass

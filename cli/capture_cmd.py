@@ -146,6 +146,11 @@ def _rotate(rotate: str | None, keep: int | None, label: list[str] | None, cfg) 
     typer.echo(f"zym: {summary.calls} calls in {summary.seconds:.1f} s -> "
                f"{len(summary.outputs)} files kept"
                + (f" (newest {summary.outputs[-1]})" if summary.outputs else ""), err=True)
+    gpu = summary.gpu
+    if gpu.get("gpu_ops"):
+        pct = 100 * gpu["gpu_ns_with_stack"] / gpu["gpu_ns"] if gpu["gpu_ns"] else 0.0
+        typer.echo(f"zym: GPU: {gpu['gpu_ops']} kernels/copies/memsets in the files written, "
+                   f"{pct:.1f}% of their GPU time with its Python stack", err=True)
 
 
 def _percent(text: str | None) -> float | None:

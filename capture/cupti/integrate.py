@@ -74,9 +74,10 @@ def capture_with_gpu(cfg, log: Log | None = None):
     env["ZYM_NVTX"] = "1" if getattr(cfg, "nvtx", False) else "0"
     # CUPTI's API records carry every call's duration: no return probes (one trap per call).
     cfg = dataclasses.replace(cfg, return_probes=cfg.return_probes and cfg.force_return_probes)
+    pool = None
     if cfg.rotate_s is not None:
         env[ENV_ROLL_S] = f"{cfg.rotate_s:g}"
-        cfg, _ = _rotating(cfg, spool)
+        cfg, pool = _rotating(cfg, spool)
     try:
         with _environment({k: env[k] for k in ("PYTHONPATH", "ZYM_CUPTI_DIR", "ZYM_NVTX",
                                                 "ZYM_SHAPES", "ZYM_SHAPES_OPS", ENV_ROLL_S)
@@ -87,9 +88,11 @@ def capture_with_gpu(cfg, log: Log | None = None):
         if not Path(cfg.output).with_name(Path(cfg.output).name + ".raw").exists():
             shutil.rmtree(spool, ignore_errors=True)
         raise
-    if cfg.rotate_s is None:
+    if pool is None:
         _stop_stragglers(getattr(summary, "pids", []), spool)
         add_gpu(cfg.output, spool, log)
+    else:
+        summary.gpu = dict(pool.totals)
     if not cfg.keep_raw:
         shutil.rmtree(spool, ignore_errors=True)
     return summary
@@ -115,7 +118,11 @@ def _rotating(cfg, spool: Path):
             "rule": "GPU records go with the API record their call joins (else by start time)"}
         if not headers:
             return tables
-        return merge_cupti(tables, cupti, headers, meta, pool.window())
+        merged = merge_cupti(tables, cupti, headers, meta, pool.window())
+        cover = meta.extra["cupti"].get("stack_coverage") or {}
+        for key in ("gpu_ops", "gpu_ns", "gpu_ns_with_stack"):
+            pool.totals[key] = pool.totals.get(key, 0) + int(cover.get(key, 0))
+        return merged
 
     flush_s = int(os.environ.get(ENV_FLUSH_MS, "1000")) / 1000
     return dataclasses.replace(cfg, interval_gpu=add,
@@ -186,6 +193,8 @@ def _capture_running(cfg, log: Log):
         raise
     if switched.get("on", {}).get("state") == "on" and pool is None:
         add_gpu(cfg.output, spool, log)
+    elif pool is not None:
+        summary.gpu = dict(pool.totals)
     if not cfg.keep_raw:
         shutil.rmtree(spool, ignore_errors=True)
     return summary

@@ -69,6 +69,7 @@ class GpuPool:
     _headers: dict[int, dict] = field(default_factory=dict)
     _stats: dict[int, dict] = field(default_factory=dict)
     unnamed_kernels: int = 0
+    totals: dict[str, int] = field(default_factory=dict)   # over the files written (integrate)
     _read_pids: set[int] = field(default_factory=set)   # processes decoded at least once
 
     # ---- reading the spools

@@ -142,6 +142,8 @@ def test_rotate_shares_the_gpu_side_out_among_the_files(libs, tmp_path):
     assert gpu.filter(pl.col("kind") == "sync").height == 2 * iters
     assert calls.filter(pl.col("name") == "cuLaunchKernel").height == launches
     assert not (tmp_path / "svc.parquet.cupti").exists()
+    assert (f"GPU: {launches} kernels/copies/memsets in the files written, 100.0% of their GPU "
+            "time with its Python stack") in proc.stderr, proc.stderr
 
 
 def test_rotate_cut_short_stops_the_agents_still_running_and_keeps_their_records(libs, tmp_path):
