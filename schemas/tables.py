@@ -68,8 +68,9 @@ COLUMNS: dict[str, Column] = {c.name: c for c in [
                            "where unknown"),
     _C("domain", "string", "NVTX domain of a range; null: the default domain"),
     _C("clipped", "string", "which end of a range the capture did not record, so that the "
-                            "range is cut at the recording's start or end: start | end; null: "
-                            "both recorded"),
+                            "range is cut at the recording's start or end: start | end | "
+                            "both (a continuous capture's file cuts a range at its interval's "
+                            "bounds); null: both recorded"),
 ]}
 
 # Which columns each record kind uses, in file order. `record` leads every table.
@@ -102,7 +103,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
 
 FRAME_KINDS = ("python", "torch_op", "native", "cuda_api", "nvtx")
 RANGE_KINDS = ("nvtx", "nvtx_mark")  # an NVTX range (push/pop, start/end); an nvtxMark instant
-CLIPPED = ("start", "end")
+CLIPPED = ("start", "end", "both")
 CALL_KINDS = ("launch", "copy", "memset", "sync", "other")
 GPU_KINDS = ("kernel", "copy", "memset", "sync")
 COPY_KINDS = ("HtoD", "DtoH", "DtoD", "HtoH", "PtoP")

@@ -75,6 +75,7 @@ class CuptiTables:
     clock: dict[int, ClockFit] = field(default_factory=dict)  # pid -> fit
     stats: dict = field(default_factory=dict)
     shapes: pl.DataFrame = field(default_factory=empty_shapes)
+    markers: pl.DataFrame | None = None   # NVTX marker records before pairing (rolling.py)
 
 
 def read_spool(path: str | Path) -> Spool:
@@ -146,8 +147,8 @@ def decode_spool(spool: Spool, clock: ClockFit | None = None) -> CuptiTables:
     pid = int(spool.header.get("pid", -1))
     api = _api_frame(records, spool.header.get("api_names", {}), fit)
     gpu = _gpu_frame(records, demangle(spool.names), fit, pid)
-    ranges = _ranges(spool, records.get(KIND_MARKER), origins[KIND_MARKER], fit, pid,
-                     (api, gpu))
+    markers = _markers(spool, records.get(KIND_MARKER), origins[KIND_MARKER], fit, pid)
+    ranges = _ranges(spool, markers, (api, gpu))
     stats = {"pid": pid, "records": int(sum(len(v) for v in records.values())),
              "undecoded_bytes": undecoded, "incomplete": incomplete,
              "cupti_major": cupti_major(version),
@@ -163,25 +164,34 @@ def decode_spool(spool: Spool, clock: ClockFit | None = None) -> CuptiTables:
              "nvtx_records": 0 if records.get(KIND_MARKER) is None else len(records[KIND_MARKER]),
              "op_shapes": (spool.footer or {}).get("op_shapes")}
     return CuptiTables(api=api, gpu=gpu, ranges=ranges, clock={pid: fit}, stats=stats,
-                       shapes=shapes_frame(spool.op_shapes, pid))
+                       shapes=shapes_frame(spool.op_shapes, pid), markers=markers)
 
 
-def _ranges(spool: Spool, markers: np.ndarray | None, buffer_of: np.ndarray, fit: ClockFit,
-            pid: int, timed: tuple[pl.DataFrame, ...]) -> pl.DataFrame:
+def _markers(spool: Spool, markers: np.ndarray | None, buffer_of: np.ndarray, fit: ClockFit,
+             pid: int) -> pl.DataFrame | None:
+    """The process's NVTX marker records, timed and named (``markers_frame``), or None."""
+    if markers is None or not len(markers):
+        return None
+    ok = markers["timestamp"] > 0   # 0: CUPTI could not time the marker
+    if not ok.any():
+        return None
+    return markers_frame(markers[ok], buffer_of[ok], spool.marker_names,
+                         fit.to_mono(markers["timestamp"][ok]), pid)
+
+
+def _ranges(spool: Spool, markers: pl.DataFrame | None,
+            timed: tuple[pl.DataFrame, ...]) -> pl.DataFrame:
     """The process's NVTX ranges; a range still open at the end is clipped to the end of its
     recording (the footer's stop time, else its last record), one whose start was not
     recorded to the recording's start (the header's)."""
-    if markers is None or not len(markers):
+    if markers is None:
         return empty_ranges()
-    ok = markers["timestamp"] > 0   # 0: CUPTI could not time the marker
-    markers, buffer_of = markers[ok], buffer_of[ok]
-    ts = fit.to_mono(markers["timestamp"])
-    ends = [int(ts.max())] + [int((t["ts_ns"] + t["dur_ns"]).max()) for t in timed
-                              if t.height and "ts_ns" in t.columns]
+    first_ts, last_ts = int(markers["ts_ns"].min()), int(markers["ts_ns"].max())
+    ends = [last_ts] + [int((t["ts_ns"] + t["dur_ns"]).max()) for t in timed
+                        if t.height and "ts_ns" in t.columns]
     last = int((spool.footer or {}).get("stopped_mono_ns") or max(ends))
-    first = int(spool.header.get("started_mono_ns") or ts.min())
-    df = markers_frame(markers, buffer_of, spool.marker_names, ts, pid)
-    return pair_ranges(df, min(first, int(ts.min())), max(last, int(ts.max())))
+    first = int(spool.header.get("started_mono_ns") or first_ts)
+    return pair_ranges(markers, min(first, first_ts), max(last, last_ts))
 
 
 def drop_incomplete(records: dict[int, np.ndarray]) -> tuple[dict[int, np.ndarray], int]:

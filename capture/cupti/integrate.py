@@ -112,7 +112,7 @@ def _rotating(cfg, spool: Path):
     def add(tables: dict, meta, *, start_ns: int, end_ns: int, final: bool) -> dict:
         if final:   # processes still running (a capture cut short): their agents flush, stop
             _stop_stragglers(pool.pids(), spool)
-        cupti, headers, counts = pool.take(tables.get("call"), end_ns, final)
+        cupti, headers, counts = pool.take(tables.get("call"), end_ns, final, start_ns)
         meta.extra.setdefault("interval", {})["gpu"] = counts | {
             "kernels_unnamed": pool.unnamed_kernels,
             "rule": "GPU records go with the API record their call joins (else by start time)"}

@@ -16,7 +16,8 @@ An interval (eBPF calls by end, ``capture/rotate.py``) gets, from the pool:
 * the GPU records of those API records (by process and correlation id), and GPU records whose
   API record the pool does not hold (no API record: graph work, APIs not recorded, or a record
   written to an earlier file), by start time before the interval's end;
-* NVTX ranges and operator shapes that start before its end (a range is paired within one read).
+* NVTX ranges that overlap it, cut at its bounds (paired over the whole run: the start
+  markers of ranges still open stay pooled); operator shapes that start before its end.
 
 The last interval takes everything left. Kernel names: CUPTI's records carry pointers to
 names in the target's memory; the agent names them at stop, and while the target runs the
@@ -35,7 +36,7 @@ from zym.analysis.join import LEAD_NS, SEQ_WINDOW_NS, join_calls
 from .agent import read_chunks
 from .clock import fit_clock
 from .decode import CuptiTables, Spool, decode_spool, demangle
-from .nvtx import empty_ranges
+from .nvtx import empty_ranges, pair_ranges
 from .opshapes import empty_shapes
 
 SEGMENT = re.compile(r"cupti-(\d+)(?:-(\d+))?\.spool$")
@@ -70,7 +71,9 @@ class GpuPool:
     _stats: dict[int, dict] = field(default_factory=dict)
     unnamed_kernels: int = 0
     totals: dict[str, int] = field(default_factory=dict)   # over the files written (integrate)
-    _read_pids: set[int] = field(default_factory=set)   # processes decoded at least once
+    _markers: list[pl.DataFrame] = field(default_factory=list)   # NVTX records not yet spent
+    _first_ns: int | None = None   # when recording began (the first header's start)
+    _stopped_ns: int = 0           # when it ended (the latest footer's stop)
 
     # ---- reading the spools
     def read(self, final: bool = False) -> None:
@@ -128,6 +131,8 @@ class GpuPool:
                     int(k): v for k, v in doc["names"].items()}
             elif kind == "footer":
                 seg.footer = json.loads(payload)
+                self._stopped_ns = max(self._stopped_ns,
+                                       int(seg.footer.get("stopped_mono_ns") or 0))
             elif kind == "op_shapes":
                 shapes.append(payload)
         seg.chunks += len(chunks)
@@ -137,16 +142,15 @@ class GpuPool:
         st["dropped"] += dropped   # this read's (the footer's total spans every interval)
         if not (activity or shapes or any(k == "footer" for k, _, _ in chunks)):
             return
-        # An NVTX range cut by a read: its end, read later, is clipped to when this read's
-        # chunks began (the recording's start would stretch it over every earlier interval).
-        header = seg.header if pid not in self._read_pids else {
-            **seg.header, "started_mono_ns": min(t for _, t, _ in chunks)}
-        self._read_pids.add(pid)
-        spool = Spool(path, header, activity, self._calibrations.get(pid, []),
+        if self._first_ns is None and seg.header.get("started_mono_ns"):
+            self._first_ns = int(seg.header["started_mono_ns"])
+        spool = Spool(path, seg.header, activity, self._calibrations.get(pid, []),
                       {}, seg.footer, markers, shapes)
         t = decode_spool(spool, fit_clock(self._calibrations[pid]) if
                          self._calibrations.get(pid) else None)
         t.gpu = self._name_kernels(t.gpu, pid)
+        if t.markers is not None:   # paired when an interval is taken (ranges span reads)
+            self._markers.append(t.markers)
         self._parts.append(t)
         for k in ("records", "undecoded_bytes", "incomplete", "buffers", "nvtx_records"):
             st[k] = st.get(k, 0) + int(t.stats.get(k, 0) or 0)
@@ -176,14 +180,16 @@ class GpuPool:
         return gpu.with_columns(pl.col("name").replace(mapping)) if mapping else gpu
 
     # ---- sharing out
-    def take(self, calls: pl.DataFrame | None, end_ns: int | None,
-             final: bool = False) -> tuple[CuptiTables, list[dict], dict]:
-        """The records of the interval ending at ``end_ns`` whose eBPF calls are ``calls``
-        (``final``: every record left); returns them, their spools' headers, and counts."""
+    def take(self, calls: pl.DataFrame | None, end_ns: int | None, final: bool = False,
+             start_ns: int | None = None) -> tuple[CuptiTables, list[dict], dict]:
+        """The records of the interval [``start_ns``, ``end_ns``) whose eBPF calls are
+        ``calls`` (``final``: every record left); returns them, their spools' headers, and
+        counts."""
         self.read(final)
         pool = self._pooled()
         self._reset_counts()
         if final or end_ns is None:
+            pool.ranges = self._share_ranges(start_ns, None)
             self._parts = []
             return pool, list(self._headers.values()), {"gpu_ops": pool.gpu.height}
         api, gpu = pool.api, pool.gpu
@@ -217,14 +223,13 @@ class GpuPool:
                                   no_api.filter(pl.col("ts_ns") >= end_ns)])
         else:
             taken_gpu = rest_gpu = by_time = gpu
-        before = pl.col("ts_ns") < end_ns
         shapes_before = pl.col("start_ns") < end_ns
-        taken = CuptiTables(api=taken_api, gpu=taken_gpu, ranges=pool.ranges.filter(before),
+        taken = CuptiTables(api=taken_api, gpu=taken_gpu,
+                            ranges=self._share_ranges(start_ns, end_ns),
                             clock=pool.clock, stats=pool.stats,
                             shapes=pool.shapes.filter(shapes_before))
         self._parts = [CuptiTables(
-            api=api.join(taken_keys, on=keys, how="anti"), gpu=rest_gpu,
-            ranges=pool.ranges.filter(~before), clock=pool.clock,
+            api=api.join(taken_keys, on=keys, how="anti"), gpu=rest_gpu, clock=pool.clock,
             shapes=pool.shapes.filter(~shapes_before))]
         return taken, list(self._headers.values()), {
             "gpu_ops": taken_gpu.height, "gpu_ops_by_time": by_time.height,
@@ -240,9 +245,48 @@ class GpuPool:
         return CuptiTables(
             api=pl.concat(apis, how="diagonal_relaxed") if apis else _api_frame({}, {}, None),
             gpu=pl.concat(gpus, how="diagonal_relaxed") if gpus else pl.DataFrame(),
-            ranges=pl.concat([t.ranges for t in parts]) if parts else empty_ranges(),
             shapes=pl.concat([t.shapes for t in parts]) if parts else empty_shapes(),
             clock=clock, stats={"spools": [dict(s) for s in self._stats.values()]})
+
+    def _share_ranges(self, start_ns: int | None, end_ns: int | None) -> pl.DataFrame:
+        """The NVTX ranges of the interval [``start_ns``, ``end_ns``): the pooled markers
+        paired (a range may have started in an earlier read, or interval), each range that
+        overlaps the interval cut to its bounds (``clipped`` says which ends were cut);
+        the markers of ranges not over by ``end_ns`` stay pooled (None: the last interval)."""
+        markers = pl.concat(self._markers, how="vertical_relaxed") if self._markers else None
+        if markers is None or markers.height == 0:
+            self._markers = []
+            return empty_ranges()
+        first = min(self._first_ns or int(markers["ts_ns"].min()), int(markers["ts_ns"].min()))
+        last = max(self._stopped_ns if end_ns is None else end_ns, int(markers["ts_ns"].max()))
+        ranges = pair_ranges(markers, first, last)
+        lo = first if start_ns is None else start_ns
+        hi = 2**63 - 1 if end_ns is None else end_ns
+        stop = pl.col("ts_ns") + pl.col("dur_ns")
+        mark = pl.col("kind") == "nvtx_mark"
+        inside = pl.when(mark).then(pl.col("ts_ns").is_between(lo, hi, closed="left")) \
+            .otherwise((pl.col("ts_ns") < hi) & (stop > lo))
+        cut_start = ~mark & (pl.col("ts_ns") < lo)
+        cut_end = ~mark & (stop > hi)
+        was_start = pl.col("clipped").is_in(["start", "both"]).fill_null(False)
+        was_end = pl.col("clipped").is_in(["end", "both"]).fill_null(False)
+        head, tail = cut_start | was_start, cut_end | was_end
+        mine = ranges.filter(inside).with_columns(
+            pl.max_horizontal("ts_ns", pl.lit(lo)).alias("ts_ns"),
+            pl.when(cut_start | cut_end)
+            .then(pl.min_horizontal(stop, pl.lit(hi)) - pl.max_horizontal("ts_ns", pl.lit(lo)))
+            .otherwise(pl.col("dur_ns")).alias("dur_ns"),
+            pl.when(head & tail).then(pl.lit("both")).when(head).then(pl.lit("start"))
+            .when(tail).then(pl.lit("end")).alias("clipped"))
+        if end_ns is None:
+            self._markers = []
+        else:   # kept: markers from end_ns on, and the starts of ranges still open at end_ns
+            going = ranges.filter(~mark & (pl.col("ts_ns") < end_ns) & (stop >= end_ns)
+                                  & ~pl.col("clipped").is_in(["start"]).fill_null(False))
+            starts = markers.join(going.select("pid", "tid", "ts_ns"),
+                                  on=["pid", "tid", "ts_ns"], how="semi")
+            self._markers = [pl.concat([starts, markers.filter(pl.col("ts_ns") >= end_ns)])]
+        return mine.select(ranges.columns)
 
     def _reset_counts(self) -> None:
         """Each file's statistics count the records read for it."""

@@ -161,7 +161,9 @@ NVTX_TARGET = textwrap.dedent("""
 """)
 
 
-def test_an_nvtx_range_open_across_reads_stays_within_its_own_time(tmp_path, fake_lib):
+def _nvtx_run(tmp_path: Path, fake_lib: Path, take_every: int | None):
+    """NVTX_TARGET under a pool reading every 0.2 s, and (``take_every``) taking an interval
+    every that many reads; returns the ranges of each take and the target's push/pop times."""
     spool = tmp_path / "spool"
     env = target_env(spool) | {"ZYM_CUPTI_LIB": str(fake_lib), "ZYM_CUPTI_FLUSH_MS": "100",
                                "ZYM_CUPTI_EAGER": "1", "ZYM_CUPTI_ROLL_S": "0.3",
@@ -171,24 +173,45 @@ def test_an_nvtx_range_open_across_reads_stays_within_its_own_time(tmp_path, fak
     script.write_text(NVTX_TARGET)
     proc = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE,
                             text=True)
-    pool, reads = GpuPool(spool), 0
+    pool, reads, shares, start = GpuPool(spool), 0, [], time.monotonic_ns()
     while proc.poll() is None:
         time.sleep(0.2)
         pool.read()
         reads += 1
+        if take_every and reads % take_every == 0:
+            end = time.monotonic_ns() - 50_000_000
+            taken, _, _ = pool.take(None, end, start_ns=start)
+            shares.append(taken.ranges)
+            start = end
+    taken, _, _ = pool.take(None, None, final=True, start_ns=start)
+    shares.append(taken.ranges)
     pushed, popped = map(int, proc.stdout.read().split())
-    taken, _, _ = pool.take(None, None, final=True)
-    # the one range of the program: its start piece is named; the piece a later read holds
-    # (its end marker alone) is clipped at its start and unnamed
-    outer = taken.ranges.filter(pl.col("kind") == "nvtx")
-    assert reads >= 5 and outer.height >= 2, outer     # cut by the reads while it was open
-    assert outer["name"].to_list()[0] == "outer"
-    assert set(outer["clipped"].to_list()) == {"end", "start"}
-    # every piece lies inside the range's own time (the clock fit's error aside)
-    slack = 2_000_000
-    assert (outer["ts_ns"] >= pushed - slack).all(), (outer, pushed)
-    assert ((outer["ts_ns"] + outer["dur_ns"]) <= popped + slack).all()
-    assert outer["dur_ns"].sum() <= popped - pushed + slack
+    assert reads >= 5
+    return shares, pushed, popped
+
+
+SLACK = 2_000_000   # the clock fit's error, and the time between the target's reads of its clock
+
+
+def test_an_nvtx_range_open_across_reads_is_paired_whole(tmp_path, fake_lib):
+    (ranges,), pushed, popped = _nvtx_run(tmp_path, fake_lib, None)
+    outer = ranges.filter(pl.col("kind") == "nvtx")
+    assert outer.select("name", "clipped").rows() == [("outer", None)]
+    assert abs(outer["ts_ns"][0] - pushed) < SLACK
+    assert abs(outer["ts_ns"][0] + outer["dur_ns"][0] - popped) < SLACK
+
+
+def test_an_nvtx_range_across_intervals_is_cut_at_their_bounds(tmp_path, fake_lib):
+    shares, pushed, popped = _nvtx_run(tmp_path, fake_lib, 3)
+    pieces = pl.concat([r.filter(pl.col("kind") == "nvtx") for r in shares])
+    assert pieces.height >= 3, shares                   # the range spans several intervals
+    assert set(pieces["name"].to_list()) == {"outer"}   # each piece named
+    clipped = pieces["clipped"].to_list()
+    assert clipped[0] == "end" and clipped[-1] == "start" and set(clipped[1:-1]) <= {"both"}
+    # back to back: one piece ends where the next begins (an interval's bound)
+    ends = (pieces["ts_ns"] + pieces["dur_ns"]).to_list()
+    assert ends[:-1] == pieces["ts_ns"].to_list()[1:]
+    assert abs(pieces["ts_ns"][0] - pushed) < SLACK and abs(ends[-1] - popped) < SLACK
 
 
 def test_a_segment_that_cannot_be_opened_leaves_the_spool_writing_where_it_was(tmp_path):
