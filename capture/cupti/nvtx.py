@@ -204,8 +204,8 @@ def add_range_layer(tables: dict[str, pl.DataFrame], ranges: pl.DataFrame
     layer = spans.filter(pl.col("depth") < MAX_LAYER)   # closed under parents: an ancestor set
     inner = _innermost(calls, layer) if calls is not None and calls.height else None
     stats = {"ranges": int(spans.height), "marks": int(nested.height - spans.height),
-             "clipped_start": int((nested["clipped"] == "start").sum()),
-             "clipped_end": int((nested["clipped"] == "end").sum()),
+             "clipped_start": int(nested["clipped"].is_in(["start", "both"]).sum()),
+             "clipped_end": int(nested["clipped"].is_in(["end", "both"]).sum()),
              "max_depth": int(nested["depth"].max() or 0), "dropped_too_deep": too_deep,
              "paired_by_thread_order": int(nested["by_order"].fill_null(False).sum())
              if "by_order" in nested.columns else 0,
