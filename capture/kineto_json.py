@@ -868,18 +868,15 @@ def _loose_floats(name: str, values: list) -> pl.Series:
 
 
 def _loose_dims(name: str, raws: list) -> list[pl.Series]:
-    """A grid or block size as x, y, z: ``[x, y, z]`` (fewer allowed, items possibly strings),
-    or text holding them (Inductor's ``"grid(100,)"``, ``"[1, 1, 1]"``)."""
+    """A grid or block size as x, y, z: ``[x, y, z]`` (fewer allowed, more ignored, as the
+    other decoders do; items possibly strings), or text holding them (Inductor's
+    ``"grid(100,)"``, ``"[1, 1, 1]"``)."""
     value = _json_texts(name, raws)
     v = pl.col(name)
     items = value.to_frame().select(
         pl.coalesce(v.str.extract(r"^[^\[(]*[\[(](.*)[\])]$", 1), v).str.split(",")
         .list.eval(pl.element().str.strip_chars().str.strip_chars('"').str.strip_chars())
         .list.eval(pl.element().filter(pl.element() != ""))).to_series()
-    if (items.list.len() > 3).any():
-        raise msgspec.ValidationError(f"Expected at most 3 sizes, got "
-                                      f"`{value.filter(items.list.len() > 3)[0][:40]}` - at "
-                                      f"`args.{name}`")
     out = []
     for axis in range(3):
         item = items.list.get(axis, null_on_oob=True).replace({"null": None})
