@@ -222,3 +222,30 @@ def test_hip_api_names_are_classified_like_cuda_ones(name, kind, blocking, direc
     got = pl.select(api_kind(pl.lit(name)).alias("k"), is_blocking_api(pl.lit(name)).alias("b"),
                     api_copy_kind(pl.lit(name)).alias("d")).row(0)
     assert got == (kind, blocking, direction)
+
+
+def test_epoch_microsecond_times_are_exact_and_keep_nesting(tmp_path, decoder):
+    """Older Kineto writes epoch µs (1.7e15): times 1000 that passes 2^53, where a float64 is
+    256 ns coarse. Here the call ends exactly when its op does; rounded through a float, its
+    end lands 72 ns past the op's and the call loses its op."""
+    op_ts, call_ts = 1712867402348289, 1712867402348292
+    events = [META,
+              ev("cpu_op", "aten::copy_", op_ts, 10, **{"External id": 4}),
+              ev("cuda_runtime", "cudaMemcpyAsync", call_ts, 7, correlation=1,
+                 **{"External id": 4}),
+              ev("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", call_ts + 1, 2,
+                 correlation=1, device=0, stream=7, bytes=64)]
+    tables, _ = load_kineto(write(tmp_path, events))
+    call = tables["call"]
+    assert call["ts_ns"].to_list() == [call_ts * 1000]
+    assert tables["gpu"]["ts_ns"].to_list() == [(call_ts + 1) * 1000]
+    assert tables["span"]["ts_ns"].to_list() == [op_ts * 1000]
+    frames = dict(zip(tables["frame"]["frame_id"], tables["frame"]["name"]))
+    stack = tables["stack"]
+    parent = dict(zip(stack["stack_id"], stack["parent_id"]))
+    frame_of = dict(zip(stack["stack_id"], stack["frame_id"]))
+    sid, chain = call["stack_id"][0], []
+    while sid is not None:
+        chain.append(frames[frame_of[sid]])
+        sid = parent[sid]
+    assert chain[::-1] == ["aten::copy_", "cudaMemcpyAsync"]
