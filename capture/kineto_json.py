@@ -736,8 +736,8 @@ def _group_frame(group: str, events: list, names: _Interner, shapes: _Interner
         cols["dtypes_id"] = shapes(list(map(bytes, cols["dtypes_id"])))
     frame = pl.DataFrame(cols, schema=schema)
     if general:  # complete events only; older Kineto's "external id" where "External id" lacks
-        old = _columns(args, "external_id_old")[0]
         if "external_id" in schema:
+            old = _columns(args, "external_id_old")[0]
             old = (_loose_ints("external id", old) if loose
                    else pl.Series(old, dtype=pl.Int64))
             frame = frame.with_columns(pl.coalesce("external_id", old).alias("external_id"))
