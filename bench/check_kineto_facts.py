@@ -69,7 +69,7 @@ def facts(path: str) -> dict | None:
 
 def zym_facts(zym: str, path: str) -> dict | str:
     out = subprocess.run([zym, "analyze", path, "--format", "json", "--no-progress"],
-                         capture_output=True, text=True)
+                         check=False, capture_output=True, text=True)
     if out.returncode:
         return out.stderr.strip()
     z = json.loads(out.stdout)
