@@ -252,6 +252,12 @@ def find_phases(calls: pl.DataFrame, gpu: pl.DataFrame, nodes: pl.DataFrame,
         phases.compile_calls, phases.compile_ns = n, last - first
     if steps is None:
         phases.steady = window
+        if calls.height == 0 and gpu.height == 0:  # e.g. a CPU-only torch.profiler trace
+            ops = spans.height if spans is not None else 0
+            phases.notes.append(f"no CUDA call and no GPU work recorded ({ops:,} CPU spans): "
+                                "nothing for zym to rank; its capture span is that of CUDA "
+                                "calls and GPU work")
+            return phases
         phases.notes.append("no repeated step found: the whole capture is analyzed "
                             "(--window FROM:TO picks a part)")
         return phases

@@ -90,8 +90,12 @@ def _in_ns(group: pl.DataFrame) -> pl.DataFrame:
         raise TimeRangeError(f"{bad.height} event(s) with a timestamp or duration that is "
                              f"missing, negative, not finite or past 2^61 ns (first: ts "
                              f"{bad['ts_us'][0]}, dur {bad['dur_us'][0]} µs)")
+    # Whole µs and the fraction apart: Kineto's epoch-µs times (1.7e15) times 1000 pass 2^53,
+    # where a float64 is 256 ns coarse; the whole part is exact as an integer.
+    whole = pl.col("ts_us").floor()
     return group.with_columns(
-        (pl.col("ts_us") * 1000).round().cast(pl.Int64).alias("ts_ns"),
+        (whole.cast(pl.Int64) * 1000 + ((pl.col("ts_us") - whole) * 1000).round().cast(pl.Int64))
+        .alias("ts_ns"),
         (pl.col("dur_us").fill_null(0) * 1000).round().cast(pl.Int64).alias("dur_ns"),
     ).drop("ts_us", "dur_us")
 

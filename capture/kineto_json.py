@@ -46,6 +46,10 @@ PYTHON_CATS = ("python_function",)
 OP_CATS = ("cpu_op", "user_annotation")
 CALL_CATS = ("cuda_runtime", "cuda_driver")
 GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "copy", "gpu_memset": "memset", "cuda_sync": "sync"}
+# Older Kineto (torch <= 1.12 wrote ``toString(ActivityType)`` capitalised) names for the same
+# categories; their runtime and GPU events spell the op link ``external id`` (lowercase).
+CAT_ALIASES = {"Operator": "cpu_op", "Runtime": "cuda_runtime", "Kernel": "kernel",
+               "Memcpy": "gpu_memcpy", "Memset": "gpu_memset"}
 _READ_CHUNK = 1 << 20  # bytes per piece of plain text
 _GZ_READ = 1 << 16  # compressed bytes per read
 _PIECE_CAP = 1 << 24  # decompressed bytes per piece, at most
@@ -111,8 +115,20 @@ def _union_struct(name: str, structs: Iterable[type]) -> type:
     return msgspec.defstruct(name, list(fields.values()), gc=False)
 
 
+class _OldArgs(msgspec.Struct, gc=False):
+    """Older Kineto's spelling of the op link on runtime and GPU events."""
+
+    external_id_old: int | None = msgspec.field(default=None, name="external id")
+
+
 # Every ``args`` field zym reads, for events of any category (the general decoder).
-_Args = _union_struct("_Args", _ARGS_OF_GROUP.values())
+_Args = _union_struct("_Args", [*_ARGS_OF_GROUP.values(), _OldArgs])
+# The same fields as their JSON text, whatever its type (the tolerant decoder, for batches the
+# general one refuses): numbers written as strings, decimal or hex, dimensions as text...
+_JSON_NAME = {f.name: f.encode_name for f in msgspec.structs.fields(_Args)}
+_LooseArgs = msgspec.defstruct(
+    "_LooseArgs", [(f.name, msgspec.Raw, msgspec.field(default=_EMPTY_RAW, name=f.encode_name))
+                   for f in msgspec.structs.fields(_Args)], gc=False)
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -126,6 +142,20 @@ class _Event(msgspec.Struct, gc=False):
     ts: float | None = None
     dur: float | None = None
     args: _Args = msgspec.field(default_factory=_Args)
+
+
+class _LooseEvent(msgspec.Struct, gc=False):
+    """Any trace event, its ``args`` kept as JSON text and times possibly as strings (the
+    tolerant decoder); the fields zym reads are parsed per column (``_loose_columns``)."""
+
+    ph: str = ""
+    cat: str | None = None
+    name: str | None = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: float | str | None = None
+    dur: float | str | None = None
+    args: _LooseArgs = msgspec.field(default_factory=_LooseArgs)
 
 
 class _Tagged(msgspec.Struct, tag_field="cat", gc=False):
@@ -146,7 +176,7 @@ _SKIPPED_CATS = ("ac2g", "fwdbwd", "gpu_user_annotation", "overhead", "Trace",
                  "cpu_instant_event", "external_correlation", "cuda_profiler_range",
                  "collective_comm", "gpu_pm_counter", "mtia_runtime", "mtia_ccp_events",
                  "xpu_runtime", "privateuse1_runtime", "privateuse1_driver", "hpu_op",
-                 "glow_runtime", "Memcpy", "Memset", "async_cpu_op")
+                 "glow_runtime", "async_cpu_op")
 
 
 def _event_struct(cat: str) -> type:
@@ -462,12 +492,12 @@ def _decode_batch(text: bytes) -> tuple[dict[str, pl.DataFrame], list, list] | s
     if frames is not None:
         return frames, names.values, shapes.values
     try:
-        events = _decode_events(text)
+        frames = _group_frames(_decode_events(text), names, shapes)
     except msgspec.ValidationError as e:
         return str(e)
     except msgspec.DecodeError:
         return None
-    return _group_frames(events, names, shapes), names.values, shapes.values
+    return frames, names.values, shapes.values
 
 
 class _GroupAccumulator:
@@ -492,13 +522,12 @@ class _GroupAccumulator:
             text += view[:end]
         text += b"]"
         try:
-            events = _decode_events(text)
-        except msgspec.ValidationError as e:
+            self.add_events(_decode_events(text))  # (a value the tolerant decoder cannot
+        except msgspec.ValidationError as e:       # read is named by _group_frames)
             raise InputError(f"{self.path}: malformed trace event, not a torch.profiler "
                              f"(Kineto) trace ({e})") from e
         except msgspec.DecodeError:
             return False
-        self.add_events(events)
         return True
 
     def add_events(self, events: list) -> None:
@@ -611,6 +640,10 @@ def parse_events(text: bytes | bytearray, path: Path) -> tuple[dict[str, pl.Data
     try:
         top = msgspec.json.decode(text, type=_TraceFile)
     except msgspec.ValidationError as e:
+        if _is_execution_trace(text):
+            raise InputError(f"{path}: a PyTorch execution trace (ExecutionTraceObserver: "
+                             "\"nodes\", no \"traceEvents\"), not a torch.profiler (Kineto) "
+                             "trace: give zym the Kineto trace recorded with it") from e
         raise InputError(f"{path}: JSON, but not a torch.profiler (Kineto) trace ({e})") from e
     except msgspec.DecodeError as e:
         raise InputError(f"{path}: not valid JSON ({e}); a truncated or non-trace file?") from e
@@ -626,13 +659,33 @@ def parse_events(text: bytes | bytearray, path: Path) -> tuple[dict[str, pl.Data
     return acc.groups(), top
 
 
+class _ExecutionTrace(msgspec.Struct):
+    """What tells a PyTorch execution trace (torch.profiler.ExecutionTraceObserver) apart."""
+
+    nodes: list[msgspec.Raw]
+    schema: str | None = None
+
+
+def _is_execution_trace(text: bytes | bytearray) -> bool:
+    try:
+        msgspec.json.decode(text, type=_ExecutionTrace)
+    except msgspec.MsgspecError:
+        return False
+    return True
+
+
 def _decode_events(text: bytes | memoryview) -> list:
-    """The events of a JSON array text: by the fast decoder, else by the general one (which
-    raises ValidationError for a malformed event). DecodeError: the text is not JSON."""
+    """The events of a JSON array text: by the fast decoder, else by the general one, else
+    by the tolerant one (which raises ValidationError for an event that is not an object of
+    the trace's shape). DecodeError: the text is not JSON."""
     try:
         return _FAST_DECODER.decode(text)
     except msgspec.ValidationError:
+        pass
+    try:
         return _DECODER.decode(text)
+    except msgspec.ValidationError:
+        return _LOOSE_DECODER.decode(text)
 
 
 def _group_frames(events: list, names: _Interner, shapes: _Interner
@@ -644,7 +697,7 @@ def _group_frames(events: list, names: _Interner, shapes: _Interner
     queries, and each group reads only its own fields (GPU activity: device, stream, grid...;
     torch ops: shapes).
     """
-    groups = list(map(_GROUP_OF.get, map(_CAT, events)))
+    groups = list(map(_GROUP_OF_ANY.get, map(_CAT, events)))
     if groups and groups[0] is not None and groups.count(groups[0]) == len(groups):
         return {groups[0]: _group_frame(groups[0], events, names, shapes)}  # Kineto: most batches
     out = {}
@@ -661,22 +714,40 @@ def _group_frame(group: str, events: list, names: _Interner, shapes: _Interner
     schema = _GROUP_SCHEMAS[group]
     name, pid, tid, ts, dur, args = _columns(events, "name", "pid", "tid", "ts", "dur", "args")
     cats = _CATS_OF_GROUP[group]
+    general = not isinstance(events[0], _Complete)  # the general or the tolerant decoder
+    loose = isinstance(events[0], _LooseEvent)
     cols = {"cat": _CAT_VALUE[cats[0]].new_from_index(0, len(events)) if len(cats) == 1
+            else _canonical_cats(_columns(events, "cat")[0]) if general
             else _columns(events, "cat")[0],
-            "pid": _int_column(pid), "tid": _int_column(tid), "ts_us": ts, "dur_us": dur}
+            "pid": _int_column(pid), "tid": _int_column(tid),
+            "ts_us": _loose_floats("ts", ts) if loose else ts,
+            "dur_us": _loose_floats("dur", dur) if loose else dur}
     if group == "gpu":  # kernel names: a few per path, kept as text
         cols["name"] = name
     else:
         cols["name_id"] = names(name)
     fields = [f for f in schema if f not in cols]
-    cols.update(zip(fields, _columns(args, *[_ARG_ATTR[f] for f in fields])))
+    if loose:
+        cols.update(_loose_columns(args, fields, schema))
+    else:
+        cols.update(zip(fields, _columns(args, *[_ARG_ATTR[f] for f in fields])))
     if group == "op":  # shapes stay JSON text, by id (an absent one: empty, a null id)
         cols["shape_id"] = shapes(list(map(bytes, cols["shape_id"])))
         cols["dtypes_id"] = shapes(list(map(bytes, cols["dtypes_id"])))
     frame = pl.DataFrame(cols, schema=schema)
-    if isinstance(events[0], _Event):  # the general decoder: complete events only
+    if general:  # complete events only; older Kineto's "external id" where "External id" lacks
+        if "external_id" in schema:
+            old = _columns(args, "external_id_old")[0]
+            old = (_loose_ints("external id", old) if loose
+                   else pl.Series(old, dtype=pl.Int64))
+            frame = frame.with_columns(pl.coalesce("external_id", old).alias("external_id"))
         frame = frame.filter(pl.Series(_columns(events, "ph")[0], dtype=pl.String) == "X")
     return frame
+
+
+def _canonical_cats(cats: list[str]) -> pl.Series:
+    """Category names with older Kineto's spellings replaced by the current ones."""
+    return pl.Series("cat", cats, dtype=pl.String).replace(CAT_ALIASES).cast(CAT_TYPE)
 
 
 def _columns(items: list | tuple, *attrs: str) -> list[list]:
@@ -685,9 +756,11 @@ def _columns(items: list | tuple, *attrs: str) -> list[list]:
 
 
 _DECODER = msgspec.json.Decoder(list[_Event])
+_LOOSE_DECODER = msgspec.json.Decoder(list[_LooseEvent])
 BATCH_EVENTS = 10_000
 _GROUP_OF = ({c: "python" for c in PYTHON_CATS} | {c: "op" for c in OP_CATS}
              | {c: "call" for c in CALL_CATS} | {c: "gpu" for c in GPU_CATS})
+_GROUP_OF_ANY = _GROUP_OF | {old: _GROUP_OF[cat] for old, cat in CAT_ALIASES.items()}
 _GROUPS = ("python", "op", "call", "gpu")
 _CATS = tuple(_GROUP_OF)
 _CATS_OF_GROUP = {g: [c for c in _CATS if _GROUP_OF[c] == g] for g in _GROUPS}
@@ -733,8 +806,108 @@ def _as_int(value: int | str | None) -> int | None:
 
 
 
-# The compiled decoder's columns (capture/_kineto_scan.c), in its order.
-_SCAN_CATS = tuple(c.encode() for c in _CATS)
+# Values as the tolerant decoder keeps them: JSON text (b"": the key is absent). A number
+# written as a string, decimal or hex, is that number; ``null``, absent or "" are null.
+_HEX = r"^[+-]?0[xX][0-9a-fA-F]+$"
+
+
+def _json_texts(name: str, raws: list) -> pl.Series:
+    """The values' JSON text, outer quotes and spaces removed (null: absent or null)."""
+    text = pl.Series(name, list(map(bytes, raws)), dtype=pl.Binary).cast(pl.String)
+    value = text.str.strip_chars()
+    quoted = value.str.starts_with('"') & value.str.ends_with('"') & (value.str.len_chars() > 1)
+    inner = value.str.slice(1, value.str.len_chars() - 2)
+    return (pl.select(pl.when(quoted).then(inner).otherwise(value).str.strip_chars().alias(name))
+            .to_series().replace({"": None, "null": None}))
+
+
+def _parse_ints(value: pl.Series) -> pl.Series:
+    """Integers from text: decimal, hex (``0x``), or a number with no fraction; null where
+    none of these."""
+    v = pl.col(value.name)
+    negative = v.str.starts_with("-")
+    hex_digits = v.str.replace(r"^[+-]?0[xX]", "").str.to_integer(base=16, strict=False)
+    as_float = v.cast(pl.Float64, strict=False)
+    integral = as_float.is_finite() & (as_float == as_float.floor()) & (as_float.abs() < 2.0**63)
+    return value.to_frame().select(
+        pl.when(v.str.contains(_HEX))
+        .then(pl.when(negative).then(-hex_digits).otherwise(hex_digits))
+        .otherwise(pl.coalesce(v.str.to_integer(strict=False),
+                               pl.when(integral).then(as_float.cast(pl.Int64))))
+    ).to_series()
+
+
+def _loose_ints(name: str, raws: list) -> pl.Series:
+    """An integer field from its JSON text; ValidationError for a value that is no integer."""
+    value = _json_texts(name, raws)
+    ints = _parse_ints(value)
+    _refuse_unparsed(name, value, ints, "an integer")
+    return ints
+
+
+def _refuse_unparsed(name: str, value: pl.Series, parsed: pl.Series, what: str) -> None:
+    bad = value.is_not_null() & parsed.is_null()
+    if bad.any():
+        first = value.filter(bad)[0]
+        raise msgspec.ValidationError(f"Expected {what}, got `{first[:40]}` - at `args.{name}` "
+                                      f"({bad.sum()} event(s))")
+
+
+def _loose_floats(name: str, values: list) -> pl.Series:
+    """Times as numbers, or as strings that hold one."""
+    try:
+        return pl.Series(name, values, dtype=pl.Float64)
+    except (TypeError, pl.exceptions.PolarsError):
+        text = pl.Series(name, values, dtype=pl.String, strict=False).str.strip_chars()
+        out = text.cast(pl.Float64, strict=False)
+        bad = text.is_not_null() & out.is_null()
+        if bad.any():
+            raise msgspec.ValidationError(f"Expected a number, got `{text.filter(bad)[0][:40]}`"
+                                          f" - at `{name}`") from None
+        return out
+
+
+def _loose_dims(name: str, raws: list) -> list[pl.Series]:
+    """A grid or block size as x, y, z: ``[x, y, z]`` (fewer allowed, more ignored, as the
+    other decoders do; items possibly strings), or text holding them (Inductor's
+    ``"grid(100,)"``, ``"[1, 1, 1]"``)."""
+    value = _json_texts(name, raws)
+    v = pl.col(name)
+    items = value.to_frame().select(
+        pl.coalesce(v.str.extract(r"^[^\[(]*[\[(](.*)[\])]$", 1), v).str.split(",")
+        .list.eval(pl.element().str.strip_chars().str.strip_chars('"').str.strip_chars())
+        .list.eval(pl.element().filter(pl.element() != ""))).to_series()
+    out = []
+    for axis in range(3):
+        item = items.list.get(axis, null_on_oob=True).replace({"null": None})
+        parsed = _parse_ints(item)
+        _refuse_unparsed(name, item, parsed, "an integer size")
+        out.append(parsed)
+    return out
+
+
+def _loose_columns(args: list, fields: list[str], schema: dict[str, pl.DataType]
+                   ) -> dict[str, pl.Series | list]:
+    """The ``args`` fields of one group's events from their JSON text, per column."""
+    cols: dict[str, pl.Series | list] = {}
+    for f in fields:
+        attr = _ARG_ATTR[f]
+        if f in cols:
+            continue
+        if "." in attr:  # grid_x... : the three axes at once
+            dim = attr.split(".")[0]
+            xyz = _loose_dims(_JSON_NAME[dim], _columns(args, dim)[0])
+            cols.update({f"{dim}_{axis}": s for axis, s in zip("xyz", xyz)})
+        elif schema[f] == pl.UInt32:  # shapes: JSON text, by id
+            cols[f] = _columns(args, attr)[0]
+        else:
+            cols[f] = _loose_ints(_JSON_NAME[attr], _columns(args, attr)[0])
+    return cols
+
+
+# The compiled decoder's columns (capture/_kineto_scan.c), in its order; older Kineto's
+# category names are looked for too, and a batch that holds one goes to msgspec instead.
+_SCAN_CATS = tuple(c.encode() for c in (*_CATS, *CAT_ALIASES))
 _SCAN_INTS = ("pid", "tid", "external_id", "python_id", "python_parent_id", "correlation_id",
               "cbid", "device_id", "stream_id", "size_bytes", "graph_id",
               "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
@@ -759,6 +932,8 @@ def _scan_frames(buf: bytes | bytearray, start: int, end: int, names: _Interner,
     if n == 0:
         return {}
     codes = np.frombuffer(cat_codes, dtype=np.uint8)
+    if codes.max() >= len(_CATS):  # older Kineto's names: decoded (and renamed) by msgspec
+        return None
     groups = _GROUP_OF_CODE[codes]
     batch = _ScannedBatch(
         n, codes,

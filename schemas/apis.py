@@ -9,17 +9,21 @@ from __future__ import annotations
 import polars as pl
 
 # First match wins. Patterns are regular expressions on the API name.
+# HIP (ROCm's Kineto traces) names the same calls ``hip...``, and launches modules' kernels
+# with ``hipModuleLaunchKernel``/``hipExtModuleLaunchKernel``.
 KIND_PATTERNS: tuple[tuple[str, str], ...] = (
-    ("launch", (r"^(cuda|cu)(LaunchKernel|LaunchKernelEx|LaunchKernelExC|LaunchCooperativeKernel"
-                r"|LaunchCooperativeKernelMultiDevice|GraphLaunch|LaunchHostFunc)")),
-    ("copy", r"^(cuda|cu)Mem[cC]py"),
-    ("memset", r"^(cuda|cu)Memset"),
-    ("sync", (r"^(cuda|cu)(DeviceSynchronize|StreamSynchronize|CtxSynchronize|EventSynchronize"
-              r"|ThreadSynchronize)")),
+    ("launch", (r"^(cuda|cu|hip)(LaunchKernel|LaunchKernelEx|LaunchKernelExC"
+                r"|LaunchCooperativeKernel|LaunchCooperativeKernelMultiDevice|GraphLaunch"
+                r"|LaunchHostFunc|ExtLaunchKernel|ModuleLaunchKernel|ExtModuleLaunchKernel"
+                r"|HccModuleLaunchKernel|ExtLaunchMultiKernelMultiDevice)")),
+    ("copy", r"^(cuda|cu|hip)Mem[cC]py"),
+    ("memset", r"^(cuda|cu|hip)Memset"),
+    ("sync", (r"^(cuda|cu|hip)(DeviceSynchronize|StreamSynchronize|CtxSynchronize"
+              r"|EventSynchronize|ThreadSynchronize)")),
 )
 
 # Driver copies name their direction; runtime ones (cudaMemcpyAsync) take it from an argument.
-_DIRECTION = r"^cuMemcpy(?:Peer)?(HtoD|DtoH|DtoD|HtoA|AtoH|DtoA|AtoD|AtoA|Peer)"
+_DIRECTION = r"^(?:cu|hip)Memcpy(?:Peer)?(HtoD|DtoH|DtoD|HtoA|AtoH|DtoA|AtoD|AtoA|Peer)"
 _DIRECTION_MAP = {"HtoA": "HtoD", "AtoH": "DtoH", "DtoA": "DtoD", "AtoD": "DtoD",
                   "AtoA": "DtoD", "Peer": "PtoP"}
 
@@ -42,5 +46,6 @@ def is_blocking_api(name: pl.Expr) -> pl.Expr:
     """Expression: true for calls that block the CPU thread until the GPU catches up: syncs and
     synchronous copies/memsets (those without ``Async`` in their name)."""
     sync_like = name.str.contains(KIND_PATTERNS[3][1])
-    sync_copy = name.str.contains(r"^(cuda|cu)(Mem[cC]py|Memset)") & ~name.str.contains("Async")
+    sync_copy = (name.str.contains(r"^(cuda|cu|hip)(Mem[cC]py|Memset)")
+                 & ~name.str.contains("Async"))
     return sync_like | sync_copy
