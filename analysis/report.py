@@ -111,7 +111,8 @@ class Analysis:
         return {
             "capture": self.capture_facts(),
             "phases": self.phase_facts(),
-            "gpu": self.utilization | {"attributed_ns": total_gpu - self._unknown_gpu_ns()},
+            "gpu": self.utilization | {"attributed_ns": total_gpu - self._unknown_gpu_ns(),
+                                       "python_line_ns": self._python_line_gpu_ns()},
             "paths_by_gpu_time": [self._path_dict(r, total_gpu, ops)
                                   for r in by_gpu.iter_rows(named=True)],
             "paths_by_cpu_blocked": [self._path_dict(r, total_gpu, ops)
@@ -204,6 +205,12 @@ class Analysis:
                 "gpu_ns": int(gpu["dur_ns"].sum() or 0), "bytes_htod": int(htod or 0),
                 "calls": calls.height,
                 "top_sites": [r for r in top.iter_rows(named=True) if r["cost_ns"]]}
+
+    def _python_line_gpu_ns(self) -> int:
+        """GPU time whose call path reaches a line of user code (a path of torch operators
+        and CUDA calls alone, as in a trace recorded without Python stacks, does not)."""
+        paths = self.call_paths.paths
+        return int(paths.filter(pl.col("user_function").is_not_null())["gpu_ns"].sum() or 0)
 
     def _unknown_gpu_ns(self) -> int:
         unknown = self.call_paths.paths.filter(pl.col("path_id") == UNKNOWN_STACK)

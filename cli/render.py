@@ -64,8 +64,11 @@ def render_summary(report: dict, console: Console) -> None:
                        f"{fmt_ns(gpu['window_ns'])} ({d['busy_pct']:.1f}%), idle "
                        f"{fmt_ns(d['idle_ns'])}", 4, "  ")
     if gpu["activity_ns"]:
-        share = 100 * gpu["attributed_ns"] / gpu["activity_ns"]
-        _wrap(console, f"{share:.1f}% of GPU time has its Python line", 4, "  ",
+        share = 100 * gpu.get("python_line_ns", gpu["attributed_ns"]) / gpu["activity_ns"]
+        pathed = 100 * gpu["attributed_ns"] / gpu["activity_ns"]
+        _wrap(console, f"{share:.1f}% of GPU time has its Python line"
+              + (f" ({pathed:.1f}% has a call path of torch operators or CUDA calls)"
+                 if pathed - share >= 0.05 else ""), 4, "  ",
               style=None if share >= 99.95 else "yellow")
     cost = cap.get("capture_cost")
     if cost:
