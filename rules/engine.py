@@ -78,9 +78,23 @@ def rank(analysis: Analysis, findings: list[Finding], together: bool = True) -> 
     for f in findings:
         f.estimate(analysis, fix_for)
     findings = _merge_same_fix(findings)
-    findings.sort(key=lambda f: (f.saving_ns is None, -(f.saving_ns or 0), -f.cost_ns,
+    floor = noise_floor_ns(analysis.facts.window_ns)
+    findings.sort(key=lambda f: (_tier(f.saving_ns, floor), -(f.saving_ns or 0), -f.cost_ns,
                                  -SEVERITY_RANK[f.severity], f.rule_id, f.site))
     return Findings(findings, analysis if together else None)
+
+
+def noise_floor_ns(window_ns: int) -> int:
+    """A saving below this is no gain to rank first: 0.1% of the window, at least 1 us."""
+    return max(1_000, window_ns // 1_000)
+
+
+def _tier(saving_ns: int | None, floor: int) -> int:
+    """Findings whose fix saves something come first, then those without an estimate
+    (context), then those whose fix, replayed, saves less than the noise floor."""
+    if saving_ns is None:
+        return 1
+    return 0 if saving_ns >= floor else 2
 
 
 def _merge_same_fix(findings: list[Finding]) -> list[Finding]:
