@@ -325,8 +325,10 @@ def _finding(rule: Rule, row: dict, occ: Any, cost: str, constants: dict,
         evidence["idle_share_of_window"] = round(evidence["idle_ns"] / constants["window_ns"], 4)
     for k in rule.group_by:
         evidence.setdefault(k, _plain(row[k]))
-    values = measures | labels | constants | {"site": site, "what": _what(labels, rule.what),
-                                               "instance": _instance(labels, constants)}
+    values = measures | labels | constants | {
+        "site": site, "what": _what(labels, rule.what), "instance": _instance(labels, constants),
+        # a count per call means something only where the calls are of a user function
+        "user_instance": _instance(labels, constants) if labels.get("user_function") else None}
     chain = []
     if site_id is not None and graph is not None:
         chain = [f"{f['file']}:{f['line']} {f['name']}" for f in graph.path(site_id)

@@ -32,9 +32,11 @@ OPTIONAL = re.compile(r"\{\?(.*?)\?\}", re.DOTALL)
 PARTS = re.compile(f"{OPTIONAL.pattern}|{TEMPLATE.pattern}", re.DOTALL)  # rendering, left to right
 FORMATS = frozenset({"ns", "bytes", "pct", "x", "int", "float", "str"})
 # Variables every message template may use besides the rule's measures.
-LABELS = ("site", "what", "instance", "user_function", "user_source", "mechanism", "torch_op",
-          "py_api", "api", "copy_kind", "src_mem", "precision", "op_class", "function",
-          "dst_mem", "dtype", "name", "cause", "kind")
+# ``user_instance``: the same as ``instance``, but only where the site is a user function (a
+# count per call of "the enclosing function" of no user frame means nothing: use it in {? ?}).
+LABELS = ("site", "what", "instance", "user_instance", "user_function", "user_source",
+          "mechanism", "torch_op", "py_api", "api", "copy_kind", "src_mem", "precision",
+          "op_class", "function", "dst_mem", "dtype", "name", "cause", "kind")
 CONSTANTS = ("total_gpu_ns", "window_ns")
 
 
