@@ -46,7 +46,8 @@ def _wrap(console: Console, text: str, indent: int, first: str | None = None,
 def render_summary(report: dict, console: Console) -> None:
     cap, gpu, ph = report["capture"], report["gpu"], report.get("phases") or {}
     console.print(Text(f"zym · {cap['source']}", style="bold"))
-    gpus = ", ".join(str(g.get("name", "?")) for g in cap["gpus"]) or "no GPU side recorded"
+    gpus = ", ".join(str(g.get("name", "?")) for g in cap["gpus"]) or (
+        "GPU names not recorded" if cap.get("gpu_ops") else "no GPU side recorded")
     versions = ", ".join(v if k in v else f"{k} {v}"  # "CUDA driver API 13.0" names itself
                          for k, v in (("driver", cap["driver_version"]),
                                       ("runtime", cap["runtime_version"])) if v)

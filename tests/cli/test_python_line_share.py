@@ -42,6 +42,11 @@ def test_a_trace_without_python_stacks_says_it_has_no_python_line(tmp_path):
             "or CUDA calls)") in text, text
 
 
+def test_gpu_work_without_device_names_is_not_called_no_gpu_side(tmp_path):
+    text = header(trace(tmp_path, with_python=False))   # kernels, no deviceProperties
+    assert "GPU names not recorded" in text and "no GPU side recorded" not in text, text
+
+
 def test_a_trace_with_python_stacks_has_its_lines(tmp_path):
     text = header(trace(tmp_path, with_python=True))
     assert "100.0% of GPU time has its Python line Outside" in text, text
