@@ -51,6 +51,26 @@ def gpu_spec(name: str | None) -> tuple[dict, bool]:
     return next(r for r in rows if r["match"] == default), False
 
 
+def gpu_maths(gpu: dict) -> frozenset[str] | None:
+    """The maths a recorded GPU (``meta.gpus`` entry: ``name``, and ``computeMajor``/
+    ``computeMinor`` where the trace has them) runs, from its own datasheet row, else from its
+    compute capability (Volta/Turing: no TF32 or bf16; fp8 from 8.9); None when unknown."""
+    rows, _ = _peaks()
+    name = gpu.get("name")
+    own = next((r for r in rows if name and re.search(r["match"], str(name))), None)
+    if own is not None:
+        return frozenset(m for m in MATH if own.get(m))
+    major, minor = gpu.get("computeMajor"), gpu.get("computeMinor") or 0
+    if not isinstance(major, int):
+        return None
+    maths = {"fp64", "fp32"} | ({"fp16", "int8"} if major >= 7 else set())
+    if major >= 8:
+        maths |= {"tf32", "bf16"}
+    if (major, minor) >= (8, 9):
+        maths.add("fp8")
+    return frozenset(maths)
+
+
 def gemm_curve(name: str | None, math: str) -> tuple[np.ndarray, np.ndarray, str] | None:
     """``(gflop, tflops)`` measured points for ``math`` on this GPU (or another GPU's, scaled by
     the datasheet peaks), and where they come from; None when nothing was measured."""
@@ -63,11 +83,15 @@ def gemm_curve(name: str | None, math: str) -> tuple[np.ndarray, np.ndarray, str
     gflop, tflops = pts[:, 0], pts[:, 1]
     if own is not None:
         return gflop, tflops, f"measured on the {ref['match']}"
-    spec, _ = gpu_spec(name)
+    spec, known = gpu_spec(name)
     ref_spec, _ = gpu_spec(ref["match"])
-    scale = (spec.get(math) or 0) / (ref_spec.get(math) or 1)
-    return gflop, tflops * scale, (f"measured on the {ref['match']}, scaled to "
-                                   f"{name or 'this GPU'} by datasheet peaks")
+    if not spec.get(math) or not ref_spec.get(math):
+        return None   # no documented rate for this math on this GPU
+    scale = spec[math] / ref_spec[math]
+    to = (f"{name or 'this GPU'} by datasheet peaks" if known else
+          f"{name or 'this GPU'} by the default GPU's datasheet peaks ({spec['match']}: no "
+          "row for it in gpus.yaml)")
+    return gflop, tflops * scale, f"measured on the {ref['match']}, scaled to {to}"
 
 
 def _rate(curve: tuple[np.ndarray, np.ndarray], gflop: np.ndarray) -> np.ndarray:

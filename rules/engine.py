@@ -50,6 +50,7 @@ def evaluate_rules(analysis: Analysis, rules: Sequence[Rule],
     built once, with only the columns some rule reads.
     """
     rel = relations or analysis.relations
+    rules = [r for r in rules if _fits_gpus(r.gpus, analysis)]
     needed: dict[str, set[str]] = {}
     wheres: dict[str, list[dict]] = {}
     for rule in rules:
@@ -82,6 +83,25 @@ def rank(analysis: Analysis, findings: list[Finding], together: bool = True) -> 
     findings.sort(key=lambda f: (_tier(f.saving_ns, floor), -(f.saving_ns or 0), -f.cost_ns,
                                  -SEVERITY_RANK[f.severity], f.rule_id, f.site))
     return Findings(findings, analysis if together else None)
+
+
+def _fits_gpus(want: dict, analysis: Analysis) -> bool:
+    """A rule's ``gpus`` against the capture's recorded GPUs: it applies when one of them
+    has every math in ``has`` (a GPU whose maths are not known counts as having them) and is
+    known to lack every math in ``lacks``; with no GPU recorded, a rule that names ``lacks``
+    does not apply."""
+    if not want:
+        return True
+    from zym.analysis.throughput import gpu_maths
+
+    has, lacks = set(want.get("has", ())), set(want.get("lacks", ()))
+    gpus = analysis.data.meta.gpus or [{}]
+    for gpu in gpus:
+        maths = gpu_maths(gpu)
+        if (maths is None or has <= maths) and (not lacks or (maths is not None
+                                                             and not lacks & maths)):
+            return True
+    return False
 
 
 def noise_floor_ns(window_ns: int) -> int:

@@ -67,6 +67,9 @@ class Rule:
     saving: dict = field(default_factory=lambda: {"model": "none"})
     what: str = ""  # what the code does, when the capture cannot say (no source, no built-ins)
     examples: int = 5
+    # The GPUs it applies to: {has: [maths], lacks: [maths]} (zym.analysis.throughput.gpu_maths);
+    # empty: every GPU.
+    gpus: dict = field(default_factory=dict)
     pack: str = ""
     source: str = ""
 
@@ -76,6 +79,8 @@ class Rule:
         out["group_by"] = list(self.group_by)
         if self.supersedes:
             out["supersedes"] = list(self.supersedes)
+        if self.gpus:
+            out["gpus"] = dict(self.gpus)
         out["saving"] = dict(self.saving)
         return out
 
@@ -250,7 +255,7 @@ def _rule(raw: dict, pack: str, source: str) -> Rule:
                 having=raw.get("having", {}), cost=cost,
                 supersedes=tuple(raw.get("supersedes", ())), saving=dict(saving),
                 what=raw.get("what", ""),
-                examples=raw.get("examples", 5),
+                examples=raw.get("examples", 5), gpus=dict(raw.get("gpus", {})),
                 pack=pack, source=source)
 
 

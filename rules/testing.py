@@ -24,8 +24,10 @@ Frame = tuple  # (kind, name[, file, line[, source text of the line]])
 
 
 class CaptureBuilder:
-    def __init__(self, pid: int = 1, tid: int = 1, device: int = 0) -> None:
+    def __init__(self, pid: int = 1, tid: int = 1, device: int = 0,
+                 gpus: list[dict] | None = None) -> None:
         self.pid, self.tid, self.device = pid, tid, device
+        self.gpus = gpus or []   # the capture's recorded GPUs (meta.gpus: name, ...)
         self.now = 1_000_000_000  # ns
         self.gpu_free = self.now
         self._frames: dict[tuple, int] = {}
@@ -176,7 +178,8 @@ class CaptureBuilder:
         t = self.tables()
         if drop is not None:
             t[drop] = t[drop].clear()
-        data = CaptureData(Path("synthetic"), CaptureMeta(producer="zym.rules.testing"),
+        data = CaptureData(Path("synthetic"), CaptureMeta(producer="zym.rules.testing",
+                                                          gpus=list(self.gpus)),
                            t["frame"], t["stack"], t["call"], t["gpu"],
                            t["span"] if spans else None)
         return analyze_data(data, window)
@@ -186,4 +189,5 @@ class CaptureBuilder:
         from zym.schemas.io import write_capture
         from zym.schemas.meta import CaptureMeta
 
-        return write_capture(path, self.tables(), CaptureMeta(producer="zym.rules.testing"))
+        return write_capture(path, self.tables(), CaptureMeta(producer="zym.rules.testing",
+                                                              gpus=list(self.gpus)))

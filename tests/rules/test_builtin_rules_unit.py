@@ -283,6 +283,31 @@ def test_fp32_matmul_no_tf32__silent_with_tf32_or_half():
     assert fired(b, "compute.fp32-matmul-no-tf32") == []
 
 
+V100 = [{"id": 0, "name": "Tesla V100-SXM2-32GB", "computeMajor": 7, "computeMinor": 0}]
+
+
+def test_fp32_matmul_no_tf32__silent_on_a_gpu_without_tf32():
+    b = CaptureBuilder(gpus=V100)
+    _matmuls(b, ffn_us=100)
+    assert fired(b, "compute.fp32-matmul-no-tf32") == []
+
+
+def test_fp32_matmul_no_tensor_cores__fires_on_a_gpu_without_tf32():
+    b = CaptureBuilder(gpus=V100)
+    _matmuls(b, ffn_us=100)
+    [f] = fired(b, "compute.fp32-matmul-no-tensor-cores")
+    assert f.site == "model.py:40 forward" and f.evidence["count"] == 10
+    assert "float16" in f.fix and "allow_tf32 has no effect" in f.fix
+    assert f.saving_model == {"model": "speedup", "to": "fp16"}
+
+
+def test_fp32_matmul_no_tensor_cores__silent_where_tf32_exists():
+    b = CaptureBuilder(gpus=[{"id": 0, "name": "NVIDIA H200"}])
+    _matmuls(b, ffn_us=100)
+    assert fired(b, "compute.fp32-matmul-no-tensor-cores") == []
+    assert len(fired(b, "compute.fp32-matmul-no-tf32")) == 1
+
+
 def _half_mm(b: CaptureBuilder, dims: tuple[int, int, int]) -> None:
     m, k, n = dims
     for _ in range(5):
