@@ -9,6 +9,7 @@ escaped too (``markup``).
 from __future__ import annotations
 
 import textwrap
+from collections import Counter
 
 from rich.console import Console
 from rich.text import Text
@@ -46,7 +47,8 @@ def _wrap(console: Console, text: str, indent: int, first: str | None = None,
 def render_summary(report: dict, console: Console) -> None:
     cap, gpu, ph = report["capture"], report["gpu"], report.get("phases") or {}
     console.print(Text(f"zym · {cap['source']}", style="bold"))
-    gpus = ", ".join(str(g.get("name", "?")) for g in cap["gpus"]) or (
+    names = Counter(str(g.get("name", "?")) for g in cap["gpus"])   # first seen first
+    gpus = ", ".join(f"{n} × {name}" if n > 1 else name for name, n in names.items()) or (
         "GPU names not recorded" if cap.get("gpu_ops") else "no GPU side recorded")
     versions = ", ".join(v if k in v else f"{k} {v}"  # "CUDA driver API 13.0" names itself
                          for k, v in (("driver", cap["driver_version"]),
