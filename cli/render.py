@@ -47,8 +47,7 @@ def _wrap(console: Console, text: str, indent: int, first: str | None = None,
 def render_summary(report: dict, console: Console) -> None:
     cap, gpu, ph = report["capture"], report["gpu"], report.get("phases") or {}
     console.print(Text(f"zym · {cap['source']}", style="bold"))
-    names = Counter(str(g.get("name", "?")) for g in cap["gpus"])   # first seen first
-    gpus = ", ".join(f"{n} × {name}" if n > 1 else name for name, n in names.items()) or (
+    gpus = gpu_names(cap) or (
         "GPU names not recorded" if cap.get("gpu_ops") else "no GPU side recorded")
     versions = ", ".join(v if k in v else f"{k} {v}"  # "CUDA driver API 13.0" names itself
                          for k, v in (("driver", cap["driver_version"]),
@@ -294,7 +293,8 @@ def _md(text: str) -> str:
 def render_markdown(report: dict, top: int | None = None) -> str:
     """The report as GitHub-flavoured Markdown: findings table and details, then the paths."""
     cap, gpu, ph = report["capture"], report["gpu"], report.get("phases") or {}
-    gpus = _md(", ".join(str(g.get("name", "?")) for g in cap["gpus"]) or "no GPU side")
+    gpus = _md(gpu_names(cap) or ("GPU names not recorded" if cap.get("gpu_ops")
+                                  else "no GPU side"))
     out = [f"## zym: {md_code(cap['source'])}", "",
            f"{_md(cap['producer'])} · {gpus} · {cap['calls']:,} CUDA calls · {cap['gpu_ops']:,} "
            f"GPU ops · window {fmt_ns(gpu['window_ns'])}"
@@ -348,3 +348,9 @@ def render_markdown(report: dict, top: int | None = None) -> str:
         out.append(f"| {fmt_ns(p['cpu_blocked_ns'])} | {p['calls']:,} | {md_code(p['site'])} | "
                    f"{_md(_chain(p))} |")
     return "\n".join(out) + "\n"
+
+
+def gpu_names(cap: dict) -> str:
+    """The capture's GPUs by name, identical ones once with their count, in recorded order."""
+    names = Counter(str(g.get("name", "?")) for g in cap["gpus"])
+    return ", ".join(f"{n} × {name}" if n > 1 else name for name, n in names.items())
