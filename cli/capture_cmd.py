@@ -75,7 +75,8 @@ def capture(
     rotate: Annotated[str | None, typer.Option(
         "--rotate", metavar="INTERVAL", help="Continuous capture: one file per INTERVAL (60s, "
         "5m, 1h), named OUTPUT-<start>-<n>.parquet, until the target exits or zym is stopped; "
-        "the CPU side (eBPF) only.")] = None,
+        "each file with its calls' GPU work (a command zym starts, or --pid of a process "
+        "started by `zym run`).")] = None,
     keep: Annotated[int | None, typer.Option(
         "--keep", min=1, help="With --rotate: keep only the newest N files.")] = None,
     label: Annotated[list[str] | None, typer.Option(
