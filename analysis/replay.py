@@ -594,6 +594,7 @@ class _Base:
         self.thread_heads = np.flatnonzero(tl.first_of_thread)
         self.thread_lens = np.diff(np.append(self.thread_heads, n))
         self.stream_heads = np.flatnonzero(starts)
+        self.first_pos, self.stream_first = tl.first_of_thread, starts
         self.stream_lens = np.diff(np.append(self.stream_heads, n_ops))
 
     def edits(self, tl: Timeline, fix: Fix) -> _Edits:
@@ -641,67 +642,49 @@ class _Base:
         e = ed.calls
         d_step = (ed.gap + ed.cost) - (self.gap[e] + self.cost[e])
         d_own = ed.gap - self.gap[e]
-        e_pos = self.pos[e[(d_step != 0) | (d_own != 0)]]
-        d_start = None
-        if len(e_pos):
-            p = self.pos[e]
-            x = np.zeros(n, np.int64)
-            x[p] = d_step
-            d_start = np.cumsum(x)
-            d_start -= x
-            _from_heads(d_start, self.thread_heads, self.thread_lens)
-            d_start[p] += d_own
         # Edited operations: each moves its stream's sums from itself on by its change of span.
         q = ed.ops
         d_span = ed.span - self.span[q]
         keep = (d_span != 0) | gone[q]
         q, d_span = q[keep], d_span[keep]
-        d_incl = y = None  # by stream position: the change of the stream's sum up to and with it
-        if len(q):
-            y = np.zeros(n_ops, np.int64)
-            y[q] = d_span
-            d_incl = np.cumsum(y)
-            _from_heads(d_incl, self.stream_heads, self.stream_lens, y)
+        fused = (_compiled_shifts() if len(self.epoch_order) >= JIT_MIN_EPOCHS and len(self.g_val)
+                 else None)
+        if fused is not None:
+            # One compiled pass per side and one over the groups (the same sums as below).
+            d_start = np.zeros(n, np.int64)
+            d_incl = np.zeros(n_ops, np.int64)
+            d_excl = np.empty(n_ops, np.int64)
+            val = np.empty(len(self.g_val), np.int64)
+            fused(self.pos[e], d_step, d_own, self.first_pos, q, d_span, gone, self.stream_first,
+                  self.g_val, self.g_op, self.g_has_call, self.g_call_pos_0, self.g_lo_op,
+                  self.g_hi_op, self.g_lo_call, self.g_hi_call, self.member_start,
+                  self.member_end, self.members, tl.op_call, self.launched, self.pos,
+                  self.start_nowait, tl.op_lat, tl.op_start, tl.w0, self.s_incl, self.span,
+                  tl.op_gap, d_start, d_incl, d_excl, val)
+            y = None
 
-        def at_call(pos: np.ndarray) -> np.ndarray | int:
-            return d_start[pos] if d_start is not None else 0
+            def at_call(pos: np.ndarray) -> np.ndarray | int:
+                return d_start[pos]
 
-        def incl(ops: np.ndarray) -> np.ndarray | int:
-            return d_incl[ops] if d_incl is not None else 0
+            def incl(ops: np.ndarray) -> np.ndarray | int:
+                return d_incl[ops]
 
-        def excl(ops: np.ndarray) -> np.ndarray | int:
-            return d_incl[ops] - y[ops] if d_incl is not None else 0
+            def excl(ops: np.ndarray) -> np.ndarray | int:
+                return d_excl[ops]
+        else:
+            d_start, d_incl, y, val = self._shifts(tl, e, d_step, d_own, q, d_span, gone)
+
+            def at_call(pos: np.ndarray) -> np.ndarray | int:
+                return d_start[pos] if d_start is not None else 0
+
+            def incl(ops: np.ndarray) -> np.ndarray | int:
+                return d_incl[ops] if d_incl is not None else 0
+
+            def excl(ops: np.ndarray) -> np.ndarray | int:
+                return d_incl[ops] - y[ops] if d_incl is not None else 0
 
         def contrib(ops: np.ndarray) -> np.ndarray:
-            """Exact contributions of ``ops`` (stream positions) under the fix."""
-            call = np.maximum(tl.op_call[ops], 0)
-            lau = self.launched[ops]
-            ready = np.where(lau, self.start_nowait[call] + at_call(self.pos[call])
-                             + tl.op_lat[ops], tl.op_start[ops] - tl.w0)
-            s_before = self.s_incl[ops] + excl(ops) - self.span[ops]
-            # a gone operation's own gap is 0 (``Timeline._edit``), but it contributes nothing
-            return np.where(gone[ops], neg, ready - tl.op_gap[ops] - s_before)
-
-        # Group maxima: shifted where no member was edited, recomputed where one was.
-        dirty = np.zeros(len(self.g_val), bool)
-        if len(q):
-            dirty |= _any_marked(q, n_ops, self.g_lo_op, self.g_hi_op)
-        if len(e_pos):
-            lau = self.g_lo_call >= 0
-            dirty[lau] |= _any_marked(e_pos, n, self.g_lo_call[lau], self.g_hi_call[lau])
-        val = self.g_val
-        if d_start is not None or d_incl is not None:  # dirty groups are recomputed below
-            val = val - excl(self.g_op)
-            if d_start is not None:
-                val += np.where(self.g_has_call, d_start[self.g_call_pos_0], 0)
-        else:
-            val = val.copy()
-        redo = np.nonzero(dirty)[0]
-        if len(redo):
-            lens = self.member_end[redo] - self.member_start[redo]
-            offs = np.concatenate([[0], np.cumsum(lens)[:-1]])
-            idx = np.repeat(self.member_start[redo] - offs, lens) + np.arange(lens.sum())
-            val[redo] = np.maximum.reduceat(contrib(self.members[idx]), offs)
+            return self._contrib(tl, ops, gone, at_call, excl)
 
         # Epochs: where a wait went, its epoch and the next one of its thread are one.
         surv = ed.surv
@@ -774,6 +757,71 @@ class _Base:
         end = max(cpu_end, gpu_end)
         return Outcome(end_ns=tl.w0 + end, cpu_end_ns=tl.w0 + cpu_end,
                        gpu_end_ns=tl.w0 + gpu_end)
+
+
+    def _contrib(self, tl: Timeline, ops: np.ndarray, gone: np.ndarray, at_call, excl
+                 ) -> np.ndarray:
+        """Exact contributions of ``ops`` (stream positions) under a fix (``at_call``,
+        ``excl``: its moves of call starts and of the streams' sums before an operation)."""
+        call = np.maximum(tl.op_call[ops], 0)
+        lau = self.launched[ops]
+        ready = np.where(lau, self.start_nowait[call] + at_call(self.pos[call])
+                         + tl.op_lat[ops], tl.op_start[ops] - tl.w0)
+        s_before = self.s_incl[ops] + excl(ops) - self.span[ops]
+        # a gone operation's own gap is 0 (``Timeline._edit``), but it contributes nothing
+        return np.where(gone[ops], -(1 << 62), ready - tl.op_gap[ops] - s_before)
+
+    def _shifts(self, tl: Timeline, e: np.ndarray, d_step: np.ndarray, d_own: np.ndarray,
+                q: np.ndarray, d_span: np.ndarray, gone: np.ndarray):
+        """What a fix moves, in numpy: ``d_start`` (by thread position; None: nothing), the
+        streams' sums ``d_incl`` with the edits ``y`` (by stream position; None: nothing) and
+        the groups' maxima (``_shifts_kernel`` computes the same, compiled)."""
+        n, n_ops = tl.n_calls, len(tl.op_dur)
+        e_pos = self.pos[e[(d_step != 0) | (d_own != 0)]]
+        d_start = None
+        if len(e_pos):
+            p = self.pos[e]
+            x = np.zeros(n, np.int64)
+            x[p] = d_step
+            d_start = np.cumsum(x)
+            d_start -= x
+            _from_heads(d_start, self.thread_heads, self.thread_lens)
+            d_start[p] += d_own
+        d_incl = y = None  # by stream position: the change of the stream's sum up to and with it
+        if len(q):
+            y = np.zeros(n_ops, np.int64)
+            y[q] = d_span
+            d_incl = np.cumsum(y)
+            _from_heads(d_incl, self.stream_heads, self.stream_lens, y)
+
+        def at_call(pos: np.ndarray) -> np.ndarray | int:
+            return d_start[pos] if d_start is not None else 0
+
+        def excl(ops: np.ndarray) -> np.ndarray | int:
+            return d_incl[ops] - y[ops] if d_incl is not None else 0
+
+        # Group maxima: shifted where no member was edited, recomputed where one was.
+        dirty = np.zeros(len(self.g_val), bool)
+        if len(q):
+            dirty |= _any_marked(q, n_ops, self.g_lo_op, self.g_hi_op)
+        if len(e_pos):
+            lau = self.g_lo_call >= 0
+            dirty[lau] |= _any_marked(e_pos, n, self.g_lo_call[lau], self.g_hi_call[lau])
+        val = self.g_val
+        if d_start is not None or d_incl is not None:  # dirty groups are recomputed below
+            val = val - excl(self.g_op)
+            if d_start is not None:
+                val += np.where(self.g_has_call, d_start[self.g_call_pos_0], 0)
+        else:
+            val = val.copy()
+        redo = np.nonzero(dirty)[0]
+        if len(redo):
+            lens = self.member_end[redo] - self.member_start[redo]
+            offs = np.concatenate([[0], np.cumsum(lens)[:-1]])
+            idx = np.repeat(self.member_start[redo] - offs, lens) + np.arange(lens.sum())
+            val[redo] = np.maximum.reduceat(
+                self._contrib(tl, self.members[idx], gone, at_call, excl), offs)
+        return d_start, d_incl, y, val
 
 
 @dataclass
@@ -904,6 +952,86 @@ def _compiled_epochs():
     except ImportError:
         return None
     return numba.njit(cache=True, nogil=True)(_epochs)
+
+
+def _shifts_kernel(e_pos, d_step, d_own, first_pos, q, d_span, gone, stream_first, g_val,
+                   g_op, g_has_call, g_call_pos, g_lo_op, g_hi_op, g_lo_call, g_hi_call,
+                   member_start, member_end, members, op_call, launched, pos, start_nowait,
+                   op_lat, op_start, w0, s_incl, span, op_gap, d_start, d_incl, d_excl,
+                   val) -> None:
+    """``_Base._shifts`` in three passes, for numba (compiled only): ``d_start`` (zeros on
+    entry), by thread position, the move of each call's start (the edits' ``d_step`` before it
+    on its thread, and its own ``d_own``); ``d_incl`` (zeros on entry) and ``d_excl``, by
+    stream position, the move of the stream's sum up to an operation, with and without its
+    own ``d_span``; ``val``, each group's maximum: shifted, or recomputed from its members
+    where one of them moved (a call of ``e_pos`` with a change, an operation of ``q``)."""
+    neg = -(1 << 62)
+    n, n_ops = len(d_start), len(d_incl)
+    steps = np.zeros(n, np.int64)
+    for i in range(len(e_pos)):
+        steps[e_pos[i]] = d_step[i]
+        d_start[e_pos[i]] = d_own[i]
+    moved_calls = np.zeros(n + 1, np.int32)  # running count of calls with a change
+    acc = 0
+    for i in range(n):
+        if first_pos[i]:
+            acc = 0
+        own = d_start[i]
+        step = steps[i]
+        d_start[i] = acc + own
+        acc += step
+        moved_calls[i + 1] = moved_calls[i] + (1 if (step != 0 or own != 0) else 0)
+    for i in range(len(q)):
+        d_incl[q[i]] = d_span[i]
+    marked_ops = np.zeros(n_ops + 1, np.int32)
+    for i in range(len(q)):
+        marked_ops[q[i] + 1] = 1
+    acc = 0
+    for i in range(n_ops):
+        if stream_first[i]:
+            acc = 0
+        y = d_incl[i]
+        acc += y
+        d_incl[i] = acc
+        d_excl[i] = acc - y
+        marked_ops[i + 1] += marked_ops[i]
+    for g in range(len(val)):
+        dirty = marked_ops[g_hi_op[g] + 1] > marked_ops[g_lo_op[g]]
+        if not dirty and g_lo_call[g] >= 0:
+            dirty = moved_calls[g_hi_call[g] + 1] > moved_calls[g_lo_call[g]]
+        if not dirty:
+            v = g_val[g] - d_excl[g_op[g]]
+            if g_has_call[g]:
+                v += d_start[g_call_pos[g]]
+            val[g] = v
+            continue
+        best = neg
+        first = True
+        for j in range(member_start[g], member_end[g]):
+            op = members[j]
+            if gone[op]:
+                c = neg
+            else:
+                if launched[op]:
+                    call = op_call[op]
+                    ready = start_nowait[call] + d_start[pos[call]] + op_lat[op]
+                else:
+                    ready = op_start[op] - w0
+                c = ready - op_gap[op] - (s_incl[op] + d_excl[op] - span[op])
+            if first or c > best:
+                best = c
+                first = False
+        val[g] = best
+
+
+@functools.cache
+def _compiled_shifts():
+    """``_shifts_kernel`` compiled by numba; None without numba (``_Base._shifts`` then)."""
+    try:
+        import numba
+    except ImportError:
+        return None
+    return numba.njit(cache=True, nogil=True)(_shifts_kernel)
 
 
 def _stream_order(g: pl.DataFrame) -> np.ndarray | pl.Series:
