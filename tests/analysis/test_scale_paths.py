@@ -92,8 +92,15 @@ def _walked_instances(analysis) -> pl.DataFrame:
     return pl.DataFrame(out)
 
 
+@pytest.mark.parametrize("runs", ["numpy", "compiled"])
 @pytest.mark.parametrize("which", ["ebpf sample", "synthetic"])
-def test_call_instances_match_a_walk_over_each_threads_calls(which, synthetic):
+def test_call_instances_match_a_walk_over_each_threads_calls(which, runs, synthetic,
+                                                             monkeypatch):
+    from zym.analysis import instances
+
+    if runs == "compiled" and instances._compiled_runs() is None:
+        pytest.skip("numba not installed (the zym[fast] extra)")
+    monkeypatch.setattr(instances, "JIT_MIN_CALLS", 0 if runs == "compiled" else 1 << 62)
     analysis = analyze(EBPF_SAMPLE if which == "ebpf sample" else synthetic,
                        lambda _stage: None, "steady")
     assert analysis.relations.instance_source == "stacks"
