@@ -595,6 +595,7 @@ class _Base:
         self.thread_lens = np.diff(np.append(self.thread_heads, n))
         self.stream_heads = np.flatnonzero(starts)
         self.first_pos, self.stream_first = tl.first_of_thread, starts
+        self._buffers: tuple[np.ndarray, ...] | None = None
         self.stream_lens = np.diff(np.append(self.stream_heads, n_ops))
 
     def edits(self, tl: Timeline, fix: Fix) -> _Edits:
@@ -651,16 +652,16 @@ class _Base:
                  else None)
         if fused is not None:
             # One compiled pass per side and one over the groups (the same sums as below).
-            d_start = np.zeros(n, np.int64)
-            d_incl = np.zeros(n_ops, np.int64)
-            d_excl = np.empty(n_ops, np.int64)
+            d_start, moved, d_incl, d_excl, marked = self._scratch(n, n_ops)
             val = np.empty(len(self.g_val), np.int64)
-            fused(self.pos[e], d_step, d_own, self.first_pos, q, d_span, gone, self.stream_first,
-                  self.g_val, self.g_op, self.g_has_call, self.g_call_pos_0, self.g_lo_op,
-                  self.g_hi_op, self.g_lo_call, self.g_hi_call, self.member_start,
+            e_pos = self.pos[e]
+            by_pos = np.argsort(e_pos, kind="stable")
+            fused(e_pos[by_pos], d_step[by_pos], d_own[by_pos], self.first_pos, q, d_span, gone,
+                  self.stream_first, self.g_val, self.g_op, self.g_has_call, self.g_call_pos_0,
+                  self.g_lo_op, self.g_hi_op, self.g_lo_call, self.g_hi_call, self.member_start,
                   self.member_end, self.members, tl.op_call, self.launched, self.pos,
                   self.start_nowait, tl.op_lat, tl.op_start, tl.w0, self.s_incl, self.span,
-                  tl.op_gap, d_start, d_incl, d_excl, val)
+                  tl.op_gap, d_start, moved, d_incl, d_excl, marked, val)
             y = None
 
             def at_call(pos: np.ndarray) -> np.ndarray | int:
@@ -758,6 +759,15 @@ class _Base:
         return Outcome(end_ns=tl.w0 + end, cpu_end_ns=tl.w0 + cpu_end,
                        gpu_end_ns=tl.w0 + gpu_end)
 
+
+    def _scratch(self, n: int, n_ops: int) -> tuple[np.ndarray, ...]:
+        """The compiled kernel's outputs, allocated once and overwritten by every replay (it
+        writes each position): fresh arrays of every call and operation cost page faults."""
+        if self._buffers is None:
+            self._buffers = (np.empty(n, np.int64), np.empty(n + 1, np.int32),
+                             np.empty(n_ops, np.int64), np.empty(n_ops, np.int64),
+                             np.empty(n_ops + 1, np.int32))
+        return self._buffers
 
     def _contrib(self, tl: Timeline, ops: np.ndarray, gone: np.ndarray, at_call, excl
                  ) -> np.ndarray:
@@ -957,48 +967,54 @@ def _compiled_epochs():
 def _shifts_kernel(e_pos, d_step, d_own, first_pos, q, d_span, gone, stream_first, g_val,
                    g_op, g_has_call, g_call_pos, g_lo_op, g_hi_op, g_lo_call, g_hi_call,
                    member_start, member_end, members, op_call, launched, pos, start_nowait,
-                   op_lat, op_start, w0, s_incl, span, op_gap, d_start, d_incl, d_excl,
-                   val) -> None:
-    """``_Base._shifts`` in three passes, for numba (compiled only): ``d_start`` (zeros on
-    entry), by thread position, the move of each call's start (the edits' ``d_step`` before it
-    on its thread, and its own ``d_own``); ``d_incl`` (zeros on entry) and ``d_excl``, by
-    stream position, the move of the stream's sum up to an operation, with and without its
-    own ``d_span``; ``val``, each group's maximum: shifted, or recomputed from its members
-    where one of them moved (a call of ``e_pos`` with a change, an operation of ``q``)."""
+                   op_lat, op_start, w0, s_incl, span, op_gap, d_start, moved, d_incl, d_excl,
+                   marked, val) -> None:
+    """``_Base._shifts`` in three passes, for numba (compiled only). Edits: calls at thread
+    positions ``e_pos`` (sorted) with ``d_step`` and ``d_own``; operations at stream positions
+    ``q`` (sorted) with ``d_span``. Outputs, every position written: ``d_start``, by thread
+    position, the move of each call's start (the ``d_step`` before it on its thread, and its
+    own ``d_own``); ``d_incl`` and ``d_excl``, by stream position, the move of the stream's sum
+    up to an operation, with and without its own ``d_span``; ``moved`` and ``marked``, running
+    counts of the calls with a change and of the edited operations (``[i]``: before ``i``);
+    ``val``, each group's maximum: shifted, or recomputed from its members where one of them
+    moved."""
     neg = -(1 << 62)
     n, n_ops = len(d_start), len(d_incl)
-    steps = np.zeros(n, np.int64)
-    for i in range(len(e_pos)):
-        steps[e_pos[i]] = d_step[i]
-        d_start[e_pos[i]] = d_own[i]
-    moved_calls = np.zeros(n + 1, np.int32)  # running count of calls with a change
     acc = 0
+    j = 0
+    moved[0] = 0
     for i in range(n):
         if first_pos[i]:
             acc = 0
-        own = d_start[i]
-        step = steps[i]
+        own = 0
+        step = 0
+        if j < len(e_pos) and e_pos[j] == i:
+            own = d_own[j]
+            step = d_step[j]
+            j += 1
         d_start[i] = acc + own
         acc += step
-        moved_calls[i + 1] = moved_calls[i] + (1 if (step != 0 or own != 0) else 0)
-    for i in range(len(q)):
-        d_incl[q[i]] = d_span[i]
-    marked_ops = np.zeros(n_ops + 1, np.int32)
-    for i in range(len(q)):
-        marked_ops[q[i] + 1] = 1
+        moved[i + 1] = moved[i] + (1 if (step != 0 or own != 0) else 0)
     acc = 0
+    j = 0
+    marked[0] = 0
     for i in range(n_ops):
         if stream_first[i]:
             acc = 0
-        y = d_incl[i]
+        y = 0
+        hit = 0
+        if j < len(q) and q[j] == i:
+            y = d_span[j]
+            hit = 1
+            j += 1
+        d_excl[i] = acc
         acc += y
         d_incl[i] = acc
-        d_excl[i] = acc - y
-        marked_ops[i + 1] += marked_ops[i]
+        marked[i + 1] = marked[i] + hit
     for g in range(len(val)):
-        dirty = marked_ops[g_hi_op[g] + 1] > marked_ops[g_lo_op[g]]
+        dirty = marked[g_hi_op[g] + 1] > marked[g_lo_op[g]]
         if not dirty and g_lo_call[g] >= 0:
-            dirty = moved_calls[g_hi_call[g] + 1] > moved_calls[g_lo_call[g]]
+            dirty = moved[g_hi_call[g] + 1] > moved[g_lo_call[g]]
         if not dirty:
             v = g_val[g] - d_excl[g_op[g]]
             if g_has_call[g]:
@@ -1007,8 +1023,8 @@ def _shifts_kernel(e_pos, d_step, d_own, first_pos, q, d_span, gone, stream_firs
             continue
         best = neg
         first = True
-        for j in range(member_start[g], member_end[g]):
-            op = members[j]
+        for k in range(member_start[g], member_end[g]):
+            op = members[k]
             if gone[op]:
                 c = neg
             else:
