@@ -596,6 +596,7 @@ class _Base:
         self.stream_heads = np.flatnonzero(starts)
         self.first_pos, self.stream_first = tl.first_of_thread, starts
         self._buffers: tuple[np.ndarray, ...] | None = None
+        self._wait_buffers: tuple[np.ndarray, ...] | None = None
         self.stream_lens = np.diff(np.append(self.stream_heads, n_ops))
 
     def edits(self, tl: Timeline, fix: Fix) -> _Edits:
@@ -727,18 +728,27 @@ class _Base:
                 n_new, tl.n_streams)
             wait_rows = surv
 
-        s_at = self.s_at[wait_rows]
-        if d_incl is not None:
-            s_at = np.where(self.at_has[wait_rows], s_at + d_incl[self.at_0[wait_rows]], s_at)
-        s_at = s_at.reshape(-1)
-        own_sid = self.own_sid[wait_rows]
-        own_prefix = self.own_prefix[wait_rows]
-        if d_incl is not None:
-            own_prefix = np.where(own_sid >= 0, own_prefix
-                                  + d_incl[np.maximum(self.own_pos[wait_rows], 0)], 0)
-        wait_start = self.wait_start[wait_rows]
-        if d_start is not None:
-            wait_start = wait_start + d_start[self.wait_pos[wait_rows]]
+        if fused is not None:  # the same, in one compiled pass into kept buffers
+            s_at, own_sid, own_prefix, wait_start = self._waits_scratch(tl.n_streams)
+            k = _compiled_waits()(surv, self.s_at, self.at_has, self.at_0, d_incl,
+                                  self.own_sid, self.own_prefix, self.own_pos, self.wait_start,
+                                  self.wait_pos, d_start, s_at, own_sid, own_prefix, wait_start)
+            s_at, own_sid = s_at[:k * tl.n_streams], own_sid[:k]
+            own_prefix, wait_start = own_prefix[:k], wait_start[:k]
+        else:
+            s_at = self.s_at[wait_rows]
+            if d_incl is not None:
+                s_at = np.where(self.at_has[wait_rows], s_at + d_incl[self.at_0[wait_rows]],
+                                s_at)
+            s_at = s_at.reshape(-1)
+            own_sid = self.own_sid[wait_rows]
+            own_prefix = self.own_prefix[wait_rows]
+            if d_incl is not None:
+                own_prefix = np.where(own_sid >= 0, own_prefix
+                                      + d_incl[np.maximum(self.own_pos[wait_rows], 0)], 0)
+            wait_start = self.wait_start[wait_rows]
+            if d_start is not None:
+                wait_start = wait_start + d_start[self.wait_pos[wait_rows]]
         args = (epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream, g_fixed, val,
                 wait_start, own_sid, own_prefix, s_at,
                 np.zeros(max(self.n_threads, 1), np.int64), np.full(tl.n_streams, neg, np.int64))
@@ -768,6 +778,14 @@ class _Base:
                              np.empty(n_ops, np.int64), np.empty(n_ops, np.int64),
                              np.empty(n_ops + 1, np.int32))
         return self._buffers
+
+    def _waits_scratch(self, n_streams: int) -> tuple[np.ndarray, ...]:
+        """Buffers for the waiting calls' inputs to the epoch loop (``_waits_kernel``)."""
+        if self._wait_buffers is None:
+            w = len(self.wait_idx)
+            self._wait_buffers = (np.empty(w * n_streams, np.int64), np.empty(w, np.int64),
+                                  np.empty(w, np.int64), np.empty(w, np.int64))
+        return self._wait_buffers
 
     def _contrib(self, tl: Timeline, ops: np.ndarray, gone: np.ndarray, at_call, excl
                  ) -> np.ndarray:
@@ -1038,6 +1056,39 @@ def _shifts_kernel(e_pos, d_step, d_own, first_pos, q, d_span, gone, stream_firs
                 best = c
                 first = False
         val[g] = best
+
+
+def _waits_kernel(surv, s_at, at_has, at_0, d_incl, own_sid, own_prefix, own_pos,
+                  wait_start, wait_pos, d_start, out_s_at, out_own_sid, out_own_prefix,
+                  out_wait_start) -> int:
+    """The surviving waiting calls' (``surv``) inputs to the epoch loop under a fix, moved by
+    ``d_incl`` (stream sums, by stream position) and ``d_start`` (call starts, by thread
+    position): per stream the sum each one waits for (``s_at``, -1: none), its own
+    operation's stream and sum, and its start. For numba; returns how many survive."""
+    n_streams = s_at.shape[1]
+    k = 0
+    for r in range(len(surv)):
+        if not surv[r]:
+            continue
+        for s in range(n_streams):
+            v = s_at[r, s]
+            if at_has[r, s]:
+                v += d_incl[at_0[r, s]]
+            out_s_at[k * n_streams + s] = v
+        sid = own_sid[r]
+        out_own_sid[k] = sid
+        out_own_prefix[k] = own_prefix[r] + d_incl[max(own_pos[r], 0)] if sid >= 0 else 0
+        out_wait_start[k] = wait_start[r] + d_start[wait_pos[r]]
+        k += 1
+    return k
+
+
+@functools.cache
+def _compiled_waits():
+    """``_waits_kernel`` compiled by numba (used with ``_compiled_shifts``)."""
+    import numba
+
+    return numba.njit(cache=True, nogil=True)(_waits_kernel)
 
 
 @functools.cache
