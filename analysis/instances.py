@@ -76,7 +76,7 @@ def call_instances(calls: pl.DataFrame, user_node: pl.Series, wanted: np.ndarray
     _, fcode = np.unique(ancestors.key, return_inverse=True)
     _, code = np.unique((caller + 1) * (int(fcode.max(initial=0)) + 1) + fcode,
                         return_inverse=True)
-    order = np.lexsort((np.arange(len(thread)), thread))  # per thread, in time order
+    order = np.argsort(thread, kind="stable")  # per thread, in time order
     t, st = thread[order], step[order]
     boundary = np.r_[True, (t[1:] != t[:-1]) | (st[1:] != st[:-1])]
     position = np.empty(len(order), np.int64)
@@ -84,7 +84,10 @@ def call_instances(calls: pl.DataFrame, user_node: pl.Series, wanted: np.ndarray
     rows_sorted = rows[order]
     runs = _compiled_runs() if len(rows) >= JIT_MIN_CALLS else None
     code_at = np.full(n_nodes + 1, -1, np.int64)  # per node, its frame's code; last: no node
-    for d in np.unique(depth[depth >= 0]).tolist():
+    by_depth = np.argsort(depth, kind="stable")  # the wanted calls by their frame's depth
+    sorted_depth = depth[by_depth]
+    distinct = sorted_depth[np.r_[True, sorted_depth[1:] != sorted_depth[:-1]]]
+    for d in distinct[distinct >= 0].tolist():
         at = ancestors.table[:, d].astype(np.int64)
         code_at[:n_nodes] = np.where(at >= 0, code[np.maximum(at, 0)], -1)
         if runs is not None:
@@ -94,7 +97,8 @@ def call_instances(calls: pl.DataFrame, user_node: pl.Series, wanted: np.ndarray
             c = code_at[rows_sorted]  # row -1 (no stack) reads the last entry: -1
             starts = (c >= 0) & (boundary | np.r_[True, c[1:] != c[:-1]])
             run = np.cumsum(starts)
-        mine = depth == d
+        mine = by_depth[np.searchsorted(sorted_depth, d):np.searchsorted(sorted_depth, d,
+                                                                          side="right")]
         out[mine] = (d << 40) | run[position[wanted[mine]]]
     return out
 
