@@ -362,12 +362,13 @@ class Timeline:
         first = self.first_of_thread
         csum = _segmented_cumsum(step, first)
         c_sorted = csum - cost[order]  # start = everything before it + its own gap
+        del step, csum  # at millions of calls, each of these is ~100 MB of the peak
         start_nowait = np.empty(n, np.int64)
         start_nowait[order] = c_sorted
+        del c_sorted
         # Epochs: a waiting call ends its epoch. Epoch ids are global, in thread order.
-        w_sorted = waits[order]
         before = np.empty(n, np.int64)
-        before[order] = _segmented_exclusive_cumsum(w_sorted.astype(np.int64), first)
+        before[order] = _segmented_exclusive_cumsum(waits[order].astype(np.int64), first)
         thread_rank = np.empty(n, np.int64)
         thread_rank[order] = np.cumsum(first) - 1
         n_threads = int(thread_rank.max()) + 1 if n else 0
@@ -376,6 +377,7 @@ class Timeline:
             epochs_per_thread = np.bincount(thread_rank, weights=waits, minlength=n_threads)
             epoch_base[1:] = np.cumsum(epochs_per_thread.astype(np.int64) + 1)
         epoch = epoch_base[thread_rank] + before if n else before
+        del before
         n_epochs = int(epoch_base[-1])
 
         # GPU side: per stream, S (summed gaps and durations) up to each operation, and each
@@ -390,6 +392,7 @@ class Timeline:
                              self.op_start - self.w0)
         contrib = np.where(gone, -(1 << 62), ready_rel - op_gap - s_before)  # removed: no start
         op_epoch = np.where(launched, epoch[np.maximum(op_ready_call, 0)], -1)
+        del s_before, ready_rel, op_dur, op_lat, op_gap, op_ready_call, gone
         # Unlaunched (anchored) operations join the epoch running at their recorded start.
         epoch_start = np.full(n_epochs, np.iinfo(np.int64).max, np.int64)
         if n:
@@ -404,6 +407,7 @@ class Timeline:
         # Group maxima per (epoch, stream, anchored?).
         groups = _group_max(rank_of_epoch[np.maximum(op_epoch, 0)] if n_epochs else op_epoch,
                             sid, (~launched).astype(np.int64), contrib, keep)
+        del contrib, op_epoch
 
         # The waiting call that ends each epoch, and what it waits for.
         wait_idx = np.nonzero(waits)[0]
@@ -1185,11 +1189,13 @@ def _group_max(rank: np.ndarray, stream: np.ndarray, fixed: np.ndarray, value: n
     key = (rank * (int(stream.max()) + 1) + stream) * 2 + fixed
     order = np.argsort(key, kind="stable")
     key = key[order]
-    r, s, f, v = rank[order], stream[order], fixed[order], value[order]
-    new = np.ones(len(r), bool)
+    new = np.ones(len(key), bool)
     new[1:] = key[1:] != key[:-1]
+    del key
     idx = np.nonzero(new)[0]
-    vmax = np.maximum.reduceat(v, idx)
+    vmax = np.maximum.reduceat(value[order], idx)
     if keep is not None:
         keep.update(group_order=order, group_start=idx)
-    return r[idx], s[idx], f[idx], vmax, r[idx]
+    heads = order[idx]  # one member of each group: its rank, stream and fixed
+    r = rank[heads]
+    return r, stream[heads], fixed[heads], vmax, r.copy()
