@@ -418,7 +418,7 @@ class Timeline:
             thread_of_epoch[epoch] = thread_rank
         # For a sync: per stream, S up to the newest operation launched before the call;
         # for a blocking copy: its own operation's stream and S.
-        s_at, own_pos = self._awaited_prefix(wait_idx, s_incl)
+        s_at, own_pos = self._awaited_prefix(wait_idx, s_incl, keep)
         if keep is not None:
             keep.update(gap=gap, cost=cost, start_nowait=start_nowait, span=span, s_incl=s_incl,
                         launched=launched, epoch_start=epoch_start, epoch_order=epoch_order,
@@ -433,12 +433,15 @@ class Timeline:
     def _base(self) -> _Base:
         return _Base(self)
 
-    def _awaited_prefix(self, wait_idx: np.ndarray, s_incl: np.ndarray
+    def _awaited_prefix(self, wait_idx: np.ndarray, s_incl: np.ndarray, keep: dict | None = None
                         ) -> tuple[np.ndarray, np.ndarray]:
         """Per waiting call: ``s_at[k, stream]``, the summed durations on each stream up to the
         newest operation launched before the call (-1: none), and ``own_pos``, the stream
-        position of its own operation when it waits for that (a blocking copy), else -1."""
+        position of its own operation when it waits for that (a blocking copy), else -1
+        (``keep``: gets the awaited operations, ``at``)."""
         at, own_pos = self._awaited_positions(wait_idx)
+        if keep is not None:
+            keep["at"] = at
         return np.where(at >= 0, s_incl[np.maximum(at, 0)], -1) if at.size else at, own_pos
 
     def _awaited_positions(self, wait_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -577,7 +580,7 @@ class _Base:
         self.row_of_epoch = np.full(n_epochs, -1, np.int64)
         ends = self.epoch_wait >= 0
         self.row_of_epoch[ends] = np.searchsorted(self.wait_idx, self.epoch_wait[ends])
-        at, _ = tl._awaited_positions(self.wait_idx)
+        at = k["at"]  # what the waiting calls await (no fix moves it)
         own_ok = self.own_pos >= 0
         self.own_sid = (np.where(own_ok, tl.op_sid[np.maximum(self.own_pos, 0)], -1)
                         if len(tl.op_sid) else np.full(len(self.own_pos), -1, np.int64))
