@@ -199,10 +199,10 @@ class Timeline:
                        np.where(first, 0, np.minimum(gap_obs, self.queue_gap_ns)))
         op_gpu_idx = g["gpu_idx"].to_numpy()
         self.op_call = g["call_idx"].to_numpy()
-        self.op_dur = g["dur_ns"].to_numpy().astype(np.int64)
+        self.op_dur = g["dur_ns"].to_numpy().astype(np.int64, copy=False)
         self.op_start = start
-        self.op_lat = np.where(launched, lat, 0).astype(np.int64)
-        self.op_gap = gap.astype(np.int64)
+        self.op_lat = np.where(launched, lat, 0).astype(np.int64, copy=False)
+        self.op_gap = gap.astype(np.int64, copy=False)
         self.op_launch = g["launch_ts"].to_numpy()
         # Streams are few and the operations sorted by stream: ids by counting the changes.
         self.op_sid = np.cumsum(_starts(stream)) - 1
@@ -217,7 +217,7 @@ class Timeline:
                          "own_end_ns")
         thread = c["_thread"].to_numpy()
         self.call_ts = c["ts_ns"].to_numpy()
-        dur = c["dur_ns"].to_numpy().astype(np.int64)
+        dur = c["dur_ns"].to_numpy().astype(np.int64, copy=False)
         end = c["end_ns"].to_numpy()
         # Per thread, in time order: the calls are in time order already (``Facts.calls``), so
         # a stable sort by thread alone is the (thread, time) order.
