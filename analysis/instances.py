@@ -14,6 +14,8 @@ nodes) and one running count, never a Python loop over calls or per (caller, fun
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import polars as pl
 
@@ -74,16 +76,56 @@ def call_instances(calls: pl.DataFrame, user_node: pl.Series, wanted: np.ndarray
     _, fcode = np.unique(ancestors.key, return_inverse=True)
     _, code = np.unique((caller + 1) * (int(fcode.max(initial=0)) + 1) + fcode,
                         return_inverse=True)
-    order = np.lexsort((np.arange(len(thread)), thread))  # per thread, in time order
+    order = np.argsort(thread, kind="stable")  # per thread, in time order
     t, st = thread[order], step[order]
     boundary = np.r_[True, (t[1:] != t[:-1]) | (st[1:] != st[:-1])]
     position = np.empty(len(order), np.int64)
     position[order] = np.arange(len(order))
-    for d in np.unique(depth[depth >= 0]).tolist():
-        at = ancestors.at(rows, d)[order]
-        c = np.where(at >= 0, code[np.maximum(at, 0)], -1)
-        starts = (c >= 0) & (boundary | np.r_[True, c[1:] != c[:-1]])
-        run = np.cumsum(starts)
-        mine = depth == d
+    rows_sorted = rows[order]
+    runs = _compiled_runs() if len(rows) >= JIT_MIN_CALLS else None
+    code_at = np.full(n_nodes + 1, -1, np.int64)  # per node, its frame's code; last: no node
+    by_depth = np.argsort(depth, kind="stable")  # the wanted calls by their frame's depth
+    sorted_depth = depth[by_depth]
+    distinct = sorted_depth[np.r_[True, sorted_depth[1:] != sorted_depth[:-1]]]
+    for d in distinct[distinct >= 0].tolist():
+        at = ancestors.table[:, d].astype(np.int64)
+        code_at[:n_nodes] = np.where(at >= 0, code[np.maximum(at, 0)], -1)
+        if runs is not None:
+            run = np.empty(len(rows_sorted), np.int64)
+            runs(rows_sorted, code_at, boundary, run)
+        else:
+            c = code_at[rows_sorted]  # row -1 (no stack) reads the last entry: -1
+            starts = (c >= 0) & (boundary | np.r_[True, c[1:] != c[:-1]])
+            run = np.cumsum(starts)
+        mine = by_depth[np.searchsorted(sorted_depth, d):np.searchsorted(sorted_depth, d,
+                                                                          side="right")]
         out[mine] = (d << 40) | run[position[wanted[mine]]]
     return out
+
+
+# Calls from which the runs are counted by a compiled loop (numba) rather than numpy passes.
+JIT_MIN_CALLS = 200_000
+
+
+def _runs(rows, code_at, boundary, run) -> None:
+    """Running count of run starts over the calls (thread order): a run starts where the
+    call's frame at this depth has a code (``code_at`` of its stack row) different from the
+    previous call's, or at a ``boundary`` (a new thread or step). For numba."""
+    n = 0
+    prev = -1
+    for i in range(len(rows)):
+        c = code_at[rows[i]]
+        if c >= 0 and (boundary[i] or c != prev):
+            n += 1
+        prev = c
+        run[i] = n
+
+
+@functools.cache
+def _compiled_runs():
+    """``_runs`` compiled by numba; None without numba (numpy passes then)."""
+    try:
+        import numba
+    except ImportError:
+        return None
+    return numba.njit(cache=True, nogil=True)(_runs)

@@ -367,15 +367,24 @@ class Relations:
         """``call_instance`` of the calls ``idx`` (see ``COLUMNS``): with spans (Kineto), the
         start of the user frame's span around the call; else the call of the user function the
         call ran in, from the stacks (:mod:`zym.analysis.instances`)."""
+        import numpy as np
+
         from .instances import Ancestors, call_instances
 
         calls = self.calls_table()
         user_node = self.site_of(calls["stack_id"], ("user_node",))[0]
         spans = self.analysis.data.spans()
         if spans is None or spans.height == 0:
-            anc = self._once_obj("ancestors", lambda: Ancestors(self.facts.nodes))
-            ids = call_instances(calls, user_node, idx.to_numpy(), anc, self.call_steps())
-            return pl.Series("call_instance", ids, dtype=pl.Int64)
+            # Every call's, once per analysis: a call's instance does not depend on which
+            # others are asked for, and each ask passes over every call (rules ask for a
+            # subset, the batching fixes for every call).
+            def every() -> np.ndarray:
+                anc = self._once_obj("ancestors", lambda: Ancestors(self.facts.nodes))
+                return call_instances(calls, user_node, np.arange(calls.height), anc,
+                                      self.call_steps())
+
+            ids = self._once_obj("call_instance of every call", every)
+            return pl.Series("call_instance", ids[idx.to_numpy()], dtype=pl.Int64)
         frame = calls.select("pid", "tid", "ts_ns").with_columns(
             user_node.alias("user_node"))[idx.to_list()]
         users = frame["user_node"].drop_nulls().unique()

@@ -199,10 +199,10 @@ class Timeline:
                        np.where(first, 0, np.minimum(gap_obs, self.queue_gap_ns)))
         op_gpu_idx = g["gpu_idx"].to_numpy()
         self.op_call = g["call_idx"].to_numpy()
-        self.op_dur = g["dur_ns"].to_numpy().astype(np.int64)
+        self.op_dur = g["dur_ns"].to_numpy().astype(np.int64, copy=False)
         self.op_start = start
-        self.op_lat = np.where(launched, lat, 0).astype(np.int64)
-        self.op_gap = gap.astype(np.int64)
+        self.op_lat = np.where(launched, lat, 0).astype(np.int64, copy=False)
+        self.op_gap = gap.astype(np.int64, copy=False)
         self.op_launch = g["launch_ts"].to_numpy()
         # Streams are few and the operations sorted by stream: ids by counting the changes.
         self.op_sid = np.cumsum(_starts(stream)) - 1
@@ -217,7 +217,7 @@ class Timeline:
                          "own_end_ns")
         thread = c["_thread"].to_numpy()
         self.call_ts = c["ts_ns"].to_numpy()
-        dur = c["dur_ns"].to_numpy().astype(np.int64)
+        dur = c["dur_ns"].to_numpy().astype(np.int64, copy=False)
         end = c["end_ns"].to_numpy()
         # Per thread, in time order: the calls are in time order already (``Facts.calls``), so
         # a stable sort by thread alone is the (thread, time) order.
@@ -362,12 +362,13 @@ class Timeline:
         first = self.first_of_thread
         csum = _segmented_cumsum(step, first)
         c_sorted = csum - cost[order]  # start = everything before it + its own gap
+        del step, csum  # at millions of calls, each of these is ~100 MB of the peak
         start_nowait = np.empty(n, np.int64)
         start_nowait[order] = c_sorted
+        del c_sorted
         # Epochs: a waiting call ends its epoch. Epoch ids are global, in thread order.
-        w_sorted = waits[order]
         before = np.empty(n, np.int64)
-        before[order] = _segmented_exclusive_cumsum(w_sorted.astype(np.int64), first)
+        before[order] = _segmented_exclusive_cumsum(waits[order].astype(np.int64), first)
         thread_rank = np.empty(n, np.int64)
         thread_rank[order] = np.cumsum(first) - 1
         n_threads = int(thread_rank.max()) + 1 if n else 0
@@ -376,6 +377,7 @@ class Timeline:
             epochs_per_thread = np.bincount(thread_rank, weights=waits, minlength=n_threads)
             epoch_base[1:] = np.cumsum(epochs_per_thread.astype(np.int64) + 1)
         epoch = epoch_base[thread_rank] + before if n else before
+        del before
         n_epochs = int(epoch_base[-1])
 
         # GPU side: per stream, S (summed gaps and durations) up to each operation, and each
@@ -390,6 +392,7 @@ class Timeline:
                              self.op_start - self.w0)
         contrib = np.where(gone, -(1 << 62), ready_rel - op_gap - s_before)  # removed: no start
         op_epoch = np.where(launched, epoch[np.maximum(op_ready_call, 0)], -1)
+        del s_before, ready_rel, op_dur, op_lat, op_gap, op_ready_call, gone
         # Unlaunched (anchored) operations join the epoch running at their recorded start.
         epoch_start = np.full(n_epochs, np.iinfo(np.int64).max, np.int64)
         if n:
@@ -404,6 +407,7 @@ class Timeline:
         # Group maxima per (epoch, stream, anchored?).
         groups = _group_max(rank_of_epoch[np.maximum(op_epoch, 0)] if n_epochs else op_epoch,
                             sid, (~launched).astype(np.int64), contrib, keep)
+        del contrib, op_epoch
 
         # The waiting call that ends each epoch, and what it waits for.
         wait_idx = np.nonzero(waits)[0]
@@ -414,7 +418,7 @@ class Timeline:
             thread_of_epoch[epoch] = thread_rank
         # For a sync: per stream, S up to the newest operation launched before the call;
         # for a blocking copy: its own operation's stream and S.
-        s_at, own_pos = self._awaited_prefix(wait_idx, s_incl)
+        s_at, own_pos = self._awaited_prefix(wait_idx, s_incl, keep)
         if keep is not None:
             keep.update(gap=gap, cost=cost, start_nowait=start_nowait, span=span, s_incl=s_incl,
                         launched=launched, epoch_start=epoch_start, epoch_order=epoch_order,
@@ -429,12 +433,15 @@ class Timeline:
     def _base(self) -> _Base:
         return _Base(self)
 
-    def _awaited_prefix(self, wait_idx: np.ndarray, s_incl: np.ndarray
+    def _awaited_prefix(self, wait_idx: np.ndarray, s_incl: np.ndarray, keep: dict | None = None
                         ) -> tuple[np.ndarray, np.ndarray]:
         """Per waiting call: ``s_at[k, stream]``, the summed durations on each stream up to the
         newest operation launched before the call (-1: none), and ``own_pos``, the stream
-        position of its own operation when it waits for that (a blocking copy), else -1."""
+        position of its own operation when it waits for that (a blocking copy), else -1
+        (``keep``: gets the awaited operations, ``at``)."""
         at, own_pos = self._awaited_positions(wait_idx)
+        if keep is not None:
+            keep["at"] = at
         return np.where(at >= 0, s_incl[np.maximum(at, 0)], -1) if at.size else at, own_pos
 
     def _awaited_positions(self, wait_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -531,7 +538,10 @@ class _Base:
     def __init__(self, tl: Timeline) -> None:
         k: dict = {}
         self.outcome = tl._replay_whole(Fix(), keep=k)
-        self.gap, self.cost = k["gap"], k["cost"]
+        # Unfixed, the costs are the timeline's own, and so are the gaps where there is no
+        # recording cost to take out: shared, not kept as copies (~100 MB each at 10 M calls).
+        self.gap = tl.gap if np.array_equal(k["gap"], tl.gap) else k["gap"]
+        self.cost = tl.intrinsic if np.array_equal(k["cost"], tl.intrinsic) else k["cost"]
         self.start_nowait, self.span, self.s_incl = k["start_nowait"], k["span"], k["s_incl"]
         self.epoch_start, self.epoch_order = k["epoch_start"], k["epoch_order"]
         self.epoch_wait, self.thread_of_epoch = k["epoch_wait"], k["thread_of_epoch"]
@@ -573,7 +583,7 @@ class _Base:
         self.row_of_epoch = np.full(n_epochs, -1, np.int64)
         ends = self.epoch_wait >= 0
         self.row_of_epoch[ends] = np.searchsorted(self.wait_idx, self.epoch_wait[ends])
-        at, _ = tl._awaited_positions(self.wait_idx)
+        at = k["at"]  # what the waiting calls await (no fix moves it)
         own_ok = self.own_pos >= 0
         self.own_sid = (np.where(own_ok, tl.op_sid[np.maximum(self.own_pos, 0)], -1)
                         if len(tl.op_sid) else np.full(len(self.own_pos), -1, np.int64))
@@ -594,6 +604,9 @@ class _Base:
         self.thread_heads = np.flatnonzero(tl.first_of_thread)
         self.thread_lens = np.diff(np.append(self.thread_heads, n))
         self.stream_heads = np.flatnonzero(starts)
+        self.first_pos, self.stream_first = tl.first_of_thread, starts
+        self._buffers: tuple[np.ndarray, ...] | None = None
+        self._wait_buffers: tuple[np.ndarray, ...] | None = None
         self.stream_lens = np.diff(np.append(self.stream_heads, n_ops))
 
     def edits(self, tl: Timeline, fix: Fix) -> _Edits:
@@ -641,67 +654,49 @@ class _Base:
         e = ed.calls
         d_step = (ed.gap + ed.cost) - (self.gap[e] + self.cost[e])
         d_own = ed.gap - self.gap[e]
-        e_pos = self.pos[e[(d_step != 0) | (d_own != 0)]]
-        d_start = None
-        if len(e_pos):
-            p = self.pos[e]
-            x = np.zeros(n, np.int64)
-            x[p] = d_step
-            d_start = np.cumsum(x)
-            d_start -= x
-            _from_heads(d_start, self.thread_heads, self.thread_lens)
-            d_start[p] += d_own
         # Edited operations: each moves its stream's sums from itself on by its change of span.
         q = ed.ops
         d_span = ed.span - self.span[q]
         keep = (d_span != 0) | gone[q]
         q, d_span = q[keep], d_span[keep]
-        d_incl = y = None  # by stream position: the change of the stream's sum up to and with it
-        if len(q):
-            y = np.zeros(n_ops, np.int64)
-            y[q] = d_span
-            d_incl = np.cumsum(y)
-            _from_heads(d_incl, self.stream_heads, self.stream_lens, y)
+        fused = (_compiled_shifts() if len(self.epoch_order) >= JIT_MIN_EPOCHS and len(self.g_val)
+                 else None)
+        if fused is not None:
+            # One compiled pass per side and one over the groups (the same sums as below).
+            d_start, moved, d_incl, d_excl, marked = self._scratch(n, n_ops)
+            val = np.empty(len(self.g_val), np.int64)
+            e_pos = self.pos[e]
+            by_pos = np.argsort(e_pos, kind="stable")
+            fused(e_pos[by_pos], d_step[by_pos], d_own[by_pos], self.first_pos, q, d_span, gone,
+                  self.stream_first, self.g_val, self.g_op, self.g_has_call, self.g_call_pos_0,
+                  self.g_lo_op, self.g_hi_op, self.g_lo_call, self.g_hi_call, self.member_start,
+                  self.member_end, self.members, tl.op_call, self.launched, self.pos,
+                  self.start_nowait, tl.op_lat, tl.op_start, tl.w0, self.s_incl, self.span,
+                  tl.op_gap, d_start, moved, d_incl, d_excl, marked, val)
+            y = None
 
-        def at_call(pos: np.ndarray) -> np.ndarray | int:
-            return d_start[pos] if d_start is not None else 0
+            def at_call(pos: np.ndarray) -> np.ndarray | int:
+                return d_start[pos]
 
-        def incl(ops: np.ndarray) -> np.ndarray | int:
-            return d_incl[ops] if d_incl is not None else 0
+            def incl(ops: np.ndarray) -> np.ndarray | int:
+                return d_incl[ops]
 
-        def excl(ops: np.ndarray) -> np.ndarray | int:
-            return d_incl[ops] - y[ops] if d_incl is not None else 0
+            def excl(ops: np.ndarray) -> np.ndarray | int:
+                return d_excl[ops]
+        else:
+            d_start, d_incl, y, val = self._shifts(tl, e, d_step, d_own, q, d_span, gone)
+
+            def at_call(pos: np.ndarray) -> np.ndarray | int:
+                return d_start[pos] if d_start is not None else 0
+
+            def incl(ops: np.ndarray) -> np.ndarray | int:
+                return d_incl[ops] if d_incl is not None else 0
+
+            def excl(ops: np.ndarray) -> np.ndarray | int:
+                return d_incl[ops] - y[ops] if d_incl is not None else 0
 
         def contrib(ops: np.ndarray) -> np.ndarray:
-            """Exact contributions of ``ops`` (stream positions) under the fix."""
-            call = np.maximum(tl.op_call[ops], 0)
-            lau = self.launched[ops]
-            ready = np.where(lau, self.start_nowait[call] + at_call(self.pos[call])
-                             + tl.op_lat[ops], tl.op_start[ops] - tl.w0)
-            s_before = self.s_incl[ops] + excl(ops) - self.span[ops]
-            # a gone operation's own gap is 0 (``Timeline._edit``), but it contributes nothing
-            return np.where(gone[ops], neg, ready - tl.op_gap[ops] - s_before)
-
-        # Group maxima: shifted where no member was edited, recomputed where one was.
-        dirty = np.zeros(len(self.g_val), bool)
-        if len(q):
-            dirty |= _any_marked(q, n_ops, self.g_lo_op, self.g_hi_op)
-        if len(e_pos):
-            lau = self.g_lo_call >= 0
-            dirty[lau] |= _any_marked(e_pos, n, self.g_lo_call[lau], self.g_hi_call[lau])
-        val = self.g_val
-        if d_start is not None or d_incl is not None:  # dirty groups are recomputed below
-            val = val - excl(self.g_op)
-            if d_start is not None:
-                val += np.where(self.g_has_call, d_start[self.g_call_pos_0], 0)
-        else:
-            val = val.copy()
-        redo = np.nonzero(dirty)[0]
-        if len(redo):
-            lens = self.member_end[redo] - self.member_start[redo]
-            offs = np.concatenate([[0], np.cumsum(lens)[:-1]])
-            idx = np.repeat(self.member_start[redo] - offs, lens) + np.arange(lens.sum())
-            val[redo] = np.maximum.reduceat(contrib(self.members[idx]), offs)
+            return self._contrib(tl, ops, gone, at_call, excl)
 
         # Epochs: where a wait went, its epoch and the next one of its thread are one.
         surv = ed.surv
@@ -743,18 +738,27 @@ class _Base:
                 n_new, tl.n_streams)
             wait_rows = surv
 
-        s_at = self.s_at[wait_rows]
-        if d_incl is not None:
-            s_at = np.where(self.at_has[wait_rows], s_at + d_incl[self.at_0[wait_rows]], s_at)
-        s_at = s_at.reshape(-1)
-        own_sid = self.own_sid[wait_rows]
-        own_prefix = self.own_prefix[wait_rows]
-        if d_incl is not None:
-            own_prefix = np.where(own_sid >= 0, own_prefix
-                                  + d_incl[np.maximum(self.own_pos[wait_rows], 0)], 0)
-        wait_start = self.wait_start[wait_rows]
-        if d_start is not None:
-            wait_start = wait_start + d_start[self.wait_pos[wait_rows]]
+        if fused is not None:  # the same, in one compiled pass into kept buffers
+            s_at, own_sid, own_prefix, wait_start = self._waits_scratch(tl.n_streams)
+            k = _compiled_waits()(surv, self.s_at, self.at_has, self.at_0, d_incl,
+                                  self.own_sid, self.own_prefix, self.own_pos, self.wait_start,
+                                  self.wait_pos, d_start, s_at, own_sid, own_prefix, wait_start)
+            s_at, own_sid = s_at[:k * tl.n_streams], own_sid[:k]
+            own_prefix, wait_start = own_prefix[:k], wait_start[:k]
+        else:
+            s_at = self.s_at[wait_rows]
+            if d_incl is not None:
+                s_at = np.where(self.at_has[wait_rows], s_at + d_incl[self.at_0[wait_rows]],
+                                s_at)
+            s_at = s_at.reshape(-1)
+            own_sid = self.own_sid[wait_rows]
+            own_prefix = self.own_prefix[wait_rows]
+            if d_incl is not None:
+                own_prefix = np.where(own_sid >= 0, own_prefix
+                                      + d_incl[np.maximum(self.own_pos[wait_rows], 0)], 0)
+            wait_start = self.wait_start[wait_rows]
+            if d_start is not None:
+                wait_start = wait_start + d_start[self.wait_pos[wait_rows]]
         args = (epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream, g_fixed, val,
                 wait_start, own_sid, own_prefix, s_at,
                 np.zeros(max(self.n_threads, 1), np.int64), np.full(tl.n_streams, neg, np.int64))
@@ -774,6 +778,88 @@ class _Base:
         end = max(cpu_end, gpu_end)
         return Outcome(end_ns=tl.w0 + end, cpu_end_ns=tl.w0 + cpu_end,
                        gpu_end_ns=tl.w0 + gpu_end)
+
+
+    def _scratch(self, n: int, n_ops: int) -> tuple[np.ndarray, ...]:
+        """The compiled kernel's outputs, allocated once and overwritten by every replay (it
+        writes each position): fresh arrays of every call and operation cost page faults."""
+        if self._buffers is None:
+            self._buffers = (np.empty(n, np.int64), np.empty(n + 1, np.int32),
+                             np.empty(n_ops, np.int64), np.empty(n_ops, np.int64),
+                             np.empty(n_ops + 1, np.int32))
+        return self._buffers
+
+    def _waits_scratch(self, n_streams: int) -> tuple[np.ndarray, ...]:
+        """Buffers for the waiting calls' inputs to the epoch loop (``_waits_kernel``)."""
+        if self._wait_buffers is None:
+            w = len(self.wait_idx)
+            self._wait_buffers = (np.empty(w * n_streams, np.int64), np.empty(w, np.int64),
+                                  np.empty(w, np.int64), np.empty(w, np.int64))
+        return self._wait_buffers
+
+    def _contrib(self, tl: Timeline, ops: np.ndarray, gone: np.ndarray, at_call, excl
+                 ) -> np.ndarray:
+        """Exact contributions of ``ops`` (stream positions) under a fix (``at_call``,
+        ``excl``: its moves of call starts and of the streams' sums before an operation)."""
+        call = np.maximum(tl.op_call[ops], 0)
+        lau = self.launched[ops]
+        ready = np.where(lau, self.start_nowait[call] + at_call(self.pos[call])
+                         + tl.op_lat[ops], tl.op_start[ops] - tl.w0)
+        s_before = self.s_incl[ops] + excl(ops) - self.span[ops]
+        # a gone operation's own gap is 0 (``Timeline._edit``), but it contributes nothing
+        return np.where(gone[ops], -(1 << 62), ready - tl.op_gap[ops] - s_before)
+
+    def _shifts(self, tl: Timeline, e: np.ndarray, d_step: np.ndarray, d_own: np.ndarray,
+                q: np.ndarray, d_span: np.ndarray, gone: np.ndarray):
+        """What a fix moves, in numpy: ``d_start`` (by thread position; None: nothing), the
+        streams' sums ``d_incl`` with the edits ``y`` (by stream position; None: nothing) and
+        the groups' maxima (``_shifts_kernel`` computes the same, compiled)."""
+        n, n_ops = tl.n_calls, len(tl.op_dur)
+        e_pos = self.pos[e[(d_step != 0) | (d_own != 0)]]
+        d_start = None
+        if len(e_pos):
+            p = self.pos[e]
+            x = np.zeros(n, np.int64)
+            x[p] = d_step
+            d_start = np.cumsum(x)
+            d_start -= x
+            _from_heads(d_start, self.thread_heads, self.thread_lens)
+            d_start[p] += d_own
+        d_incl = y = None  # by stream position: the change of the stream's sum up to and with it
+        if len(q):
+            y = np.zeros(n_ops, np.int64)
+            y[q] = d_span
+            d_incl = np.cumsum(y)
+            _from_heads(d_incl, self.stream_heads, self.stream_lens, y)
+
+        def at_call(pos: np.ndarray) -> np.ndarray | int:
+            return d_start[pos] if d_start is not None else 0
+
+        def excl(ops: np.ndarray) -> np.ndarray | int:
+            return d_incl[ops] - y[ops] if d_incl is not None else 0
+
+        # Group maxima: shifted where no member was edited, recomputed where one was.
+        dirty = np.zeros(len(self.g_val), bool)
+        if len(q):
+            dirty |= _any_marked(q, n_ops, self.g_lo_op, self.g_hi_op)
+        if len(e_pos):
+            lau = self.g_lo_call >= 0
+            dirty[lau] |= _any_marked(e_pos, n, self.g_lo_call[lau], self.g_hi_call[lau])
+        val = self.g_val
+        if d_start is not None or d_incl is not None:  # dirty groups are recomputed below
+            val = val - excl(self.g_op)
+            if d_start is not None:
+                val += np.where(self.g_has_call, d_start[self.g_call_pos_0], 0)
+        else:
+            val = val.copy()
+        redo = np.nonzero(dirty)[0]
+        if len(redo):
+            lens = self.member_end[redo] - self.member_start[redo]
+            offs = np.concatenate([[0], np.cumsum(lens)[:-1]])
+            idx = np.repeat(self.member_start[redo] - offs, lens) + np.arange(lens.sum())
+            val[redo] = np.maximum.reduceat(
+                self._contrib(tl, self.members[idx], gone, at_call, excl), offs)
+        return d_start, d_incl, y, val
 
 
 @dataclass
@@ -933,6 +1019,125 @@ def _compiled_epochs():
     return numba.njit(cache=True, nogil=True)(_epochs)
 
 
+def _shifts_kernel(e_pos, d_step, d_own, first_pos, q, d_span, gone, stream_first, g_val,
+                   g_op, g_has_call, g_call_pos, g_lo_op, g_hi_op, g_lo_call, g_hi_call,
+                   member_start, member_end, members, op_call, launched, pos, start_nowait,
+                   op_lat, op_start, w0, s_incl, span, op_gap, d_start, moved, d_incl, d_excl,
+                   marked, val) -> None:
+    """``_Base._shifts`` in three passes, for numba (compiled only). Edits: calls at thread
+    positions ``e_pos`` (sorted) with ``d_step`` and ``d_own``; operations at stream positions
+    ``q`` (sorted) with ``d_span``. Outputs, every position written: ``d_start``, by thread
+    position, the move of each call's start (the ``d_step`` before it on its thread, and its
+    own ``d_own``); ``d_incl`` and ``d_excl``, by stream position, the move of the stream's sum
+    up to an operation, with and without its own ``d_span``; ``moved`` and ``marked``, running
+    counts of the calls with a change and of the edited operations (``[i]``: before ``i``);
+    ``val``, each group's maximum: shifted, or recomputed from its members where one of them
+    moved."""
+    neg = -(1 << 62)
+    n, n_ops = len(d_start), len(d_incl)
+    acc = 0
+    j = 0
+    moved[0] = 0
+    for i in range(n):
+        if first_pos[i]:
+            acc = 0
+        own = 0
+        step = 0
+        if j < len(e_pos) and e_pos[j] == i:
+            own = d_own[j]
+            step = d_step[j]
+            j += 1
+        d_start[i] = acc + own
+        acc += step
+        moved[i + 1] = moved[i] + (1 if (step != 0 or own != 0) else 0)
+    acc = 0
+    j = 0
+    marked[0] = 0
+    for i in range(n_ops):
+        if stream_first[i]:
+            acc = 0
+        y = 0
+        hit = 0
+        if j < len(q) and q[j] == i:
+            y = d_span[j]
+            hit = 1
+            j += 1
+        d_excl[i] = acc
+        acc += y
+        d_incl[i] = acc
+        marked[i + 1] = marked[i] + hit
+    for g in range(len(val)):
+        dirty = marked[g_hi_op[g] + 1] > marked[g_lo_op[g]]
+        if not dirty and g_lo_call[g] >= 0:
+            dirty = moved[g_hi_call[g] + 1] > moved[g_lo_call[g]]
+        if not dirty:
+            v = g_val[g] - d_excl[g_op[g]]
+            if g_has_call[g]:
+                v += d_start[g_call_pos[g]]
+            val[g] = v
+            continue
+        best = neg
+        first = True
+        for k in range(member_start[g], member_end[g]):
+            op = members[k]
+            if gone[op]:
+                c = neg
+            else:
+                if launched[op]:
+                    call = op_call[op]
+                    ready = start_nowait[call] + d_start[pos[call]] + op_lat[op]
+                else:
+                    ready = op_start[op] - w0
+                c = ready - op_gap[op] - (s_incl[op] + d_excl[op] - span[op])
+            if first or c > best:
+                best = c
+                first = False
+        val[g] = best
+
+
+def _waits_kernel(surv, s_at, at_has, at_0, d_incl, own_sid, own_prefix, own_pos,
+                  wait_start, wait_pos, d_start, out_s_at, out_own_sid, out_own_prefix,
+                  out_wait_start) -> int:
+    """The surviving waiting calls' (``surv``) inputs to the epoch loop under a fix, moved by
+    ``d_incl`` (stream sums, by stream position) and ``d_start`` (call starts, by thread
+    position): per stream the sum each one waits for (``s_at``, -1: none), its own
+    operation's stream and sum, and its start. For numba; returns how many survive."""
+    n_streams = s_at.shape[1]
+    k = 0
+    for r in range(len(surv)):
+        if not surv[r]:
+            continue
+        for s in range(n_streams):
+            v = s_at[r, s]
+            if at_has[r, s]:
+                v += d_incl[at_0[r, s]]
+            out_s_at[k * n_streams + s] = v
+        sid = own_sid[r]
+        out_own_sid[k] = sid
+        out_own_prefix[k] = own_prefix[r] + d_incl[max(own_pos[r], 0)] if sid >= 0 else 0
+        out_wait_start[k] = wait_start[r] + d_start[wait_pos[r]]
+        k += 1
+    return k
+
+
+@functools.cache
+def _compiled_waits():
+    """``_waits_kernel`` compiled by numba (used with ``_compiled_shifts``)."""
+    import numba
+
+    return numba.njit(cache=True, nogil=True)(_waits_kernel)
+
+
+@functools.cache
+def _compiled_shifts():
+    """``_shifts_kernel`` compiled by numba; None without numba (``_Base._shifts`` then)."""
+    try:
+        import numba
+    except ImportError:
+        return None
+    return numba.njit(cache=True, nogil=True)(_shifts_kernel)
+
+
 def _stream_order(g: pl.DataFrame) -> np.ndarray | pl.Series:
     """Rows of ``g`` by (stream, ts_ns, gpu_idx): numpy's lexsort of the three int64 keys,
     ~6x faster than polars' multi-key sort here (which stays for keys with nulls)."""
@@ -1017,11 +1222,13 @@ def _group_max(rank: np.ndarray, stream: np.ndarray, fixed: np.ndarray, value: n
     key = (rank * (int(stream.max()) + 1) + stream) * 2 + fixed
     order = np.argsort(key, kind="stable")
     key = key[order]
-    r, s, f, v = rank[order], stream[order], fixed[order], value[order]
-    new = np.ones(len(r), bool)
+    new = np.ones(len(key), bool)
     new[1:] = key[1:] != key[:-1]
+    del key
     idx = np.nonzero(new)[0]
-    vmax = np.maximum.reduceat(v, idx)
+    vmax = np.maximum.reduceat(value[order], idx)
     if keep is not None:
         keep.update(group_order=order, group_start=idx)
-    return r[idx], s[idx], f[idx], vmax, r[idx]
+    heads = order[idx]  # one member of each group: its rank, stream and fixed
+    r = rank[heads]
+    return r, stream[heads], fixed[heads], vmax, r.copy()

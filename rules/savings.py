@@ -106,11 +106,16 @@ def _batch(calls: np.ndarray, analysis: Analysis, keep: str) -> Fix:
     if not len(calls):
         return Fix()
     rel = analysis.relations
-    inst = rel.materialize("calls", {"call_instance"})
-    inst = inst.filter(pl.col("call_idx").is_in(pl.Series(calls).implode())).select(
-        "call_idx", "call_instance").sort("call_idx")
-    idx = inst["call_idx"].to_numpy()
-    group = inst["call_instance"].to_numpy()
+    by_row = rel.shared("call_instance by call_idx", lambda: _instance_by_call(rel))
+    if by_row is not None and int(calls.max()) < len(by_row):
+        idx = sorted_unique(calls)
+        group = by_row[idx]
+    else:
+        inst = rel.materialize("calls", {"call_instance"})
+        inst = inst.filter(pl.col("call_idx").is_in(pl.Series(calls).implode())).select(
+            "call_idx", "call_instance").sort("call_idx")
+        idx = inst["call_idx"].to_numpy()
+        group = inst["call_instance"].to_numpy()
     keep_mask, instances = kept_per_instance(group, idx, tl.waits[idx], keep)
     gone = idx[~keep_mask]
     kept = int(keep_mask.sum())
@@ -119,6 +124,18 @@ def _batch(calls: np.ndarray, analysis: Analysis, keep: str) -> Fix:
         f"replayed with {kept:,} of these {len(idx):,} calls kept, the {keep} wait of each of "
         f"{instances:,} {rel.instance_plural()} (its wait for the GPU work before it "
         f"stays), and the other {len(gone):,} removed with the CPU work that led to each"))
+
+
+def _instance_by_call(rel) -> np.ndarray | None:
+    """Every call's ``call_instance`` by ``call_idx``, when the calls relation holds each call
+    once, at row ``call_idx`` (then a batch reads its calls' instances by a gather, not a
+    filter of every call); else None."""
+    inst = rel.materialize("calls", {"call_instance"})
+    ids, group = inst["call_idx"], inst["call_instance"]
+    if ids.null_count() or group.null_count() or not ids.equals(
+            pl.int_range(len(ids), dtype=ids.dtype, eager=True), check_names=False):
+        return None
+    return group.to_numpy()
 
 
 def kept_per_instance(group: np.ndarray, idx: np.ndarray, waits: np.ndarray, keep: str

@@ -92,8 +92,15 @@ def _walked_instances(analysis) -> pl.DataFrame:
     return pl.DataFrame(out)
 
 
+@pytest.mark.parametrize("runs", ["numpy", "compiled"])
 @pytest.mark.parametrize("which", ["ebpf sample", "synthetic"])
-def test_call_instances_match_a_walk_over_each_threads_calls(which, synthetic):
+def test_call_instances_match_a_walk_over_each_threads_calls(which, runs, synthetic,
+                                                             monkeypatch):
+    from zym.analysis import instances
+
+    if runs == "compiled" and instances._compiled_runs() is None:
+        pytest.skip("numba not installed (the zym[fast] extra)")
+    monkeypatch.setattr(instances, "JIT_MIN_CALLS", 0 if runs == "compiled" else 1 << 62)
     analysis = analyze(EBPF_SAMPLE if which == "ebpf sample" else synthetic,
                        lambda _stage: None, "steady")
     assert analysis.relations.instance_source == "stacks"
@@ -146,8 +153,21 @@ def _random_fix(tl, rng: np.random.Generator) -> replay.Fix:
     return fix
 
 
+@pytest.fixture(params=["numpy", "compiled"])
+def shifts(request, monkeypatch) -> str:
+    """The incremental replay's moves computed in numpy, or by the compiled kernel (numba:
+    from ``JIT_MIN_EPOCHS`` epochs, here from the first)."""
+    if request.param == "compiled":
+        if replay._compiled_shifts() is None:
+            pytest.skip("numba not installed (the zym[fast] extra)")
+        monkeypatch.setattr(replay, "JIT_MIN_EPOCHS", 0)
+    else:
+        monkeypatch.setattr(replay, "JIT_MIN_EPOCHS", 1 << 62)
+    return request.param
+
+
 @pytest.mark.parametrize("which", ["sample", "ebpf_sample", "synthetic", "synthetic_anchored"])
-def test_the_incremental_replay_is_the_whole_replay(which, synthetic, request):
+def test_the_incremental_replay_is_the_whole_replay(which, synthetic, shifts):
     """A fix replayed from the unfixed replay's state (what it moves only) ends exactly when
     the whole replay of every call and operation does: 60 random fixes (removed calls and
     syncs, unblocked copies, cheaper calls, shorter gaps, faster kernels, alone and together),
@@ -200,7 +220,7 @@ def _messy(fix: replay.Fix, rng: np.random.Generator) -> replay.Fix:
 
 
 @pytest.mark.parametrize("which", ["ebpf_sample", "synthetic"])
-def test_the_incremental_replay_takes_edits_in_any_order(which, synthetic):
+def test_the_incremental_replay_takes_edits_in_any_order(which, synthetic, shifts):
     """Edits at calls and operations named out of order, and named twice with two values:
     the incremental replay (which edits only what the fix names) applies them as the whole
     replay's fancy assignments do."""
