@@ -138,7 +138,11 @@ def test_signal_during_import_leaves_nothing(tmp_path, sig):
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     assert b"Traceback" not in err
-    assert proc.returncode in (130, 143), err
+    # 130/143 as zym exits on them; under load it was seen, once in ~10 runs, to die of the
+    # SIGINT itself after saying "interrupted" (-2: a shell reports 130 for both); the file
+    # checks below are what matters: the old file intact, no temporary left
+    assert proc.returncode in (130, 143, -signal.SIGINT), err
+    assert b"interrupted" in err or b"terminated" in err.lower(), err
     assert out.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["t.parquet"]
 
