@@ -55,11 +55,9 @@ def gpu_maths(gpu: dict) -> frozenset[str] | None:
     """The maths a recorded GPU (``meta.gpus`` entry: ``name``, and ``computeMajor``/
     ``computeMinor`` where the trace has them) runs, from its own datasheet row, else from its
     compute capability (Volta/Turing: no TF32 or bf16; fp8 from 8.9); None when unknown."""
-    rows, _ = _peaks()
-    name = gpu.get("name")
-    own = next((r for r in rows if name and re.search(r["match"], str(name))), None)
-    if own is not None:
-        return frozenset(m for m in MATH if own.get(m))
+    row, own = gpu_spec(str(gpu["name"]) if gpu.get("name") else None)
+    if own:
+        return frozenset(m for m in MATH if row.get(m))
     major, minor = gpu.get("computeMajor"), gpu.get("computeMinor") or 0
     if not isinstance(major, int):
         return None

@@ -66,7 +66,7 @@ def render_summary(report: dict, console: Console) -> None:
                        f"{fmt_ns(gpu['window_ns'])} ({d['busy_pct']:.1f}%), idle "
                        f"{fmt_ns(d['idle_ns'])}", 4, "  ")
     if gpu["activity_ns"]:
-        share = 100 * gpu.get("python_line_ns", gpu["attributed_ns"]) / gpu["activity_ns"]
+        share = 100 * gpu["python_line_ns"] / gpu["activity_ns"]
         pathed = 100 * gpu["attributed_ns"] / gpu["activity_ns"]
         _wrap(console, f"{share:.1f}% of GPU time has its Python line"
               + (f" ({pathed:.1f}% has a call path of torch operators or CUDA calls)"

@@ -114,7 +114,6 @@ def _rotating(cfg, spool: Path):
             _stop_stragglers(pool.pids(), spool)
         cupti, headers, counts = pool.take(tables.get("call"), end_ns, final, start_ns)
         meta.extra.setdefault("interval", {})["gpu"] = counts | {
-            "kernels_unnamed": pool.unnamed_kernels,
             "rule": "GPU records go with the API record their call joins (else by start time)"}
         if not headers:
             return tables

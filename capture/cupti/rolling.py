@@ -69,7 +69,7 @@ class GpuPool:
     _parts: list[CuptiTables] = field(default_factory=list)
     _headers: dict[int, dict] = field(default_factory=dict)
     _stats: dict[int, dict] = field(default_factory=dict)
-    unnamed_kernels: int = 0
+    unnamed_kernels: int = 0   # kernel pointers no name was found for, since the last take
     totals: dict[str, int] = field(default_factory=dict)   # over the files written (integrate)
     _markers: list[pl.DataFrame] = field(default_factory=list)   # NVTX records not yet spent
     _first_ns: int | None = None   # when recording began (the first header's start)
@@ -188,10 +188,12 @@ class GpuPool:
         self.read(final)
         pool = self._pooled()
         self._reset_counts()
+        unnamed, self.unnamed_kernels = self.unnamed_kernels, 0   # named by this read
         if final or end_ns is None:
             pool.ranges = self._share_ranges(start_ns, None)
             self._parts = []
-            return pool, list(self._headers.values()), {"gpu_ops": pool.gpu.height}
+            return pool, list(self._headers.values()), {"gpu_ops": pool.gpu.height,
+                                                        "kernels_unnamed": unnamed}
         api, gpu = pool.api, pool.gpu
         keys = ["pid", "correlation_id"]
         mine = api.head(0).select(keys)
@@ -233,7 +235,8 @@ class GpuPool:
             shapes=pool.shapes.filter(~shapes_before))]
         return taken, list(self._headers.values()), {
             "gpu_ops": taken_gpu.height, "gpu_ops_by_time": by_time.height,
-            "gpu_ops_held": rest_gpu.height, "api_records_held": self._parts[0].api.height}
+            "gpu_ops_held": rest_gpu.height, "api_records_held": self._parts[0].api.height,
+            "kernels_unnamed": unnamed}
 
     def _pooled(self) -> CuptiTables:
         from .decode import _api_frame

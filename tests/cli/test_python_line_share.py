@@ -13,7 +13,7 @@ def ev(cat, name, ts, dur, pid=1, tid=1, **args):
             "args": args}
 
 
-def trace(tmp_path, with_python: bool):
+def trace(tmp_path, with_python: bool, devices: list[str] | None = None):
     events = [ev("cpu_op", "aten::mul", 100, 50, **{"External id": 1})]
     if with_python:
         events.append(ev("python_function", "serve.py(12): step", 90, 80,
@@ -24,7 +24,10 @@ def trace(tmp_path, with_python: bool):
                    ev("kernel", "mul_kernel", 200 + 20 * i, 10, pid=0, tid=7,
                       correlation=10 + i, device=0, stream=7, **{"External id": 1})]
     path = tmp_path / ("py.json" if with_python else "nopy.json")
-    path.write_text(json.dumps({"traceEvents": events}))
+    doc = {"traceEvents": events}
+    if devices:
+        doc["deviceProperties"] = [{"id": i, "name": n} for i, n in enumerate(devices)]
+    path.write_text(json.dumps(doc))
     return path
 
 
@@ -50,3 +53,9 @@ def test_gpu_work_without_device_names_is_not_called_no_gpu_side(tmp_path):
 def test_a_trace_with_python_stacks_has_its_lines(tmp_path):
     text = header(trace(tmp_path, with_python=True))
     assert "100.0% of GPU time has its Python line Outside" in text, text
+
+
+def test_identical_gpus_are_said_once_with_their_count(tmp_path):
+    devices = ["NVIDIA A100-SXM4-80GB"] * 8 + ["NVIDIA H200"]
+    text = header(trace(tmp_path, with_python=False, devices=devices))
+    assert "8 × NVIDIA A100-SXM4-80GB, NVIDIA H200 ·" in text, text
