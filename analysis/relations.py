@@ -52,6 +52,9 @@ SITE_DOC = {
                  "torch.cuda.synchronize()... (from the line's source text or built-ins)",
     "torch_op": "innermost torch op (aten::...) above the call",
     "op_chain": "every torch op above the call, outermost first, as ';op1;op2;'",
+    "size_op": "the outermost torch op above the call whose output size depends on the values "
+               "(aten::nonzero, aten::masked_select, aten::unique...: PyTorch reads the size "
+               "back to the host); null where there is none",
     "frames": "every Python frame above the call, outermost first, as ';file:function;...;' "
               "(match a caller anywhere in the stack with a regex)",
     "py_api": "innermost Python built-in above the call: .tolist, .item, .cpu (Tensor methods "
@@ -140,6 +143,8 @@ COLUMNS: dict[str, dict[str, str]] = {
         "function": "the step function (file function)",
         "launches": "kernel launches in the step", "calls": "CUDA calls in the step",
         "syncs": "sync calls in the step", "blocked_ns": "CPU time blocked in the step",
+        "size_syncs": "sync calls in the step under a torch op whose output size depends on "
+                      "the values (size_op): the step's shapes change with its data",
         "cpu_call_ns": "CPU time inside CUDA calls in the step",
         "gpu_ns": "GPU time of the work the step launched",
         "busy_ns": "time the GPU was busy during the step",
@@ -206,7 +211,8 @@ ROW_KEY = {"calls": "call_idx", "gpu": "gpu_idx", "gaps": "gap_idx", "paths": "p
 # Columns that are a function of the call stack: rules filter them on the (small) site table
 # and match events by stack id; they are joined onto events only where a rule groups by them.
 SITE_COLUMNS = ("code_site", "site_id", "user_node", "user_function", "user_file", "user_line",
-                "user_module", "user_source", "mechanism", "torch_op", "op_chain", "py_api",
+                "user_module", "user_source", "mechanism", "torch_op", "op_chain", "size_op",
+                "py_api",
                 "frames", "site")
 
 
@@ -490,16 +496,21 @@ class Relations:
         schema = {"step": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "ts_ns": pl.Int64,
                   "dur_ns": pl.Int64, "end_ns": pl.Int64, "function": pl.String,
                   "launches": pl.Int64, "calls": pl.Int64, "syncs": pl.Int64,
-                  "blocked_ns": pl.Int64, "cpu_call_ns": pl.Int64, "gpu_ns": pl.Int64,
+                  "size_syncs": pl.Int64, "blocked_ns": pl.Int64, "cpu_call_ns": pl.Int64, "gpu_ns": pl.Int64,
                   "busy_ns": pl.Int64, "busy_frac": pl.Float64}
         if steps is None or not steps.count:
             return pl.DataFrame(schema=schema)
         calls = self.calls_table().with_columns(self.call_steps())
+        if "size_syncs" in want:
+            calls = calls.with_columns(*self.site_of(calls["stack_id"], ("size_op",)))
+        sizing = (pl.col("kind") == "sync") & pl.col("size_op").is_not_null() \
+            if "size_syncs" in want else pl.lit(False)
         per = (calls.filter(pl.col("step").is_not_null()).group_by("step").agg(
             pl.col("pid").first(), pl.col("tid").first(),
             (pl.col("kind") == "launch").sum().cast(pl.Int64).alias("launches"),
             pl.len().cast(pl.Int64).alias("calls"),
             (pl.col("kind") == "sync").sum().cast(pl.Int64).alias("syncs"),
+            sizing.sum().cast(pl.Int64).alias("size_syncs"),
             pl.col("dur_ns").filter("blocking").sum().alias("blocked_ns"),
             pl.col("dur_ns").sum().alias("cpu_call_ns")))
         gpu = self.gpu_table().filter(pl.col("work") & pl.col("call_idx").is_not_null())
@@ -513,8 +524,8 @@ class Relations:
         df = (frame.with_columns((pl.col("end_ns") - pl.col("ts_ns")).alias("dur_ns"),
                                  pl.lit(steps.function).alias("function"), busy.alias("busy_ns"))
               .join(per, on="step", how="left").join(gpu_per, on="step", how="left")
-              .with_columns(pl.col("launches", "calls", "syncs", "blocked_ns", "cpu_call_ns",
-                                   "gpu_ns").fill_null(0))
+              .with_columns(pl.col("launches", "calls", "syncs", "size_syncs", "blocked_ns",
+                                   "cpu_call_ns", "gpu_ns").fill_null(0))
               .with_columns((pl.col("busy_ns") / pl.col("dur_ns")).alias("busy_frac")))
         return df.select([c for c in schema if c in want or c == "step"])
 

@@ -30,6 +30,16 @@ MECHANISMS: tuple[tuple[str, str], ...] = (
     ("int()/float() of a tensor", r"\b(?:int|float)\("),
     ("if <tensor>:", r"^\s*(?:if|elif|while|assert)\b"),
 )
+# Torch ops whose output size depends on the tensor's values: on CUDA, PyTorch copies the size
+# to the host and waits for the GPU (a device-to-host copy and a stream sync) on every call.
+# Boolean-mask indexing (``x[mask]``, ``aten::index``) and ``torch.where(cond)`` go through
+# ``aten::nonzero``. ``aten::bincount`` reads its maximum with ``aten::item`` (a scalar read).
+SIZE_OPS: tuple[str, ...] = (
+    "aten::nonzero", "aten::nonzero_numpy", "aten::argwhere", "aten::masked_select",
+    "aten::_unique", "aten::_unique2", "aten::unique_dim", "aten::unique_consecutive",
+    "aten::unique_dim_consecutive", "aten::repeat_interleave", "aten::masked_scatter",
+)
+_SIZE_OP = ";(" + "|".join(re.escape(op) for op in SIZE_OPS) + ");"
 # Packages inside an installed tree are shown from the package down.
 _INSTALLED = re.compile(r"^.*/(?:site-packages|dist-packages)/")
 
@@ -158,7 +168,8 @@ def site_table(nodes: pl.DataFrame) -> pl.DataFrame:
         pl.col("user_file").replace_strict(short, default=pl.col("user_file"),
                                            return_dtype=pl.String).alias("user_short_file"),
         pl.coalesce(pl.col("py_api").str.replace(r"^(\.\w+)$", "$1()"),
-                    mechanism_of(pl.col("user_source"))).alias("mechanism"))
+                    mechanism_of(pl.col("user_source"))).alias("mechanism"),
+        pl.col("op_chain").str.extract(_SIZE_OP, 1).alias("size_op"))
     # The code site: same line, same torch ops, same built-in, whatever the callers above.
     key = pl.concat_str([pl.col(c).cast(pl.String).fill_null("") for c in (
         "user_file", "user_line", "user_function", "user_module", "op_chain", "py_api")],

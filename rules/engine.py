@@ -35,7 +35,7 @@ _EVENT_LABELS = ("api", "copy_kind", "src_mem", "dst_mem", "dtype", "name", "cau
                  "precision", "op_class", "function")
 # Labels read from the site table, for the group's site (or its first event's stack).
 _SITE_LABELS = ("user_node", "user_function", "user_file", "user_line", "user_module",
-                "user_source", "mechanism", "torch_op", "py_api", "site")
+                "user_source", "mechanism", "torch_op", "size_op", "py_api", "site")
 # Event columns each saving model reads (besides the relation's row key).
 _MODEL_COLUMNS = {"speedup": ("dur_ns", "precision", "op_class", "flops"),
                   "cuda-graph": ("step",), "batch": ("call_instance",)}
