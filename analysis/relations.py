@@ -81,6 +81,8 @@ COLUMNS: dict[str, dict[str, str]] = {
         "blocking": "the call blocks the CPU until the GPU catches up (syncs, synchronous or "
                     "pageable copies, synchronous memsets)",
         "blocked_ns": "duration when blocking, else 0",
+        "memory": "the call gives memory to the driver or takes it back (cudaMalloc, cudaFree, "
+                  "cudaHostAlloc, cuMemAllocAsync...: zym.schemas.apis.MEMORY_PATTERN)",
         "follows_dtoh": "the previous call on the thread was a device-to-host copy",
         "follows_copy": "the previous call on the thread was a copy (any direction)",
         "prev_copy_bytes": "bytes of the previous call on the thread when it was a copy",
@@ -338,6 +340,11 @@ class Relations:
         df = calls.select(cols).with_columns(pl.col("copy_kind").cast(pl.Categorical),
                                              pl.col("src_mem").cast(pl.Categorical),
                                              pl.col("dst_mem").cast(pl.Categorical))
+        if "memory" in want:
+            from zym.schemas.apis import is_memory_api
+
+            df = df.with_columns(calls.select(is_memory_api(pl.col("api").cast(pl.String))
+                                              .fill_null(False).alias("memory")))
         # Sequence columns need every call of the thread, before any row is dropped.
         if want & {"follows_dtoh", "follows_copy", "prev_copy_bytes"}:
             prev = calls.select(self.facts.per_thread(pl.col("call_idx").shift(1)).alias("p"))["p"]

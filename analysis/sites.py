@@ -74,6 +74,22 @@ def short_paths(files: pl.Series) -> dict[str, str]:
     return out
 
 
+def own_code_caller(frames: list[dict]) -> str | None:
+    """Where a site lies inside an installed package (transformers, vllm...: its exact line is
+    the package's), the innermost frame of the user's own code above it, as ``file:line
+    function`` (the file relative to the folder its own-code frames share, as sites are);
+    None where the site is the user's own code or nothing of theirs calls it. ``frames``: the
+    user frames of the site's path, outermost first (``file``, ``line``, ``name``)."""
+    if not frames or not _INSTALLED.match(frames[-1].get("file") or ""):
+        return None
+    own = [f for f in frames if f.get("file") and not _INSTALLED.match(f["file"])]
+    if not own:
+        return None
+    short = short_paths(pl.Series([f["file"] for f in own]))
+    f = own[-1]
+    return f"{short.get(f['file'], f['file'])}:{f['line']} {f['name']}"
+
+
 def site_label(function: str | None, file: str | None, line: int | None,
                module: str | None = None, fallback: str = "(no user frame)") -> str:
     """``file:line function``; ``Module.forward`` inside an ``nn.Module``; ``fallback`` when

@@ -20,6 +20,7 @@ from zym.analysis.relations import (
     Relations,
     deferred_columns,
 )
+from zym.analysis.sites import own_code_caller
 
 from .compile import aggregation, derived, having_expr, render, where_expr
 from .findings import OCCURRENCE_COLUMNS, Finding, Findings
@@ -349,10 +350,11 @@ def _finding(rule: Rule, row: dict, occ: Any, cost: str, constants: dict,
         "site": site, "what": _what(labels, rule.what), "instance": _instance(labels, constants),
         # a count per call means something only where the calls are of a user function
         "user_instance": _instance(labels, constants) if labels.get("user_function") else None}
-    chain = []
+    chain, caller = [], None
     if site_id is not None and graph is not None:
-        chain = [f"{f['file']}:{f['line']} {f['name']}" for f in graph.path(site_id)
-                 if f.get("is_user")]
+        frames = [f for f in graph.path(site_id) if f.get("is_user")]
+        chain = [f"{f['file']}:{f['line']} {f['name']}" for f in frames]
+        caller = own_code_caller(frames)
     return Finding(
         rule_id=rule.id, severity=rule.severity, title=render(rule.title, values),
         message=render(rule.message, values), site=site, user_chain=chain, evidence=evidence,
@@ -361,7 +363,7 @@ def _finding(rule: Rule, row: dict, occ: Any, cost: str, constants: dict,
         group_key=tuple((k, row[k]) for k in rule.group_by), saving_model=dict(rule.saving),
         relation=rule.relation, measures={k: v for k, v in measures.items()
                                           if isinstance(v, (int, float))},
-        source=labels.get("user_source"))
+        source=labels.get("user_source"), called_from=caller)
 
 
 def site_text(labels: dict) -> str:

@@ -33,7 +33,8 @@ RESULTS = HERE / "results" / "h200"
 # requests per pass of each workload (bench/whatif/workloads/W.py: Service.requests)
 REQUESTS = {"gpt_decode": 7, "rerank": 12, "decode_loop": 6}
 TOLERANCE = 0.30
-# "rule.id (HtoD): text", or "rule.a+rule.b: text" for a variant applying several findings' fixes
+# "rule.id (HtoD): text", or "rule.a+rule.b: text" / "rule.id (all): text" for a variant applying
+# several findings' fixes (every finding of those rules)
 RULE_FIX = re.compile(r"([a-z_]+\.[a-z0-9-]+(?:\+[a-z_]+\.[a-z0-9-]+)*)(?: \(([^)]*)\))?:")
 
 
@@ -131,8 +132,8 @@ def compare(results: Path = RESULTS, requests_of: dict[str, int] | None = None) 
             findings, steps, step_ms, together = predictions(path)
             for variant, m in meas.items():
                 rule, qualifier = rule_of(m["fix"])
-                if "+" in rule:   # several findings' fixes at once: one replay of them all
-                    saving, rank = together(rule.split("+"))
+                if "+" in rule or qualifier == "all":   # several findings' fixes at once
+                    saving, rank = together(rule.split("+"))   # (one replay of them all)
                     pred = None if saving is None else saving / steps / 1e6
                 else:
                     ranked = [(i, f) for i, f in enumerate(findings, 1) if f["rule_id"] == rule]

@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 BLIND = ROOT / "bench" / "whatif" / "results" / "h200-blind"
 WORKLOADS = ROOT / "bench" / "whatif" / "workloads"
-REQUESTS = {"vision": 8, "moe": 6, "detect": 6, "hf_generate": 4}   # len(Service.requests)
+REQUESTS = {"vision": 8, "moe": 6, "detect": 6, "hf_generate": 4, "churn": 6}   # len(requests)
 _spec = importlib.util.spec_from_file_location("whatif_compare",
                                                ROOT / "bench" / "whatif" / "compare.py")
 compare = importlib.util.module_from_spec(_spec)
@@ -94,7 +94,7 @@ def test_size_reads_are_named_with_one_sync_per_loop_trip(source, workload, patt
 
 def test_every_variant_is_compared(rows):
     got = {(r.workload, r.source, r.variant) for r in rows}
-    assert len({(w, s) for w, s, _ in got}) == 7   # hf_generate: no torch.profiler trace kept
+    assert len({(w, s) for w, s, _ in got}) == 9   # hf_generate: no torch.profiler trace kept
     assert ("detect", "zym capture", "fixed_shapes") in got
 
 
@@ -118,7 +118,7 @@ def test_docs_table_is_what_the_captures_give_today(rows):
         "<!-- /whatif-blind-table -->", 1)[0]
     assert table == compare.markdown(rows), (
         "docs/benchmarks.md is stale: python bench/whatif/compare.py "
-        "bench/whatif/results/h200-blind --requests vision=8,moe=6,detect=6,hf_generate=4 --markdown")
+        "bench/whatif/results/h200-blind --requests vision=8,moe=6,detect=6,hf_generate=4,churn=6 --markdown")
 
 
 def test_the_size_sync_estimate_removes_the_ops_own_calls():
@@ -132,3 +132,15 @@ def test_the_size_sync_estimate_removes_the_ops_own_calls():
     in_window = calls["ts_ns"].is_between(*result.facts.window, closed="left")
     under = int((ops.str.contains(";aten::nonzero") & in_window).sum())
     assert f.evidence["count"] == under > 2 * f.evidence["syncs"]
+
+
+def test_syncs_inside_transformers_name_the_users_generate_line():
+    """The Hugging Face workload's syncs are transformers' own lines; each names the line of
+    the workload that called generate (found in its source)."""
+    [line] = lines_matching("hf_generate", r"self\.model\.generate\(")
+    _, findings = findings_of(BLIND / "captures" / "hf_generate.parquet")
+    inside = [f for f in findings if f.site.startswith("transformers/")]
+    assert inside and all(f.called_from == f"workloads/hf_generate.py:{line} Service.handle"
+                          for f in inside), [(f.site, f.called_from) for f in inside]
+    own = [f for f in findings if f.site.startswith("workloads/")]
+    assert own and all(f.called_from is None for f in own)

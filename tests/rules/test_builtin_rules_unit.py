@@ -141,6 +141,39 @@ def test_data_dependent_size__silent_on_scalar_reads_and_fixed_shapes():
     assert len(fired(b, "syncs.scalar-readback")) == 1
 
 
+EMPTY_CACHE = STEP + [("python", "empty_cache", "torch/cuda/memory.py", 222)]
+ALLOC = STEP + [("torch_op", "aten::empty")]
+
+
+def test_allocator_churn__fires_on_frees_and_allocations_every_call():
+    b = CaptureBuilder()
+    for _ in range(4):
+        with b.enclosing(STEP):
+            b.call(ALLOC, "cudaMalloc", "other", cpu_us=300)
+            b.kernel(STEP + [("torch_op", "aten::mm")], "gemm", gpu_us=500)
+            b.call(EMPTY_CACHE, "cudaFree", "other", cpu_us=80)   # waits for the gemm
+    found = fired(b, "memory.allocator-churn")
+    assert sorted(f.title.rsplit(": ", 1)[1] for f in found) == ["cudaFree", "cudaMalloc"]
+    free = next(f for f in found if f.title.endswith("cudaFree"))
+    malloc = next(f for f in found if f.title.endswith("cudaMalloc"))
+    assert free.evidence["count"] == 4 and free.evidence["per_call"] == 1.0
+    assert free.evidence["stall_ns"] > 4 * 400_000          # each free waited for its gemm
+    assert malloc.evidence["stall_ns"] == 0 and malloc.evidence["cpu_ns"] == 4 * 300_000
+    # removing the allocations saves at most their own time: the work before each stays
+    assert 0 < malloc.saving_ns <= malloc.evidence["cpu_ns"]
+
+
+def test_allocator_churn__silent_for_one_time_allocations():
+    b = CaptureBuilder()
+    with b.enclosing(STEP):
+        for _ in range(5):
+            b.call(ALLOC, "cudaMalloc", "other", cpu_us=300)   # the model's weights, once
+    for _ in range(4):
+        with b.enclosing(STEP):
+            b.kernel(STEP + [("torch_op", "aten::mm")], "gemm", gpu_us=500)
+    assert fired(b, "memory.allocator-churn") == []
+
+
 def _explicit_syncs(b: CaptureBuilder, n: int, calls: int = 3) -> None:
     sync_frames = STEP + [("python", "synchronize", "torch/cuda/__init__.py", 1)]
     for _ in range(calls):
