@@ -39,7 +39,7 @@ _SITE_LABELS = ("user_node", "user_function", "user_file", "user_line", "user_mo
                 "user_source", "mechanism", "torch_op", "size_op", "py_api", "site")
 # Event columns each saving model reads (besides the relation's row key).
 _MODEL_COLUMNS = {"speedup": ("dur_ns", "precision", "op_class", "flops"),
-                  "cuda-graph": ("step",), "batch": ("call_instance",)}
+                  "cuda-graph": ("step", "size_syncs"), "batch": ("call_instance",)}
 
 
 def evaluate_rules(analysis: Analysis, rules: Sequence[Rule],

@@ -307,6 +307,12 @@ def _cuda_graph(relation: str, rows: pl.DataFrame, analysis: Analysis) -> Fix | 
     the finding's steps, each replayed as one graph launch."""
     if "step" not in rows.columns:
         return None
+    if "size_syncs" in rows.columns and rows["size_syncs"].sum():
+        per = rows["size_syncs"].sum() / rows.height
+        raise NoEstimate(f"its steps wait {per:.3g} times each for an output size that depends "
+                         "on their data (syncs.data-dependent-size): their shapes change with "
+                         "the data, and a CUDA graph needs fixed shapes first; fix those, "
+                         "then capture again")
     rel = analysis.relations
     c = analysis.facts.calls.with_columns(rel.call_steps())
     steps = repeating_steps(c, analysis.facts.gpu, set(rows["step"].drop_nulls().to_list()))

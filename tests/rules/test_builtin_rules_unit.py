@@ -433,6 +433,8 @@ def test_launch_bound_step__says_when_the_steps_read_sizes_back():
     assert f.evidence["size_syncs_per_step"] == 3.0
     assert "waits 3 times on average (at most 3) for an output size that depends on its " \
         "data" in " ".join(f.message.split())
+    # no estimate: graphs need the fixed shapes first (the size reads' findings come first)
+    assert f.saving_ns is None and "data-dependent-size" in f.saving_how
 
 
 def test_launch_bound_step__silent_when_gpu_bound():
