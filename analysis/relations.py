@@ -450,7 +450,12 @@ class Relations:
 
     def _build_gpu(self, want: set[str], wheres: list[dict] | None = None) -> pl.DataFrame:
         gpu = self.gpu_table()
-        rows = gpu.filter(pl.col("call_idx").is_not_null() & pl.col("work"))
+        # Only the columns some rule reads (in the table's order) are filtered: the others
+        # would be copied for every launched operation, then dropped.
+        keep = want | {"stack_id", "call_idx", "gpu_idx"} | (
+            {"size_bytes"} if "bytes" in want else set())
+        rows = (gpu.select([c for c in gpu.columns if c in keep])
+                .filter(pl.col("call_idx").is_not_null() & gpu["work"]))
         rows = self._keep(rows, wheres)
         idx = rows["call_idx"]
         calls = self.calls_table()

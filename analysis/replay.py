@@ -137,7 +137,10 @@ class Timeline:
         self.overhead_ns = np.clip(oh, 0, None) if oh.size and oh.min() < 0 else oh
         self.n_calls = calls.height
         self.w0, self.w1 = facts.window
-        self._build_gpu(facts.gpu.filter("work"), calls, facts.gpu.height)
+        # the columns read here, then the work rows (not every column of every operation)
+        gpu = facts.gpu.select("gpu_idx", "ts_ns", "dur_ns", "end_ns", "device_id",
+                               "stream_id", "call_idx", "work")
+        self._build_gpu(gpu.filter("work"), calls, facts.gpu.height)
         self._build_calls(calls)
 
     # -- model --------------------------------------------------------------------------------
