@@ -51,7 +51,7 @@ def _compact(table: pl.DataFrame) -> pl.DataFrame:
 
 
 def constant_columns(table: pl.DataFrame) -> pl.DataFrame:
-    """``table`` with each column that holds one value in every row (all null, or one number)
+    """``table`` with each column that holds one value in every row (all null, or one integer)
     as a constant: the same values and type, stored once instead of once per row (a capture's
     single process id, the fields its producer never records: at 10 M rows, 40-80 MB each)."""
     if table.height == 0:
@@ -62,7 +62,7 @@ def constant_columns(table: pl.DataFrame) -> pl.DataFrame:
         nulls = col.null_count()
         if nulls == table.height:
             same.append(pl.lit(None, dtype).alias(name))
-        elif nulls == 0 and dtype.is_numeric() and col.min() == col.max():
+        elif nulls == 0 and dtype.is_integer() and col.min() == col.max():
             same.append(pl.lit(col[0], dtype).alias(name))
     return table.with_columns(same) if same else table
 

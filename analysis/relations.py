@@ -311,7 +311,8 @@ class Relations:
         calls = self.calls_table()
         steps = self.analysis.steps_in_window()
         if steps is None:
-            return pl.DataFrame({"step": pl.Series([None] * calls.height, dtype=pl.Int64)})
+            return pl.DataFrame({"step": pl.repeat(None, calls.height, dtype=pl.Int64,
+                                                   eager=True)})
         import numpy as np
 
         ts = calls["ts_ns"].to_numpy()

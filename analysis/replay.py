@@ -57,6 +57,20 @@ if TYPE_CHECKING:
 KINETO_NS_PER_EVENT = {"python_function": 1_402, "cpu_op": 1_157, "cuda_runtime": 2_156}
 # A blocking copy that returned this long before its GPU copy ended did not wait for it.
 RETURN_SLACK_NS = 2_000
+# Positions of calls and operations (and -1: none) are held as int32 below this count (half
+# the memory of int64), as int64 from it; the margin leaves room for the +1 of running counts.
+# Times and durations stay int64 (nanoseconds overflow int32 in 2 s).
+INDEX32_MAX = np.iinfo(np.int32).max - 2
+
+
+def index_dtype(n: int) -> type:
+    """The integer type of positions below ``n`` (see ``INDEX32_MAX``)."""
+    return np.int32 if n <= INDEX32_MAX else np.int64
+
+
+def narrow_index(a: np.ndarray, n: int) -> np.ndarray:
+    """``a``, positions below ``n`` (or -1), as :func:`index_dtype` of ``n``."""
+    return a.astype(index_dtype(n), copy=False)
 
 
 @dataclass
@@ -201,7 +215,7 @@ class Timeline:
         gap = np.where(by_stream, gap_obs,
                        np.where(first, 0, np.minimum(gap_obs, self.queue_gap_ns)))
         op_gpu_idx = g["gpu_idx"].to_numpy()
-        self.op_call = g["call_idx"].to_numpy()
+        self.op_call = narrow_index(g["call_idx"].to_numpy(), self.n_calls)
         self.op_dur = g["dur_ns"].to_numpy().astype(np.int64, copy=False)
         self.op_start = start
         self.op_lat = np.where(launched, lat, 0).astype(np.int64, copy=False)
@@ -211,7 +225,7 @@ class Timeline:
         self.op_sid = np.cumsum(_starts(stream)) - 1
         self.n_streams = int(self.op_sid[-1]) + 1 if len(stream) else 0
         # position of each gpu_idx in stream order
-        self.pos_of_gpu = np.full(n_gpu, -1, np.int64)  # by gpu_idx; -1: not work
+        self.pos_of_gpu = np.full(n_gpu, -1, index_dtype(len(op_gpu_idx)))  # -1: not work
         self.pos_of_gpu[op_gpu_idx] = np.arange(len(op_gpu_idx))
 
     def _build_calls(self, calls: pl.DataFrame) -> None:
@@ -228,7 +242,9 @@ class Timeline:
             order = np.argsort(thread, kind="stable")
         else:
             order = np.lexsort((self.call_ts, thread))
-        self.order = order
+        self.order = narrow_index(order, len(order))
+        del order
+        order = self.order
         t_sorted = thread[order]
         first = np.ones(len(order), bool)
         first[1:] = t_sorted[1:] != t_sorted[:-1]
@@ -246,7 +262,8 @@ class Timeline:
         # operation launched before it (a sync).
         blocking = c["blocking"].to_numpy()
         own_end = c["own_end_ns"].fill_null(-1).to_numpy()
-        self.own_row = calls["own_row"].fill_null(-1).to_numpy()
+        self.own_row = narrow_index(calls["own_row"].fill_null(-1).to_numpy(),
+                                    len(self.pos_of_gpu))
         has_own = own_end >= 0
         returned_early = has_own & (end < own_end - RETURN_SLACK_NS)
         self.waits = blocking & ~returned_early
@@ -553,7 +570,7 @@ class _Base:
         self.g_rank = g_rank
         n, n_ops = tl.n_calls, len(tl.op_dur)
         # Calls: position in thread order; each thread's last call.
-        self.pos = np.empty(n, np.int64)
+        self.pos = np.empty(n, index_dtype(n))
         self.pos[tl.order] = np.arange(n)
         self.last_calls = tl.order[np.nonzero(np.append(tl.first_of_thread[1:], True))[0]]
         self.last_thread = (np.cumsum(tl.first_of_thread) - 1)[self.pos[self.last_calls]]
@@ -564,9 +581,10 @@ class _Base:
         self.anchored = np.nonzero(~self.launched)[0]
         # Groups: members (in group order), one member's call and position, and the span of
         # call and stream positions they cover.
-        order, gs = k["group_order"], k["group_start"]
+        order = narrow_index(k.pop("group_order"), n_ops)
+        gs = narrow_index(k.pop("group_start"), len(order))
         self.members, self.member_start = order, gs
-        self.member_end = np.append(gs[1:], len(order)).astype(np.int64)
+        self.member_end = np.append(gs[1:], len(order)).astype(gs.dtype)
         if len(order):
             mcall = np.where(self.launched[order], self.pos[np.maximum(tl.op_call[order], 0)], -1)
             self.g_op = order[gs]

@@ -43,15 +43,15 @@ def main() -> None:
     say("load")
     nodes = stack_nodes(data.frames, data.stacks)
     facts = Facts(data, nodes)
-    facts.calls
+    _ = facts.calls
     say("Facts.calls")
-    facts.gpu
+    _ = facts.gpu
     say("Facts.gpu")
     phases = find_phases(facts.calls, facts.gpu, nodes, data.spans(), facts.window)
     say("phases")
     a = Analysis(data, facts, build_call_paths(facts), phases, facts, "steady")
     say("call paths")
-    a.timeline
+    _ = a.timeline
     say("timeline")
     findings = None
     if not args.no_rules:

@@ -260,3 +260,37 @@ def test_blocking_apis_are_matched_per_name():
     want = pl.select(is_blocking_api(pl.lit(api))).to_series()
     got = api_blocks(api.cast(pl.Categorical))
     assert got.to_list() == want.to_list() and want.sum() > 0 and want.null_count() > 0
+
+
+def test_narrow_positions_replay_as_wide_ones(synthetic, shifts, monkeypatch):
+    """Positions of calls and operations held as int32 (below ``INDEX32_MAX``) or, past it,
+    as int64 (here forced by a limit of 0): the arrays take that type, and each fix replayed
+    incrementally from the narrow state ends when the whole replay of the wide one does."""
+    def timeline(limit: int) -> replay.Timeline:
+        monkeypatch.setattr(replay, "INDEX32_MAX", limit)
+        tl = analyze(synthetic, lambda _stage: None, "steady").timeline
+        _ = tl._base  # built under this limit
+        return tl
+
+    narrow, wide = timeline(replay.INDEX32_MAX), timeline(0)
+    for tl, want in ((narrow, np.int32), (wide, np.int64)):
+        base = tl._base
+        for a in (tl.order, tl.op_call, tl.pos_of_gpu, tl.own_row, base.pos, base.members,
+                  base.member_start, base.member_end, base.g_lo_op, base.g_hi_call):
+            assert a.dtype == want
+    rng = np.random.default_rng(23)
+    for _ in range(30):
+        fix = _random_fix(narrow, rng)
+        assert narrow.replay(fix) == wide.replay(fix, incremental=False), fix
+        assert wide.replay(fix) == narrow.replay(fix, incremental=False), fix
+
+
+def test_index_dtype_falls_back_to_int64_past_the_limit():
+    """A count that int32 positions (and their +1) hold, and the first that they do not."""
+    assert replay.index_dtype(0) is np.int32
+    assert replay.index_dtype(2**31 - 3) is np.int32
+    assert replay.index_dtype(2**31 - 2) is np.int64
+    a = np.array([-1, 0, 5])
+    assert replay.narrow_index(a, 6).dtype == np.int32
+    assert replay.narrow_index(a, 2**40).dtype == np.int64
+    assert replay.narrow_index(a, 6).tolist() == [-1, 0, 5]
