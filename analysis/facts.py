@@ -203,7 +203,7 @@ class Facts:
         ``end_ns``, ``work`` and the kernel classes (:mod:`zym.analysis.kernels`)."""
         calls = self.calls
         gpu = conformed(self.data, "gpu")
-        rows = self._call_rows
+        rows = self.__dict__.pop("_call_rows")  # read once: not kept beside the column
         gpu = gpu.with_columns(rows.alias("call_idx"), pl.col("device_id").fill_null(-1),
                                (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"),
                                (pl.col("kind") != "sync").fill_null(True).alias("work"))

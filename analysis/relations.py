@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from .facts import EVENT_SITE_COLUMNS, conformed, take
+from .load import constant_columns
 from .matmul import MATMUL_OPS, with_flops
 
 if TYPE_CHECKING:
@@ -253,7 +254,8 @@ class Relations:
             return have
         wanted = (columns | set(have.columns)) if have is not None else set(columns)
         wanted &= set(COLUMNS[name]) | {"call_idx", ROW_KEY[name]}
-        self._eager[key] = getattr(self, f"_build_{name}")(wanted, wheres)
+        # a column with one value in every row (no matmul shapes: no FLOPs) is held once
+        self._eager[key] = constant_columns(getattr(self, f"_build_{name}")(wanted, wheres))
         return self._eager[key]
 
     def _keep(self, df: pl.DataFrame, wheres: list[dict] | None) -> pl.DataFrame:
