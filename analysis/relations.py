@@ -387,7 +387,11 @@ class Relations:
                                       self.call_steps())
 
             ids = self._once_obj("call_instance of every call", every)
-            return pl.Series("call_instance", ids[idx.to_numpy()], dtype=pl.Int64)
+            at = idx.to_numpy()
+            if len(at) == len(ids) and (not len(at) or (at[0] == 0 and bool(
+                    (at[1:] - at[:-1] == 1).all()))):  # every call in order: shared, no copy
+                return pl.Series("call_instance", ids, dtype=pl.Int64)
+            return pl.Series("call_instance", ids[at], dtype=pl.Int64)
         frame = calls.select("pid", "tid", "ts_ns").with_columns(
             user_node.alias("user_node"))[idx.to_list()]
         users = frame["user_node"].drop_nulls().unique()

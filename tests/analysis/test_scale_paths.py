@@ -294,3 +294,18 @@ def test_index_dtype_falls_back_to_int64_past_the_limit():
     assert replay.narrow_index(a, 6).dtype == np.int32
     assert replay.narrow_index(a, 2**40).dtype == np.int64
     assert replay.narrow_index(a, 6).tolist() == [-1, 0, 5]
+
+
+def test_every_calls_instance_is_shared_not_copied(synthetic):
+    """``call_instance`` asked for every call in order is the array computed once (no copy);
+    asked for some calls, out of order, it is that array's values at those calls."""
+    rel = analyze(synthetic, lambda _stage: None, "steady").relations
+    n = rel.calls_table().height
+    every = rel._instances(pl.int_range(n, dtype=pl.Int64, eager=True))
+    ids = rel._objects["call_instance of every call"]
+    assert np.shares_memory(every.to_numpy(), ids)
+    some = np.random.default_rng(2).permutation(n)[: n // 3]
+    assert rel._instances(pl.Series(some)).to_list() == ids[some].tolist()
+    twice = np.r_[0, 0, np.arange(2, n)]  # as long as every call, not each call in order
+    got = rel._instances(pl.Series(twice)).to_numpy()
+    assert not np.shares_memory(got, ids) and got.tolist() == ids[twice].tolist()
