@@ -563,12 +563,22 @@ class _Base:
         self.gap = tl.gap if np.array_equal(k["gap"], tl.gap) else k["gap"]
         self.cost = tl.intrinsic if np.array_equal(k["cost"], tl.intrinsic) else k["cost"]
         self.start_nowait, self.span, self.s_incl = k["start_nowait"], k["span"], k["s_incl"]
-        self.epoch_start, self.epoch_order = k["epoch_start"], k["epoch_order"]
-        self.epoch_wait, self.thread_of_epoch = k["epoch_wait"], k["thread_of_epoch"]
-        self.wait_idx, self.own_pos, self.n_threads = k["wait_idx"], k["own_pos"], k["n_threads"]
-        g_rank, self.g_stream, self.g_fixed, self.g_val, _ = k["groups"]
-        self.g_rank = g_rank
         n, n_ops = tl.n_calls, len(tl.op_dur)
+        # Positions (of epochs, calls, waiting calls, operations, threads, streams) narrowed
+        # as the timeline's are; times and sums stay int64.
+        self.epoch_start = k["epoch_start"]
+        n_epochs = len(self.epoch_start)
+        self.epoch_order = narrow_index(k.pop("epoch_order"), n_epochs)
+        self.epoch_wait = narrow_index(k.pop("epoch_wait"), n)
+        self.thread_of_epoch = narrow_index(k.pop("thread_of_epoch"), n)
+        self.wait_idx = narrow_index(k.pop("wait_idx"), n)
+        self.own_pos = narrow_index(k.pop("own_pos"), n_ops)
+        self.n_threads = k["n_threads"]
+        g_rank, g_stream, g_fixed, self.g_val, _ = k.pop("groups")
+        self.g_rank = narrow_index(g_rank, n_epochs)
+        self.g_stream = narrow_index(g_stream, n_ops)
+        self.g_fixed = g_fixed.astype(np.int8)  # 0 or 1
+        del g_rank, g_stream, g_fixed
         # Calls: position in thread order; each thread's last call.
         self.pos = np.empty(n, index_dtype(n))
         self.pos[tl.order] = np.arange(n)
@@ -598,20 +608,19 @@ class _Base:
             self.g_op = self.g_call_pos = self.g_lo_op = self.g_hi_op = order
             self.g_lo_call = self.g_hi_call = order
         # Epochs: the first of each thread; each waiting call's row and its epoch.
-        n_epochs = len(self.epoch_start)
         self.epoch_first = np.zeros(n_epochs, bool)
         self.epoch_first[k["epoch_base"][:-1]] = True
-        self.row_of_epoch = np.full(n_epochs, -1, np.int64)
+        self.row_of_epoch = np.full(n_epochs, -1, index_dtype(len(self.wait_idx)))
         ends = self.epoch_wait >= 0
         self.row_of_epoch[ends] = np.searchsorted(self.wait_idx, self.epoch_wait[ends])
-        at = k["at"]  # what the waiting calls await (no fix moves it)
+        at = k.pop("at")  # what the waiting calls await (no fix moves it)
         own_ok = self.own_pos >= 0
         self.own_sid = (np.where(own_ok, tl.op_sid[np.maximum(self.own_pos, 0)], -1)
                         if len(tl.op_sid) else np.full(len(self.own_pos), -1, np.int64))
         # What a replay moves by its edits, unfixed: per waiting call, the stream sums it
         # waits for (``s_at``, -1: none on that stream; ``own_prefix``) and its start.
         self.at_has = at >= 0
-        self.at_0 = np.maximum(at, 0)
+        self.at_0 = narrow_index(np.maximum(at, 0), n_ops)
         self.s_at = np.full(at.shape, -1, np.int64)
         self.s_at[self.at_has] = self.s_incl[at[self.at_has]]
         self.own_prefix = np.zeros(len(self.own_pos), np.int64)

@@ -276,7 +276,9 @@ def test_narrow_positions_replay_as_wide_ones(synthetic, shifts, monkeypatch):
     for tl, want in ((narrow, np.int32), (wide, np.int64)):
         base = tl._base
         for a in (tl.order, tl.op_call, tl.pos_of_gpu, tl.own_row, base.pos, base.members,
-                  base.member_start, base.member_end, base.g_lo_op, base.g_hi_call):
+                  base.member_start, base.member_end, base.g_lo_op, base.g_hi_call,
+                  base.epoch_order, base.wait_idx, base.own_pos, base.at_0, base.g_rank,
+                  base.g_stream, base.row_of_epoch, base.thread_of_epoch):
             assert a.dtype == want
     rng = np.random.default_rng(23)
     for _ in range(30):
