@@ -338,6 +338,11 @@ class Timeline:
         """The timeline's arrays with ``fix`` applied (copies): gaps, costs, which calls wait,
         and per operation its duration, launch latency, queue gap, the call it follows and
         whether it is gone (its call removed)."""
+        if fix.is_empty():  # the unfixed replay reads the timeline's own arrays (no copies)
+            gap = (np.clip(self.gap - self.overhead_ns, 0, None)
+                   if deflate and self.overhead_ns.any() else self.gap)  # gaps are >= 0
+            return (gap, self.intrinsic, self.waits, self.op_dur, self.op_lat, self.op_gap,
+                    self.op_call, np.zeros(len(self.op_dur), bool))
         gap = np.clip(self.gap - (self.overhead_ns if deflate else 0), 0, None)
         cost = self.intrinsic.copy()
         waits = self.waits.copy()

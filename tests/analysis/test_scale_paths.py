@@ -311,3 +311,22 @@ def test_every_calls_instance_is_shared_not_copied(synthetic):
     twice = np.r_[0, 0, np.arange(2, n)]  # as long as every call, not each call in order
     got = rel._instances(pl.Series(twice)).to_numpy()
     assert not np.shares_memory(got, ids) and got.tolist() == ids[twice].tolist()
+
+
+@pytest.mark.parametrize("overhead", [0, 700])
+def test_the_unfixed_replay_reads_the_timeline_without_copies(synthetic, overhead):
+    """The empty fix replays the timeline's own arrays (no copies, none written): it ends when
+    a fix that edits a call to its own cost (so every array is copied) does, with and without
+    a recording cost taken out, and leaves the timeline as it was."""
+    tl = analyze(synthetic, lambda _stage: None, "steady").timeline
+    tl.overhead_ns = np.broadcast_to(np.int64(overhead), (tl.n_calls,))
+    before = {k: getattr(tl, k).copy() for k in ("gap", "intrinsic", "waits", "op_dur",
+                                                 "op_lat", "op_gap", "op_call")}
+    same = replay.Fix(cost_calls=np.array([3]), cost_ns=tl.intrinsic[[3]])
+    for deflate in (True, False):
+        assert tl.replay(replay.Fix(), deflate, incremental=False) == \
+            tl.replay(same, deflate, incremental=False)
+    edited = tl._edit(replay.Fix(), True)
+    assert (edited[1] is tl.intrinsic) and (edited[0] is tl.gap) == (overhead == 0)
+    for k, v in before.items():
+        assert np.array_equal(getattr(tl, k), v), k
