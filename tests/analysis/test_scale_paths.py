@@ -330,3 +330,13 @@ def test_the_unfixed_replay_reads_the_timeline_without_copies(synthetic, overhea
     assert (edited[1] is tl.intrinsic) and (edited[0] is tl.gap) == (overhead == 0)
     for k, v in before.items():
         assert np.array_equal(getattr(tl, k), v), k
+
+
+def test_call_instance_positions_fall_back_to_int64():
+    """``call_instances`` holds positions as int32 below 2^31 - 1 and as they are from it."""
+    from zym.analysis.instances import _narrow
+
+    a = np.array([-1, 0, 7], np.int64)
+    assert _narrow(a, 8).dtype == np.int32 and _narrow(a, 8).tolist() == [-1, 0, 7]
+    assert _narrow(a, 2**31 - 2).dtype == np.int32
+    assert _narrow(a, 2**31 - 1) is a
