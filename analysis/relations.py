@@ -330,7 +330,7 @@ class Relations:
         calls = self.calls_table()
         n = calls.height
         base = ("call_idx", "stack_id", "kind", "copy_kind", "bytes", "src_mem", "dst_mem",
-                "blocking", "own_gpu_ns")
+                "blocking", "own_row")
         cols = [c for c in calls.columns if c in want or c in base]
         df = calls.select(cols).with_columns(pl.col("copy_kind").cast(pl.Categorical),
                                              pl.col("src_mem").cast(pl.Categorical),
@@ -350,7 +350,8 @@ class Relations:
             df = df.with_columns(self._instances(df["call_idx"]))
         df = df.with_columns(*self.site_of(df["stack_id"]),
                              pl.col("bytes").fill_null(0),
-                             pl.col("own_gpu_ns").fill_null(0).alias("gpu_ns"))
+                             self.gpu_table()["dur_ns"].gather(df["own_row"]).fill_null(0)
+                             .alias("gpu_ns"))
         if "blocked_ns" in want:
             df = df.with_columns(pl.when("blocking").then(pl.col("dur_ns")).otherwise(0)
                                  .alias("blocked_ns") if "dur_ns" in df.columns else

@@ -155,7 +155,7 @@ class Timeline:
         gpu = facts.gpu.select("gpu_idx", "ts_ns", "dur_ns", "end_ns", "device_id",
                                "stream_id", "call_idx", "work")
         self._build_gpu(gpu.filter("work"), calls, facts.gpu.height)
-        self._build_calls(calls)
+        self._build_calls(calls, facts.gpu["end_ns"].to_numpy())
 
     # -- model --------------------------------------------------------------------------------
 
@@ -228,10 +228,10 @@ class Timeline:
         self.pos_of_gpu = np.full(n_gpu, -1, index_dtype(len(op_gpu_idx)))  # -1: not work
         self.pos_of_gpu[op_gpu_idx] = np.arange(len(op_gpu_idx))
 
-    def _build_calls(self, calls: pl.DataFrame) -> None:
-        """Per call: its thread, gap, intrinsic cost, and whether (and for what) it waits."""
-        c = calls.select("call_idx", "_thread", "ts_ns", "dur_ns", "end_ns", "kind", "blocking",
-                         "own_end_ns")
+    def _build_calls(self, calls: pl.DataFrame, gpu_end: np.ndarray) -> None:
+        """Per call: its thread, gap, intrinsic cost, and whether (and for what) it waits
+        (``gpu_end``: each GPU operation's end, by ``gpu_idx``)."""
+        c = calls.select("call_idx", "_thread", "ts_ns", "dur_ns", "end_ns", "kind", "blocking")
         thread = c["_thread"].to_numpy()
         self.call_ts = c["ts_ns"].to_numpy()
         dur = c["dur_ns"].to_numpy().astype(np.int64, copy=False)
@@ -261,10 +261,11 @@ class Timeline:
         # What each waiting call waited for: its own GPU operation (a blocking copy), else every
         # operation launched before it (a sync).
         blocking = c["blocking"].to_numpy()
-        own_end = c["own_end_ns"].fill_null(-1).to_numpy()
         self.own_row = narrow_index(calls["own_row"].fill_null(-1).to_numpy(),
                                     len(self.pos_of_gpu))
-        has_own = own_end >= 0
+        has_own = self.own_row >= 0
+        own_end = np.where(has_own, gpu_end[np.maximum(self.own_row, 0)] if len(gpu_end)
+                           else -1, -1)
         returned_early = has_own & (end < own_end - RETURN_SLACK_NS)
         self.waits = blocking & ~returned_early
         self.waits_own = self.waits & has_own
