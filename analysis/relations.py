@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from .facts import EVENT_SITE_COLUMNS, conformed, take
+from .load import constant_columns
 from .matmul import MATMUL_OPS, with_flops
 
 if TYPE_CHECKING:
@@ -261,7 +262,8 @@ class Relations:
             return have
         wanted = (columns | set(have.columns)) if have is not None else set(columns)
         wanted &= set(COLUMNS[name]) | {"call_idx", ROW_KEY[name]}
-        self._eager[key] = getattr(self, f"_build_{name}")(wanted, wheres)
+        # a column with one value in every row (no matmul shapes: no FLOPs) is held once
+        self._eager[key] = constant_columns(getattr(self, f"_build_{name}")(wanted, wheres))
         return self._eager[key]
 
     def _keep(self, df: pl.DataFrame, wheres: list[dict] | None) -> pl.DataFrame:
@@ -319,7 +321,8 @@ class Relations:
         calls = self.calls_table()
         steps = self.analysis.steps_in_window()
         if steps is None:
-            return pl.DataFrame({"step": pl.Series([None] * calls.height, dtype=pl.Int64)})
+            return pl.DataFrame({"step": pl.repeat(None, calls.height, dtype=pl.Int64,
+                                                   eager=True)})
         import numpy as np
 
         ts = calls["ts_ns"].to_numpy()
@@ -335,7 +338,7 @@ class Relations:
         calls = self.calls_table()
         n = calls.height
         base = ("call_idx", "stack_id", "kind", "copy_kind", "bytes", "src_mem", "dst_mem",
-                "blocking", "own_gpu_ns")
+                "blocking", "own_row")
         cols = [c for c in calls.columns if c in want or c in base]
         df = calls.select(cols).with_columns(pl.col("copy_kind").cast(pl.Categorical),
                                              pl.col("src_mem").cast(pl.Categorical),
@@ -360,7 +363,8 @@ class Relations:
             df = df.with_columns(self._instances(df["call_idx"]))
         df = df.with_columns(*self.site_of(df["stack_id"]),
                              pl.col("bytes").fill_null(0),
-                             pl.col("own_gpu_ns").fill_null(0).alias("gpu_ns"))
+                             self.gpu_table()["dur_ns"].gather(df["own_row"]).fill_null(0)
+                             .alias("gpu_ns"))
         if "blocked_ns" in want:
             df = df.with_columns(pl.when("blocking").then(pl.col("dur_ns")).otherwise(0)
                                  .alias("blocked_ns") if "dur_ns" in df.columns else
@@ -397,7 +401,11 @@ class Relations:
                                       self.call_steps())
 
             ids = self._once_obj("call_instance of every call", every)
-            return pl.Series("call_instance", ids[idx.to_numpy()], dtype=pl.Int64)
+            at = idx.to_numpy()
+            if len(at) == len(ids) and (not len(at) or (at[0] == 0 and bool(
+                    (at[1:] - at[:-1] == 1).all()))):  # every call in order: shared, no copy
+                return pl.Series("call_instance", ids, dtype=pl.Int64)
+            return pl.Series("call_instance", ids[at], dtype=pl.Int64)
         frame = calls.select("pid", "tid", "ts_ns").with_columns(
             user_node.alias("user_node"))[idx.to_list()]
         users = frame["user_node"].drop_nulls().unique()
@@ -463,7 +471,12 @@ class Relations:
 
     def _build_gpu(self, want: set[str], wheres: list[dict] | None = None) -> pl.DataFrame:
         gpu = self.gpu_table()
-        rows = gpu.filter(pl.col("call_idx").is_not_null() & pl.col("work"))
+        # Only the columns some rule reads (in the table's order) are filtered: the others
+        # would be copied for every launched operation, then dropped.
+        keep = want | {"stack_id", "call_idx", "gpu_idx"} | (
+            {"size_bytes"} if "bytes" in want else set())
+        rows = (gpu.select([c for c in gpu.columns if c in keep])
+                .filter(pl.col("call_idx").is_not_null() & gpu["work"]))
         rows = self._keep(rows, wheres)
         idx = rows["call_idx"]
         calls = self.calls_table()

@@ -77,8 +77,11 @@ def rank(analysis: Analysis, findings: list[Finding], together: bool = True) -> 
     ``saving_incremental_ns`` stay None): `zym diff` compares each finding's own saving."""
     from .savings import fix_for
 
-    for f in findings:
+    for i, f in enumerate(findings):
         f.estimate(analysis, fix_for)
+        after = findings[i + 1].release_events if i + 1 < len(findings) else None
+        if f.release_events is not None and f.release_events != after:  # its rule's last
+            f.release_events()
     findings = _merge_same_fix(findings)
     floor = noise_floor_ns(analysis.facts.window_ns)
     findings.sort(key=lambda f: (_tier(f.saving_ns, floor), -(f.saving_ns or 0), -f.cost_ns,
@@ -282,6 +285,15 @@ class _Occurrences:
     def __init__(self, plan: dict, fired: pl.DataFrame) -> None:
         self.plan, self.fired = plan, fired
         self.parts: dict[tuple, pl.DataFrame] | None = None
+        self.occ: dict[tuple, pl.DataFrame] | None = None  # ``of`` each group, once released
+
+    def release(self) -> None:
+        """Keep of each group's rows only its occurrences (what reports read), once the fix
+        models have read the rest: every column of every offending event is not held through
+        the other findings' replays (``rows`` builds them again if asked)."""
+        if self.parts is not None:
+            self.occ = {key: self._occurrences(part) for key, part in self.parts.items()}
+            self.parts = None
 
     def rows(self, key: tuple) -> pl.DataFrame:
         """Every column of the group's filtered rows."""
@@ -298,7 +310,11 @@ class _Occurrences:
 
     def of(self, key: tuple) -> pl.DataFrame:
         """The group's occurrences: ``pid, tid, ts_ns, dur_ns, correlation_id``."""
-        rows = self.rows(key)
+        if self.occ is not None:
+            return self.occ.get(key, _EMPTY_OCC)
+        return self._occurrences(self.rows(key))
+
+    def _occurrences(self, rows: pl.DataFrame) -> pl.DataFrame:
         if rows.height == 0:
             return _EMPTY_OCC
         return rows.select(OCCURRENCE[self.plan["rule"].relation])
@@ -320,6 +336,7 @@ def _findings(plan: dict, fired: pl.DataFrame, rel: Relations) -> list[Finding]:
         f = _finding(rule, row, lambda key=key: store.of(key), plan["cost"],
                      plan["constants"] | extra, graph)
         f.event_source = lambda key=key: store.rows(key)
+        f.release_events = store.release
         out.append(f)
     return out
 

@@ -58,6 +58,8 @@ class Finding:
     # Builds this finding's occurrences on first use (exports ask; text reports never do).
     occurrence_source: Callable[[], pl.DataFrame] | None = field(default=None, repr=False)
     event_source: Callable[[], pl.DataFrame] | None = field(default=None, repr=False)
+    # Drops what ``event_source`` holds beyond the occurrences (after the estimates).
+    release_events: Callable[[], None] | None = field(default=None, repr=False)
     edit: Fix | None = field(default=None, repr=False)
     _frame: pl.DataFrame | None = field(default=None, repr=False)
     _occurrences: list[dict] | None = field(default=None, repr=False)
