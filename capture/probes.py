@@ -89,11 +89,12 @@ _SYNC_DRIVER = _ptsz(
 # Device and page-locked host memory given to and taken back from the driver: the caching
 # allocator's cudaMalloc/cudaFree (torch.cuda.empty_cache(), a cache that keeps releasing),
 # pin_memory(). Frees synchronize the device (schemas/apis.py is_blocking_api).
-_MEMORY_DRIVER = [
-    Probe(_D, "cuMemAlloc_v2", "other", True, keep_return=True, size_slot=1),
-    Probe(_D, "cuMemFree_v2", "other", True, keep_return=True),
+_MEMORY_DRIVER = _ptsz(
     Probe(_D, "cuMemAllocAsync", "other", True, keep_return=True, size_slot=1, stream_slot=2),
     Probe(_D, "cuMemFreeAsync", "other", True, keep_return=True, stream_slot=1),
+) + [
+    Probe(_D, "cuMemAlloc_v2", "other", True, keep_return=True, size_slot=1),
+    Probe(_D, "cuMemFree_v2", "other", True, keep_return=True),
     Probe(_D, "cuMemHostAlloc", "other", True, keep_return=True, size_slot=1),
     Probe(_D, "cuMemAllocHost_v2", "other", True, keep_return=True, size_slot=1),
     Probe(_D, "cuMemFreeHost", "other", True, keep_return=True),
