@@ -155,6 +155,12 @@ class Analysis:
         }
         cost = capture_cost(m)
         if cost:
+            # what the estimate adds up to over the analyzed window (the run-wide
+            # estimated_overhead_pct counts the target's start-up and idle time too)
+            per_call, window_ns = cost.get("total_ns_per_call"), self.facts.window_ns
+            if per_call and window_ns:
+                cost["window_pct"] = round(100 * per_call * self.facts.calls.height
+                                           / window_ns, 2)
             out["capture_cost"] = cost
         return out
 

@@ -144,3 +144,22 @@ def test_syncs_inside_transformers_name_the_users_generate_line():
                           for f in inside), [(f.site, f.called_from) for f in inside]
     own = [f for f in findings if f.site.startswith("workloads/")]
     assert own and all(f.called_from is None for f in own)
+
+
+def test_capture_cost_is_stated_over_the_analyzed_window():
+    """The header's share is the per-call estimate times the window's calls over the window
+    (vision: ~14%), not the run-wide figure (0.12%: the target's start-up counted in)."""
+    from zym.analysis import analyze
+    from zym.analysis.export.summary import build_report
+    from zym.rules import evaluate
+    from zym.schemas import open_capture
+
+    path = BLIND / "captures" / "vision.parquet"
+    result = analyze(path)
+    cost = build_report(result, evaluate(result), None)["capture"]["capture_cost"]
+    calls = open_capture(path).load("call")
+    lo, hi = result.window
+    in_window = calls.filter((calls["ts_ns"] >= lo) & (calls["ts_ns"] < hi)).height
+    assert cost["window_pct"] == round(100 * cost["total_ns_per_call"] * in_window
+                                       / (hi - lo), 2)
+    assert cost["window_pct"] > 50 * cost["estimated_overhead_pct"]
