@@ -81,9 +81,14 @@ def test_probes_past_endbr64_read_the_same_arguments_and_report_their_cost(cet_c
         assert cost["added_ns_per_call"] > emulated
     # analyze shows it in its header: the collector's figures, and their sum with CUPTI's
     # (none here: no GPU side) as the cost the replay takes out
-    facts = analyze(run.output).capture_facts()
+    result = analyze(run.output)
+    facts = result.capture_facts()
     probes = cost.get("added_ns_per_call") or 0
-    assert facts["capture_cost"] == cost | {"total_ns_per_call": int(probes) if probes > 0 else 0}
+    total = int(probes) if probes > 0 else 0
+    window = result.facts.window_ns
+    assert facts["capture_cost"] == cost | {"total_ns_per_call": total} | (
+        {"window_pct": round(100 * total * result.facts.calls.height / window, 2)}
+        if total and window else {})
 
 
 def test_sampled_walks_still_record_every_call(cet_cuda, tmp_path):
