@@ -204,6 +204,8 @@ class _TraceFile(msgspec.Struct):
 
 def read_events(path: Path) -> tuple[dict[str, pl.DataFrame], _TraceFile]:
     """Decode a trace file (``.json`` or gzip, told by its magic bytes) into event groups."""
+    if (ahead := _decoded_ahead(path)) is not None:
+        return ahead
     try:
         try:
             result = _read_streaming(path, parallel=True)
@@ -214,6 +216,30 @@ def read_events(path: Path) -> tuple[dict[str, pl.DataFrame], _TraceFile]:
         return parse_events(read_json_bytes(path), path)
     except OSError as e:
         raise InputError(f"{path}: cannot read ({e.strerror or e})") from e
+
+
+def _decoded_ahead(path: Path) -> tuple[dict[str, pl.DataFrame], _TraceFile] | None:
+    """The groups of ``path`` from the events a forked process decoded while this one
+    imported (``kineto_prefetch``; the `zym` command starts it for small traces), where one
+    did and they are what the reader below would decode: the same text around the events,
+    and the same columns, batches being cut anywhere between two events. None otherwise."""
+    from . import kineto_prefetch
+
+    decoded = kineto_prefetch.take(path)
+    if decoded is None:
+        return None
+    try:
+        top = (_TraceFile(traceEvents=[]) if decoded.bare else
+               msgspec.json.decode(decoded.header + b"[]" + decoded.trailer, type=_TraceFile))
+    except msgspec.MsgspecError:
+        return None  # the reader below tries the ``]`` before this one, or says what is wrong
+    acc = _GroupAccumulator(path)
+    for scanned in decoded.batches:
+        frames = _scanned_frames(scanned, acc.names, acc.shapes)
+        if frames is None:
+            return None
+        acc.batches.append(frames)
+    return acc.groups(), top
 
 
 def _read_streaming(path: Path, parallel: bool
@@ -928,6 +954,13 @@ def _scan_frames(buf: bytes | bytearray, start: int, end: int, names: _Interner,
     scanned = _kineto_scan.scan(buf, start, end, _SCAN_CATS)
     if scanned is None:
         return None
+    return _scanned_frames(scanned, names, shapes)
+
+
+def _scanned_frames(scanned: tuple, names: _Interner, shapes: _Interner
+                    ) -> dict[str, pl.DataFrame] | None:
+    """The group frames of what the compiled decoder returned (``_kineto_scan.scan``); None
+    where it holds older Kineto's category names (msgspec decodes and renames those)."""
     n, cat_codes, ints, floats, texts = scanned
     if n == 0:
         return {}

@@ -197,6 +197,9 @@ def start_profile(path: str | Path, jobs: int = 1, **args) -> Pending:
         finally:
             os._exit(code)
     os.close(write_fd)
+    from zym.capture import kineto_prefetch
+
+    kineto_prefetch.handed_over(path)  # the child reads what was decoded ahead for it
     return Pending(path, args, (pid, read_fd))
 
 
