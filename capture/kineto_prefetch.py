@@ -323,10 +323,15 @@ def _write(fd: int, payload: tuple | None) -> int:
             done += os.write(fd, bytes(pad))
         return at, len(data)
 
+    def number(values: bytes, valid: bytes) -> tuple:
+        if valid.count(0) == len(valid):  # all null (another group's field): not written
+            return len(values), len(valid)
+        return put(values), put(valid)
+
     if payload is not None:
         ident, d = payload
-        batches = [(n, put(codes), [(put(v), put(ok)) for v, ok in ints],
-                    [(put(v), put(ok)) for v, ok in floats],
+        batches = [(n, put(codes), [number(v, ok) for v, ok in ints],
+                    [number(v, ok) for v, ok in floats],
                     [(put(ids), values) for ids, values in texts])
                    for n, codes, ints, floats, texts in d.batches]
         payload = ident, d._replace(batches=batches)
@@ -345,8 +350,13 @@ def _read(view: memoryview, at: int) -> tuple | None:
     def get(place: tuple[int, int]) -> memoryview:
         return view[place[0]:place[0] + place[1]]
 
-    batches = [(n, get(codes), tuple((get(v), get(ok)) for v, ok in ints),
-                tuple((get(v), get(ok)) for v, ok in floats),
+    def number(values: tuple, valid: tuple) -> tuple:
+        if isinstance(values, int):  # all null: zeros, as the decoder writes them
+            return bytes(values), bytes(valid)
+        return get(values), get(valid)
+
+    batches = [(n, get(codes), tuple(number(v, ok) for v, ok in ints),
+                tuple(number(v, ok) for v, ok in floats),
                 tuple((get(ids), values) for ids, values in texts))
                for n, codes, ints, floats, texts in d.batches]
     return ident, d._replace(batches=batches)
