@@ -60,9 +60,15 @@ def events_to_tables(groups: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]
                               _drop_nested_driver_calls(_in_ns(groups.pop("call")))])
     frames, py, op, call = _with_frames(names, py, op, call)
     parents = _parents(py, pl.concat([g.select("node", "tid", "ts_ns", "dur_ns") for g in (op, call)]))
-    node_stack, stacks = intern_forest(
-        pl.concat([g.select("node", "frame_id") for g in (py, op, call)])
-        .join(parents, on="node", how="left"))
+    # Nodes are 0..n-1 in python, op, call order, and ``parents`` names each once: the
+    # forest by position (a scatter), not by a join on the node.
+    n = py.height + op.height + call.height
+    node_stack, stacks = intern_forest(pl.DataFrame({
+        "node": pl.int_range(n, dtype=pl.Int64, eager=True),
+        "frame_id": pl.concat([g["frame_id"] for g in (py, op, call)]),
+        "parent": pl.repeat(None, n, dtype=pl.Int64, eager=True).scatter(parents["node"],
+                                                                         parents["parent"]),
+    }))
     stack_ids = node_stack["stack_id"]  # sorted by node: python, op, call rows in order
     py = py.with_columns(stack_ids.slice(0, py.height))
     op = op.with_columns(stack_ids.slice(py.height, op.height))
