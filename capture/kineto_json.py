@@ -244,9 +244,13 @@ def _decoded_ahead(path: Path) -> tuple[dict[str, pl.DataFrame], _TraceFile] | N
 
 def _read_streaming(path: Path, parallel: bool
                     ) -> tuple[dict[str, pl.DataFrame], _TraceFile] | None:
+    from . import kineto_prefetch
+
     with open(path, "rb") as f:
         size = max(1, os.fstat(f.fileno()).st_size)
         kind = _Workers if _kineto_scan is None else _Threads
+        if kind is _Threads and parallel:  # (worker processes start only past ~100 MB)
+            parallel = kineto_prefetch.threads_wanted(path)
         workers = kind(path, lambda: f.tell() / size) if parallel else None
         try:
             return _decode_streaming(_pieces(f, path), path, workers)

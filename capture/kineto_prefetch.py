@@ -81,6 +81,12 @@ def worth_it(path: str | Path) -> bool:
     """Whether ``path`` is a trace small enough to decode ahead, on a system that can."""
     if not (hasattr(os, "fork") and hasattr(os, "memfd_create")) or sys.platform != "linux":
         return False
+    return small(path)
+
+
+def small(path: str | Path) -> bool:
+    """Whether ``path`` is a trace (gzip, or text that starts as JSON) of at most GZ_LIMIT
+    compressed or TEXT_LIMIT plain bytes."""
     try:
         st = os.stat(path)
         with open(path, "rb") as f:
@@ -104,6 +110,27 @@ def core_free() -> bool:
     except (OSError, ValueError, IndexError):
         return False
     return running < (os.cpu_count() or 1)
+
+
+# Decoding threads: None, for a small trace only where a core is free; False: never (a diff's
+# two processes); True: always (tests of the thread paths).
+_threads: bool | None = None
+
+
+def decode_in_one_thread() -> None:
+    """Decode every later trace in the thread that reads it, without a pool of threads:
+    `zym diff`'s two processes, whose analyses already take a core each."""
+    global _threads
+    _threads = False
+
+
+def threads_wanted(path: str | Path) -> bool:
+    """Whether the reader of ``path`` decodes with threads beside it: for a small trace only
+    where a core is free now (on a busy machine the pool costs more CPU than it saves time);
+    for a larger one always; never after :func:`decode_in_one_thread`."""
+    if _threads is not None:
+        return _threads
+    return not small(path) or core_free()
 
 
 def start(path: str | Path) -> bool:

@@ -181,6 +181,10 @@ def start_profile(path: str | Path, jobs: int = 1, **args) -> Pending:
         _import_analysis(path)
     if jobs < 2 or not hasattr(os, "fork") or not fork_is_safe():
         return Pending(path, args, None)
+    from zym.capture import kineto_prefetch
+
+    # Two analyses at once take both cores: each decodes its trace without a pool of threads.
+    kineto_prefetch.decode_in_one_thread()
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: analyze, send the profile (or the error), leave at once
@@ -197,8 +201,6 @@ def start_profile(path: str | Path, jobs: int = 1, **args) -> Pending:
         finally:
             os._exit(code)
     os.close(write_fd)
-    from zym.capture import kineto_prefetch
-
     kineto_prefetch.handed_over(path)  # the child reads what was decoded ahead for it
     return Pending(path, args, (pid, read_fd))
 

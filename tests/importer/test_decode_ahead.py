@@ -305,3 +305,31 @@ def test_no_child_outlives_the_command(tmp_path, how):
     while _group_alive(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _group_alive(proc.pid), "a process of the command is still running"
+
+
+def test_threads_for_a_small_trace_only_where_a_core_is_free(tmp_path, monkeypatch):
+    small = tmp_path / "t.json"
+    small.write_bytes(json.dumps(trace_of(random_events(13, tricky=False))).encode())
+    monkeypatch.setattr(kineto_prefetch, "_threads", None)
+    pools = []
+    real = kineto_json._Threads.__init__
+
+    def counting(self, *a):
+        pools.append(1)
+        real(self, *a)
+
+    monkeypatch.setattr(kineto_json._Threads, "__init__", counting)
+    for free, big, want in ((True, False, 1), (False, False, 0), (False, True, 1)):
+        monkeypatch.setattr(kineto_prefetch, "core_free", lambda free=free: free)
+        monkeypatch.setattr(kineto_prefetch, "TEXT_LIMIT", 10 if big else 128 << 20)
+        pools.clear()
+        got = kineto_json._read_streaming(small, parallel=True)
+        assert len(pools) == want, (free, big)
+        assert resolved(got[0]) == expected_groups(json.loads(json.dumps(
+            random_events(13, tricky=False))))
+    kineto_prefetch.decode_in_one_thread()  # a diff's processes: never, even with a core free
+    monkeypatch.setattr(kineto_prefetch, "core_free", lambda: True)
+    monkeypatch.setattr(kineto_prefetch, "TEXT_LIMIT", 128 << 20)
+    pools.clear()
+    kineto_json._read_streaming(small, parallel=True)
+    assert pools == []
