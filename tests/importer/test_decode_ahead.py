@@ -247,6 +247,8 @@ def test_the_command_prints_the_same_with_and_without_decoding_ahead(tmp_path):
         "diff": ["diff", str(SAMPLE), str(slower), "--format", "json", "--no-progress"],
         "diff -j 1": ["diff", str(SAMPLE), str(slower), "--format", "json", "--no-progress",
                       "-j", "1"],
+        "diff of one file with itself": ["diff", str(SAMPLE), str(SAMPLE), "--format", "json",
+                                         "--no-progress"],
     }
     outputs = {}
     for name, args in runs.items():
