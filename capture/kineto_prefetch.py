@@ -117,17 +117,19 @@ def core_free() -> bool:
 _threads: bool | None = None
 
 
-def decode_in_one_thread() -> None:
-    """Decode every later trace in the thread that reads it, without a pool of threads:
-    `zym diff`'s two processes, whose analyses already take a core each."""
+def set_decode_threads(value: bool | None) -> bool | None:
+    """Decode later traces with a pool of threads always (True), never (False: `zym diff`'s
+    two processes, whose analyses already take a core each), or where a core is free (None);
+    the previous setting."""
     global _threads
-    _threads = False
+    previous, _threads = _threads, value
+    return previous
 
 
 def threads_wanted(path: str | Path) -> bool:
     """Whether the reader of ``path`` decodes with threads beside it: for a small trace only
     where a core is free now (on a busy machine the pool costs more CPU than it saves time);
-    for a larger one always; never after :func:`decode_in_one_thread`."""
+    for a larger one always; as :func:`set_decode_threads` says where it was called."""
     if _threads is not None:
         return _threads
     return not small(path) or core_free()

@@ -329,9 +329,34 @@ def test_threads_for_a_small_trace_only_where_a_core_is_free(tmp_path, monkeypat
         assert len(pools) == want, (free, big)
         assert resolved(got[0]) == expected_groups(json.loads(json.dumps(
             random_events(13, tricky=False))))
-    kineto_prefetch.decode_in_one_thread()  # a diff's processes: never, even with a core free
+    kineto_prefetch.set_decode_threads(False)  # a diff's processes: never, even with a core free
     monkeypatch.setattr(kineto_prefetch, "core_free", lambda: True)
     monkeypatch.setattr(kineto_prefetch, "TEXT_LIMIT", 128 << 20)
     pools.clear()
     kineto_json._read_streaming(small, parallel=True)
     assert pools == []
+
+
+def test_a_diff_decodes_without_threads_only_while_its_child_runs():
+    """The library's diff (jobs=2) leaves the decoding threads' setting as it found it; while
+    its child runs, this process decodes without a pool. In a fresh interpreter: the diff
+    forks only before polars' thread pool has started."""
+    code = f"""
+import json
+from zym.capture import kineto_prefetch
+from zym.analysis.export.diff import diff_captures
+seen = []
+real = kineto_prefetch.threads_wanted
+def recording(path):
+    seen.append(kineto_prefetch._threads)
+    return real(path)
+kineto_prefetch.threads_wanted = recording
+diff_captures({str(SAMPLE)!r}, {str(SAMPLE)!r}, jobs=2, rules=False)
+print(json.dumps({{"seen": seen, "after": kineto_prefetch._threads}}))
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=False, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert got["seen"] == [False]  # this process's one read, while the child ran
+    assert got["after"] is None
