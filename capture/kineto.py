@@ -22,6 +22,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 from zym.schemas.apis import api_copy_kind, api_kind
 from zym.schemas.errors import InputError
@@ -214,30 +215,30 @@ def nest_intervals(iv: pl.DataFrame) -> pl.Series:
     if threads * width >= 1 << 62:  # times too far apart (a bogus one): keep only their order
         iv = _ranked_times(iv)
         width = _key_width(iv)
-    t0 = iv["ts_ns"].min()
-    base = (pl.col("tid").rank("dense").fill_null(0).cast(pl.Int64) * width).alias("base")
-    end = pl.col("ts_ns") + pl.col("dur_ns")
-    pre = iv.select(
-        pl.int_range(n, dtype=pl.Int64).alias("row"), "node", "dur_ns", base,
-        (base + 3 * (pl.col("ts_ns") - t0) + 1).alias("open"),
-        (base + 3 * (end - t0) + pl.when(pl.col("dur_ns") == 0).then(2).otherwise(0))
-        .alias("close"),
-    ).sort("open", "dur_ns", "node", descending=[False, True, False])
-    closes, opens = pre["close"].sort(), pre["open"]
-    position = pl.int_range(n, dtype=pl.Int64, eager=True)
-    earlier = position - opens.search_sorted(pre["base"], side="left").cast(pl.Int64)
-    closed = (closes.search_sorted(opens, side="left").cast(pl.Int64)
-              - closes.search_sorted(pre["base"], side="left").cast(pl.Int64))
+    # numpy arrays (the data's own buffers): ~30 small queries' fixed costs saved
+    ts, dur, node = iv["ts_ns"].to_numpy(), iv["dur_ns"].to_numpy(), iv["node"].to_numpy()
+    t0 = ts.min()
+    base = iv["tid"].rank("dense").fill_null(0).cast(pl.Int64).to_numpy() * width
+    opens = base + 3 * (ts - t0) + 1
+    closes = np.sort(base + 3 * (ts + dur - t0) + np.where(dur == 0, 2, 0))
+    order = np.lexsort((node, -dur, opens))  # preorder: open, longest first, node
+    opens, base = opens[order], base[order]
+    position = np.arange(n, dtype=np.int64)
+    earlier = position - np.searchsorted(opens, base, "left")
+    closed = np.searchsorted(closes, opens, "left") - np.searchsorted(closes, base, "left")
     depth = earlier - closed
     # The latest earlier interval one level up: the largest (depth, position) key below
     # (depth - 1, position). At depth > 0 it exists and is on the same thread, because a
     # thread's first interval is at depth 0.
-    level = (depth * n + position).sort()
-    up = level.gather((level.search_sorted(depth * n + position - n, side="left")
-                       .cast(pl.Int64) - 1).clip(0)) % n
-    parent = pre["node"].gather(pl.select(pl.when(depth > 0).then(up)).to_series())
-    return pl.repeat(None, n, dtype=pl.Int64, eager=True).scatter(pre["row"], parent).alias(
-        "parent")
+    key = depth * n + position
+    level = np.sort(key)
+    up = level[np.maximum(np.searchsorted(level, key - n, "left") - 1, 0)] % n
+    parent = np.empty(n, dtype=np.int64)
+    parent[order] = node[order][up]
+    top = np.empty(n, dtype=bool)
+    top[order] = depth <= 0
+    out = pl.Series("parent", parent, dtype=pl.Int64)
+    return out.scatter(np.flatnonzero(top), None) if top.any() else out
 
 
 def _key_width(iv: pl.DataFrame) -> int:
