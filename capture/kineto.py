@@ -91,20 +91,26 @@ _MAX_US = float(1 << 61) / 1000
 def _in_ns(group: pl.DataFrame) -> pl.DataFrame:
     """Kineto's microsecond times (floats, ns in the fraction) as integer ns; a time that is
     not finite, negative, or past the int64 ns range is bad input (``TimeRangeError``)."""
-    bad = group.filter(~pl.col("ts_us").is_between(0, _MAX_US).fill_null(False)
-                       | ~pl.col("dur_us").fill_null(0).is_between(0, _MAX_US))
-    if bad.height:
+    is_bad = (~pl.col("ts_us").is_between(0, _MAX_US).fill_null(False)
+              | ~pl.col("dur_us").fill_null(0).is_between(0, _MAX_US))
+    # Whole µs and the fraction apart: Kineto's epoch-µs times (1.7e15) times 1000 pass 2^53,
+    # where a float64 is 256 ns coarse; the whole part is exact as an integer. One pass with
+    # the range check (the casts of a bad row give null, and the row is refused below).
+    whole = pl.col("ts_us").floor()
+    out = group.with_columns(
+        (whole.cast(pl.Int64, strict=False) * 1000
+         + ((pl.col("ts_us") - whole) * 1000).round().cast(pl.Int64, strict=False))
+        .alias("ts_ns"),
+        (pl.col("dur_us").fill_null(0) * 1000).round().cast(pl.Int64, strict=False)
+        .alias("dur_ns"),
+        is_bad.alias("_bad"),
+    )
+    if out["_bad"].any():
+        bad = group.filter(is_bad)
         raise TimeRangeError(f"{bad.height} event(s) with a timestamp or duration that is "
                              f"missing, negative, not finite or past 2^61 ns (first: ts "
                              f"{bad['ts_us'][0]}, dur {bad['dur_us'][0]} µs)")
-    # Whole µs and the fraction apart: Kineto's epoch-µs times (1.7e15) times 1000 pass 2^53,
-    # where a float64 is 256 ns coarse; the whole part is exact as an integer.
-    whole = pl.col("ts_us").floor()
-    return group.with_columns(
-        (whole.cast(pl.Int64) * 1000 + ((pl.col("ts_us") - whole) * 1000).round().cast(pl.Int64))
-        .alias("ts_ns"),
-        (pl.col("dur_us").fill_null(0) * 1000).round().cast(pl.Int64).alias("dur_ns"),
-    ).drop("ts_us", "dur_us")
+    return out.drop("ts_us", "dur_us", "_bad")
 
 
 def _numbered(cpu_groups: list[pl.DataFrame]) -> list[pl.DataFrame]:

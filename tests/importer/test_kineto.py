@@ -359,3 +359,26 @@ def test_a_trace_with_gpu_activity_only_imports(tmp_path):
     tables, _ = load_kineto(path)
     assert tables["gpu"].height == 1 and tables["gpu"]["dur_ns"].to_list() == [2000]
     assert tables["stack"].height == tables["call"].height == tables["span"].height == 0
+
+
+@pytest.mark.parametrize("bad", [
+    [(-5.0, 1.0)],  # negative
+    [(1e300, 1.0), (3.0, 1e300)],  # past 2^61 ns
+    [(None, 1.0), (4.0, -1.0), (5.0, 2.0 ** 62 / 1000)],  # missing, negative, past
+])
+def test_times_out_of_range_are_one_line_input_errors(tmp_path, bad):
+    """Every Python event with a bad time is counted, and the first one named."""
+    good = [(10.0 + i, 1.0) for i in range(5)]
+    times = good[:2] + bad + good[2:]
+    events = [{"ph": "X", "cat": "python_function", "name": f"app.py({i}): f", "pid": 1,
+               "tid": 1, "ts": ts, "dur": dur, "args": {"Python id": i,
+                                                         "Python parent id": None}}
+              for i, (ts, dur) in enumerate(times)]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    with pytest.raises(InputError) as e:
+        load_kineto(path)
+    ts, dur = bad[0]
+    assert (f"{len(bad)} event(s) with a timestamp or duration that is missing, negative, "
+            f"not finite or past 2^61 ns (first: ts {ts}, dur {dur} µs)") in str(e.value)
+    assert "\n" not in str(e.value)
