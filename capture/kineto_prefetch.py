@@ -100,16 +100,27 @@ def small(path: str | Path) -> bool:
     return head.lstrip()[:1] in (b"{", b"[") and st.st_size <= TEXT_LIMIT
 
 
-def core_free() -> bool:
-    """Whether a core looks free now: fewer tasks runnable this instant (this process
-    included: the 4th field of /proc/loadavg) than cores. On a busy machine the child would
-    only take the core this process imports on."""
-    try:
-        with open("/proc/loadavg") as f:
-            running = int(f.read().split()[3].split("/")[0])
-    except (OSError, ValueError, IndexError):
-        return False
-    return running < (os.cpu_count() or 1)
+def core_free(looks: int = 3) -> bool:
+    """Whether a core looks free now: fewer tasks runnable (this process included: the 4th
+    field of /proc/loadavg) than cores, at the least of ``looks`` looks 0.5 ms apart (a task
+    that wakes for a moment, such as a benchmark's memory sampler, does not count; one that
+    computes does). On a busy machine a child would only take the core this process works
+    on, and a pool of threads would wait for one."""
+    import time
+
+    cores, running = os.cpu_count() or 1, None
+    for look in range(looks):
+        if look:
+            time.sleep(0.0005)
+        try:
+            with open("/proc/loadavg") as f:
+                now = int(f.read().split()[3].split("/")[0])
+        except (OSError, ValueError, IndexError):
+            return False
+        running = now if running is None else min(running, now)
+        if running < cores:
+            return True
+    return False
 
 
 # Decoding threads: None, for a small trace only where a core is free; False: never (a diff's

@@ -207,21 +207,23 @@ def test_only_small_traces_on_a_free_core(tmp_path, monkeypatch):
     assert not kineto_prefetch.worth_it(tmp_path / "missing.json")
     assert not kineto_prefetch.worth_it(tmp_path)
 
-    def loadavg(running: int):
-        real = open
+    def loadavg(*running: int):
+        real, looks = open, iter(running)
 
         def fake(name, *a, **k):
             if name == "/proc/loadavg":
                 from io import StringIO
-                return StringIO(f"0.5 0.5 0.5 {running}/300 1234\n")
+                return StringIO(f"0.5 0.5 0.5 {next(looks)}/300 1234\n")
             return real(name, *a, **k)
         return fake
 
-    cores = os.cpu_count() or 1
-    monkeypatch.setattr("builtins.open", loadavg(cores))
+    monkeypatch.setattr(kineto_prefetch.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr("builtins.open", loadavg(2, 3, 2))  # busy at every look
     assert not kineto_prefetch.core_free()
-    monkeypatch.setattr("builtins.open", loadavg(max(1, cores - 1)))
-    assert kineto_prefetch.core_free() == (cores > 1)
+    monkeypatch.setattr("builtins.open", loadavg(2, 1))  # another task woke for a moment
+    assert kineto_prefetch.core_free()
+    monkeypatch.setattr("builtins.open", loadavg(1))
+    assert kineto_prefetch.core_free()
 
 
 # -- the command -------------------------------------------------------------------------------
