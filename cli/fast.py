@@ -193,19 +193,18 @@ def run(command: str, args: list[str]) -> int | None:
     params = parse(command, args)
     if params is None:
         return None
-    try:  # Ctrl-C while importing: the body's one line and exit code, not a traceback
+    try:
         _decode_ahead([params["file"]] if command == "analyze"
                       else [params["before"], params["after"]])
         _import_libraries()
         from . import bodies
-    except KeyboardInterrupt as e:
-        from .errors import exit_code
 
-        return exit_code(e)
-
-    try:
         code = getattr(bodies, command)(**params)
         sys.stdout.flush()
+    except KeyboardInterrupt as e:  # Ctrl-C where the body does not catch it (its imports):
+        from .errors import exit_code  # its one line and exit code, not a traceback
+
+        return exit_code(e)
     except OSError as e:  # `zym analyze ... | head`: as click does, quietly, exit 1
         if e.errno != errno.EPIPE:
             raise
