@@ -152,11 +152,14 @@ class Facts:
         calls = raw.select("pid", "tid", "ts_ns", "dur_ns", pl.col("name").cast(pl.Categorical)
                            .alias("api"), "kind", "correlation_id", "stack_id", "size_bytes",
                            "copy_kind", "op_id").with_row_index("_orig")
-        if not calls["ts_ns"].is_sorted():
+        in_order = calls["ts_ns"].is_sorted()
+        if not in_order:
             calls = calls.sort("ts_ns", maintain_order=True)
         calls = calls.with_columns(thread_key()).with_row_index("call_idx").with_columns(
             pl.col("call_idx").cast(pl.Int64), pl.col("_orig").cast(pl.Int64),
             (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"))
+        if in_order:  # a call's row is its capture row: one column, shared (not a copy)
+            calls = calls.with_columns(pl.col("call_idx").alias("_orig"))
         gpu = self._work_rows(calls)
         own = first_own_row(gpu["call_idx"], calls.height)
         at = own.gather(calls["call_idx"])
@@ -166,8 +169,9 @@ class Facts:
             at.alias("own_row"),
             pl.coalesce(pl.col("copy_kind"), g["copy_kind"].gather(at)).alias("copy_kind"),
             g["src_mem"].gather(at).alias("src_mem"), g["dst_mem"].gather(at).alias("dst_mem"),
-            pl.coalesce(g["size_bytes"].gather(at), pl.col("size_bytes")).alias("bytes"),
-            g["dur_ns"].gather(at).alias("own_gpu_ns"), g["end_ns"].gather(at).alias("own_end_ns"))
+            pl.coalesce(g["size_bytes"].gather(at), pl.col("size_bytes")).alias("bytes"))
+        # (the own operation's duration and end are read through ``own_row`` where needed:
+        # per-call copies of them were 200 MB at 10 M calls)
         return calls.with_columns(blocking(pl.lit(api_blocks(calls["api"])), pl.col("kind"),
                                            pl.col("src_mem"), pl.col("dst_mem")).alias("blocking"))
 
@@ -200,7 +204,7 @@ class Facts:
         ``end_ns``, ``work`` and the kernel classes (:mod:`zym.analysis.kernels`)."""
         calls = self.calls
         gpu = conformed(self.data, "gpu")
-        rows = self._call_rows
+        rows = self.__dict__.pop("_call_rows")  # read once: not kept beside the column
         gpu = gpu.with_columns(rows.alias("call_idx"), pl.col("device_id").fill_null(-1),
                                (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"),
                                (pl.col("kind") != "sync").fill_null(True).alias("work"))
@@ -219,7 +223,7 @@ class Facts:
     @cached_property
     def gpu_ns(self) -> int:
         """GPU time: the summed duration of GPU work (kernels, copies, memsets)."""
-        return int(gpu_work(self.data.gpu)["dur_ns"].sum() or 0)
+        return int(gpu_work(_columns(self.data.gpu, "kind", "dur_ns"))["dur_ns"].sum() or 0)
 
     @cached_property
     def busy(self) -> pl.DataFrame:
@@ -233,7 +237,8 @@ class Facts:
         last; ``(0, 0)`` for an empty capture."""
         bounds = [df.select(pl.col("ts_ns").min().alias("lo"),
                             (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("hi")).row(0)
-                  for df in (self.data.calls, gpu_work(self.data.gpu)) if df.height]
+                  for df in (self.data.calls, gpu_work(_columns(self.data.gpu, "kind", "ts_ns",
+                                                                "dur_ns"))) if df.height]
         if not bounds:
             return (0, 0)
         return (min(lo for lo, _ in bounds), max(hi for _, hi in bounds))
@@ -256,8 +261,9 @@ class Facts:
                         pl.col("start_ns").alias("end_ns"), pl.col("first_row").alias("next_row"))
                 .with_columns((pl.col("end_ns") - pl.col("ts_ns")).alias("dur_ns")))
         # The blocking call running when the GPU went idle (the latest one started before).
-        held = (self.calls.filter("blocking")
-                .select("call_idx", pl.col("ts_ns").alias("b_ts"), pl.col("end_ns").alias("b_end")))
+        held = (self.calls.select("call_idx", pl.col("ts_ns").alias("b_ts"),
+                                  pl.col("end_ns").alias("b_end"), "blocking")
+                .filter("blocking").drop("blocking"))
         return (gaps.sort("ts_ns")
                 .join_asof(held, left_on="ts_ns", right_on="b_ts", strategy="backward",
                            check_sortedness=False)
@@ -281,6 +287,11 @@ class Facts:
             "processes": calls["pid"].n_unique() if calls.height else 0,
             "threads": calls["_thread"].n_unique() if calls.height else 0,
         }
+
+
+def _columns(df: pl.DataFrame, *names: str) -> pl.DataFrame:
+    """``df``'s columns ``names`` that it has (filter these, not every column)."""
+    return df.select(c for c in names if c in df.columns)
 
 
 def first_own_row(call_idx: pl.Series, n_calls: int) -> pl.Series:

@@ -63,11 +63,25 @@ def call_instances(calls: pl.DataFrame, user_node: pl.Series, wanted: np.ndarray
     out = np.full(len(wanted), -1, np.int64)
     if not len(wanted):
         return out
-    rows = ancestors.rows(calls["stack_id"])
+    # Every call, at millions of calls: positions and stack rows as int32 where they fit,
+    # and each array freed once read (the calls' whole-length temporaries were ~1 GB at 10 M).
     thread = calls["_thread"].to_numpy()
-    step = steps.fill_null(-1).to_numpy() if steps is not None else np.full(len(rows), -1)
+    n = len(thread)
+    order = _narrow(np.argsort(thread, kind="stable"), n)  # per thread, in time order
+    t = thread[order]
+    boundary = np.r_[True, t[1:] != t[:-1]]
+    del t
+    if steps is not None:
+        st = steps.fill_null(-1).to_numpy()[order]
+        boundary[1:] |= st[1:] != st[:-1]
+        del st
+    position = np.empty(n, order.dtype)
+    position[order] = np.arange(n)
+    rows_sorted = _narrow(ancestors.rows(calls["stack_id"]), len(ancestors.depth))[order]
+    del order
     u = ancestors.rows(user_node.gather(pl.Series(wanted)))
-    depth = np.where(u >= 0, ancestors.depth[np.maximum(u, 0)], -1)
+    depth = np.where(u >= 0, ancestors.depth[np.maximum(u, 0)], -1).astype(np.int32)
+    del u
     # Each node's (caller node, function) pair as one code: at a depth, consecutive calls
     # whose frame there has the same code are one call of that function from that line.
     n_nodes = len(ancestors.depth)
@@ -76,31 +90,32 @@ def call_instances(calls: pl.DataFrame, user_node: pl.Series, wanted: np.ndarray
     _, fcode = np.unique(ancestors.key, return_inverse=True)
     _, code = np.unique((caller + 1) * (int(fcode.max(initial=0)) + 1) + fcode,
                         return_inverse=True)
-    order = np.argsort(thread, kind="stable")  # per thread, in time order
-    t, st = thread[order], step[order]
-    boundary = np.r_[True, (t[1:] != t[:-1]) | (st[1:] != st[:-1])]
-    position = np.empty(len(order), np.int64)
-    position[order] = np.arange(len(order))
-    rows_sorted = rows[order]
-    runs = _compiled_runs() if len(rows) >= JIT_MIN_CALLS else None
+    runs = _compiled_runs() if n >= JIT_MIN_CALLS else None
     code_at = np.full(n_nodes + 1, -1, np.int64)  # per node, its frame's code; last: no node
-    by_depth = np.argsort(depth, kind="stable")  # the wanted calls by their frame's depth
+    by_depth = _narrow(np.argsort(depth, kind="stable"), len(depth))  # wanted calls by depth
     sorted_depth = depth[by_depth]
+    del depth
     distinct = sorted_depth[np.r_[True, sorted_depth[1:] != sorted_depth[:-1]]]
+    run = np.empty(n, np.int64) if runs is not None else None
     for d in distinct[distinct >= 0].tolist():
         at = ancestors.table[:, d].astype(np.int64)
         code_at[:n_nodes] = np.where(at >= 0, code[np.maximum(at, 0)], -1)
         if runs is not None:
-            run = np.empty(len(rows_sorted), np.int64)
             runs(rows_sorted, code_at, boundary, run)
         else:
             c = code_at[rows_sorted]  # row -1 (no stack) reads the last entry: -1
             starts = (c >= 0) & (boundary | np.r_[True, c[1:] != c[:-1]])
+            del c
             run = np.cumsum(starts)
         mine = by_depth[np.searchsorted(sorted_depth, d):np.searchsorted(sorted_depth, d,
                                                                           side="right")]
         out[mine] = (d << 40) | run[position[wanted[mine]]]
     return out
+
+
+def _narrow(a: np.ndarray, n: int) -> np.ndarray:
+    """``a`` (positions below ``n``, or -1) as int32 where they fit, else as it is."""
+    return a.astype(np.int32, copy=False) if n < np.iinfo(np.int32).max else a
 
 
 # Calls from which the runs are counted by a compiled loop (numba) rather than numpy passes.

@@ -205,18 +205,23 @@ def _span_steps(spans: pl.DataFrame, nodes: pl.DataFrame, file: str, name: str,
 def warmup_steps(steps: Steps) -> int:
     """How many leading steps are warm-up: in the first half, up to the last step slower than
     ``WARMUP_FACTOR`` x the median of the second half (the steady pace), when such slow steps
-    gather at the start (at least twice as common in the first half as in the second); steps
-    that are slow now and then all along (a new shape every few requests) are steady state."""
+    gather at the start: at least twice as common in the first half as in the second, or
+    their time beyond the pace at least twice as large there (one first request 50x slower
+    than the rest, planning cuDNN's kernels, is warm-up even if a later step is a little
+    slow); steps that are slow now and then all along (a new shape every few requests) are
+    steady state."""
     d = steps.durations()
     if len(d) < MIN_STEPS:
         return 0
     half = len(d) // 2
     pace = float(np.median(d[half:]))
     slow = d > WARMUP_FACTOR * pace
-    first, second = slow[:half].mean() if half else 0.0, slow[half:].mean()
-    if not slow[:half].any() or first <= 2 * second:
+    if not half or not slow[:half].any():
         return 0
-    return int(np.nonzero(slow[:half])[0].max()) + 1
+    excess = np.where(slow, d - pace, 0.0)
+    gathers = (slow[:half].mean() > 2 * slow[half:].mean()
+               or excess[:half].sum() / half > 2 * excess[half:].sum() / (len(d) - half))
+    return int(np.nonzero(slow[:half])[0].max()) + 1 if gathers else 0
 
 
 def compile_activity(calls: pl.DataFrame, nodes: pl.DataFrame) -> tuple[int, int, int]:

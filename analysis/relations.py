@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from .facts import EVENT_SITE_COLUMNS, conformed, take
+from .load import constant_columns
 from .matmul import MATMUL_OPS, with_flops
 
 if TYPE_CHECKING:
@@ -52,6 +53,9 @@ SITE_DOC = {
                  "torch.cuda.synchronize()... (from the line's source text or built-ins)",
     "torch_op": "innermost torch op (aten::...) above the call",
     "op_chain": "every torch op above the call, outermost first, as ';op1;op2;'",
+    "size_op": "the outermost torch op above the call whose output size depends on the values "
+               "(aten::nonzero, aten::masked_select, aten::unique...: PyTorch reads the size "
+               "back to the host); null where there is none",
     "frames": "every Python frame above the call, outermost first, as ';file:function;...;' "
               "(match a caller anywhere in the stack with a regex)",
     "py_api": "innermost Python built-in above the call: .tolist, .item, .cpu (Tensor methods "
@@ -78,6 +82,8 @@ COLUMNS: dict[str, dict[str, str]] = {
         "blocking": "the call blocks the CPU until the GPU catches up (syncs, synchronous or "
                     "pageable copies, synchronous memsets)",
         "blocked_ns": "duration when blocking, else 0",
+        "memory": "the call gives memory to the driver or takes it back (cudaMalloc, cudaFree, "
+                  "cudaHostAlloc, cuMemAllocAsync...: zym.schemas.apis.MEMORY_PATTERN)",
         "follows_dtoh": "the previous call on the thread was a device-to-host copy",
         "follows_copy": "the previous call on the thread was a copy (any direction)",
         "prev_copy_bytes": "bytes of the previous call on the thread when it was a copy",
@@ -140,6 +146,8 @@ COLUMNS: dict[str, dict[str, str]] = {
         "function": "the step function (file function)",
         "launches": "kernel launches in the step", "calls": "CUDA calls in the step",
         "syncs": "sync calls in the step", "blocked_ns": "CPU time blocked in the step",
+        "size_syncs": "sync calls in the step under a torch op whose output size depends on "
+                      "the values (size_op): the step's shapes change with its data",
         "cpu_call_ns": "CPU time inside CUDA calls in the step",
         "gpu_ns": "GPU time of the work the step launched",
         "busy_ns": "time the GPU was busy during the step",
@@ -206,7 +214,8 @@ ROW_KEY = {"calls": "call_idx", "gpu": "gpu_idx", "gaps": "gap_idx", "paths": "p
 # Columns that are a function of the call stack: rules filter them on the (small) site table
 # and match events by stack id; they are joined onto events only where a rule groups by them.
 SITE_COLUMNS = ("code_site", "site_id", "user_node", "user_function", "user_file", "user_line",
-                "user_module", "user_source", "mechanism", "torch_op", "op_chain", "py_api",
+                "user_module", "user_source", "mechanism", "torch_op", "op_chain", "size_op",
+                "py_api",
                 "frames", "site")
 
 
@@ -253,7 +262,8 @@ class Relations:
             return have
         wanted = (columns | set(have.columns)) if have is not None else set(columns)
         wanted &= set(COLUMNS[name]) | {"call_idx", ROW_KEY[name]}
-        self._eager[key] = getattr(self, f"_build_{name}")(wanted, wheres)
+        # a column with one value in every row (no matmul shapes: no FLOPs) is held once
+        self._eager[key] = constant_columns(getattr(self, f"_build_{name}")(wanted, wheres))
         return self._eager[key]
 
     def _keep(self, df: pl.DataFrame, wheres: list[dict] | None) -> pl.DataFrame:
@@ -311,7 +321,8 @@ class Relations:
         calls = self.calls_table()
         steps = self.analysis.steps_in_window()
         if steps is None:
-            return pl.DataFrame({"step": pl.Series([None] * calls.height, dtype=pl.Int64)})
+            return pl.DataFrame({"step": pl.repeat(None, calls.height, dtype=pl.Int64,
+                                                   eager=True)})
         import numpy as np
 
         ts = calls["ts_ns"].to_numpy()
@@ -327,11 +338,16 @@ class Relations:
         calls = self.calls_table()
         n = calls.height
         base = ("call_idx", "stack_id", "kind", "copy_kind", "bytes", "src_mem", "dst_mem",
-                "blocking", "own_gpu_ns")
+                "blocking", "own_row")
         cols = [c for c in calls.columns if c in want or c in base]
         df = calls.select(cols).with_columns(pl.col("copy_kind").cast(pl.Categorical),
                                              pl.col("src_mem").cast(pl.Categorical),
                                              pl.col("dst_mem").cast(pl.Categorical))
+        if "memory" in want:
+            from zym.schemas.apis import is_memory_api
+
+            df = df.with_columns(calls.select(is_memory_api(pl.col("api").cast(pl.String))
+                                              .fill_null(False).alias("memory")))
         # Sequence columns need every call of the thread, before any row is dropped.
         if want & {"follows_dtoh", "follows_copy", "prev_copy_bytes"}:
             prev = calls.select(self.facts.per_thread(pl.col("call_idx").shift(1)).alias("p"))["p"]
@@ -347,7 +363,8 @@ class Relations:
             df = df.with_columns(self._instances(df["call_idx"]))
         df = df.with_columns(*self.site_of(df["stack_id"]),
                              pl.col("bytes").fill_null(0),
-                             pl.col("own_gpu_ns").fill_null(0).alias("gpu_ns"))
+                             self.gpu_table()["dur_ns"].gather(df["own_row"]).fill_null(0)
+                             .alias("gpu_ns"))
         if "blocked_ns" in want:
             df = df.with_columns(pl.when("blocking").then(pl.col("dur_ns")).otherwise(0)
                                  .alias("blocked_ns") if "dur_ns" in df.columns else
@@ -384,7 +401,11 @@ class Relations:
                                       self.call_steps())
 
             ids = self._once_obj("call_instance of every call", every)
-            return pl.Series("call_instance", ids[idx.to_numpy()], dtype=pl.Int64)
+            at = idx.to_numpy()
+            if len(at) == len(ids) and (not len(at) or (at[0] == 0 and bool(
+                    (at[1:] - at[:-1] == 1).all()))):  # every call in order: shared, no copy
+                return pl.Series("call_instance", ids, dtype=pl.Int64)
+            return pl.Series("call_instance", ids[at], dtype=pl.Int64)
         frame = calls.select("pid", "tid", "ts_ns").with_columns(
             user_node.alias("user_node"))[idx.to_list()]
         users = frame["user_node"].drop_nulls().unique()
@@ -450,7 +471,12 @@ class Relations:
 
     def _build_gpu(self, want: set[str], wheres: list[dict] | None = None) -> pl.DataFrame:
         gpu = self.gpu_table()
-        rows = gpu.filter(pl.col("call_idx").is_not_null() & pl.col("work"))
+        # Only the columns some rule reads (in the table's order) are filtered: the others
+        # would be copied for every launched operation, then dropped.
+        keep = want | {"stack_id", "call_idx", "gpu_idx"} | (
+            {"size_bytes"} if "bytes" in want else set())
+        rows = (gpu.select([c for c in gpu.columns if c in keep])
+                .filter(pl.col("call_idx").is_not_null() & gpu["work"]))
         rows = self._keep(rows, wheres)
         idx = rows["call_idx"]
         calls = self.calls_table()
@@ -490,16 +516,21 @@ class Relations:
         schema = {"step": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "ts_ns": pl.Int64,
                   "dur_ns": pl.Int64, "end_ns": pl.Int64, "function": pl.String,
                   "launches": pl.Int64, "calls": pl.Int64, "syncs": pl.Int64,
-                  "blocked_ns": pl.Int64, "cpu_call_ns": pl.Int64, "gpu_ns": pl.Int64,
+                  "size_syncs": pl.Int64, "blocked_ns": pl.Int64, "cpu_call_ns": pl.Int64, "gpu_ns": pl.Int64,
                   "busy_ns": pl.Int64, "busy_frac": pl.Float64}
         if steps is None or not steps.count:
             return pl.DataFrame(schema=schema)
         calls = self.calls_table().with_columns(self.call_steps())
+        if "size_syncs" in want:
+            calls = calls.with_columns(*self.site_of(calls["stack_id"], ("size_op",)))
+        sizing = (pl.col("kind") == "sync") & pl.col("size_op").is_not_null() \
+            if "size_syncs" in want else pl.lit(False)
         per = (calls.filter(pl.col("step").is_not_null()).group_by("step").agg(
             pl.col("pid").first(), pl.col("tid").first(),
             (pl.col("kind") == "launch").sum().cast(pl.Int64).alias("launches"),
             pl.len().cast(pl.Int64).alias("calls"),
             (pl.col("kind") == "sync").sum().cast(pl.Int64).alias("syncs"),
+            sizing.sum().cast(pl.Int64).alias("size_syncs"),
             pl.col("dur_ns").filter("blocking").sum().alias("blocked_ns"),
             pl.col("dur_ns").sum().alias("cpu_call_ns")))
         gpu = self.gpu_table().filter(pl.col("work") & pl.col("call_idx").is_not_null())
@@ -513,8 +544,8 @@ class Relations:
         df = (frame.with_columns((pl.col("end_ns") - pl.col("ts_ns")).alias("dur_ns"),
                                  pl.lit(steps.function).alias("function"), busy.alias("busy_ns"))
               .join(per, on="step", how="left").join(gpu_per, on="step", how="left")
-              .with_columns(pl.col("launches", "calls", "syncs", "blocked_ns", "cpu_call_ns",
-                                   "gpu_ns").fill_null(0))
+              .with_columns(pl.col("launches", "calls", "syncs", "size_syncs", "blocked_ns",
+                                   "cpu_call_ns", "gpu_ns").fill_null(0))
               .with_columns((pl.col("busy_ns") / pl.col("dur_ns")).alias("busy_frac")))
         return df.select([c for c in schema if c in want or c == "step"])
 

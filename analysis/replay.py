@@ -57,6 +57,20 @@ if TYPE_CHECKING:
 KINETO_NS_PER_EVENT = {"python_function": 1_402, "cpu_op": 1_157, "cuda_runtime": 2_156}
 # A blocking copy that returned this long before its GPU copy ended did not wait for it.
 RETURN_SLACK_NS = 2_000
+# Positions of calls and operations (and -1: none) are held as int32 below this count (half
+# the memory of int64), as int64 from it; the margin leaves room for the +1 of running counts.
+# Times and durations stay int64 (nanoseconds overflow int32 in 2 s).
+INDEX32_MAX = np.iinfo(np.int32).max - 2
+
+
+def index_dtype(n: int) -> type:
+    """The integer type of positions below ``n`` (see ``INDEX32_MAX``)."""
+    return np.int32 if n <= INDEX32_MAX else np.int64
+
+
+def narrow_index(a: np.ndarray, n: int) -> np.ndarray:
+    """``a``, positions below ``n`` (or -1), as :func:`index_dtype` of ``n``."""
+    return a.astype(index_dtype(n), copy=False)
 
 
 @dataclass
@@ -137,8 +151,11 @@ class Timeline:
         self.overhead_ns = np.clip(oh, 0, None) if oh.size and oh.min() < 0 else oh
         self.n_calls = calls.height
         self.w0, self.w1 = facts.window
-        self._build_gpu(facts.gpu.filter("work"), calls, facts.gpu.height)
-        self._build_calls(calls)
+        # the columns read here, then the work rows (not every column of every operation)
+        gpu = facts.gpu.select("gpu_idx", "ts_ns", "dur_ns", "end_ns", "device_id",
+                               "stream_id", "call_idx", "work")
+        self._build_gpu(gpu.filter("work"), calls, facts.gpu.height)
+        self._build_calls(calls, facts.gpu["end_ns"].to_numpy())
 
     # -- model --------------------------------------------------------------------------------
 
@@ -198,7 +215,7 @@ class Timeline:
         gap = np.where(by_stream, gap_obs,
                        np.where(first, 0, np.minimum(gap_obs, self.queue_gap_ns)))
         op_gpu_idx = g["gpu_idx"].to_numpy()
-        self.op_call = g["call_idx"].to_numpy()
+        self.op_call = narrow_index(g["call_idx"].to_numpy(), self.n_calls)
         self.op_dur = g["dur_ns"].to_numpy().astype(np.int64, copy=False)
         self.op_start = start
         self.op_lat = np.where(launched, lat, 0).astype(np.int64, copy=False)
@@ -208,13 +225,13 @@ class Timeline:
         self.op_sid = np.cumsum(_starts(stream)) - 1
         self.n_streams = int(self.op_sid[-1]) + 1 if len(stream) else 0
         # position of each gpu_idx in stream order
-        self.pos_of_gpu = np.full(n_gpu, -1, np.int64)  # by gpu_idx; -1: not work
+        self.pos_of_gpu = np.full(n_gpu, -1, index_dtype(len(op_gpu_idx)))  # -1: not work
         self.pos_of_gpu[op_gpu_idx] = np.arange(len(op_gpu_idx))
 
-    def _build_calls(self, calls: pl.DataFrame) -> None:
-        """Per call: its thread, gap, intrinsic cost, and whether (and for what) it waits."""
-        c = calls.select("call_idx", "_thread", "ts_ns", "dur_ns", "end_ns", "kind", "blocking",
-                         "own_end_ns")
+    def _build_calls(self, calls: pl.DataFrame, gpu_end: np.ndarray) -> None:
+        """Per call: its thread, gap, intrinsic cost, and whether (and for what) it waits
+        (``gpu_end``: each GPU operation's end, by ``gpu_idx``)."""
+        c = calls.select("call_idx", "_thread", "ts_ns", "dur_ns", "end_ns", "kind", "blocking")
         thread = c["_thread"].to_numpy()
         self.call_ts = c["ts_ns"].to_numpy()
         dur = c["dur_ns"].to_numpy().astype(np.int64, copy=False)
@@ -225,7 +242,9 @@ class Timeline:
             order = np.argsort(thread, kind="stable")
         else:
             order = np.lexsort((self.call_ts, thread))
-        self.order = order
+        self.order = narrow_index(order, len(order))
+        del order
+        order = self.order
         t_sorted = thread[order]
         first = np.ones(len(order), bool)
         first[1:] = t_sorted[1:] != t_sorted[:-1]
@@ -242,9 +261,11 @@ class Timeline:
         # What each waiting call waited for: its own GPU operation (a blocking copy), else every
         # operation launched before it (a sync).
         blocking = c["blocking"].to_numpy()
-        own_end = c["own_end_ns"].fill_null(-1).to_numpy()
-        self.own_row = calls["own_row"].fill_null(-1).to_numpy()
-        has_own = own_end >= 0
+        self.own_row = narrow_index(calls["own_row"].fill_null(-1).to_numpy(),
+                                    len(self.pos_of_gpu))
+        has_own = self.own_row >= 0
+        own_end = np.where(has_own, gpu_end[np.maximum(self.own_row, 0)] if len(gpu_end)
+                           else -1, -1)
         returned_early = has_own & (end < own_end - RETURN_SLACK_NS)
         self.waits = blocking & ~returned_early
         self.waits_own = self.waits & has_own
@@ -318,6 +339,11 @@ class Timeline:
         """The timeline's arrays with ``fix`` applied (copies): gaps, costs, which calls wait,
         and per operation its duration, launch latency, queue gap, the call it follows and
         whether it is gone (its call removed)."""
+        if fix.is_empty():  # the unfixed replay reads the timeline's own arrays (no copies)
+            gap = (np.clip(self.gap - self.overhead_ns, 0, None)
+                   if deflate and self.overhead_ns.any() else self.gap)  # gaps are >= 0
+            return (gap, self.intrinsic, self.waits, self.op_dur, self.op_lat, self.op_gap,
+                    self.op_call, np.zeros(len(self.op_dur), bool))
         gap = np.clip(self.gap - (self.overhead_ns if deflate else 0), 0, None)
         cost = self.intrinsic.copy()
         waits = self.waits.copy()
@@ -543,14 +569,24 @@ class _Base:
         self.gap = tl.gap if np.array_equal(k["gap"], tl.gap) else k["gap"]
         self.cost = tl.intrinsic if np.array_equal(k["cost"], tl.intrinsic) else k["cost"]
         self.start_nowait, self.span, self.s_incl = k["start_nowait"], k["span"], k["s_incl"]
-        self.epoch_start, self.epoch_order = k["epoch_start"], k["epoch_order"]
-        self.epoch_wait, self.thread_of_epoch = k["epoch_wait"], k["thread_of_epoch"]
-        self.wait_idx, self.own_pos, self.n_threads = k["wait_idx"], k["own_pos"], k["n_threads"]
-        g_rank, self.g_stream, self.g_fixed, self.g_val, _ = k["groups"]
-        self.g_rank = g_rank
         n, n_ops = tl.n_calls, len(tl.op_dur)
+        # Positions (of epochs, calls, waiting calls, operations, threads, streams) narrowed
+        # as the timeline's are; times and sums stay int64.
+        self.epoch_start = k["epoch_start"]
+        n_epochs = len(self.epoch_start)
+        self.epoch_order = narrow_index(k.pop("epoch_order"), n_epochs)
+        self.epoch_wait = narrow_index(k.pop("epoch_wait"), n)
+        self.thread_of_epoch = narrow_index(k.pop("thread_of_epoch"), n)
+        self.wait_idx = narrow_index(k.pop("wait_idx"), n)
+        self.own_pos = narrow_index(k.pop("own_pos"), n_ops)
+        self.n_threads = k["n_threads"]
+        g_rank, g_stream, g_fixed, self.g_val, _ = k.pop("groups")
+        self.g_rank = narrow_index(g_rank, n_epochs)
+        self.g_stream = narrow_index(g_stream, n_ops)
+        self.g_fixed = g_fixed.astype(np.int8)  # 0 or 1
+        del g_rank, g_stream, g_fixed
         # Calls: position in thread order; each thread's last call.
-        self.pos = np.empty(n, np.int64)
+        self.pos = np.empty(n, index_dtype(n))
         self.pos[tl.order] = np.arange(n)
         self.last_calls = tl.order[np.nonzero(np.append(tl.first_of_thread[1:], True))[0]]
         self.last_thread = (np.cumsum(tl.first_of_thread) - 1)[self.pos[self.last_calls]]
@@ -561,9 +597,10 @@ class _Base:
         self.anchored = np.nonzero(~self.launched)[0]
         # Groups: members (in group order), one member's call and position, and the span of
         # call and stream positions they cover.
-        order, gs = k["group_order"], k["group_start"]
+        order = narrow_index(k.pop("group_order"), n_ops)
+        gs = narrow_index(k.pop("group_start"), len(order))
         self.members, self.member_start = order, gs
-        self.member_end = np.append(gs[1:], len(order)).astype(np.int64)
+        self.member_end = np.append(gs[1:], len(order)).astype(gs.dtype)
         if len(order):
             mcall = np.where(self.launched[order], self.pos[np.maximum(tl.op_call[order], 0)], -1)
             self.g_op = order[gs]
@@ -577,20 +614,19 @@ class _Base:
             self.g_op = self.g_call_pos = self.g_lo_op = self.g_hi_op = order
             self.g_lo_call = self.g_hi_call = order
         # Epochs: the first of each thread; each waiting call's row and its epoch.
-        n_epochs = len(self.epoch_start)
         self.epoch_first = np.zeros(n_epochs, bool)
         self.epoch_first[k["epoch_base"][:-1]] = True
-        self.row_of_epoch = np.full(n_epochs, -1, np.int64)
+        self.row_of_epoch = np.full(n_epochs, -1, index_dtype(len(self.wait_idx)))
         ends = self.epoch_wait >= 0
         self.row_of_epoch[ends] = np.searchsorted(self.wait_idx, self.epoch_wait[ends])
-        at = k["at"]  # what the waiting calls await (no fix moves it)
+        at = k.pop("at")  # what the waiting calls await (no fix moves it)
         own_ok = self.own_pos >= 0
         self.own_sid = (np.where(own_ok, tl.op_sid[np.maximum(self.own_pos, 0)], -1)
                         if len(tl.op_sid) else np.full(len(self.own_pos), -1, np.int64))
         # What a replay moves by its edits, unfixed: per waiting call, the stream sums it
         # waits for (``s_at``, -1: none on that stream; ``own_prefix``) and its start.
         self.at_has = at >= 0
-        self.at_0 = np.maximum(at, 0)
+        self.at_0 = narrow_index(np.maximum(at, 0), n_ops)
         self.s_at = np.full(at.shape, -1, np.int64)
         self.s_at[self.at_has] = self.s_incl[at[self.at_has]]
         self.own_prefix = np.zeros(len(self.own_pos), np.int64)

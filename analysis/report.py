@@ -282,8 +282,8 @@ def capture_overhead(analysis: Analysis) -> np.ndarray:
     meta = analysis.data.meta
     n = analysis.facts.calls.height
     per_call = capture_cost(meta).get("total_ns_per_call")
-    if per_call:
-        return np.full(n, int(per_call), np.int64)
+    if per_call:  # one figure for every call: a read-only view, not n copies of it
+        return np.broadcast_to(np.int64(per_call), (n,))
     if "kineto" not in (meta.producer or "").lower():
         return np.zeros(n, np.int64)
     spans = analysis.data.spans()

@@ -30,6 +30,16 @@ MECHANISMS: tuple[tuple[str, str], ...] = (
     ("int()/float() of a tensor", r"\b(?:int|float)\("),
     ("if <tensor>:", r"^\s*(?:if|elif|while|assert)\b"),
 )
+# Torch ops whose output size depends on the tensor's values: on CUDA, PyTorch copies the size
+# to the host and waits for the GPU (a device-to-host copy and a stream sync) on every call.
+# Boolean-mask indexing (``x[mask]``, ``aten::index``) and ``torch.where(cond)`` go through
+# ``aten::nonzero``. ``aten::bincount`` reads its maximum with ``aten::item`` (a scalar read).
+SIZE_OPS: tuple[str, ...] = (
+    "aten::nonzero", "aten::nonzero_numpy", "aten::argwhere", "aten::masked_select",
+    "aten::_unique", "aten::_unique2", "aten::unique_dim", "aten::unique_consecutive",
+    "aten::unique_dim_consecutive", "aten::repeat_interleave", "aten::masked_scatter",
+)
+_SIZE_OP = ";(" + "|".join(re.escape(op) for op in SIZE_OPS) + ");"
 # Packages inside an installed tree are shown from the package down.
 _INSTALLED = re.compile(r"^.*/(?:site-packages|dist-packages)/")
 
@@ -62,6 +72,22 @@ def short_paths(files: pl.Series) -> dict[str, str]:
         m = _INSTALLED.match(f)
         out[f] = f[m.end():] if m else (f[len(root):] if root and f.startswith(root) else f)
     return out
+
+
+def own_code_caller(frames: list[dict]) -> str | None:
+    """Where a site lies inside an installed package (transformers, vllm...: its exact line is
+    the package's), the innermost frame of the user's own code above it, as ``file:line
+    function`` (the file relative to the folder its own-code frames share, as sites are);
+    None where the site is the user's own code or nothing of theirs calls it. ``frames``: the
+    user frames of the site's path, outermost first (``file``, ``line``, ``name``)."""
+    if not frames or not _INSTALLED.match(frames[-1].get("file") or ""):
+        return None
+    own = [f for f in frames if f.get("file") and not _INSTALLED.match(f["file"])]
+    if not own:
+        return None
+    short = short_paths(pl.Series([f["file"] for f in own]))
+    f = own[-1]
+    return f"{short.get(f['file'], f['file'])}:{f['line']} {f['name']}"
 
 
 def site_label(function: str | None, file: str | None, line: int | None,
@@ -158,7 +184,8 @@ def site_table(nodes: pl.DataFrame) -> pl.DataFrame:
         pl.col("user_file").replace_strict(short, default=pl.col("user_file"),
                                            return_dtype=pl.String).alias("user_short_file"),
         pl.coalesce(pl.col("py_api").str.replace(r"^(\.\w+)$", "$1()"),
-                    mechanism_of(pl.col("user_source"))).alias("mechanism"))
+                    mechanism_of(pl.col("user_source"))).alias("mechanism"),
+        pl.col("op_chain").str.extract(_SIZE_OP, 1).alias("size_op"))
     # The code site: same line, same torch ops, same built-in, whatever the callers above.
     key = pl.concat_str([pl.col(c).cast(pl.String).fill_null("") for c in (
         "user_file", "user_line", "user_function", "user_module", "op_chain", "py_api")],

@@ -157,7 +157,8 @@ class BpfProgram:
         self._bpf = None
         self._ring: FixedRecordRing | None = None
         self._stats_fd: int | None = None
-        self._returns = {slot: p.has_return and (return_probes or p.library == RUNTIME)
+        self._returns = {slot: p.has_return and (return_probes or p.library == RUNTIME
+                                                 or p.keep_return)
                          for slot, p in enumerate(PROBES)}
         self.attached: dict[str, int] = {}   # library path -> number of probes attached
         self.placements: dict[str, Placement] = {}   # "symbol" -> where its probe went

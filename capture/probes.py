@@ -40,6 +40,8 @@ class Probe:
     stream_deref: int = -1       # stream_slot is a config struct pointer; stream at +this
     copy_kind: str | None = None  # fixed direction
     copy_slot: int = -1          # direction from a cudaMemcpyKind argument
+    # probe the return even when CUPTI records the durations: CUPTI records no memory calls
+    keep_return: bool = False
 
 
 def _ptsz(*probes: Probe) -> list[Probe]:
@@ -84,6 +86,22 @@ _SYNC_DRIVER = _ptsz(
     Probe(_D, "cuEventSynchronize", "sync", True),
 ]
 
+# Device and page-locked host memory given to and taken back from the driver: the caching
+# allocator's cudaMalloc/cudaFree (torch.cuda.empty_cache(), a cache that keeps releasing),
+# pin_memory(). Frees synchronize the device (schemas/apis.py is_blocking_api).
+_MEMORY_DRIVER = _ptsz(
+    Probe(_D, "cuMemAllocAsync", "other", True, keep_return=True, size_slot=1, stream_slot=2),
+    Probe(_D, "cuMemFreeAsync", "other", True, keep_return=True, stream_slot=1),
+) + [
+    Probe(_D, "cuMemAlloc_v2", "other", True, keep_return=True, size_slot=1),
+    Probe(_D, "cuMemFree_v2", "other", True, keep_return=True),
+    Probe(_D, "cuMemHostAlloc", "other", True, keep_return=True, size_slot=1),
+    Probe(_D, "cuMemAllocHost_v2", "other", True, keep_return=True, size_slot=1),
+    Probe(_D, "cuMemFreeHost", "other", True, keep_return=True),
+    Probe(_D, "cuMemHostRegister_v2", "other", True, keep_return=True, size_slot=1),
+    Probe(_D, "cuMemHostUnregister", "other", True, keep_return=True),
+]
+
 _R = RUNTIME
 _RUNTIME = _ptsz(
     Probe(_R, "cudaLaunchKernel", "launch", True, stream_slot=7),  # after two dim3 (4 slots)
@@ -99,7 +117,7 @@ _RUNTIME = _ptsz(
 ]
 
 PROBES: tuple[Probe, ...] = tuple(
-    _LAUNCH_DRIVER + _COPY_DRIVER + _MEMSET_DRIVER + _SYNC_DRIVER + _RUNTIME)
+    _LAUNCH_DRIVER + _COPY_DRIVER + _MEMSET_DRIVER + _SYNC_DRIVER + _RUNTIME + _MEMORY_DRIVER)
 
 
 # Driver calls that start CUDA in a process: where a process whose interpreter is not known yet

@@ -153,6 +153,8 @@ def render_findings(report: dict, console: Console, limit: int | None = None) ->
         _wrap(console, f["site"], 6, style="cyan")
         if f.get("source"):
             _wrap(console, f"│ {f['source']}", 6, style="dim")
+        if f.get("called_from"):
+            _wrap(console, f"called from your code at {f['called_from']}", 6, style="cyan")
         _wrap(console, f["message"], 6)
         if f.get("saving_ns") is not None:
             inc = f.get("saving_incremental_ns")
@@ -321,6 +323,8 @@ def render_markdown(report: dict, top: int | None = None) -> str:
             out += [head, ""]
             if f.get("source"):
                 out += [f"Line: {md_code(f['source'])}", ""]
+            if f.get("called_from"):
+                out += [f"Called from your code at {md_code(f['called_from'])}", ""]
             out += [_md(f["message"]), "", f"*{_md(saving_text(f))}:* {_md(f['saving_how'])}", "",
                     f"*Fix:* {_md(f['fix'])}", ""]
             if f["user_chain"]:

@@ -20,6 +20,7 @@ from zym.analysis.relations import (
     Relations,
     deferred_columns,
 )
+from zym.analysis.sites import own_code_caller
 
 from .compile import aggregation, derived, having_expr, render, where_expr
 from .findings import OCCURRENCE_COLUMNS, Finding, Findings
@@ -35,10 +36,10 @@ _EVENT_LABELS = ("api", "copy_kind", "src_mem", "dst_mem", "dtype", "name", "cau
                  "precision", "op_class", "function")
 # Labels read from the site table, for the group's site (or its first event's stack).
 _SITE_LABELS = ("user_node", "user_function", "user_file", "user_line", "user_module",
-                "user_source", "mechanism", "torch_op", "py_api", "site")
+                "user_source", "mechanism", "torch_op", "size_op", "py_api", "site")
 # Event columns each saving model reads (besides the relation's row key).
 _MODEL_COLUMNS = {"speedup": ("dur_ns", "precision", "op_class", "flops"),
-                  "cuda-graph": ("step",), "batch": ("call_instance",)}
+                  "cuda-graph": ("step", "size_syncs"), "batch": ("call_instance",)}
 
 
 def evaluate_rules(analysis: Analysis, rules: Sequence[Rule],
@@ -76,8 +77,11 @@ def rank(analysis: Analysis, findings: list[Finding], together: bool = True) -> 
     ``saving_incremental_ns`` stay None): `zym diff` compares each finding's own saving."""
     from .savings import fix_for
 
-    for f in findings:
+    for i, f in enumerate(findings):
         f.estimate(analysis, fix_for)
+        after = findings[i + 1].release_events if i + 1 < len(findings) else None
+        if f.release_events is not None and f.release_events != after:  # its rule's last
+            f.release_events()
     findings = _merge_same_fix(findings)
     floor = noise_floor_ns(analysis.facts.window_ns)
     findings.sort(key=lambda f: (_tier(f.saving_ns, floor), -(f.saving_ns or 0), -f.cost_ns,
@@ -281,6 +285,15 @@ class _Occurrences:
     def __init__(self, plan: dict, fired: pl.DataFrame) -> None:
         self.plan, self.fired = plan, fired
         self.parts: dict[tuple, pl.DataFrame] | None = None
+        self.occ: dict[tuple, pl.DataFrame] | None = None  # ``of`` each group, once released
+
+    def release(self) -> None:
+        """Keep of each group's rows only its occurrences (what reports read), once the fix
+        models have read the rest: every column of every offending event is not held through
+        the other findings' replays (``rows`` builds them again if asked)."""
+        if self.parts is not None:
+            self.occ = {key: self._occurrences(part) for key, part in self.parts.items()}
+            self.parts = None
 
     def rows(self, key: tuple) -> pl.DataFrame:
         """Every column of the group's filtered rows."""
@@ -297,7 +310,11 @@ class _Occurrences:
 
     def of(self, key: tuple) -> pl.DataFrame:
         """The group's occurrences: ``pid, tid, ts_ns, dur_ns, correlation_id``."""
-        rows = self.rows(key)
+        if self.occ is not None:
+            return self.occ.get(key, _EMPTY_OCC)
+        return self._occurrences(self.rows(key))
+
+    def _occurrences(self, rows: pl.DataFrame) -> pl.DataFrame:
         if rows.height == 0:
             return _EMPTY_OCC
         return rows.select(OCCURRENCE[self.plan["rule"].relation])
@@ -319,6 +336,7 @@ def _findings(plan: dict, fired: pl.DataFrame, rel: Relations) -> list[Finding]:
         f = _finding(rule, row, lambda key=key: store.of(key), plan["cost"],
                      plan["constants"] | extra, graph)
         f.event_source = lambda key=key: store.rows(key)
+        f.release_events = store.release
         out.append(f)
     return out
 
@@ -349,10 +367,11 @@ def _finding(rule: Rule, row: dict, occ: Any, cost: str, constants: dict,
         "site": site, "what": _what(labels, rule.what), "instance": _instance(labels, constants),
         # a count per call means something only where the calls are of a user function
         "user_instance": _instance(labels, constants) if labels.get("user_function") else None}
-    chain = []
+    chain, caller = [], None
     if site_id is not None and graph is not None:
-        chain = [f"{f['file']}:{f['line']} {f['name']}" for f in graph.path(site_id)
-                 if f.get("is_user")]
+        frames = [f for f in graph.path(site_id) if f.get("is_user")]
+        chain = [f"{f['file']}:{f['line']} {f['name']}" for f in frames]
+        caller = own_code_caller(frames)
     return Finding(
         rule_id=rule.id, severity=rule.severity, title=render(rule.title, values),
         message=render(rule.message, values), site=site, user_chain=chain, evidence=evidence,
@@ -361,7 +380,7 @@ def _finding(rule: Rule, row: dict, occ: Any, cost: str, constants: dict,
         group_key=tuple((k, row[k]) for k in rule.group_by), saving_model=dict(rule.saving),
         relation=rule.relation, measures={k: v for k, v in measures.items()
                                           if isinstance(v, (int, float))},
-        source=labels.get("user_source"))
+        source=labels.get("user_source"), called_from=caller)
 
 
 def site_text(labels: dict) -> str:

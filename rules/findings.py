@@ -49,6 +49,8 @@ class Finding:
     relation: str = ""
     measures: dict = field(default_factory=dict, repr=False)
     source: str | None = None  # the source text of the site's line, where the capture has it
+    # a site inside an installed package: the user's own line above it (analysis.sites)
+    called_from: str | None = None
     saving_ns: int | None = None
     saving_how: str = ""
     saving_incremental_ns: int | None = None
@@ -56,6 +58,8 @@ class Finding:
     # Builds this finding's occurrences on first use (exports ask; text reports never do).
     occurrence_source: Callable[[], pl.DataFrame] | None = field(default=None, repr=False)
     event_source: Callable[[], pl.DataFrame] | None = field(default=None, repr=False)
+    # Drops what ``event_source`` holds beyond the occurrences (after the estimates).
+    release_events: Callable[[], None] | None = field(default=None, repr=False)
     edit: Fix | None = field(default=None, repr=False)
     _frame: pl.DataFrame | None = field(default=None, repr=False)
     _occurrences: list[dict] | None = field(default=None, repr=False)
@@ -123,7 +127,8 @@ class Finding:
         return {
             "rule_id": self.rule_id, "severity": self.severity, "title": self.title,
             "message": self.message, "site": self.site, "site_id": self.site_id,
-            "source": self.source, "user_chain": self.user_chain,
+            "source": self.source, "called_from": self.called_from,
+            "user_chain": self.user_chain,
             "saving_ns": self.saving_ns, "saving_pct_of_window": pct,
             "saving_per_step_ns": (self.saving_ns // steps
                                    if self.saving_ns is not None and steps else None),

@@ -35,7 +35,7 @@ FORMATS = frozenset({"ns", "bytes", "pct", "x", "int", "float", "str"})
 # ``user_instance``: the same as ``instance``, but only where the site is a user function (a
 # count per call of "the enclosing function" of no user frame means nothing: use it in {? ?}).
 LABELS = ("site", "what", "instance", "user_instance", "user_function", "user_source",
-          "mechanism", "torch_op", "py_api", "api", "copy_kind", "src_mem", "precision",
+          "mechanism", "torch_op", "size_op", "py_api", "api", "copy_kind", "src_mem", "precision",
           "op_class", "function", "dst_mem", "dtype", "name", "cause", "kind")
 CONSTANTS = ("total_gpu_ns", "window_ns")
 
@@ -277,7 +277,8 @@ def _check_saving(saving: dict, relation: str, measures: set[str], fail) -> None
         raise fail("saving", "speedup takes one of to: PRECISION or factor: MEASURE")
     if "factor" in saving and saving["factor"] not in measures:
         raise fail("saving.factor", f"unknown measure {saving['factor']!r}")
-    for key, only in (("keep", "batch"), ("to", "speedup"), ("factor", "speedup")):
+    for key, only in (("keep", "batch"), ("to", "speedup"), ("factor", "speedup"),
+                      ("work", "remove")):
         if key in saving and model != only:
             raise fail(f"saving.{key}", f"{key} applies to model {only} only")
 

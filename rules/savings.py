@@ -8,7 +8,8 @@ Models (``saving: {model: NAME, ...}``):
   ``keep: first`` (default) or ``last`` blocking call of the finding stays, with the
   non-blocking calls that lead to it; the finding's other calls go (their CPU cost, their wait,
   their GPU copies). The kept call still waits for the GPU: what it waited for is not saved.
-* ``remove``: the finding's calls go entirely.
+* ``remove``: the finding's calls go entirely, with the CPU work before each (``work: keep``:
+  that work stays, for calls made inside other work, e.g. an allocation inside an op).
 * ``unblock``: the finding's blocking calls stop waiting (for gaps: the call the CPU was
   blocked in); their own CPU cost stays.
 * ``pin``: copies through pageable memory become pinned, non-blocking copies: the call costs
@@ -64,6 +65,10 @@ def fix_for(model: dict, relation: str, rows: pl.DataFrame, analysis: Analysis,
     calls = _call_rows(relation, rows, analysis)
     if name == "batch":
         return _batch(calls, analysis, model.get("keep", "first"))
+    if name == "remove" and model.get("work") == "keep":
+        return Fix(remove_calls=_idx(calls),
+                   describe=f"replayed without these {len(calls):,} calls (their own time and "
+                            "waits; the CPU work before each stays)")
     if name == "remove":
         return Fix(remove_calls=_idx(calls), gap_calls=_idx(calls),
                    gap_ns=np.zeros(len(calls), np.int64),
@@ -302,6 +307,12 @@ def _cuda_graph(relation: str, rows: pl.DataFrame, analysis: Analysis) -> Fix | 
     the finding's steps, each replayed as one graph launch."""
     if "step" not in rows.columns:
         return None
+    if "size_syncs" in rows.columns and rows["size_syncs"].sum():
+        per = rows["size_syncs"].sum() / rows.height
+        raise NoEstimate(f"its steps wait {per:.3g} times each for an output size that depends "
+                         "on their data (syncs.data-dependent-size): their shapes change with "
+                         "the data, and a CUDA graph needs fixed shapes first; fix those, "
+                         "then capture again")
     rel = analysis.relations
     c = analysis.facts.calls.with_columns(rel.call_steps())
     steps = repeating_steps(c, analysis.facts.gpu, set(rows["step"].drop_nulls().to_list()))

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import polars as pl
+from zym.schemas.apis import FREE_SYNC_PATTERN
 
 Frame = tuple  # (kind, name[, file, line[, source text of the line]])
 
@@ -107,7 +109,7 @@ class CaptureBuilder:
             self.gpu_free = start + g_dur
             if gpu.get("blocking"):  # a copy that returns when the GPU copy is done
                 dur = max(dur, self.gpu_free - ts + 1000)
-        if kind == "sync":
+        if kind == "sync" or re.match(FREE_SYNC_PATTERN, api):   # a free waits for the device
             dur = max(dur, self.gpu_free - ts + 1000)
         self.calls.append({"pid": self.pid, "tid": self.tid, "ts_ns": ts, "dur_ns": dur,
                            "name": api, "kind": kind, "correlation_id": corr, "stack_id": stack,

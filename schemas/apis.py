@@ -22,6 +22,16 @@ KIND_PATTERNS: tuple[tuple[str, str], ...] = (
               r"|EventSynchronize|ThreadSynchronize)")),
 )
 
+# Memory given to or taken back from the driver (device, page-locked host, stream-ordered).
+MEMORY_PATTERN = (r"^(cuda|cu|hip)(Malloc|Free|MemAlloc|MemFree|MallocHost|FreeHost|HostAlloc"
+                  r"|MemHostAlloc|MemAllocHost|MemFreeHost|HostRegister|MemHostRegister"
+                  r"|HostUnregister|MemHostUnregister|MallocAsync|FreeAsync|MemAllocAsync"
+                  r"|MemFreeAsync|MallocManaged|MemAllocManaged|MallocPitch|MemAllocPitch)"
+                  r"(_v\d)?(_ptsz|_ptds)?$")
+# Frees wait for the device to finish its work first (CUDA's implicit synchronization); the
+# stream-ordered ones (FreeAsync) do not.
+FREE_SYNC_PATTERN = r"^(cuda|cu|hip)(Free|MemFree|FreeHost|MemFreeHost|HostUnregister|MemHostUnregister)(_v\d)?$"
+
 # Driver copies name their direction; runtime ones (cudaMemcpyAsync) take it from an argument.
 _DIRECTION = r"^(?:cu|hip)Memcpy(?:Peer)?(HtoD|DtoH|DtoD|HtoA|AtoH|DtoA|AtoD|AtoA|Peer)"
 _DIRECTION_MAP = {"HtoA": "HtoD", "AtoH": "DtoH", "DtoA": "DtoD", "AtoD": "DtoD",
@@ -42,10 +52,16 @@ def api_copy_kind(name: pl.Expr) -> pl.Expr:
     return raw.replace(_DIRECTION_MAP)
 
 
+def is_memory_api(name: pl.Expr) -> pl.Expr:
+    """Expression: true for calls that give memory to the driver or take it back
+    (:data:`MEMORY_PATTERN`)."""
+    return name.str.contains(MEMORY_PATTERN)
+
+
 def is_blocking_api(name: pl.Expr) -> pl.Expr:
-    """Expression: true for calls that block the CPU thread until the GPU catches up: syncs and
-    synchronous copies/memsets (those without ``Async`` in their name)."""
+    """Expression: true for calls that block the CPU thread until the GPU catches up: syncs,
+    synchronous copies/memsets (those without ``Async`` in their name) and memory frees."""
     sync_like = name.str.contains(KIND_PATTERNS[3][1])
     sync_copy = (name.str.contains(r"^(cuda|cu|hip)(Mem[cC]py|Memset)")
                  & ~name.str.contains("Async"))
-    return sync_like | sync_copy
+    return sync_like | sync_copy | name.str.contains(FREE_SYNC_PATTERN)

@@ -33,7 +33,9 @@ RESULTS = HERE / "results" / "h200"
 # requests per pass of each workload (bench/whatif/workloads/W.py: Service.requests)
 REQUESTS = {"gpt_decode": 7, "rerank": 12, "decode_loop": 6}
 TOLERANCE = 0.30
-RULE_FIX = re.compile(r"([a-z_]+\.[a-z0-9-]+)(?: \(([^)]*)\))?:")  # "rule.id (HtoD): text"
+# "rule.id (HtoD): text", or "rule.a+rule.b: text" / "rule.id (all): text" for a variant applying
+# several findings' fixes (every finding of those rules)
+RULE_FIX = re.compile(r"([a-z_]+\.[a-z0-9-]+(?:\+[a-z_]+\.[a-z0-9-]+)*)(?: \(([^)]*)\))?:")
 
 
 @dataclass
@@ -65,13 +67,15 @@ class Row:
         return abs(self.predicted_ms - self.measured_ms) <= TOLERANCE * abs(self.measured_ms)
 
 
-def measured(doc: dict, requests: int) -> dict[str, dict]:
-    """Per variant: the fix text and the paired per-step saving (median, p25, p75), in ms."""
+def measured(doc: dict, requests: int, labels: dict | None = None) -> dict[str, dict]:
+    """Per variant: the fix text and the paired per-step saving (median, p25, p75), in ms.
+    ``labels``: fix texts that replace the recorded ones (variant -> text)."""
     base = doc["variants"]["base"]["times_s"]
     out = {}
     for name, v in doc["variants"].items():
+        v = v | ({"fix": labels[name]} if labels and name in labels else {})
         if name == "base" or not RULE_FIX.match(v["fix"]):
-            continue  # the baseline, and the variants that apply several fixes
+            continue  # the baseline, and variants that name no rule
         diffs = [(b - t) * 1e3 / requests for b, t in zip(base, v["times_s"], strict=True)]
         q = statistics.quantiles(diffs, n=4)
         out[name] = {"fix": v["fix"], "ms": statistics.median(diffs), "lo": q[0], "hi": q[2]}
@@ -86,40 +90,59 @@ def rule_of(fix: str) -> tuple[str, str | None]:
     return m.group(1), m.group(2)
 
 
-def predictions(path: Path) -> tuple[list[dict], int, float]:
+def predictions(path: Path) -> tuple[list[dict], int, float, object]:
     """zym's findings on ``path`` (steady-state window, default rules), the steps in the
-    window and the captured step's mean length in ms."""
+    window, the captured step's mean length in ms, and what a set of rules' fixes save
+    together (a function of the rule ids: one replay with all their findings' edits)."""
     from zym.analysis import analyze
     from zym.analysis.export.summary import build_report
     from zym.rules import evaluate
+    from zym.rules.whatif import what_if
 
     result = analyze(path)
-    report = build_report(result, evaluate(result), None)
+    findings = evaluate(result)
+    report = build_report(result, findings, None)
     steps = (report["phases"]["steps"] or {}).get("in_window") or 1
-    return report["findings"], steps, report["phases"]["window_ns"] / steps / 1e6
+
+    def together(rules: list[str]) -> tuple[int | None, int | None]:
+        """Saving in ns of every finding of ``rules`` fixed at once (rules without a finding
+        here are left out), and the best rank among them; (None, None) if none has one."""
+        have = [r for r in rules if any(f.rule_id == r and f.edit is not None for f in findings)]
+        if not have:
+            return None, None
+        ranks = [i for i, f in enumerate(findings, 1) if f.rule_id in have]
+        return what_if(result, findings, have)["saving_ns"], min(ranks)
+
+    return report["findings"], steps, report["phases"]["window_ns"] / steps / 1e6, together
 
 
-def compare(results: Path = RESULTS) -> list[Row]:
+def compare(results: Path = RESULTS, requests_of: dict[str, int] | None = None) -> list[Row]:
     rows = []
-    for w, requests in REQUESTS.items():
+    labels_file = results / "labels.json"
+    labels = json.loads(labels_file.read_text())["variants"] if labels_file.exists() else {}
+    for w, requests in (requests_of or REQUESTS).items():
         doc = json.loads((results / f"{w}.measure.json").read_text())
-        meas = measured(doc, requests)
+        meas = measured(doc, requests, labels.get(w))
         base_ms = doc["variants"]["base"]["median_s"] * 1e3 / requests
         sources = [("zym capture", results / "captures" / f"{w}.parquet"),
                    ("torch.profiler", results / "kineto" / f"{w}.trace.json.gz")]
         for source, path in sources:
             if not path.exists():
                 continue
-            findings, steps, step_ms = predictions(path)
+            findings, steps, step_ms, together = predictions(path)
             for variant, m in meas.items():
                 rule, qualifier = rule_of(m["fix"])
-                ranked = [(i, f) for i, f in enumerate(findings, 1) if f["rule_id"] == rule]
-                if qualifier:  # e.g. HtoD: the finding whose words name it
-                    ranked = [(i, f) for i, f in ranked
-                              if qualifier in f["message"] + f["title"]] or ranked
-                rank, f = ranked[0] if ranked else (None, None)
-                pred = (f["saving_ns"] / steps / 1e6
-                        if f is not None and f["saving_ns"] is not None else None)
+                if "+" in rule or qualifier == "all":   # several findings' fixes at once
+                    saving, rank = together(rule.split("+"))   # (one replay of them all)
+                    pred = None if saving is None else saving / steps / 1e6
+                else:
+                    ranked = [(i, f) for i, f in enumerate(findings, 1) if f["rule_id"] == rule]
+                    if qualifier:  # e.g. HtoD: the finding whose words name it
+                        ranked = [(i, f) for i, f in ranked
+                                  if qualifier in f["message"] + f["title"]] or ranked
+                    rank, f = ranked[0] if ranked else (None, None)
+                    pred = (f["saving_ns"] / steps / 1e6
+                            if f is not None and f["saving_ns"] is not None else None)
                 rows.append(Row(w, source, variant, rule, rank, pred,
                                 None if pred is None else 100 * pred / step_ms,
                                 m["ms"], m["lo"], m["hi"], 100 * m["ms"] / base_ms, base_ms,
@@ -132,7 +155,8 @@ def order_agrees(rows: list[Row]) -> dict[tuple[str, str], bool]:
     order of their measured savings?"""
     out = {}
     for key in sorted({(r.workload, r.source) for r in rows}):
-        real = [r for r in rows if (r.workload, r.source) == key and not r.noise]
+        real = [r for r in rows if (r.workload, r.source) == key and not r.noise
+                and "+" not in r.rule_id]   # single fixes: a combination outranks its parts
         by_measured = [r.variant for r in sorted(real, key=lambda r: -r.measured_ms)]
         by_rank = [r.variant for r in sorted(real, key=lambda r: (r.rank is None, r.rank or 0))]
         out[key] = by_measured == by_rank
@@ -174,8 +198,13 @@ def main() -> int:
     p.add_argument("results", nargs="?", type=Path, default=RESULTS)
     p.add_argument("--json", type=Path, help="write the rows here")
     p.add_argument("--markdown", action="store_true", help="print the docs table")
+    p.add_argument("--requests", default="",
+                   help="W=N,...: the workloads in RESULTS and their requests per pass "
+                        "(default: " + ",".join(f"{w}={n}" for w, n in REQUESTS.items()) + ")")
     a = p.parse_args()
-    rows = compare(a.results)
+    requests_of = ({w: int(n) for w, n in (x.split("=") for x in a.requests.split(","))}
+                   if a.requests else None)
+    rows = compare(a.results, requests_of)
     if a.json:
         a.json.write_text(json.dumps([asdict(r) | {"agrees": r.agrees, "noise": r.noise}
                                       for r in rows], indent=1))

@@ -36,6 +36,7 @@ from zym.analysis.join import LEAD_NS, SEQ_WINDOW_NS, join_calls
 from .agent import read_chunks
 from .clock import fit_clock
 from .decode import CuptiTables, Spool, decode_spool, demangle
+from .layouts import cupti_major
 from .nvtx import empty_ranges, pair_ranges
 from .opshapes import empty_shapes
 
@@ -138,7 +139,14 @@ class GpuPool:
         seg.chunks += len(chunks)
         seg.activity += len(activity)
         self._headers.setdefault(pid, seg.header)
-        st = self._stats.setdefault(pid, {"dropped": 0, "clean_stop": False})
+        # described from its header at once: a process may spool before any GPU activity
+        # (CUDA started, nothing launched yet), and its interval files still name it
+        version = int(seg.header.get("cupti_api_version", 130001))
+        st = self._stats.setdefault(pid, {
+            "pid": pid, "records": 0, "undecoded_bytes": 0, "incomplete": 0, "buffers": 0,
+            "nvtx_records": 0, "dropped": 0, "clean_stop": False, "callback_ns": 0, "facts": {},
+            "op_shapes": None, "cupti_major": cupti_major(version),
+            "nvtx": seg.header.get("nvtx", "off: this agent predates NVTX recording")})
         st["dropped"] += dropped   # this read's (the footer's total spans every interval)
         if not (activity or shapes or any(k == "footer" for k, _, _ in chunks)):
             return

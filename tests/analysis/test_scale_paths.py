@@ -260,3 +260,83 @@ def test_blocking_apis_are_matched_per_name():
     want = pl.select(is_blocking_api(pl.lit(api))).to_series()
     got = api_blocks(api.cast(pl.Categorical))
     assert got.to_list() == want.to_list() and want.sum() > 0 and want.null_count() > 0
+
+
+def test_narrow_positions_replay_as_wide_ones(synthetic, shifts, monkeypatch):
+    """Positions of calls and operations held as int32 (below ``INDEX32_MAX``) or, past it,
+    as int64 (here forced by a limit of 0): the arrays take that type, and each fix replayed
+    incrementally from the narrow state ends when the whole replay of the wide one does."""
+    def timeline(limit: int) -> replay.Timeline:
+        monkeypatch.setattr(replay, "INDEX32_MAX", limit)
+        tl = analyze(synthetic, lambda _stage: None, "steady").timeline
+        _ = tl._base  # built under this limit
+        return tl
+
+    narrow, wide = timeline(replay.INDEX32_MAX), timeline(0)
+    for tl, want in ((narrow, np.int32), (wide, np.int64)):
+        base = tl._base
+        for a in (tl.order, tl.op_call, tl.pos_of_gpu, tl.own_row, base.pos, base.members,
+                  base.member_start, base.member_end, base.g_lo_op, base.g_hi_call,
+                  base.epoch_order, base.wait_idx, base.own_pos, base.at_0, base.g_rank,
+                  base.g_stream, base.row_of_epoch, base.thread_of_epoch):
+            assert a.dtype == want
+    rng = np.random.default_rng(23)
+    for _ in range(30):
+        fix = _random_fix(narrow, rng)
+        assert narrow.replay(fix) == wide.replay(fix, incremental=False), fix
+        assert wide.replay(fix) == narrow.replay(fix, incremental=False), fix
+
+
+def test_index_dtype_falls_back_to_int64_past_the_limit():
+    """A count that int32 positions (and their +1) hold, and the first that they do not."""
+    assert replay.index_dtype(0) is np.int32
+    assert replay.index_dtype(2**31 - 3) is np.int32
+    assert replay.index_dtype(2**31 - 2) is np.int64
+    a = np.array([-1, 0, 5])
+    assert replay.narrow_index(a, 6).dtype == np.int32
+    assert replay.narrow_index(a, 2**40).dtype == np.int64
+    assert replay.narrow_index(a, 6).tolist() == [-1, 0, 5]
+
+
+def test_every_calls_instance_is_shared_not_copied(synthetic):
+    """``call_instance`` asked for every call in order is the array computed once (no copy);
+    asked for some calls, out of order, it is that array's values at those calls."""
+    rel = analyze(synthetic, lambda _stage: None, "steady").relations
+    n = rel.calls_table().height
+    every = rel._instances(pl.int_range(n, dtype=pl.Int64, eager=True))
+    ids = rel._objects["call_instance of every call"]
+    assert np.shares_memory(every.to_numpy(), ids)
+    some = np.random.default_rng(2).permutation(n)[: n // 3]
+    assert rel._instances(pl.Series(some)).to_list() == ids[some].tolist()
+    twice = np.r_[0, 0, np.arange(2, n)]  # as long as every call, not each call in order
+    got = rel._instances(pl.Series(twice)).to_numpy()
+    assert not np.shares_memory(got, ids) and got.tolist() == ids[twice].tolist()
+
+
+@pytest.mark.parametrize("overhead", [0, 700])
+def test_the_unfixed_replay_reads_the_timeline_without_copies(synthetic, overhead):
+    """The empty fix replays the timeline's own arrays (no copies, none written): it ends when
+    a fix that edits a call to its own cost (so every array is copied) does, with and without
+    a recording cost taken out, and leaves the timeline as it was."""
+    tl = analyze(synthetic, lambda _stage: None, "steady").timeline
+    tl.overhead_ns = np.broadcast_to(np.int64(overhead), (tl.n_calls,))
+    before = {k: getattr(tl, k).copy() for k in ("gap", "intrinsic", "waits", "op_dur",
+                                                 "op_lat", "op_gap", "op_call")}
+    same = replay.Fix(cost_calls=np.array([3]), cost_ns=tl.intrinsic[[3]])
+    for deflate in (True, False):
+        assert tl.replay(replay.Fix(), deflate, incremental=False) == \
+            tl.replay(same, deflate, incremental=False)
+    edited = tl._edit(replay.Fix(), True)
+    assert (edited[1] is tl.intrinsic) and (edited[0] is tl.gap) == (overhead == 0)
+    for k, v in before.items():
+        assert np.array_equal(getattr(tl, k), v), k
+
+
+def test_call_instance_positions_fall_back_to_int64():
+    """``call_instances`` holds positions as int32 below 2^31 - 1 and as they are from it."""
+    from zym.analysis.instances import _narrow
+
+    a = np.array([-1, 0, 7], np.int64)
+    assert _narrow(a, 8).dtype == np.int32 and _narrow(a, 8).tolist() == [-1, 0, 7]
+    assert _narrow(a, 2**31 - 2).dtype == np.int32
+    assert _narrow(a, 2**31 - 1) is a

@@ -146,6 +146,29 @@ def test_rotate_shares_the_gpu_side_out_among_the_files(libs, tmp_path):
             "time with its Python stack") in proc.stderr, proc.stderr
 
 
+def test_rotate_writes_the_intervals_before_the_first_gpu_work(libs, tmp_path):
+    # On the H200 the agent spools its header when CUDA starts, seconds before the first kernel
+    # (torch's import, the model's build): intervals taken then have a spool and no GPU record,
+    # and were not written (their raw calls kept, "cannot write ... ('pid')")
+    iters = 20
+    out = tmp_path / "svc.parquet"
+    env = {**os.environ, "FAKECUDA": str(libs / "libcuda.so.1"), "ITERS": str(iters),
+           "ZYM_CUPTI_LIB": str(libs / "libcupti.so.13"), "ZYM_CUPTI_EAGER": "1",
+           "INIT_SLEEP": "2.5", "STEP_SLEEP": "0.01", "ZYM_CUPTI_FLUSH_MS": "200"}
+    proc = subprocess.run([sys.executable, "-m", "zym.cli.main", "capture", "--rotate", "400ms",
+                           "-o", str(out), "--", sys.executable, str(WORKLOAD)],
+                          capture_output=True, text=True, check=False, timeout=180, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "cannot write" not in proc.stderr, proc.stderr
+    assert not list(tmp_path.glob("svc.parquet.raw-*"))
+    files = _interval_files(out)
+    idle = [f for f in files if open_capture(f).load("gpu").height == 0]
+    assert len(idle) >= 3   # written, and say which process spooled (no GPU work yet)
+    assert all(open_capture(f).meta.extra["nvtx"]["recording"] for f in idle)
+    _, gpu = check_gpu_intervals(files)
+    assert gpu.filter(pl.col("kind") == "kernel").height == iters * 5
+
+
 def test_rotate_cut_short_stops_the_agents_still_running_and_keeps_their_records(libs, tmp_path):
     """--duration ends the capture while the program runs on (its worker thread ignores the
     SIGINT): the last file still gets every kernel of every call recorded, the agent still

@@ -64,6 +64,14 @@ API CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned v, size_t n, CUstream s)
 API CUresult cuStreamSynchronize(CUstream s) { sink += (uintptr_t)s; sleep_us(sync_us); return 0; }
 API CUresult cuCtxSynchronize(void) { sleep_us(sync_us); return 0; }
 API CUresult cuEventSynchronize(CUevent e) { sink += (uintptr_t)e; sleep_us(sync_us); return 0; }
+/* The caching allocator's driver calls: a free waits as a sync does (the device drains). */
+API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) { if (p) *p = 0x100000 + n; sink += n; return 0; }
+API CUresult cuMemFree_v2(CUdeviceptr p) { sink += p; sleep_us(sync_us); return 0; }
+API CUresult cuMemHostAlloc(void **pp, size_t n, unsigned flags) {
+    if (pp) *pp = 0;
+    sink += n + flags;
+    return 0;
+}
 API CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) {
     sink += src + n;
     sleep_us(sync_us);

@@ -67,7 +67,9 @@ def test_probes_past_endbr64_read_the_same_arguments_and_report_their_cost(cet_c
     cost = extra["capture_cost"]
     n = calls.height
     assert cost["calls_seen"] == n and cost["probe_hits"] >= n
-    assert cost["return_probe_hits"] == 0 and cost["return_probes"] is False
+    # the memory calls' returns are probed even with CUPTI (it records none): attached, and
+    # not hit, since this workload makes no memory call
+    assert cost["return_probe_hits"] == 0
     assert cost["dropped_events"] == 0
     assert cost["bpf_ns_per_call"] > 0
     assert cost["ring_bytes"] >= n * 80                # 72-byte records with 8-byte headers

@@ -103,6 +103,77 @@ def test_dtoh_copy_sync__silent_for_async_copy_and_scalar_reads():
     assert fired(b, "syncs.dtoh-copy-sync") == []
 
 
+def _size_read(b: CaptureBuilder, ops: tuple[str, ...] = ("aten::nonzero",)) -> None:
+    """A boolean-mask select in ``step``: the count kernel, the count copied back (8 bytes)
+    and a stream sync, then the select kernel, all under ``ops``; the gather after it outside."""
+    under = STEP + [("torch_op", op) for op in ops]
+    b.kernel(under, "cub::DeviceReduceKernel", gpu_us=15)
+    b.call(under, "cudaMemcpyAsync", "copy", 4.0,
+           {"kind": "copy", "name": "Memcpy DtoH", "dur_us": 1.0, "copy_kind": "DtoH",
+            "src_mem": "device", "dst_mem": "pinned", "bytes": 8})
+    b.call(under, "cudaStreamSynchronize", "sync", 2.0)
+    b.kernel(under, "nonzero_kernel", gpu_us=5)
+    b.kernel(STEP + [("torch_op", "aten::index")], "index_kernel", gpu_us=5)
+
+
+@pytest.mark.parametrize("ops", [("aten::index", "aten::nonzero"), ("aten::_unique2",)])
+def test_data_dependent_size__fires_with_the_op_and_counts(ops):
+    b = CaptureBuilder()
+    for _ in range(3):
+        with b.enclosing(STEP):
+            for _ in range(8):                       # a loop over experts / classes
+                _size_read(b, ops)                   # x[mask] / torch.unique(x)
+    findings = evaluate_rules(b.analysis(), [RULES[r] for r in (
+        "syncs.data-dependent-size", "syncs.scalar-readback", "syncs.dtoh-copy-sync")])
+    [f] = findings
+    assert (f.rule_id, f.site) == ("syncs.data-dependent-size", "app.py:20 step")
+    assert ops[-1] in f.title and f.evidence["syncs"] == 24 and f.evidence["per_call"] == 8.0
+    # every CUDA call inside the op (2 kernels, the copy, the sync), not the gather after it
+    assert f.evidence["count"] == 24 * 4
+
+
+def test_data_dependent_size__silent_on_scalar_reads_and_fixed_shapes():
+    b = CaptureBuilder()
+    decode_loop(b)                                   # .item(): syncs.scalar-readback's
+    for _ in range(3):
+        b.kernel(STEP + [("torch_op", "aten::where")], "where_kernel")   # fixed-size select
+    assert fired(b, "syncs.data-dependent-size") == []
+    assert len(fired(b, "syncs.scalar-readback")) == 1
+
+
+EMPTY_CACHE = STEP + [("python", "empty_cache", "torch/cuda/memory.py", 222)]
+ALLOC = STEP + [("torch_op", "aten::empty")]
+
+
+def test_allocator_churn__fires_on_frees_and_allocations_every_call():
+    b = CaptureBuilder()
+    for _ in range(4):
+        with b.enclosing(STEP):
+            b.call(ALLOC, "cudaMalloc", "other", cpu_us=300)
+            b.kernel(STEP + [("torch_op", "aten::mm")], "gemm", gpu_us=500)
+            b.call(EMPTY_CACHE, "cudaFree", "other", cpu_us=80)   # waits for the gemm
+    found = fired(b, "memory.allocator-churn")
+    assert sorted(f.title.rsplit(": ", 1)[1] for f in found) == ["cudaFree", "cudaMalloc"]
+    free = next(f for f in found if f.title.endswith("cudaFree"))
+    malloc = next(f for f in found if f.title.endswith("cudaMalloc"))
+    assert free.evidence["count"] == 4 and free.evidence["per_call"] == 1.0
+    assert free.evidence["stall_ns"] > 4 * 400_000          # each free waited for its gemm
+    assert malloc.evidence["stall_ns"] == 0 and malloc.evidence["cpu_ns"] == 4 * 300_000
+    # removing the allocations saves at most their own time: the work before each stays
+    assert 0 < malloc.saving_ns <= malloc.evidence["cpu_ns"]
+
+
+def test_allocator_churn__silent_for_one_time_allocations():
+    b = CaptureBuilder()
+    with b.enclosing(STEP):
+        for _ in range(5):
+            b.call(ALLOC, "cudaMalloc", "other", cpu_us=300)   # the model's weights, once
+    for _ in range(4):
+        with b.enclosing(STEP):
+            b.kernel(STEP + [("torch_op", "aten::mm")], "gemm", gpu_us=500)
+    assert fired(b, "memory.allocator-churn") == []
+
+
 def _explicit_syncs(b: CaptureBuilder, n: int, calls: int = 3) -> None:
     sync_frames = STEP + [("python", "synchronize", "torch/cuda/__init__.py", 1)]
     for _ in range(calls):
@@ -343,6 +414,27 @@ def test_launch_bound_step__fires_when_launches_outlast_kernels():
     [f] = fired(b, "compute.launch-bound-step")
     assert f.site == "each step: app.py step" and f.evidence["count"] == 6
     assert f.evidence["launches_per_step"] == 40 and f.evidence["busy_share"] < 0.3
+
+
+def test_launch_bound_step__says_when_the_steps_read_sizes_back():
+    b = CaptureBuilder()
+    _tiny_steps(b, 2)
+    [f] = fired(b, "compute.launch-bound-step")
+    assert f.evidence["size_syncs"] == 0 and "depends on its data" not in f.message
+    b = CaptureBuilder()
+    for _ in range(6):
+        with b.enclosing(STEP):
+            for _ in range(3):
+                for _ in range(20):
+                    b.kernel(STEP + [FFN[-1], ("torch_op", "aten::gelu")], "gelu", gpu_us=2,
+                             cpu_us=8)
+                _size_read(b)
+    [f] = fired(b, "compute.launch-bound-step")
+    assert f.evidence["size_syncs_per_step"] == 3.0
+    assert "waits 3 times on average (at most 3) for an output size that depends on its " \
+        "data" in " ".join(f.message.split())
+    # no estimate: graphs need the fixed shapes first (the size reads' findings come first)
+    assert f.saving_ns is None and "data-dependent-size" in f.saving_how
 
 
 def test_launch_bound_step__silent_when_gpu_bound():

@@ -1,0 +1,43 @@
+"""Columns holding one value in every row are loaded as constants (stored once): the tables
+read the same, value for value and type for type, as the capture file's."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+from polars.testing import assert_frame_equal
+from zym.analysis.load import ENUM_COLUMNS, constant_columns, load_capture
+from zym.schemas.io import open_capture
+
+REPO = Path(__file__).resolve().parents[2]
+EBPF_SAMPLE = REPO / "sample_traces" / "gpt_decode_server.parquet"
+
+
+def test_constant_columns_keep_every_value_and_type():
+    df = pl.DataFrame({
+        "same": pl.Series([7, 7, 7, 7], dtype=pl.Int64),
+        "none": pl.Series([None] * 4, dtype=pl.Int32),
+        "some_null": pl.Series([1, None, 1, 1], dtype=pl.Int64),
+        "varies": pl.Series([1, 2, 1, 1], dtype=pl.Int64),
+        "zeros": pl.Series([0.0, -0.0, 0.0, 0.0]),
+        "text": ["a", "a", "a", "a"],
+        "no_text": pl.Series([None] * 4, dtype=pl.String),
+    })
+    out = constant_columns(df)
+    assert_frame_equal(out, df)
+    assert out["zeros"].to_list()[1] == 0.0 and str(out["zeros"].to_list()[1]) == "-0.0"
+    assert constant_columns(df.clear()).height == 0
+
+
+def test_loaded_tables_are_the_file_tables():
+    """Every table the analysis loads equals the file's (the enum columns as categories)."""
+    data = load_capture(EBPF_SAMPLE)
+    cap = open_capture(EBPF_SAMPLE)
+    for table, got in (("frame", data.frames), ("stack", data.stacks), ("call", data.calls),
+                       ("gpu", data.gpu)):
+        want = cap.load(table)
+        want = want.with_columns(pl.col(c).cast(pl.Categorical) for c in ENUM_COLUMNS
+                                 if c in want.columns)
+        assert_frame_equal(got, want)
+        # the same rows when filtered and gathered, as the analysis does
+        assert_frame_equal(got[::3], want[::3])
