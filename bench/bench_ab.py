@@ -8,7 +8,7 @@ tree, sampled every 20 ms (bench_scale.run_measured). Reported: each side's medi
 and B/A per pair (median, min-max).
 
     python bench/bench_ab.py --a /path/venv-main/bin/zym --b /path/venv-branch/bin/zym \\
-        INPUT [--pairs 7] [--no-rules] [--json out.json]
+        INPUT [--pairs 7] [--no-rules] [--json out.json] [--env-a N=V] [--env-b N=V]
 """
 from __future__ import annotations
 
@@ -24,11 +24,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_scale import run_measured
 
 
-def one(zym: str, args: argparse.Namespace, out: Path) -> dict:
+def one(zym: str, args: argparse.Namespace, out: Path, env: list[str]) -> dict:
     cmd = [zym, "analyze", str(args.input), "--format", "json", "--no-progress"]
     if args.no_rules:
         cmd.append("--no-rules")
-    shell = " ".join(f"'{c}'" for c in cmd) + f" > '{out}'"
+    shell = " ".join([*(f"'{e}'" for e in env), *(f"'{c}'" for c in cmd)]) + f" > '{out}'"
+    if env:
+        shell = "env " + shell
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     row = run_measured(["bash", "-c", shell])
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -46,6 +48,10 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=7)
     parser.add_argument("--no-rules", action="store_true")
     parser.add_argument("--json", type=Path, help="write the raw pairs here")
+    parser.add_argument("--env-a", action="append", default=[], metavar="NAME=VALUE",
+                        help="an environment variable for A's runs (repeatable): e.g. the same "
+                             "install with a mechanism off (A) and on (B)")
+    parser.add_argument("--env-b", action="append", default=[], metavar="NAME=VALUE")
     args = parser.parse_args()
     args.input = args.input.resolve()
     pairs = []
@@ -53,7 +59,8 @@ def main() -> None:
         outs = {"a": Path(tmp) / "a.json", "b": Path(tmp) / "b.json"}
         for i in range(args.pairs):
             order = ("a", "b") if i % 2 == 0 else ("b", "a")
-            pair = {side: one(getattr(args, side), args, outs[side]) for side in order}
+            pair = {side: one(getattr(args, side), args, outs[side],
+                              getattr(args, f"env_{side}")) for side in order}
             same = json.loads(outs["a"].read_text()) == json.loads(outs["b"].read_text())
             pairs.append(pair | {"same_report": same})
             print(f"pair {i + 1}: A {pair['a']['wall_s']:.2f} s ({pair['a']['cpu_s']:.2f} CPU) "
@@ -73,6 +80,7 @@ def main() -> None:
     print(f"reports the same in {sum(p['same_report'] for p in pairs)}/{len(pairs)} pairs")
     if args.json:
         args.json.write_text(json.dumps({"input": str(args.input), "a": args.a, "b": args.b,
+                                         "env_a": args.env_a, "env_b": args.env_b,
                                          "no_rules": args.no_rules, "pairs": pairs}, indent=1))
 
 

@@ -53,7 +53,9 @@ CAT_ALIASES = {"Operator": "cpu_op", "Runtime": "cuda_runtime", "Kernel": "kerne
 _READ_CHUNK = 1 << 20  # bytes per piece of plain text
 _GZ_READ = 1 << 16  # compressed bytes per read
 _PIECE_CAP = 1 << 24  # decompressed bytes per piece, at most
-_DECODE_BATCH = 1 << 20  # text decoded at a time: ~3,000 events
+# Text decoded at a time in the reading thread: ~3,000 events as msgspec's objects; as the
+# compiled decoder's columns 4 MB (each batch's frames cost ~1 ms however small it is).
+_DECODE_BATCH = 1 << 20 if _kineto_scan is None else 4 << 20
 
 _EMPTY_RAW = msgspec.Raw(b"")
 
@@ -204,6 +206,8 @@ class _TraceFile(msgspec.Struct):
 
 def read_events(path: Path) -> tuple[dict[str, pl.DataFrame], _TraceFile]:
     """Decode a trace file (``.json`` or gzip, told by its magic bytes) into event groups."""
+    if (ahead := _decoded_ahead(path)) is not None:
+        return ahead
     try:
         try:
             result = _read_streaming(path, parallel=True)
@@ -216,11 +220,39 @@ def read_events(path: Path) -> tuple[dict[str, pl.DataFrame], _TraceFile]:
         raise InputError(f"{path}: cannot read ({e.strerror or e})") from e
 
 
+def _decoded_ahead(path: Path) -> tuple[dict[str, pl.DataFrame], _TraceFile] | None:
+    """The groups of ``path`` from the events a forked process decoded while this one
+    imported (``kineto_prefetch``; the `zym` command starts it for small traces), where one
+    did and they are what the reader below would decode: the same text around the events,
+    and the same columns, batches being cut anywhere between two events. None otherwise."""
+    from . import kineto_prefetch
+
+    decoded = kineto_prefetch.take(path)
+    if decoded is None:
+        return None
+    try:
+        top = (_TraceFile(traceEvents=[]) if decoded.bare else
+               msgspec.json.decode(decoded.header + b"[]" + decoded.trailer, type=_TraceFile))
+    except msgspec.MsgspecError:
+        return None  # the reader below tries the ``]`` before this one, or says what is wrong
+    acc = _GroupAccumulator(path)
+    for scanned in decoded.batches:
+        frames = _scanned_frames(scanned, acc.names, acc.shapes)
+        if frames is None:
+            return None
+        acc.batches.append(frames)
+    return acc.groups(), top
+
+
 def _read_streaming(path: Path, parallel: bool
                     ) -> tuple[dict[str, pl.DataFrame], _TraceFile] | None:
+    from . import kineto_prefetch
+
     with open(path, "rb") as f:
         size = max(1, os.fstat(f.fileno()).st_size)
         kind = _Workers if _kineto_scan is None else _Threads
+        if kind is _Threads and parallel:  # (worker processes start only past ~100 MB)
+            parallel = kineto_prefetch.threads_wanted(path)
         workers = kind(path, lambda: f.tell() / size) if parallel else None
         try:
             return _decode_streaming(_pieces(f, path), path, workers)
@@ -928,6 +960,13 @@ def _scan_frames(buf: bytes | bytearray, start: int, end: int, names: _Interner,
     scanned = _kineto_scan.scan(buf, start, end, _SCAN_CATS)
     if scanned is None:
         return None
+    return _scanned_frames(scanned, names, shapes)
+
+
+def _scanned_frames(scanned: tuple, names: _Interner, shapes: _Interner
+                    ) -> dict[str, pl.DataFrame] | None:
+    """The group frames of what the compiled decoder returned (``_kineto_scan.scan``); None
+    where it holds older Kineto's category names (msgspec decodes and renames those)."""
     n, cat_codes, ints, floats, texts = scanned
     if n == 0:
         return {}

@@ -136,6 +136,7 @@ def parse(command: str, args: list[str]) -> dict | None:
 
 
 BLAS_THREADS = "OPENBLAS_NUM_THREADS"
+DECODE_AHEAD = "ZYM_DECODE_AHEAD"
 
 
 def _import_libraries() -> None:
@@ -170,6 +171,21 @@ def _import_libraries() -> None:
             gc.enable()
 
 
+def _decode_ahead(paths: list[Path]) -> None:
+    """Small torch.profiler traces among ``paths`` decoded in forked processes while this one
+    imports numpy and polars, where a core is free now (zym.capture.kineto_prefetch: ~0.1 s
+    of a sample-sized trace's reading off the critical path). Before any import that starts
+    a thread, so the forks are safe."""
+    choice = os.environ.get(DECODE_AHEAD, "")  # "0": never; "1": even on a busy machine
+    if choice == "0":
+        return
+    from zym.capture import kineto_prefetch
+
+    if choice == "1" or kineto_prefetch.core_free():
+        for path in paths:
+            kineto_prefetch.start(path)
+
+
 def run(command: str, args: list[str]) -> int | None:
     """Answer ``zym COMMAND ARGS``; the exit code, or None to leave the line to typer."""
     if command not in OPTIONS or "_ZYM_COMPLETE" in os.environ:
@@ -177,12 +193,18 @@ def run(command: str, args: list[str]) -> int | None:
     params = parse(command, args)
     if params is None:
         return None
-    _import_libraries()
-    from . import bodies
-
     try:
+        _decode_ahead([params["file"]] if command == "analyze"
+                      else [params["before"], params["after"]])
+        _import_libraries()
+        from . import bodies
+
         code = getattr(bodies, command)(**params)
         sys.stdout.flush()
+    except KeyboardInterrupt as e:  # Ctrl-C where the body does not catch it (its imports):
+        from .errors import exit_code  # its one line and exit code, not a traceback
+
+        return exit_code(e)
     except OSError as e:  # `zym analyze ... | head`: as click does, quietly, exit 1
         if e.errno != errno.EPIPE:
             raise

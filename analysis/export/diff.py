@@ -114,6 +114,12 @@ class Pending:
 
     def __init__(self, path: str | Path, args: dict, child: tuple[int, int] | None) -> None:
         self.path, self.args, self.child = path, args, child
+        self.threads: bool | None = None  # the decoding threads' setting once the child is done
+
+    def _child_done(self) -> None:
+        from zym.capture import kineto_prefetch
+
+        kineto_prefetch.set_decode_threads(self.threads)
 
     @property
     def forked(self) -> bool:
@@ -138,6 +144,7 @@ class Pending:
             os.waitpid(pid, 0)
             os.close(read_fd)
             self.child = None
+            self._child_done()
 
     def result(self, progress: Progress | None = None) -> Profile:
         if self.child is None:
@@ -146,6 +153,7 @@ class Pending:
         with os.fdopen(read_fd, "rb") as src:
             data = src.read()
         os.waitpid(pid, 0)
+        self._child_done()
         if not data:
             raise RuntimeError(f"{self.path}: the analysis process ended without a result")
         status, value = pickle.loads(data)
@@ -181,6 +189,11 @@ def start_profile(path: str | Path, jobs: int = 1, **args) -> Pending:
         _import_analysis(path)
     if jobs < 2 or not hasattr(os, "fork") or not fork_is_safe():
         return Pending(path, args, None)
+    from zym.capture import kineto_prefetch
+
+    # Two analyses at once take both cores: each decodes its trace without a pool of threads
+    # (here until the child's result is in).
+    threads = kineto_prefetch.set_decode_threads(False)
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: analyze, send the profile (or the error), leave at once
@@ -197,7 +210,10 @@ def start_profile(path: str | Path, jobs: int = 1, **args) -> Pending:
         finally:
             os._exit(code)
     os.close(write_fd)
-    return Pending(path, args, (pid, read_fd))
+    kineto_prefetch.handed_over(path)  # the child reads what was decoded ahead for it
+    pending = Pending(path, args, (pid, read_fd))
+    pending.threads = threads
+    return pending
 
 
 def _import_analysis(path: str | Path) -> None:

@@ -210,6 +210,41 @@ def test_nest_intervals_ties():
     assert got == _reference_parents([(r[0], r[2], r[2] + r[3]) for r in df.iter_rows()])
 
 
+def _counted_parents(df: pl.DataFrame) -> dict:
+    """nest_intervals' definition, one interval at a time (O(n^2)), for any intervals, nested
+    or not: in preorder (thread, start, longest first, node), an interval's depth is the
+    number of earlier ones of its thread still open when it opens (one that ends at that
+    instant is not, unless it has no length: its close comes after the instant's opens), and
+    its parent is the latest earlier one a level up."""
+    rows = sorted(df.iter_rows(), key=lambda r: ((r[1] is not None, r[1]), r[2], -r[3], r[0]))
+
+    def still_open(j: tuple, i: tuple) -> bool:
+        end = j[2] + j[3]
+        return end > i[2] or (end == i[2] and j[3] == 0)
+
+    depth, parents = [], {}
+    for k, i in enumerate(rows):
+        depth.append(sum(rows[j][1] == i[1] and still_open(rows[j], i) for j in range(k)))
+        up = [j for j in range(k) if depth[j] == depth[k] - 1]
+        parents[i[0]] = rows[up[-1]][0] if depth[k] > 0 else None
+    return parents
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_nest_intervals_of_any_intervals_follow_its_definition(seed):
+    """Overlapping (not nested), zero-length, identical and tied intervals, threads unknown
+    (null tid) or several, rows in any order."""
+    rng = random.Random(seed)
+    m = rng.randint(1, 40)
+    df = pl.DataFrame({"node": rng.sample(range(1000), m),
+                       "tid": [rng.choice([1, 2, 7, None]) for _ in range(m)],
+                       "ts_ns": [rng.randint(0, 15) for _ in range(m)],
+                       "dur_ns": [rng.choice([0, 0, 1, 2, 5, 10]) for _ in range(m)]},
+                      schema={"node": pl.Int64, "tid": pl.Int64, "ts_ns": pl.Int64,
+                              "dur_ns": pl.Int64})
+    assert dict(zip(df["node"], nest_intervals(df))) == _counted_parents(df)
+
+
 def test_innermost_enclosing_walks_up_ended_candidates():
     # a [0,100] contains b [10,20] and c [30,40]; a point at 25 falls in a, after b ended.
     iv = pl.DataFrame({"node": [1, 2, 3], "tid": [1, 1, 1], "ts_ns": [0, 10, 30],
@@ -324,3 +359,26 @@ def test_a_trace_with_gpu_activity_only_imports(tmp_path):
     tables, _ = load_kineto(path)
     assert tables["gpu"].height == 1 and tables["gpu"]["dur_ns"].to_list() == [2000]
     assert tables["stack"].height == tables["call"].height == tables["span"].height == 0
+
+
+@pytest.mark.parametrize("bad", [
+    [(-5.0, 1.0)],  # negative
+    [(1e300, 1.0), (3.0, 1e300)],  # past 2^61 ns
+    [(None, 1.0), (4.0, -1.0), (5.0, 2.0 ** 62 / 1000)],  # missing, negative, past
+])
+def test_times_out_of_range_are_one_line_input_errors(tmp_path, bad):
+    """Every Python event with a bad time is counted, and the first one named."""
+    good = [(10.0 + i, 1.0) for i in range(5)]
+    times = good[:2] + bad + good[2:]
+    events = [{"ph": "X", "cat": "python_function", "name": f"app.py({i}): f", "pid": 1,
+               "tid": 1, "ts": ts, "dur": dur, "args": {"Python id": i,
+                                                         "Python parent id": None}}
+              for i, (ts, dur) in enumerate(times)]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    with pytest.raises(InputError) as e:
+        load_kineto(path)
+    ts, dur = bad[0]
+    assert (f"{len(bad)} event(s) with a timestamp or duration that is missing, negative, "
+            f"not finite or past 2^61 ns (first: ts {ts}, dur {dur} µs)") in str(e.value)
+    assert "\n" not in str(e.value)
