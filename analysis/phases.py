@@ -128,11 +128,17 @@ def find_steps(calls: pl.DataFrame, gpu: pl.DataFrame, nodes: pl.DataFrame,
     # Functions on the stacks of main-thread calls, counted once per distinct stack.
     per_stack = mine.group_by("stack_id").len()
     coverage: dict[tuple[str, str], int] = {}
+    depth: dict[tuple[str, str], int] = {}   # how far inside the stacks it is called
     for sid, n in per_stack.iter_rows():
-        for key in {(f, fn) for f, fn, _ in paths.get(sid, [])}:
+        path = paths.get(sid, [])
+        for i, (f, fn, _) in enumerate(path):
+            depth[(f, fn)] = max(depth.get((f, fn), 0), i)
+        for key in {(f, fn) for f, fn, _ in path}:
             coverage[key] = coverage.get(key, 0) + n
+    # the widest coverage first; among equals (main and <module> on every stack) the innermost,
+    # then by name: never the order of a set of strings, which varies from run to run
     ranked = sorted(((n, key) for key, n in coverage.items() if n >= MIN_COVERAGE * mine.height),
-                    key=lambda x: -x[0])
+                    key=lambda x: (-x[0], -depth[x[1]], x[1]))
     have_spans = spans is not None and spans.height > 0
     for _, (file, name) in ranked:
         if have_spans:

@@ -142,8 +142,10 @@ def profile_of(analysis: Analysis, findings: list[dict] | None = None) -> Profil
 
 def _moments(df: pl.LazyFrame, keys: list[str], measures: list[str]) -> pl.LazyFrame:
     """Per key: each measure's total over the units and its sum of squares (units with no
-    row count as zero), for the mean and spread per unit."""
-    return df.group_by(keys).agg(
+    row count as zero), for the mean and spread per unit. Rows are summed in (key, unit)
+    order: float sums taken in the order rows came from a parallel group-by varied in their
+    last digits from run to run."""
+    return df.sort([*keys, "unit"]).group_by(keys, maintain_order=True).agg(
         *[pl.col(m).sum().cast(pl.Float64).alias(m) for m in measures],
         *[(pl.col(m).cast(pl.Float64) ** 2).sum().alias(f"{m}__ss") for m in measures])
 
