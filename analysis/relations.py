@@ -152,6 +152,10 @@ COLUMNS: dict[str, dict[str, str]] = {
         "gpu_ns": "GPU time of the work the step launched",
         "busy_ns": "time the GPU was busy during the step",
         "busy_frac": "busy_ns / dur_ns",
+        "quiet_ns": "the step's longest stretch without a CUDA call on its thread (Python, "
+                    "data preparation, an op planning before its launch: what graphs do not "
+                    "shorten)",
+        "quiet_frac": "quiet_ns / dur_ns",
     },
     "windows": {
         "device_id": "device", "ts_ns": "window start", "dur_ns": "window length",
@@ -517,7 +521,8 @@ class Relations:
                   "dur_ns": pl.Int64, "end_ns": pl.Int64, "function": pl.String,
                   "launches": pl.Int64, "calls": pl.Int64, "syncs": pl.Int64,
                   "size_syncs": pl.Int64, "blocked_ns": pl.Int64, "cpu_call_ns": pl.Int64, "gpu_ns": pl.Int64,
-                  "busy_ns": pl.Int64, "busy_frac": pl.Float64}
+                  "busy_ns": pl.Int64, "busy_frac": pl.Float64, "quiet_ns": pl.Int64,
+                  "quiet_frac": pl.Float64}
         if steps is None or not steps.count:
             return pl.DataFrame(schema=schema)
         calls = self.calls_table().with_columns(self.call_steps())
@@ -547,7 +552,29 @@ class Relations:
               .with_columns(pl.col("launches", "calls", "syncs", "size_syncs", "blocked_ns",
                                    "cpu_call_ns", "gpu_ns").fill_null(0))
               .with_columns((pl.col("busy_ns") / pl.col("dur_ns")).alias("busy_frac")))
+        if want & {"quiet_ns", "quiet_frac"}:
+            df = df.join(self._quiet(calls, df), on="step", how="left").with_columns(
+                pl.col("quiet_ns").fill_null(pl.col("dur_ns")))
+            df = df.with_columns((pl.col("quiet_ns") / pl.col("dur_ns")).alias("quiet_frac"))
         return df.select([c for c in schema if c in want or c == "step"])
+
+    @staticmethod
+    def _quiet(calls: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+        """Per step, its longest stretch with no CUDA call on the step's thread: between two
+        calls, or from the step's start to its first call, or from its last call to its end."""
+        c = (calls.filter(pl.col("step").is_not_null())
+             .select("step", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"))
+             .sort("step", "ts_ns"))
+        inner = (c.with_columns((pl.col("ts_ns") - pl.col("end").cum_max().shift(1).over("step"))
+                                .alias("gap"))
+                 .group_by("step").agg(pl.col("gap").max().alias("inner"),
+                                       pl.col("ts_ns").min().alias("first"),
+                                       pl.col("end").max().alias("last")))
+        return (steps.select("step", pl.col("ts_ns").alias("s0"), pl.col("end_ns").alias("s1"))
+                .join(inner, on="step", how="inner")
+                .select("step", pl.max_horizontal(
+                    pl.col("inner").fill_null(0), pl.col("first") - pl.col("s0"),
+                    pl.col("s1") - pl.col("last"), pl.lit(0)).cast(pl.Int64).alias("quiet_ns")))
 
     def _build_windows(self, want: set[str], wheres: list[dict] | None = None) -> pl.DataFrame:
         data = self.analysis.data

@@ -437,6 +437,26 @@ def test_launch_bound_step__says_when_the_steps_read_sizes_back():
     assert f.saving_ns is None and "data-dependent-size" in f.saving_how
 
 
+def test_launch_bound_step__says_how_much_of_a_step_has_no_cuda_call():
+    b = CaptureBuilder()
+    _tiny_steps(b, 2)                                 # launches back to back: no quiet stretch
+    [f] = fired(b, "compute.launch-bound-step")
+    assert "most_quiet" not in f.evidence or f.evidence["most_quiet"] is None
+    assert "without any CUDA call" not in f.message
+    b = CaptureBuilder()
+    for _ in range(6):
+        with b.enclosing(STEP):
+            b.tick(2000)                               # 2 ms of tokenizing in Python first
+            for _ in range(40):
+                b.kernel(STEP + [FFN[-1], ("torch_op", "aten::gelu")], "gelu", gpu_us=2,
+                         cpu_us=8)
+    [f] = fired(b, "compute.launch-bound-step")
+    # 2 ms of each step against its 40 launches' ~0.4 ms (8 µs + 1 µs apart each)
+    step_ns = f.evidence["span_ns"] / f.evidence["count"]
+    assert f.evidence["most_quiet"] >= 2_000_000 / step_ns - 0.01
+    assert "single stretch without any CUDA call" in " ".join(f.message.split())
+
+
 def test_launch_bound_step__silent_when_gpu_bound():
     b = CaptureBuilder()
     _tiny_steps(b, 50)
