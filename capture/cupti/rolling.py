@@ -187,6 +187,31 @@ class GpuPool:
         self.unnamed_kernels += len(ptrs) - len(mapping)
         return gpu.with_columns(pl.col("name").replace(mapping)) if mapping else gpu
 
+    def _name_pending(self) -> None:
+        """Kernels decoded unnamed in an earlier read (the target exiting while its memory was
+        read) take the names that arrived since: the agent writes every name at its stop.
+        Only names already known: no second read of the target's memory, no second count."""
+        for part in self._parts:
+            gpu = part.gpu
+            if not gpu.height or "name" not in gpu.columns or "pid" not in gpu.columns:
+                continue
+            unnamed = gpu.filter(pl.col("name").str.starts_with("kernel@"))
+            if not unnamed.height:
+                continue
+            mapping = {}
+            for pid, name in unnamed.select("pid", "name").unique().iter_rows():
+                known = self._names.get(int(pid), {}).get(int(name.removeprefix("kernel@")))
+                if known is not None:
+                    mapping[(int(pid), name)] = known
+            if mapping:
+                keys = pl.DataFrame({"pid": [k[0] for k in mapping], "name": [k[1] for k in mapping],
+                                     "_named": list(mapping.values())},
+                                    schema={"pid": gpu.schema["pid"], "name": pl.String,
+                                            "_named": pl.String})
+                part.gpu = (gpu.join(keys, on=["pid", "name"], how="left", maintain_order="left")
+                            .with_columns(pl.coalesce("_named", "name").alias("name"))
+                            .drop("_named"))
+
     # ---- sharing out
     def take(self, calls: pl.DataFrame | None, end_ns: int | None, final: bool = False,
              start_ns: int | None = None) -> tuple[CuptiTables, list[dict], dict]:
@@ -194,6 +219,7 @@ class GpuPool:
         ``calls`` (``final``: every record left); returns them, their spools' headers, and
         counts."""
         self.read(final)
+        self._name_pending()
         pool = self._pooled()
         self._reset_counts()
         unnamed, self.unnamed_kernels = self.unnamed_kernels, 0   # named by this read

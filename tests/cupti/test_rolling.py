@@ -133,6 +133,22 @@ def test_c_strings_are_read_from_a_process_and_unreadable_ones_left_out():
     assert read_c_strings(2**22 + 12345, [base]) == {}       # no such process
 
 
+def test_kernels_read_unnamed_take_names_that_arrive_later(tmp_path):
+    """Records decoded while the target was exiting (its memory unreadable) stay pending as
+    kernel@<pointer>; the names the agent writes at its stop name them when they are taken."""
+    world = make_world({11: ["launch"] * 6}, seed=4)
+    pool = _pool_of(world, tmp_path)
+    gpu = pool._parts[0].gpu
+    kernels = gpu.filter(pl.col("kind") == "kernel")
+    ptrs = {name: 1000 + i for i, name in enumerate(sorted(set(kernels["name"].to_list())))}
+    pool._parts[0].gpu = gpu.with_columns(
+        pl.col("name").replace({n: f"kernel@{p}" for n, p in ptrs.items()}))
+    pool._names = {int(kernels["pid"][0]): {p: n for n, p in ptrs.items()}}   # arrived later
+    taken, _, _ = pool.take(world.calls, None, final=True)
+    assert not taken.gpu["name"].str.starts_with("kernel@").any()
+    assert taken.gpu.sort("ts_ns")["name"].to_list() == gpu.sort("ts_ns")["name"].to_list()
+
+
 def test_the_interval_meta_says_how_gpu_records_were_shared(tmp_path):
     world = make_world({11: ["launch"] * 4}, seed=2)
     pool = _pool_of(world, tmp_path)
