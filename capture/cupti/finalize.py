@@ -70,6 +70,12 @@ def merge_gpu(tables: dict[str, pl.DataFrame] | None, spool_dir: str | Path,
     return merge_cupti(tables, cupti, headers, meta, read_gpu_window(spool_dir))
 
 
+# How close to the end of an attach's CUPTI window a call without its GPU record counts as
+# cut by the switch-off (a launch's record is decided within microseconds of its entry; a
+# thread descheduled meanwhile can take milliseconds).
+OFF_EDGE_NS = 20_000_000
+
+
 def merge_cupti(tables: dict[str, pl.DataFrame] | None, cupti: CuptiTables, headers: list[dict],
                 meta: CaptureMeta, window: tuple[int, int] | None = None
                 ) -> dict[str, pl.DataFrame]:
@@ -89,9 +95,26 @@ def merge_cupti(tables: dict[str, pl.DataFrame] | None, cupti: CuptiTables, head
         # the GPU records of calls it leaves out, or of API records outside it, go with them.
         gpu_before = gpu.height
         inside = (pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)) <= window[1]
+        if gpu.height and "correlation_id" in gpu.columns and "kind" in calls.columns:
+            # A launch (copy, memset) entered just before CUPTI was switched off can have its
+            # GPU record decided after: one that has none, near the end, counts as outside
+            # (left out and counted, not a call that caused no GPU work).
+            worked = (gpu.select(pl.col("pid").cast(pl.Int64).alias("_p"),
+                                 pl.col("correlation_id").cast(pl.Int64).alias("_c"))
+                      .drop_nulls().unique().with_columns(pl.lit(True).alias("_worked")))
+            calls = (calls.with_columns(pl.col("pid").cast(pl.Int64).alias("_p"),
+                                        pl.col("correlation_id").cast(pl.Int64).alias("_c"))
+                     .join(worked, on=["_p", "_c"], how="left", maintain_order="left")
+                     .drop("_p", "_c"))
+            edge = ((pl.col("ts_ns") > window[1] - OFF_EDGE_NS)
+                    & pl.col("kind").is_in(["launch", "copy", "memset"])
+                    & pl.col("_worked").is_null())
+            inside = inside & ~edge
         ids = [pl.col("pid").cast(pl.Int64), pl.col("correlation_id").cast(pl.Int64)]
         cut = calls.filter(~inside).select(ids)
         calls = calls.filter(inside)
+        if "_worked" in calls.columns:
+            calls = calls.drop("_worked")
         outside = api.filter(~pl.col("ts_ns").is_between(*window)).select(ids)
         if gpu.height and "correlation_id" in gpu.columns:
             gone = pl.concat([cut, outside]).drop_nulls().select(
