@@ -35,6 +35,7 @@ import msgspec
 import numpy as np
 import polars as pl
 from isal import isal_zlib
+from zym.capture.kineto_text import BETWEEN_EVENTS, CUT_TRIES, HEADER_LIMIT, read_header
 from zym.schemas.errors import InputError
 
 try:  # the compiled columnar decoder (capture/_kineto_scan.c), built by pip install
@@ -292,40 +293,25 @@ def _pieces(f: BinaryIO, path: Path) -> Iterator[bytes]:
 
 # Where the events start: the ``traceEvents`` key of the top object (wherever it is among the
 # keys), or a bare array of events (Chrome's "JSON Array Format").
-_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 # Between two events of the array: the end of one object, a comma, the start of the next, in
 # any layout. The text can also occur inside a string or a nested array; a cut there leaves a
 # batch that is not JSON, so the batch's decoding is what confirms a cut (and an earlier
 # candidate is tried when it fails).
-_BETWEEN_EVENTS = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
-_HEADER_LIMIT = 1 << 24  # text before the events; past this, decoded whole (MAX_WHOLE_JSON)
 _CUT_WINDOW = 1 << 16  # tail of a batch searched for a cut at first; widened when it has none
-_CUT_TRIES = 16  # candidate cuts tried before the batch is taken as not JSON
 
 
 def _decode_streaming(pieces: Iterator[bytes], path: Path, workers: _Workers | None = None
                       ) -> tuple[dict[str, pl.DataFrame], _TraceFile] | None:
     """Decode the events batch by batch as the text arrives, whatever its layout (pretty,
     minified, keys in any order, a bare array); None when the events do not start within
-    ``_HEADER_LIMIT`` bytes or a batch cannot be cut into whole events (then the text is
+    ``HEADER_LIMIT`` bytes or a batch cannot be cut into whole events (then the text is
     decoded whole, which names the problem). ``workers``: other processes that decode some
     of the batches, once the trace is known to be large."""
-    buf = bytearray()
-    for piece in pieces:
-        buf += piece
-        head = buf.lstrip()[:1]
-        if head and head not in b"{[":
-            return None  # not JSON: the whole-text reader says so
-        start = _events_start(buf)
-        if start is not None:
-            break
-        if len(buf) > _HEADER_LIMIT:
-            return None
-    else:
+    pieces = iter(pieces)
+    start = read_header(pieces)
+    if start is None:
         return None
-    header = bytes(buf[:start])
-    bare = not header.lstrip().startswith(b"{")
-    del buf[:start + 1]  # the rest starts after the array's "["
+    buf, header, bare = start
     acc = _GroupAccumulator(path)
     retry_at, batch, done = _DECODE_BATCH, _DECODE_BATCH, 0
     for piece in pieces:
@@ -343,7 +329,7 @@ def _decode_streaming(pieces: Iterator[bytes], path: Path, workers: _Workers | N
         if rest is None:  # no whole event yet, or no cut that decodes: try a larger batch
             if workers is not None and workers.pool is not None:
                 raise _BadCut  # or a worker's batch was cut inside an event
-            if len(buf) > _HEADER_LIMIT:
+            if len(buf) > HEADER_LIMIT:
                 return None
             retry_at = 2 * len(buf)
             continue
@@ -355,27 +341,17 @@ def _decode_streaming(pieces: Iterator[bytes], path: Path, workers: _Workers | N
     return result
 
 
-def _events_start(buf: bytearray) -> int | None:
-    """Offset of the ``[`` that opens the events (a bare array's own, or the value of
-    ``traceEvents``), None while not known yet."""
-    text = buf.lstrip()
-    if text[:1] == b"[":
-        return len(buf) - len(text)
-    found = _EVENTS_KEY.search(buf)
-    return None if found is None else found.end() - 1
-
-
 def _cut_and_decode(buf: bytearray, acc: _GroupAccumulator) -> int | None:
     """Decode the whole events at the front of ``buf``, up to the last cut that decodes; the
     offset where the rest starts (the next event's ``{``), or None when no cut works."""
     window = _CUT_WINDOW
     while True:
         lo = max(0, len(buf) - window)
-        cuts = list(_BETWEEN_EVENTS.finditer(buf, lo))
+        cuts = list(BETWEEN_EVENTS.finditer(buf, lo))
         if cuts or lo == 0:
             break
         window *= 4
-    for cut in reversed(cuts[-_CUT_TRIES:]):
+    for cut in reversed(cuts[-CUT_TRIES:]):
         if acc.add_text(buf, cut.start() + 1):
             return cut.end() - 1
     return None
@@ -386,7 +362,7 @@ def _finish(buf: bytearray, acc: _GroupAccumulator, header: bytes, bare: bool
     """The last events (``buf``: them, the array's ``]``, and the rest of the text) and the
     top-level keys around the array."""
     close = len(buf)
-    for _ in range(_CUT_TRIES):
+    for _ in range(CUT_TRIES):
         close = buf.rfind(b"]", 0, close)
         if close < 0:
             return None
@@ -508,7 +484,7 @@ def _last_cut(buf: bytearray) -> re.Match | None:
     while True:
         lo = max(0, len(buf) - window)
         found = None
-        for found in _BETWEEN_EVENTS.finditer(buf, lo):  # the last one is kept
+        for found in BETWEEN_EVENTS.finditer(buf, lo):  # the last one is kept
             pass
         if found is not None or lo == 0:
             return found

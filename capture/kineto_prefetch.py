@@ -33,13 +33,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
+from zym.capture.kineto_text import BETWEEN_EVENTS, CUT_TRIES, read_header
+
 # Only traces whose whole text is a few seconds of one core at most are decoded ahead: past
 # this the usual reader (threads, bounded batches) is the faster and the leaner.
 GZ_LIMIT = 8 << 20  # compressed bytes (Kineto's text compresses ~15:1)
 TEXT_LIMIT = 128 << 20  # JSON text, plain or gunzipped
-_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')  # as kineto_json's
-_HEADER_LIMIT = 1 << 24
-_CUT_TRIES = 16
 _LENGTH = struct.Struct("<q")
 # The compiled decoder's categories, in kineto_json's order (_SCAN_CATS; a test checks).
 SCAN_CATS = (b"python_function", b"cpu_op", b"user_annotation", b"cuda_runtime",
@@ -212,7 +211,6 @@ def _die_with_parent() -> None:
 
 _PIECE = 1 << 20  # gunzipped text per step
 _BATCH = 4 << 20  # text per decoder call
-_BETWEEN_EVENTS = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")  # as kineto_json's
 
 
 def decode(path: str | Path) -> tuple[tuple[int, int, int, int], Decoded] | None:
@@ -225,24 +223,10 @@ def decode(path: str | Path) -> tuple[tuple[int, int, int, int], Decoded] | None
     with open(path, "rb") as f:
         ident = _identity(os.fstat(f.fileno()))
         pieces = _pieces(f)
-        buf = bytearray()
-        for piece in pieces:  # until the events start
-            if piece is None:
-                return None
-            buf += piece
-            head = buf.lstrip()[:1]
-            if head and head not in b"{[":
-                return None
-            start = _events_start(buf)
-            if start is not None:
-                break
-            if len(buf) > _HEADER_LIMIT:
-                return None
-        else:
+        start = read_header(pieces)
+        if start is None:
             return None
-        header = bytes(buf[:start])
-        bare = not header.lstrip().startswith(b"{")
-        del buf[:start + 1]
+        buf, header, bare = start
         batches = []
         for piece in pieces:
             if piece is None:
@@ -278,7 +262,7 @@ def _last_events(buf: bytearray, header: bytes, bare: bool) -> tuple[bytes, tupl
     from zym.capture import _kineto_scan
 
     close = len(buf)
-    for _ in range(_CUT_TRIES):
+    for _ in range(CUT_TRIES):
         close = buf.rfind(b"]", 0, close)
         if close < 0:
             return None
@@ -297,17 +281,9 @@ def _last_events(buf: bytearray, header: bytes, bare: bool) -> tuple[bytes, tupl
     return None
 
 
-def _events_start(buf: bytearray) -> int | None:
-    text = buf.lstrip()
-    if text[:1] == b"[":
-        return len(buf) - len(text)
-    found = _EVENTS_KEY.search(buf)
-    return None if found is None else found.end() - 1
-
-
 def _last_cut(buf: bytearray) -> re.Match | None:
     found = None
-    for found in _BETWEEN_EVENTS.finditer(buf, max(0, len(buf) - (1 << 16))):
+    for found in BETWEEN_EVENTS.finditer(buf, max(0, len(buf) - (1 << 16))):
         pass
     return found
 

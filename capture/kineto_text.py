@@ -1,0 +1,48 @@
+"""Where a torch.profiler trace's events start, and where a batch of them can be cut: the
+text-level rules that the streaming reader (``kineto_json``) and the decode-ahead child
+(``kineto_prefetch``) share, so both take the same path on the same text. Standard library
+only: the child runs before numpy and polars are imported."""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+BETWEEN_EVENTS = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
+HEADER_LIMIT = 1 << 24  # text before the events; past this, decoded whole (MAX_WHOLE_JSON)
+CUT_TRIES = 16  # candidate cuts tried before the batch is taken as not JSON
+
+
+def events_start(buf: bytearray) -> int | None:
+    """Offset of the ``[`` that opens the events (a bare array's own, or the value of
+    ``traceEvents``), None while not known yet."""
+    text = buf.lstrip()
+    if text[:1] == b"[":
+        return len(buf) - len(text)
+    found = EVENTS_KEY.search(buf)
+    return None if found is None else found.end() - 1
+
+
+def read_header(pieces: Iterator[bytes | None]) -> tuple[bytearray, bytes, bool] | None:
+    """Read ``pieces`` up to the events' ``[``: the text after it, the text before it, and
+    whether the events are a bare array (no top object); None where the text is not JSON, a
+    piece is None (the source is not whole) or the events do not start within
+    ``HEADER_LIMIT`` bytes. The caller reads the rest of ``pieces`` on from there."""
+    buf = bytearray()
+    for piece in pieces:
+        if piece is None:
+            return None
+        buf += piece
+        head = buf.lstrip()[:1]
+        if head and head not in b"{[":
+            return None  # not JSON: the whole-text reader says so
+        start = events_start(buf)
+        if start is not None:
+            break
+        if len(buf) > HEADER_LIMIT:
+            return None
+    else:
+        return None
+    header = bytes(buf[:start])
+    del buf[:start + 1]  # the rest starts after the array's "["
+    return buf, header, not header.lstrip().startswith(b"{")
