@@ -20,7 +20,7 @@ done
 if PYTHONPATH=$PWD/.devsite:$PYTHONPATH python3 -c "import polars" 2>/dev/null; then
     mkdir -p "$OUT/rot" "$OUT/one"
     (export PYTHONPATH=$PWD/.devsite:$PYTHONPATH
-     run 150 python3 bench/rotate/device_rotate.py -o "$OUT/rot/gpt.parquet" --rotate 4 -- \
+     run 150 python3 bench/device/zym_lean.py -o "$OUT/rot/gpt.parquet" --rotate 4 -- \
         python3 bench/whatif/harness.py gpt_decode serve --passes 60)
     [ -n "${SKIP_ONE:-}" ] || run 120 python3 bench/device/zym_lean.py -o "$OUT/one/gpt.parquet" --keep-raw -- \
         python3 bench/whatif/harness.py gpt_decode serve --passes 60
