@@ -123,16 +123,24 @@ def check_gpu_intervals(files: list[Path], covered: int | None = None
     return pl.concat(calls, how="diagonal_relaxed"), pl.concat(gpus, how="diagonal_relaxed")
 
 
-def test_rotate_shares_the_gpu_side_out_among_the_files(libs, tmp_path):
-    iters = 120
-    out = tmp_path / "svc.parquet"
+def _rotate_workload(libs: Path, out: Path, iters: int, init_sleep: float
+                     ) -> subprocess.CompletedProcess:
+    """`zym capture --rotate 400ms` of the e2e workload (``iters`` steps after
+    ``init_sleep`` s), with both stand-ins; it must succeed."""
     env = {**os.environ, "FAKECUDA": str(libs / "libcuda.so.1"), "ITERS": str(iters),
            "ZYM_CUPTI_LIB": str(libs / "libcupti.so.13"), "ZYM_CUPTI_EAGER": "1",
-           "INIT_SLEEP": "0.5", "STEP_SLEEP": "0.01", "ZYM_CUPTI_FLUSH_MS": "200"}
+           "INIT_SLEEP": str(init_sleep), "STEP_SLEEP": "0.01", "ZYM_CUPTI_FLUSH_MS": "200"}
     proc = subprocess.run([sys.executable, "-m", "zym.cli.main", "capture", "--rotate", "400ms",
                            "-o", str(out), "--", sys.executable, str(WORKLOAD)],
                           capture_output=True, text=True, check=False, timeout=180, env=env)
     assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_rotate_shares_the_gpu_side_out_among_the_files(libs, tmp_path):
+    iters = 120
+    out = tmp_path / "svc.parquet"
+    proc = _rotate_workload(libs, out, iters, 0.5)
     files = _interval_files(out)
     calls, gpu = check_gpu_intervals(files)
     assert sum(1 for f in files if open_capture(f).load("call").height) >= 3
@@ -152,13 +160,7 @@ def test_rotate_writes_the_intervals_before_the_first_gpu_work(libs, tmp_path):
     # and were not written (their raw calls kept, "cannot write ... ('pid')")
     iters = 20
     out = tmp_path / "svc.parquet"
-    env = {**os.environ, "FAKECUDA": str(libs / "libcuda.so.1"), "ITERS": str(iters),
-           "ZYM_CUPTI_LIB": str(libs / "libcupti.so.13"), "ZYM_CUPTI_EAGER": "1",
-           "INIT_SLEEP": "2.5", "STEP_SLEEP": "0.01", "ZYM_CUPTI_FLUSH_MS": "200"}
-    proc = subprocess.run([sys.executable, "-m", "zym.cli.main", "capture", "--rotate", "400ms",
-                           "-o", str(out), "--", sys.executable, str(WORKLOAD)],
-                          capture_output=True, text=True, check=False, timeout=180, env=env)
-    assert proc.returncode == 0, proc.stderr
+    proc = _rotate_workload(libs, out, iters, 2.5)
     assert "cannot write" not in proc.stderr, proc.stderr
     assert not list(tmp_path.glob("svc.parquet.raw-*"))
     files = _interval_files(out)
