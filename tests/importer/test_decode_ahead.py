@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_streaming import expected_groups, layouts, random_events, trace_of
+from test_streaming import expected_groups, layouts, random_events, resolved, trace_of
 from zym.capture import kineto_json, kineto_prefetch
 from zym.schemas import InputError
 
@@ -26,32 +26,6 @@ pytestmark = pytest.mark.skipif(
     reason="decoding ahead needs the compiled decoder and Linux")
 
 
-def resolved(groups: dict) -> dict[str, list[dict]]:
-    """Groups as ``expected_groups`` writes them: names and shapes resolved from their ids."""
-    names = dict(groups["names"].iter_rows())
-    shapes = dict(groups["shapes"].iter_rows())
-    out = {}
-    for group in ("python", "op", "call", "gpu"):
-        rows = []
-        for r in groups[group].iter_rows(named=True):
-            row = {k: r[k] for k in ("cat", "pid", "tid", "ts_us", "dur_us")}
-            row["name"] = r["name"] if group == "gpu" else names[r["name_id"]]
-            if group == "python":
-                row |= {"python_id": r["python_id"], "python_parent_id": r["python_parent_id"]}
-            elif group == "op":
-                row |= {"external_id": r["external_id"],
-                        "shape": None if r["shape_id"] is None else json.loads(shapes[r["shape_id"]]),
-                        "dtypes": None if r["dtypes_id"] is None
-                        else json.loads(shapes[r["dtypes_id"]])}
-            elif group == "call":
-                row |= {"external_id": r["external_id"], "correlation_id": r["correlation_id"],
-                        "cbid": r["cbid"]}
-            else:
-                row |= {k: r[k] for k in ("external_id", "correlation_id", "device_id",
-                                          "stream_id", "size_bytes", "grid_x", "block_x")}
-            rows.append(row)
-        out[group] = rows
-    return out
 
 
 def ahead(path: Path):

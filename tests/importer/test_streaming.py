@@ -124,7 +124,11 @@ def decoded_groups(path: Path) -> dict[str, list[dict]]:
     except kineto_json._BadCut:
         got = kineto_json._read_streaming(path, parallel=False)
     assert got is not None, "decoded whole, not streamed"
-    groups = got[0]
+    return resolved(got[0])
+
+
+def resolved(groups: dict) -> dict[str, list[dict]]:
+    """Groups as ``expected_groups`` writes them: names and shapes resolved from their ids."""
     names = dict(groups["names"].iter_rows())
     shapes = dict(groups["shapes"].iter_rows())
     out = {}
