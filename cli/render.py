@@ -88,13 +88,12 @@ def _capture_cost(cost: dict) -> str:
     if cost.get("cupti_ns_per_call") is not None:
         how = "attached to the running process" if cost.get("cupti_started") == "attach" \
             else "started with the process"
-        # a lower bound: whole services on the H200 measured 5-9 µs a call captured
-        # (docs/benchmarks.md, "A blind round"), more than these parts add up to
-        parts.append(f"at least ~{fmt_ns(cost['total_ns_per_call'])} added per CUDA call "
+        # CUPTI's part was measured on whole service processes on the H200 (6-11 µs a call
+        # there; docs/benchmarks.md, "The capture's own cost on services"): it varies by service
+        parts.append(f"~{fmt_ns(cost['total_ns_per_call'])} added per CUDA call "
                      f"(probes ~{fmt_ns(cost.get('added_ns_per_call') or 0)}, estimated here; "
-                     f"CUPTI ~{fmt_ns(cost['cupti_ns_per_call'])}, {how}, as measured on the "
-                     "H200 in a loop of calls; services there measured 5-9 µs); taken out of "
-                     "the replay")
+                     f"CUPTI ~{fmt_ns(cost['cupti_ns_per_call'])}, {how}, as services on the "
+                     "H200 measured it); taken out of the replay")
     elif cost.get("added_ns_per_call") is not None:
         parts.append(f"~{fmt_ns(cost['added_ns_per_call'])} added per CUDA call")
     if cost.get("window_pct") is not None:
