@@ -174,6 +174,23 @@ def test_allocator_churn__silent_for_one_time_allocations():
     assert fired(b, "memory.allocator-churn") == []
 
 
+def test_allocator_churn__silent_without_repeated_steps():
+    # A cold run with no repeated step (two calls of the function: fewer than a step needs):
+    # first-use work (context, library handles) sits in its memory calls, which recur in both
+    # calls of the function. Not churn: the same calls in four steps are (the test above).
+    b = CaptureBuilder()
+    for _ in range(2):
+        with b.enclosing(STEP):
+            for _ in range(3):
+                b.call(ALLOC, "cudaMalloc", "other", cpu_us=300_000)
+                b.kernel(STEP + [("torch_op", "aten::mm")], "gemm", gpu_us=500)
+                b.call(EMPTY_CACHE, "cudaFree", "other", cpu_us=80)
+    a = b.analysis(spans=True)
+    assert a.phases.steps is None
+    assert a.relations.materialize("calls", {"memory"}, [{}])["memory"].sum() == 12
+    assert evaluate_rules(a, [RULES["memory.allocator-churn"]]) == []
+
+
 def _explicit_syncs(b: CaptureBuilder, n: int, calls: int = 3) -> None:
     sync_frames = STEP + [("python", "synchronize", "torch/cuda/__init__.py", 1)]
     for _ in range(calls):
