@@ -89,9 +89,10 @@ def summary(fid: dict, rows: list[dict]) -> dict:
     ratios = [v["ratio"] for v in fid.values()]
     pr = sorted(r["ratio"] for r in rows if r["ratio"] is not None)
     q = statistics.quantiles(pr, n=4) if len(pr) >= 2 else pr * 3
-    return {"baseline_ratio_median": round(statistics.median(ratios), 3),
-            "baseline_ratio_range": [min(ratios), max(ratios)],
-            "fix_ratio_median": round(statistics.median(pr), 3), "fix_ratio_p25_p75": q[::2],
+    return {"baseline_ratio_median": round(statistics.median(ratios), 3) if ratios else None,
+            "baseline_ratio_range": [min(ratios), max(ratios)] if ratios else None,
+            "fix_ratio_median": round(statistics.median(pr), 3) if pr else None,
+            "fix_ratio_p25_p75": q[::2],
             "fixes_within_30pct": sum(bool(r["agrees"]) for r in rows),
             "fixes": sum(r["agrees"] is not None for r in rows)}
 
@@ -112,8 +113,8 @@ def main() -> int:
         sets.append((Path(d), {w: int(n) for w, n in (x.split("=") for x in ws.split(","))}))
     out = {}
     source = "torch.profiler" if a.kineto else "zym capture"
-    for ns in (float(x) for x in (a.kineto or a.ns).split(",")):
-        (set_kineto_scale if a.kineto else set_cupti_ns)(ns if a.kineto else int(ns))
+    for ns in (float(x) if a.kineto else int(x) for x in (a.kineto or a.ns).split(",")):
+        (set_kineto_scale if a.kineto else set_cupti_ns)(ns)
         fid, rows = {}, []
         for d, req in sets:
             fid |= {f"{d.name}/{w}": v for w, v in fidelity(d, req, source).items()}
