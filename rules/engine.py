@@ -263,8 +263,7 @@ def _plan(rule: Rule, rel: Relations, frame: pl.DataFrame) -> dict:
     costly = {"instances"} - _referenced(rule)
     aggs = [e.alias(n) for n, e in STANDARD_MEASURES[rule.relation].items() if n not in costly]
     aggs += [aggregation(n, s, sites, frame) for n, s in rule.measures.items() if "agg" in s]
-    labels = [pl.col(c).drop_nulls().first().alias(f"_l_{c}") for c in _EVENT_LABELS
-              if c in columns and c not in keys]
+    labels = [_label(c) for c in _EVENT_LABELS if c in columns and c not in keys]
     if "stack_id" in columns:
         labels.append(pl.col("stack_id").drop_nulls().first().alias("_l_stack_id"))
         if "site_id" not in keys:
@@ -342,6 +341,18 @@ def _findings(plan: dict, fired: pl.DataFrame, rel: Relations) -> list[Finding]:
 
 
 _EMPTY_OCC = pl.DataFrame(schema={c: pl.Int64 for c in OCCURRENCE_COLUMNS})
+
+
+def _label(column: str) -> pl.Expr:
+    """A group's label from an event column: its first value; for the CUDA API, every API in
+    the group (in order of first use, up to three), so a group of cudaMalloc and cudaFree
+    calls is not titled by one of them."""
+    if column != "api":
+        return pl.col(column).drop_nulls().first().alias(f"_l_{column}")
+    names = pl.col(column).drop_nulls().cast(pl.String).unique(maintain_order=True)
+    more = pl.when(names.len() > 3).then(pl.lit(" and others")).otherwise(pl.lit(""))
+    joined = pl.concat_str([names.head(3).str.join(" / "), more])
+    return pl.when(names.len() > 0).then(joined).alias(f"_l_{column}")
 
 
 def _finding(rule: Rule, row: dict, occ: Any, cost: str, constants: dict,

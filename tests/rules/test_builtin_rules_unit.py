@@ -174,6 +174,18 @@ def test_allocator_churn__silent_for_one_time_allocations():
     assert fired(b, "memory.allocator-churn") == []
 
 
+def test_allocator_churn__names_every_api_of_its_site():
+    b = CaptureBuilder()
+    for _ in range(4):   # the cache misses, frees and allocates again, on one line
+        with b.enclosing(STEP):
+            b.kernel(STEP + [("torch_op", "aten::mm")], "gemm", gpu_us=500)
+            b.call(ALLOC, "cudaFree", "other", cpu_us=80)
+            b.call(ALLOC, "cudaMalloc", "other", cpu_us=300)
+    [f] = fired(b, "memory.allocator-churn")
+    assert f.title.endswith(": cudaFree / cudaMalloc")
+    assert f.message.startswith("8 cudaFree / cudaMalloc calls")
+
+
 def test_allocator_churn__silent_without_repeated_steps():
     # A cold run with no repeated step (two calls of the function: fewer than a step needs):
     # first-use work (context, library handles) sits in its memory calls, which recur in both
