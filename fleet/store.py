@@ -102,6 +102,16 @@ class ChdbStore:
                      f"FROM file({sql_string(str(Path(path).resolve()))}, Parquet){clause} "
                      "SETTINGS use_structure_from_insertion_table_in_table_functions = 0")
 
+    def load_native(self, table: str, pattern: Path, replace: dict[str, str] | None = None
+                    ) -> None:
+        """``INSERT INTO table SELECT * FROM file(pattern, Native)``: staged sidecar files
+        (``sidecar.py``: the table's own column types, sorted, LZ4-framed), every file the
+        glob ``pattern`` names in one statement; ``replace``: columns set to a constant."""
+        self.command(f"INSERT INTO {self.database}.{table} ({_into(table)}) "
+                     f"SELECT *{_replace(replace)} FROM "
+                     f"file({sql_string(str(pattern))}, Native, {sql_string(_structure(table))},"
+                     " 'lz4')")
+
     def close(self) -> None:
         _OPEN.pop(str(self.path), None)
         if self._c is not None:
@@ -165,8 +175,59 @@ class ServerStore:
         except Exception as e:  # noqa: BLE001
             raise StoreError(f"loading {Path(path).name} failed: {_line(e)}") from None
 
+    def load_native(self, table: str, pattern: Path, replace: dict[str, str] | None = None
+                    ) -> None:
+        """Each file the glob names travels to the server as it is (Native, LZ4-framed:
+        HTTP ``Content-Encoding: lz4``)."""
+        for f in sorted(Path(pattern).parent.parent.glob(
+                f"{Path(pattern).parent.name}/{Path(pattern).name}")):
+            sql = (f"INSERT INTO {self.database}.{table} ({_into(table)}) SELECT *"
+                   f"{_replace(replace)} FROM input({sql_string(_structure(table))}) "
+                   "FORMAT Native")
+            try:
+                self._c.command(sql, data=f.read_bytes(),
+                                transport_settings={"Content-Encoding": "lz4"})
+            except Exception as e:  # noqa: BLE001
+                raise StoreError(f"loading {f} failed: {_line(e)}") from None
+
     def close(self) -> None:
         self._c.close()
+
+
+class ChdbMemory:
+    """chDB in memory, for converting files (``sidecar.write``) where no store is open."""
+
+    kind = "chdb"
+
+    def __init__(self) -> None:
+        try:
+            from chdb import _chdb
+            self._c = _chdb.connect(":memory:")
+        except (ImportError, AttributeError):
+            try:
+                import chdb
+                self._c = chdb.connect(":memory:")
+            except (ImportError, AttributeError) as e:
+                raise StoreError(f"staging fleet rows needs chDB ({e}); pip install chdb"
+                                 ) from None
+
+    def command(self, sql: str) -> None:
+        try:
+            self._c.query(sql, "TSV")
+        except Exception as e:  # noqa: BLE001
+            raise StoreError(f"query failed: {_line(e)}") from None
+
+
+def _structure(table: str) -> str:
+    from .schema import TABLES
+
+    return " ".join(TABLES[table].split()).strip().rstrip(",")
+
+
+def _replace(replace: dict[str, str] | None) -> str:
+    if not replace:
+        return ""
+    return " REPLACE (" + ", ".join(f"{sql_string(v)} AS {k}" for k, v in replace.items()) + ")"
 
 
 def _into(table: str) -> str:
