@@ -12,6 +12,7 @@ and one that is already in is skipped (its content hash is its key).
 """
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 import time
@@ -149,9 +150,9 @@ def _current_sidecars(pending: list[tuple[str, Path]], result: IngestResult) -> 
 
 def _link_sidecars(batch: list[tuple[str, Path]], manifests: dict[str, dict], stage: Path,
                    labels: dict[str, str]) -> list[Prepared]:
-    """A staging folder of links to the batch's sidecars (``s<i>``: loaded together;
-    ``r<i>``: the ingest's labels change the capture's service, loaded each with it set)
-    and the captures' ``Prepared`` bookkeeping from their manifests."""
+    """The batch's ``Prepared`` bookkeeping from its manifests (the rows stay in the
+    sidecars; a sidecar whose folder name a glob would misread gets a plain-named link in
+    ``stage``)."""
     from .sidecar import path_of
 
     stage.mkdir(parents=True)
@@ -161,14 +162,18 @@ def _link_sidecars(batch: list[tuple[str, Path]], manifests: dict[str, dict], st
         row = dict(m["row"])
         row["labels"] = dict(row["labels"]) | labels
         service = row["labels"].get("service", "")
-        name = f"s{i}" if service == row["service"] else f"r{i}"
-        row["service"] = service
-        row["file"] = str(path)
-        (stage / name).symlink_to(path_of(path).resolve(), target_is_directory=True)
-        if name[0] == "r":
-            (stage / f"{name}.service").write_text(service)
-        out.append(Prepared(cid, path, row, {k: int(v) for k, v in m["counts"].items()}))
+        folder = path_of(path).resolve()
+        if _GLOB_CHARS.search(str(folder)):
+            (stage / f"l{i}").symlink_to(folder, target_is_directory=True)
+            folder = stage / f"l{i}"
+        p = Prepared(cid, path, row | {"service": service, "file": str(path)},
+                     {k: int(v) for k, v in m["counts"].items()}, sidecar=folder,
+                     set_service=service if service != row["service"] else None)
+        out.append(p)
     return out
+
+
+_GLOB_CHARS = re.compile(r"[{}*?\[\],'\\]")
 
 
 def _ingest_raw(store, pending: list[tuple[str, Path]], tmp: Path, jobs: int,
@@ -224,23 +229,23 @@ def _prepare_all(pool, jobs: int, batch: list[tuple[str, Path]], stage: Path,
 def _load(store, prepared: list[Prepared], stage: Path, result: IngestResult) -> None:
     for table in LOAD_ORDER:
         if table in PREPARED:
-            _load_staged(store, table, stage)
+            _load_staged(store, table, stage, prepared)
         else:
             _load_captures(store, prepared, stage)
         result.rows[table] = result.rows.get(table, 0) + sum(
             p.counts.get(table, 0) for p in prepared)
 
 
-def _load_staged(store, table: str, stage: Path) -> None:
-    """The batch's rows of ``table``: Parquet parts of this ingest's analysis
-    (``part<i>/``), or links to sidecars (``s<i>/``, ``r<i>/``: ``sidecar.py``)."""
-    from .sidecar import EXT
-
-    if any(stage.glob("s*/manifest.json")):  # sidecars of one service each: one statement
-        store.load_native(table, stage / "s*" / f"{table}.{EXT}")
-    for link in sorted(stage.glob("r*/manifest.json")):  # the ingest's --label service=
-        store.load_native(table, link.parent / f"{table}.{EXT}",
-                          replace={"service": _service_of(link.parent)})
+def _load_staged(store, table: str, stage: Path, prepared: list[Prepared]) -> None:
+    """The batch's rows of ``table``: from sidecars (``sidecar.py``: all in one statement,
+    but those the ingest's labels give another service, each with it set), and Parquet parts
+    of this ingest's analysis (``part<i>/``)."""
+    plain = [p.sidecar for p in prepared if p.sidecar is not None and p.set_service is None]
+    if plain:
+        store.load_native(table, plain)
+    for p in prepared:
+        if p.sidecar is not None and p.set_service is not None:
+            store.load_native(table, [p.sidecar], replace={"service": p.set_service})
     if not any(stage.glob("part*")):
         return
     if store.kind == "chdb":  # one statement: chDB reads every part's file by glob
@@ -248,10 +253,6 @@ def _load_staged(store, table: str, stage: Path) -> None:
     else:
         for f in sorted(stage.glob(f"part*/{table}.parquet")):
             store.load_parquet(table, f)
-
-
-def _service_of(link: Path) -> str:
-    return link.with_name(link.name + ".service").read_text()
 
 
 def _load_captures(store, prepared: list[Prepared], stage: Path) -> None:

@@ -35,6 +35,14 @@ def sql_string(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+# Insert blocks of up to 4 M rows (default ~1 M): a load of 1,000 captures writes 2-3 parts of
+# gpu_ops and calls instead of 3-10, and the background merges of those parts no longer
+# compete with the rest of the load (CPU of a 1,000-capture staged load 10-11 s, was 12-16 s;
+# ~0.5 GB more memory at peak: docs/benchmarks.md).
+_BLOCKS = ("min_insert_block_size_rows = 4194304, max_insert_block_size = 4194304, "
+           "min_insert_block_size_bytes = 1073741824")
+
+
 class ChdbStore:
     """chDB at a local folder: one session per process (chDB allows one)."""
 
@@ -100,17 +108,29 @@ class ChdbStore:
         clause = f" WHERE {where}" if where else ""
         self.command(f"INSERT INTO {self.database}.{table} ({_into(table)}) SELECT {select} "
                      f"FROM file({sql_string(str(Path(path).resolve()))}, Parquet){clause} "
-                     "SETTINGS use_structure_from_insertion_table_in_table_functions = 0")
+                     "SETTINGS use_structure_from_insertion_table_in_table_functions = 0, "
+                     + _BLOCKS)
 
-    def load_native(self, table: str, pattern: Path, replace: dict[str, str] | None = None
-                    ) -> None:
-        """``INSERT INTO table SELECT * FROM file(pattern, Native)``: staged sidecar files
-        (``sidecar.py``: the table's own column types, sorted, LZ4-framed), every file the
-        glob ``pattern`` names in one statement; ``replace``: columns set to a constant."""
-        self.command(f"INSERT INTO {self.database}.{table} ({_into(table)}) "
-                     f"SELECT *{_replace(replace)} FROM "
-                     f"file({sql_string(str(pattern))}, Native, {sql_string(_structure(table))},"
-                     " 'lz4')")
+    def load_native(self, table: str, folders: list[Path],
+                    replace: dict[str, str] | None = None) -> None:
+        """``INSERT INTO table SELECT * FROM file(..., Native)`` of ``<table>.native.lz4`` in
+        each of ``folders`` (sidecars, ``sidecar.py``: the table's own column types, sorted,
+        LZ4-framed; folder names without glob characters): the folders of one directory in
+        one statement (a ``{a,b,...}`` glob); ``replace``: columns set to a constant."""
+        from .sidecar import EXT
+
+        by_dir: dict[Path, list[str]] = {}
+        for f in folders:
+            by_dir.setdefault(Path(f).parent, []).append(Path(f).name)
+        for parent, names in by_dir.items():
+            for at in range(0, len(names), 1024):
+                part = names[at:at + 1024]
+                glob = part[0] if len(part) == 1 else "{" + ",".join(part) + "}"
+                self.command(
+                    f"INSERT INTO {self.database}.{table} ({_into(table)}) "
+                    f"SELECT *{_replace(replace)} FROM "
+                    f"file({sql_string(f'{parent}/{glob}/{table}.{EXT}')}, Native, "
+                    f"{sql_string(_structure(table))}, 'lz4') SETTINGS {_BLOCKS}")
 
     def close(self) -> None:
         _OPEN.pop(str(self.path), None)
@@ -175,12 +195,14 @@ class ServerStore:
         except Exception as e:  # noqa: BLE001
             raise StoreError(f"loading {Path(path).name} failed: {_line(e)}") from None
 
-    def load_native(self, table: str, pattern: Path, replace: dict[str, str] | None = None
-                    ) -> None:
-        """Each file the glob names travels to the server as it is (Native, LZ4-framed:
-        HTTP ``Content-Encoding: lz4``)."""
-        for f in sorted(Path(pattern).parent.parent.glob(
-                f"{Path(pattern).parent.name}/{Path(pattern).name}")):
+    def load_native(self, table: str, folders: list[Path],
+                    replace: dict[str, str] | None = None) -> None:
+        """Each sidecar's file travels to the server as it is (Native, LZ4-framed: HTTP
+        ``Content-Encoding: lz4``)."""
+        from .sidecar import EXT
+
+        for folder in folders:
+            f = Path(folder) / f"{table}.{EXT}"
             sql = (f"INSERT INTO {self.database}.{table} ({_into(table)}) SELECT *"
                    f"{_replace(replace)} FROM input({sql_string(_structure(table))}) "
                    "FORMAT Native")

@@ -5,7 +5,7 @@ per version, each with its own interpreter:
     python bench/fleet/ab/stage.py FLEET_DIR N STAGE_DIR
 
 A zym with sidecars (``zym.fleet.sidecar``): ``zym fleet stage`` beside the captures (2
-processes; skipped when current), then batches of links to them as ``fleet ingest`` makes
+processes; skipped when current), then batches of them as ``fleet ingest`` makes
 (``loader._link_sidecars``, ``STAGED_BATCH`` a batch). Before them: the captures analysed (2
 processes) into Parquet parts, ``BATCH`` a batch, as that ``fleet ingest`` does.
 """
