@@ -401,11 +401,13 @@ def test_stale_sidecars_are_not_used(tmp_path):
     try:
         r = ingest(store, [c])
         assert (r.ingested, r.staged, r.stale) == (1, 0, 1)
-        data = bytearray(a.read_bytes())
+        e = Path(shutil.copy(EBPF_CAPTURE, tmp_path / "e.parquet"))  # not in this store
+        assert [w for _, w in stage([e])] == ["staged"]
+        data = bytearray(e.read_bytes())
         data[100] ^= 0xFF  # its footer still names the hash of the bytes it was staged from
-        a.write_bytes(bytes(data))
+        e.write_bytes(bytes(data))
         with pytest.raises(CorruptCaptureError):
-            ingest(store, [a])
+            ingest(store, [e])
     finally:
         store.close()
 
