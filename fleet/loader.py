@@ -240,9 +240,10 @@ def _load_staged(store, table: str, stage: Path, prepared: list[Prepared]) -> No
     """The batch's rows of ``table``: from sidecars (``sidecar.py``: all in one statement,
     but those the ingest's labels give another service, each with it set), and Parquet parts
     of this ingest's analysis (``part<i>/``)."""
-    plain = [p.sidecar for p in prepared if p.sidecar is not None and p.set_service is None]
+    plain = [p for p in prepared if p.sidecar is not None and p.set_service is None]
     if plain:
-        store.load_native(table, plain)
+        store.load_native(table, [p.sidecar for p in plain],
+                          rows=sum(p.counts.get(table, 0) for p in plain))
     for p in prepared:
         if p.sidecar is not None and p.set_service is not None:
             store.load_native(table, [p.sidecar], replace={"service": p.set_service})

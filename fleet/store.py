@@ -35,12 +35,14 @@ def sql_string(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-# Insert blocks of up to 4 M rows (default ~1 M): a load of 1,000 captures writes 2-3 parts of
-# gpu_ops and calls instead of 3-10, and the background merges of those parts no longer
-# compete with the rest of the load (CPU of a 1,000-capture staged load 10-11 s, was 12-16 s;
-# ~0.5 GB more memory at peak: docs/benchmarks.md).
-_BLOCKS = ("min_insert_block_size_rows = 4194304, max_insert_block_size = 4194304, "
-           "min_insert_block_size_bytes = 1073741824")
+def _blocks(rows: int | None) -> str:
+    """Insert blocks (one part each) of half the statement's rows, between ClickHouse's
+    default (~1 M rows) and 4 M: each of chDB's 2 insert threads writes one large part, so a
+    load of 1,000 captures writes 2-3 parts of gpu_ops and calls instead of 3-10 and fewer
+    merges of them compete with the load (docs/benchmarks.md: ~25 % less CPU)."""
+    size = min(max((rows or 0) // 2 + 1, 1_048_449), 4_194_304)
+    return (f"min_insert_block_size_rows = {size}, max_insert_block_size = {size}, "
+            "min_insert_block_size_bytes = 1073741824")
 
 
 class ChdbStore:
@@ -108,15 +110,15 @@ class ChdbStore:
         clause = f" WHERE {where}" if where else ""
         self.command(f"INSERT INTO {self.database}.{table} ({_into(table)}) SELECT {select} "
                      f"FROM file({sql_string(str(Path(path).resolve()))}, Parquet){clause} "
-                     "SETTINGS use_structure_from_insertion_table_in_table_functions = 0, "
-                     + _BLOCKS)
+                     "SETTINGS use_structure_from_insertion_table_in_table_functions = 0")
 
     def load_native(self, table: str, folders: list[Path],
-                    replace: dict[str, str] | None = None) -> None:
+                    replace: dict[str, str] | None = None, rows: int | None = None) -> None:
         """``INSERT INTO table SELECT * FROM file(..., Native)`` of ``<table>.native.lz4`` in
         each of ``folders`` (sidecars, ``sidecar.py``: the table's own column types, sorted,
         LZ4-framed; folder names without glob characters): the folders of one directory in
-        one statement (a ``{a,b,...}`` glob); ``replace``: columns set to a constant."""
+        one statement (a ``{a,b,...}`` glob); ``replace``: columns set to a constant; ``rows``:
+        how many rows they hold (sizes the insert blocks)."""
         from .sidecar import EXT
 
         by_dir: dict[Path, list[str]] = {}
@@ -130,7 +132,7 @@ class ChdbStore:
                     f"INSERT INTO {self.database}.{table} ({_into(table)}) "
                     f"SELECT *{_replace(replace)} FROM "
                     f"file({sql_string(f'{parent}/{glob}/{table}.{EXT}')}, Native, "
-                    f"{sql_string(_structure(table))}, 'lz4') SETTINGS {_BLOCKS}")
+                    f"{sql_string(_structure(table))}, 'lz4') SETTINGS {_blocks(rows)}")
 
     def close(self) -> None:
         _OPEN.pop(str(self.path), None)
@@ -196,7 +198,7 @@ class ServerStore:
             raise StoreError(f"loading {Path(path).name} failed: {_line(e)}") from None
 
     def load_native(self, table: str, folders: list[Path],
-                    replace: dict[str, str] | None = None) -> None:
+                    replace: dict[str, str] | None = None, rows: int | None = None) -> None:
         """Each sidecar's file travels to the server as it is (Native, LZ4-framed: HTTP
         ``Content-Encoding: lz4``)."""
         from .sidecar import EXT
