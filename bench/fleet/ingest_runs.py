@@ -1,6 +1,7 @@
 """Whole `zym fleet ingest` as users run it: the console script in a new process (Python's
 start, imports, chDB's engine, hashing, analysis where a capture is not staged, the load),
-each run into a fresh store; wall time of the process, its JSON result (GPU-op rows, staged
+each run into a fresh store; wall time of the process, CPU time (user + system) of it and
+its worker processes, its JSON result (GPU-op rows, staged
 count, its own split). Several zym installs (or flags) are interleaved run by run.
 
     python bench/fleet/ingest_runs.py --runs 7 --work /tmp/w FLEET_DIR \\
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import shutil
 import statistics
 import subprocess
@@ -43,12 +45,16 @@ def main() -> None:
             shutil.rmtree(store, ignore_errors=True)
             cmd = [*variants[name][:1], "fleet", "ingest", "--store", str(store), "-j",
                    str(a.j), "-f", "json", *variants[name][1:], *files]
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             t = time.perf_counter()
             p = subprocess.run(cmd, capture_output=True, text=True, check=True)
             wall = time.perf_counter() - t
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
             out = json.loads(p.stdout)
-            runs[name].append({"wall_s": wall, **out})
-            print(f"run {i + 1} {name}: {wall:.2f} s, {out['rows']['gpu_ops'] / wall / 1e3:.0f} k "
+            runs[name].append({"wall_s": wall, "cpu_s": cpu, **out})
+            print(f"run {i + 1} {name}: {wall:.2f} s ({cpu:.1f} s CPU, all processes), "
+                  f"{out['rows']['gpu_ops'] / wall / 1e3:.0f} k "
                   f"GPU-op rows/s (staged {out['staged']}, analysis {out['analysis_s']} s, "
                   f"checks {out['check_s']} s, load {out['load_s']} s)", flush=True)
     for name, rs in runs.items():
@@ -59,6 +65,7 @@ def main() -> None:
                           "median_s": round(m, 2), "min_s": round(min(w), 2),
                           "max_s": round(max(w), 2), "gpu_op_rows_per_s": round(g / m),
                           "range_rows_per_s": [round(g / max(w)), round(g / min(w))],
+                          "cpu_s_median": round(statistics.median(r["cpu_s"] for r in rs), 1),
                           "load_s_median": statistics.median(r["load_s"] for r in rs),
                           "check_s_median": statistics.median(r["check_s"] for r in rs)}))
     if a.json:
