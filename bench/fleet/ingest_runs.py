@@ -55,8 +55,8 @@ def main() -> None:
             runs[name].append({"wall_s": wall, "cpu_s": cpu, **out})
             print(f"run {i + 1} {name}: {wall:.2f} s ({cpu:.1f} s CPU, all processes), "
                   f"{out['rows']['gpu_ops'] / wall / 1e3:.0f} k "
-                  f"GPU-op rows/s (staged {out['staged']}, analysis {out['analysis_s']} s, "
-                  f"checks {out['check_s']} s, load {out['load_s']} s)", flush=True)
+                  f"GPU-op rows/s (staged {out.get('staged')}, analysis {out['analysis_s']} s, "
+                  f"checks {out.get('check_s')} s, load {out['load_s']} s)", flush=True)
     for name, rs in runs.items():
         w = [r["wall_s"] for r in rs]
         g = rs[0]["rows"]["gpu_ops"]
@@ -67,7 +67,7 @@ def main() -> None:
                           "range_rows_per_s": [round(g / max(w)), round(g / min(w))],
                           "cpu_s_median": round(statistics.median(r["cpu_s"] for r in rs), 1),
                           "load_s_median": statistics.median(r["load_s"] for r in rs),
-                          "check_s_median": statistics.median(r["check_s"] for r in rs)}))
+                          "check_s_median": statistics.median(r.get("check_s", 0) for r in rs)}))
     if a.json:
         a.json.write_text(json.dumps(runs, indent=1))
 
