@@ -3,11 +3,12 @@
     store = open_store("~/.zym/fleet")                       # chDB, embedded
     store = open_store("clickhouse://host:8123/zym")         # a server (clickhouse-connect)
 
-Both run the same SQL (``schema.py``, ``queries.py``). A store offers five operations:
+Both run the same SQL (``schema.py``, ``queries.py``). A store offers six operations:
 ``command`` (DDL, INSERT ... SELECT), ``query`` (rows as a ``pyarrow.Table``), ``rows`` (rows as
 dicts; chDB gives them without importing pyarrow), ``load_parquet``
 (a Parquet file into a table: chDB reads the file itself; a server receives it over HTTP in
-Parquet format, so neither goes through Python rows) and ``close``.
+Parquet format, so neither goes through Python rows), ``load_native`` (staged sidecars,
+``sidecar.py``: ClickHouse Native files with the table's own types) and ``close``.
 """
 from __future__ import annotations
 
