@@ -63,9 +63,15 @@ def ingest_cmd(
                               "service=decode); repeatable.")] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1,
                                       help="Captures analysed at once (processes).")] = 1,
+    no_staged: Annotated[bool, typer.Option(
+        "--no-staged", help="Analyse every capture, even one staged by `zym fleet stage`.")
+    ] = False,
     fmt: Format = Fmt.text,
 ) -> None:
     """Analyse captures and load them into the store; a capture already there is skipped.
+
+    A capture staged by `zym fleet stage` (a CAPTURE.zymfleet folder beside it, staged from
+    the same bytes by the same zym) is not analysed again: the store only loads its rows.
 
     Example: zym fleet ingest /var/zym/*.parquet --label version=1.3 -j 4
     """
@@ -75,15 +81,44 @@ def ingest_cmd(
 
         extra = parse_labels(label or [])
         s = open_store(store)
-        result = ingest(s, captures, labels=extra, jobs=jobs,
+        result = ingest(s, captures, labels=extra, jobs=jobs, staged=not no_staged,
                         progress=lambda m: typer.echo(f"zym: {m}", err=True))
     d = result.to_dict()
     if fmt is Fmt.json:
         _emit(d, fmt)
         return
-    typer.echo(f"zym: {d['ingested']} captures ingested, {d['skipped']} already in the store; "
+    stale = f", {d['stale']} stale" if d["stale"] else ""
+    typer.echo(f"zym: {d['ingested']} captures ingested ({d['staged']} staged{stale}), "
+               f"{d['skipped']} already in the store; "
                f"{d['rows'].get('gpu_ops', 0):,} GPU operations, {d['rows'].get('calls', 0):,} "
-               f"calls (analysis {d['analysis_s']} s, load {d['load_s']} s) -> {s.path}",
+               f"calls (analysis {d['analysis_s']} s, checks {d['check_s']} s, load "
+               f"{d['load_s']} s) -> {s.path}", err=True)
+
+
+@fleet_app.command("stage")
+def stage_cmd(
+    captures: Annotated[list[Path], typer.Argument(help="Capture files (zym Parquet).",
+                                                   show_default=False)],
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1,
+                                      help="Captures analysed at once (processes).")] = 1,
+    force: Annotated[bool, typer.Option("--force", help="Stage again even when current.")
+                     ] = False,
+) -> None:
+    """Analyse captures where they are made and stage their fleet rows beside them
+    (CAPTURE.zymfleet), so that `zym fleet ingest` only loads them.
+
+    Run it on each GPU host (e.g. after each `zym capture --rotate` file); a capture whose
+    sidecar is current (same content hash, same zym) is skipped. Ingest re-hashes the capture
+    and ignores a sidecar staged from other bytes or by another zym version.
+
+    Example: zym fleet stage /var/zym/decode-*.parquet -j 2
+    """
+    with exit_on_error():
+        from zym.fleet.sidecar import stage_many
+
+        done = stage_many(captures, jobs=jobs, force=force)
+    staged = sum(1 for _, what in done if what == "staged")
+    typer.echo(f"zym: {staged} captures staged, {len(done) - staged} already current",
                err=True)
 
 

@@ -1,6 +1,9 @@
 """``ingest(store, files)``: captures into the fleet store, each once.
 
-A capture is analysed (:mod:`zym.fleet.prepare`, in ``jobs`` processes), its rows written as
+A capture with a current sidecar (``zym fleet stage``, :mod:`zym.fleet.sidecar`: its rows
+staged where it was made, by this zym, from bytes that hash to its content hash) is not
+analysed: the store loads its staged files, every sidecar of a batch in one statement a table.
+Any other capture is analysed (:mod:`zym.fleet.prepare`, in ``jobs`` processes), its rows written as
 Parquet files in a staging folder, and the store loads them (chDB reads the files itself, one
 statement per table for a batch of captures; a server receives them as Parquet).
 The ``captures`` row goes in last, so a capture is in the store exactly when its row is: a
@@ -9,6 +12,7 @@ and one that is already in is skipped (its content hash is its key).
 """
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 import time
@@ -25,6 +29,7 @@ from .schema import LOAD_ORDER, columns, ensure
 from .store import sql_string
 
 BATCH = 128
+STAGED_BATCH = 1024  # sidecars per load (no analysis to overlap: fewer, larger parts)
 Progress = Callable[[str], None]
 
 
@@ -33,13 +38,18 @@ class IngestResult:
     ingested: int = 0
     skipped: int = 0  # already in the store (same content hash), or named twice
     rows: dict[str, int] = field(default_factory=dict)
+    staged: int = 0  # of ``ingested``: loaded from a current sidecar, not analysed
+    stale: int = 0  # sidecars not used (another capture's hash, another zym): analysed
     analysis_s: float = 0.0  # analysing the captures and writing their rows (prepare)
+    check_s: float = 0.0  # hashing captures that have a sidecar, reading its manifest
     load_s: float = 0.0  # the store loading the rows
 
     def to_dict(self) -> dict:
         gpu = self.rows.get("gpu_ops", 0)
-        return {"ingested": self.ingested, "skipped": self.skipped, "rows": self.rows,
-                "analysis_s": round(self.analysis_s, 3), "load_s": round(self.load_s, 3),
+        return {"ingested": self.ingested, "skipped": self.skipped, "staged": self.staged,
+                "stale": self.stale, "rows": self.rows,
+                "analysis_s": round(self.analysis_s, 3), "check_s": round(self.check_s, 3),
+                "load_s": round(self.load_s, 3),
                 "gpu_op_rows_per_s_load": round(gpu / self.load_s) if self.load_s else None,
                 "gpu_op_rows_per_s_total": (round(gpu / (self.load_s + self.analysis_s))
                                             if self.load_s + self.analysis_s else None)}
@@ -67,8 +77,10 @@ def ids_in_store(store, ids: Sequence[str]) -> set[str]:
 
 
 def ingest(store, files: Sequence[str | Path], labels: dict[str, str] | None = None,
-           jobs: int = 1, progress: Progress | None = None) -> IngestResult:
-    """Load ``files`` (zym capture Parquet files) into ``store``; returns what was done."""
+           jobs: int = 1, progress: Progress | None = None, staged: bool = True
+           ) -> IngestResult:
+    """Load ``files`` (zym capture Parquet files) into ``store``; returns what was done.
+    ``staged=False``: analyse every capture, even one with a current sidecar."""
     ensure_schema(store)
     result = IngestResult()
     todo: dict[str, Path] = {}
@@ -85,14 +97,95 @@ def ingest(store, files: Sequence[str | Path], labels: dict[str, str] | None = N
     result.skipped += len(present)
     pending = [(cid, p) for cid, p in todo.items() if cid not in present]
     _clear_partial(store, [cid for cid, _ in pending])
+    t = time.perf_counter()
+    manifests = _current_sidecars(pending, result) if staged else {}
+    result.check_s = time.perf_counter() - t
+    from_sidecar = [(cid, p) for cid, p in pending if cid in manifests]
+    pending = [(cid, p) for cid, p in pending if cid not in manifests]
     staging_root = Path(store.path) if store.kind == "chdb" else None
-    with tempfile.TemporaryDirectory(prefix="zym-fleet-", dir=staging_root) as tmp, \
-            _pool(jobs) as pool:
+    with tempfile.TemporaryDirectory(prefix="zym-fleet-", dir=staging_root) as tmp:
+        total = len(from_sidecar) + len(pending)
+        for at in range(0, len(from_sidecar), STAGED_BATCH):
+            batch = from_sidecar[at:at + STAGED_BATCH]
+            stage = Path(tmp) / f"s{at}"
+            prepared = _link_sidecars(batch, manifests, stage, labels or {})
+            t1 = time.perf_counter()
+            _load(store, prepared, stage, result)
+            result.load_s += time.perf_counter() - t1
+            result.ingested += len(prepared)
+            result.staged += len(prepared)
+            shutil.rmtree(stage, ignore_errors=True)
+            if progress:
+                progress(f"{result.ingested}/{total} captures ingested")
+        if pending:
+            _ingest_raw(store, pending, Path(tmp), jobs, labels or {}, result, progress, total)
+    return result
+
+
+def _current_sidecars(pending: list[tuple[str, Path]], result: IngestResult) -> dict[str, dict]:
+    """capture id -> manifest, for each capture whose sidecar is current. A capture with a
+    sidecar is hashed whole first (two threads: hashlib releases the GIL): the sidecar is
+    used only for the bytes it was staged from."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from zym.schemas.integrity import verify
+
+    from .sidecar import fingerprint, path_of, read
+
+    have = [(cid, p) for cid, p in pending if path_of(p).is_dir()]
+    if not have:
+        return {}
+    fp = fingerprint()
+
+    def check(item):
+        cid, p = item
+        verify(p, "sha256:" + cid)
+        return cid, read(p, cid, fp)
+
+    with ThreadPoolExecutor(2) as pool:
+        found = dict(pool.map(check, have))
+    result.stale += sum(m is None for m in found.values())
+    return {cid: m for cid, m in found.items() if m is not None}
+
+
+def _link_sidecars(batch: list[tuple[str, Path]], manifests: dict[str, dict], stage: Path,
+                   labels: dict[str, str]) -> list[Prepared]:
+    """The batch's ``Prepared`` bookkeeping from its manifests (the rows stay in the
+    sidecars; a sidecar whose folder name a glob would misread gets a plain-named link in
+    ``stage``)."""
+    from .sidecar import path_of
+
+    stage.mkdir(parents=True)
+    out = []
+    for i, (cid, path) in enumerate(batch):
+        m = manifests[cid]
+        row = dict(m["row"])
+        row["labels"] = dict(row["labels"]) | labels
+        service = row["labels"].get("service", "")
+        folder = path_of(path).resolve()
+        if _GLOB_CHARS.search(str(folder)):
+            (stage / f"l{i}").symlink_to(folder, target_is_directory=True)
+            folder = stage / f"l{i}"
+        p = Prepared(cid, path, row | {"service": service, "file": str(path)},
+                     {k: int(v) for k, v in m["counts"].items()}, sidecar=folder,
+                     set_service=service if service != row["service"] else None)
+        out.append(p)
+    return out
+
+
+_GLOB_CHARS = re.compile(r"[{}*?\[\],'\\]")
+
+
+def _ingest_raw(store, pending: list[tuple[str, Path]], tmp: Path, jobs: int,
+                labels: dict[str, str], result: IngestResult, progress: Progress | None,
+                total: int) -> None:
+    """Analyse ``pending`` (``jobs`` processes) and load their rows, a batch at a time."""
+    with _pool(jobs) as pool:
         for at in range(0, len(pending), BATCH):
             batch = pending[at:at + BATCH]
-            stage = Path(tmp) / f"b{at}"
+            stage = tmp / f"b{at}"
             t0 = time.perf_counter()
-            prepared = _prepare_all(pool, max(jobs, 1), batch, stage, labels or {})
+            prepared = _prepare_all(pool, max(jobs, 1), batch, stage, labels)
             t1 = time.perf_counter()
             _load(store, prepared, stage, result)
             result.load_s += time.perf_counter() - t1
@@ -100,8 +193,7 @@ def ingest(store, files: Sequence[str | Path], labels: dict[str, str] | None = N
             result.ingested += len(prepared)
             shutil.rmtree(stage, ignore_errors=True)
             if progress:
-                progress(f"{result.ingested}/{len(pending)} captures ingested")
-    return result
+                progress(f"{result.ingested}/{total} captures ingested")
 
 
 class _Serial:
@@ -137,14 +229,26 @@ def _prepare_all(pool, jobs: int, batch: list[tuple[str, Path]], stage: Path,
 def _load(store, prepared: list[Prepared], stage: Path, result: IngestResult) -> None:
     for table in LOAD_ORDER:
         if table in PREPARED:
-            _load_staged(store, table, stage)
+            _load_staged(store, table, stage, prepared)
         else:
             _load_captures(store, prepared, stage)
         result.rows[table] = result.rows.get(table, 0) + sum(
             p.counts.get(table, 0) for p in prepared)
 
 
-def _load_staged(store, table: str, stage: Path) -> None:
+def _load_staged(store, table: str, stage: Path, prepared: list[Prepared]) -> None:
+    """The batch's rows of ``table``: from sidecars (``sidecar.py``: all in one statement,
+    but those the ingest's labels give another service, each with it set), and Parquet parts
+    of this ingest's analysis (``part<i>/``)."""
+    plain = [p for p in prepared if p.sidecar is not None and p.set_service is None]
+    if plain:
+        store.load_native(table, [p.sidecar for p in plain],
+                          rows=sum(p.counts.get(table, 0) for p in plain))
+    for p in prepared:
+        if p.sidecar is not None and p.set_service is not None:
+            store.load_native(table, [p.sidecar], replace={"service": p.set_service})
+    if not any(stage.glob("part*")):
+        return
     if store.kind == "chdb":  # one statement: chDB reads every part's file by glob
         store.load_parquet(table, stage / "part*" / f"{table}.parquet")
     else:

@@ -34,6 +34,8 @@ class Prepared:
     row: dict  # its ``captures`` row
     counts: dict[str, int] = field(default_factory=dict)
     tables: dict[str, pl.DataFrame] | None = field(default=None, repr=False)
+    sidecar: Path | None = None  # its rows staged there (``sidecar.py``), not in ``tables``
+    set_service: str | None = None  # the sidecar's rows load with this service (ingest labels)
 
 
 def capture_id(path: Path) -> str:

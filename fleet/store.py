@@ -3,11 +3,12 @@
     store = open_store("~/.zym/fleet")                       # chDB, embedded
     store = open_store("clickhouse://host:8123/zym")         # a server (clickhouse-connect)
 
-Both run the same SQL (``schema.py``, ``queries.py``). A store offers five operations:
+Both run the same SQL (``schema.py``, ``queries.py``). A store offers six operations:
 ``command`` (DDL, INSERT ... SELECT), ``query`` (rows as a ``pyarrow.Table``), ``rows`` (rows as
 dicts; chDB gives them without importing pyarrow), ``load_parquet``
 (a Parquet file into a table: chDB reads the file itself; a server receives it over HTTP in
-Parquet format, so neither goes through Python rows) and ``close``.
+Parquet format, so neither goes through Python rows), ``load_native`` (staged sidecars,
+``sidecar.py``: ClickHouse Native files with the table's own types) and ``close``.
 """
 from __future__ import annotations
 
@@ -33,6 +34,16 @@ class StoreError(ZymError):
 def sql_string(value: str) -> str:
     """A ClickHouse string literal."""
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _blocks(rows: int | None) -> str:
+    """Insert blocks (one part each) of half the statement's rows, between ClickHouse's
+    default (~1 M rows) and 4 M: each of chDB's 2 insert threads writes one large part, so a
+    load of 1,000 captures writes 2-3 parts of gpu_ops and calls instead of 3-10 and fewer
+    merges of them compete with the load (docs/benchmarks.md: ~25 % less CPU)."""
+    size = min(max((rows or 0) // 2 + 1, 1_048_449), 4_194_304)
+    return (f"min_insert_block_size_rows = {size}, max_insert_block_size = {size}, "
+            "min_insert_block_size_bytes = 1073741824")
 
 
 class ChdbStore:
@@ -102,6 +113,28 @@ class ChdbStore:
                      f"FROM file({sql_string(str(Path(path).resolve()))}, Parquet){clause} "
                      "SETTINGS use_structure_from_insertion_table_in_table_functions = 0")
 
+    def load_native(self, table: str, folders: list[Path],
+                    replace: dict[str, str] | None = None, rows: int | None = None) -> None:
+        """``INSERT INTO table SELECT * FROM file(..., Native)`` of ``<table>.native.lz4`` in
+        each of ``folders`` (sidecars, ``sidecar.py``: the table's own column types, sorted,
+        LZ4-framed; folder names without glob characters): the folders of one directory in
+        one statement (a ``{a,b,...}`` glob); ``replace``: columns set to a constant; ``rows``:
+        how many rows they hold (sizes the insert blocks)."""
+        from .sidecar import EXT
+
+        by_dir: dict[Path, list[str]] = {}
+        for f in folders:
+            by_dir.setdefault(Path(f).parent, []).append(Path(f).name)
+        for parent, names in by_dir.items():
+            for at in range(0, len(names), 1024):
+                part = names[at:at + 1024]
+                glob = part[0] if len(part) == 1 else "{" + ",".join(part) + "}"
+                self.command(
+                    f"INSERT INTO {self.database}.{table} ({_into(table)}) "
+                    f"SELECT *{_replace(replace)} FROM "
+                    f"file({sql_string(f'{parent}/{glob}/{table}.{EXT}')}, Native, "
+                    f"{sql_string(_structure(table))}, 'lz4') SETTINGS {_blocks(rows)}")
+
     def close(self) -> None:
         _OPEN.pop(str(self.path), None)
         if self._c is not None:
@@ -165,8 +198,61 @@ class ServerStore:
         except Exception as e:  # noqa: BLE001
             raise StoreError(f"loading {Path(path).name} failed: {_line(e)}") from None
 
+    def load_native(self, table: str, folders: list[Path],
+                    replace: dict[str, str] | None = None, rows: int | None = None) -> None:
+        """Each sidecar's file travels to the server as it is (Native, LZ4-framed: HTTP
+        ``Content-Encoding: lz4``)."""
+        from .sidecar import EXT
+
+        for folder in folders:
+            f = Path(folder) / f"{table}.{EXT}"
+            sql = (f"INSERT INTO {self.database}.{table} ({_into(table)}) SELECT *"
+                   f"{_replace(replace)} FROM input({sql_string(_structure(table))}) "
+                   "FORMAT Native")
+            try:
+                self._c.command(sql, data=f.read_bytes(),
+                                transport_settings={"Content-Encoding": "lz4"})
+            except Exception as e:  # noqa: BLE001
+                raise StoreError(f"loading {f} failed: {_line(e)}") from None
+
     def close(self) -> None:
         self._c.close()
+
+
+class ChdbMemory:
+    """chDB in memory, for converting files (``sidecar.write``) where no store is open."""
+
+    kind = "chdb"
+
+    def __init__(self) -> None:
+        try:
+            from chdb import _chdb
+            self._c = _chdb.connect(":memory:")
+        except (ImportError, AttributeError):
+            try:
+                import chdb
+                self._c = chdb.connect(":memory:")
+            except (ImportError, AttributeError) as e:
+                raise StoreError(f"staging fleet rows needs chDB ({e}); pip install chdb"
+                                 ) from None
+
+    def command(self, sql: str) -> None:
+        try:
+            self._c.query(sql, "TSV")
+        except Exception as e:  # noqa: BLE001
+            raise StoreError(f"query failed: {_line(e)}") from None
+
+
+def _structure(table: str) -> str:
+    from .schema import TABLES
+
+    return " ".join(TABLES[table].split()).strip().rstrip(",")
+
+
+def _replace(replace: dict[str, str] | None) -> str:
+    if not replace:
+        return ""
+    return " REPLACE (" + ", ".join(f"{sql_string(v)} AS {k}" for k, v in replace.items()) + ")"
 
 
 def _into(table: str) -> str:

@@ -51,9 +51,14 @@ def raw(path: Path, record: str) -> pl.DataFrame:
     return pl.read_parquet(path).filter(pl.col("record") == record)
 
 
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory, sample_capture):
+@pytest.fixture(scope="module", params=["analysed", "staged"])
+def fleet(request, tmp_path_factory, sample_capture):
+    """Four captures in a store: analysed by the ingest, or staged first (`zym fleet stage`:
+    sidecars beside copies of the files) so the ingest only loads them."""
+    import shutil
+
     from zym.fleet import ingest, open_store
+    from zym.fleet.sidecar import stage
 
     d = tmp_path_factory.mktemp("fleet")
     day = datetime(2026, 11, 30, tzinfo=timezone.utc)
@@ -67,8 +72,12 @@ def fleet(tmp_path_factory, sample_capture):
                 day.replace(hour=3), 3),
         EBPF_CAPTURE,
     ]
+    if request.param == "staged":
+        files[-1] = Path(shutil.copy(EBPF_CAPTURE, d / EBPF_CAPTURE.name))
+        assert [what for _, what in stage(files)] == ["staged"] * 4
     store = open_store(d / "store")
     result = ingest(store, files, labels={"fleet": "test"})
+    assert result.staged == (4 if request.param == "staged" else 0)
     yield store, files, result
     store.close()
 
@@ -314,3 +323,109 @@ def test_a_store_without_the_sums_tables_gets_them_from_its_rows(tmp_path):
         assert sql(store, "SELECT count() AS n FROM zym.gpu_sums")[0]["n"] == n
     finally:
         store.close()
+
+
+def _contents(store) -> dict[str, list]:
+    """Every row of every table (``captures`` without the time it was ingested), sorted."""
+    from zym.fleet import sql
+    from zym.fleet.schema import TABLES
+
+    return {t: sql(store, f"SELECT * EXCEPT ingested_at FROM zym.{t} FINAL ORDER BY ALL"
+                   if t == "captures" else f"SELECT * FROM zym.{t} ORDER BY ALL")
+            for t in TABLES}
+
+
+def test_staged_captures_load_the_rows_the_analysis_would(tmp_path):
+    """A store loaded from sidecars holds exactly the rows of one that analysed the same
+    captures, also when the ingest's --label sets another service than the capture's."""
+    import shutil
+
+    from zym.fleet import ingest, open_store
+    from zym.fleet.sidecar import stage
+
+    files = [Path(shutil.copy(f, tmp_path / f.name)) for f in (ZYM_CAPTURE, EBPF_CAPTURE)]
+    day = datetime(2026, 11, 30, tzinfo=timezone.utc)
+    files.append(variant(ZYM_CAPTURE, tmp_path / "v.parquet", "host-v",
+                         {"service": "own", "version": "1"}, day, 5))
+    got = {}
+    for how in ("analysed", "staged"):
+        if how == "staged":
+            stage(files)
+        for labels in ({"fleet": "x"}, {"service": "other"}):
+            store = open_store(tmp_path / f"store-{how}-{len(got)}")
+            try:
+                r = ingest(store, files, labels=labels)
+                assert r.ingested == 3 and r.staged == (3 if how == "staged" else 0)
+                got[how, tuple(labels)] = _contents(store)
+            finally:
+                store.close()
+    for labels in (("fleet",), ("service",)):
+        a, s = got["analysed", labels], got["staged", labels]
+        for table in a:
+            assert a[table] and s[table] == a[table], (labels, table)
+    assert {r["service"] for r in got["staged", ("service",)]["gpu_ops"]} == {"other"}
+
+
+def test_stale_sidecars_are_not_used(tmp_path):
+    """A sidecar is used only for the bytes it was staged from, by the same code: another
+    capture's sidecar, one with another fingerprint, or one missing a table is analysed
+    again; a capture whose bytes no longer match its own hash is refused."""
+    import json as _json
+    import shutil
+
+    from zym.fleet import ingest, open_store, sql
+    from zym.fleet.sidecar import path_of, stage
+    from zym.schemas.integrity import CorruptCaptureError
+
+    a = Path(shutil.copy(ZYM_CAPTURE, tmp_path / "a.parquet"))
+    b = Path(shutil.copy(EBPF_CAPTURE, tmp_path / "b.parquet"))
+    c = Path(shutil.copy(ZYM_CAPTURE, tmp_path / "c.parquet"))
+    stage([a, b, c])
+    assert [w for _, w in stage([a, b, c])] == ["current"] * 3
+    shutil.rmtree(path_of(b))
+    shutil.copytree(path_of(a), path_of(b))  # a's rows beside b: another content hash
+    manifest = path_of(c) / "manifest.json"
+    m = _json.loads(manifest.read_text())
+    manifest.write_text(_json.dumps(m | {"fingerprint": "0" * 64}))  # staged by another zym
+    store = open_store(tmp_path / "store")
+    try:
+        r = ingest(store, [a, b])
+        assert (r.ingested, r.staged, r.stale) == (2, 1, 1)
+        n = sql(store, "SELECT count() AS n FROM zym.gpu_ops")[0]["n"]
+        assert n == raw(ZYM_CAPTURE, "gpu").height + raw(EBPF_CAPTURE, "gpu").height
+    finally:
+        store.close()
+    assert [w for _, w in stage([c])] == ["staged"]  # not current: staged again
+    (path_of(c) / "calls.native.lz4").unlink()
+    store = open_store(tmp_path / "store2")
+    try:
+        r = ingest(store, [c])
+        assert (r.ingested, r.staged, r.stale) == (1, 0, 1)
+        e = Path(shutil.copy(EBPF_CAPTURE, tmp_path / "e.parquet"))  # not in this store
+        assert [w for _, w in stage([e])] == ["staged"]
+        data = bytearray(e.read_bytes())
+        data[100] ^= 0xFF  # its footer still names the hash of the bytes it was staged from
+        e.write_bytes(bytes(data))
+        with pytest.raises(CorruptCaptureError):
+            ingest(store, [e])
+    finally:
+        store.close()
+
+
+def test_cli_stage_then_ingest(tmp_path):
+    import shutil
+
+    f = Path(shutil.copy(ZYM_CAPTURE, tmp_path / "a.parquet"))
+    r = _zym("fleet", "stage", str(f))
+    assert r.returncode == 0 and "1 captures staged" in r.stderr, r.stderr
+    r = _zym("fleet", "ingest", "--store", str(tmp_path / "store"), str(f), "-f", "json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["staged"] == 1 and out["rows"]["gpu_ops"] == raw(f, "gpu").height
+    r = _zym("fleet", "ingest", "--store", str(tmp_path / "s2"), str(f), "--no-staged",
+             "-f", "json")
+    assert r.returncode == 0 and json.loads(r.stdout)["staged"] == 0, r.stderr
+    for args in (("fleet", "stage", str(REPO / "README.md")),
+                 ("fleet", "stage", str(tmp_path / "missing.parquet"))):
+        r = _zym(*args)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, (args, r.stderr)

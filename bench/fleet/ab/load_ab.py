@@ -32,7 +32,13 @@ def main() -> None:
         g, total = rows[k]["gpu_ops"], sum(rows[k].values())
         print(json.dumps({"variant": k, "median_s": round(m, 2), "min_s": round(min(v), 2),
                           "max_s": round(max(v), 2), "n": len(v), "gpu_op_rows_per_s": round(g / m),
+                          "range_gpu_op_rows_per_s": [round(g / max(v)), round(g / min(v))],
                           "all_rows_per_s": round(total / m), "rows": rows[k]}))
+    ratio = [b / a for a, b in zip(times["A"], times["B"])]
+    print(json.dumps({"B/A per pair": [round(statistics.median(ratio), 2),
+                                       round(min(ratio), 2), round(max(ratio), 2)],
+                      "A_s": [round(x, 2) for x in times["A"]],
+                      "B_s": [round(x, 2) for x in times["B"]]}))
 
 
 if __name__ == "__main__":
