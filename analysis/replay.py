@@ -61,6 +61,9 @@ RETURN_SLACK_NS = 2_000
 # the memory of int64), as int64 from it; the margin leaves room for the +1 of running counts.
 # Times and durations stay int64 (nanoseconds overflow int32 in 2 s).
 INDEX32_MAX = np.iinfo(np.int32).max - 2
+# A fix that removes no wait replays in one compiled pass over the epochs, groups and waiting
+# calls (``_Base._replay_sparse``), where the dense kernels run; off: the dense kernels.
+SPARSE = True
 
 
 def index_dtype(n: int) -> type:
@@ -676,7 +679,7 @@ class _Base:
         if ok.any():
             _min_at(dur, np.searchsorted(q, pos[ok]), fix.gpu_dur_ns[ok])
         span = np.where(gone[q], 0, tl.op_gap[q]) + dur
-        return _Edits(e, gap, cost, surv, gone, q, span)
+        return _Edits(e, gap, cost, surv, gone, q, span, bool(len(gone_ops)))
 
     def replay(self, tl: Timeline, fix: Fix) -> Outcome:
         if fix.is_empty():
@@ -695,8 +698,10 @@ class _Base:
         d_span = ed.span - self.span[q]
         keep = (d_span != 0) | gone[q]
         q, d_span = q[keep], d_span[keep]
-        fused = (_compiled_shifts() if len(self.epoch_order) >= JIT_MIN_EPOCHS and len(self.g_val)
-                 else None)
+        big = len(self.epoch_order) >= JIT_MIN_EPOCHS and len(self.g_val)
+        if big and SPARSE and ed.surv.all() and _compiled_sparse() is not None:
+            return self._replay_sparse(tl, ed, e, d_step, d_own, q, d_span)
+        fused = _compiled_shifts() if big else None
         if fused is not None:
             # One compiled pass per side and one over the groups (the same sums as below).
             d_start, moved, d_incl, d_excl, marked = self._scratch(n, n_ops)
@@ -816,6 +821,87 @@ class _Base:
                        gpu_end_ns=tl.w0 + gpu_end)
 
 
+    @cached_property
+    def _stabs(self) -> tuple[np.ndarray, ...]:
+        """For finding the groups whose span of stream positions (``g_lo_op..g_hi_op``), or of
+        thread positions (``g_lo_call..g_hi_call``), holds a given position: per side the
+        groups in order of their span's start, those starts, and the running maximum of
+        their ends (a backward walk from the last start at or before the position stops
+        where that maximum falls below it)."""
+        out = []
+        for lo, hi in ((self.g_lo_op, self.g_hi_op), (self.g_lo_call, self.g_hi_call)):
+            by_lo = narrow_index(np.argsort(lo, kind="stable"), len(lo))
+            lo_sorted = lo[by_lo]
+            out += [by_lo, lo_sorted, np.maximum.accumulate(hi[by_lo]) if len(hi) else hi]
+        return tuple(out)
+
+    def _replay_sparse(self, tl: Timeline, ed: _Edits, e: np.ndarray, d_step: np.ndarray,
+                       d_own: np.ndarray, q: np.ndarray, d_span: np.ndarray) -> Outcome:
+        """``replay`` for a fix that removes no wait, at the cost of the epochs, groups and
+        waiting calls plus the fix's size: no pass over every call and operation. The moves
+        of a call's start (the ``d_step`` before it on its thread, and its own ``d_own``) and
+        of a stream's sum (the ``d_span`` before an operation) are read where the epoch loop
+        needs them, from the edits' running sums, by a search from the position last asked
+        on that thread or stream (positions mostly grow as the loop goes). The groups whose
+        span holds an edit are recomputed from their members first; the others are the
+        unfixed maximum, shifted. The same outcome as the dense kernels and the whole replay
+        (tests compare them)."""
+        neg = -(1 << 62)
+        moved = (d_step != 0) | (d_own != 0)
+        e_pos = self.pos[e].astype(np.int64)
+        by_pos = np.argsort(e_pos, kind="stable")
+        e_pos, d_step, d_own, moved = e_pos[by_pos], d_step[by_pos], d_own[by_pos], moved[by_pos]
+        pe = np.zeros(len(e_pos) + 1, np.int64)
+        np.cumsum(d_step, out=pe[1:])
+        pq = np.zeros(len(q) + 1, np.int64)
+        np.cumsum(d_span, out=pq[1:])
+        q = q.astype(np.int64, copy=False)
+        ebase = np.append(np.searchsorted(e_pos, self.thread_heads), len(e_pos)).astype(np.int64)
+        qbase = np.append(np.searchsorted(q, self.stream_heads), len(q)).astype(np.int64)
+        sparse = _compiled_sparse()
+        dirty = sparse[1](q, e_pos[moved], *self._stabs, self.g_hi_op, self.g_hi_call,
+                          len(self.g_val))
+        g_thread = self.thread_of_epoch[self.epoch_order[self.g_rank[dirty]]]
+        dirty_val = np.empty(len(dirty), np.int64)
+        gone = ed.gone if ed.gone_any else np.zeros(0, bool)
+        sparse[2](dirty, g_thread, self.g_stream, self.member_start, self.member_end,
+                  self.members, tl.op_call, self.launched, self.pos, self.start_nowait,
+                  tl.op_lat, tl.op_start, tl.w0, self.s_incl, self.span, tl.op_gap, gone,
+                  e_pos, pe, d_own, ebase, q, pq, qbase, dirty_val)
+        delay = np.zeros(max(self.n_threads, 1), np.int64)
+        ready = np.full(tl.n_streams, neg, np.int64)
+        sparse[0](self.epoch_order, self.thread_of_epoch, self.row_of_epoch, self.g_rank,
+                  self.g_stream, self.g_fixed, self.g_val, self.g_op, self.g_call_pos,
+                  self.g_has_call, dirty, dirty_val, e_pos, pe, d_own, ebase, q, pq, d_span,
+                  qbase, self.wait_start, self.wait_pos, self.own_sid, self.own_prefix,
+                  self.own_pos, self.s_at, self.at_has, self.at_0, delay, ready,
+                  ebase[:-1].copy(), qbase[:-1].copy())
+        last = self.last_calls
+        cost_last = self.cost[last].copy()
+        k = np.searchsorted(e, last)
+        hit = k < len(e)
+        hit[hit] = e[k[hit]] == last[hit]
+        cost_last[hit] = ed.cost[k[hit]]
+        lp = self.pos[last].astype(np.int64)
+        j = np.searchsorted(e_pos, lp)
+        own = np.zeros(len(lp), np.int64)
+        m = j < len(e_pos)
+        m[m] = e_pos[j[m]] == lp[m]
+        own[m] = d_own[j[m]]
+        t_of = np.searchsorted(self.thread_heads, lp, side="right") - 1
+        at_last = pe[j] - pe[ebase[t_of]] + own
+        cpu_end = max(neg, int((self.start_nowait[last] + at_last + cost_last
+                                + delay[self.last_thread]).max()))
+        gpu_end = neg
+        if len(self.last_ops):
+            lo = self.last_ops.astype(np.int64)
+            s_of = tl.op_sid[lo]
+            incl = pq[np.searchsorted(q, lo, side="right")] - pq[qbase[s_of]]
+            gpu_end = max(neg, int((self.s_incl[lo] + incl + ready[s_of]).max()))
+        end = max(cpu_end, gpu_end)
+        return Outcome(end_ns=tl.w0 + end, cpu_end_ns=tl.w0 + cpu_end,
+                       gpu_end_ns=tl.w0 + gpu_end)
+
     def _scratch(self, n: int, n_ops: int) -> tuple[np.ndarray, ...]:
         """The compiled kernel's outputs, allocated once and overwritten by every replay (it
         writes each position): fresh arrays of every call and operation cost page faults."""
@@ -913,6 +999,7 @@ class _Edits:
     gone: np.ndarray
     ops: np.ndarray
     span: np.ndarray
+    gone_any: bool = True  # whether any operation is gone (else ``gone`` is all False)
 
 
 def _min_at(values: np.ndarray, at: np.ndarray, new: np.ndarray) -> None:
@@ -1172,6 +1259,193 @@ def _compiled_shifts():
     except ImportError:
         return None
     return numba.njit(cache=True, nogil=True)(_shifts_kernel)
+
+
+def _lower(keys, lo, hi, x):
+    """The first position in ``keys[lo:hi]`` (sorted) holding ``x`` or more."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if keys[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _seek(keys, cur, seg, x):
+    """``_lower(keys, 0, len(keys), x)``, searched from ``cur[seg]`` (the answer last given
+    for segment ``seg``, which keeps it): a few steps either way, else a binary search."""
+    j = cur[seg]
+    n = len(keys)
+    if j > 0 and keys[j - 1] >= x:
+        k = 0
+        while j > 0 and keys[j - 1] >= x:
+            j -= 1
+            k += 1
+            if k == 8:
+                j = _lower(keys, 0, j, x)
+                break
+    else:
+        k = 0
+        while j < n and keys[j] < x:
+            j += 1
+            k += 1
+            if k == 8:
+                j = _lower(keys, j, n, x)
+                break
+    cur[seg] = j
+    return j
+
+
+def _sparse_dirty(q, moved_pos, by_lo_op, lo_op, hi_max_op, by_lo_call, lo_call, hi_max_call,
+                  g_hi_op, g_hi_call, n_groups):
+    """The groups (sorted) whose span of stream positions holds an edited operation (``q``)
+    or whose span of thread positions holds a moved call (``moved_pos``): ``_Base._stabs``'
+    backward walks. The dense kernel's ``marked``/``moved`` tests, asked per edit."""
+    mark = np.zeros(n_groups, np.bool_)
+    count = 0
+    for side in range(2):
+        xs = q if side == 0 else moved_pos
+        by_lo = by_lo_op if side == 0 else by_lo_call
+        lo = lo_op if side == 0 else lo_call
+        hi_max = hi_max_op if side == 0 else hi_max_call
+        hi = g_hi_op if side == 0 else g_hi_call
+        for x in xs:
+            i = _lower(lo, 0, len(lo), x + 1) - 1
+            while i >= 0 and hi_max[i] >= x:
+                g = by_lo[i]
+                if hi[g] >= x and lo[i] >= 0 and not mark[g]:
+                    mark[g] = True
+                    count += 1
+                i -= 1
+    out = np.empty(count, np.int64)
+    k = 0
+    for g in range(n_groups):
+        if mark[g]:
+            out[k] = g
+            k += 1
+    return out
+
+
+def _sparse_groups(dirty, g_thread, g_stream, member_start, member_end, members, op_call,
+                   launched, pos, start_nowait, op_lat, op_start, w0, s_incl, span, op_gap,
+                   gone, e_pos, pe, d_own, ebase, q, pq, qbase, out) -> None:
+    """The maxima of the ``dirty`` groups recomputed from their members under the fix (as
+    ``_shifts_kernel`` does), each move found by a binary search in the edits."""
+    neg = -(1 << 62)
+    for i in range(len(dirty)):
+        g = dirty[i]
+        t = g_thread[i]
+        s = g_stream[g]
+        best = neg
+        first = True
+        for k in range(member_start[g], member_end[g]):
+            op = members[k]
+            if len(gone) and gone[op]:
+                c = neg
+            else:
+                if launched[op]:
+                    call = op_call[op]
+                    p = pos[call]
+                    j = _lower(e_pos, ebase[t], ebase[t + 1], p)
+                    ds = pe[j] - pe[ebase[t]]
+                    if j < ebase[t + 1] and e_pos[j] == p:
+                        ds += d_own[j]
+                    ready = start_nowait[call] + ds + op_lat[op]
+                else:
+                    ready = op_start[op] - w0
+                j = _lower(q, qbase[s], qbase[s + 1], op)
+                c = ready - op_gap[op] - (s_incl[op] + pq[j] - pq[qbase[s]] - span[op])
+            if first or c > best:
+                best = c
+                first = False
+        out[i] = best
+
+
+def _sparse_epochs(epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream, g_fixed, g_val,
+                   g_op, g_call_pos, g_has_call, dirty, dirty_val, e_pos, pe, d_own, ebase, q,
+                   pq, d_span, qbase, wait_start, wait_pos, own_sid, own_prefix, own_pos, s_at,
+                   at_has, at_0, delay, ready, ct, cs) -> None:
+    """``_epochs`` under a fix that removes no wait, each group's value and each waiting
+    call's inputs moved where they are read (``_Base._replay_sparse``)."""
+    neg = -(1 << 62)
+    n_streams = len(ready)
+    gi, ng = 0, len(g_val)
+    di, nd = 0, len(dirty)
+    for rank in range(len(epoch_order)):
+        ep = epoch_order[rank]
+        t = thread_of_epoch[ep]
+        d = delay[t]
+        t_edits = ebase[t + 1] > ebase[t]
+        while gi < ng and g_rank[gi] == rank:
+            s = g_stream[gi]
+            if di < nd and dirty[di] == gi:
+                v = dirty_val[di]
+                di += 1
+            else:
+                v = g_val[gi]
+                if qbase[s + 1] > qbase[s]:
+                    j = _seek(q, cs, s, g_op[gi])
+                    v -= pq[j] - pq[qbase[s]]
+                if g_has_call[gi] and t_edits:
+                    p = g_call_pos[gi]
+                    j = _seek(e_pos, ct, t, p)
+                    v += pe[j] - pe[ebase[t]]
+                    if j < ebase[t + 1] and e_pos[j] == p:
+                        v += d_own[j]
+            if not g_fixed[gi]:
+                v += d
+            if v > ready[s]:
+                ready[s] = v
+            gi += 1
+        row = row_of_epoch[ep]
+        if row < 0:
+            continue
+        start = wait_start[row] + d
+        if t_edits:
+            p = wait_pos[row]
+            j = _seek(e_pos, ct, t, p)
+            start += pe[j] - pe[ebase[t]]
+            if j < ebase[t + 1] and e_pos[j] == p:
+                start += d_own[j]
+        sid = own_sid[row]
+        if sid >= 0:
+            g = own_prefix[row] + ready[sid]
+            if qbase[sid + 1] > qbase[sid]:
+                x = own_pos[row]
+                j = _seek(q, cs, sid, x)
+                g += pq[j] - pq[qbase[sid]]
+                if j < qbase[sid + 1] and q[j] == x:
+                    g += d_span[j]
+        else:
+            g = neg
+            for s in range(n_streams):
+                prefix = s_at[row, s]
+                if at_has[row, s] and qbase[s + 1] > qbase[s]:
+                    x = at_0[row, s]
+                    j = _seek(q, cs, s, x)
+                    prefix += pq[j] - pq[qbase[s]]
+                    if j < qbase[s + 1] and q[j] == x:
+                        prefix += d_span[j]
+                if prefix >= 0 and prefix + ready[s] > g:
+                    g = prefix + ready[s]
+        if g > start:
+            delay[t] = d + (g - start)
+
+
+@functools.cache
+def _compiled_sparse():
+    """``_sparse_epochs``, ``_sparse_dirty`` and ``_sparse_groups`` compiled by numba (with
+    ``_lower`` and ``_seek``); None without numba (the dense path then)."""
+    try:
+        import numba
+    except ImportError:
+        return None
+    jit = numba.njit(cache=True, nogil=True)
+    g = globals()
+    for name in ("_lower", "_seek"):
+        g[name] = jit(g[name]) if not hasattr(g[name], "py_func") else g[name]
+    return (jit(_sparse_epochs), jit(_sparse_dirty), jit(_sparse_groups))
 
 
 def _stream_order(g: pl.DataFrame) -> np.ndarray | pl.Series:
