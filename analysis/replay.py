@@ -646,6 +646,7 @@ class _Base:
         self.first_pos, self.stream_first = tl.first_of_thread, starts
         self._buffers: tuple[np.ndarray, ...] | None = None
         self._wait_buffers: tuple[np.ndarray, ...] | None = None
+        self._sparse: _SparseState | None = None
         self.stream_lens = np.diff(np.append(self.stream_heads, n_ops))
 
     def edits(self, tl: Timeline, fix: Fix) -> _Edits:
@@ -835,6 +836,42 @@ class _Base:
             out += [by_lo, lo_sorted, np.maximum.accumulate(hi[by_lo]) if len(hi) else hi]
         return tuple(out)
 
+    def _sparse_state(self, tl: Timeline) -> _SparseState:
+        """What ``_replay_sparse`` reads besides the state (built at its first use)."""
+        if self._sparse is not None:
+            return self._sparse
+        sparse = _compiled_sparse()
+        n_epochs, n_ops = len(self.epoch_order), len(tl.op_dur)
+        rank_of_epoch = np.empty(n_epochs, index_dtype(n_epochs))
+        rank_of_epoch[self.epoch_order] = np.arange(n_epochs)
+        # every rank reading each operation: its group's, the waiting calls' awaiting it
+        op_rank = np.empty(n_ops, rank_of_epoch.dtype)
+        op_rank[self.members] = np.repeat(self.g_rank,
+                                          (self.member_end - self.member_start).astype(np.int64))
+        ends = self.epoch_wait >= 0
+        row_rank = np.empty(len(self.wait_idx), np.int64)
+        row_rank[self.row_of_epoch[ends]] = rank_of_epoch[np.flatnonzero(ends)]
+        own = self.own_sid >= 0
+        rows = np.nonzero(self.at_has)
+        refs = np.concatenate([self.at_0[rows], self.own_pos[own]]).astype(np.int64)
+        ref_rank = np.concatenate([row_rank[rows[0]], row_rank[own]])
+        ref_lo, ref_hi = np.empty_like(op_rank), np.empty_like(op_rank)
+        sparse[4](op_rank, tl.op_sid, refs, ref_rank, ref_lo, ref_hi)
+        del op_rank, refs, ref_rank, row_rank
+        n_threads, n_streams = max(self.n_threads, 1), tl.n_streams
+        every = 16 * max(1, (n_threads + n_streams) // 8)
+        n_ck = n_epochs // every + 1
+        ck_delay = np.zeros((n_ck, n_threads), np.int64)
+        ck_ready = np.zeros((n_ck, n_streams), np.int64)
+        fin_delay = np.zeros(n_threads, np.int64)
+        fin_ready = np.full(n_streams, -(1 << 62), np.int64)
+        sparse[3](every, self.epoch_order, self.thread_of_epoch, self.row_of_epoch, self.g_rank,
+                  self.g_stream, self.g_fixed, self.g_val, self.wait_start, self.own_sid,
+                  self.own_prefix, self.s_at, ck_delay, ck_ready, fin_delay, fin_ready)
+        self._sparse = _SparseState(rank_of_epoch, np.sort(self.wait_pos), ref_lo, ref_hi, every,
+                                    ck_delay, ck_ready, fin_delay, fin_ready)
+        return self._sparse
+
     def _replay_sparse(self, tl: Timeline, ed: _Edits, e: np.ndarray, d_step: np.ndarray,
                        d_own: np.ndarray, q: np.ndarray, d_span: np.ndarray) -> Outcome:
         """``replay`` for a fix that removes no wait, at the cost of the epochs, groups and
@@ -868,14 +905,25 @@ class _Base:
                   self.members, tl.op_call, self.launched, self.pos, self.start_nowait,
                   tl.op_lat, tl.op_start, tl.w0, self.s_incl, self.span, tl.op_gap, gone,
                   e_pos, pe, d_own, ebase, q, pq, qbase, dirty_val)
-        delay = np.zeros(max(self.n_threads, 1), np.int64)
+        st = self._sparse_state(tl)
+        # Where each edit is in play (ranks): a call's epoch; an operation's readers' span.
+        t_of_e = np.searchsorted(self.thread_heads, e_pos, side="right") - 1
+        e_rank = st.rank_of_epoch[np.searchsorted(st.wait_pos_sorted, e_pos) + t_of_e]
+        q_lo, q_hi = st.ref_lo[q], st.ref_hi[q]
+        m_rank = e_rank[moved]
+        iv_lo = np.concatenate([m_rank, q_lo]).astype(np.int64)
+        iv_hi = np.concatenate([m_rank, q_hi]).astype(np.int64)
+        by_lo = np.argsort(iv_lo, kind="stable")
+        delay = np.zeros(len(st.fin_delay), np.int64)
         ready = np.full(tl.n_streams, neg, np.int64)
-        sparse[0](self.epoch_order, self.thread_of_epoch, self.row_of_epoch, self.g_rank,
-                  self.g_stream, self.g_fixed, self.g_val, self.g_op, self.g_call_pos,
-                  self.g_has_call, dirty, dirty_val, e_pos, pe, d_own, ebase, q, pq, d_span,
-                  qbase, self.wait_start, self.wait_pos, self.own_sid, self.own_prefix,
-                  self.own_pos, self.s_at, self.at_has, self.at_0, delay, ready,
-                  ebase[:-1].copy(), qbase[:-1].copy())
+        self.sparse_ranks = sparse[0](
+            self.epoch_order, self.thread_of_epoch, self.row_of_epoch, self.g_rank, self.g_stream,
+            self.g_fixed, self.g_val, self.g_op, self.g_call_pos, self.g_has_call, dirty,
+            dirty_val, e_pos, pe, d_own, ebase, q, pq, d_span, qbase, self.wait_start,
+            self.wait_pos, self.own_sid, self.own_prefix, self.own_pos, self.s_at, self.at_has,
+            self.at_0, iv_lo[by_lo], iv_hi[by_lo], e_rank, q_hi, st.every, st.ck_delay,
+            st.ck_ready, st.fin_delay, st.fin_ready, delay, ready, ebase[:-1].copy(),
+            qbase[:-1].copy())
         last = self.last_calls
         cost_last = self.cost[last].copy()
         k = np.searchsorted(e, last)
@@ -982,6 +1030,24 @@ class _Base:
             val[redo] = np.maximum.reduceat(
                 self._contrib(tl, self.members[idx], gone, at_call, excl), offs)
         return d_start, d_incl, y, val
+
+
+@dataclass
+class _SparseState:
+    """``_Base._replay_sparse``'s own reading of the unfixed replay: each epoch's rank; the
+    waiting calls' thread positions, sorted (a call's epoch is the waits before it, plus its
+    thread's rank); per stream position the first and last rank reading its stream at or
+    after it, and up to it; the unfixed state every ``every`` ranks, and at the end."""
+
+    rank_of_epoch: np.ndarray
+    wait_pos_sorted: np.ndarray
+    ref_lo: np.ndarray
+    ref_hi: np.ndarray
+    every: int
+    ck_delay: np.ndarray
+    ck_ready: np.ndarray
+    fin_delay: np.ndarray
+    fin_ready: np.ndarray
 
 
 @dataclass
@@ -1362,75 +1428,218 @@ def _sparse_groups(dirty, g_thread, g_stream, member_start, member_end, members,
         out[i] = best
 
 
-def _sparse_epochs(epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream, g_fixed, g_val,
-                   g_op, g_call_pos, g_has_call, dirty, dirty_val, e_pos, pe, d_own, ebase, q,
-                   pq, d_span, qbase, wait_start, wait_pos, own_sid, own_prefix, own_pos, s_at,
-                   at_has, at_0, delay, ready, ct, cs) -> None:
-    """``_epochs`` under a fix that removes no wait, each group's value and each waiting
-    call's inputs moved where they are read (``_Base._replay_sparse``)."""
+def _base_rank(rank, gi, epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream, g_fixed,
+               g_val, wait_start, own_sid, own_prefix, s_at, delay, ready):
+    """One epoch (by start ``rank``) of the unfixed replay, as ``_epochs`` runs it, its groups
+    from ``gi`` on; returns the first group of the next rank."""
     neg = -(1 << 62)
-    n_streams = len(ready)
-    gi, ng = 0, len(g_val)
-    di, nd = 0, len(dirty)
-    for rank in range(len(epoch_order)):
-        ep = epoch_order[rank]
-        t = thread_of_epoch[ep]
-        d = delay[t]
-        t_edits = ebase[t + 1] > ebase[t]
-        while gi < ng and g_rank[gi] == rank:
-            s = g_stream[gi]
-            if di < nd and dirty[di] == gi:
-                v = dirty_val[di]
-                di += 1
-            else:
-                v = g_val[gi]
-                if qbase[s + 1] > qbase[s]:
-                    j = _seek(q, cs, s, g_op[gi])
-                    v -= pq[j] - pq[qbase[s]]
-                if g_has_call[gi] and t_edits:
-                    p = g_call_pos[gi]
-                    j = _seek(e_pos, ct, t, p)
-                    v += pe[j] - pe[ebase[t]]
-                    if j < ebase[t + 1] and e_pos[j] == p:
-                        v += d_own[j]
-            if not g_fixed[gi]:
-                v += d
-            if v > ready[s]:
-                ready[s] = v
-            gi += 1
-        row = row_of_epoch[ep]
-        if row < 0:
-            continue
+    ep = epoch_order[rank]
+    t = thread_of_epoch[ep]
+    d = delay[t]
+    while gi < len(g_val) and g_rank[gi] == rank:
+        s = g_stream[gi]
+        v = g_val[gi] if g_fixed[gi] else g_val[gi] + d
+        if v > ready[s]:
+            ready[s] = v
+        gi += 1
+    row = row_of_epoch[ep]
+    if row >= 0:
         start = wait_start[row] + d
-        if t_edits:
-            p = wait_pos[row]
-            j = _seek(e_pos, ct, t, p)
-            start += pe[j] - pe[ebase[t]]
-            if j < ebase[t + 1] and e_pos[j] == p:
-                start += d_own[j]
         sid = own_sid[row]
         if sid >= 0:
             g = own_prefix[row] + ready[sid]
-            if qbase[sid + 1] > qbase[sid]:
-                x = own_pos[row]
-                j = _seek(q, cs, sid, x)
-                g += pq[j] - pq[qbase[sid]]
-                if j < qbase[sid + 1] and q[j] == x:
-                    g += d_span[j]
         else:
             g = neg
-            for s in range(n_streams):
+            for s in range(len(ready)):
                 prefix = s_at[row, s]
-                if at_has[row, s] and qbase[s + 1] > qbase[s]:
-                    x = at_0[row, s]
-                    j = _seek(q, cs, s, x)
-                    prefix += pq[j] - pq[qbase[s]]
-                    if j < qbase[s + 1] and q[j] == x:
-                        prefix += d_span[j]
                 if prefix >= 0 and prefix + ready[s] > g:
                     g = prefix + ready[s]
         if g > start:
             delay[t] = d + (g - start)
+    return gi
+
+
+def _checkpoints(every, epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream, g_fixed,
+                 g_val, wait_start, own_sid, own_prefix, s_at, ck_delay, ck_ready, delay, ready):
+    """The unfixed replay's state (threads' delays, streams' maxima) before every ``every``-th
+    rank, into ``ck_delay``/``ck_ready``; ``delay``/``ready`` end as after the last rank."""
+    gi = 0
+    for rank in range(len(epoch_order)):
+        if rank % every == 0:
+            ck_delay[rank // every, :] = delay
+            ck_ready[rank // every, :] = ready
+        gi = _base_rank(rank, gi, epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream,
+                        g_fixed, g_val, wait_start, own_sid, own_prefix, s_at, delay, ready)
+
+
+def _sparse_epochs(epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream, g_fixed, g_val,
+                   g_op, g_call_pos, g_has_call, dirty, dirty_val, e_pos, pe, d_own, ebase, q,
+                   pq, d_span, qbase, wait_start, wait_pos, own_sid, own_prefix, own_pos, s_at,
+                   at_has, at_0, iv_lo, iv_hi, e_rank, q_hi, every, ck_delay, ck_ready,
+                   fin_delay, fin_ready, delay, ready, ct, cs) -> int:
+    """``_epochs`` under a fix that removes no wait, only where the fix is in play.
+
+    Each edit is in play over a span of ranks (``iv_lo``/``iv_hi``, sorted by start): a call's,
+    its epoch's; an operation's, from the first epoch that reads its stream at or after it to
+    the last that reads its stream up to it. Outside them the fixed replay, once its state is
+    the unfixed one's translated by one amount ``c`` for every thread and stream (after the
+    edits applied so far: ``pe``/``pq`` up to ``e_rank``/``q_hi`` below the rank), stays so:
+    every later step is a max or a sum of translated values. So the loop jumps from there to
+    the next span, where the unfixed state is rebuilt from the checkpoint before it
+    (``ck_*``, every ``every`` ranks) and translated; past the last span the unfixed final
+    state (``fin_*``) is. Inside, both replays run in step, the fixed one with each group's
+    value and each waiting call's inputs moved where they are read. Writes the fixed final
+    state into ``delay``/``ready``; returns how many ranks it ran in step."""
+    neg = -(1 << 62)
+    n_streams, n_threads = len(ready), len(delay)
+    n_ranks, ng, nd, n_iv = len(epoch_order), len(g_val), len(dirty), len(iv_lo)
+    bdelay = np.empty(n_threads, np.int64)
+    bready = np.empty(n_streams, np.int64)
+    ea = ebase[:-1].copy()  # per thread: edits applied (their rank passed)
+    qa = qbase[:-1].copy()  # per stream: likewise
+    c = 0
+    k = 0
+    hi_cur = -1
+    ran = 0
+    while k < n_iv:
+        target = iv_lo[k]
+        cp = target // every
+        bdelay[:] = ck_delay[cp, :]
+        bready[:] = ck_ready[cp, :]
+        r = cp * every
+        gi = _lower(g_rank, 0, ng, r)
+        while r < target:
+            gi = _base_rank(r, gi, epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream,
+                            g_fixed, g_val, wait_start, own_sid, own_prefix, s_at, bdelay,
+                            bready)
+            r += 1
+        for t in range(n_threads):
+            delay[t] = bdelay[t] + c - (pe[ea[t]] - pe[ebase[t]])
+        for s in range(n_streams):
+            ready[s] = bready[s] + c - (pq[qa[s]] - pq[qbase[s]])
+        di = _lower(dirty, 0, nd, gi)
+        converged = False
+        while r < n_ranks:
+            while k < n_iv and iv_lo[k] <= r:
+                if iv_hi[k] > hi_cur:
+                    hi_cur = iv_hi[k]
+                k += 1
+            # the fixed replay's epoch at this rank
+            ep = epoch_order[r]
+            t = thread_of_epoch[ep]
+            d = delay[t]
+            t_edits = ebase[t + 1] > ebase[t]
+            g0 = gi
+            while gi < ng and g_rank[gi] == r:
+                s = g_stream[gi]
+                if di < nd and dirty[di] == gi:
+                    v = dirty_val[di]
+                    di += 1
+                else:
+                    v = g_val[gi]
+                    if qbase[s + 1] > qbase[s]:
+                        j = _seek(q, cs, s, g_op[gi])
+                        v -= pq[j] - pq[qbase[s]]
+                    if g_has_call[gi] and t_edits:
+                        p = g_call_pos[gi]
+                        j = _seek(e_pos, ct, t, p)
+                        v += pe[j] - pe[ebase[t]]
+                        if j < ebase[t + 1] and e_pos[j] == p:
+                            v += d_own[j]
+                if not g_fixed[gi]:
+                    v += d
+                if v > ready[s]:
+                    ready[s] = v
+                gi += 1
+            row = row_of_epoch[ep]
+            if row >= 0:
+                start = wait_start[row] + d
+                if t_edits:
+                    p = wait_pos[row]
+                    j = _seek(e_pos, ct, t, p)
+                    start += pe[j] - pe[ebase[t]]
+                    if j < ebase[t + 1] and e_pos[j] == p:
+                        start += d_own[j]
+                sid = own_sid[row]
+                if sid >= 0:
+                    g = own_prefix[row] + ready[sid]
+                    if qbase[sid + 1] > qbase[sid]:
+                        x = own_pos[row]
+                        j = _seek(q, cs, sid, x)
+                        g += pq[j] - pq[qbase[sid]]
+                        if j < qbase[sid + 1] and q[j] == x:
+                            g += d_span[j]
+                else:
+                    g = neg
+                    for s in range(n_streams):
+                        prefix = s_at[row, s]
+                        if at_has[row, s] and qbase[s + 1] > qbase[s]:
+                            x = at_0[row, s]
+                            j = _seek(q, cs, s, x)
+                            prefix += pq[j] - pq[qbase[s]]
+                            if j < qbase[s + 1] and q[j] == x:
+                                prefix += d_span[j]
+                        if prefix >= 0 and prefix + ready[s] > g:
+                            g = prefix + ready[s]
+                if g > start:
+                    delay[t] = d + (g - start)
+            # the unfixed replay's
+            _base_rank(r, g0, epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream,
+                       g_fixed, g_val, wait_start, own_sid, own_prefix, s_at, bdelay, bready)
+            r += 1
+            ran += 1
+            if hi_cur >= r or r >= n_ranks or (k < n_iv and iv_lo[k] <= r):
+                continue
+            # no edit in play: the edits applied so far, then one translation for all?
+            for tt in range(n_threads):
+                while ea[tt] < ebase[tt + 1] and e_rank[ea[tt]] < r:
+                    ea[tt] += 1
+            for ss in range(n_streams):
+                while qa[ss] < qbase[ss + 1] and q_hi[qa[ss]] < r:
+                    qa[ss] += 1
+            c = delay[0] + (pe[ea[0]] - pe[ebase[0]]) - bdelay[0]
+            same = True
+            for tt in range(n_threads):
+                if delay[tt] + (pe[ea[tt]] - pe[ebase[tt]]) - bdelay[tt] != c:
+                    same = False
+                    break
+            if same:
+                for ss in range(n_streams):
+                    if ready[ss] + (pq[qa[ss]] - pq[qbase[ss]]) - bready[ss] != c:
+                        same = False
+                        break
+            if same:
+                converged = True
+                break
+        if not converged:  # ran to the last rank in step: the fixed state is final
+            return ran
+    # past the last span: the unfixed final state, translated (every edit applied)
+    for t in range(n_threads):
+        delay[t] = fin_delay[t] + c - (pe[ebase[t + 1]] - pe[ebase[t]])
+    for s in range(n_streams):
+        ready[s] = fin_ready[s] + c - (pq[qbase[s + 1]] - pq[qbase[s]])
+    return ran
+
+
+def _ref_ranks(op_rank, op_sid, refs, ref_rank, lo, hi) -> None:
+    """Per stream position: ``lo``, the first rank that reads its stream at or after it;
+    ``hi``, the last that reads its stream up to it (an operation is read by its group's
+    rank, and by the ranks of the waiting calls that await it: ``refs``/``ref_rank``)."""
+    n = len(op_rank)
+    lo[:] = op_rank
+    hi[:] = op_rank
+    for i in range(len(refs)):
+        x = refs[i]
+        if ref_rank[i] < lo[x]:
+            lo[x] = ref_rank[i]
+        if ref_rank[i] > hi[x]:
+            hi[x] = ref_rank[i]
+    for i in range(1, n):
+        if op_sid[i] == op_sid[i - 1] and hi[i - 1] > hi[i]:
+            hi[i] = hi[i - 1]
+    for i in range(n - 2, -1, -1):
+        if op_sid[i] == op_sid[i + 1] and lo[i + 1] < lo[i]:
+            lo[i] = lo[i + 1]
 
 
 @functools.cache
@@ -1443,9 +1652,10 @@ def _compiled_sparse():
         return None
     jit = numba.njit(cache=True, nogil=True)
     g = globals()
-    for name in ("_lower", "_seek"):
+    for name in ("_lower", "_seek", "_base_rank"):
         g[name] = jit(g[name]) if not hasattr(g[name], "py_func") else g[name]
-    return (jit(_sparse_epochs), jit(_sparse_dirty), jit(_sparse_groups))
+    return (jit(_sparse_epochs), jit(_sparse_dirty), jit(_sparse_groups), jit(_checkpoints),
+            jit(_ref_ranks))
 
 
 def _stream_order(g: pl.DataFrame) -> np.ndarray | pl.Series:
