@@ -647,6 +647,7 @@ class _Base:
         self._buffers: tuple[np.ndarray, ...] | None = None
         self._wait_buffers: tuple[np.ndarray, ...] | None = None
         self._sparse: _SparseState | None = None
+        self._memo: tuple[np.ndarray, ...] | None = None  # the last sparse replay's regions
         self.stream_lens = np.diff(np.append(self.stream_heads, n_ops))
 
     def edits(self, tl: Timeline, fix: Fix) -> _Edits:
@@ -822,20 +823,6 @@ class _Base:
                        gpu_end_ns=tl.w0 + gpu_end)
 
 
-    @cached_property
-    def _stabs(self) -> tuple[np.ndarray, ...]:
-        """For finding the groups whose span of stream positions (``g_lo_op..g_hi_op``), or of
-        thread positions (``g_lo_call..g_hi_call``), holds a given position: per side the
-        groups in order of their span's start, those starts, and the running maximum of
-        their ends (a backward walk from the last start at or before the position stops
-        where that maximum falls below it)."""
-        out = []
-        for lo, hi in ((self.g_lo_op, self.g_hi_op), (self.g_lo_call, self.g_hi_call)):
-            by_lo = narrow_index(np.argsort(lo, kind="stable"), len(lo))
-            lo_sorted = lo[by_lo]
-            out += [by_lo, lo_sorted, np.maximum.accumulate(hi[by_lo]) if len(hi) else hi]
-        return tuple(out)
-
     def _sparse_state(self, tl: Timeline) -> _SparseState:
         """What ``_replay_sparse`` reads besides the state (built at its first use)."""
         if self._sparse is not None:
@@ -856,7 +843,7 @@ class _Base:
         refs = np.concatenate([self.at_0[rows], self.own_pos[own]]).astype(np.int64)
         ref_rank = np.concatenate([row_rank[rows[0]], row_rank[own]])
         ref_lo, ref_hi = np.empty_like(op_rank), np.empty_like(op_rank)
-        sparse[4](op_rank, tl.op_sid, refs, ref_rank, ref_lo, ref_hi)
+        sparse[2](op_rank, tl.op_sid, refs, ref_rank, ref_lo, ref_hi)
         del op_rank, refs, ref_rank, row_rank
         n_threads, n_streams = max(self.n_threads, 1), tl.n_streams
         every = 16 * max(1, (n_threads + n_streams) // 8)
@@ -865,7 +852,7 @@ class _Base:
         ck_ready = np.zeros((n_ck, n_streams), np.int64)
         fin_delay = np.zeros(n_threads, np.int64)
         fin_ready = np.full(n_streams, -(1 << 62), np.int64)
-        sparse[3](every, self.epoch_order, self.thread_of_epoch, self.row_of_epoch, self.g_rank,
+        sparse[1](every, self.epoch_order, self.thread_of_epoch, self.row_of_epoch, self.g_rank,
                   self.g_stream, self.g_fixed, self.g_val, self.wait_start, self.own_sid,
                   self.own_prefix, self.s_at, ck_delay, ck_ready, fin_delay, fin_ready)
         self._sparse = _SparseState(rank_of_epoch, np.sort(self.wait_pos), ref_lo, ref_hi, every,
@@ -895,35 +882,38 @@ class _Base:
         q = q.astype(np.int64, copy=False)
         ebase = np.append(np.searchsorted(e_pos, self.thread_heads), len(e_pos)).astype(np.int64)
         qbase = np.append(np.searchsorted(q, self.stream_heads), len(q)).astype(np.int64)
-        sparse = _compiled_sparse()
-        dirty = sparse[1](q, e_pos[moved], *self._stabs, self.g_hi_op, self.g_hi_call,
-                          len(self.g_val))
-        g_thread = self.thread_of_epoch[self.epoch_order[self.g_rank[dirty]]]
-        dirty_val = np.empty(len(dirty), np.int64)
-        gone = ed.gone if ed.gone_any else np.zeros(0, bool)
-        sparse[2](dirty, g_thread, self.g_stream, self.member_start, self.member_end,
-                  self.members, tl.op_call, self.launched, self.pos, self.start_nowait,
-                  tl.op_lat, tl.op_start, tl.w0, self.s_incl, self.span, tl.op_gap, gone,
-                  e_pos, pe, d_own, ebase, q, pq, qbase, dirty_val)
         st = self._sparse_state(tl)
         # Where each edit is in play (ranks): a call's epoch; an operation's readers' span.
         t_of_e = np.searchsorted(self.thread_heads, e_pos, side="right") - 1
         e_rank = st.rank_of_epoch[np.searchsorted(st.wait_pos_sorted, e_pos) + t_of_e]
-        q_lo, q_hi = st.ref_lo[q], st.ref_hi[q]
-        m_rank = e_rank[moved]
-        iv_lo = np.concatenate([m_rank, q_lo]).astype(np.int64)
-        iv_hi = np.concatenate([m_rank, q_hi]).astype(np.int64)
-        by_lo = np.argsort(iv_lo, kind="stable")
+        gone = ed.gone if ed.gone_any else np.zeros(0, bool)
+        q_gone = gone[q].astype(np.int64) if len(gone) else np.zeros(len(q), np.int64)
+        iv_lo = np.concatenate([e_rank[moved], st.ref_lo[q]]).astype(np.int64)
+        iv_hi = np.concatenate([e_rank[moved], st.ref_hi[q]]).astype(np.int64)
+        iv_key = np.concatenate([e_pos[moved] * 2, q * 2 + 1])
+        iv_v1 = np.concatenate([d_step[moved], d_span])
+        iv_v2 = np.concatenate([d_own[moved], q_gone])
+        by = np.lexsort((iv_key, iv_lo))
+        iv = [a[by] for a in (iv_lo, iv_hi, iv_key, iv_v1, iv_v2)]
+        memo = self._memo if self._memo is not None else (
+            tuple(np.zeros(0, np.int64) for _ in range(10)))
+        regions = tuple(np.empty(len(by), np.int64) for _ in range(5))
+        out = np.zeros(3, np.int64)
         delay = np.zeros(len(st.fin_delay), np.int64)
         ready = np.full(tl.n_streams, neg, np.int64)
-        self.sparse_ranks = sparse[0](
+        _compiled_sparse()[0](
             self.epoch_order, self.thread_of_epoch, self.row_of_epoch, self.g_rank, self.g_stream,
-            self.g_fixed, self.g_val, self.g_op, self.g_call_pos, self.g_has_call, dirty,
-            dirty_val, e_pos, pe, d_own, ebase, q, pq, d_span, qbase, self.wait_start,
-            self.wait_pos, self.own_sid, self.own_prefix, self.own_pos, self.s_at, self.at_has,
-            self.at_0, iv_lo[by_lo], iv_hi[by_lo], e_rank, q_hi, st.every, st.ck_delay,
-            st.ck_ready, st.fin_delay, st.fin_ready, delay, ready, ebase[:-1].copy(),
-            qbase[:-1].copy())
+            self.g_fixed, self.g_val, self.g_op, self.g_call_pos, self.g_has_call, self.g_hi_op,
+            self.g_lo_call, self.g_hi_call, self.member_start, self.member_end, self.members,
+            tl.op_call, self.launched, self.pos, self.start_nowait, tl.op_lat, tl.op_start,
+            tl.w0, self.s_incl, self.span, tl.op_gap, gone, e_pos, pe, d_own, moved, ebase, q,
+            pq, d_span, qbase, self.wait_start, self.wait_pos, self.own_sid, self.own_prefix,
+            self.own_pos, self.s_at, self.at_has, self.at_0, *iv, e_rank, st.ref_hi[q],
+            st.every, st.ck_delay, st.ck_ready, st.fin_delay, st.fin_ready, *memo, *regions,
+            out, delay, ready, ebase[:-1].copy(), qbase[:-1].copy())
+        n_reg = int(out[0])
+        self.sparse_stats = (n_reg, int(out[1]), int(out[2]))
+        self._memo = (*(a[:n_reg] for a in regions), *iv)
         last = self.last_calls
         cost_last = self.cost[last].copy()
         k = np.searchsorted(e, last)
@@ -1363,71 +1353,6 @@ def _seek(keys, cur, seg, x):
     return j
 
 
-def _sparse_dirty(q, moved_pos, by_lo_op, lo_op, hi_max_op, by_lo_call, lo_call, hi_max_call,
-                  g_hi_op, g_hi_call, n_groups):
-    """The groups (sorted) whose span of stream positions holds an edited operation (``q``)
-    or whose span of thread positions holds a moved call (``moved_pos``): ``_Base._stabs``'
-    backward walks. The dense kernel's ``marked``/``moved`` tests, asked per edit."""
-    mark = np.zeros(n_groups, np.bool_)
-    count = 0
-    for side in range(2):
-        xs = q if side == 0 else moved_pos
-        by_lo = by_lo_op if side == 0 else by_lo_call
-        lo = lo_op if side == 0 else lo_call
-        hi_max = hi_max_op if side == 0 else hi_max_call
-        hi = g_hi_op if side == 0 else g_hi_call
-        for x in xs:
-            i = _lower(lo, 0, len(lo), x + 1) - 1
-            while i >= 0 and hi_max[i] >= x:
-                g = by_lo[i]
-                if hi[g] >= x and lo[i] >= 0 and not mark[g]:
-                    mark[g] = True
-                    count += 1
-                i -= 1
-    out = np.empty(count, np.int64)
-    k = 0
-    for g in range(n_groups):
-        if mark[g]:
-            out[k] = g
-            k += 1
-    return out
-
-
-def _sparse_groups(dirty, g_thread, g_stream, member_start, member_end, members, op_call,
-                   launched, pos, start_nowait, op_lat, op_start, w0, s_incl, span, op_gap,
-                   gone, e_pos, pe, d_own, ebase, q, pq, qbase, out) -> None:
-    """The maxima of the ``dirty`` groups recomputed from their members under the fix (as
-    ``_shifts_kernel`` does), each move found by a binary search in the edits."""
-    neg = -(1 << 62)
-    for i in range(len(dirty)):
-        g = dirty[i]
-        t = g_thread[i]
-        s = g_stream[g]
-        best = neg
-        first = True
-        for k in range(member_start[g], member_end[g]):
-            op = members[k]
-            if len(gone) and gone[op]:
-                c = neg
-            else:
-                if launched[op]:
-                    call = op_call[op]
-                    p = pos[call]
-                    j = _lower(e_pos, ebase[t], ebase[t + 1], p)
-                    ds = pe[j] - pe[ebase[t]]
-                    if j < ebase[t + 1] and e_pos[j] == p:
-                        ds += d_own[j]
-                    ready = start_nowait[call] + ds + op_lat[op]
-                else:
-                    ready = op_start[op] - w0
-                j = _lower(q, qbase[s], qbase[s + 1], op)
-                c = ready - op_gap[op] - (s_incl[op] + pq[j] - pq[qbase[s]] - span[op])
-            if first or c > best:
-                best = c
-                first = False
-        out[i] = best
-
-
 def _base_rank(rank, gi, epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream, g_fixed,
                g_val, wait_start, own_sid, own_prefix, s_at, delay, ready):
     """One epoch (by start ``rank``) of the unfixed replay, as ``_epochs`` runs it, its groups
@@ -1472,27 +1397,70 @@ def _checkpoints(every, epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_st
                         g_fixed, g_val, wait_start, own_sid, own_prefix, s_at, delay, ready)
 
 
+def _sparse_group(g, t, s, member_start, member_end, members, op_call, launched, pos,
+                  start_nowait, op_lat, op_start, w0, s_incl, span, op_gap, gone, e_pos, pe,
+                  d_own, ebase, q, pq, qbase):
+    """Group ``g``'s maximum recomputed from its members under the fix (as
+    ``_shifts_kernel`` does), each move found by a binary search in the edits."""
+    neg = -(1 << 62)
+    best = neg
+    first = True
+    for k in range(member_start[g], member_end[g]):
+        op = members[k]
+        if len(gone) and gone[op]:
+            c = neg
+        else:
+            if launched[op]:
+                call = op_call[op]
+                p = pos[call]
+                j = _lower(e_pos, ebase[t], ebase[t + 1], p)
+                ds = pe[j] - pe[ebase[t]]
+                if j < ebase[t + 1] and e_pos[j] == p:
+                    ds += d_own[j]
+                ready = start_nowait[call] + ds + op_lat[op]
+            else:
+                ready = op_start[op] - w0
+            j = _lower(q, qbase[s], qbase[s + 1], op)
+            c = ready - op_gap[op] - (s_incl[op] + pq[j] - pq[qbase[s]] - span[op])
+        if first or c > best:
+            best = c
+            first = False
+    return best
+
+
 def _sparse_epochs(epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream, g_fixed, g_val,
-                   g_op, g_call_pos, g_has_call, dirty, dirty_val, e_pos, pe, d_own, ebase, q,
-                   pq, d_span, qbase, wait_start, wait_pos, own_sid, own_prefix, own_pos, s_at,
-                   at_has, at_0, iv_lo, iv_hi, e_rank, q_hi, every, ck_delay, ck_ready,
-                   fin_delay, fin_ready, delay, ready, ct, cs) -> int:
+                   g_op, g_call_pos, g_has_call, g_hi_op, g_lo_call, g_hi_call, member_start,
+                   member_end, members, op_call, launched, pos, start_nowait, op_lat, op_start,
+                   w0, s_incl, span, op_gap, gone, e_pos, pe, d_own, e_moved, ebase, q, pq,
+                   d_span, qbase, wait_start, wait_pos, own_sid, own_prefix, own_pos, s_at,
+                   at_has, at_0, iv_lo, iv_hi, iv_key, iv_v1, iv_v2, e_rank, q_hi, every,
+                   ck_delay, ck_ready, fin_delay, fin_ready, m_r0, m_end, m_c, m_ilo, m_ihi,
+                   p_lo, p_hi, p_key, p_v1, p_v2, o_r0, o_end, o_c, o_ilo, o_ihi, out,
+                   delay, ready, ct, cs) -> None:
     """``_epochs`` under a fix that removes no wait, only where the fix is in play.
 
-    Each edit is in play over a span of ranks (``iv_lo``/``iv_hi``, sorted by start): a call's,
-    its epoch's; an operation's, from the first epoch that reads its stream at or after it to
+    Each edit is in play over a span of ranks (``iv_lo``/``iv_hi``, sorted): a call's, its
+    epoch's; an operation's, from the first epoch that reads its stream at or after it to
     the last that reads its stream up to it. Outside them the fixed replay, once its state is
     the unfixed one's translated by one amount ``c`` for every thread and stream (after the
     edits applied so far: ``pe``/``pq`` up to ``e_rank``/``q_hi`` below the rank), stays so:
     every later step is a max or a sum of translated values. So the loop jumps from there to
     the next span, where the unfixed state is rebuilt from the checkpoint before it
     (``ck_*``, every ``every`` ranks) and translated; past the last span the unfixed final
-    state (``fin_*``) is. Inside, both replays run in step, the fixed one with each group's
-    value and each waiting call's inputs moved where they are read. Writes the fixed final
-    state into ``delay``/``ready``; returns how many ranks it ran in step."""
+    state (``fin_*``) is. Inside (a *region*), both replays run in step, the fixed one with
+    each group's value and each waiting call's inputs moved where they are read, and the
+    groups whose span holds an edit recomputed from their members.
+
+    A region's effect is the translation it adds, whatever came before it (the same max-plus
+    steps of translated values): a region of the previous replay (``m_*``, by first rank,
+    its edits ``p_*[m_ilo:m_ihi]``) with the same edits, in play the same way, is taken as
+    it ended, not run again (the rules' replays of every fix ranked above a finding, and it,
+    differ from the one before by that finding's edits). This replay's regions go to
+    ``o_*``. ``out``: the regions, the ranks run in step, the regions taken as they were.
+    Writes the fixed final state into ``delay``/``ready``."""
     neg = -(1 << 62)
     n_streams, n_threads = len(ready), len(delay)
-    n_ranks, ng, nd, n_iv = len(epoch_order), len(g_val), len(dirty), len(iv_lo)
+    n_ranks, ng, n_iv, n_memo = len(epoch_order), len(g_val), len(iv_lo), len(m_r0)
     bdelay = np.empty(n_threads, np.int64)
     bready = np.empty(n_streams, np.int64)
     ea = ebase[:-1].copy()  # per thread: edits applied (their rank passed)
@@ -1501,8 +1469,45 @@ def _sparse_epochs(epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream,
     k = 0
     hi_cur = -1
     ran = 0
+    n_out = 0
+    reused = 0
     while k < n_iv:
         target = iv_lo[k]
+        # the previous replay's region from this rank, with the same edits?
+        mi = _lower(m_r0, 0, n_memo, target)
+        if mi < n_memo and m_r0[mi] == target:
+            end = m_end[mi]
+            k2 = _lower(iv_lo, k, n_iv, end)
+            same = k2 - k == m_ihi[mi] - m_ilo[mi]
+            i = 0
+            while same and i < k2 - k:
+                a = k + i
+                b = m_ilo[mi] + i
+                same = (iv_lo[a] == p_lo[b] and iv_hi[a] == p_hi[b] and iv_key[a] == p_key[b]
+                        and iv_v1[a] == p_v1[b] and iv_v2[a] == p_v2[b])
+                i += 1
+            if same:
+                o_r0[n_out] = target
+                o_end[n_out] = end
+                o_c[n_out] = m_c[mi]
+                o_ilo[n_out] = k
+                o_ihi[n_out] = k2
+                n_out += 1
+                reused += 1
+                c += m_c[mi]
+                for i in range(k, k2):
+                    if iv_hi[i] > hi_cur:
+                        hi_cur = iv_hi[i]
+                k = k2
+                for tt in range(n_threads):
+                    while ea[tt] < ebase[tt + 1] and e_rank[ea[tt]] < end:
+                        ea[tt] += 1
+                for ss in range(n_streams):
+                    while qa[ss] < qbase[ss + 1] and q_hi[qa[ss]] < end:
+                        qa[ss] += 1
+                continue
+        c0 = c
+        k0 = k
         cp = target // every
         bdelay[:] = ck_delay[cp, :]
         bready[:] = ck_ready[cp, :]
@@ -1517,7 +1522,6 @@ def _sparse_epochs(epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream,
             delay[t] = bdelay[t] + c - (pe[ea[t]] - pe[ebase[t]])
         for s in range(n_streams):
             ready[s] = bready[s] + c - (pq[qa[s]] - pq[qbase[s]])
-        di = _lower(dirty, 0, nd, gi)
         converged = False
         while r < n_ranks:
             while k < n_iv and iv_lo[k] <= r:
@@ -1532,20 +1536,27 @@ def _sparse_epochs(epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream,
             g0 = gi
             while gi < ng and g_rank[gi] == r:
                 s = g_stream[gi]
-                if di < nd and dirty[di] == gi:
-                    v = dirty_val[di]
-                    di += 1
-                else:
-                    v = g_val[gi]
-                    if qbase[s + 1] > qbase[s]:
-                        j = _seek(q, cs, s, g_op[gi])
-                        v -= pq[j] - pq[qbase[s]]
-                    if g_has_call[gi] and t_edits:
+                v = g_val[gi]
+                dirty = False
+                if qbase[s + 1] > qbase[s]:
+                    j = _seek(q, cs, s, g_op[gi])  # g_op: the group's first stream position
+                    v -= pq[j] - pq[qbase[s]]
+                    dirty = j < qbase[s + 1] and q[j] <= g_hi_op[gi]
+                if g_has_call[gi] and t_edits:
+                    j = _seek(e_pos, ct, t, g_lo_call[gi])
+                    while not dirty and j < ebase[t + 1] and e_pos[j] <= g_hi_call[gi]:
+                        dirty = e_moved[j]
+                        j += 1
+                    if not dirty:
                         p = g_call_pos[gi]
-                        j = _seek(e_pos, ct, t, p)
+                        j = _lower(e_pos, ct[t], ebase[t + 1], p)
                         v += pe[j] - pe[ebase[t]]
                         if j < ebase[t + 1] and e_pos[j] == p:
                             v += d_own[j]
+                if dirty:
+                    v = _sparse_group(gi, t, s, member_start, member_end, members, op_call,
+                                      launched, pos, start_nowait, op_lat, op_start, w0, s_incl,
+                                      span, op_gap, gone, e_pos, pe, d_own, ebase, q, pq, qbase)
                 if not g_fixed[gi]:
                     v += d
                 if v > ready[s]:
@@ -1612,13 +1623,20 @@ def _sparse_epochs(epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream,
                 converged = True
                 break
         if not converged:  # ran to the last rank in step: the fixed state is final
-            return ran
+            out[0], out[1], out[2] = n_out, ran, reused
+            return
+        o_r0[n_out] = target
+        o_end[n_out] = r
+        o_c[n_out] = c - c0
+        o_ilo[n_out] = k0
+        o_ihi[n_out] = k
+        n_out += 1
     # past the last span: the unfixed final state, translated (every edit applied)
     for t in range(n_threads):
         delay[t] = fin_delay[t] + c - (pe[ebase[t + 1]] - pe[ebase[t]])
     for s in range(n_streams):
         ready[s] = fin_ready[s] + c - (pq[qbase[s + 1]] - pq[qbase[s]])
-    return ran
+    out[0], out[1], out[2] = n_out, ran, reused
 
 
 def _ref_ranks(op_rank, op_sid, refs, ref_rank, lo, hi) -> None:
@@ -1644,18 +1662,17 @@ def _ref_ranks(op_rank, op_sid, refs, ref_rank, lo, hi) -> None:
 
 @functools.cache
 def _compiled_sparse():
-    """``_sparse_epochs``, ``_sparse_dirty`` and ``_sparse_groups`` compiled by numba (with
-    ``_lower`` and ``_seek``); None without numba (the dense path then)."""
+    """``_sparse_epochs``, ``_checkpoints`` and ``_ref_ranks`` compiled by numba (with the
+    helpers they call); None without numba (the dense path then)."""
     try:
         import numba
     except ImportError:
         return None
     jit = numba.njit(cache=True, nogil=True)
     g = globals()
-    for name in ("_lower", "_seek", "_base_rank"):
+    for name in ("_lower", "_seek", "_base_rank", "_sparse_group"):
         g[name] = jit(g[name]) if not hasattr(g[name], "py_func") else g[name]
-    return (jit(_sparse_epochs), jit(_sparse_dirty), jit(_sparse_groups), jit(_checkpoints),
-            jit(_ref_ranks))
+    return jit(_sparse_epochs), jit(_checkpoints), jit(_ref_ranks)
 
 
 def _stream_order(g: pl.DataFrame) -> np.ndarray | pl.Series:
