@@ -64,6 +64,10 @@ INDEX32_MAX = np.iinfo(np.int32).max - 2
 # A fix that removes no wait replays in one compiled pass over the epochs, groups and waiting
 # calls (``_Base._replay_sparse``), where the dense kernels run; off: the dense kernels.
 SPARSE = True
+# ... when the fix edits fewer calls and operations than 1 in this many epochs: each edit
+# costs a few epochs run twice and a jump (~5 us at 1 M operations); past it, the dense
+# kernels' passes over every call and operation cost less.
+SPARSE_EDITS_PER_EPOCH = 16
 
 
 def index_dtype(n: int) -> type:
@@ -701,7 +705,9 @@ class _Base:
         keep = (d_span != 0) | gone[q]
         q, d_span = q[keep], d_span[keep]
         big = len(self.epoch_order) >= JIT_MIN_EPOCHS and len(self.g_val)
-        if big and SPARSE and ed.surv.all() and _compiled_sparse() is not None:
+        if (big and SPARSE and ed.surv.all()
+                and (len(e) + len(q)) * SPARSE_EDITS_PER_EPOCH < len(self.epoch_order)
+                and _compiled_sparse() is not None):
             return self._replay_sparse(tl, ed, e, d_step, d_own, q, d_span)
         fused = _compiled_shifts() if big else None
         if fused is not None:
@@ -1399,9 +1405,10 @@ def _checkpoints(every, epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_st
 
 def _sparse_group(g, t, s, member_start, member_end, members, op_call, launched, pos,
                   start_nowait, op_lat, op_start, w0, s_incl, span, op_gap, gone, e_pos, pe,
-                  d_own, ebase, q, pq, qbase):
+                  d_own, ebase, e0, e1, q, pq, qbase, q0, q1):
     """Group ``g``'s maximum recomputed from its members under the fix (as
-    ``_shifts_kernel`` does), each move found by a binary search in the edits."""
+    ``_shifts_kernel`` does), each move found by a binary search in the edits inside the
+    group's spans (``e_pos[e0:e1]``, ``q[q0:q1]``; those before are summed whole)."""
     neg = -(1 << 62)
     best = neg
     first = True
@@ -1413,14 +1420,14 @@ def _sparse_group(g, t, s, member_start, member_end, members, op_call, launched,
             if launched[op]:
                 call = op_call[op]
                 p = pos[call]
-                j = _lower(e_pos, ebase[t], ebase[t + 1], p)
+                j = _lower(e_pos, e0, e1, p)
                 ds = pe[j] - pe[ebase[t]]
-                if j < ebase[t + 1] and e_pos[j] == p:
+                if j < e1 and e_pos[j] == p:
                     ds += d_own[j]
                 ready = start_nowait[call] + ds + op_lat[op]
             else:
                 ready = op_start[op] - w0
-            j = _lower(q, qbase[s], qbase[s + 1], op)
+            j = _lower(q, q0, q1, op)
             c = ready - op_gap[op] - (s_incl[op] + pq[j] - pq[qbase[s]] - span[op])
         if first or c > best:
             best = c
@@ -1549,14 +1556,28 @@ def _sparse_epochs(epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream,
                         j += 1
                     if not dirty:
                         p = g_call_pos[gi]
-                        j = _lower(e_pos, ct[t], ebase[t + 1], p)
+                        j = ct[t]  # at the group's first call: a few edits at most before p
+                        while j < ebase[t + 1] and e_pos[j] < p:
+                            j += 1
                         v += pe[j] - pe[ebase[t]]
                         if j < ebase[t + 1] and e_pos[j] == p:
                             v += d_own[j]
                 if dirty:
+                    # the edits inside the group's spans: from the cursors to past their ends
+                    q0 = _lower(q, qbase[s], qbase[s + 1], g_op[gi])
+                    q1 = q0
+                    while q1 < qbase[s + 1] and q[q1] <= g_hi_op[gi]:
+                        q1 += 1
+                    e0, e1 = ebase[t], ebase[t]
+                    if g_has_call[gi]:
+                        e0 = _lower(e_pos, ebase[t], ebase[t + 1], g_lo_call[gi])
+                        e1 = e0
+                        while e1 < ebase[t + 1] and e_pos[e1] <= g_hi_call[gi]:
+                            e1 += 1
                     v = _sparse_group(gi, t, s, member_start, member_end, members, op_call,
                                       launched, pos, start_nowait, op_lat, op_start, w0, s_incl,
-                                      span, op_gap, gone, e_pos, pe, d_own, ebase, q, pq, qbase)
+                                      span, op_gap, gone, e_pos, pe, d_own, ebase, e0, e1, q,
+                                      pq, qbase, q0, q1)
                 if not g_fixed[gi]:
                     v += d
                 if v > ready[s]:
@@ -1670,8 +1691,9 @@ def _compiled_sparse():
         return None
     jit = numba.njit(cache=True, nogil=True)
     g = globals()
+    inline = numba.njit(cache=True, nogil=True, inline="always")
     for name in ("_lower", "_seek", "_base_rank", "_sparse_group"):
-        g[name] = jit(g[name]) if not hasattr(g[name], "py_func") else g[name]
+        g[name] = inline(g[name]) if not hasattr(g[name], "py_func") else g[name]
     return jit(_sparse_epochs), jit(_checkpoints), jit(_ref_ranks)
 
 
