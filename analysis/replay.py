@@ -651,7 +651,7 @@ class _Base:
         self._buffers: tuple[np.ndarray, ...] | None = None
         self._wait_buffers: tuple[np.ndarray, ...] | None = None
         self._sparse: _SparseState | None = None
-        self._memo: tuple[np.ndarray, ...] | None = None  # the last sparse replay's regions
+        self._last: dict | None = None  # the last sparse replay's edits and checkpoints
         self.stream_lens = np.diff(np.append(self.stream_heads, n_ops))
 
     def edits(self, tl: Timeline, fix: Fix) -> _Edits:
@@ -705,10 +705,11 @@ class _Base:
         keep = (d_span != 0) | gone[q]
         q, d_span = q[keep], d_span[keep]
         big = len(self.epoch_order) >= JIT_MIN_EPOCHS and len(self.g_val)
-        if (big and SPARSE and ed.surv.all()
-                and (len(e) + len(q)) * SPARSE_EDITS_PER_EPOCH < len(self.epoch_order)
-                and _compiled_sparse() is not None):
-            return self._replay_sparse(tl, ed, e, d_step, d_own, q, d_span)
+        if big and SPARSE and ed.surv.all() and _compiled_sparse() is not None:
+            out = self._replay_sparse(tl, ed, e, d_step, d_own, q, d_span)
+            if out is not None:
+                return out
+        self._last = None  # the next sparse replay starts from the unfixed one
         fused = _compiled_shifts() if big else None
         if fused is not None:
             # One compiled pass per side and one over the groups (the same sums as below).
@@ -866,60 +867,52 @@ class _Base:
         return self._sparse
 
     def _replay_sparse(self, tl: Timeline, ed: _Edits, e: np.ndarray, d_step: np.ndarray,
-                       d_own: np.ndarray, q: np.ndarray, d_span: np.ndarray) -> Outcome:
-        """``replay`` for a fix that removes no wait, at the cost of the epochs, groups and
-        waiting calls plus the fix's size: no pass over every call and operation. The moves
-        of a call's start (the ``d_step`` before it on its thread, and its own ``d_own``) and
-        of a stream's sum (the ``d_span`` before an operation) are read where the epoch loop
-        needs them, from the edits' running sums, by a search from the position last asked
-        on that thread or stream (positions mostly grow as the loop goes). The groups whose
-        span holds an edit are recomputed from their members first; the others are the
-        unfixed maximum, shifted. The same outcome as the dense kernels and the whole replay
-        (tests compare them)."""
+                       d_own: np.ndarray, q: np.ndarray, d_span: np.ndarray) -> Outcome | None:
+        """``replay`` for a fix that removes no wait (``_sparse_epochs``), run where it differs
+        from a reference: the unfixed replay, or the last replay made here when it differs
+        from that by fewer edits (the rules replay each finding's fix with those of the
+        findings ranked above it: one finding's edits more than the replay before). None
+        where the differences are too many (``SPARSE_EDITS_PER_EPOCH``): the dense kernels.
+        The same outcome as the dense kernels and the whole replay (tests compare them)."""
         neg = -(1 << 62)
-        moved = (d_step != 0) | (d_own != 0)
-        e_pos = self.pos[e].astype(np.int64)
-        by_pos = np.argsort(e_pos, kind="stable")
-        e_pos, d_step, d_own, moved = e_pos[by_pos], d_step[by_pos], d_own[by_pos], moved[by_pos]
-        pe = np.zeros(len(e_pos) + 1, np.int64)
-        np.cumsum(d_step, out=pe[1:])
-        pq = np.zeros(len(q) + 1, np.int64)
-        np.cumsum(d_span, out=pq[1:])
-        q = q.astype(np.int64, copy=False)
-        ebase = np.append(np.searchsorted(e_pos, self.thread_heads), len(e_pos)).astype(np.int64)
-        qbase = np.append(np.searchsorted(q, self.stream_heads), len(q)).astype(np.int64)
         st = self._sparse_state(tl)
-        # Where each edit is in play (ranks): a call's epoch; an operation's readers' span.
-        t_of_e = np.searchsorted(self.thread_heads, e_pos, side="right") - 1
-        e_rank = st.rank_of_epoch[np.searchsorted(st.wait_pos_sorted, e_pos) + t_of_e]
-        gone = ed.gone if ed.gone_any else np.zeros(0, bool)
-        q_gone = gone[q].astype(np.int64) if len(gone) else np.zeros(len(q), np.int64)
-        iv_lo = np.concatenate([e_rank[moved], st.ref_lo[q]]).astype(np.int64)
-        iv_hi = np.concatenate([e_rank[moved], st.ref_hi[q]]).astype(np.int64)
-        iv_key = np.concatenate([e_pos[moved] * 2, q * 2 + 1])
-        iv_v1 = np.concatenate([d_step[moved], d_span])
-        iv_v2 = np.concatenate([d_own[moved], q_gone])
-        by = np.lexsort((iv_key, iv_lo))
-        iv = [a[by] for a in (iv_lo, iv_hi, iv_key, iv_v1, iv_v2)]
-        memo = self._memo if self._memo is not None else (
-            tuple(np.zeros(0, np.int64) for _ in range(10)))
-        regions = tuple(np.empty(len(by), np.int64) for _ in range(5))
-        out = np.zeros(3, np.int64)
+        n_ranks = len(self.epoch_order)
+        mine = self._edit_set(tl, ed, e, d_step, d_own, q, d_span)
+        empty = self._no_edits(tl)
+        ref, x = empty, None
+        n_x = int(mine["moved"].sum()) + len(mine["q"])  # differences from the unfixed replay
+        if self._last is not None and n_x * SPARSE_EDITS_PER_EPOCH >= n_ranks // 4:
+            x_last = self._differences(st, mine, self._last)
+            if len(x_last["lo"]) < n_x:
+                ref, x, n_x = self._last, x_last, len(x_last["lo"])
+        if n_x * SPARSE_EDITS_PER_EPOCH >= n_ranks:
+            return None
+        if x is None:
+            x = self._differences(st, mine, empty)
+        ck = (st.ck_delay, st.ck_ready, st.fin_delay, st.fin_ready) if ref is empty else \
+            (ref["ck_delay"], ref["ck_ready"], ref["fin_delay"], ref["fin_ready"])
+        ck_delay_out, ck_ready_out = np.empty_like(ck[0]), np.empty_like(ck[1])
         delay = np.zeros(len(st.fin_delay), np.int64)
         ready = np.full(tl.n_streams, neg, np.int64)
+        out = np.zeros(2, np.int64)
+        names = ("gone", "e_pos", "pe", "d_own", "moved", "ebase", "q", "pq", "d_span", "qbase")
+        base = (self.epoch_order, self.thread_of_epoch, self.row_of_epoch, self.g_rank,
+                self.g_stream, self.g_fixed, self.g_val, self.g_op, self.g_call_pos,
+                self.g_has_call, self.g_hi_op, self.g_lo_call, self.g_hi_call, self.member_start,
+                self.member_end, self.members, tl.op_call, self.launched, self.pos,
+                self.start_nowait, tl.op_lat, tl.op_start, tl.w0, self.s_incl, self.span,
+                tl.op_gap, self.wait_start, self.wait_pos, self.own_sid, self.own_prefix,
+                self.own_pos, self.s_at, self.at_has, self.at_0)
         _compiled_sparse()[0](
-            self.epoch_order, self.thread_of_epoch, self.row_of_epoch, self.g_rank, self.g_stream,
-            self.g_fixed, self.g_val, self.g_op, self.g_call_pos, self.g_has_call, self.g_hi_op,
-            self.g_lo_call, self.g_hi_call, self.member_start, self.member_end, self.members,
-            tl.op_call, self.launched, self.pos, self.start_nowait, tl.op_lat, tl.op_start,
-            tl.w0, self.s_incl, self.span, tl.op_gap, gone, e_pos, pe, d_own, moved, ebase, q,
-            pq, d_span, qbase, self.wait_start, self.wait_pos, self.own_sid, self.own_prefix,
-            self.own_pos, self.s_at, self.at_has, self.at_0, *iv, e_rank, st.ref_hi[q],
-            st.every, st.ck_delay, st.ck_ready, st.fin_delay, st.fin_ready, *memo, *regions,
-            out, delay, ready, ebase[:-1].copy(), qbase[:-1].copy())
-        n_reg = int(out[0])
-        self.sparse_stats = (n_reg, int(out[1]), int(out[2]))
-        self._memo = (*(a[:n_reg] for a in regions), *iv)
+            base, tuple(mine[k] for k in names), st.every, *ck, x["lo"], x["hi"], x["pe"],
+            x["ebase"], x["e_rank"], x["pq"], x["qbase"], x["q_hi"], ck_delay_out, ck_ready_out,
+            delay, ready, out)
+        self.sparse_stats = (int(out[0]), int(out[1]), ref is not empty)
+        mine.update(ck_delay=ck_delay_out, ck_ready=ck_ready_out, fin_delay=delay.copy(),
+                    fin_ready=ready.copy())
+        self._last = mine
+        e_pos, pe, d_own, ebase = mine["e_pos"], mine["pe"], mine["d_own"], mine["ebase"]
+        q, pq, qbase = mine["q"], mine["pq"], mine["qbase"]
         last = self.last_calls
         cost_last = self.cost[last].copy()
         k = np.searchsorted(e, last)
@@ -945,6 +938,84 @@ class _Base:
         end = max(cpu_end, gpu_end)
         return Outcome(end_ns=tl.w0 + end, cpu_end_ns=tl.w0 + cpu_end,
                        gpu_end_ns=tl.w0 + gpu_end)
+
+    def _edit_set(self, tl: Timeline, ed: _Edits, e: np.ndarray, d_step: np.ndarray,
+                  d_own: np.ndarray, q: np.ndarray, d_span: np.ndarray) -> dict:
+        """A fix's edits as ``_sparse_epochs`` reads them: the calls by thread position with
+        their moves (``d_step`` after them, ``d_own`` of their own start) and running sums;
+        the operations by stream position with their change of span and running sums; where
+        each thread's and stream's run starts (``ebase``/``qbase``); the gone operations."""
+        e_pos = self.pos[e].astype(np.int64)
+        by_pos = np.argsort(e_pos, kind="stable")
+        e_pos, d_step, d_own = e_pos[by_pos], d_step[by_pos], d_own[by_pos]
+        pe = np.zeros(len(e_pos) + 1, np.int64)
+        np.cumsum(d_step, out=pe[1:])
+        q = q.astype(np.int64, copy=False)
+        pq = np.zeros(len(q) + 1, np.int64)
+        np.cumsum(d_span, out=pq[1:])
+        gone = ed.gone if ed.gone_any else np.zeros(0, bool)
+        return {"e_pos": e_pos, "d_step": d_step, "d_own": d_own, "pe": pe,
+                "moved": (d_step != 0) | (d_own != 0),
+                "ebase": np.append(np.searchsorted(e_pos, self.thread_heads),
+                                   len(e_pos)).astype(np.int64),
+                "q": q, "d_span": d_span, "pq": pq,
+                "q_gone": gone[q] if len(gone) else np.zeros(len(q), bool),
+                "qbase": np.append(np.searchsorted(q, self.stream_heads), len(q)).astype(np.int64),
+                "gone": gone}
+
+    def _no_edits(self, tl: Timeline) -> dict:
+        """``_edit_set`` of no fix (the unfixed replay)."""
+        z = np.zeros(0, np.int64)
+        return {"e_pos": z, "d_step": z, "d_own": z, "pe": np.zeros(1, np.int64),
+                "moved": np.zeros(0, bool), "ebase": np.zeros(len(self.thread_heads) + 1, np.int64),
+                "q": z, "d_span": z, "pq": np.zeros(1, np.int64), "q_gone": np.zeros(0, bool),
+                "qbase": np.zeros(len(self.stream_heads) + 1, np.int64),
+                "gone": np.zeros(0, bool)}
+
+    def _differences(self, st: _SparseState, a: dict, b: dict) -> dict:
+        """Where edit sets ``a`` and ``b`` differ: the calls whose moves differ and the
+        operations whose span or removal differ, by position, with the running sums of
+        ``a``'s change less ``b``'s, and the ranks where each is in play (``lo``/``hi``,
+        sorted by ``lo``)."""
+        if not len(b["e_pos"]) and not len(b["q"]):  # from the unfixed replay: every edit
+            a_q = a["q"]
+            e_pos, de = a["e_pos"][a["moved"]], a["d_step"][a["moved"]]
+            q, dq = a_q, a["d_span"]
+            return self._in_play(st, e_pos, de, q, dq)
+
+        diff = _compiled_sparse()[3]
+
+        def side(pa, va, pb, vb):
+            out_p = np.empty(len(pa) + len(pb), np.int64)
+            out_d = np.empty(len(pa) + len(pb), np.int64)
+            n = diff(pa, va[0], va[1].astype(np.int64), pb, vb[0], vb[1].astype(np.int64),
+                     out_p, out_d)
+            return out_p[:n], out_d[:n]
+
+        e_pos, de = side(a["e_pos"], (a["d_step"], a["d_own"]), b["e_pos"],
+                         (b["d_step"], b["d_own"]))
+        q, dq = side(a["q"], (a["d_span"], a["q_gone"]), b["q"], (b["d_span"], b["q_gone"]))
+        return self._in_play(st, e_pos, de, q, dq)
+
+    def _in_play(self, st: _SparseState, e_pos: np.ndarray, de: np.ndarray, q: np.ndarray,
+                 dq: np.ndarray) -> dict:
+        """``_differences``' result for the differing calls ``e_pos`` (moves ``de``) and
+        operations ``q`` (changes of span ``dq``)."""
+        pe = np.zeros(len(e_pos) + 1, np.int64)
+        np.cumsum(de, out=pe[1:])
+        pq = np.zeros(len(q) + 1, np.int64)
+        np.cumsum(dq, out=pq[1:])
+        t_of = np.searchsorted(self.thread_heads, e_pos, side="right") - 1
+        e_rank = st.rank_of_epoch[np.searchsorted(st.wait_pos_sorted, e_pos) + t_of].astype(
+            np.int64)
+        q_lo, q_hi = st.ref_lo[q].astype(np.int64), st.ref_hi[q].astype(np.int64)
+        lo, hi = np.concatenate([e_rank, q_lo]), np.concatenate([e_rank, q_hi])
+        by = np.argsort(lo, kind="stable")
+        return {"lo": lo[by], "hi": hi[by], "e_pos": e_pos, "pe": pe, "e_rank": e_rank,
+                "ebase": np.append(np.searchsorted(e_pos, self.thread_heads),
+                                   len(e_pos)).astype(np.int64),
+                "q": q, "pq": pq, "q_hi": q_hi,
+                "qbase": np.append(np.searchsorted(q, self.stream_heads), len(q)).astype(np.int64)}
 
     def _scratch(self, n: int, n_ops: int) -> tuple[np.ndarray, ...]:
         """The compiled kernel's outputs, allocated once and overwritten by every replay (it
@@ -1401,6 +1472,10 @@ def _checkpoints(every, epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_st
             ck_ready[rank // every, :] = ready
         gi = _base_rank(rank, gi, epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream,
                         g_fixed, g_val, wait_start, own_sid, own_prefix, s_at, delay, ready)
+    n = len(epoch_order)
+    if n % every == 0 and n // every < len(ck_delay):
+        ck_delay[n // every, :] = delay
+        ck_ready[n // every, :] = ready
 
 
 def _sparse_group(g, t, s, member_start, member_end, members, op_call, launched, pos,
@@ -1435,112 +1510,85 @@ def _sparse_group(g, t, s, member_start, member_end, members, op_call, launched,
     return best
 
 
-def _sparse_epochs(epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream, g_fixed, g_val,
-                   g_op, g_call_pos, g_has_call, g_hi_op, g_lo_call, g_hi_call, member_start,
-                   member_end, members, op_call, launched, pos, start_nowait, op_lat, op_start,
-                   w0, s_incl, span, op_gap, gone, e_pos, pe, d_own, e_moved, ebase, q, pq,
-                   d_span, qbase, wait_start, wait_pos, own_sid, own_prefix, own_pos, s_at,
-                   at_has, at_0, iv_lo, iv_hi, iv_key, iv_v1, iv_v2, e_rank, q_hi, every,
-                   ck_delay, ck_ready, fin_delay, fin_ready, m_r0, m_end, m_c, m_ilo, m_ihi,
-                   p_lo, p_hi, p_key, p_v1, p_v2, o_r0, o_end, o_c, o_ilo, o_ihi, out,
-                   delay, ready, ct, cs) -> None:
-    """``_epochs`` under a fix that removes no wait, only where the fix is in play.
+def _sparse_epochs(base, mine, every, ck_delay, ck_ready, fin_delay, fin_ready, iv_lo, iv_hi,
+                   x_pe, x_ebase, x_e_rank, x_pq, x_qbase, x_q_hi, ck_delay_out, ck_ready_out,
+                   delay, ready, out) -> None:
+    """The replay under a fix (``mine``: its edits, as ``_fixed_rank`` reads them) that
+    removes no wait, run only where it differs from a reference replay (the unfixed one, or
+    another fix's) known by its state every ``every`` ranks (``ck_*``) and at the end
+    (``fin_*``).
 
-    Each edit is in play over a span of ranks (``iv_lo``/``iv_hi``, sorted): a call's, its
+    The edits that differ from the reference's (``x_*``: the running sums of the differences)
+    are each in play over a span of ranks (``iv_lo``/``iv_hi``, sorted): a call's, its
     epoch's; an operation's, from the first epoch that reads its stream at or after it to
-    the last that reads its stream up to it. Outside them the fixed replay, once its state is
-    the unfixed one's translated by one amount ``c`` for every thread and stream (after the
-    edits applied so far: ``pe``/``pq`` up to ``e_rank``/``q_hi`` below the rank), stays so:
-    every later step is a max or a sum of translated values. So the loop jumps from there to
-    the next span, where the unfixed state is rebuilt from the checkpoint before it
-    (``ck_*``, every ``every`` ranks) and translated; past the last span the unfixed final
-    state (``fin_*``) is. Inside (a *region*), both replays run in step, the fixed one with
-    each group's value and each waiting call's inputs moved where they are read, and the
-    groups whose span holds an edit recomputed from their members.
-
-    A region's effect is the translation it adds, whatever came before it (the same max-plus
-    steps of translated values): a region of the previous replay (``m_*``, by first rank,
-    its edits ``p_*[m_ilo:m_ihi]``) with the same edits, in play the same way, is taken as
-    it ended, not run again (the rules' replays of every fix ranked above a finding, and it,
-    differ from the one before by that finding's edits). This replay's regions go to
-    ``o_*``. ``out``: the regions, the ranks run in step, the regions taken as they were.
-    Writes the fixed final state into ``delay``/``ready``."""
+    the last that reads its stream up to it. Outside them, once the replay's state is the
+    reference's translated by one amount ``c`` for every thread and stream (less the
+    differences applied so far), it stays so: every later step is a max or a sum of
+    translated values. That is tested at checkpoints; from there the loop jumps to the
+    checkpoint before the next span, with the reference's state there translated; past the
+    last span, to the reference's final state translated. Writes this replay's checkpoints
+    into ``ck_*_out`` (a reference for a replay to come) and its final state into
+    ``delay``/``ready``; ``out``: the jumps and the ranks run."""
+    (epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream, g_fixed, g_val, g_op,
+     g_call_pos, g_has_call, g_hi_op, g_lo_call, g_hi_call, member_start, member_end, members,
+     op_call, launched, pos, start_nowait, op_lat, op_start, w0, s_incl, span, op_gap,
+     wait_start, wait_pos, own_sid, own_prefix, own_pos, s_at, at_has, at_0) = base
+    (gone, e_pos, pe, d_own, e_moved, ebase, q, pq, d_span, qbase) = mine
     neg = -(1 << 62)
     n_streams, n_threads = len(ready), len(delay)
-    n_ranks, ng, n_iv, n_memo = len(epoch_order), len(g_val), len(iv_lo), len(m_r0)
-    bdelay = np.empty(n_threads, np.int64)
-    bready = np.empty(n_streams, np.int64)
-    ea = ebase[:-1].copy()  # per thread: edits applied (their rank passed)
-    qa = qbase[:-1].copy()  # per stream: likewise
+    n_ranks, ng, n_iv = len(epoch_order), len(g_rank), len(iv_lo)
+    n_ck = len(ck_delay)
+    ct = ebase[:-1].copy()
+    cs = qbase[:-1].copy()
+    ea = x_ebase[:-1].copy()  # per thread: differences applied (their rank passed)
+    qa = x_qbase[:-1].copy()  # per stream: likewise
     c = 0
     k = 0
     hi_cur = -1
     ran = 0
-    n_out = 0
-    reused = 0
-    while k < n_iv:
-        target = iv_lo[k]
-        # the previous replay's region from this rank, with the same edits?
-        mi = _lower(m_r0, 0, n_memo, target)
-        if mi < n_memo and m_r0[mi] == target:
-            end = m_end[mi]
-            k2 = _lower(iv_lo, k, n_iv, end)
-            same = k2 - k == m_ihi[mi] - m_ilo[mi]
-            i = 0
-            while same and i < k2 - k:
-                a = k + i
-                b = m_ilo[mi] + i
-                same = (iv_lo[a] == p_lo[b] and iv_hi[a] == p_hi[b] and iv_key[a] == p_key[b]
-                        and iv_v1[a] == p_v1[b] and iv_v2[a] == p_v2[b])
-                i += 1
-            if same:
-                o_r0[n_out] = target
-                o_end[n_out] = end
-                o_c[n_out] = m_c[mi]
-                o_ilo[n_out] = k
-                o_ihi[n_out] = k2
-                n_out += 1
-                reused += 1
-                c += m_c[mi]
-                for i in range(k, k2):
-                    if iv_hi[i] > hi_cur:
-                        hi_cur = iv_hi[i]
-                k = k2
-                for tt in range(n_threads):
-                    while ea[tt] < ebase[tt + 1] and e_rank[ea[tt]] < end:
-                        ea[tt] += 1
-                for ss in range(n_streams):
-                    while qa[ss] < qbase[ss + 1] and q_hi[qa[ss]] < end:
-                        qa[ss] += 1
-                continue
-        c0 = c
-        k0 = k
+    jumps = 0
+    r = 0  # the replay's state is the reference's, translated by c, at rank r
+    while True:
+        target = iv_lo[k] if k < n_iv else n_ranks
         cp = target // every
-        bdelay[:] = ck_delay[cp, :]
-        bready[:] = ck_ready[cp, :]
-        r = cp * every
+        # checkpoints of the translated stretch [r, cp * every], then the jump
+        for i in range((r + every - 1) // every, min(cp + 1, n_ck)):
+            for t in range(n_threads):
+                ck_delay_out[i, t] = ck_delay[i, t] + c - (x_pe[ea[t]] - x_pe[x_ebase[t]])
+            for s in range(n_streams):
+                ck_ready_out[i, s] = ck_ready[i, s] + c - (x_pq[qa[s]] - x_pq[x_qbase[s]])
+        if k >= n_iv:
+            break
+        if cp * every > r:
+            jumps += 1
+            r = cp * every
+            for t in range(n_threads):
+                delay[t] = ck_delay[cp, t] + c - (x_pe[ea[t]] - x_pe[x_ebase[t]])
+            for s in range(n_streams):
+                ready[s] = ck_ready[cp, s] + c - (x_pq[qa[s]] - x_pq[x_qbase[s]])
+        elif r == 0:
+            for t in range(n_threads):
+                delay[t] = ck_delay[0, t]
+            for s in range(n_streams):
+                ready[s] = ck_ready[0, s]
         gi = _lower(g_rank, 0, ng, r)
-        while r < target:
-            gi = _base_rank(r, gi, epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream,
-                            g_fixed, g_val, wait_start, own_sid, own_prefix, s_at, bdelay,
-                            bready)
-            r += 1
-        for t in range(n_threads):
-            delay[t] = bdelay[t] + c - (pe[ea[t]] - pe[ebase[t]])
-        for s in range(n_streams):
-            ready[s] = bready[s] + c - (pq[qa[s]] - pq[qbase[s]])
         converged = False
         while r < n_ranks:
             while k < n_iv and iv_lo[k] <= r:
                 if iv_hi[k] > hi_cur:
                     hi_cur = iv_hi[k]
                 k += 1
-            # the fixed replay's epoch at this rank
+            if r % every == 0 and r // every < n_ck:
+                i = r // every
+                for t in range(n_threads):
+                    ck_delay_out[i, t] = delay[t]
+                for s in range(n_streams):
+                    ck_ready_out[i, s] = ready[s]
+            # the epoch at this rank (as ``_epochs``), under the fix's edits
             ep = epoch_order[r]
             t = thread_of_epoch[ep]
             d = delay[t]
             t_edits = ebase[t + 1] > ebase[t]
-            g0 = gi
             while gi < ng and g_rank[gi] == r:
                 s = g_stream[gi]
                 v = g_val[gi]
@@ -1563,7 +1611,7 @@ def _sparse_epochs(epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream,
                         if j < ebase[t + 1] and e_pos[j] == p:
                             v += d_own[j]
                 if dirty:
-                    # the edits inside the group's spans: from the cursors to past their ends
+                    # the edits inside the group's spans
                     q0 = _lower(q, qbase[s], qbase[s + 1], g_op[gi])
                     q1 = q0
                     while q1 < qbase[s + 1] and q[q1] <= g_hi_op[gi]:
@@ -1574,10 +1622,9 @@ def _sparse_epochs(epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream,
                         e1 = e0
                         while e1 < ebase[t + 1] and e_pos[e1] <= g_hi_call[gi]:
                             e1 += 1
-                    v = _sparse_group(gi, t, s, member_start, member_end, members, op_call,
-                                      launched, pos, start_nowait, op_lat, op_start, w0, s_incl,
-                                      span, op_gap, gone, e_pos, pe, d_own, ebase, e0, e1, q,
-                                      pq, qbase, q0, q1)
+                    v = _sparse_group(gi, t, s, member_start, member_end, members, op_call, launched,
+                                      pos, start_nowait, op_lat, op_start, w0, s_incl, span, op_gap,
+                                      gone, e_pos, pe, d_own, ebase, e0, e1, q, pq, qbase, q0, q1)
                 if not g_fixed[gi]:
                     v += d
                 if v > ready[s]:
@@ -1603,7 +1650,7 @@ def _sparse_epochs(epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream,
                             g += d_span[j]
                 else:
                     g = neg
-                    for s in range(n_streams):
+                    for s in range(len(ready)):
                         prefix = s_at[row, s]
                         if at_has[row, s] and qbase[s + 1] > qbase[s]:
                             x = at_0[row, s]
@@ -1615,49 +1662,63 @@ def _sparse_epochs(epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream,
                             g = prefix + ready[s]
                 if g > start:
                     delay[t] = d + (g - start)
-            # the unfixed replay's
-            _base_rank(r, g0, epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream,
-                       g_fixed, g_val, wait_start, own_sid, own_prefix, s_at, bdelay, bready)
             r += 1
             ran += 1
-            if hi_cur >= r or r >= n_ranks or (k < n_iv and iv_lo[k] <= r):
+            if r % every or r // every >= n_ck or hi_cur >= r or r >= n_ranks:
                 continue
-            # no edit in play: the edits applied so far, then one translation for all?
+            # a checkpoint with no difference in play: the reference's state, translated?
             for tt in range(n_threads):
-                while ea[tt] < ebase[tt + 1] and e_rank[ea[tt]] < r:
+                while ea[tt] < x_ebase[tt + 1] and x_e_rank[ea[tt]] < r:
                     ea[tt] += 1
             for ss in range(n_streams):
-                while qa[ss] < qbase[ss + 1] and q_hi[qa[ss]] < r:
+                while qa[ss] < x_qbase[ss + 1] and x_q_hi[qa[ss]] < r:
                     qa[ss] += 1
-            c = delay[0] + (pe[ea[0]] - pe[ebase[0]]) - bdelay[0]
+            i = r // every
+            c = delay[0] + (x_pe[ea[0]] - x_pe[x_ebase[0]]) - ck_delay[i, 0]
             same = True
             for tt in range(n_threads):
-                if delay[tt] + (pe[ea[tt]] - pe[ebase[tt]]) - bdelay[tt] != c:
+                if delay[tt] + (x_pe[ea[tt]] - x_pe[x_ebase[tt]]) - ck_delay[i, tt] != c:
                     same = False
                     break
             if same:
                 for ss in range(n_streams):
-                    if ready[ss] + (pq[qa[ss]] - pq[qbase[ss]]) - bready[ss] != c:
+                    if ready[ss] + (x_pq[qa[ss]] - x_pq[x_qbase[ss]]) - ck_ready[i, ss] != c:
                         same = False
                         break
-            if same:
+            if same and (k >= n_iv or iv_lo[k] // every > i):
                 converged = True
                 break
-        if not converged:  # ran to the last rank in step: the fixed state is final
-            out[0], out[1], out[2] = n_out, ran, reused
+        if not converged:  # ran to the last rank: the state is final
+            out[0], out[1] = jumps, ran
             return
-        o_r0[n_out] = target
-        o_end[n_out] = r
-        o_c[n_out] = c - c0
-        o_ilo[n_out] = k0
-        o_ihi[n_out] = k
-        n_out += 1
-    # past the last span: the unfixed final state, translated (every edit applied)
+    # past the last span: the reference's final state, translated (every difference applied)
     for t in range(n_threads):
-        delay[t] = fin_delay[t] + c - (pe[ebase[t + 1]] - pe[ebase[t]])
+        delay[t] = fin_delay[t] + c - (x_pe[x_ebase[t + 1]] - x_pe[x_ebase[t]])
     for s in range(n_streams):
-        ready[s] = fin_ready[s] + c - (pq[qbase[s + 1]] - pq[qbase[s]])
-    out[0], out[1], out[2] = n_out, ran, reused
+        ready[s] = fin_ready[s] + c - (x_pq[x_qbase[s + 1]] - x_pq[x_qbase[s]])
+    out[0], out[1] = jumps, ran
+
+
+def _sorted_differences(pa, a1, a2, pb, b1, b2, out_pos, out_delta) -> int:
+    """Where two edit sets (positions ``pa``/``pb``, sorted, unique; two values each, 0 where
+    absent) differ: the positions (sorted) and ``a1 - b1`` there. One merge; returns how many."""
+    i = j = n = 0
+    while i < len(pa) or j < len(pb):
+        if j >= len(pb) or (i < len(pa) and pa[i] < pb[j]):
+            p, x1, x2, y1, y2 = pa[i], a1[i], a2[i], 0, 0
+            i += 1
+        elif i >= len(pa) or pb[j] < pa[i]:
+            p, x1, x2, y1, y2 = pb[j], 0, 0, b1[j], b2[j]
+            j += 1
+        else:
+            p, x1, x2, y1, y2 = pa[i], a1[i], a2[i], b1[j], b2[j]
+            i += 1
+            j += 1
+        if x1 != y1 or x2 != y2:
+            out_pos[n] = p
+            out_delta[n] = x1 - y1
+            n += 1
+    return n
 
 
 def _ref_ranks(op_rank, op_sid, refs, ref_rank, lo, hi) -> None:
@@ -1694,7 +1755,8 @@ def _compiled_sparse():
     inline = numba.njit(cache=True, nogil=True, inline="always")
     for name in ("_lower", "_seek", "_base_rank", "_sparse_group"):
         g[name] = inline(g[name]) if not hasattr(g[name], "py_func") else g[name]
-    return jit(_sparse_epochs), jit(_checkpoints), jit(_ref_ranks)
+    return (jit(_sparse_epochs), jit(_checkpoints), jit(_ref_ranks),
+            jit(_sorted_differences))
 
 
 def _stream_order(g: pl.DataFrame) -> np.ndarray | pl.Series:
