@@ -881,7 +881,7 @@ class _Base:
         empty = self._no_edits(tl)
         ref, x = empty, None
         n_x = int(mine["moved"].sum()) + len(mine["q"])  # differences from the unfixed replay
-        if self._last is not None and n_x * SPARSE_EDITS_PER_EPOCH >= n_ranks // 4:
+        if self._last is not None and n_x:
             x_last = self._differences(st, mine, self._last)
             if len(x_last["lo"]) < n_x:
                 ref, x, n_x = self._last, x_last, len(x_last["lo"])
