@@ -1441,8 +1441,7 @@ def _base_rank(rank, gi, epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_s
     while gi < len(g_val) and g_rank[gi] == rank:
         s = g_stream[gi]
         v = g_val[gi] if g_fixed[gi] else g_val[gi] + d
-        if v > ready[s]:
-            ready[s] = v
+        ready[s] = max(ready[s], v)
         gi += 1
     row = row_of_epoch[ep]
     if row >= 0:
@@ -1575,8 +1574,7 @@ def _sparse_epochs(base, mine, every, ck_delay, ck_ready, fin_delay, fin_ready, 
         converged = False
         while r < n_ranks:
             while k < n_iv and iv_lo[k] <= r:
-                if iv_hi[k] > hi_cur:
-                    hi_cur = iv_hi[k]
+                hi_cur = max(hi_cur, iv_hi[k])
                 k += 1
             if r % every == 0 and r // every < n_ck:
                 i = r // every
@@ -1627,8 +1625,7 @@ def _sparse_epochs(base, mine, every, ck_delay, ck_ready, fin_delay, fin_ready, 
                                       gone, e_pos, pe, d_own, ebase, e0, e1, q, pq, qbase, q0, q1)
                 if not g_fixed[gi]:
                     v += d
-                if v > ready[s]:
-                    ready[s] = v
+                ready[s] = max(ready[s], v)
                 gi += 1
             row = row_of_epoch[ep]
             if row >= 0:
@@ -1730,10 +1727,8 @@ def _ref_ranks(op_rank, op_sid, refs, ref_rank, lo, hi) -> None:
     hi[:] = op_rank
     for i in range(len(refs)):
         x = refs[i]
-        if ref_rank[i] < lo[x]:
-            lo[x] = ref_rank[i]
-        if ref_rank[i] > hi[x]:
-            hi[x] = ref_rank[i]
+        lo[x] = min(lo[x], ref_rank[i])
+        hi[x] = max(hi[x], ref_rank[i])
     for i in range(1, n):
         if op_sid[i] == op_sid[i - 1] and hi[i - 1] > hi[i]:
             hi[i] = hi[i - 1]
