@@ -853,7 +853,7 @@ class _Base:
         sparse[2](op_rank, tl.op_sid, refs, ref_rank, ref_lo, ref_hi)
         del op_rank, refs, ref_rank, row_rank
         n_threads, n_streams = max(self.n_threads, 1), tl.n_streams
-        every = 16 * max(1, (n_threads + n_streams) // 8)
+        every = 4 * max(1, (n_threads + n_streams) // 8)
         n_ck = n_epochs // every + 1
         ck_delay = np.zeros((n_ck, n_threads), np.int64)
         ck_ready = np.zeros((n_ck, n_streams), np.int64)
