@@ -29,6 +29,9 @@ state (:class:`_Base`): the calls and operations a fix does not edit move by sum
 edits before them, a group (epoch, stream) with no edit among its members keeps its maximum,
 shifted, and only the groups holding an edit, and the epochs around a removed wait, are
 recomputed. The outcome is the whole replay's, to the nanosecond (tests compare the two).
+With numba, a fix that removes no wait runs only over the epochs where it is in play: once its
+effect on the state is one translation of every thread and stream, the rest is the unfixed
+(or the last) replay's, translated (``_Base._replay_sparse``).
 
 Modelled: launch latency, stream FIFO order, host waits, blocking copies. Not modelled: work
 the GPU does for other processes, cross-stream event dependencies (their delay is kept as the
@@ -61,6 +64,13 @@ RETURN_SLACK_NS = 2_000
 # the memory of int64), as int64 from it; the margin leaves room for the +1 of running counts.
 # Times and durations stay int64 (nanoseconds overflow int32 in 2 s).
 INDEX32_MAX = np.iinfo(np.int32).max - 2
+# A fix that removes no wait replays in one compiled pass over the epochs, groups and waiting
+# calls (``_Base._replay_sparse``), where the dense kernels run; off: the dense kernels.
+SPARSE = True
+# ... when the fix edits fewer calls and operations than 1 in this many epochs: each edit
+# costs a few epochs run twice and a jump (~5 us at 1 M operations); past it, the dense
+# kernels' passes over every call and operation cost less.
+SPARSE_EDITS_PER_EPOCH = 16
 
 
 def index_dtype(n: int) -> type:
@@ -643,6 +653,10 @@ class _Base:
         self.first_pos, self.stream_first = tl.first_of_thread, starts
         self._buffers: tuple[np.ndarray, ...] | None = None
         self._wait_buffers: tuple[np.ndarray, ...] | None = None
+        self._sparse: _SparseState | None = None
+        self._last: dict | None = None  # the last sparse replay's edits and checkpoints
+        # the last sparse replay's jumps, epochs run, and whether from the last replay
+        self.sparse_stats: tuple[int, int, bool] | None = None
         self.stream_lens = np.diff(np.append(self.stream_heads, n_ops))
 
     def edits(self, tl: Timeline, fix: Fix) -> _Edits:
@@ -676,7 +690,7 @@ class _Base:
         if ok.any():
             _min_at(dur, np.searchsorted(q, pos[ok]), fix.gpu_dur_ns[ok])
         span = np.where(gone[q], 0, tl.op_gap[q]) + dur
-        return _Edits(e, gap, cost, surv, gone, q, span)
+        return _Edits(e, gap, cost, surv, gone, q, span, bool(len(gone_ops)))
 
     def replay(self, tl: Timeline, fix: Fix) -> Outcome:
         if fix.is_empty():
@@ -695,8 +709,13 @@ class _Base:
         d_span = ed.span - self.span[q]
         keep = (d_span != 0) | gone[q]
         q, d_span = q[keep], d_span[keep]
-        fused = (_compiled_shifts() if len(self.epoch_order) >= JIT_MIN_EPOCHS and len(self.g_val)
-                 else None)
+        big = len(self.epoch_order) >= JIT_MIN_EPOCHS and len(self.g_val)
+        if big and SPARSE and ed.surv.all() and _compiled_sparse() is not None:
+            out = self._replay_sparse(tl, ed, e, d_step, d_own, q, d_span)
+            if out is not None:
+                return out
+        self._last = None  # the next sparse replay starts from the unfixed one
+        fused = _compiled_shifts() if big else None
         if fused is not None:
             # One compiled pass per side and one over the groups (the same sums as below).
             d_start, moved, d_incl, d_excl, marked = self._scratch(n, n_ops)
@@ -816,6 +835,193 @@ class _Base:
                        gpu_end_ns=tl.w0 + gpu_end)
 
 
+    def _sparse_state(self, tl: Timeline) -> _SparseState:
+        """What ``_replay_sparse`` reads besides the state (built at its first use)."""
+        if self._sparse is not None:
+            return self._sparse
+        sparse = _compiled_sparse()
+        n_epochs, n_ops = len(self.epoch_order), len(tl.op_dur)
+        rank_of_epoch = np.empty(n_epochs, index_dtype(n_epochs))
+        rank_of_epoch[self.epoch_order] = np.arange(n_epochs)
+        # every rank reading each operation: its group's, the waiting calls' awaiting it
+        op_rank = np.empty(n_ops, rank_of_epoch.dtype)
+        op_rank[self.members] = np.repeat(self.g_rank,
+                                          (self.member_end - self.member_start).astype(np.int64))
+        ends = self.epoch_wait >= 0
+        row_rank = np.empty(len(self.wait_idx), np.int64)
+        row_rank[self.row_of_epoch[ends]] = rank_of_epoch[np.flatnonzero(ends)]
+        own = self.own_sid >= 0
+        rows = np.nonzero(self.at_has)
+        refs = np.concatenate([self.at_0[rows], self.own_pos[own]]).astype(np.int64)
+        ref_rank = np.concatenate([row_rank[rows[0]], row_rank[own]])
+        ref_lo, ref_hi = np.empty_like(op_rank), np.empty_like(op_rank)
+        sparse[2](op_rank, tl.op_sid, refs, ref_rank, ref_lo, ref_hi)
+        del op_rank, refs, ref_rank, row_rank
+        n_threads, n_streams = max(self.n_threads, 1), tl.n_streams
+        every = 4 * max(1, (n_threads + n_streams) // 8)
+        n_ck = n_epochs // every + 1
+        ck_delay = np.zeros((n_ck, n_threads), np.int64)
+        ck_ready = np.zeros((n_ck, n_streams), np.int64)
+        fin_delay = np.zeros(n_threads, np.int64)
+        fin_ready = np.full(n_streams, -(1 << 62), np.int64)
+        sparse[1](every, self.epoch_order, self.thread_of_epoch, self.row_of_epoch, self.g_rank,
+                  self.g_stream, self.g_fixed, self.g_val, self.wait_start, self.own_sid,
+                  self.own_prefix, self.s_at, ck_delay, ck_ready, fin_delay, fin_ready)
+        self._sparse = _SparseState(rank_of_epoch, np.sort(self.wait_pos), ref_lo, ref_hi, every,
+                                    ck_delay, ck_ready, fin_delay, fin_ready)
+        return self._sparse
+
+    def _replay_sparse(self, tl: Timeline, ed: _Edits, e: np.ndarray, d_step: np.ndarray,
+                       d_own: np.ndarray, q: np.ndarray, d_span: np.ndarray) -> Outcome | None:
+        """``replay`` for a fix that removes no wait (``_sparse_epochs``), run where it differs
+        from a reference: the unfixed replay, or the last replay made here when it differs
+        from that by fewer edits (the rules replay each finding's fix with those of the
+        findings ranked above it: one finding's edits more than the replay before). None
+        where the differences are too many (``SPARSE_EDITS_PER_EPOCH``): the dense kernels.
+        The same outcome as the dense kernels and the whole replay (tests compare them)."""
+        neg = -(1 << 62)
+        st = self._sparse_state(tl)
+        n_ranks = len(self.epoch_order)
+        mine = self._edit_set(tl, ed, e, d_step, d_own, q, d_span)
+        empty = self._no_edits(tl)
+        ref, x = empty, None
+        n_x = int(mine["moved"].sum()) + len(mine["q"])  # differences from the unfixed replay
+        if self._last is not None and n_x:
+            x_last = self._differences(st, mine, self._last)
+            if len(x_last["lo"]) < n_x:
+                ref, x, n_x = self._last, x_last, len(x_last["lo"])
+        if n_x * SPARSE_EDITS_PER_EPOCH >= n_ranks:
+            return None
+        if x is None:
+            x = self._differences(st, mine, empty)
+        ck = (st.ck_delay, st.ck_ready, st.fin_delay, st.fin_ready) if ref is empty else \
+            (ref["ck_delay"], ref["ck_ready"], ref["fin_delay"], ref["fin_ready"])
+        ck_delay_out, ck_ready_out = np.empty_like(ck[0]), np.empty_like(ck[1])
+        delay = np.zeros(len(st.fin_delay), np.int64)
+        ready = np.full(tl.n_streams, neg, np.int64)
+        out = np.zeros(2, np.int64)
+        names = ("gone", "e_pos", "pe", "d_own", "moved", "ebase", "q", "pq", "d_span", "qbase")
+        base = (self.epoch_order, self.thread_of_epoch, self.row_of_epoch, self.g_rank,
+                self.g_stream, self.g_fixed, self.g_val, self.g_op, self.g_call_pos,
+                self.g_has_call, self.g_hi_op, self.g_lo_call, self.g_hi_call, self.member_start,
+                self.member_end, self.members, tl.op_call, self.launched, self.pos,
+                self.start_nowait, tl.op_lat, tl.op_start, tl.w0, self.s_incl, self.span,
+                tl.op_gap, self.wait_start, self.wait_pos, self.own_sid, self.own_prefix,
+                self.own_pos, self.s_at, self.at_has, self.at_0)
+        _compiled_sparse()[0](
+            base, tuple(mine[k] for k in names), st.every, *ck, x["lo"], x["hi"], x["pe"],
+            x["ebase"], x["e_rank"], x["pq"], x["qbase"], x["q_hi"], ck_delay_out, ck_ready_out,
+            delay, ready, out)
+        self.sparse_stats = (int(out[0]), int(out[1]), ref is not empty)
+        mine.update(ck_delay=ck_delay_out, ck_ready=ck_ready_out, fin_delay=delay.copy(),
+                    fin_ready=ready.copy())
+        self._last = mine
+        e_pos, pe, d_own, ebase = mine["e_pos"], mine["pe"], mine["d_own"], mine["ebase"]
+        q, pq, qbase = mine["q"], mine["pq"], mine["qbase"]
+        last = self.last_calls
+        cost_last = self.cost[last].copy()
+        k = np.searchsorted(e, last)
+        hit = k < len(e)
+        hit[hit] = e[k[hit]] == last[hit]
+        cost_last[hit] = ed.cost[k[hit]]
+        lp = self.pos[last].astype(np.int64)
+        j = np.searchsorted(e_pos, lp)
+        own = np.zeros(len(lp), np.int64)
+        m = j < len(e_pos)
+        m[m] = e_pos[j[m]] == lp[m]
+        own[m] = d_own[j[m]]
+        t_of = np.searchsorted(self.thread_heads, lp, side="right") - 1
+        at_last = pe[j] - pe[ebase[t_of]] + own
+        cpu_end = max(neg, int((self.start_nowait[last] + at_last + cost_last
+                                + delay[self.last_thread]).max()))
+        gpu_end = neg
+        if len(self.last_ops):
+            lo = self.last_ops.astype(np.int64)
+            s_of = tl.op_sid[lo]
+            incl = pq[np.searchsorted(q, lo, side="right")] - pq[qbase[s_of]]
+            gpu_end = max(neg, int((self.s_incl[lo] + incl + ready[s_of]).max()))
+        end = max(cpu_end, gpu_end)
+        return Outcome(end_ns=tl.w0 + end, cpu_end_ns=tl.w0 + cpu_end,
+                       gpu_end_ns=tl.w0 + gpu_end)
+
+    def _edit_set(self, tl: Timeline, ed: _Edits, e: np.ndarray, d_step: np.ndarray,
+                  d_own: np.ndarray, q: np.ndarray, d_span: np.ndarray) -> dict:
+        """A fix's edits as ``_sparse_epochs`` reads them: the calls by thread position with
+        their moves (``d_step`` after them, ``d_own`` of their own start) and running sums;
+        the operations by stream position with their change of span and running sums; where
+        each thread's and stream's run starts (``ebase``/``qbase``); the gone operations."""
+        e_pos = self.pos[e].astype(np.int64)
+        by_pos = np.argsort(e_pos, kind="stable")
+        e_pos, d_step, d_own = e_pos[by_pos], d_step[by_pos], d_own[by_pos]
+        pe = np.zeros(len(e_pos) + 1, np.int64)
+        np.cumsum(d_step, out=pe[1:])
+        q = q.astype(np.int64, copy=False)
+        pq = np.zeros(len(q) + 1, np.int64)
+        np.cumsum(d_span, out=pq[1:])
+        gone = ed.gone if ed.gone_any else np.zeros(0, bool)
+        return {"e_pos": e_pos, "d_step": d_step, "d_own": d_own, "pe": pe,
+                "moved": (d_step != 0) | (d_own != 0),
+                "ebase": np.append(np.searchsorted(e_pos, self.thread_heads),
+                                   len(e_pos)).astype(np.int64),
+                "q": q, "d_span": d_span, "pq": pq,
+                "q_gone": gone[q] if len(gone) else np.zeros(len(q), bool),
+                "qbase": np.append(np.searchsorted(q, self.stream_heads), len(q)).astype(np.int64),
+                "gone": gone}
+
+    def _no_edits(self, tl: Timeline) -> dict:
+        """``_edit_set`` of no fix (the unfixed replay)."""
+        z = np.zeros(0, np.int64)
+        return {"e_pos": z, "d_step": z, "d_own": z, "pe": np.zeros(1, np.int64),
+                "moved": np.zeros(0, bool), "ebase": np.zeros(len(self.thread_heads) + 1, np.int64),
+                "q": z, "d_span": z, "pq": np.zeros(1, np.int64), "q_gone": np.zeros(0, bool),
+                "qbase": np.zeros(len(self.stream_heads) + 1, np.int64),
+                "gone": np.zeros(0, bool)}
+
+    def _differences(self, st: _SparseState, a: dict, b: dict) -> dict:
+        """Where edit sets ``a`` and ``b`` differ: the calls whose moves differ and the
+        operations whose span or removal differ, by position, with the running sums of
+        ``a``'s change less ``b``'s, and the ranks where each is in play (``lo``/``hi``,
+        sorted by ``lo``)."""
+        if not len(b["e_pos"]) and not len(b["q"]):  # from the unfixed replay: every edit
+            a_q = a["q"]
+            e_pos, de = a["e_pos"][a["moved"]], a["d_step"][a["moved"]]
+            q, dq = a_q, a["d_span"]
+            return self._in_play(st, e_pos, de, q, dq)
+
+        diff = _compiled_sparse()[3]
+
+        def side(pa, va, pb, vb):
+            out_p = np.empty(len(pa) + len(pb), np.int64)
+            out_d = np.empty(len(pa) + len(pb), np.int64)
+            n = diff(pa, va[0], va[1].astype(np.int64), pb, vb[0], vb[1].astype(np.int64),
+                     out_p, out_d)
+            return out_p[:n], out_d[:n]
+
+        e_pos, de = side(a["e_pos"], (a["d_step"], a["d_own"]), b["e_pos"],
+                         (b["d_step"], b["d_own"]))
+        q, dq = side(a["q"], (a["d_span"], a["q_gone"]), b["q"], (b["d_span"], b["q_gone"]))
+        return self._in_play(st, e_pos, de, q, dq)
+
+    def _in_play(self, st: _SparseState, e_pos: np.ndarray, de: np.ndarray, q: np.ndarray,
+                 dq: np.ndarray) -> dict:
+        """``_differences``' result for the differing calls ``e_pos`` (moves ``de``) and
+        operations ``q`` (changes of span ``dq``)."""
+        pe = np.zeros(len(e_pos) + 1, np.int64)
+        np.cumsum(de, out=pe[1:])
+        pq = np.zeros(len(q) + 1, np.int64)
+        np.cumsum(dq, out=pq[1:])
+        t_of = np.searchsorted(self.thread_heads, e_pos, side="right") - 1
+        e_rank = st.rank_of_epoch[np.searchsorted(st.wait_pos_sorted, e_pos) + t_of].astype(
+            np.int64)
+        q_lo, q_hi = st.ref_lo[q].astype(np.int64), st.ref_hi[q].astype(np.int64)
+        lo, hi = np.concatenate([e_rank, q_lo]), np.concatenate([e_rank, q_hi])
+        by = np.argsort(lo, kind="stable")
+        return {"lo": lo[by], "hi": hi[by], "e_pos": e_pos, "pe": pe, "e_rank": e_rank,
+                "ebase": np.append(np.searchsorted(e_pos, self.thread_heads),
+                                   len(e_pos)).astype(np.int64),
+                "q": q, "pq": pq, "q_hi": q_hi,
+                "qbase": np.append(np.searchsorted(q, self.stream_heads), len(q)).astype(np.int64)}
+
     def _scratch(self, n: int, n_ops: int) -> tuple[np.ndarray, ...]:
         """The compiled kernel's outputs, allocated once and overwritten by every replay (it
         writes each position): fresh arrays of every call and operation cost page faults."""
@@ -899,6 +1105,24 @@ class _Base:
 
 
 @dataclass
+class _SparseState:
+    """``_Base._replay_sparse``'s own reading of the unfixed replay: each epoch's rank; the
+    waiting calls' thread positions, sorted (a call's epoch is the waits before it, plus its
+    thread's rank); per stream position the first and last rank reading its stream at or
+    after it, and up to it; the unfixed state every ``every`` ranks, and at the end."""
+
+    rank_of_epoch: np.ndarray
+    wait_pos_sorted: np.ndarray
+    ref_lo: np.ndarray
+    ref_hi: np.ndarray
+    every: int
+    ck_delay: np.ndarray
+    ck_ready: np.ndarray
+    fin_delay: np.ndarray
+    fin_ready: np.ndarray
+
+
+@dataclass
 class _Edits:
     """A fix's edits, sparse (:meth:`_Base.edits`): the calls whose gap, cost or removal it
     edits (sorted) with their new gap and cost; which waiting calls still wait (by row of
@@ -913,6 +1137,7 @@ class _Edits:
     gone: np.ndarray
     ops: np.ndarray
     span: np.ndarray
+    gone_any: bool = True  # whether any operation is gone (else ``gone`` is all False)
 
 
 def _min_at(values: np.ndarray, at: np.ndarray, new: np.ndarray) -> None:
@@ -1172,6 +1397,366 @@ def _compiled_shifts():
     except ImportError:
         return None
     return numba.njit(cache=True, nogil=True)(_shifts_kernel)
+
+
+def _lower(keys, lo, hi, x):
+    """The first position in ``keys[lo:hi]`` (sorted) holding ``x`` or more."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if keys[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _seek(keys, cur, seg, x):
+    """``_lower(keys, 0, len(keys), x)``, searched from ``cur[seg]`` (the answer last given
+    for segment ``seg``, which keeps it): a few steps either way, else a binary search."""
+    j = cur[seg]
+    n = len(keys)
+    if j > 0 and keys[j - 1] >= x:
+        k = 0
+        while j > 0 and keys[j - 1] >= x:
+            j -= 1
+            k += 1
+            if k == 8:
+                j = _lower(keys, 0, j, x)
+                break
+    else:
+        k = 0
+        while j < n and keys[j] < x:
+            j += 1
+            k += 1
+            if k == 8:
+                j = _lower(keys, j, n, x)
+                break
+    cur[seg] = j
+    return j
+
+
+def _base_rank(rank, gi, epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream, g_fixed,
+               g_val, wait_start, own_sid, own_prefix, s_at, delay, ready):
+    """One epoch (by start ``rank``) of the unfixed replay, as ``_epochs`` runs it, its groups
+    from ``gi`` on; returns the first group of the next rank."""
+    neg = -(1 << 62)
+    ep = epoch_order[rank]
+    t = thread_of_epoch[ep]
+    d = delay[t]
+    while gi < len(g_val) and g_rank[gi] == rank:
+        s = g_stream[gi]
+        v = g_val[gi] if g_fixed[gi] else g_val[gi] + d
+        ready[s] = max(ready[s], v)
+        gi += 1
+    row = row_of_epoch[ep]
+    if row >= 0:
+        start = wait_start[row] + d
+        sid = own_sid[row]
+        if sid >= 0:
+            g = own_prefix[row] + ready[sid]
+        else:
+            g = neg
+            for s in range(len(ready)):
+                prefix = s_at[row, s]
+                if prefix >= 0 and prefix + ready[s] > g:
+                    g = prefix + ready[s]
+        if g > start:
+            delay[t] = d + (g - start)
+    return gi
+
+
+def _checkpoints(every, epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream, g_fixed,
+                 g_val, wait_start, own_sid, own_prefix, s_at, ck_delay, ck_ready, delay, ready):
+    """The unfixed replay's state (threads' delays, streams' maxima) before every ``every``-th
+    rank, into ``ck_delay``/``ck_ready``; ``delay``/``ready`` end as after the last rank."""
+    gi = 0
+    for rank in range(len(epoch_order)):
+        if rank % every == 0:
+            ck_delay[rank // every, :] = delay
+            ck_ready[rank // every, :] = ready
+        gi = _base_rank(rank, gi, epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream,
+                        g_fixed, g_val, wait_start, own_sid, own_prefix, s_at, delay, ready)
+    n = len(epoch_order)
+    if n % every == 0 and n // every < len(ck_delay):
+        ck_delay[n // every, :] = delay
+        ck_ready[n // every, :] = ready
+
+
+def _sparse_group(g, t, s, member_start, member_end, members, op_call, launched, pos,
+                  start_nowait, op_lat, op_start, w0, s_incl, span, op_gap, gone, e_pos, pe,
+                  d_own, ebase, e0, e1, q, pq, qbase, q0, q1):
+    """Group ``g``'s maximum recomputed from its members under the fix (as
+    ``_shifts_kernel`` does), each move found by a binary search in the edits inside the
+    group's spans (``e_pos[e0:e1]``, ``q[q0:q1]``; those before are summed whole)."""
+    neg = -(1 << 62)
+    best = neg
+    first = True
+    for k in range(member_start[g], member_end[g]):
+        op = members[k]
+        if len(gone) and gone[op]:
+            c = neg
+        else:
+            if launched[op]:
+                call = op_call[op]
+                p = pos[call]
+                j = _lower(e_pos, e0, e1, p)
+                ds = pe[j] - pe[ebase[t]]
+                if j < e1 and e_pos[j] == p:
+                    ds += d_own[j]
+                ready = start_nowait[call] + ds + op_lat[op]
+            else:
+                ready = op_start[op] - w0
+            j = _lower(q, q0, q1, op)
+            c = ready - op_gap[op] - (s_incl[op] + pq[j] - pq[qbase[s]] - span[op])
+        if first or c > best:
+            best = c
+            first = False
+    return best
+
+
+def _sparse_epochs(base, mine, every, ck_delay, ck_ready, fin_delay, fin_ready, iv_lo, iv_hi,
+                   x_pe, x_ebase, x_e_rank, x_pq, x_qbase, x_q_hi, ck_delay_out, ck_ready_out,
+                   delay, ready, out) -> None:
+    """The replay under a fix (``mine``: its edits, as ``_fixed_rank`` reads them) that
+    removes no wait, run only where it differs from a reference replay (the unfixed one, or
+    another fix's) known by its state every ``every`` ranks (``ck_*``) and at the end
+    (``fin_*``).
+
+    The edits that differ from the reference's (``x_*``: the running sums of the differences)
+    are each in play over a span of ranks (``iv_lo``/``iv_hi``, sorted): a call's, its
+    epoch's; an operation's, from the first epoch that reads its stream at or after it to
+    the last that reads its stream up to it. Outside them, once the replay's state is the
+    reference's translated by one amount ``c`` for every thread and stream (less the
+    differences applied so far), it stays so: every later step is a max or a sum of
+    translated values. That is tested at checkpoints; from there the loop jumps to the
+    checkpoint before the next span, with the reference's state there translated; past the
+    last span, to the reference's final state translated. Writes this replay's checkpoints
+    into ``ck_*_out`` (a reference for a replay to come) and its final state into
+    ``delay``/``ready``; ``out``: the jumps and the ranks run."""
+    (epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream, g_fixed, g_val, g_op,
+     g_call_pos, g_has_call, g_hi_op, g_lo_call, g_hi_call, member_start, member_end, members,
+     op_call, launched, pos, start_nowait, op_lat, op_start, w0, s_incl, span, op_gap,
+     wait_start, wait_pos, own_sid, own_prefix, own_pos, s_at, at_has, at_0) = base
+    (gone, e_pos, pe, d_own, e_moved, ebase, q, pq, d_span, qbase) = mine
+    neg = -(1 << 62)
+    n_streams, n_threads = len(ready), len(delay)
+    n_ranks, ng, n_iv = len(epoch_order), len(g_rank), len(iv_lo)
+    n_ck = len(ck_delay)
+    ct = ebase[:-1].copy()
+    cs = qbase[:-1].copy()
+    ea = x_ebase[:-1].copy()  # per thread: differences applied (their rank passed)
+    qa = x_qbase[:-1].copy()  # per stream: likewise
+    c = 0
+    k = 0
+    hi_cur = -1
+    ran = 0
+    jumps = 0
+    r = 0  # the replay's state is the reference's, translated by c, at rank r
+    while True:
+        target = iv_lo[k] if k < n_iv else n_ranks
+        cp = target // every
+        # checkpoints of the translated stretch [r, cp * every], then the jump
+        for i in range((r + every - 1) // every, min(cp + 1, n_ck)):
+            for t in range(n_threads):
+                ck_delay_out[i, t] = ck_delay[i, t] + c - (x_pe[ea[t]] - x_pe[x_ebase[t]])
+            for s in range(n_streams):
+                ck_ready_out[i, s] = ck_ready[i, s] + c - (x_pq[qa[s]] - x_pq[x_qbase[s]])
+        if k >= n_iv:
+            break
+        if cp * every > r:
+            jumps += 1
+            r = cp * every
+            for t in range(n_threads):
+                delay[t] = ck_delay[cp, t] + c - (x_pe[ea[t]] - x_pe[x_ebase[t]])
+            for s in range(n_streams):
+                ready[s] = ck_ready[cp, s] + c - (x_pq[qa[s]] - x_pq[x_qbase[s]])
+        elif r == 0:
+            for t in range(n_threads):
+                delay[t] = ck_delay[0, t]
+            for s in range(n_streams):
+                ready[s] = ck_ready[0, s]
+        gi = _lower(g_rank, 0, ng, r)
+        converged = False
+        while r < n_ranks:
+            while k < n_iv and iv_lo[k] <= r:
+                hi_cur = max(hi_cur, iv_hi[k])
+                k += 1
+            if r % every == 0 and r // every < n_ck:
+                i = r // every
+                for t in range(n_threads):
+                    ck_delay_out[i, t] = delay[t]
+                for s in range(n_streams):
+                    ck_ready_out[i, s] = ready[s]
+            # the epoch at this rank (as ``_epochs``), under the fix's edits
+            ep = epoch_order[r]
+            t = thread_of_epoch[ep]
+            d = delay[t]
+            t_edits = ebase[t + 1] > ebase[t]
+            while gi < ng and g_rank[gi] == r:
+                s = g_stream[gi]
+                v = g_val[gi]
+                dirty = False
+                if qbase[s + 1] > qbase[s]:
+                    j = _seek(q, cs, s, g_op[gi])  # g_op: the group's first stream position
+                    v -= pq[j] - pq[qbase[s]]
+                    dirty = j < qbase[s + 1] and q[j] <= g_hi_op[gi]
+                if g_has_call[gi] and t_edits:
+                    j = _seek(e_pos, ct, t, g_lo_call[gi])
+                    while not dirty and j < ebase[t + 1] and e_pos[j] <= g_hi_call[gi]:
+                        dirty = e_moved[j]
+                        j += 1
+                    if not dirty:
+                        p = g_call_pos[gi]
+                        j = ct[t]  # at the group's first call: a few edits at most before p
+                        while j < ebase[t + 1] and e_pos[j] < p:
+                            j += 1
+                        v += pe[j] - pe[ebase[t]]
+                        if j < ebase[t + 1] and e_pos[j] == p:
+                            v += d_own[j]
+                if dirty:
+                    # the edits inside the group's spans
+                    q0 = _lower(q, qbase[s], qbase[s + 1], g_op[gi])
+                    q1 = q0
+                    while q1 < qbase[s + 1] and q[q1] <= g_hi_op[gi]:
+                        q1 += 1
+                    e0, e1 = ebase[t], ebase[t]
+                    if g_has_call[gi]:
+                        e0 = _lower(e_pos, ebase[t], ebase[t + 1], g_lo_call[gi])
+                        e1 = e0
+                        while e1 < ebase[t + 1] and e_pos[e1] <= g_hi_call[gi]:
+                            e1 += 1
+                    v = _sparse_group(gi, t, s, member_start, member_end, members, op_call, launched,
+                                      pos, start_nowait, op_lat, op_start, w0, s_incl, span, op_gap,
+                                      gone, e_pos, pe, d_own, ebase, e0, e1, q, pq, qbase, q0, q1)
+                if not g_fixed[gi]:
+                    v += d
+                ready[s] = max(ready[s], v)
+                gi += 1
+            row = row_of_epoch[ep]
+            if row >= 0:
+                start = wait_start[row] + d
+                if t_edits:
+                    p = wait_pos[row]
+                    j = _seek(e_pos, ct, t, p)
+                    start += pe[j] - pe[ebase[t]]
+                    if j < ebase[t + 1] and e_pos[j] == p:
+                        start += d_own[j]
+                sid = own_sid[row]
+                if sid >= 0:
+                    g = own_prefix[row] + ready[sid]
+                    if qbase[sid + 1] > qbase[sid]:
+                        x = own_pos[row]
+                        j = _seek(q, cs, sid, x)
+                        g += pq[j] - pq[qbase[sid]]
+                        if j < qbase[sid + 1] and q[j] == x:
+                            g += d_span[j]
+                else:
+                    g = neg
+                    for s in range(len(ready)):
+                        prefix = s_at[row, s]
+                        if at_has[row, s] and qbase[s + 1] > qbase[s]:
+                            x = at_0[row, s]
+                            j = _seek(q, cs, s, x)
+                            prefix += pq[j] - pq[qbase[s]]
+                            if j < qbase[s + 1] and q[j] == x:
+                                prefix += d_span[j]
+                        if prefix >= 0 and prefix + ready[s] > g:
+                            g = prefix + ready[s]
+                if g > start:
+                    delay[t] = d + (g - start)
+            r += 1
+            ran += 1
+            if r % every or r // every >= n_ck or hi_cur >= r or r >= n_ranks:
+                continue
+            # a checkpoint with no difference in play: the reference's state, translated?
+            for tt in range(n_threads):
+                while ea[tt] < x_ebase[tt + 1] and x_e_rank[ea[tt]] < r:
+                    ea[tt] += 1
+            for ss in range(n_streams):
+                while qa[ss] < x_qbase[ss + 1] and x_q_hi[qa[ss]] < r:
+                    qa[ss] += 1
+            i = r // every
+            c = delay[0] + (x_pe[ea[0]] - x_pe[x_ebase[0]]) - ck_delay[i, 0]
+            same = True
+            for tt in range(n_threads):
+                if delay[tt] + (x_pe[ea[tt]] - x_pe[x_ebase[tt]]) - ck_delay[i, tt] != c:
+                    same = False
+                    break
+            if same:
+                for ss in range(n_streams):
+                    if ready[ss] + (x_pq[qa[ss]] - x_pq[x_qbase[ss]]) - ck_ready[i, ss] != c:
+                        same = False
+                        break
+            if same and (k >= n_iv or iv_lo[k] // every > i):
+                converged = True
+                break
+        if not converged:  # ran to the last rank: the state is final
+            out[0], out[1] = jumps, ran
+            return
+    # past the last span: the reference's final state, translated (every difference applied)
+    for t in range(n_threads):
+        delay[t] = fin_delay[t] + c - (x_pe[x_ebase[t + 1]] - x_pe[x_ebase[t]])
+    for s in range(n_streams):
+        ready[s] = fin_ready[s] + c - (x_pq[x_qbase[s + 1]] - x_pq[x_qbase[s]])
+    out[0], out[1] = jumps, ran
+
+
+def _sorted_differences(pa, a1, a2, pb, b1, b2, out_pos, out_delta) -> int:
+    """Where two edit sets (positions ``pa``/``pb``, sorted, unique; two values each, 0 where
+    absent) differ: the positions (sorted) and ``a1 - b1`` there. One merge; returns how many."""
+    i = j = n = 0
+    while i < len(pa) or j < len(pb):
+        if j >= len(pb) or (i < len(pa) and pa[i] < pb[j]):
+            p, x1, x2, y1, y2 = pa[i], a1[i], a2[i], 0, 0
+            i += 1
+        elif i >= len(pa) or pb[j] < pa[i]:
+            p, x1, x2, y1, y2 = pb[j], 0, 0, b1[j], b2[j]
+            j += 1
+        else:
+            p, x1, x2, y1, y2 = pa[i], a1[i], a2[i], b1[j], b2[j]
+            i += 1
+            j += 1
+        if x1 != y1 or x2 != y2:
+            out_pos[n] = p
+            out_delta[n] = x1 - y1
+            n += 1
+    return n
+
+
+def _ref_ranks(op_rank, op_sid, refs, ref_rank, lo, hi) -> None:
+    """Per stream position: ``lo``, the first rank that reads its stream at or after it;
+    ``hi``, the last that reads its stream up to it (an operation is read by its group's
+    rank, and by the ranks of the waiting calls that await it: ``refs``/``ref_rank``)."""
+    n = len(op_rank)
+    lo[:] = op_rank
+    hi[:] = op_rank
+    for i in range(len(refs)):
+        x = refs[i]
+        lo[x] = min(lo[x], ref_rank[i])
+        hi[x] = max(hi[x], ref_rank[i])
+    for i in range(1, n):
+        if op_sid[i] == op_sid[i - 1] and hi[i - 1] > hi[i]:
+            hi[i] = hi[i - 1]
+    for i in range(n - 2, -1, -1):
+        if op_sid[i] == op_sid[i + 1] and lo[i + 1] < lo[i]:
+            lo[i] = lo[i + 1]
+
+
+@functools.cache
+def _compiled_sparse():
+    """``_sparse_epochs``, ``_checkpoints`` and ``_ref_ranks`` compiled by numba (with the
+    helpers they call); None without numba (the dense path then)."""
+    try:
+        import numba
+    except ImportError:
+        return None
+    jit = numba.njit(cache=True, nogil=True)
+    g = globals()
+    inline = numba.njit(cache=True, nogil=True, inline="always")
+    for name in ("_lower", "_seek", "_base_rank", "_sparse_group"):
+        g[name] = inline(g[name]) if not hasattr(g[name], "py_func") else g[name]
+    return (jit(_sparse_epochs), jit(_checkpoints), jit(_ref_ranks),
+            jit(_sorted_differences))
 
 
 def _stream_order(g: pl.DataFrame) -> np.ndarray | pl.Series:

@@ -340,3 +340,107 @@ def test_call_instance_positions_fall_back_to_int64():
     assert _narrow(a, 8).dtype == np.int32 and _narrow(a, 8).tolist() == [-1, 0, 7]
     assert _narrow(a, 2**31 - 2).dtype == np.int32
     assert _narrow(a, 2**31 - 1) is a
+
+
+# -- the sparse replay (a fix run only where it is in play) -------------------------------------
+
+@pytest.fixture
+def sparse(monkeypatch) -> None:
+    """The sparse replay for every fix that removes no wait (numba: from the first epoch,
+    however many its edits)."""
+    if replay._compiled_sparse() is None:
+        pytest.skip("numba not installed (the zym[fast] extra)")
+    monkeypatch.setattr(replay, "JIT_MIN_EPOCHS", 0)
+    monkeypatch.setattr(replay, "SPARSE_EDITS_PER_EPOCH", 0)
+
+
+def _used_sparse(tl, fix) -> bool:
+    tl._base.sparse_stats = None
+    tl.replay(fix)
+    return tl._base.sparse_stats is not None
+
+
+@pytest.mark.parametrize("which", ["sample", "ebpf_sample", "synthetic", "synthetic_anchored"])
+def test_the_sparse_replay_is_the_whole_replay(which, synthetic, sparse):
+    """A fix replayed only over the epochs where it is in play, jumping between them from
+    checkpoints of the unfixed replay translated, ends exactly when the whole replay does:
+    60 random fixes on four timelines (removed syncs go to the dense kernels)."""
+    path = {"sample": SAMPLE, "ebpf_sample": EBPF_SAMPLE}.get(which, synthetic)
+    tl = analyze(path, lambda _stage: None, "steady").timeline
+    rng = np.random.default_rng(17)
+    if which == "synthetic_anchored":
+        tl.op_call = tl.op_call.copy()
+        tl.op_call[rng.choice(len(tl.op_call), size=len(tl.op_call) // 20, replace=False)] = -1
+        tl.op_call[:5] = -1
+    used = 0
+    for _ in range(60):
+        fix = _random_fix(tl, rng)
+        used += _used_sparse(tl, fix)
+        tl._base._last = None  # from the unfixed replay
+        assert tl.replay(fix) == tl.replay(fix, incremental=False), fix
+    assert used >= 12
+
+
+@pytest.mark.parametrize("which", ["ebpf_sample", "synthetic", "synthetic_anchored"])
+def test_a_chain_of_fixes_replays_from_the_one_before(which, synthetic, sparse):
+    """The rules' replays of every fix ranked above a finding, and it: each differs from the
+    replay before by one finding's edits, and runs from that replay's checkpoints where the
+    two differ. Each ends when its whole replay does; and a fix replayed after an unrelated
+    one (not a superset of it) too."""
+    tl = analyze(EBPF_SAMPLE if which == "ebpf_sample" else synthetic, lambda _stage: None,
+                 "steady").timeline
+    rng = np.random.default_rng(29)
+    if which == "synthetic_anchored":
+        tl.op_call = tl.op_call.copy()
+        tl.op_call[rng.choice(len(tl.op_call), size=len(tl.op_call) // 20, replace=False)] = -1
+    n, m = tl.n_calls, len(tl.pos_of_gpu)
+    from_last = 0
+    for _chain in range(3):
+        together = None
+        for _ in range(8):
+            part = replay.Fix()
+            k = int(rng.integers(1, max(2, n // 200)))
+            kind = rng.choice(["cost", "gap", "gpu", "unblock"], p=[0.35, 0.3, 0.3, 0.05])
+            if kind == "cost":
+                part.cost_calls = np.sort(rng.choice(n, size=k, replace=False))
+                part.cost_ns = (tl.intrinsic[part.cost_calls] * rng.random(k)).astype(np.int64)
+            elif kind == "gap":
+                part.gap_calls = np.sort(rng.choice(n, size=k, replace=False))
+                part.gap_ns = (tl.gap[part.gap_calls] * rng.random(k)).astype(np.int64)
+            elif kind == "gpu":
+                part.gpu_ops = np.sort(rng.choice(m, size=min(k, m), replace=False))
+                part.gpu_dur_ns = rng.integers(0, 50_000, len(part.gpu_ops))
+            else:  # a removed wait: the dense kernels, and the next replay from the unfixed one
+                part.unblock_calls = np.sort(rng.choice(np.nonzero(tl.waits)[0], size=1))
+            if together is not None and rng.random() < 0.5:  # some edited again, shorter
+                again = replay.Fix(cost_calls=together.cost_calls[::3],
+                                   cost_ns=together.cost_ns[::3] // 2,
+                                   gpu_ops=together.gpu_ops[::3],
+                                   gpu_dur_ns=together.gpu_dur_ns[::3] // 2)
+                part = replay.Fix.combine([part, again])
+            together = part if together is None else replay.Fix.combine([together, part])
+            got = tl.replay(together)
+            stats = getattr(tl._base, "sparse_stats", None)
+            from_last += bool(stats is not None and stats[2])
+            tl._base.sparse_stats = None
+            assert got == tl.replay(together, incremental=False), together
+    assert from_last >= 5
+
+
+@pytest.mark.parametrize("which", ["ebpf_sample", "synthetic"])
+def test_the_sparse_replay_of_late_gpu_work(which, synthetic, sparse):
+    """Shorter operations among the last of each stream, which no later call waits for: the
+    replay's streams end sooner while its threads do not move, so the state is not the
+    reference's translated (every stream is compared, not only the threads)."""
+    tl = analyze(EBPF_SAMPLE if which == "ebpf_sample" else synthetic, lambda _stage: None,
+                 "steady").timeline
+    rng = np.random.default_rng(3)
+    gpu_of_pos = np.argsort(tl.pos_of_gpu)[-len(tl.op_dur):]  # gpu_idx by stream position
+    last = np.nonzero(np.append(tl.op_sid[1:] != tl.op_sid[:-1], True))[0]
+    for back in (0, 1, 2, 5, 20, 60):
+        ops = np.sort(gpu_of_pos[np.maximum(last - back, 0)])
+        fix = replay.Fix(gpu_ops=ops, gpu_dur_ns=(tl.op_dur[tl.pos_of_gpu[ops]]
+                                                  * rng.random(len(ops))).astype(np.int64))
+        assert _used_sparse(tl, fix)
+        tl._base._last = None
+        assert tl.replay(fix) == tl.replay(fix, incremental=False), back
