@@ -39,7 +39,17 @@ class Prepared:
 
 
 def capture_id(path: Path) -> str:
-    """The capture's content hash (hex digits), read from its footer; checked when analyzed."""
+    """The capture's content hash (hex digits), read from its footer; checked when analyzed.
+    From the footer's bytes where they hold it as zym writes it (a Parquet reader took ~1 ms a
+    file: a second per 1,000 captures at ingest), else through polars."""
+    from zym.schemas.integrity import CorruptCaptureError, read_hash
+
+    try:
+        value = read_hash(path)
+    except (CorruptCaptureError, OSError):
+        value = None
+    if value is not None:
+        return value.removeprefix("sha256:")
     try:
         kv = pl.read_parquet_metadata(path)
     except Exception as e:  # noqa: BLE001 (polars raises several types for a bad footer)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from pathlib import Path
 
 from .errors import InputError
@@ -64,6 +65,22 @@ def _digest(f, size: int, hole: int) -> str:
         if start == 0:
             h.update(b"0" * _DIGITS)
     return h.hexdigest()
+
+
+# The key and its value as Parquet's footer holds them (Thrift compact KeyValue: the key's
+# bytes, the value field's header 0x18, its length 71 as a varint, the value).
+_IN_FOOTER = re.compile(re.escape(HASH_KEY.encode()) + rb"\x18\x47(sha256:[0-9a-f]{64})")
+
+
+def read_hash(path: str | os.PathLike) -> str | None:
+    """The ``zym.content_hash`` value (``sha256:<hex>``) the file's footer states, read from
+    the footer's bytes (no Parquet reader: ~30 µs a file); None when the footer does not hold
+    it once in the form zym writes. Raises ``CorruptCaptureError`` when there is no Parquet
+    footer. What it returns is a claim: :func:`verify` checks it against the bytes."""
+    with open(path, "rb") as f:
+        _, footer = _footer(f, os.fstat(f.fileno()).st_size)
+    found = _IN_FOOTER.findall(footer)
+    return found[0].decode() if len(found) == 1 else None
 
 
 def _hole(footer: bytes, value: bytes) -> int:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import duckdb
 import polars as pl
@@ -171,3 +172,26 @@ def test_empty_and_truncated_files_are_input_errors(capture_file, tmp_path, cut)
     with pytest.raises(InputError) as e:
         open_capture(path)
     assert "\n" not in str(e.value)
+
+
+def test_read_hash_is_what_parquet_readers_read(capture_file, tmp_path):
+    from zym.schemas.integrity import CorruptCaptureError, read_hash, verify
+
+    bundled = pl.read_parquet_metadata(capture_file)[HASH_KEY]
+    assert read_hash(capture_file) == bundled and bundled != HASH_PLACEHOLDER
+    verify(capture_file, read_hash(capture_file))
+    for name in ("gpt_decode_server.parquet",):   # a capture of the real collector
+        real = Path(__file__).resolve().parents[2] / "sample_traces" / name
+        # the footer's key-value metadata (pyarrow's *schema* metadata is the Arrow schema
+        # as written before sealing: it holds the placeholder)
+        assert read_hash(real) == pq.read_metadata(real).metadata[HASH_KEY.encode()].decode()
+    plain = tmp_path / "plain.parquet"   # Parquet without the key: no claim
+    pl.DataFrame({"a": [1]}).write_parquet(plain)
+    assert read_hash(plain) is None
+    both = tmp_path / "both.parquet"     # the key's text in another value: not the key's value
+    pq.write_table(pa.table({"a": [1]}).replace_schema_metadata(
+        {"note": f"{HASH_KEY} {HASH_PLACEHOLDER}"}), both)
+    assert read_hash(both) is None
+    (tmp_path / "text.parquet").write_text("not parquet at all")
+    with pytest.raises(CorruptCaptureError):
+        read_hash(tmp_path / "text.parquet")
