@@ -819,11 +819,7 @@ class _Base:
                 np.zeros(max(self.n_threads, 1), np.int64), np.full(tl.n_streams, neg, np.int64))
         d, r_end = _run_epochs(args)
         last = self.last_calls
-        cost_last = self.cost[last].copy()
-        k = np.searchsorted(e, last)
-        hit = k < len(e)
-        hit[hit] = e[k[hit]] == last[hit]
-        cost_last[hit] = ed.cost[k[hit]]
+        cost_last = self._last_costs(e, ed)
         cpu_end = max(neg, int((self.start_nowait[last] + at_call(self.pos[last]) + cost_last
                                 + d[self.last_thread]).max()))
         gpu_end = neg
@@ -834,6 +830,16 @@ class _Base:
         return Outcome(end_ns=tl.w0 + end, cpu_end_ns=tl.w0 + cpu_end,
                        gpu_end_ns=tl.w0 + gpu_end)
 
+    def _last_costs(self, e: np.ndarray, ed: _Edits) -> np.ndarray:
+        """Each thread's last call's own cost under the fix (``e``: the edited calls, sorted;
+        ``ed.cost``: their costs)."""
+        last = self.last_calls
+        cost_last = self.cost[last].copy()
+        k = np.searchsorted(e, last)
+        hit = k < len(e)
+        hit[hit] = e[k[hit]] == last[hit]
+        cost_last[hit] = ed.cost[k[hit]]
+        return cost_last
 
     def _sparse_state(self, tl: Timeline) -> _SparseState:
         """What ``_replay_sparse`` reads besides the state (built at its first use)."""
@@ -919,11 +925,7 @@ class _Base:
         e_pos, pe, d_own, ebase = mine["e_pos"], mine["pe"], mine["d_own"], mine["ebase"]
         q, pq, qbase = mine["q"], mine["pq"], mine["qbase"]
         last = self.last_calls
-        cost_last = self.cost[last].copy()
-        k = np.searchsorted(e, last)
-        hit = k < len(e)
-        hit[hit] = e[k[hit]] == last[hit]
-        cost_last[hit] = ed.cost[k[hit]]
+        cost_last = self._last_costs(e, ed)
         lp = self.pos[last].astype(np.int64)
         j = np.searchsorted(e_pos, lp)
         own = np.zeros(len(lp), np.int64)
