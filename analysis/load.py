@@ -8,6 +8,7 @@ from pathlib import Path
 import polars as pl
 from zym.schemas.errors import InputError
 from zym.schemas.io import is_parquet, open_capture
+from zym.schemas.memory import release_freed_memory
 from zym.schemas.meta import CaptureMeta
 
 # The tables the analysis reads up front. Spans (Kineto's CPU slices) are loaded on first use
@@ -90,5 +91,10 @@ def load_capture(path: str | Path, progress: Callable[[str], None] | None = None
             raise InputError(f"{path}: neither a zym capture (Parquet) nor a torch.profiler "
                              "trace (JSON, optionally gzipped)")
         tables, meta = load_kineto(path, progress)
+        tables = {t: _compact(tables[t]) if t in ANALYSIS_TABLES else tables[t] for t in tables}
+        if "span" in tables:
+            tables["span"] = constant_columns(tables["span"])
+        release_freed_memory(tables["call"].height + tables["gpu"].height
+                             + (tables["span"].height if "span" in tables else 0))
     return CaptureData(path, meta, tables["frame"], tables["stack"], tables["call"], tables["gpu"],
                        tables.get("span"))

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
+from zym.schemas.memory import release_freed_memory
 
 from .callpath import UNKNOWN_STACK, CallPaths, build_call_paths, stack_nodes
 from .facts import Facts
@@ -336,7 +337,9 @@ def analyze(path: str | Path, progress: Progress | None = None, window: str = "s
     data = load_capture(path, progress)
     if progress:
         progress("attributing GPU work to call paths")
-    return analyze_data(data, window)
+    analysis = analyze_data(data, window)
+    release_freed_memory(data.calls.height + data.gpu.height)  # before the rules' peak
+    return analysis
 
 
 def analyze_data(data: CaptureData, window: str = "steady") -> Analysis:

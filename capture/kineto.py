@@ -27,9 +27,10 @@ import polars as pl
 from zym.schemas.apis import api_copy_kind, api_kind
 from zym.schemas.errors import InputError
 from zym.schemas.lookup import first_row_of
+from zym.schemas.memory import release_freed_memory
 from zym.schemas.meta import CaptureMeta
 from zym.schemas.output import display
-from zym.schemas.stacks import CyclicStacksError, intern_forest, intern_frames
+from zym.schemas.stacks import CyclicStacksError, intern_frames, intern_rows, row_type
 from zym.schemas.validate import check_tables
 
 from .kineto_json import (
@@ -59,29 +60,47 @@ def events_to_tables(groups: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]
     names, shapes = groups.pop("names"), groups.pop("shapes")
     py, op, call = _numbered([_in_ns(groups.pop("python")), _in_ns(groups.pop("op")),
                               _drop_nested_driver_calls(_in_ns(groups.pop("call")))])
+    # Nodes are 0..n-1 in python, op, call order. On a large trace each stage below frees
+    # hundreds of MB that were allocated batch by batch: given back between stages, so that
+    # their peaks do not add up (``release_freed_memory``).
+    n = py.height + op.height + call.height
+    release_freed_memory(n)
     frames, py, op, call = _with_frames(names, py, op, call)
     parents = _parents(py, pl.concat([g.select("node", "tid", "ts_ns", "dur_ns") for g in (op, call)]))
-    # Nodes are 0..n-1 in python, op, call order, and ``parents`` names each once: the
-    # forest by position (a scatter), not by a join on the node.
-    n = py.height + op.height + call.height
-    node_stack, stacks = intern_forest(pl.DataFrame({
-        "node": pl.int_range(n, dtype=pl.Int64, eager=True),
-        "frame_id": pl.concat([g["frame_id"] for g in (py, op, call)]),
-        "parent": pl.repeat(None, n, dtype=pl.Int64, eager=True).scatter(parents["node"],
-                                                                         parents["parent"]),
-    }))
-    stack_ids = node_stack["stack_id"]  # sorted by node: python, op, call rows in order
+    release_freed_memory(n)
+    # ``parents`` names each node once: the forest by position (a scatter into rows, a root's
+    # parent the sentinel row n), not by a join on the node.
+    parent_row = np.full(n, n, dtype=row_type(n))
+    parent_row[parents["node"].to_numpy()] = parents["parent"].fill_null(n).to_numpy()
+    del parents
+    frame_of_row = np.concatenate([g["frame_id"].to_numpy() for g in (py, op, call)])
+    # Only what the tables take from here on (ids, names and categories are used up).
+    py = py.select("pid", "tid", "ts_ns", "dur_ns")
+    op = op.select("pid", "tid", "ts_ns", "dur_ns", "external_id", "shape_id", "dtypes_id")
+    call = call.select("pid", "tid", "ts_ns", "dur_ns", "name_id", "correlation_id", "cbid",
+                       "external_id")
+    release_freed_memory(n)
+    node_stack_ids, stacks = intern_rows(frame_of_row, parent_row)
+    del parent_row, frame_of_row
+    release_freed_memory(n)
+    stack_ids = pl.Series("stack_id", node_stack_ids)  # python, op, call rows in order
+    del node_stack_ids
     py = py.with_columns(stack_ids.slice(0, py.height))
     op = op.with_columns(stack_ids.slice(py.height, op.height))
     call = call.with_columns(stack_ids.slice(py.height + op.height, call.height))
     calls = _calls(call, op, names, shapes)
-    return {
+    del call, stack_ids
+    release_freed_memory(n)
+    tables = {
         "frame": frames.select("frame_id", "kind", "name", "file", "line"),
         "stack": stacks,
         "span": _spans(py, op, shapes),
         "call": calls,
         "gpu": _gpu(_in_ns(groups.pop("gpu")), calls),
     }
+    del py, op
+    release_freed_memory(n)
+    return tables
 
 
 # Kineto times in µs that stay inside int64 ns once converted (and once an end is added).
@@ -221,28 +240,53 @@ def nest_intervals(iv: pl.DataFrame) -> pl.Series:
     if threads * width >= 1 << 62:  # times too far apart (a bogus one): keep only their order
         iv = _ranked_times(iv)
         width = _key_width(iv)
-    # numpy arrays (the data's own buffers): ~30 small queries' fixed costs saved
+    # numpy arrays (the data's own buffers): ~30 small queries' fixed costs saved. Each step
+    # works in place or drops what it no longer needs: on millions of intervals every array
+    # is tens of MB.
     ts, dur, node = iv["ts_ns"].to_numpy(), iv["dur_ns"].to_numpy(), iv["node"].to_numpy()
     t0 = ts.min()
-    base = iv["tid"].rank("dense").fill_null(0).cast(pl.Int64).to_numpy() * width
-    opens = base + 3 * (ts - t0) + 1
-    closes = np.sort(base + 3 * (ts + dur - t0) + np.where(dur == 0, 2, 0))
-    order = np.lexsort((node, -dur, opens))  # preorder: open, longest first, node
+    base = iv["tid"].rank("dense").fill_null(0).cast(pl.Int64).to_numpy(writable=True)
+    base *= width
+    opens = ts - t0
+    opens *= 3
+    opens += base
+    opens += 1
+    closes = ts + dur
+    closes -= t0
+    closes *= 3
+    closes += base
+    closes[dur == 0] += 2
+    closes.sort()
+    neg_dur = np.negative(dur)
+    order = np.lexsort((node, neg_dur, opens))  # preorder: open, longest first, node
+    del neg_dur
     opens, base = opens[order], base[order]
-    position = np.arange(n, dtype=np.int64)
-    earlier = position - np.searchsorted(opens, base, "left")
-    closed = np.searchsorted(closes, opens, "left") - np.searchsorted(closes, base, "left")
-    depth = earlier - closed
+    # depth = earlier intervals of the thread - those of them closed before this one opens
+    depth = np.arange(n, dtype=np.int64)
+    depth -= np.searchsorted(opens, base, "left")
+    depth -= np.searchsorted(closes, opens, "left")
+    depth += np.searchsorted(closes, base, "left")
+    del opens, base, closes
     # The latest earlier interval one level up: the largest (depth, position) key below
     # (depth - 1, position). At depth > 0 it exists and is on the same thread, because a
     # thread's first interval is at depth 0.
-    key = depth * n + position
-    level = np.sort(key)
-    up = level[np.maximum(np.searchsorted(level, key - n, "left") - 1, 0)] % n
-    parent = np.empty(n, dtype=np.int64)
-    parent[order] = node[order][up]
     top = np.empty(n, dtype=bool)
     top[order] = depth <= 0
+    key = depth
+    key *= n
+    key += np.arange(n, dtype=np.int64)
+    level = np.sort(key)
+    key -= n
+    up = np.searchsorted(level, key, "left")
+    del key
+    up -= 1
+    np.maximum(up, 0, out=up)
+    up = level[up]
+    del level
+    up %= n
+    parent = np.empty(n, dtype=np.int64)
+    parent[order] = node[order[up]]
+    del up, order
     out = pl.Series("parent", parent, dtype=pl.Int64)
     return out.scatter(np.flatnonzero(top), None) if top.any() else out
 
@@ -299,8 +343,11 @@ def _spans(py: pl.DataFrame, op: pl.DataFrame, shapes: pl.DataFrame) -> pl.DataF
     py_spans = py.select(*cols, pl.lit(None, pl.Int64).alias("op_id"),
                          pl.lit(None, pl.String).alias("op_shapes"),
                          pl.lit(None, pl.String).alias("op_dtypes"))
-    op_spans = _with_shapes(op, shapes).select(*cols, pl.col("external_id").alias("op_id"),
-                                               "op_shapes", "op_dtypes")
+    # One op span per torch op (millions on a large trace) repeats a few hundred shape texts:
+    # held as categorical codes, 4 bytes a row (the capture file's schema casts them back).
+    op_spans = _with_shapes(op, shapes, pl.Categorical).select(
+        *cols, pl.col("external_id").alias("op_id"), "op_shapes", "op_dtypes")
+    py_spans = py_spans.with_columns(pl.col("op_shapes", "op_dtypes").cast(pl.Categorical))
     return pl.concat([py_spans, op_spans])
 
 
@@ -315,9 +362,10 @@ def _calls(call: pl.DataFrame, op: pl.DataFrame, names: pl.DataFrame, shapes: pl
     return _with_shapes(calls, shapes).drop("shape_id", "dtypes_id")
 
 
-def _with_shapes(rows: pl.DataFrame, shapes: pl.DataFrame) -> pl.DataFrame:
-    """``op_shapes`` and ``op_dtypes`` (JSON text) from the rows' shape ids."""
-    text = shapes["shape"]
+def _with_shapes(rows: pl.DataFrame, shapes: pl.DataFrame, dtype: pl.DataType = pl.String
+                 ) -> pl.DataFrame:
+    """``op_shapes`` and ``op_dtypes`` (JSON text, as ``dtype``) from the rows' shape ids."""
+    text = shapes["shape"].cast(dtype)
     return rows.with_columns(text.gather(rows["shape_id"]).alias("op_shapes"),
                              text.gather(rows["dtypes_id"]).alias("op_dtypes"))
 

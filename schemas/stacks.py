@@ -9,11 +9,12 @@ round a node adds its current ancestor's segment to its own and jumps to that an
 ancestor, so a forest of depth D takes log2(D) rounds of column gathers, not D rounds of joins
 and not one Python step per node. Nodes with equal (depth, hash) have the same path, and
 paths are numbered by one sort on that pair: no joins or group-bys, which on a trace's
-hundred thousand nodes cost more memory than the data. UInt64 arithmetic in polars wraps mod
-2**64, which the hash relies on.
+hundred thousand nodes cost more memory than the data. The rounds update a few numpy columns
+in place; uint64 arithmetic wraps mod 2**64, which the hash relies on.
 """
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from .lookup import first_row_of
@@ -30,7 +31,8 @@ def intern_forest(nodes: pl.DataFrame, first_id: int = 0) -> tuple[pl.DataFrame,
     """Intern a forest of nodes into stack-trie ids.
 
     ``nodes`` has columns ``node`` (unique key), ``parent`` (a node key or null) and
-    ``frame_id``. A parent that is not itself a node is treated as absent (the node is a root).
+    ``frame_id`` (not null). A parent that is not itself a node is treated as absent (the node
+    is a root).
 
     Returns ``(node_stack, stacks)``: ``node_stack`` maps each ``node`` to its ``stack_id``;
     ``stacks`` is the trie (``stack_id, parent_id, frame_id, depth``) in the capture schema.
@@ -43,76 +45,113 @@ def intern_forest(nodes: pl.DataFrame, first_id: int = 0) -> tuple[pl.DataFrame,
     [0, 1, 1]
     """
     nodes = nodes.select("node", "parent", pl.col("frame_id").cast(pl.Int64)).sort("node")
-    if nodes.height == 0:
+    n = nodes.height
+    if n == 0:
         return (pl.DataFrame(schema={"node": nodes["node"].dtype, "stack_id": pl.Int64}),
                 pl.DataFrame(schema={"stack_id": pl.Int64, "parent_id": pl.Int64,
                                      "frame_id": pl.Int64, "depth": pl.Int32}))
-    frame, parent_row = nodes["frame_id"], first_row_of(nodes["node"], nodes["parent"])
-    # Each distinct path gets a number and its first row; stack ids go depth-major, then by
-    # that first row.
-    hashes, size = _path_hashes(frame, parent_row)
-    path = _path_numbers(hashes, size)
-    n_paths = int(path.max()) + 1
-    rows = pl.int_range(nodes.height, dtype=pl.Int64, eager=True)
-    first_row = pl.repeat(None, n_paths, dtype=pl.Int64, eager=True).scatter(
-        path.reverse(), rows.reverse())  # reversed: a path's first row is written last
-    paths = (pl.DataFrame({"first_row": first_row, "size": size.gather(first_row)})
-             .with_row_index("path").sort("size", "first_row"))
-    ids = pl.int_range(first_id, first_id + n_paths, dtype=pl.Int64, eager=True)
-    stack_of_path = pl.repeat(None, n_paths, dtype=pl.Int64, eager=True).scatter(
-        paths["path"], ids)
-    node_stack_ids = stack_of_path.gather(path)
+    if nodes["frame_id"].null_count():
+        raise ValueError("a stack node without a frame")
+    # Rows as numpy indices, a root's parent the sentinel row n (one past the end).
+    parent_row = first_row_of(nodes["node"], nodes["parent"]).fill_null(n).to_numpy()
+    node_stack_ids, stacks = intern_rows(nodes["frame_id"].to_numpy(),
+                                         parent_row.astype(row_type(n), copy=False), first_id)
     node_stack = pl.DataFrame({"node": nodes["node"], "stack_id": node_stack_ids})
-    first_rows = paths["first_row"]
-    stacks = pl.DataFrame({
-        "stack_id": ids,
-        "parent_id": node_stack_ids.gather(parent_row.gather(first_rows)),
-        "frame_id": frame.gather(first_rows),
-        "depth": (paths["size"] - 1).cast(pl.Int32),
-    })
     return node_stack, stacks
 
 
-def _path_hashes(frame: pl.Series, parent_row: pl.Series) -> tuple[pl.Series, pl.Series]:
+def row_type(n: int) -> type:
+    """The narrowest numpy integer that holds row numbers 0..n (n: the sentinel)."""
+    return np.int32 if n < np.iinfo(np.int32).max else np.int64
+
+
+def intern_rows(frame: np.ndarray, parent_row: np.ndarray, first_id: int = 0
+                ) -> tuple[np.ndarray, pl.DataFrame]:
+    """:func:`intern_forest` on a forest given by rows: ``frame`` (int64) and ``parent_row``
+    (each row's parent row, ``len(frame)`` at a root; ``row_type``) of rows 0..n-1 in key
+    order. Returns each row's stack id and the trie. For producers whose nodes are already
+    rows: no key lookup, and no table of the forest beside the arrays."""
+    n = frame.shape[0]
+    # Each distinct path gets a number and its first row; stack ids go depth-major, then by
+    # that first row.
+    hashes, size = _path_hashes(frame, parent_row)
+    path, first_row = _path_numbers(hashes, size)
+    del hashes
+    n_paths = first_row.shape[0]
+    by_path = np.lexsort((first_row, size[first_row]))  # paths by (size, first row)
+    ids = np.arange(first_id, first_id + n_paths, dtype=np.int64)
+    stack_of_path = np.empty(n_paths, dtype=np.int64)
+    stack_of_path[by_path] = ids
+    node_stack_ids = stack_of_path[path]
+    del path
+    first_rows = first_row[by_path]
+    parent_of_first = parent_row[first_rows]
+    parent_ids = pl.Series(node_stack_ids[np.minimum(parent_of_first, n - 1)])
+    if (is_root := parent_of_first == n).any():
+        parent_ids = parent_ids.scatter(np.flatnonzero(is_root), None)
+    return node_stack_ids, pl.DataFrame({
+        "stack_id": ids,
+        "parent_id": parent_ids,
+        "frame_id": frame[first_rows],
+        "depth": (size[first_rows] - 1).astype(np.int32),
+    })
+
+
+def _path_hashes(frame: np.ndarray, parent_row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per row: a hash of the frames on its root path, and the path's length (depth + 1).
 
-    ``parent_row``: each row's parent row (null at a root). A segment's hash is
+    ``parent_row``: each row's parent row (``len(frame)`` at a root). A segment's hash is
     sum(frame_i * B**i), nearest frame first; ``power`` carries B**length, so joining a
-    segment to its ancestor's is one multiply-add."""
-    state = pl.DataFrame({"frame": frame, "anc": parent_row}).select(
-        _mix(pl.col("frame").cast(pl.UInt64)).alias("hash"),
-        pl.lit(_BASE, pl.UInt64).alias("power"),
-        pl.lit(1, pl.Int64).alias("size"), "anc")
+    segment to its ancestor's is one multiply-add. The arrays carry one more row, the roots'
+    absent parent (hash 0, power 1, size 0, its own ancestor), so no step needs a mask, and
+    each round updates them in place: a few columns of the forest, not a table per round."""
+    n = frame.shape[0]
+    hashes = np.zeros(n + 1, dtype=np.uint64)
+    hashes[:n] = _mix(frame.astype(np.uint64))
+    power = np.full(n + 1, _BASE, dtype=np.uint64)
+    power[n] = 1
+    size = np.ones(n + 1, dtype=parent_row.dtype)
+    size[n] = 0
+    anc = np.append(parent_row, np.array([n], dtype=parent_row.dtype))
     for _ in range(MAX_ROUNDS):
-        if state["anc"].null_count() == state.height:
-            return state["hash"], state["size"]
-        up = pl.col("anc")
-        # The ancestor's segment is further from the node: it takes the higher powers.
-        state = state.select(
-            (pl.col("hash") + pl.col("hash").gather(up).fill_null(0) * pl.col("power"))
-            .alias("hash"),
-            (pl.col("power") * pl.col("power").gather(up).fill_null(1)).alias("power"),
-            (pl.col("size") + pl.col("size").gather(up).fill_null(0)).alias("size"),
-            up.gather(up).alias("anc"),
-        )
+        if not (anc[:n] < n).any():
+            return hashes[:n], size[:n]
+        # The ancestor's segment is further from the node: it takes the higher powers. Every
+        # gather reads the values before this round's update (a copy), so the rounds stay
+        # synchronous.
+        up = hashes[anc]
+        up *= power
+        hashes += up
+        del up
+        power *= power[anc]
+        size += size[anc]
+        anc = anc[anc]
     raise CyclicStacksError("call stacks with cyclic parent links (or deeper than 2**40 frames)")
 
 
-def _path_numbers(hashes: pl.Series, sizes: pl.Series) -> pl.Series:
-    """A dense number per distinct (size, hash) pair, for each row: one sort, no hash table."""
-    ordered = (pl.DataFrame({"size": sizes, "hash": hashes})
-               .with_row_index("row").sort("size", "hash"))
-    new_path = ((pl.col("size") != pl.col("size").shift()) | (pl.col("hash") != pl.col("hash").shift()))
-    number = ordered.select(new_path.fill_null(True).cum_sum().cast(pl.Int64) - 1).to_series()
-    return pl.repeat(None, ordered.height, dtype=pl.Int64, eager=True).scatter(
-        ordered["row"], number)
+def _path_numbers(hashes: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A dense number per distinct (size, hash) pair, for each row, and each number's first
+    row: one stable sort, no hash table."""
+    order = np.lexsort((hashes, sizes))  # stable: a pair's rows in row order
+    h, s = hashes[order], sizes[order]
+    new_path = np.empty(order.shape[0], dtype=bool)
+    new_path[0] = True
+    np.not_equal(h[1:], h[:-1], out=new_path[1:])
+    new_path[1:] |= s[1:] != s[:-1]
+    del h, s
+    number = np.empty(order.shape[0], dtype=np.int64)
+    number[order] = np.cumsum(new_path) - 1
+    return number, order[new_path]
 
 
-def _mix(x: pl.Expr) -> pl.Expr:
-    """splitmix64 finalizer: spreads small frame ids over all 64 bits (x >> k as x // 2**k)."""
-    x = x.xor(x // (1 << 30)) * pl.lit(0xBF58476D1CE4E5B9, pl.UInt64)
-    x = x.xor(x // (1 << 27)) * pl.lit(0x94D049BB133111EB, pl.UInt64)
-    return x.xor(x // (1 << 31))
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64 finalizer: spreads small frame ids over all 64 bits (uint64 wraps)."""
+    x = x ^ (x >> np.uint64(30))
+    x *= np.uint64(0xBF58476D1CE4E5B9)
+    x ^= x >> np.uint64(27)
+    x *= np.uint64(0x94D049BB133111EB)
+    x ^= x >> np.uint64(31)
+    return x
 
 
 def intern_frames(frames: pl.DataFrame, first_id: int = 0) -> pl.DataFrame:

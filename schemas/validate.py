@@ -93,10 +93,12 @@ def _truncate(df: pl.DataFrame) -> pl.DataFrame:
            for c in ("name", "file") if c in df.columns and df[c].dtype == pl.String]
     for c in ("op_shapes", "op_dtypes"):
         if c in df.columns:  # a few thousand distinct values on millions of rows: check those
-            values = df[c].unique().drop_nulls()
+            # (text, or categorical codes of it: an importer's in-memory spans)
+            values = df[c].unique().drop_nulls().cast(pl.String)
             bad = values.filter(~pl.select(_shapes_ok(pl.lit(values))).to_series())
             if bad.len():
-                cut.append(pl.when(~pl.col(c).is_in(bad.implode())).then(pl.col(c)).alias(c))
+                cut.append(pl.when(~pl.col(c).is_in(bad.cast(df[c].dtype).implode()))
+                           .then(pl.col(c)).alias(c))
     return df.with_columns(cut) if cut else df
 
 

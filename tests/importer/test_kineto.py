@@ -382,3 +382,28 @@ def test_times_out_of_range_are_one_line_input_errors(tmp_path, bad):
     assert (f"{len(bad)} event(s) with a timestamp or duration that is missing, negative, "
             f"not finite or past 2^61 ns (first: ts {ts}, dur {dur} µs)") in str(e.value)
     assert "\n" not in str(e.value)
+
+
+def test_shapes_past_the_limits_are_dropped_in_spans_and_calls(tmp_path):
+    """Op spans hold their shapes as categorical codes in memory: the checks that drop
+    shapes nested too deep still apply to them, and the capture file holds text."""
+    from zym.schemas.validate import MAX_SHAPES_NESTING
+
+    deep: list = [4]
+    for _ in range(MAX_SHAPES_NESTING + 2):
+        deep = [deep]
+    b = KinetoBuilder()
+    with b.py("app.py(1): main"):
+        with b.op("aten::addmm", dims=[[4], [4, 8]], types=["float", "float"]):
+            b.launch("cudaLaunchKernel", kernel="gemm", gpu_us=2.0)
+        with b.op("aten::weird", dims=deep, types=["float"]):
+            b.launch("cudaLaunchKernel", kernel="odd", gpu_us=1.0)
+    tables, _ = load_kineto(b.write(tmp_path / "t.json"))
+    spans = tables["span"].filter(pl.col("op_id").is_not_null()).sort("ts_ns")
+    assert spans["op_shapes"].cast(pl.String).to_list() == ["[[4], [4, 8]]", None]
+    assert spans["op_dtypes"].cast(pl.String).to_list() == ['["float", "float"]', '["float"]']
+    assert tables["call"].sort("ts_ns")["op_shapes"].to_list() == ["[[4], [4, 8]]", None]
+    out = import_kineto(tmp_path / "t.json", tmp_path / "t.parquet")
+    stored = open_capture(out).load("span")
+    assert stored.schema["op_shapes"] == pl.String
+    assert sorted(stored["op_shapes"].drop_nulls().to_list()) == ["[[4], [4, 8]]"]

@@ -68,3 +68,34 @@ def test_an_empty_forest_interns_to_nothing():
     node_stack, stacks = intern_forest(nodes)
     assert node_stack.height == 0 and stacks.height == 0
     assert stacks.columns == ["stack_id", "parent_id", "frame_id", "depth"]
+
+
+def test_deep_chains_and_keys_far_apart():
+    """A chain 1,500 frames deep (11 rounds of pointer jumping) beside short branches off
+    it, keyed by numbers too far apart to index an array: every node's path, as the walk
+    finds it."""
+    rng = random.Random(3)
+    nodes: list[tuple[int, int | None, int]] = [(10**12, None, 1)]
+    for i in range(1, 1500):
+        nodes.append((10**12 + i * 10**6, nodes[-1][0], rng.randrange(3)))
+    for i in range(600):  # a branch of one or two frames off a random chain node
+        at = rng.choice(nodes[:1500])[0]
+        nodes.append((-i - 1, at, 7))
+        if i % 2:
+            nodes.append((-(10**9) - i, -i - 1, 8))
+    df = pl.DataFrame(nodes, schema={"node": pl.Int64, "parent": pl.Int64, "frame_id": pl.Int64},
+                      orient="row")
+    node_stack, stacks = intern_forest(df)
+    paths = _reference(nodes)
+    stack_of = dict(node_stack.iter_rows())
+    by_path: dict[tuple[int, ...], int] = {}
+    for node, path in paths.items():
+        assert by_path.setdefault(path, stack_of[node]) == stack_of[node]
+    assert len(by_path) == stacks.height
+    assert stacks["depth"].max() == max(len(p) for p in paths.values()) - 1 >= 1499
+
+
+def test_a_node_without_a_frame_is_refused():
+    nodes = pl.DataFrame({"node": [1, 2], "parent": [None, 1], "frame_id": [0, None]})
+    with pytest.raises(ValueError, match="without a frame"):
+        intern_forest(nodes)
