@@ -16,7 +16,7 @@ line, so imported frames carry the function's first line (``CaptureMeta.extra["l
 from __future__ import annotations
 
 import gzip
-import platform
+import re
 import zlib
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -390,6 +390,19 @@ def _gpu(gpu: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
 # ---------------------------------------------------------------------------------------------
 # Entry points
 
+# torch.profiler's tensorboard_trace_handler names its files WORKER.TIME.pt.trace.json[.gz],
+# TIME in ms or ns since the epoch and WORKER defaulting to HOSTNAME_PID: the only place a
+# Kineto trace names its machine.
+_HANDLER_NAME = re.compile(r"^(?P<host>[^/]+)_\d+\.\d{10,}\.pt\.trace\.json(?:\.gz)?$")
+
+
+def trace_host(path: Path) -> str:
+    """The machine a trace was recorded on, where its file name says it (torch.profiler's
+    default name); else "" (unknown: not the machine that imports it)."""
+    m = _HANDLER_NAME.match(path.name)
+    return m["host"] if m else ""
+
+
 def capture_meta(top: _TraceFile, path: Path) -> CaptureMeta:
     from importlib.metadata import version
 
@@ -403,7 +416,7 @@ def capture_meta(top: _TraceFile, path: Path) -> CaptureMeta:
         producer_version=version("zym"),
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         source=str(path),
-        host=platform.node(),
+        host=trace_host(path),
         clock_domain="kineto",
         gpus=gpus,
         driver_version=cuda_version(top.cuda_driver_version),

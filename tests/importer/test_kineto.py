@@ -407,3 +407,18 @@ def test_shapes_past_the_limits_are_dropped_in_spans_and_calls(tmp_path):
     stored = open_capture(out).load("span")
     assert stored.schema["op_shapes"] == pl.String
     assert sorted(stored["op_shapes"].drop_nulls().to_list()) == ["[[4], [4, 8]]"]
+
+
+@pytest.mark.parametrize(("name", "host"), [
+    ("gpu-node-17_41234.1701234567890.pt.trace.json.gz", "gpu-node-17"),  # ms since the epoch
+    ("node1.cluster.local_7.1701234567890123456.pt.trace.json", "node1.cluster.local"),  # ns
+    ("rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz", ""),  # a worker name, not HOST_PID.TIME
+    ("gpt_decode_server.trace.json.gz", ""),
+])
+def test_the_host_is_the_recording_machine_or_unknown(tmp_path, name, host):
+    """An imported trace's host comes from torch.profiler's default file name where it has
+    one, never from the machine that imports it."""
+    b = KinetoBuilder()
+    decode_step(b)
+    _, meta = load_kineto(b.write(tmp_path / name))
+    assert meta.host == host
