@@ -7,7 +7,9 @@ Models (``saving: {model: NAME, ...}``):
 * ``batch``: one call per enclosing call (or step) instead of many: in each instance the
   ``keep: first`` (default) or ``last`` blocking call of the finding stays, with the
   non-blocking calls that lead to it; the finding's other calls go (their CPU cost, their wait,
-  their GPU copies). The kept call still waits for the GPU: what it waited for is not saved.
+  their GPU copies, the CPU work right before each, except before a call that opens its
+  instance: that time is the caller's). The kept call still waits for the GPU: what it waited
+  for is not saved.
 * ``remove``: the finding's calls go entirely, with the CPU work before each (``work: keep``:
   that work stays, for calls made inside other work, e.g. an allocation inside an op).
 * ``unblock``: the finding's blocking calls stop waiting (for gaps: the call the CPU was
@@ -115,20 +117,40 @@ def _batch(calls: np.ndarray, analysis: Analysis, keep: str) -> Fix:
     if by_row is not None and int(calls.max()) < len(by_row):
         idx = sorted_unique(calls)
         group = by_row[idx]
+        opens = _opens_instance(rel, by_row, idx)
     else:
-        inst = rel.materialize("calls", {"call_instance"})
-        inst = inst.filter(pl.col("call_idx").is_in(pl.Series(calls).implode())).select(
+        every = rel.materialize("calls", {"call_instance"})
+        inst = every.filter(pl.col("call_idx").is_in(pl.Series(calls).implode())).select(
             "call_idx", "call_instance").sort("call_idx")
         idx = inst["call_idx"].to_numpy()
         group = inst["call_instance"].to_numpy()
+        first = every.group_by("call_instance").agg(pl.col("call_idx").min().alias("_first"))
+        opens = (inst.join(first, on="call_instance", how="left", maintain_order="left")
+                 .select(pl.col("call_idx") == pl.col("_first")).to_series()
+                 .fill_null(False).to_numpy())
     keep_mask, instances = kept_per_instance(group, idx, tl.waits[idx], keep)
     gone = idx[~keep_mask]
     kept = int(keep_mask.sum())
-    return Fix(remove_calls=gone, gap_calls=gone, gap_ns=np.zeros(len(gone), np.int64),
+    # A call that opens its instance (its enclosing call's first CUDA call, e.g. a sync at
+    # the top of a request handler) was led to by the caller's work, or by idle time between
+    # requests, not by work that batching removes: that CPU time stays.
+    opening = int(opens[~keep_mask].sum())
+    lead = gone[~opens[~keep_mask]]
+    return Fix(remove_calls=gone, gap_calls=lead, gap_ns=np.zeros(len(lead), np.int64),
                describe=(
         f"replayed with {kept:,} of these {len(idx):,} calls kept, the {keep} wait of each of "
         f"{instances:,} {rel.instance_plural()} (its wait for the GPU work before it "
-        f"stays), and the other {len(gone):,} removed with the CPU work that led to each"))
+        f"stays), and the other {len(gone):,} removed with the CPU work that led to each"
+        + (f" ({opening:,} of them the first call of their enclosing call: the CPU time "
+           "before those stays)" if opening else "")))
+
+
+def _opens_instance(rel, by_row: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """For the calls ``idx``: whether each is the first call (in time order: ``call_idx``
+    order) of its instance (``by_row``: every call's instance, by ``call_idx``)."""
+    values, first = rel.shared("first call of each instance",
+                               lambda: np.unique(by_row, return_index=True))
+    return first[np.searchsorted(values, by_row[idx])] == idx
 
 
 def _instance_by_call(rel) -> np.ndarray | None:

@@ -622,3 +622,25 @@ def test_captures_missing_a_side_do_not_break_rules():
     b.copy(STEP, "DtoH")
     calls_only = b.analysis(drop="gpu")
     assert evaluate(calls_only) == [] and evaluate(CaptureBuilder().analysis()) == []
+
+
+def test_explicit_sync_in_loop__a_handler_s_first_sync_keeps_the_idle_time_before_it():
+    """serve() syncs at its top and at its end and is called per request, with 200 ms of
+    nothing between requests: batching keeps the last sync of each call; the first goes,
+    but the 200 ms before it are the caller's (waiting for the next request), not work the
+    sync led to. The saving is at most what the removed syncs themselves took, from the
+    builder's own clock: each first sync runs 5 µs and waits for nothing (the GPU is done)."""
+    b = CaptureBuilder()
+    sync_frames = STEP + [("python", "synchronize", "torch/cuda/__init__.py", 1)]
+    requests = 6
+    for _ in range(requests):
+        b.tick(200_000)  # idle between requests
+        with b.enclosing(STEP):
+            b.call(sync_frames, "cudaDeviceSynchronize", "sync", cpu_us=5)
+            for _ in range(3):
+                b.kernel(STEP + [("torch_op", "aten::add")], "add", gpu_us=50)
+            b.call(sync_frames, "cudaDeviceSynchronize", "sync", cpu_us=5)
+    [f] = fired(b, "syncs.explicit-sync-in-loop")
+    assert f.evidence["count"] == 2 * requests
+    assert f.saving_ns is not None and 0 < f.saving_ns <= requests * 5_000
+    assert "the first call of their enclosing call" in f.saving_how
