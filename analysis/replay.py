@@ -164,6 +164,7 @@ class _Chained(Fix):
         self.graph_node_ns = max((f.graph_node_ns for f in parts if len(f.graph_first)),
                                  default=0)
         self.describe = "; ".join(f.describe for f in parts if f.describe)
+        self._empty = first.is_empty() and second.is_empty()  # (first's is known: no recursion)
 
     def __getattr__(self, name: str):
         if name not in _Chained._LAZY:
@@ -172,9 +173,7 @@ class _Chained(Fix):
         return self.__dict__[name]
 
     def is_empty(self) -> bool:
-        if "cost_calls" in self.__dict__:
-            return Fix.is_empty(self)
-        return self.first.is_empty() and self.second.is_empty()
+        return self._empty
 
     def _materialise(self) -> None:
         """Every link of the chain not yet combined, from the innermost out (no recursion:

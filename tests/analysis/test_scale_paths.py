@@ -248,6 +248,35 @@ def test_combine_keeps_the_smallest_edit_of_each_call():
     assert replay.sorted_unique(np.array([5, 1, 5, 3]), np.array([1, 9])).tolist() == [1, 3, 5, 9]
 
 
+def test_a_chain_reads_as_the_fixes_combined():
+    """``Fix.chain``: read, each field is ``Fix.combine``'s of the parts (graphs and
+    ``describe`` included), however long the chain (built link by link, not recursively), and
+    once read the parts are let go."""
+    rng = np.random.default_rng(8)
+
+    def part(i: int) -> replay.Fix:
+        k = int(rng.integers(1, 40))
+        return replay.Fix(cost_calls=rng.integers(0, 500, k), cost_ns=rng.integers(0, 10**6, k),
+                          gap_calls=rng.integers(0, 500, k), gap_ns=rng.integers(0, 10**6, k),
+                          gpu_ops=rng.integers(0, 900, k), gpu_dur_ns=rng.integers(0, 10**6, k),
+                          unblock_calls=rng.integers(0, 500, k % 3),
+                          graph_first=np.arange(i % 2), graph_last=np.arange(i % 2) + 3,
+                          graph_launch_ns=np.full(i % 2, i), graph_node_ns=(i % 2) * (100 + i),
+                          describe=f"part {i}" if i % 3 else "")
+
+    parts = [part(i) for i in range(2_500)]
+    chain = replay.Fix.combine([parts[0]])
+    for f in parts[1:]:
+        chain = replay.Fix.chain(chain, f)
+    assert not chain.is_empty()
+    flat = replay.Fix.combine(parts)
+    for name in ("describe", "graph_node_ns", "graph_first", "graph_last", "graph_launch_ns",
+                 *replay._Chained._LAZY):
+        assert np.array_equal(getattr(chain, name), getattr(flat, name)), name
+    assert chain.first is None and chain.second is None
+    assert replay.Fix.chain(replay.Fix(), replay.Fix()).is_empty()
+
+
 def test_blocking_apis_are_matched_per_name():
     """``api_blocks`` (once per distinct name) is ``is_blocking_api`` on every call's name."""
     from zym.analysis.facts import api_blocks
