@@ -139,6 +139,57 @@ class Fix:
                    describe="; ".join(f.describe for f in fixes if f.describe))
 
 
+    @staticmethod
+    def chain(together: Fix, fix: Fix) -> Fix:
+        """``Fix.combine([together, fix])``, its edit arrays built only when read: a replay
+        of it right after one of ``together`` merges ``fix``'s edits into the edit set that
+        replay kept (``_Base._replay_chained``), without sorting every edit again."""
+        return _Chained(together, fix)
+
+
+class _Chained(Fix):
+    """``Fix.chain``: ``Fix.combine([first, second])``, whose call and operation edits are
+    combined on first read (then the parts are let go); the graph edits and ``describe``
+    (what a replay reads before choosing its path) are combined at once."""
+
+    _LAZY = ("remove_calls", "unblock_calls", "cost_calls", "cost_ns", "gap_calls", "gap_ns",
+             "gpu_ops", "gpu_dur_ns")
+
+    def __init__(self, first: Fix, second: Fix) -> None:  # no dataclass __init__: lazy fields
+        self.first, self.second = first, second
+        parts = (first, second)
+        self.graph_first = np.concatenate([f.graph_first for f in parts])
+        self.graph_last = np.concatenate([f.graph_last for f in parts])
+        self.graph_launch_ns = np.concatenate([f.graph_launch_ns for f in parts])
+        self.graph_node_ns = max((f.graph_node_ns for f in parts if len(f.graph_first)),
+                                 default=0)
+        self.describe = "; ".join(f.describe for f in parts if f.describe)
+        self._empty = first.is_empty() and second.is_empty()  # (first's is known: no recursion)
+
+    def __getattr__(self, name: str):
+        if name not in _Chained._LAZY:
+            raise AttributeError(name)
+        self._materialise()
+        return self.__dict__[name]
+
+    def is_empty(self) -> bool:
+        return self._empty
+
+    def _materialise(self) -> None:
+        """Every link of the chain not yet combined, from the innermost out (no recursion:
+        chains are as long as the findings are many)."""
+        links = []
+        f: Fix = self
+        while isinstance(f, _Chained) and "cost_calls" not in f.__dict__:
+            links.append(f)
+            f = f.first
+        for link in reversed(links):
+            both = Fix.combine([link.first, link.second])
+            for name in _Chained._LAZY:
+                link.__dict__[name] = getattr(both, name)
+            link.first = link.second = None  # the parts' arrays are not kept twice
+
+
 @dataclass(frozen=True)
 class Outcome:
     end_ns: int  # when the replayed window ends (capture clock)
@@ -695,6 +746,10 @@ class _Base:
     def replay(self, tl: Timeline, fix: Fix) -> Outcome:
         if fix.is_empty():
             return self.outcome
+        if isinstance(fix, _Chained):
+            out = self._replay_chained(tl, fix)
+            if out is not None:
+                return out
         ed = self.edits(tl, fix)
         neg = -(1 << 62)
         n, n_ops = tl.n_calls, len(tl.op_dur)
@@ -711,7 +766,7 @@ class _Base:
         q, d_span = q[keep], d_span[keep]
         big = len(self.epoch_order) >= JIT_MIN_EPOCHS and len(self.g_val)
         if big and SPARSE and ed.surv.all() and _compiled_sparse() is not None:
-            out = self._replay_sparse(tl, ed, e, d_step, d_own, q, d_span)
+            out = self._replay_sparse(tl, ed, e, d_step, d_own, q, d_span, fix)
             if out is not None:
                 return out
         self._last = None  # the next sparse replay starts from the unfixed one
@@ -878,22 +933,82 @@ class _Base:
         return self._sparse
 
     def _replay_sparse(self, tl: Timeline, ed: _Edits, e: np.ndarray, d_step: np.ndarray,
-                       d_own: np.ndarray, q: np.ndarray, d_span: np.ndarray) -> Outcome | None:
+                       d_own: np.ndarray, q: np.ndarray, d_span: np.ndarray, fix: Fix
+                       ) -> Outcome | None:
         """``replay`` for a fix that removes no wait (``_sparse_epochs``), run where it differs
         from a reference: the unfixed replay, or the last replay made here when it differs
         from that by fewer edits (the rules replay each finding's fix with those of the
         findings ranked above it: one finding's edits more than the replay before). None
         where the differences are too many (``SPARSE_EDITS_PER_EPOCH``): the dense kernels.
         The same outcome as the dense kernels and the whole replay (tests compare them)."""
+        mine = self._edit_set(tl, ed, e, d_step, d_own, q, d_span)
+        # a chained fix may merge its edits into these (mins of changes: no removed call)
+        mine["fix"] = fix if not (len(fix.remove_calls) or len(fix.unblock_calls)) else None
+        return self._run_sparse(tl, mine, None)
+
+    def _replay_chained(self, tl: Timeline, fix: _Chained) -> Outcome | None:
+        """``Fix.chain(together, more)`` replayed right after ``together`` (sparse): its edit
+        set is the last replay's with ``more``'s merged in (each call's and operation's
+        smallest change: what ``Fix.combine`` then ``edits`` give), and the differences
+        between the two are where the merge changed a value. One pass over the kept edits,
+        and ``more``'s sorted; no sort or search of every edit. None where it does not apply
+        (the fix is then combined and replayed as any other)."""
+        last, more = self._last, fix.second
+        if last is None or fix.first is None or last.get("fix") is not fix.first:
+            return None
+        if len(more.remove_calls) or len(more.unblock_calls) or len(more.graph_first):
+            return None
+        more = Fix.combine([more])  # each edit once, its smallest (as ``Fix.combine``)
+        ed = self.edits(tl, more)
+        e = ed.calls
+        e_pos = self.pos[e].astype(np.int64)
+        by_pos = np.argsort(e_pos, kind="stable")
+        e_pos = e_pos[by_pos]
+        d_step = ((ed.gap + ed.cost) - (self.gap[e] + self.cost[e]))[by_pos]
+        d_own = (ed.gap - self.gap[e])[by_pos]
+        q = ed.ops.astype(np.int64, copy=False)
+        d_span = ed.span - self.span[q]
+        keep = d_span != 0  # nothing is gone: no call is removed
+        q, d_span = q[keep], d_span[keep]
+        merge_calls, merge_ops = _compiled_sparse()[4:6]
+        n_e = len(last["e_pos"]) + len(e_pos)
+        out = [np.empty(n_e, np.int64) for _ in range(3)] + [np.empty(n_e + 1, np.int64),
+                                                              np.empty(n_e, np.bool_)]
+        x_e, x_de = np.empty(len(e_pos), np.int64), np.empty(len(e_pos), np.int64)
+        k, k_x = merge_calls(last["e_pos"], last["d_step"], last["d_own"], e_pos, d_step, d_own,
+                             *out, x_e, x_de)
+        m_pos, m_step, m_own, m_moved = out[0][:k], out[1][:k], out[2][:k], out[4][:k]
+        m_pe = out[3][:k + 1]
+        n_q = len(last["q"]) + len(q)
+        q_out, dq_out, pq_out = (np.empty(n_q, np.int64), np.empty(n_q, np.int64),
+                                 np.empty(n_q + 1, np.int64))
+        x_q, x_dq = np.empty(len(q), np.int64), np.empty(len(q), np.int64)
+        kq, kq_x = merge_ops(last["q"], last["d_span"], q, d_span, q_out, dq_out, pq_out, x_q,
+                             x_dq)
+        mine = {"e_pos": m_pos, "d_step": m_step, "d_own": m_own, "pe": m_pe, "moved": m_moved,
+                "ebase": np.append(np.searchsorted(m_pos, self.thread_heads),
+                                   k).astype(np.int64),
+                "q": q_out[:kq], "d_span": dq_out[:kq], "pq": pq_out[:kq + 1],
+                "q_gone": np.zeros(kq, bool),
+                "qbase": np.append(np.searchsorted(q_out[:kq], self.stream_heads),
+                                   kq).astype(np.int64),
+                "gone": np.zeros(0, bool), "fix": fix}
+        st = self._sparse_state(tl)
+        return self._run_sparse(tl, mine, self._in_play(st, x_e[:k_x], x_de[:k_x], x_q[:kq_x],
+                                                        x_dq[:kq_x]))
+
+    def _run_sparse(self, tl: Timeline, mine: dict, x_last: dict | None) -> Outcome | None:
+        """``_replay_sparse`` of the edit set ``mine`` (``x_last``: its differences from the
+        last replay's, where known)."""
         neg = -(1 << 62)
         st = self._sparse_state(tl)
         n_ranks = len(self.epoch_order)
-        mine = self._edit_set(tl, ed, e, d_step, d_own, q, d_span)
         empty = self._no_edits(tl)
         ref, x = empty, None
         n_x = int(mine["moved"].sum()) + len(mine["q"])  # differences from the unfixed replay
         if self._last is not None and n_x:
-            x_last = self._differences(st, mine, self._last)
+            if x_last is None:
+                x_last = self._differences(st, mine, self._last)
             if len(x_last["lo"]) < n_x:
                 ref, x, n_x = self._last, x_last, len(x_last["lo"])
         if n_x * SPARSE_EDITS_PER_EPOCH >= n_ranks:
@@ -925,13 +1040,14 @@ class _Base:
         e_pos, pe, d_own, ebase = mine["e_pos"], mine["pe"], mine["d_own"], mine["ebase"]
         q, pq, qbase = mine["q"], mine["pq"], mine["qbase"]
         last = self.last_calls
-        cost_last = self._last_costs(e, ed)
         lp = self.pos[last].astype(np.int64)
         j = np.searchsorted(e_pos, lp)
         own = np.zeros(len(lp), np.int64)
+        cost_last = self.cost[last].copy()  # each thread's last call's own cost under the fix
         m = j < len(e_pos)
         m[m] = e_pos[j[m]] == lp[m]
         own[m] = d_own[j[m]]
+        cost_last[m] += mine["d_step"][j[m]] - d_own[j[m]]
         t_of = np.searchsorted(self.thread_heads, lp, side="right") - 1
         at_last = pe[j] - pe[ebase[t_of]] + own
         cpu_end = max(neg, int((self.start_nowait[last] + at_last + cost_last
@@ -1744,6 +1860,80 @@ def _ref_ranks(op_rank, op_sid, refs, ref_rank, lo, hi) -> None:
             lo[i] = lo[i + 1]
 
 
+def _merge_calls(pa, sa, oa, pb, sb, ob, out_p, out_s, out_o, out_pe, out_moved, x_p, x_d):
+    """Edit set ``a`` (thread positions ``pa``, sorted, unique; changes ``sa`` of the step
+    after the call, ``oa`` of its own start) with ``b``'s merged in: where both edit a call,
+    its smallest gap and smallest cost, i.e. the smaller change of each (``s - o`` is the
+    change of cost). Writes the union, its running sums of ``s`` (``out_pe``) and which
+    move; and where the result differs from ``a`` (``x_p``, with the change of ``s``).
+    Returns the union's length and the differences'."""
+    i = j = n = nx = 0
+    acc = 0
+    out_pe[0] = 0
+    while i < len(pa) or j < len(pb):
+        if j >= len(pb) or (i < len(pa) and pa[i] < pb[j]):
+            p, s, o = pa[i], sa[i], oa[i]
+            i += 1
+        elif i >= len(pa) or pb[j] < pa[i]:
+            p, s, o = pb[j], sb[j], ob[j]
+            j += 1
+            if s != 0 or o != 0:
+                x_p[nx] = p
+                x_d[nx] = s
+                nx += 1
+        else:
+            p = pa[i]
+            o = min(oa[i], ob[j])
+            s = o + min(sa[i] - oa[i], sb[j] - ob[j])
+            if s != sa[i] or o != oa[i]:
+                x_p[nx] = p
+                x_d[nx] = s - sa[i]
+                nx += 1
+            i += 1
+            j += 1
+        out_p[n] = p
+        out_s[n] = s
+        out_o[n] = o
+        out_moved[n] = s != 0 or o != 0
+        acc += s
+        n += 1
+        out_pe[n] = acc
+    return n, nx
+
+
+def _merge_ops(qa, da, qb, db, out_q, out_d, out_pq, x_q, x_d):
+    """``_merge_calls`` for operations (stream positions, changes of span: the smaller
+    holds)."""
+    i = j = n = nx = 0
+    acc = 0
+    out_pq[0] = 0
+    while i < len(qa) or j < len(qb):
+        if j >= len(qb) or (i < len(qa) and qa[i] < qb[j]):
+            p, d = qa[i], da[i]
+            i += 1
+        elif i >= len(qa) or qb[j] < qa[i]:
+            p, d = qb[j], db[j]
+            j += 1
+            x_q[nx] = p
+            x_d[nx] = d
+            nx += 1
+        else:
+            p = qa[i]
+            d = min(da[i], db[j])
+            if d != da[i]:
+                x_q[nx] = p
+                x_d[nx] = d - da[i]
+                nx += 1
+            i += 1
+            j += 1
+        out_q[n] = p
+        out_d[n] = d
+        acc += d
+        n += 1
+        out_pq[n] = acc
+    return n, nx
+
+
 @functools.cache
 def _compiled_sparse():
     """``_sparse_epochs``, ``_checkpoints`` and ``_ref_ranks`` compiled by numba (with the
@@ -1758,7 +1948,7 @@ def _compiled_sparse():
     for name in ("_lower", "_seek", "_base_rank", "_sparse_group"):
         g[name] = inline(g[name]) if not hasattr(g[name], "py_func") else g[name]
     return (jit(_sparse_epochs), jit(_checkpoints), jit(_ref_ranks),
-            jit(_sorted_differences))
+            jit(_sorted_differences), jit(_merge_calls), jit(_merge_ops))
 
 
 def _stream_order(g: pl.DataFrame) -> np.ndarray | pl.Series:

@@ -62,11 +62,12 @@ def main() -> None:
             pair = {side: one(getattr(args, side), args, outs[side],
                               getattr(args, f"env_{side}")) for side in order}
             same = json.loads(outs["a"].read_text()) == json.loads(outs["b"].read_text())
-            pairs.append(pair | {"same_report": same})
+            same_bytes = outs["a"].read_bytes() == outs["b"].read_bytes()
+            pairs.append(pair | {"same_report": same, "same_bytes": same_bytes})
             print(f"pair {i + 1}: A {pair['a']['wall_s']:.2f} s ({pair['a']['cpu_s']:.2f} CPU) "
                   f"{pair['a']['tree_mb']:.0f} MB, B {pair['b']['wall_s']:.2f} s "
                   f"({pair['b']['cpu_s']:.2f} CPU) {pair['b']['tree_mb']:.0f} MB, "
-                  f"same report: {same}", flush=True)
+                  f"same report: {same}, byte for byte: {same_bytes}", flush=True)
 
     def spread(values: list[float], fmt: str = ".2f") -> str:
         return f"{statistics.median(values):{fmt}} ({min(values):{fmt}}-{max(values):{fmt}})"

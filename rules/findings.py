@@ -159,7 +159,7 @@ class Findings(list):
         for f in self:
             if f.edit is None:
                 continue
-            together = Fix.combine([f.edit] if together is None else [together, f.edit])
+            together = Fix.combine([f.edit]) if together is None else Fix.chain(together, f.edit)
             now = analysis.timeline.saving(together)
             f.saving_incremental_ns = max(now - before, 0)
             before = now

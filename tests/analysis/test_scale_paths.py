@@ -248,6 +248,35 @@ def test_combine_keeps_the_smallest_edit_of_each_call():
     assert replay.sorted_unique(np.array([5, 1, 5, 3]), np.array([1, 9])).tolist() == [1, 3, 5, 9]
 
 
+def test_a_chain_reads_as_the_fixes_combined():
+    """``Fix.chain``: read, each field is ``Fix.combine``'s of the parts (graphs and
+    ``describe`` included), however long the chain (built link by link, not recursively), and
+    once read the parts are let go."""
+    rng = np.random.default_rng(8)
+
+    def part(i: int) -> replay.Fix:
+        k = int(rng.integers(1, 40))
+        return replay.Fix(cost_calls=rng.integers(0, 500, k), cost_ns=rng.integers(0, 10**6, k),
+                          gap_calls=rng.integers(0, 500, k), gap_ns=rng.integers(0, 10**6, k),
+                          gpu_ops=rng.integers(0, 900, k), gpu_dur_ns=rng.integers(0, 10**6, k),
+                          unblock_calls=rng.integers(0, 500, k % 3),
+                          graph_first=np.arange(i % 2), graph_last=np.arange(i % 2) + 3,
+                          graph_launch_ns=np.full(i % 2, i), graph_node_ns=(i % 2) * (100 + i),
+                          describe=f"part {i}" if i % 3 else "")
+
+    parts = [part(i) for i in range(2_500)]
+    chain = replay.Fix.combine([parts[0]])
+    for f in parts[1:]:
+        chain = replay.Fix.chain(chain, f)
+    assert not chain.is_empty()
+    flat = replay.Fix.combine(parts)
+    for name in ("describe", "graph_node_ns", "graph_first", "graph_last", "graph_launch_ns",
+                 *replay._Chained._LAZY):
+        assert np.array_equal(getattr(chain, name), getattr(flat, name)), name
+    assert chain.first is None and chain.second is None
+    assert replay.Fix.chain(replay.Fix(), replay.Fix()).is_empty()
+
+
 def test_blocking_apis_are_matched_per_name():
     """``api_blocks`` (once per distinct name) is ``is_blocking_api`` on every call's name."""
     from zym.analysis.facts import api_blocks
@@ -444,3 +473,99 @@ def test_the_sparse_replay_of_late_gpu_work(which, synthetic, sparse):
         assert _used_sparse(tl, fix)
         tl._base._last = None
         assert tl.replay(fix) == tl.replay(fix, incremental=False), back
+
+
+def _chain_part(tl, rng: np.random.Generator, parts: list[replay.Fix]) -> replay.Fix:
+    """A finding's fix as the pinned-memory model makes them (cheaper calls, shorter
+    operations, shorter gaps), some of it editing again what earlier parts edited, with
+    smaller and with larger values, and calls named twice."""
+    n, m = tl.n_calls, len(tl.pos_of_gpu)
+    k = int(rng.integers(1, max(2, n // 150)))
+    part = replay.Fix()
+    for kind in rng.choice(["cost", "gap", "gpu"], size=int(rng.integers(1, 4)), replace=False):
+        if kind == "cost":
+            part.cost_calls = np.sort(rng.choice(n, size=k, replace=False))
+            part.cost_ns = (tl.intrinsic[part.cost_calls] * rng.random(k)).astype(np.int64)
+        elif kind == "gap":
+            part.gap_calls = np.sort(rng.choice(n, size=k, replace=False))
+            part.gap_ns = (tl.gap[part.gap_calls] * rng.random(k)).astype(np.int64)
+        else:
+            part.gpu_ops = np.sort(rng.choice(m, size=min(k, m), replace=False))
+            part.gpu_dur_ns = rng.integers(0, 50_000, len(part.gpu_ops))
+    if parts and rng.random() < 0.6:  # again: half smaller, half larger than before
+        old = parts[int(rng.integers(len(parts)))]
+        scale = np.where(rng.random(len(old.cost_calls)) < 0.5, 0.5, 3.0)
+        gscale = np.where(rng.random(len(old.gpu_ops)) < 0.5, 0.5, 3.0)
+        hscale = np.where(rng.random(len(old.gap_calls)) < 0.5, 0.5, 3.0)
+        part = replay.Fix.combine([part, replay.Fix(
+            cost_calls=old.cost_calls, cost_ns=(old.cost_ns * scale).astype(np.int64),
+            gap_calls=old.gap_calls, gap_ns=(old.gap_ns * hscale).astype(np.int64),
+            gpu_ops=old.gpu_ops, gpu_dur_ns=(old.gpu_dur_ns * gscale).astype(np.int64))])
+    return _messy(part, rng) if rng.random() < 0.3 else part
+
+
+@pytest.mark.parametrize("which", ["ebpf_sample", "synthetic", "synthetic_anchored"])
+def test_a_chained_fix_merges_its_edits_into_the_last_replays(which, synthetic, sparse):
+    """``Fix.chain`` (the rules' fixes so far, and one finding's more): replayed right after
+    the chain before it, its edit set is that replay's with the new fix's edits merged in
+    (``_Base._replay_chained``). Each link ends when its whole replay does, and the merged
+    edit set (calls by thread position with their changes and running sums, operations with
+    theirs) and differences are those of the same fix combined and replayed from scratch."""
+    tl = analyze(EBPF_SAMPLE if which == "ebpf_sample" else synthetic, lambda _stage: None,
+                 "steady").timeline
+    rng = np.random.default_rng(41)
+    if which == "synthetic_anchored":
+        tl.op_call = tl.op_call.copy()
+        tl.op_call[rng.choice(len(tl.op_call), size=len(tl.op_call) // 20, replace=False)] = -1
+    base = tl._base
+    chained = 0
+    merge = replay._Base._replay_chained
+
+    def counted(self, tl, fix):
+        nonlocal chained
+        out = merge(self, tl, fix)
+        chained += out is not None
+        return out
+
+    keys = ("e_pos", "d_step", "d_own", "pe", "moved", "ebase", "q", "d_span", "pq", "qbase",
+            "ck_delay", "ck_ready", "fin_delay", "fin_ready")
+    run = replay._Base._run_sparse
+    merged: list = []  # the differences the merge found, per chained replay
+
+    def recorded(self, tl, mine, x_last):
+        merged.append(x_last)
+        return run(self, tl, mine, x_last)
+
+    replay._Base._replay_chained = counted
+    replay._Base._run_sparse = recorded
+    try:
+        for _chain in range(3):
+            parts: list[replay.Fix] = []
+            together = previous = None
+            for _ in range(8):
+                merged.clear()
+                part = _chain_part(tl, rng, parts)
+                parts.append(part)
+                together = (replay.Fix.combine([part]) if together is None
+                            else replay.Fix.chain(together, part))
+                got = tl.replay(together)
+                kept = base._last
+                flat = replay.Fix.combine(parts)
+                assert got == tl.replay(flat, incremental=False)
+                # the same fix, combined flat, replayed from the same reference
+                x_merged = merged[-1] if merged else None
+                if kept is not None and len(parts) > 1:
+                    if x_merged is not None:  # as those of the two edit sets, merged whole
+                        x = base._differences(base._sparse, kept, previous)
+                        for k in x:
+                            assert np.array_equal(x[k], x_merged[k]), k
+                    base._last = previous
+                    assert tl.replay(flat) == got
+                    for k in keys:
+                        assert np.array_equal(base._last[k], kept[k]), k
+                    base._last = kept
+                previous = kept
+    finally:
+        replay._Base._replay_chained = merge
+        replay._Base._run_sparse = run
+    assert chained >= 12
