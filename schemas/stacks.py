@@ -21,6 +21,8 @@ from .lookup import first_row_of
 
 MAX_ROUNDS = 40  # 2**40 levels: more rounds means cyclic parent links
 _BASE = 0x9E3779B97F4A7C15  # odd 64-bit multiplier
+_STACKS_SCHEMA = {"stack_id": pl.Int64, "parent_id": pl.Int64, "frame_id": pl.Int64,
+                  "depth": pl.Int32}
 
 
 class CyclicStacksError(ValueError):
@@ -48,8 +50,7 @@ def intern_forest(nodes: pl.DataFrame, first_id: int = 0) -> tuple[pl.DataFrame,
     n = nodes.height
     if n == 0:
         return (pl.DataFrame(schema={"node": nodes["node"].dtype, "stack_id": pl.Int64}),
-                pl.DataFrame(schema={"stack_id": pl.Int64, "parent_id": pl.Int64,
-                                     "frame_id": pl.Int64, "depth": pl.Int32}))
+                pl.DataFrame(schema=_STACKS_SCHEMA))
     if nodes["frame_id"].null_count():
         raise ValueError("a stack node without a frame")
     # Rows as numpy indices, a root's parent the sentinel row n (one past the end).
@@ -72,6 +73,8 @@ def intern_rows(frame: np.ndarray, parent_row: np.ndarray, first_id: int = 0
     order. Returns each row's stack id and the trie. For producers whose nodes are already
     rows: no key lookup, and no table of the forest beside the arrays."""
     n = frame.shape[0]
+    if n == 0:
+        return np.zeros(0, np.int64), pl.DataFrame(schema=_STACKS_SCHEMA)
     # Each distinct path gets a number and its first row; stack ids go depth-major, then by
     # that first row.
     hashes, size = _path_hashes(frame, parent_row)

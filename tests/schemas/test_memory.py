@@ -1,7 +1,7 @@
 """Giving freed memory back between the stages of a large load."""
 from __future__ import annotations
 
-import zym.schemas.memory as memory
+from zym.schemas import memory
 
 
 def test_trims_only_after_large_stages(monkeypatch):

@@ -99,3 +99,12 @@ def test_a_node_without_a_frame_is_refused():
     nodes = pl.DataFrame({"node": [1, 2], "parent": [None, 1], "frame_id": [0, None]})
     with pytest.raises(ValueError, match="without a frame"):
         intern_forest(nodes)
+
+
+def test_no_rows_intern_to_nothing():
+    import numpy as np
+    from zym.schemas.stacks import intern_rows
+
+    ids, stacks = intern_rows(np.zeros(0, np.int64), np.zeros(0, np.int32))
+    assert len(ids) == 0 and stacks.height == 0
+    assert stacks.columns == ["stack_id", "parent_id", "frame_id", "depth"]
