@@ -7,7 +7,7 @@ filtered rows of the firing groups (a semi-join), never a Python loop over event
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -47,8 +47,9 @@ def evaluate_rules(analysis: Analysis, rules: Sequence[Rule],
     """Findings of ``rules`` on ``analysis``, ranked by what fixing each would save (see
     :func:`rank`; ``together``: also replay the fixes together).
 
-    All rules are collected together (``polars.collect_all``): the relations they share are
-    built once, with only the columns some rule reads.
+    The rules of one relation are collected together (``polars.collect_all``): the relation
+    they share is built once, with only the columns some rule reads, and dropped once they
+    have run (the rules that fired keep what they read).
     """
     rel = relations or analysis.relations
     rules = [r for r in rules if _fits_gpus(r.gpus, analysis)]
@@ -57,13 +58,24 @@ def evaluate_rules(analysis: Analysis, rules: Sequence[Rule],
     for rule in rules:
         needed.setdefault(rule.relation, set()).update(rule_columns(rule))
         wheres.setdefault(rule.relation, []).append(rule.where)
-    frames = {name: rel.materialize(name, cols, wheres[name]) for name, cols in needed.items()}
-    plans = [_plan(rule, rel, frames[rule.relation]) for rule in rules]
-    fired = pl.collect_all([p["grouped"] for p in plans]) if plans else []
-    findings: list[Finding] = []
-    for plan, frame in zip(plans, fired):
-        if frame.height:
-            findings.extend(_findings(plan, frame, rel))
+    # One relation at a time, each dropped once its rules' queries have run: from then on a
+    # frame is held only by the plans of rules that fired (each until its findings' fixes are
+    # estimated), so a relation no finding reads (at 10 M GPU operations, the GPU relation's
+    # 5 M rows) is neither beside the next one's build nor kept through the replays.
+    of_rule: list[list[Finding]] = [[] for _ in rules]
+    for name, cols in needed.items():
+        at = [i for i, rule in enumerate(rules) if rule.relation == name]
+        frame = rel.materialize(name, cols, wheres[name])
+        plans = [_plan(rules[i], rel, frame) for i in at]
+        fired = pl.collect_all([p["grouped"] for p in plans])
+        for i, plan, got in zip(at, plans, fired):
+            if got.height:
+                def replan(rule=rules[i], cols=set(frame.columns), where=wheres[name]) -> dict:
+                    return _plan(rule, rel, rel.materialize(rule.relation, cols, where))
+                of_rule[i] = _findings(plan, got, rel, replan)
+        del frame, plans, fired
+        rel.forget(name, wheres[name])
+    findings = [f for found in of_rule for f in found]
     findings = _apply_supersedes(findings, rules)
     return rank(analysis, findings, together)
 
@@ -281,21 +293,29 @@ def _plan(rule: Rule, rel: Relations, frame: pl.DataFrame) -> dict:
 class _Occurrences:
     """The offending events of one rule's findings, computed for all of them on first use."""
 
-    def __init__(self, plan: dict, fired: pl.DataFrame) -> None:
-        self.plan, self.fired = plan, fired
+    def __init__(self, plan: dict, fired: pl.DataFrame,
+                 replan: Callable[[], dict] | None = None) -> None:
+        self.plan: dict | None = plan
+        self.fired, self.relation = fired, plan["rule"].relation
+        self.replan = replan  # the plan built again (from the relation built again)
         self.parts: dict[tuple, pl.DataFrame] | None = None
         self.occ: dict[tuple, pl.DataFrame] | None = None  # ``of`` each group, once released
 
     def release(self) -> None:
         """Keep of each group's rows only its occurrences (what reports read), once the fix
         models have read the rest: every column of every offending event is not held through
-        the other findings' replays (``rows`` builds them again if asked)."""
+        the other findings' replays (``rows`` builds them again if asked), nor the relation's
+        frame the plan reads (with a ``replan``: it is built again if asked)."""
         if self.parts is not None:
             self.occ = {key: self._occurrences(part) for key, part in self.parts.items()}
             self.parts = None
+        if self.replan is not None and self.occ is not None:
+            self.plan = None
 
     def rows(self, key: tuple) -> pl.DataFrame:
         """Every column of the group's filtered rows."""
+        if self.plan is None:
+            self.plan = self.replan()
         if self.parts is None:
             keys = self.plan["keys"]
             if not keys:
@@ -316,12 +336,13 @@ class _Occurrences:
     def _occurrences(self, rows: pl.DataFrame) -> pl.DataFrame:
         if rows.height == 0:
             return _EMPTY_OCC
-        return rows.select(OCCURRENCE[self.plan["rule"].relation])
+        return rows.select(OCCURRENCE[self.relation])
 
 
-def _findings(plan: dict, fired: pl.DataFrame, rel: Relations) -> list[Finding]:
+def _findings(plan: dict, fired: pl.DataFrame, rel: Relations,
+              replan: Callable[[], dict] | None = None) -> list[Finding]:
     keys, rule = plan["keys"], plan["rule"]
-    store = _Occurrences(plan, fired)
+    store = _Occurrences(plan, fired, replan)
     site_of = ("site_id" if "site_id" in keys else "_l_site_id")
     if site_of in fired.columns:  # labels of the group's site, from the site table
         info = rel.sites.select(pl.col("stack_id").alias(site_of), *[
