@@ -17,10 +17,11 @@ SAMPLES = [REPO / "sample_traces" / "gpt_decode_server.parquet",
 @pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
 def test_api_names_held_as_codes(path):
     a = analyze(path, lambda _stage: None)
-    assert a.data.calls.schema["name"] == pl.Categorical
-    assert a.facts.calls.schema["api"] == pl.Categorical
+    whole = a.whole  # the whole capture's facts (a.data: the steady window's rows)
+    assert whole.data.calls.schema["name"] == pl.Categorical
+    assert whole.calls.schema["api"] == pl.Categorical
     # the same names, in the same rows, as the capture's text
-    text = load_capture(path).calls["name"]
-    assert_series_equal(a.data.calls["name"].cast(pl.String), text.cast(pl.String))
-    assert_series_equal(a.facts.calls["api"].cast(pl.String),
-                        text.cast(pl.String).gather(a.facts.calls["_orig"]), check_names=False)
+    text = load_capture(path).calls["name"].cast(pl.String)
+    assert_series_equal(whole.data.calls["name"].cast(pl.String), text)
+    assert_series_equal(whole.calls["api"].cast(pl.String), text.gather(whole.calls["_orig"]),
+                        check_names=False)
