@@ -7,6 +7,8 @@ filtered rows of the firing groups (a semi-join), never a Python loop over event
 """
 from __future__ import annotations
 
+import functools
+
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -70,9 +72,9 @@ def evaluate_rules(analysis: Analysis, rules: Sequence[Rule],
         fired = pl.collect_all([p["grouped"] for p in plans])
         for i, plan, got in zip(at, plans, fired):
             if got.height:
-                def replan(rule=rules[i], cols=set(frame.columns), where=wheres[name]) -> dict:
-                    return _plan(rule, rel, rel.materialize(rule.relation, cols, where))
-                of_rule[i] = _findings(plan, got, rel, replan)
+                of_rule[i] = _findings(plan, got, rel,
+                                       functools.partial(_replan, rules[i], rel,
+                                                         frozenset(frame.columns), wheres[name]))
         del frame, plans, fired
         rel.forget(name, wheres[name])
     findings = [f for found in of_rule for f in found]
@@ -246,6 +248,11 @@ def run_rule(rule: Rule, rel: Relations) -> list[Finding]:
     if frame.height == 0:
         return []
     return _findings(plan, frame, rel)
+
+
+def _replan(rule: Rule, rel: Relations, columns: frozenset[str], wheres: list[dict]) -> dict:
+    """A rule's plan built again, on its relation built again (the same rows and columns)."""
+    return _plan(rule, rel, rel.materialize(rule.relation, set(columns), wheres))
 
 
 def _plan(rule: Rule, rel: Relations, frame: pl.DataFrame) -> dict:
