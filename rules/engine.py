@@ -8,7 +8,6 @@ filtered rows of the firing groups (a semi-join), never a Python loop over event
 from __future__ import annotations
 
 import functools
-
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
