@@ -80,7 +80,7 @@ def main() -> None:
                         (engine, "_plan"), (engine, "rank"), (findings.Findings, "_replay_together"),
                         (summary, "build_report")):
         wrap(owner, name)
-    for prop in ("calls", "gpu", "sites", "busy", "gaps", "kernel_table"):
+    for prop in ("calls", "gpu", "sites", "busy", "gaps", "kernel_table"):  # Facts'
         cp = facts.Facts.__dict__[prop]
         f = cp.func
 
@@ -88,6 +88,16 @@ def main() -> None:
             say(f"-> Facts.{prop}")
             out = f(self)
             say(f"<- Facts.{prop}")
+            return out
+        cp.func = traced
+    for prop in ("timeline", "relations"):  # Analysis'
+        cp = report.Analysis.__dict__[prop]
+        f = cp.func
+
+        def traced(self, f=f, prop=prop):
+            say(f"-> Analysis.{prop}")
+            out = f(self)
+            say(f"<- Analysis.{prop}")
             return out
         cp.func = traced
 
@@ -104,8 +114,9 @@ def main() -> None:
     say("analyze done")
     if args.sizes:
         _sizes(a, "after analyze")
-    _ = a.timeline
-    say("timeline done")
+    if args.no_rules:  # (with the rules, the timeline is built where the CLI builds it)
+        _ = a.timeline
+        say("timeline done")
     fs = None
     if not args.no_rules:
         from zym.rules import evaluate, load_packs
