@@ -308,9 +308,18 @@ class Timeline:
             return np.full(len(ts), -(1 << 62), np.int64)
         order = np.argsort(self.op_launch, kind="stable")
         launch = self.op_launch[order]
-        ends = np.maximum.accumulate((self.op_start + self.op_dur)[order])
+        ends = self.op_start[order]  # (gathered, then summed and maxed in place)
+        ends += self.op_dur[order]
+        del order
+        np.maximum.accumulate(ends, out=ends)
         k = np.searchsorted(launch, ts, side="left")
-        return np.where(k > 0, ends[np.maximum(k - 1, 0)], -(1 << 62))
+        del launch
+        k -= 1
+        none = k < 0
+        np.maximum(k, 0, out=k)
+        out = ends[k]
+        out[none] = -(1 << 62)
+        return out
 
     # -- replay -------------------------------------------------------------------------------
 
