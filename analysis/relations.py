@@ -260,7 +260,7 @@ class Relations:
         ``wheres``: the ``where`` of every rule that will read it; rows none of them can keep
         are dropped before the per-row joins and gathers (``compile.relaxed_where``).
         """
-        key = f"rel:{name}:{json.dumps(wheres, sort_keys=True, default=str)}"
+        key = self._key(name, wheres)
         have = self._eager.get(key)
         if have is not None and columns <= set(have.columns):
             return have
@@ -269,6 +269,16 @@ class Relations:
         # a column with one value in every row (no matmul shapes: no FLOPs) is held once
         self._eager[key] = constant_columns(getattr(self, f"_build_{name}")(wanted, wheres))
         return self._eager[key]
+
+    @staticmethod
+    def _key(name: str, wheres: list[dict] | None) -> str:
+        return f"rel:{name}:{json.dumps(wheres, sort_keys=True, default=str)}"
+
+    def forget(self, name: str, wheres: list[dict] | None = None) -> None:
+        """Drop the frame :meth:`materialize` keeps for ``name`` and ``wheres`` (built again
+        if asked): the rule engine's, once its queries have run (the plans of rules that fired
+        hold what they read)."""
+        self._eager.pop(self._key(name, wheres), None)
 
     def _keep(self, df: pl.DataFrame, wheres: list[dict] | None) -> pl.DataFrame:
         """Rows of ``df`` that at least one of ``wheres`` may keep."""

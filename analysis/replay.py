@@ -261,9 +261,13 @@ class Timeline:
         start = g["ts_ns"].to_numpy()
         end = g["end_ns"].to_numpy()
         stream = g["stream"].to_numpy()
+        g = g.drop("end_ns", "stream")  # read once: not held with the frame
         first = np.r_[True, stream[1:] != stream[:-1]] if len(stream) else np.zeros(0, bool)
         prev_end = np.r_[0, end[:-1]] if len(end) else end
+        del end
+        # (per-operation temporaries freed once read: ~80 MB each at 10 M operations)
         gap_obs = np.where(first, np.iinfo(np.int64).max, np.maximum(start - prev_end, 0))
+        del prev_end
         launched = g["call_idx"].to_numpy() >= 0
         lat_obs = np.where(launched, start - g["launch_ts"].to_numpy(), 0)
         self.skewed_ops = int((lat_obs < 0).sum())
@@ -273,13 +277,16 @@ class Timeline:
         self.launch_latency_ns = int(np.median(lat_obs[by_launch])) if by_launch.any() else 0
         self.queue_gap_ns = int(np.median(gap_obs[by_stream])) if by_stream.any() else 0
         lat = np.where(by_launch, lat_obs, np.minimum(lat_obs, self.launch_latency_ns))
+        del lat_obs
         gap = np.where(by_stream, gap_obs,
                        np.where(first, 0, np.minimum(gap_obs, self.queue_gap_ns)))
+        del gap_obs, by_launch, by_stream
         op_gpu_idx = g["gpu_idx"].to_numpy()
         self.op_call = narrow_index(g["call_idx"].to_numpy(), self.n_calls)
         self.op_dur = g["dur_ns"].to_numpy().astype(np.int64, copy=False)
         self.op_start = start
         self.op_lat = np.where(launched, lat, 0).astype(np.int64, copy=False)
+        del lat
         self.op_gap = gap.astype(np.int64, copy=False)
         self.op_launch = g["launch_ts"].to_numpy()
         # Streams are few and the operations sorted by stream: ids by counting the changes.
@@ -309,16 +316,22 @@ class Timeline:
         t_sorted = thread[order]
         first = np.ones(len(order), bool)
         first[1:] = t_sorted[1:] != t_sorted[:-1]
+        del t_sorted, thread
         self.first_of_thread = first
-        # The previous calls' latest end on the thread (overlapping calls nest).
-        end_sorted = end[order]
-        run_max = _segmented_cummax(end_sorted, first)
+        # The previous calls' latest end on the thread (overlapping calls nest). (Each
+        # per-call temporary is freed once read: ~100 MB each at 10 M calls.)
+        run_max = _segmented_cummax(end[order], first)
         prev_end = np.empty_like(run_max)
         prev_end[1:] = run_max[:-1]
+        del run_max
         prev_end[first] = self.w0
-        gap = np.clip(self.call_ts[order] - prev_end, 0, None)
+        gap = self.call_ts[order]
+        gap -= prev_end
+        del prev_end
+        np.clip(gap, 0, None, out=gap)
         self.gap = np.empty(len(order), np.int64)
         self.gap[order] = gap
+        del gap
         # What each waiting call waited for: its own GPU operation (a blocking copy), else every
         # operation launched before it (a sync).
         blocking = c["blocking"].to_numpy()
@@ -330,9 +343,14 @@ class Timeline:
         returned_early = has_own & (end < own_end - RETURN_SLACK_NS)
         self.waits = blocking & ~returned_early
         self.waits_own = self.waits & has_own
+        del returned_early, has_own
         g_all = self._completed_before(self.call_ts)
         awaited = np.where(self.waits_own, own_end, g_all)
-        wait_obs = np.where(self.waits, np.clip(awaited - self.call_ts, 0, dur), 0)
+        del g_all, own_end
+        awaited -= self.call_ts
+        np.clip(awaited, 0, dur, out=awaited)
+        wait_obs = np.where(self.waits, awaited, 0)
+        del awaited
         self.intrinsic = dur - wait_obs
 
     def _completed_before(self, ts: np.ndarray) -> np.ndarray:
@@ -341,9 +359,18 @@ class Timeline:
             return np.full(len(ts), -(1 << 62), np.int64)
         order = np.argsort(self.op_launch, kind="stable")
         launch = self.op_launch[order]
-        ends = np.maximum.accumulate((self.op_start + self.op_dur)[order])
+        ends = self.op_start[order]  # (gathered, then summed and maxed in place)
+        ends += self.op_dur[order]
+        del order
+        np.maximum.accumulate(ends, out=ends)
         k = np.searchsorted(launch, ts, side="left")
-        return np.where(k > 0, ends[np.maximum(k - 1, 0)], -(1 << 62))
+        del launch
+        k -= 1
+        none = k < 0
+        np.maximum(k, 0, out=k)
+        out = ends[k]
+        out[none] = -(1 << 62)
+        return out
 
     # -- replay -------------------------------------------------------------------------------
 
@@ -491,18 +518,20 @@ class Timeline:
             k = np.searchsorted(epoch_start[epoch_order], self.op_start[~launched], side="right")
             op_epoch[~launched] = epoch_order[np.clip(k - 1, 0, max(n_epochs - 1, 0))] \
                 if n_epochs else -1
-        # Group maxima per (epoch, stream, anchored?).
-        groups = _group_max(rank_of_epoch[np.maximum(op_epoch, 0)] if n_epochs else op_epoch,
-                            sid, (~launched).astype(np.int64), contrib, keep)
-        del contrib, op_epoch
-
-        # The waiting call that ends each epoch, and what it waits for.
+        # The waiting call that ends each epoch, and each epoch's thread (before the groups:
+        # the per-call epochs and thread ranks are not held through their sort).
         wait_idx = np.nonzero(waits)[0]
         epoch_wait = np.full(n_epochs, -1, np.int64)
         epoch_wait[epoch[wait_idx]] = wait_idx
         thread_of_epoch = np.zeros(n_epochs, np.int64)
         if n:
             thread_of_epoch[epoch] = thread_rank
+        del epoch, thread_rank
+        # Group maxima per (epoch, stream, anchored?).
+        groups = _group_max(rank_of_epoch[np.maximum(op_epoch, 0)] if n_epochs else op_epoch,
+                            sid, (~launched).astype(np.int64), contrib, keep)
+        del contrib, op_epoch
+
         # For a sync: per stream, S up to the newest operation launched before the call;
         # for a blocking copy: its own operation's stream and S.
         s_at, own_pos = self._awaited_prefix(wait_idx, s_incl, keep)
@@ -568,10 +597,13 @@ class Timeline:
         # Ends: each thread's last call; each stream's last operation.
         cpu_end = neg
         if self.n_calls:
-            ranks = np.cumsum(self.first_of_thread) - 1
+            # Each thread's last call (thread order), and its thread's rank: the k-th of them
+            # ends the k-th thread (gathered first: no per-call temporaries, ~400 MB of the
+            # unfixed replay's peak at 10 M calls).
             last = np.nonzero(np.append(self.first_of_thread[1:], True))[0]
-            cpu_end = max(cpu_end, int(((start_nowait + cost)[self.order[last]]
-                                        + d[ranks[last]]).max()))
+            at = self.order[last]
+            cpu_end = max(cpu_end, int((start_nowait[at] + cost[at]
+                                        + d[np.arange(len(last))]).max()))
         gpu_end = neg
         if len(sid):
             last_pos = np.nonzero(np.append(sid[1:] != sid[:-1], True))[0]
@@ -1996,12 +2028,19 @@ def _segmented_exclusive_cumsum(x: np.ndarray, first: np.ndarray) -> np.ndarray:
 def _segmented_cummax(x: np.ndarray, first: np.ndarray) -> np.ndarray:
     if not len(x):
         return x
-    seg = np.cumsum(first) - 1
-    # Offset each segment above all earlier ones so one running max stays inside segments.
+    # Offset each segment above all earlier ones so one running max stays inside segments
+    # (in place: two whole-length arrays, not six).
     lo, hi = int(x.min()), int(x.max())
     span = hi - lo + 1
-    shifted = (x - lo) + seg.astype(np.int64) * span
-    return np.maximum.accumulate(shifted) - seg.astype(np.int64) * span + lo
+    off = np.cumsum(first, dtype=np.int64)
+    off -= 1
+    off *= span
+    shifted = x - lo
+    shifted += off
+    np.maximum.accumulate(shifted, out=shifted)
+    shifted -= off
+    shifted += lo
+    return shifted
 
 
 def _group_max_dense(rank: np.ndarray, stream: np.ndarray, fixed: np.ndarray,

@@ -7,7 +7,8 @@ filtered rows of the firing groups (a semi-join), never a Python loop over event
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import functools
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -47,8 +48,9 @@ def evaluate_rules(analysis: Analysis, rules: Sequence[Rule],
     """Findings of ``rules`` on ``analysis``, ranked by what fixing each would save (see
     :func:`rank`; ``together``: also replay the fixes together).
 
-    All rules are collected together (``polars.collect_all``): the relations they share are
-    built once, with only the columns some rule reads.
+    The rules of one relation are collected together (``polars.collect_all``): the relation
+    they share is built once, with only the columns some rule reads, and dropped once they
+    have run (the rules that fired keep what they read).
     """
     rel = relations or analysis.relations
     rules = [r for r in rules if _fits_gpus(r.gpus, analysis)]
@@ -57,13 +59,24 @@ def evaluate_rules(analysis: Analysis, rules: Sequence[Rule],
     for rule in rules:
         needed.setdefault(rule.relation, set()).update(rule_columns(rule))
         wheres.setdefault(rule.relation, []).append(rule.where)
-    frames = {name: rel.materialize(name, cols, wheres[name]) for name, cols in needed.items()}
-    plans = [_plan(rule, rel, frames[rule.relation]) for rule in rules]
-    fired = pl.collect_all([p["grouped"] for p in plans]) if plans else []
-    findings: list[Finding] = []
-    for plan, frame in zip(plans, fired):
-        if frame.height:
-            findings.extend(_findings(plan, frame, rel))
+    # One relation at a time, each dropped once its rules' queries have run: from then on a
+    # frame is held only by the plans of rules that fired (each until its findings' fixes are
+    # estimated), so a relation no finding reads (at 10 M GPU operations, the GPU relation's
+    # 5 M rows) is neither beside the next one's build nor kept through the replays.
+    of_rule: list[list[Finding]] = [[] for _ in rules]
+    for name, cols in needed.items():
+        at = [i for i, rule in enumerate(rules) if rule.relation == name]
+        frame = rel.materialize(name, cols, wheres[name])
+        plans = [_plan(rules[i], rel, frame) for i in at]
+        fired = pl.collect_all([p["grouped"] for p in plans])
+        for i, plan, got in zip(at, plans, fired):
+            if got.height:
+                of_rule[i] = _findings(plan, got, rel,
+                                       functools.partial(_replan, rules[i], rel,
+                                                         frozenset(frame.columns), wheres[name]))
+        del frame, plans, fired
+        rel.forget(name, wheres[name])
+    findings = [f for found in of_rule for f in found]
     findings = _apply_supersedes(findings, rules)
     return rank(analysis, findings, together)
 
@@ -236,6 +249,11 @@ def run_rule(rule: Rule, rel: Relations) -> list[Finding]:
     return _findings(plan, frame, rel)
 
 
+def _replan(rule: Rule, rel: Relations, columns: frozenset[str], wheres: list[dict]) -> dict:
+    """A rule's plan built again, on its relation built again (the same rows and columns)."""
+    return _plan(rule, rel, rel.materialize(rule.relation, set(columns), wheres))
+
+
 def _plan(rule: Rule, rel: Relations, frame: pl.DataFrame) -> dict:
     """The lazy query of one rule: filter, group, measure, derive, threshold."""
     from zym.analysis.relations import EVENT_SITE_COLUMNS, SITE_COLUMNS
@@ -281,31 +299,43 @@ def _plan(rule: Rule, rel: Relations, frame: pl.DataFrame) -> dict:
 class _Occurrences:
     """The offending events of one rule's findings, computed for all of them on first use."""
 
-    def __init__(self, plan: dict, fired: pl.DataFrame) -> None:
-        self.plan, self.fired = plan, fired
+    def __init__(self, plan: dict, fired: pl.DataFrame,
+                 replan: Callable[[], dict] | None = None) -> None:
+        self.plan: dict | None = plan
+        self.fired, self.relation = fired, plan["rule"].relation
+        self.replan = replan  # the plan built again (from the relation built again)
         self.parts: dict[tuple, pl.DataFrame] | None = None
         self.occ: dict[tuple, pl.DataFrame] | None = None  # ``of`` each group, once released
 
     def release(self) -> None:
         """Keep of each group's rows only its occurrences (what reports read), once the fix
         models have read the rest: every column of every offending event is not held through
-        the other findings' replays (``rows`` builds them again if asked)."""
+        the other findings' replays (``rows`` builds them again if asked), nor the relation's
+        frame the plan reads (with a ``replan``: it is built again if asked)."""
         if self.parts is not None:
             self.occ = {key: self._occurrences(part) for key, part in self.parts.items()}
             self.parts = None
+        if self.replan is not None and self.occ is not None:
+            self.plan = None
 
     def rows(self, key: tuple) -> pl.DataFrame:
-        """Every column of the group's filtered rows."""
+        """The group's filtered rows, with the columns the fix models and the occurrences
+        read (:func:`event_columns`), not every column the rules read."""
+        if self.plan is None:
+            self.plan = self.replan()
+        rows = self.plan["rows"]
+        rows = rows.select(event_columns(self.plan["rule"], self.plan["keys"],
+                                         rows.collect_schema().names()))
         if self.parts is None:
             keys = self.plan["keys"]
             if not keys:
-                self.parts = {(): self.plan["rows"].collect()}
+                self.parts = {(): rows.collect()}
             else:
-                occ = (self.plan["rows"].join(self.fired.lazy().select(keys), on=keys,
-                                              how="semi", nulls_equal=True).collect())
+                occ = (rows.join(self.fired.lazy().select(keys), on=keys,
+                                 how="semi", nulls_equal=True).collect())
                 self.parts = dict(occ.partition_by(keys, as_dict=True, maintain_order=True))
         part = self.parts.get(key)
-        return part if part is not None else self.plan["rows"].clear().collect()
+        return part if part is not None else rows.clear().collect()
 
     def of(self, key: tuple) -> pl.DataFrame:
         """The group's occurrences: ``pid, tid, ts_ns, dur_ns, correlation_id``."""
@@ -316,12 +346,26 @@ class _Occurrences:
     def _occurrences(self, rows: pl.DataFrame) -> pl.DataFrame:
         if rows.height == 0:
             return _EMPTY_OCC
-        return rows.select(OCCURRENCE[self.plan["rule"].relation])
+        return rows.select(OCCURRENCE[self.relation])
 
 
-def _findings(plan: dict, fired: pl.DataFrame, rel: Relations) -> list[Finding]:
+def event_columns(rule: Rule, keys: list[str], columns: list[str]) -> list[str]:
+    """Of a rule's filtered rows' ``columns``, those its findings' events keep: the group
+    keys, the row key and ``call_idx``, what its fix model reads (``fix_for``: ``call_idx``
+    for the call models, ``_MODEL_COLUMNS`` for the others) and the occurrences' columns.
+    (At 10 M GPU operations, the pinned-memory rule's 2.5 M events with every column the
+    calls rules read were 0.5 GB, held beside the first replays.)"""
+    want = {*keys, ROW_KEY[rule.relation], "call_idx",
+            *_MODEL_COLUMNS.get(rule.saving.get("model", "none"), ())}
+    for expr in OCCURRENCE[rule.relation]:
+        want.update(expr.meta.root_names())
+    return [c for c in columns if c in want]
+
+
+def _findings(plan: dict, fired: pl.DataFrame, rel: Relations,
+              replan: Callable[[], dict] | None = None) -> list[Finding]:
     keys, rule = plan["keys"], plan["rule"]
-    store = _Occurrences(plan, fired)
+    store = _Occurrences(plan, fired, replan)
     site_of = ("site_id" if "site_id" in keys else "_l_site_id")
     if site_of in fired.columns:  # labels of the group's site, from the site table
         info = rel.sites.select(pl.col("stack_id").alias(site_of), *[
