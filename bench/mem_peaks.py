@@ -77,7 +77,8 @@ def main() -> None:
                         (replay.Timeline, "_build_gpu"), (replay.Timeline, "_build_calls"),
                         (replay.Timeline, "_replay_whole"), (replay._Base, "__init__"),
                         (relations.Relations, "materialize"), (relations.Relations, "_instances"),
-                        (engine, "_plan"), (engine, "rank"), (findings.Findings, "_replay_together"),
+                        (engine, "_plan"), (engine, "_replan"), (engine, "rank"),
+                        (relations.Relations, "_matmuls"), (findings.Findings, "_replay_together"),
                         (summary, "build_report")):
         wrap(owner, name)
     for prop in ("calls", "gpu", "sites", "busy", "gaps", "kernel_table"):  # Facts'
