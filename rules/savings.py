@@ -344,7 +344,8 @@ def _cuda_graph(relation: str, rows: pl.DataFrame, analysis: Analysis) -> Fix | 
     if not steps:
         raise NoEstimate("no two steps launch the same kernels with the same grids (shapes "
                          "change from step to step); a CUDA graph needs fixed shapes first")
-    c = c.filter(pl.col("step").is_in(list(steps))).sort("_thread", "ts_ns")
+    c = (c.select("_thread", "ts_ns", "call_idx", "step", "kind", "blocking")
+         .filter(pl.col("step").is_in(list(steps))).sort("_thread", "ts_ns"))
     # Launches, memsets and the runtime's own queries (cudaGetDevice...) replay inside a graph;
     # a blocking call or a copy to or from the host ends a run.
     graphable = (pl.col("kind").is_in(["launch", "memset", "other"]) & ~pl.col("blocking"))
@@ -373,18 +374,22 @@ def repeating_steps(calls: pl.DataFrame, gpu: pl.DataFrame, steps: set[int]) -> 
     """The steps among ``steps`` whose launches repeat another step's exactly (same call
     sites, kernels and grids, in order): what a CUDA graph captured once can replay. Steps
     whose shapes change from step to step launch other grids and are left out."""
-    c = calls.filter(pl.col("step").is_in(list(steps)) & (pl.col("kind") == "launch"))
+    c = calls.select("call_idx", "step", "stack_id", "kind").filter(
+        pl.col("step").is_in(list(steps)) & (pl.col("kind") == "launch"))
     if c.height == 0:
         return set()
-    kernel = gpu.filter("work").group_by("call_idx").agg(
-        pl.col("name").first(), pl.col("grid_x").first(), pl.col("grid_y").first(),
-        pl.col("grid_z").first())
-    sig = (c.select("call_idx", "step", "stack_id").join(kernel, on="call_idx", how="left")
+    kernel = gpu.select("work", "call_idx", "name", "grid_x", "grid_y", "grid_z").filter(
+        "work").group_by("call_idx").agg(
+        pl.col("name").first().hash(), pl.col("grid_x").first(), pl.col("grid_y").first(),
+        pl.col("grid_z").first())  # (the name's hash: kernel names are long)
+    # A step's signature: the hash of its launches' hashes in order (a launch's text joined
+    # per step was ~250 MB at 16 k launches a step x 40: kernel names are long)
+    sig = (c.drop("kind").join(kernel, on="call_idx", how="left")
            .sort("call_idx")
-           .group_by("step", maintain_order=True).agg(
-               pl.concat_str([pl.col(x).cast(pl.String).fill_null("") for x in (
-                   "stack_id", "name", "grid_x", "grid_y", "grid_z")], separator=",")
-               .str.join("|").hash().alias("sig")))
+           .select("step", pl.struct("stack_id", "name", "grid_x", "grid_y", "grid_z").hash()
+                   .alias("launch"))
+           .group_by("step", maintain_order=True).agg("launch")
+           .select("step", pl.col("launch").hash().alias("sig")))
     counts = sig.group_by("sig").len()
     return set(sig.join(counts.filter(pl.col("len") >= 2), on="sig")["step"].to_list())
 
