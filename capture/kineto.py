@@ -310,32 +310,71 @@ def innermost_enclosing(points: pl.DataFrame, iv: pl.DataFrame,
     """For each point (``node, tid, ts_ns``), the innermost interval of ``iv`` that is running at
     that time on the same thread, given the intervals' own tree (``iv_parent``: node, parent).
 
-    The latest interval that started before the point is a candidate; while it ended before the
-    point, its parent is the next candidate: one round of gathers per tree level, not a step
-    per point. Candidates are rows of ``iv`` sorted by start, so a step is an array lookup.
-    Returns ``node, parent``.
+    The latest interval that started at or before the point (at one start, the shortest; of
+    identical ones, the last node) is a candidate; while it ended before the point, its parent
+    is the next candidate: one round of array lookups per tree level, not a step per point.
+    In numpy, so that its arrays go back to the system with the heap's (the load's peak).
+    Returns ``node, parent`` in ``points``' order.
     """
-    spans = (iv.select("node", "tid", pl.col("ts_ns").alias("c_ts"),
-                       (pl.col("ts_ns") + pl.col("dur_ns")).alias("c_end"))
-             .sort("c_ts", "c_end", descending=[False, True])
-             .with_row_index("cand").with_columns(pl.col("cand").cast(pl.Int64)))
-    node_of, end_of = spans["node"], spans["c_end"]
-    parent_of = iv_parent["parent"].gather(first_row_of(iv_parent["node"], node_of))
-    up = first_row_of(node_of, parent_of)  # each interval's parent, as a row of ``spans``
-    cur = points.sort("ts_ns").join_asof(spans.select("cand", "tid", "c_ts"), left_on="ts_ns",
-                                         right_on="c_ts", by="tid", strategy="backward",
-                                         check_sortedness=False).select("node", "ts_ns", "cand")
-    done = []
+    m, n = points.height, iv.height
+    if m == 0 or n == 0:
+        return pl.DataFrame({"node": points["node"],
+                             "parent": pl.repeat(None, m, dtype=pl.Int64, eager=True)})
+    thread = np.unique(np.concatenate([iv["tid"].fill_null(-1).to_numpy(),
+                                       points["tid"].fill_null(-1).to_numpy()]),
+                       return_inverse=True)[1].astype(np.int64)
+    ts, pts = iv["ts_ns"].to_numpy(), points["ts_ns"].to_numpy()
+    end = ts + iv["dur_ns"].to_numpy()
+    node = iv["node"].to_numpy()
+    order = np.lexsort((node, -end, ts, thread[:n]))  # thread, start, longest first, node
+    # One sorted key per start: thread, then time (times ranked where the span is too wide).
+    t0 = min(int(ts.min()), int(pts.min()))
+    span = max(int(ts.max()), int(pts.max())) - t0 + 1
+    if (int(thread.max()) + 1) * span >= 1 << 62:
+        ranked = np.unique(np.concatenate([ts, pts]), return_inverse=True)[1].astype(np.int64)
+        iv_t, pt_t, t0, span = ranked[:n], ranked[n:], 0, int(ranked.max()) + 1
+    else:
+        iv_t, pt_t = ts, pts
+    key = thread[:n][order] * span + (iv_t[order] - t0)
+    cand = np.searchsorted(key, thread[n:] * span + (pt_t - t0), side="right") - 1
+    del key
+    found = cand >= 0
+    found[found] = thread[:n][order][cand[found]] == thread[n:][found]
+    # Each sorted interval's parent, as a sorted row (-1: none).
+    node_s, end_s = node[order], end[order]
+    tree_node = iv_parent["node"].to_numpy()
+    has_parent = iv_parent["parent"].is_not_null().to_numpy()
+    tree_parent = iv_parent["parent"].fill_null(0).to_numpy()
+    at = _rows_of(tree_node, node_s)
+    up = np.full(n, -1, np.int64)
+    ok = at >= 0
+    ok[ok] = has_parent[at[ok]]
+    up[ok] = _rows_of(node_s, tree_parent[at[ok]])
+    best = np.full(m, -1, np.int64)
+    active = np.flatnonzero(found)
+    c = cand[active]
     for _ in range(4096):
-        cand = cur["cand"]
-        ok = (cand.is_null() | (end_of.gather(cand) >= cur["ts_ns"])).fill_null(True)
-        done.append(pl.DataFrame({"node": cur["node"].filter(ok),
-                                  "parent": node_of.gather(cand.filter(ok))}))
-        cur = pl.DataFrame({"node": cur["node"].filter(~ok), "ts_ns": cur["ts_ns"].filter(~ok),
-                            "cand": up.gather(cand.filter(~ok))})
-        if cur.height == 0:
+        if not len(active):
             break
-    return pl.concat(done)
+        ok = end_s[c] >= pts[active]
+        best[active[ok]] = c[ok]
+        active, c = active[~ok], up[c[~ok]]
+        going = c >= 0
+        active, c = active[going], c[going]
+    parent = pl.Series("parent", node_s[np.maximum(best, 0)], dtype=pl.Int64)
+    if (none := best < 0).any():
+        parent = parent.scatter(np.flatnonzero(none), None)
+    return pl.DataFrame({"node": points["node"], "parent": parent})
+
+
+def _rows_of(keys: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """For each query, the first row of ``keys`` that holds it, or -1 (numpy: a sort and a
+    search; ``schemas.lookup.first_row_of`` in polars)."""
+    order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    pos = np.minimum(np.searchsorted(ordered, queries, "left"), len(keys) - 1)
+    return np.where(ordered[pos] == queries, order[pos], -1) if len(keys) else np.full(
+        len(queries), -1, np.int64)
 
 
 def _spans(py: pl.DataFrame, op: pl.DataFrame, shapes: pl.DataFrame) -> pl.DataFrame:

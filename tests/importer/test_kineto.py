@@ -256,6 +256,32 @@ def test_innermost_enclosing_walks_up_ended_candidates():
     assert got == {10: 1, 11: 2, 12: None, 13: None}
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_innermost_enclosing_matches_a_scan_of_every_interval(seed):
+    """Random nested intervals on two threads (zero lengths, shared starts), random points,
+    some far off in time (the keys then rank the times): each point's parent is, of its
+    thread's intervals running at its time, the latest started (then the shortest), found by
+    looking at every one of them."""
+    rng = random.Random(seed)
+    rows, tree = [], []
+    for tid, offset in ((5, 0), (9, 100_000)):
+        iv = _random_nested(rng, 300)
+        parents = _reference_parents(iv)
+        rows += [(node + offset, tid, start, end - start) for node, start, end in iv]
+        tree += [(node + offset, None if p is None else p + offset) for node, p in parents.items()]
+    if seed % 2:  # a bogus time stretches the span past what int64 keys can hold
+        rows.append((999_999, 9, 2**62, 1))
+        tree.append((999_999, None))
+    iv = pl.DataFrame(rows, schema=["node", "tid", "ts_ns", "dur_ns"], orient="row")
+    tree_df = pl.DataFrame(tree, schema={"node": pl.Int64, "parent": pl.Int64}, orient="row")
+    points = pl.DataFrame([(10**7 + i, rng.choice([5, 9, 11]), rng.randint(-5, 10_010))
+                           for i in range(400)], schema=["node", "tid", "ts_ns"], orient="row")
+    got = dict(innermost_enclosing(points, iv, tree_df).iter_rows())
+    for node, tid, t in points.iter_rows():
+        running = [(s, -d, n) for n, th, s, d in rows if th == tid and s <= t <= s + d]
+        assert got[node] == (max(running)[2] if running else None), (node, tid, t)
+
+
 def test_sample_header_metadata(sample_trace):
     raw = json.loads(gzip.decompress(sample_trace.read_bytes()))
     _, meta = load_kineto(sample_trace)
