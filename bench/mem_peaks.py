@@ -26,6 +26,17 @@ def _status() -> dict:
     return got
 
 
+def _traced(f, label: str, say):
+    """``f``, saying when it is entered and left (a stage boundary each)."""
+    @functools.wraps(f)
+    def traced(*a, **k):
+        say(f"-> {label}")
+        out = f(*a, **k)
+        say(f"<- {label}")
+        return out
+    return traced
+
+
 def _reset_hwm() -> None:
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
@@ -53,19 +64,11 @@ def main() -> None:
               f"{trimmed}  | {stage}", flush=True)
         _reset_hwm()
 
-    def wrap(owner, name: str, label: str | None = None) -> None:
-        f = getattr(owner, name)
-        label = label or f"{getattr(owner, '__name__', owner)}.{name}"
+    def wrap(owner, name: str) -> None:
+        setattr(owner, name, _traced(getattr(owner, name),
+                                     f"{getattr(owner, '__name__', owner)}.{name}", say))
 
-        @functools.wraps(f)
-        def traced(*a, **k):
-            say(f"-> {label}")
-            out = f(*a, **k)
-            say(f"<- {label}")
-            return out
-        setattr(owner, name, traced)
-
-    from zym.analysis import callpath, facts, load, phases, relations, replay, report
+    from zym.analysis import facts, load, relations, replay, report
     from zym.analysis.export import summary
     from zym.rules import engine, findings
 
@@ -81,26 +84,11 @@ def main() -> None:
                         (relations.Relations, "_matmuls"), (findings.Findings, "_replay_together"),
                         (summary, "build_report")):
         wrap(owner, name)
-    for prop in ("calls", "gpu", "sites", "busy", "gaps", "kernel_table"):  # Facts'
-        cp = facts.Facts.__dict__[prop]
-        f = cp.func
-
-        def traced(self, f=f, prop=prop):
-            say(f"-> Facts.{prop}")
-            out = f(self)
-            say(f"<- Facts.{prop}")
-            return out
-        cp.func = traced
-    for prop in ("timeline", "relations"):  # Analysis'
-        cp = report.Analysis.__dict__[prop]
-        f = cp.func
-
-        def traced(self, f=f, prop=prop):
-            say(f"-> Analysis.{prop}")
-            out = f(self)
-            say(f"<- Analysis.{prop}")
-            return out
-        cp.func = traced
+    for cls, props in ((facts.Facts, ("calls", "gpu", "sites", "busy", "gaps", "kernel_table")),
+                       (report.Analysis, ("timeline", "relations"))):  # cached properties
+        for prop in props:
+            cp = cls.__dict__[prop]
+            cp.func = _traced(cp.func, f"{cls.__name__}.{prop}", say)
 
     est = findings.Finding.estimate
 
@@ -109,7 +97,6 @@ def main() -> None:
         say(f"   estimate {self.rule_id} ({self.occurrence_count} occ)")
         return out
     findings.Finding.estimate = estimate
-    _ = phases, callpath
 
     a = report.analyze(args.input)
     say("analyze done")
