@@ -410,18 +410,25 @@ def test_the_sparse_replay_is_the_whole_replay(which, synthetic, sparse):
     assert used >= 12
 
 
+def _chain_timeline(which: str, synthetic, seed: int):
+    """The timeline a chain test replays (``synthetic_anchored``: the synthetic capture with
+    one operation in 20 launched by no call), and the test's random generator."""
+    tl = analyze(EBPF_SAMPLE if which == "ebpf_sample" else synthetic, lambda _stage: None,
+                 "steady").timeline
+    rng = np.random.default_rng(seed)
+    if which == "synthetic_anchored":
+        tl.op_call = tl.op_call.copy()
+        tl.op_call[rng.choice(len(tl.op_call), size=len(tl.op_call) // 20, replace=False)] = -1
+    return tl, rng
+
+
 @pytest.mark.parametrize("which", ["ebpf_sample", "synthetic", "synthetic_anchored"])
 def test_a_chain_of_fixes_replays_from_the_one_before(which, synthetic, sparse):
     """The rules' replays of every fix ranked above a finding, and it: each differs from the
     replay before by one finding's edits, and runs from that replay's checkpoints where the
     two differ. Each ends when its whole replay does; and a fix replayed after an unrelated
     one (not a superset of it) too."""
-    tl = analyze(EBPF_SAMPLE if which == "ebpf_sample" else synthetic, lambda _stage: None,
-                 "steady").timeline
-    rng = np.random.default_rng(29)
-    if which == "synthetic_anchored":
-        tl.op_call = tl.op_call.copy()
-        tl.op_call[rng.choice(len(tl.op_call), size=len(tl.op_call) // 20, replace=False)] = -1
+    tl, rng = _chain_timeline(which, synthetic, 29)
     n, m = tl.n_calls, len(tl.pos_of_gpu)
     from_last = 0
     for _chain in range(3):
@@ -511,12 +518,7 @@ def test_a_chained_fix_merges_its_edits_into_the_last_replays(which, synthetic, 
     (``_Base._replay_chained``). Each link ends when its whole replay does, and the merged
     edit set (calls by thread position with their changes and running sums, operations with
     theirs) and differences are those of the same fix combined and replayed from scratch."""
-    tl = analyze(EBPF_SAMPLE if which == "ebpf_sample" else synthetic, lambda _stage: None,
-                 "steady").timeline
-    rng = np.random.default_rng(41)
-    if which == "synthetic_anchored":
-        tl.op_call = tl.op_call.copy()
-        tl.op_call[rng.choice(len(tl.op_call), size=len(tl.op_call) // 20, replace=False)] = -1
+    tl, rng = _chain_timeline(which, synthetic, 41)
     base = tl._base
     chained = 0
     merge = replay._Base._replay_chained
