@@ -313,7 +313,8 @@ def innermost_enclosing(points: pl.DataFrame, iv: pl.DataFrame,
     The latest interval that started at or before the point (at one start, the shortest; of
     identical ones, the last node) is a candidate; while it ended before the point, its parent
     is the next candidate: one round of array lookups per tree level, not a step per point.
-    In numpy, so that its arrays go back to the system with the heap's (the load's peak).
+    (The candidates are numpy sorts and searches: the tie rule is then exact; polars'
+    ``join_asof`` took the first of identical intervals.)
     Returns ``node, parent`` in ``points``' order.
     """
     m, n = points.height, iv.height
@@ -342,14 +343,9 @@ def innermost_enclosing(points: pl.DataFrame, iv: pl.DataFrame,
     found[found] = thread[:n][order][cand[found]] == thread[n:][found]
     # Each sorted interval's parent, as a sorted row (-1: none).
     node_s, end_s = node[order], end[order]
-    tree_node = iv_parent["node"].to_numpy()
-    has_parent = iv_parent["parent"].is_not_null().to_numpy()
-    tree_parent = iv_parent["parent"].fill_null(0).to_numpy()
-    at = _rows_of(tree_node, node_s)
-    up = np.full(n, -1, np.int64)
-    ok = at >= 0
-    ok[ok] = has_parent[at[ok]]
-    up[ok] = _rows_of(node_s, tree_parent[at[ok]])
+    sorted_nodes = pl.Series(node_s)
+    parent_node = iv_parent["parent"].gather(first_row_of(iv_parent["node"], sorted_nodes))
+    up = first_row_of(sorted_nodes, parent_node).fill_null(-1).to_numpy()
     best = np.full(m, -1, np.int64)
     active = np.flatnonzero(found)
     c = cand[active]
@@ -365,16 +361,6 @@ def innermost_enclosing(points: pl.DataFrame, iv: pl.DataFrame,
     if (none := best < 0).any():
         parent = parent.scatter(np.flatnonzero(none), None)
     return pl.DataFrame({"node": points["node"], "parent": parent})
-
-
-def _rows_of(keys: np.ndarray, queries: np.ndarray) -> np.ndarray:
-    """For each query, the first row of ``keys`` that holds it, or -1 (numpy: a sort and a
-    search; ``schemas.lookup.first_row_of`` in polars)."""
-    order = np.argsort(keys, kind="stable")
-    ordered = keys[order]
-    pos = np.minimum(np.searchsorted(ordered, queries, "left"), len(keys) - 1)
-    return np.where(ordered[pos] == queries, order[pos], -1) if len(keys) else np.full(
-        len(queries), -1, np.int64)
 
 
 def _spans(py: pl.DataFrame, op: pl.DataFrame, shapes: pl.DataFrame) -> pl.DataFrame:
