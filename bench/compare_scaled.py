@@ -17,8 +17,13 @@ from pathlib import Path
 
 
 def findings(path: Path) -> dict[tuple[str, str], dict]:
-    report = json.loads(path.read_text())
-    return {(f["rule_id"], f["site"]): f for f in report["findings"]}
+    try:
+        report = json.loads(path.read_text())
+        return {(f["rule_id"], f["site"]): f for f in report["findings"]}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        print(f"compare_scaled: {path}: not a `zym analyze --format json` report "
+              f"({type(e).__name__}: {e})", file=sys.stderr)
+        sys.exit(2)
 
 
 def main() -> int:
