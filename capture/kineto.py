@@ -58,11 +58,17 @@ def events_to_tables(groups: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]
     ``with_columns`` (no copy of the other columns). ``groups`` is consumed.
     """
     names, shapes = groups.pop("names"), groups.pop("shapes")
-    py, op, call = _numbered([_in_ns(groups.pop("python")), _in_ns(groups.pop("op")),
-                              _drop_nested_driver_calls(_in_ns(groups.pop("call")))])
     # Nodes are 0..n-1 in python, op, call order. On a large trace each stage below frees
     # hundreds of MB that were allocated batch by batch: given back between stages, so that
     # their peaks do not add up (``release_freed_memory``).
+    n = sum(groups[g].height for g in ("python", "op", "call"))
+    cpu = []
+    for g in ("python", "op", "call"):
+        cpu.append(_in_ns(groups.pop(g)))
+        release_freed_memory(n)
+    cpu[2] = _drop_nested_driver_calls(cpu[2])
+    py, op, call = _numbered(cpu)
+    del cpu
     n = py.height + op.height + call.height
     release_freed_memory(n)
     frames, py, op, call = _with_frames(names, py, op, call)
@@ -215,6 +221,7 @@ def _parents(py: pl.DataFrame, nested: pl.DataFrame) -> pl.DataFrame:
     parent_row = first_row_of(py["python_id"], py["python_parent_id"])
     py_parent = py.select("node", py["node"].gather(parent_row).alias("parent"))
     op_parent = nested.select("node", "tid", "ts_ns", nest_intervals(nested))
+    release_freed_memory(py.height + nested.height)  # the nesting's arrays, at once
     roots = op_parent.filter(pl.col("parent").is_null()).drop("parent")
     root_parent = innermost_enclosing(roots, py.select("node", "tid", "ts_ns", "dur_ns"),
                                       py_parent)

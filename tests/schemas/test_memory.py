@@ -1,6 +1,11 @@
 """Giving freed memory back between the stages of a large load."""
 from __future__ import annotations
 
+import ctypes
+import os
+import sys
+
+import pytest
 from zym.schemas import memory
 
 
@@ -15,3 +20,65 @@ def test_trims_only_after_large_stages(monkeypatch):
 
 def test_the_c_library_call_runs_where_there_is_one():
     memory.release_freed_memory(memory.LARGE_ROWS)  # glibc here: malloc_trim; else a no-op
+
+
+def _rss_mb() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) // 1024 for line in f if line.startswith("VmRSS"))
+
+
+def _polars_library():
+    import polars  # noqa: F401
+
+    mapped = memory._mapped_library("_polars_runtime") or memory._mapped_library("polars")
+    assert mapped is not None, "polars' native library is not mapped in this process"
+    return mapped
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc and ELF files")
+def test_symbol_offsets_agree_with_the_dynamic_linker():
+    """A function the library also exports: its symbol-table offset plus the load address is
+    the address the dynamic linker gives (a second method than the ELF reading)."""
+    path, base, _ = _polars_library()
+    exported = "PyInit_" + os.path.basename(path).split(".")[0]
+    found = memory.elf_function_offset(path, exported.encode())
+    assert found is not None and found[1] > 0
+    linked = ctypes.cast(getattr(ctypes.CDLL(path), exported), ctypes.c_void_p).value
+    assert base + found[0] == linked
+
+
+def test_no_offset_from_a_file_that_is_not_an_elf_library(tmp_path):
+    junk = tmp_path / "lib.so"
+    junk.write_bytes(b"\x7fELF" + bytes(200))
+    assert memory.elf_function_offset(str(junk), b"_rjem_mallctl") is None
+    junk.write_bytes(b"not a library at all")
+    assert memory.elf_function_offset(str(junk), b"_rjem_mallctl") is None
+    assert memory.elf_function_offset(str(tmp_path / "missing.so"), b"x") is None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="polars' jemalloc, Linux build")
+def test_polars_freed_columns_are_given_back():
+    """~400 MB of polars columns dropped: jemalloc keeps their pages (decay 0.5-1.5 s, ticked by
+    later allocations); the purge gives them back at once."""
+    import polars as pl
+
+    memory._polars_purge.cache_clear()
+    purge = memory._polars_purge()
+    assert purge is not None, "polars' jemalloc purge was not found (stripped polars build?)"
+    purge()
+    frame = pl.DataFrame({"a": pl.int_range(0, 50_000_000, eager=True)})
+    assert _rss_mb() > 300
+    del frame
+    held = _rss_mb()
+    assert purge() == 0
+    assert held - _rss_mb() >= 250
+
+
+def test_release_purges_polars_only_after_large_stages(monkeypatch):
+    purged = []
+    monkeypatch.setattr(memory, "_trim", lambda: None)
+    monkeypatch.setattr(memory, "_polars_purge", lambda: lambda: purged.append(1))
+    memory.release_freed_memory(memory.LARGE_ROWS - 1)
+    assert purged == []
+    memory.release_freed_memory(memory.LARGE_ROWS)
+    assert purged == [1]
