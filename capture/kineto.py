@@ -343,16 +343,27 @@ def innermost_enclosing(points: pl.DataFrame, iv: pl.DataFrame,
         iv_t, pt_t, t0, span = ranked[:n], ranked[n:], 0, int(ranked.max()) + 1
     else:
         iv_t, pt_t = ts, pts
-    key = thread[:n][order] * span + (iv_t[order] - t0)
+    # Whole-length arrays are dropped as soon as they are used up: on a large trace each is
+    # tens of MB, and this runs at the load's peak.
+    iv_thread = thread[:n][order]
+    key = iv_thread * span
+    key += iv_t[order]
+    key -= t0
+    del iv_t
     cand = np.searchsorted(key, thread[n:] * span + (pt_t - t0), side="right") - 1
-    del key
+    del key, pt_t
     found = cand >= 0
-    found[found] = thread[:n][order][cand[found]] == thread[n:][found]
+    found[found] = iv_thread[cand[found]] == thread[n:][found]
+    del iv_thread, thread, ts
     # Each sorted interval's parent, as a sorted row (-1: none).
-    node_s, end_s = node[order], end[order]
+    node_s = node[order]
+    del node
+    end_s = end[order]
+    del end, order
     sorted_nodes = pl.Series(node_s)
     parent_node = iv_parent["parent"].gather(first_row_of(iv_parent["node"], sorted_nodes))
     up = first_row_of(sorted_nodes, parent_node).fill_null(-1).to_numpy()
+    del sorted_nodes, parent_node
     best = np.full(m, -1, np.int64)
     active = np.flatnonzero(found)
     c = cand[active]
