@@ -298,6 +298,9 @@ def capture_overhead(analysis: Analysis) -> np.ndarray:
     out = np.full(n, COST["cuda_runtime"], np.int64)
     if spans is not None and spans.height:
         is_op = spans["op_id"].is_not_null() if "op_id" in spans.columns else None
+        # The filters below copy only what the count reads (~0.1 GB less at x40 than copies
+        # of every span column).
+        spans = spans.select("pid", "tid", "ts_ns")
         for kind, part in (("cpu_op", spans.filter(is_op) if is_op is not None else None),
                            ("python_function", spans.filter(~is_op) if is_op is not None
                             else spans)):
