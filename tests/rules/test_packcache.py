@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from zym.rules import RuleError, builtin_pack_paths, load_pack, load_packs, model, packcache
 from zym.rules.model import Pack, parse_pack
+from zym.schemas import jsoncache
 
 ROOT = Path(__file__).resolve().parents[2]
 GOOD = """\
@@ -40,8 +41,8 @@ rules:
 
 @pytest.fixture()
 def cache(tmp_path, monkeypatch) -> Path:
-    monkeypatch.setenv(packcache.ENV_DIR, str(tmp_path / "cache"))
-    monkeypatch.delenv(packcache.ENV_SWITCH, raising=False)
+    monkeypatch.setenv(jsoncache.ENV_DIR, str(tmp_path / "cache"))
+    monkeypatch.delenv(jsoncache.ENV_SWITCH, raising=False)
     return tmp_path / "cache" / "packs"
 
 
@@ -110,7 +111,7 @@ def test_a_damaged_entry_is_ignored_and_written_again(cache, parses, tmp_path, d
         import hashlib
 
         body = b'{"name": 1}'
-        data = (f"{packcache.FORMAT} {key} {hashlib.sha256(body).hexdigest()}\n").encode() + body
+        data = (f"{jsoncache.FORMAT} {key} {hashlib.sha256(body).hexdigest()}\n").encode() + body
     elif damage == "empty":
         data = b""
     else:
@@ -144,15 +145,15 @@ def test_values_json_cannot_carry_are_not_kept(cache):
 def test_off_or_unwritable_works_as_without(tmp_path, monkeypatch, parses):
     pack = tmp_path / "mine.yaml"
     pack.write_text(GOOD)
-    monkeypatch.setenv(packcache.ENV_SWITCH, "0")
-    monkeypatch.setenv(packcache.ENV_DIR, str(tmp_path / "off"))
+    monkeypatch.setenv(jsoncache.ENV_SWITCH, "0")
+    monkeypatch.setenv(jsoncache.ENV_DIR, str(tmp_path / "off"))
     load_pack(pack)
     load_pack(pack)
     assert not (tmp_path / "off").exists() and len(parses) == 2
-    monkeypatch.delenv(packcache.ENV_SWITCH)
+    monkeypatch.delenv(jsoncache.ENV_SWITCH)
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    monkeypatch.setenv(packcache.ENV_DIR, str(blocker))  # its packs/ cannot be made
+    monkeypatch.setenv(jsoncache.ENV_DIR, str(blocker))  # its packs/ cannot be made
     assert load_pack(pack) == parse_pack(GOOD, str(pack)) and len(parses) == 3
 
 
@@ -170,7 +171,7 @@ def test_the_key_follows_the_libraries(monkeypatch):
 
 
 def test_old_entries_are_pruned(cache, monkeypatch, tmp_path):
-    monkeypatch.setattr(packcache, "KEEP", 3)
+    monkeypatch.setattr(jsoncache, "KEEP", 3)
     for i in range(5):
         pack = tmp_path / f"p{i}.yaml"
         pack.write_text(GOOD)
@@ -183,8 +184,8 @@ def test_analyze_prints_the_same_with_the_cache(tmp_path):
     trace = ROOT / "sample_traces" / "gpt_decode_server.parquet"
     outs = []
     for switch in ("0", "1", "1"):
-        env = os.environ | {packcache.ENV_DIR: str(tmp_path / "c"),
-                            packcache.ENV_SWITCH: switch}
+        env = os.environ | {jsoncache.ENV_DIR: str(tmp_path / "c"),
+                            jsoncache.ENV_SWITCH: switch}
         run = subprocess.run([str(Path(sys.executable).parent / "zym"), "analyze", str(trace),
                               "--format", "json", "--no-progress"], env=env,
                              capture_output=True, timeout=300, check=False)
@@ -197,6 +198,6 @@ def test_analyze_prints_the_same_with_the_cache(tmp_path):
 def test_load_packs_from_the_cache_equals_without(cache, monkeypatch):
     warm = load_packs()
     cached = load_packs()
-    monkeypatch.setenv(packcache.ENV_SWITCH, "0")
+    monkeypatch.setenv(jsoncache.ENV_SWITCH, "0")
     assert cached == warm == load_packs()
     assert all(isinstance(p, Pack) for p in cached)
