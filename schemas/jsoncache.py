@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -77,7 +78,7 @@ def fingerprint(files: list[Path], *extra: str) -> bytes:
 def plain(value: Any) -> bool:
     """Whether JSON gives ``value`` back as the same objects (types and key order included)."""
     if value is None or type(value) in (str, int, float, bool):
-        return type(value) is not float or value == value  # NaN is not equal to itself
+        return type(value) is not float or not math.isnan(value)  # NaN != NaN: not kept
     if type(value) is list:
         return all(plain(v) for v in value)
     if type(value) is dict:
