@@ -201,3 +201,23 @@ def test_load_packs_from_the_cache_equals_without(cache, monkeypatch):
     monkeypatch.setenv(jsoncache.ENV_SWITCH, "0")
     assert cached == warm == load_packs()
     assert all(isinstance(p, Pack) for p in cached)
+
+
+def test_a_warm_analysis_imports_neither_yaml_nor_html(tmp_path):
+    """With the cache written, `zym analyze` (its body, in a fresh interpreter) imports no
+    PyYAML (packs and data files from their entries) and not the html package."""
+    trace = ROOT / "sample_traces" / "gpt_decode_server.parquet"
+    code = ("import io, sys, contextlib\n"
+            "from zym.cli import fast, bodies\n"
+            "fast._import_libraries()\n"
+            f"params = fast.parse('analyze', [{str(trace)!r}, '--format', 'json'])\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    assert bodies.analyze(**params) == 0\n"
+            "print(sorted(m for m in ('yaml', 'html') if m in sys.modules))\n")
+    env = os.environ | {jsoncache.ENV_DIR: str(tmp_path / "c")}
+    env.pop(jsoncache.ENV_SWITCH, None)
+    runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, timeout=300, check=False) for _ in range(2)]
+    assert [r.returncode for r in runs] == [0, 0], runs[0].stderr + runs[1].stderr
+    assert runs[0].stdout.strip() == "['yaml']"  # the first run parses, and writes the cache
+    assert runs[1].stdout.strip() == "[]"
