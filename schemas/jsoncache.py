@@ -44,8 +44,11 @@ def cache_dir(kind: str) -> Path | None:
     root = os.environ.get(ENV_DIR)
     if not root:
         xdg = os.environ.get("XDG_CACHE_HOME")
+        home = os.path.expanduser("~")
+        if not (xdg and os.path.isabs(xdg)) and not os.path.isabs(home):
+            return None  # no home folder known: no cache, rather than one under the cwd
         root = os.path.join(xdg, "zym") if xdg and os.path.isabs(xdg) else \
-            os.path.join(os.path.expanduser("~"), ".cache", "zym")
+            os.path.join(home, ".cache", "zym")
     return Path(root) / kind
 
 

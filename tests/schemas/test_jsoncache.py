@@ -68,6 +68,10 @@ def test_default_folder(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", "relative")  # not absolute: ignored, as XDG says
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert jsoncache.cache_dir("k") == tmp_path / "home" / ".cache" / "zym" / "k"
+    monkeypatch.setattr(jsoncache.os.path, "expanduser", lambda p: p)  # no home known
+    assert jsoncache.cache_dir("k") is None  # not a "~" folder under the working directory
+    jsoncache.write("k", KEY, "[1]")
+    assert jsoncache.read("k", KEY) is None
 
 
 def test_pruned_to_the_newest(folder, monkeypatch):
