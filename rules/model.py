@@ -97,8 +97,11 @@ class Pack:
 # Loading
 
 def load_pack(path: str | Path) -> Pack:
-    """Read and validate one pack file."""
-    return parse_pack(_read_pack_text(Path(path)), str(path))
+    """Read and validate one pack file (validated once per content and zym: a pack that
+    validated before is taken from ``zym.rules.packcache``)."""
+    from .packcache import cached
+
+    return cached(_read_pack_text(Path(path)), str(path), parse_pack)
 
 
 def _read_pack_text(path: Path) -> str:

@@ -18,7 +18,6 @@ markup (``[/]`` is a closing tag), HTML (``<script>``) or Markdown. Every output
 """
 from __future__ import annotations
 
-import html
 import re
 
 # Bidirectional controls that reorder what a reader sees (CVE-2021-42574, "Trojan Source").
@@ -63,4 +62,6 @@ def md_code(text: object) -> str:
 
 def html_text(text: object) -> str:
     """Text for an HTML page (element content or a quoted attribute)."""
+    import html  # here: the package imports its entity table (~2 ms), which only pages need
+
     return html.escape(printable(text), quote=True)
