@@ -272,7 +272,6 @@ def _measure(m: str, unit: str, tot_b: float, ss_b: float, tot_a: float, ss_a: f
 def _totals(before: Profile, after: Profile, sb, sa, floors: _Floors) -> list[dict]:
     out = []
     for m, unit in TOTAL_MEASURES.items():
-        vb, va = before.units[m].cast(pl.Float64), after.units[m].cast(pl.Float64)
         if m == "wall_ns" and (before.unit == "slice" or after.unit == "slice"):
             # Per second, wall time is the second itself: the windows' lengths are shown, not
             # compared.
@@ -280,9 +279,22 @@ def _totals(before: Profile, after: Profile, sb, sa, floors: _Floors) -> list[di
                            (1.0, 1), (1.0, 1), floors)
             out.append(row | {"per": "window", "above_noise": False})
             continue
-        out.append(_measure(m, unit, float(vb.sum()), float((vb * vb).sum()), float(va.sum()),
-                            float((va * va).sum()), sb, sa, floors, floors.totals.get(m)))
+        out.append(_measure(m, unit, *_sum_and_squares(before.units[m]),
+                            *_sum_and_squares(after.units[m]), sb, sa, floors,
+                            floors.totals.get(m)))
     return out
+
+
+def _sum_and_squares(values: pl.Series) -> tuple[float, float]:
+    """A measure's total over the units and its sum of squares. The measures are integers:
+    summed exactly (128-bit) and rounded once. Float sums depended on how the column happened
+    to be split in chunks, which varied from run to run (a diff's thresholds in their last
+    digits)."""
+    if not values.dtype.is_integer():
+        values = values.cast(pl.Float64).rechunk()
+        return float(values.sum()), float((values * values).sum())
+    v = values.cast(pl.Int128)
+    return float(v.sum()), float((v * v).sum())
 
 
 def _site_rows(before: Profile, after: Profile, pairs: pl.DataFrame, sb, sa,

@@ -142,12 +142,18 @@ def profile_of(analysis: Analysis, findings: list[dict] | None = None) -> Profil
 
 def _moments(df: pl.LazyFrame, keys: list[str], measures: list[str]) -> pl.LazyFrame:
     """Per key: each measure's total over the units and its sum of squares (units with no
-    row count as zero), for the mean and spread per unit. Rows are summed in (key, unit)
-    order: float sums taken in the order rows came from a parallel group-by varied in their
-    last digits from run to run."""
+    row count as zero), for the mean and spread per unit. The measures are integers (ns,
+    counts, bytes): the squares are summed exactly, as 128-bit integers, and rounded once. A
+    sum of float squares depended on the order polars' parallel group-by met the rows (its
+    last digits, and a diff's thresholds, varied from run to run, also with the rows sorted
+    first)."""
+    def square(m: str) -> pl.Expr:
+        v = pl.col(m).cast(pl.Int128)
+        return v * v
+
     return df.sort([*keys, "unit"]).group_by(keys, maintain_order=True).agg(
         *[pl.col(m).sum().cast(pl.Float64).alias(m) for m in measures],
-        *[(pl.col(m).cast(pl.Float64) ** 2).sum().alias(f"{m}__ss") for m in measures])
+        *[square(m).sum().cast(pl.Float64).alias(f"{m}__ss") for m in measures])
 
 
 def site_identity(analysis: Analysis) -> pl.DataFrame:

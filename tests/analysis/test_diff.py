@@ -289,3 +289,39 @@ def test_baseline_in_a_forked_child_gives_the_same_diff(traces):
     big = pl.DataFrame({"a": range(200_000), "b": range(200_000)})
     big.group_by("a").agg(pl.col("b").sum())  # starts polars' thread pool here
     assert not fork_is_safe() and not start_profile(traces["base"], 2).forked
+
+
+def _chunked(values: list[int], cut: int):
+    import polars as pl
+
+    return pl.concat([pl.Series("m", values[:cut], dtype=pl.Int64),
+                      pl.Series("m", values[cut:], dtype=pl.Int64)], rechunk=False)
+
+
+def test_totals_and_squares_are_exact_however_the_column_is_chunked():
+    """A diff's thresholds come from each measure's sum of squares over the units. Summed as
+    floats, they depended on where polars had split the column into chunks (which varied from
+    run to run): here the sums are the exact integers' (Python's arithmetic), rounded once,
+    for every split."""
+    from zym.analysis.diff import _sum_and_squares
+
+    rng = random.Random(7)
+    values = [rng.randrange(10**9, 10**11) for _ in range(997)]
+    want = (float(sum(values)), float(sum(v * v for v in values)))
+    for cut in (0, 1, 97, 500, 996):
+        assert _sum_and_squares(_chunked(values, cut)) == want
+
+
+def test_site_moments_are_the_exact_sums_of_squares():
+    import polars as pl
+    from zym.analysis.profile import _moments
+
+    rng = random.Random(11)
+    rows = [(rng.randrange(5), unit, rng.randrange(10**9, 10**11)) for unit in range(3000)]
+    df = pl.DataFrame(rows, schema={"code_site": pl.Int64, "unit": pl.Int64, "gpu_ns": pl.Int64},
+                      orient="row")
+    got = _moments(df.lazy(), ["code_site"], ["gpu_ns"]).collect()
+    for site, total, ss in got.select("code_site", "gpu_ns", "gpu_ns__ss").iter_rows():
+        mine = [v for s, _, v in rows if s == site]
+        assert total == float(sum(mine))
+        assert ss == float(sum(v * v for v in mine))
