@@ -101,6 +101,34 @@ def elf_function_offset(path: str, name: bytes) -> tuple[int, int] | None:
     return int(hit["value"][0]) - first, int(hit["size"][0])
 
 
+def _function_offset(path: str, name: bytes) -> tuple[int, int] | None:
+    """:func:`elf_function_offset`, kept in zym's cache (``zym.schemas.jsoncache``) for this
+    very file (path, inode, size, modification time): reading the symbol table takes 0.05-0.2 s
+    (~40 MB of polars' library); a kept answer is still checked by the caller (jemalloc's
+    version) before any use."""
+    import hashlib
+
+    from . import jsoncache
+
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    key = hashlib.sha256(f"{path}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0"
+                         f"{name.decode()}".encode()).hexdigest()
+    kept = jsoncache.read(_CACHE_KIND, key)
+    if (isinstance(kept, list) and len(kept) == 2
+            and all(type(v) is int and v > 0 for v in kept)):
+        return kept[0], kept[1]
+    found = elf_function_offset(path, name)
+    if found is not None:
+        jsoncache.write(_CACHE_KIND, key, jsoncache.dumps(list(found)))
+    return found
+
+
+_CACHE_KIND = "symbols"
+
+
 @functools.cache
 def _polars_purge() -> Callable[[], int] | None:
     """A call that purges polars' jemalloc (0 on success), or None where it cannot be found
@@ -120,7 +148,7 @@ def _polars_purge() -> Callable[[], int] | None:
             return None
     except OSError:
         return None
-    found = elf_function_offset(path, _MALLCTL)
+    found = _function_offset(path, _MALLCTL)
     if found is None:
         return None
     mallctl = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p,

@@ -82,3 +82,29 @@ def test_release_purges_polars_only_after_large_stages(monkeypatch):
     assert purged == []
     memory.release_freed_memory(memory.LARGE_ROWS)
     assert purged == [1]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc and ELF files")
+def test_the_offset_is_kept_for_this_very_file(tmp_path, monkeypatch):
+    """Read once from the symbol table, then from the cache while the file is the same; an
+    entry of the wrong shape is not used."""
+    from zym.schemas import jsoncache
+
+    monkeypatch.setenv(jsoncache.ENV_DIR, str(tmp_path))
+    monkeypatch.delenv(jsoncache.ENV_SWITCH, raising=False)
+    path = _polars_library()[0]
+    want = memory.elf_function_offset(path, b"_rjem_mallctl")
+    assert want is not None
+    assert memory._function_offset(path, b"_rjem_mallctl") == want
+    entries = list((tmp_path / memory._CACHE_KIND).glob("*.json"))
+    assert len(entries) == 1
+
+    def no_read(*_):
+        raise AssertionError("the symbol table was read again")
+
+    monkeypatch.setattr(memory, "elf_function_offset", no_read)
+    assert memory._function_offset(path, b"_rjem_mallctl") == want
+    key = entries[0].stem
+    jsoncache.write(memory._CACHE_KIND, key, jsoncache.dumps(["x", -1]))
+    monkeypatch.setattr(memory, "elf_function_offset", lambda *_: (1, 2))
+    assert memory._function_offset(path, b"_rjem_mallctl") == (1, 2)
