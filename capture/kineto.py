@@ -396,7 +396,9 @@ def _spans(py: pl.DataFrame, op: pl.DataFrame, shapes: pl.DataFrame) -> pl.DataF
 
 def _calls(call: pl.DataFrame, op: pl.DataFrame, names: pl.DataFrame, shapes: pl.DataFrame
            ) -> pl.DataFrame:
-    ops = op.select(pl.col("external_id").alias("op_id"), "shape_id", "dtypes_id").unique("op_id")
+    # The first op of an id where a trace repeats one ("any" could differ from run to run).
+    ops = (op.select(pl.col("external_id").alias("op_id"), "shape_id", "dtypes_id")
+           .unique("op_id", keep="first"))
     calls = (call.join(names, on="name_id", how="left", maintain_order="left")
              .select("pid", "tid", "ts_ns", "dur_ns", "name", api_kind(pl.col("name")).alias("kind"),
                      "correlation_id", "stack_id", "cbid", pl.col("external_id").alias("op_id"),
@@ -420,8 +422,9 @@ def _gpu(gpu: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     copy = pl.col("name").str.extract_groups(
         r"^Memcpy (?P<dir>\w+) \((?P<src>\w+) -> (?P<dst>\w+)\)")
     memset_dst = pl.col("name").str.extract(r"^Memset \((\w+)\)", 1)
-    main_pid = calls["pid"].mode().first() if calls.height else None
-    issuer = calls.select("correlation_id", pl.col("pid").alias("issuer")).unique("correlation_id")
+    main_pid = calls["pid"].mode().min() if calls.height else None  # of equally common: the least
+    issuer = (calls.select("correlation_id", pl.col("pid").alias("issuer"))
+              .unique("correlation_id", keep="first"))
     return (gpu.join(issuer, on="correlation_id", how="left").select(
         pl.coalesce("issuer", pl.lit(main_pid, pl.Int64)).alias("pid"),
         "device_id", "stream_id", "ts_ns", "dur_ns", "name",
