@@ -98,7 +98,7 @@ def test_call_instances_match_a_walk_over_each_threads_calls(which, runs, synthe
                                                              monkeypatch):
     from zym.analysis import instances
 
-    if runs == "compiled" and instances._compiled_runs() is None:
+    if runs == "compiled" and instances._compiled_pass() is None:
         pytest.skip("numba not installed (the zym[fast] extra)")
     monkeypatch.setattr(instances, "JIT_MIN_CALLS", 0 if runs == "compiled" else 1 << 62)
     analysis = analyze(EBPF_SAMPLE if which == "ebpf sample" else synthetic,
