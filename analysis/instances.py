@@ -138,7 +138,8 @@ def _one_pass(calls: pl.DataFrame, user_node: pl.Series, wanted: np.ndarray,
               ancestors: Ancestors, steps: pl.Series | None, out: np.ndarray) -> np.ndarray:
     """``call_instances`` at millions of calls: the same ids, from one compiled pass over the
     calls in thread order that keeps a running count of runs at every depth some wanted call's
-    user frame is at (the numpy path passes over every call once per such depth, and sorts
+    user frame is at, reading stack ids through ``Ancestors``' lookup as it goes (the numpy
+    path passes over every call once per such depth, with whole-length temporaries, and sorts
     the calls by thread and the wanted calls by depth)."""
     thread = calls["_thread"].to_numpy()
     n = len(thread)
@@ -147,25 +148,31 @@ def _one_pass(calls: pl.DataFrame, user_node: pl.Series, wanted: np.ndarray,
     order = np.argsort(thread.astype(np.int16) if small else thread, kind="stable")
     step = (steps.fill_null(-1).to_numpy() if steps is not None
             else np.zeros(0, np.int64))
-    rows = ancestors.rows(calls["stack_id"])
-    u = ancestors.rows(user_node.gather(pl.Series(wanted)))
-    depth = np.where(u >= 0, ancestors.depth[np.maximum(u, 0)], -1)
-    del u
-    ok = depth >= 0
-    distinct = np.flatnonzero(np.bincount(depth[ok], minlength=1))  # depths are small
+    stack, lookup = calls["stack_id"], ancestors._lookup
+    if lookup is None or not (stack.dtype.is_integer() and user_node.dtype.is_integer()):
+        # ids through the dictionary: their rows stand for them, read through the identity
+        stack_ids, user_ids = ancestors.rows(stack), ancestors.rows(user_node)
+        lookup = np.arange(len(ancestors.depth))
+    else:
+        stack_ids = stack.fill_null(-1).to_numpy()
+        user_ids = user_node.fill_null(-1).to_numpy()
+    depths, one_pass = _compiled_pass()
+    seen = np.zeros(ancestors.table.shape[1], np.bool_)  # the wanted calls' user frames' depths
+    depths(wanted, user_ids, lookup, ancestors.depth, seen)
+    distinct = np.flatnonzero(seen)
     # per node (last row: no node), its frame's code at each of those depths (-1: none)
     code = _frame_codes(ancestors)
     at = ancestors.table[:, distinct].astype(np.int64)
     codes = np.full((len(ancestors.depth) + 1, len(distinct)), -1, np.int64)
     codes[:-1] = np.where(at >= 0, code[np.maximum(at, 0)], -1)
     del at
-    column = np.full(len(distinct) and int(distinct[-1]) + 1, -1, np.int64)
+    column = np.full(len(seen), -1, np.int64)
     column[distinct] = np.arange(len(distinct))
-    k_of_call = np.full(n, -1, np.int64)  # per call, its depth's column, where it is wanted
-    k_of_call[wanted[ok]] = column[depth[ok]]
-    run = np.zeros(n, np.int64)
-    _compiled_pass()(order, thread, step, rows, codes, k_of_call, run)
-    out[ok] = (depth[ok] << 40) | run[wanted[ok]]
+    ids = np.empty(n, np.int64)
+    one_pass(order, thread, step, stack_ids, user_ids, lookup, ancestors.depth, column, codes,
+             ids)
+    del order, stack_ids, user_ids
+    out[:] = ids[wanted]
     return out
 
 
@@ -178,12 +185,22 @@ def _narrow(a: np.ndarray, n: int) -> np.ndarray:
 JIT_MIN_CALLS = 200_000
 
 
-def _pass(order, thread, step, rows, codes, k_of_call, run) -> None:
+def _depths(wanted, user, lookup, depth, seen) -> None:
+    """``seen[d]``: some call of ``wanted`` has its user frame (``user``: ids, read through
+    ``lookup``; -1 or past it: none) at depth ``d``. For numba."""
+    for i in range(len(wanted)):
+        u = user[wanted[i]]
+        if 0 <= u < len(lookup) and lookup[u] >= 0:
+            seen[depth[lookup[u]]] = True
+
+
+def _pass(order, thread, step, stack, user, lookup, depth, column, codes, ids) -> None:
     """Over the calls in thread order (``order``): at each depth (a column of ``codes``), a
     running count of run starts: a call whose frame there has a code (``codes`` at its stack
-    row; the last row: no stack) different from the previous call's, or a call at a boundary
-    (a new thread or step; ``step`` empty: no steps). ``run`` gets, at each call whose
-    ``k_of_call`` names a column, that column's count. For numba."""
+    row, ``stack``'s id read through ``lookup``; the last row: no stack) different from the
+    previous call's, or a call at a boundary (a new thread or step; ``step`` empty: no
+    steps). ``ids`` gets, at each call whose user frame (``user``) is at a depth ``d`` with a
+    column, ``d << 40 | `` that column's count; else -1. For numba."""
     n_d = codes.shape[1]
     count = np.zeros(n_d, np.int64)
     prev = np.full(n_d, -1, np.int64)
@@ -195,24 +212,30 @@ def _pass(order, thread, step, rows, codes, k_of_call, run) -> None:
         if not b:
             p = order[i - 1]
             b = thread[c] != thread[p] or (has_steps and step[c] != step[p])
-        r = rows[c]
-        if r < 0:
-            r = last
+        r = last
+        s = stack[c]
+        if 0 <= s < len(lookup) and lookup[s] >= 0:
+            r = lookup[s]
         for k in range(n_d):
             x = codes[r, k]
             if x >= 0 and (b or x != prev[k]):
                 count[k] += 1
             prev[k] = x
-        k = k_of_call[c]
-        if k >= 0:
-            run[c] = count[k]
+        ids[c] = -1
+        u = user[c]
+        if 0 <= u < len(lookup) and lookup[u] >= 0:
+            d = depth[lookup[u]]
+            k = column[d]
+            if k >= 0:
+                ids[c] = (d << 40) | count[k]
 
 
 @functools.cache
 def _compiled_pass():
-    """``_pass`` compiled by numba; None without numba (numpy passes then)."""
+    """``_depths`` and ``_pass`` compiled by numba; None without numba (numpy passes then)."""
     try:
         import numba
     except ImportError:
         return None
-    return numba.njit(cache=True, nogil=True)(_pass)
+    jit = numba.njit(cache=True, nogil=True)
+    return jit(_depths), jit(_pass)
