@@ -41,8 +41,6 @@ other than the GPU (a request arriving): the replay is of a closed loop.
 from __future__ import annotations
 
 import functools
-import os
-import threading
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -2003,33 +2001,6 @@ def sorted_unique(*parts: np.ndarray) -> np.ndarray:
         return x.copy()
     x = np.sort(x, kind="stable")
     return x[_starts(x)]
-
-
-
-def warm_compiled() -> threading.Thread | None:
-    """Numba's typing and target contexts made ready in a background thread (None without
-    numba): the first compiled function a process calls, even one loaded from numba's
-    on-disk cache, first refreshes them (~0.5 s here, imports of numba's own registries
-    among it), which can then overlap the analysis' polars work (it releases the GIL).
-    Under numba's compiler lock, as its own compilations take it."""
-    if os.environ.get("ZYM_NUMBA_WARM") == "0":  # off: for measuring what it saves
-        return None
-    try:
-        import numba  # noqa: F401
-    except ImportError:
-        return None
-
-    def refresh() -> None:
-        from numba.core.compiler_lock import global_compiler_lock
-        from numba.core.registry import cpu_target
-
-        with global_compiler_lock:
-            cpu_target.target_context.refresh()
-            cpu_target.typing_context.refresh()
-
-    thread = threading.Thread(target=refresh, name="zym-numba-warm", daemon=True)
-    thread.start()
-    return thread
 
 
 def _starts(keys: np.ndarray) -> np.ndarray:

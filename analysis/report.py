@@ -22,7 +22,7 @@ from .callpath import UNKNOWN_STACK, CallPaths, build_call_paths, stack_nodes
 from .facts import Facts
 from .load import CaptureData, api_codes, load_capture
 from .phases import Phases, Steps, find_phases, parse_window
-from .replay import JIT_MIN_EPOCHS, Timeline, events_in_gaps, warm_compiled
+from .replay import Timeline, events_in_gaps
 
 if TYPE_CHECKING:
     from .relations import Relations
@@ -335,8 +335,6 @@ def analyze(path: str | Path, progress: Progress | None = None, window: str = "s
     (``steady``: steady state; ``all``; ``FROM:TO``; ``steps:A:B``: see
     :func:`zym.analysis.phases.parse_window`)."""
     data = api_codes(load_capture(path, progress))
-    if data.calls.height >= JIT_MIN_EPOCHS:  # the replays (and call_instance) will run compiled
-        warm_compiled()
     if progress:
         progress("attributing GPU work to call paths")
     analysis = analyze_data(data, window)
