@@ -96,10 +96,12 @@ def rank(analysis: Analysis, findings: list[Finding], together: bool = True) -> 
     # are built (polars queries, which release the GIL; the compiled replay loop does too):
     # the same replays, in the same order, from the same state, as one after the other.
     saving = analysis.timeline.saving if findings else None  # built here, not by the worker
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="zym-replay") as pool:
-        def replay(fix):
-            return pool.submit(saving, fix).result
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="zym-replay")
 
+    def replay(fix):
+        return pool.submit(saving, fix).result
+
+    try:
         for i, f in enumerate(findings):
             f.estimate(analysis, fix_for, replay)
             after = findings[i + 1].release_events if i + 1 < len(findings) else None
@@ -108,6 +110,10 @@ def rank(analysis: Analysis, findings: list[Finding], together: bool = True) -> 
         for f in findings:
             if callable(f.saving_ns):
                 f.saving_ns = f.saving_ns()
+    except BaseException:  # Ctrl-C or an error: the replays not yet started are dropped
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     findings = _merge_same_fix(findings)
     floor = noise_floor_ns(analysis.facts.window_ns)
     findings.sort(key=lambda f: (_tier(f.saving_ns, floor), -(f.saving_ns or 0), -f.cost_ns,

@@ -56,3 +56,47 @@ def test_fixes_are_replayed_in_order_by_one_worker(path, monkeypatch):
 
     assert rows(found) == rows(one_by_one)
     assert found.total_ns == one_by_one.total_ns
+
+
+def test_an_error_in_a_replay_reaches_the_caller(monkeypatch):
+    """A replay that fails in the worker fails the rules, with its own exception, and leaves
+    no worker thread behind."""
+    def failing(self, fix):
+        raise RuntimeError("replay failed")
+
+    a = analyze(SAMPLES[0], lambda _stage: None)
+    monkeypatch.setattr(replay.Timeline, "saving", failing)
+    with pytest.raises(Exception, match="RuntimeError: replay failed|^replay failed"):
+        evaluate(a, load_packs(()))
+    assert not [t for t in threading.enumerate() if t.name.startswith("zym-replay")]
+
+
+def test_an_interrupt_drops_the_replays_not_yet_started(monkeypatch):
+    """Ctrl-C while the fixes are built: the replay running ends, those queued behind it are
+    not started (at 10 M each takes ~0.1-0.3 s; tens can be queued)."""
+    import time
+
+    started = []
+
+    def slow(self, fix):
+        started.append(fix)
+        time.sleep(0.5)  # the main thread submits the next fix meanwhile
+        return 0
+
+    estimate = engine.Finding.estimate
+    built = []
+
+    def interrupted(self, analysis, fix_for, replay=None):
+        if len(built) == 2:
+            raise KeyboardInterrupt
+        estimate(self, analysis, fix_for, replay)
+        if self.edit is not None:
+            built.append(self)
+
+    a = analyze(SAMPLES[0], lambda _stage: None)
+    packs = load_packs(())
+    monkeypatch.setattr(replay.Timeline, "saving", slow)
+    monkeypatch.setattr(engine.Finding, "estimate", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(a, packs)
+    assert len(built) == 2 and len(started) == 1
