@@ -44,7 +44,25 @@ class Ancestors:
 
     def rows(self, stack: pl.Series) -> np.ndarray:
         """Row of each stack id in the table (-1 for null or unknown ids)."""
-        return stack.replace_strict(self.index, default=-1, return_dtype=pl.Int64).to_numpy()
+        lookup = self._lookup
+        if lookup is None or not stack.dtype.is_integer():
+            return stack.replace_strict(self.index, default=-1,
+                                        return_dtype=pl.Int64).to_numpy()
+        # ids from 0 to a few times the nodes (as captures number them): one gather
+        s = stack.fill_null(-1).to_numpy()
+        ok = (s >= 0) & (s < len(lookup))
+        return np.where(ok, lookup[np.where(ok, s, 0)], -1)
+
+    @functools.cached_property
+    def _lookup(self) -> np.ndarray | None:
+        """Row by stack id, where the ids are integers from 0 below 4x the nodes + 1024 (-1:
+        no such node); else None (a dictionary lookup then)."""
+        ids = np.fromiter(self.index, np.int64, len(self.index))
+        if len(ids) and (ids.min() < 0 or ids.max() >= 4 * len(ids) + 1024):
+            return None
+        lookup = np.full(int(ids.max()) + 1 if len(ids) else 0, -1, np.int64)
+        lookup[ids] = np.fromiter(self.index.values(), np.int64, len(ids))
+        return lookup
 
     def at(self, rows: np.ndarray, depth: int) -> np.ndarray:
         """Ancestor row at ``depth`` of each of ``rows`` (-1 where there is none)."""
@@ -63,6 +81,8 @@ def call_instances(calls: pl.DataFrame, user_node: pl.Series, wanted: np.ndarray
     out = np.full(len(wanted), -1, np.int64)
     if not len(wanted):
         return out
+    if len(calls) >= JIT_MIN_CALLS and _compiled_pass() is not None:
+        return _one_pass(calls, user_node, wanted, ancestors, steps, out)
     # Every call, at millions of calls: positions and stack rows as int32 where they fit,
     # and each array freed once read (the calls' whole-length temporaries were ~1 GB at 10 M).
     thread = calls["_thread"].to_numpy()
@@ -82,34 +102,77 @@ def call_instances(calls: pl.DataFrame, user_node: pl.Series, wanted: np.ndarray
     u = ancestors.rows(user_node.gather(pl.Series(wanted)))
     depth = np.where(u >= 0, ancestors.depth[np.maximum(u, 0)], -1).astype(np.int32)
     del u
-    # Each node's (caller node, function) pair as one code: at a depth, consecutive calls
-    # whose frame there has the same code are one call of that function from that line.
+    code = _frame_codes(ancestors)
+    n_nodes = len(ancestors.depth)
+    code_at = np.full(n_nodes + 1, -1, np.int64)  # per node, its frame's code; last: no node
+    by_depth = _narrow(np.argsort(depth, kind="stable"), len(depth))  # wanted calls by depth
+    sorted_depth = depth[by_depth]
+    del depth
+    distinct = sorted_depth[np.r_[True, sorted_depth[1:] != sorted_depth[:-1]]]
+    for d in distinct[distinct >= 0].tolist():
+        at = ancestors.table[:, d].astype(np.int64)
+        code_at[:n_nodes] = np.where(at >= 0, code[np.maximum(at, 0)], -1)
+        c = code_at[rows_sorted]  # row -1 (no stack) reads the last entry: -1
+        starts = (c >= 0) & (boundary | np.r_[True, c[1:] != c[:-1]])
+        del c
+        run = np.cumsum(starts)
+        mine = by_depth[np.searchsorted(sorted_depth, d):np.searchsorted(sorted_depth, d,
+                                                                          side="right")]
+        out[mine] = (d << 40) | run[position[wanted[mine]]]
+    return out
+
+
+def _frame_codes(ancestors: Ancestors) -> np.ndarray:
+    """Each node's (caller node, function) pair as one code: at a depth, consecutive calls
+    whose frame there has the same code are one call of that function from that line."""
     n_nodes = len(ancestors.depth)
     caller = np.where(ancestors.depth > 0, ancestors.table[
         np.arange(n_nodes), np.maximum(ancestors.depth - 1, 0)], -1).astype(np.int64)
     _, fcode = np.unique(ancestors.key, return_inverse=True)
     _, code = np.unique((caller + 1) * (int(fcode.max(initial=0)) + 1) + fcode,
                         return_inverse=True)
-    runs = _compiled_runs() if n >= JIT_MIN_CALLS else None
-    code_at = np.full(n_nodes + 1, -1, np.int64)  # per node, its frame's code; last: no node
-    by_depth = _narrow(np.argsort(depth, kind="stable"), len(depth))  # wanted calls by depth
-    sorted_depth = depth[by_depth]
-    del depth
-    distinct = sorted_depth[np.r_[True, sorted_depth[1:] != sorted_depth[:-1]]]
-    run = np.empty(n, np.int64) if runs is not None else None
-    for d in distinct[distinct >= 0].tolist():
-        at = ancestors.table[:, d].astype(np.int64)
-        code_at[:n_nodes] = np.where(at >= 0, code[np.maximum(at, 0)], -1)
-        if runs is not None:
-            runs(rows_sorted, code_at, boundary, run)
-        else:
-            c = code_at[rows_sorted]  # row -1 (no stack) reads the last entry: -1
-            starts = (c >= 0) & (boundary | np.r_[True, c[1:] != c[:-1]])
-            del c
-            run = np.cumsum(starts)
-        mine = by_depth[np.searchsorted(sorted_depth, d):np.searchsorted(sorted_depth, d,
-                                                                          side="right")]
-        out[mine] = (d << 40) | run[position[wanted[mine]]]
+    return code
+
+
+def _one_pass(calls: pl.DataFrame, user_node: pl.Series, wanted: np.ndarray,
+              ancestors: Ancestors, steps: pl.Series | None, out: np.ndarray) -> np.ndarray:
+    """``call_instances`` at millions of calls: the same ids, from one compiled pass over the
+    calls in thread order that keeps a running count of runs at every depth some wanted call's
+    user frame is at, reading stack ids through ``Ancestors``' lookup as it goes (the numpy
+    path passes over every call once per such depth, with whole-length temporaries, and sorts
+    the calls by thread and the wanted calls by depth)."""
+    thread = calls["_thread"].to_numpy()
+    n = len(thread)
+    # Per thread, in time order: a stable sort, by radix where the thread ids fit 16 bits.
+    small = n and thread.min() >= np.iinfo(np.int16).min and thread.max() <= np.iinfo(np.int16).max
+    order = np.argsort(thread.astype(np.int16) if small else thread, kind="stable")
+    step = (steps.fill_null(-1).to_numpy() if steps is not None
+            else np.zeros(0, np.int64))
+    stack, lookup = calls["stack_id"], ancestors._lookup
+    if lookup is None or not (stack.dtype.is_integer() and user_node.dtype.is_integer()):
+        # ids through the dictionary: their rows stand for them, read through the identity
+        stack_ids, user_ids = ancestors.rows(stack), ancestors.rows(user_node)
+        lookup = np.arange(len(ancestors.depth))
+    else:
+        stack_ids = stack.fill_null(-1).to_numpy()
+        user_ids = user_node.fill_null(-1).to_numpy()
+    depths, one_pass = _compiled_pass()
+    seen = np.zeros(ancestors.table.shape[1], np.bool_)  # the wanted calls' user frames' depths
+    depths(wanted, user_ids, lookup, ancestors.depth, seen)
+    distinct = np.flatnonzero(seen)
+    # per node (last row: no node), its frame's code at each of those depths (-1: none)
+    code = _frame_codes(ancestors)
+    at = ancestors.table[:, distinct].astype(np.int64)
+    codes = np.full((len(ancestors.depth) + 1, len(distinct)), -1, np.int64)
+    codes[:-1] = np.where(at >= 0, code[np.maximum(at, 0)], -1)
+    del at
+    column = np.full(len(seen), -1, np.int64)
+    column[distinct] = np.arange(len(distinct))
+    ids = np.empty(n, np.int64)
+    one_pass(order, thread, step, stack_ids, user_ids, lookup, ancestors.depth, column, codes,
+             ids)
+    del order, stack_ids, user_ids
+    out[:] = ids[wanted]
     return out
 
 
@@ -118,29 +181,61 @@ def _narrow(a: np.ndarray, n: int) -> np.ndarray:
     return a.astype(np.int32, copy=False) if n < np.iinfo(np.int32).max else a
 
 
-# Calls from which the runs are counted by a compiled loop (numba) rather than numpy passes.
+# Calls from which the runs are counted by one compiled pass (numba) rather than numpy passes.
 JIT_MIN_CALLS = 200_000
 
 
-def _runs(rows, code_at, boundary, run) -> None:
-    """Running count of run starts over the calls (thread order): a run starts where the
-    call's frame at this depth has a code (``code_at`` of its stack row) different from the
-    previous call's, or at a ``boundary`` (a new thread or step). For numba."""
-    n = 0
-    prev = -1
-    for i in range(len(rows)):
-        c = code_at[rows[i]]
-        if c >= 0 and (boundary[i] or c != prev):
-            n += 1
-        prev = c
-        run[i] = n
+def _depths(wanted, user, lookup, depth, seen) -> None:
+    """``seen[d]``: some call of ``wanted`` has its user frame (``user``: ids, read through
+    ``lookup``; -1 or past it: none) at depth ``d``. For numba."""
+    for i in range(len(wanted)):
+        u = user[wanted[i]]
+        if 0 <= u < len(lookup) and lookup[u] >= 0:
+            seen[depth[lookup[u]]] = True
+
+
+def _pass(order, thread, step, stack, user, lookup, depth, column, codes, ids) -> None:
+    """Over the calls in thread order (``order``): at each depth (a column of ``codes``), a
+    running count of run starts: a call whose frame there has a code (``codes`` at its stack
+    row, ``stack``'s id read through ``lookup``; the last row: no stack) different from the
+    previous call's, or a call at a boundary (a new thread or step; ``step`` empty: no
+    steps). ``ids`` gets, at each call whose user frame (``user``) is at a depth ``d`` with a
+    column, ``d << 40 | `` that column's count; else -1. For numba."""
+    n_d = codes.shape[1]
+    count = np.zeros(n_d, np.int64)
+    prev = np.full(n_d, -1, np.int64)
+    last = codes.shape[0] - 1
+    has_steps = len(step) > 0
+    for i in range(len(order)):
+        c = order[i]
+        b = i == 0
+        if not b:
+            p = order[i - 1]
+            b = thread[c] != thread[p] or (has_steps and step[c] != step[p])
+        r = last
+        s = stack[c]
+        if 0 <= s < len(lookup) and lookup[s] >= 0:
+            r = lookup[s]
+        for k in range(n_d):
+            x = codes[r, k]
+            if x >= 0 and (b or x != prev[k]):
+                count[k] += 1
+            prev[k] = x
+        ids[c] = -1
+        u = user[c]
+        if 0 <= u < len(lookup) and lookup[u] >= 0:
+            d = depth[lookup[u]]
+            k = column[d]
+            if k >= 0:
+                ids[c] = (d << 40) | count[k]
 
 
 @functools.cache
-def _compiled_runs():
-    """``_runs`` compiled by numba; None without numba (numpy passes then)."""
+def _compiled_pass():
+    """``_depths`` and ``_pass`` compiled by numba; None without numba (numpy passes then)."""
     try:
         import numba
     except ImportError:
         return None
-    return numba.njit(cache=True, nogil=True)(_runs)
+    jit = numba.njit(cache=True, nogil=True)
+    return jit(_depths), jit(_pass)

@@ -88,13 +88,32 @@ def rank(analysis: Analysis, findings: list[Finding], together: bool = True) -> 
     it (``saving_incremental_ns``: these sum to the total, so no time is counted twice).
     ``together=False`` leaves that last replay out (``total_ns`` and each
     ``saving_incremental_ns`` stay None): `zym diff` compares each finding's own saving."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from .savings import fix_for
 
-    for i, f in enumerate(findings):
-        f.estimate(analysis, fix_for)
-        after = findings[i + 1].release_events if i + 1 < len(findings) else None
-        if f.release_events is not None and f.release_events != after:  # its rule's last
-            f.release_events()
+    # The fixes are replayed in order by one worker thread while the next findings' fixes
+    # are built (polars queries, which release the GIL; the compiled replay loop does too):
+    # the same replays, in the same order, from the same state, as one after the other.
+    saving = analysis.timeline.saving if findings else None  # built here, not by the worker
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="zym-replay")
+
+    def replay(fix):
+        return pool.submit(saving, fix).result
+
+    try:
+        for i, f in enumerate(findings):
+            f.estimate(analysis, fix_for, replay)
+            after = findings[i + 1].release_events if i + 1 < len(findings) else None
+            if f.release_events is not None and f.release_events != after:  # its rule's last
+                f.release_events()
+        for f in findings:
+            if callable(f.saving_ns):
+                f.saving_ns = f.saving_ns()
+    except BaseException:  # Ctrl-C or an error: the replays not yet started are dropped
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     findings = _merge_same_fix(findings)
     floor = noise_floor_ns(analysis.facts.window_ns)
     findings.sort(key=lambda f: (_tier(f.saving_ns, floor), -(f.saving_ns or 0), -f.cost_ns,

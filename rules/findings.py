@@ -84,9 +84,12 @@ class Finding:
                                            nulls_last=True)
                 .head(n)[list(OCCURRENCE_COLUMNS)].to_dicts())
 
-    def estimate(self, analysis: Analysis, fix_for: Callable) -> None:
+    def estimate(self, analysis: Analysis, fix_for: Callable,
+                 replay: Callable[[Fix], Callable[[], int]] | None = None) -> None:
         """Build this finding's fix and replay it (sets ``edit``, ``saving_ns``,
-        ``saving_how``)."""
+        ``saving_how``). ``replay``: takes the fix and returns what gives its saving when
+        called (``saving_ns`` is then that callable until the caller calls it: the rules
+        replay one finding's fix while the next one's is built)."""
         if not analysis.timeline.usable and self.saving_model.get("model", "none") != "none":
             self.edit, self.saving_ns = None, None
             self.saving_how = ("no estimate: the capture has no GPU side, so waiting for the GPU "
@@ -107,7 +110,8 @@ class Finding:
             self.saving_how = ("no estimate: this finding describes the window"
                                if model == "none" else f"no estimate ({model}: nothing to edit)")
             return
-        self.saving_ns = analysis.timeline.saving(self.edit)
+        self.saving_ns = (analysis.timeline.saving(self.edit) if replay is None
+                          else replay(self.edit))
         self.saving_how = self.edit.describe
 
     def fix_key(self) -> tuple | None:

@@ -98,7 +98,7 @@ def test_call_instances_match_a_walk_over_each_threads_calls(which, runs, synthe
                                                              monkeypatch):
     from zym.analysis import instances
 
-    if runs == "compiled" and instances._compiled_runs() is None:
+    if runs == "compiled" and instances._compiled_pass() is None:
         pytest.skip("numba not installed (the zym[fast] extra)")
     monkeypatch.setattr(instances, "JIT_MIN_CALLS", 0 if runs == "compiled" else 1 << 62)
     analysis = analyze(EBPF_SAMPLE if which == "ebpf sample" else synthetic,
@@ -116,6 +116,59 @@ def test_call_instances_match_a_walk_over_each_threads_calls(which, runs, synthe
     assert both["walked"].n_unique() < both.height  # some runs hold several calls
     no_user = got.join(walked, on="call_idx", how="anti")
     assert (no_user["call_instance"] == -1).all()
+
+
+
+@pytest.mark.parametrize("which", ["ebpf sample", "synthetic"])
+def test_call_instances_one_pass_gives_the_per_depth_ids(which, synthetic, monkeypatch):
+    """The compiled pass over the calls (every depth at once) gives the very ids of the numpy
+    passes (one per depth): for every call and for a subset asked in any order, with repeats."""
+    from zym.analysis import instances
+
+    if instances._compiled_pass() is None:
+        pytest.skip("numba not installed (the zym[fast] extra)")
+    analysis = analyze(EBPF_SAMPLE if which == "ebpf sample" else synthetic,
+                       lambda _stage: None, "steady")
+    rel = analysis.relations
+    calls = rel.calls_table()
+    user = rel.site_of(calls["stack_id"], ("user_node",))[0]
+    anc = instances.Ancestors(analysis.facts.nodes)
+    steps = rel.call_steps()
+    rng = np.random.default_rng(3)
+    for wanted in (np.arange(calls.height), rng.integers(0, calls.height, 500)):
+        monkeypatch.setattr(instances, "JIT_MIN_CALLS", 1 << 62)
+        per_depth = instances.call_instances(calls, user, wanted, anc, steps)
+        monkeypatch.setattr(instances, "JIT_MIN_CALLS", 0)
+        one_pass = instances.call_instances(calls, user, wanted, anc, steps)
+        assert (per_depth >= 0).sum() > len(wanted) // 2
+        assert np.array_equal(one_pass, per_depth)
+        # without steps, too (no boundary but the threads')
+        monkeypatch.setattr(instances, "JIT_MIN_CALLS", 1 << 62)
+        per_depth = instances.call_instances(calls, user, wanted, anc, None)
+        monkeypatch.setattr(instances, "JIT_MIN_CALLS", 0)
+        assert np.array_equal(instances.call_instances(calls, user, wanted, anc, None),
+                              per_depth)
+
+
+def test_ancestors_rows_by_lookup_equal_the_dictionary():
+    """Stack rows read through the id lookup equal the dictionary's, null and unknown ids
+    (negative, past the last, in a gap) included; ids too sparse for a lookup use the
+    dictionary."""
+    from zym.analysis.instances import Ancestors
+
+    nodes = pl.DataFrame({"stack_id": [5, 2, 9, 3], "parent_id": [None, 5, 2, 5],
+                          "depth": [0, 1, 2, 1], "file": ["a", "b", None, "d"],
+                          "name": ["f", "g", "h", None]})
+    anc = Ancestors(nodes)
+    assert anc._lookup is not None
+    asked = pl.Series([9, None, 2, -4, 7, 10**6, 5, 3, 0], dtype=pl.Int64)
+    want = asked.replace_strict(anc.index, default=-1, return_dtype=pl.Int64).to_numpy()
+    assert anc.rows(asked).tolist() == want.tolist()
+    assert sorted(want.tolist())[:4] == [-1, -1, -1, -1]
+    sparse = Ancestors(nodes.with_columns(pl.col("stack_id") * 10**6,
+                                          pl.col("parent_id") * 10**6))
+    assert sparse._lookup is None
+    assert sparse.rows(asked * 10**6).tolist() == want.tolist()
 
 
 # -- the incremental replay ---------------------------------------------------------------------

@@ -218,3 +218,25 @@ def test_a_batch_reads_its_instances_by_gather_as_by_filter(keep, monkeypatch):
     for name in ("remove_calls", "gap_calls", "gap_ns"):
         assert np.array_equal(getattr(fast, name), getattr(slow, name)), name
     assert fast.describe == slow.describe
+
+
+def test_opens_instance_marks_each_instances_first_call():
+    """Whether each asked call is the first (lowest ``call_idx``) of its instance, as the
+    first index of each value in ``np.unique`` says."""
+    from zym.rules.savings import _opens_instance
+
+    class Rel:
+        def __init__(self):
+            self.cache = {}
+
+        def shared(self, name, build):
+            return self.cache.setdefault(name, build())
+
+    rng = np.random.default_rng(5)
+    by_row = rng.integers(0, 40, 3000) * (1 << 40) + rng.integers(0, 3, 3000)
+    idx = np.sort(rng.choice(3000, 700, replace=False))
+    values, first = np.unique(by_row, return_index=True)
+    want = first[np.searchsorted(values, by_row[idx])] == idx
+    got = _opens_instance(Rel(), by_row, idx)
+    assert got.dtype == bool and want.any() and not want.all()
+    assert got.tolist() == want.tolist()
