@@ -1,4 +1,4 @@
-"""Time facts of a capture: its window, and how busy each GPU was within it."""
+"""GPU work and busy periods: how busy each GPU was (``Facts.busy`` reads them; defined here once)."""
 from __future__ import annotations
 
 import polars as pl
@@ -32,23 +32,3 @@ def busy_intervals(gpu: pl.DataFrame) -> pl.DataFrame:
             .agg(pl.col("start_ns").first(), pl.col("end_ns").max(), pl.col("first_row").first())
             .drop("period").sort("device_id", "start_ns"))
 
-
-def gpu_utilization(calls: pl.DataFrame, gpu: pl.DataFrame) -> dict:
-    """Capture window and per-device busy/idle time within it.
-
-    The window spans every recorded CPU call and GPU operation; idle time is window time
-    in which the device ran nothing.
-    """
-    bounds = [df.select(pl.col("ts_ns").min().alias("lo"), (pl.col("ts_ns") + pl.col("dur_ns"))
-                        .max().alias("hi")).row(0) for df in (calls, gpu) if df.height]
-    if not bounds:
-        return {"window_ns": 0, "activity_ns": 0, "devices": []}
-    window = max(hi for _, hi in bounds) - min(lo for lo, _ in bounds)
-    busy = (busy_intervals(gpu).group_by("device_id")
-            .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("busy_ns")).sort("device_id"))
-    devices = [{"device_id": r["device_id"], "busy_ns": r["busy_ns"],
-                "idle_ns": max(window - r["busy_ns"], 0),
-                "busy_pct": round(100 * r["busy_ns"] / window, 2) if window else 0.0}
-               for r in busy.iter_rows(named=True)]
-    return {"window_ns": window, "activity_ns": int(gpu_work(gpu)["dur_ns"].sum() or 0),
-            "devices": devices}
