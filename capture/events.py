@@ -95,13 +95,6 @@ class ProbeSpec(ct.Structure):
                 ("copy_slot", ct.c_int16), ("has_return", ct.c_uint16), ("stream_deref", ct.c_int32)]
 
 
-def struct_format(cls: type[ct.Structure]) -> str:
-    """The ``struct`` module format of a mirror (little-endian, no implicit padding)."""
-    codes = {ct.c_uint32: "I", ct.c_int32: "i", ct.c_uint64: "Q", ct.c_int64: "q",
-             ct.c_uint16: "H", ct.c_int16: "h", ct.c_uint8: "B"}
-    return "<" + "".join(codes[t] for _, t in cls._fields_)
-
-
 MIRRORS: dict[str, type[ct.Structure]] = {
     "zym_call": Call, "zym_frame": Frame, "zym_stack": Stack, "zym_proc_event": ProcEvent,
     "zym_native": Native,

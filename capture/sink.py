@@ -410,14 +410,6 @@ def json_row(line: str) -> dict:
     return row
 
 
-def read_raw_meta(raw_dir: Path) -> CaptureMeta:
-    path = raw_dir / "meta.json"
-    if not path.exists():   # zym was killed before it could write it
-        return CaptureMeta(producer="zym capture", clock_domain="CLOCK_MONOTONIC",
-                           extra={"note": "finalized from a raw capture without metadata"})
-    return CaptureMeta.from_json(path.read_text())
-
-
 def finalize(raw_dir: Path, output: Path, meta: CaptureMeta,
              add: Callable[[dict, CaptureMeta], dict] | None = None) -> dict[str, pl.DataFrame]:
     """Write the capture Parquet from a raw directory; returns the tables written. ``add``

@@ -72,11 +72,6 @@ class Ragged:
         src = _ranges(starts[index], lengths)
         return Ragged(self.data[src], lengths)
 
-    @staticmethod
-    def concat_rows(parts: list[Ragged]) -> Ragged:
-        """Row-wise concatenation: row i is parts[0][i] + parts[1][i] + ..."""
-        return encode(len(parts[0]), [Raw(p) for p in parts])
-
 
 def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Concatenation of ``arange(s, s + n)`` for every (s, n): a gather index."""

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
-from zym.schemas.errors import InputError
 from zym.schemas.io import conform
 
 from ..load import load_capture
@@ -190,17 +189,3 @@ def finding_dict(f) -> dict:
         [pl.col(c).cast(t) if c in frame.columns else pl.lit(None, t).alias(c)
          for c, t in OCCURRENCE_SCHEMA.items()])
     return d
-
-
-def check_output(path: str | Path, force: bool) -> Path:
-    """Refuse to overwrite ``path`` without ``force``; create its folder when missing."""
-    path = Path(path)
-    if path.exists() and path.is_dir():
-        raise InputError(f"{path}: is a directory; give a file name")
-    if path.exists() and not force:
-        raise InputError(f"{path}: already exists; pass --force to overwrite it")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise InputError(f"{path.parent}: cannot create the output folder ({e.strerror})") from None
-    return path

@@ -414,10 +414,6 @@ class Collector:
             return False
         return True
 
-    def cupti_now(self) -> int:
-        self._get_ts(self._ts_ref)
-        return self._ts.value
-
     def calibrate(self, rounds: int = CALIB_ROUNDS) -> list[int]:
         """Best-of-``rounds`` sandwich: [mono_mid_ns, cupti_ns, err_ns] (wprof's method)."""
         best = None
