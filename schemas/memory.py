@@ -13,7 +13,7 @@ jemalloc keeps freed pages for 0.5-1.5 s (polars' ``dirty_decay_ms:500,muzzy_dec
 and gives them back only as later allocations let its decay clock tick, so at x40 the
 ~350 MB of columns one stage dropped still counted at the next stage's peak. jemalloc's own
 call for this, ``mallctl("arena.<all>.purge")``, is not exported by polars' library: its
-address is read from the library's symbol table (``_polars_purge``), checked, and the purge
+address is read from the library's symbol table (``polars_mallctl``), checked, and the purge
 is skipped wherever any check fails (a stripped build, another allocator, a file replaced
 since it was loaded). Setting ``_RJEM_MALLOC_CONF=dirty_decay_ms:0,muzzy_decay_ms:0`` instead
 gives pages back at every free: measured 1.26x the CPU time at x40 (docs/benchmarks.md).
@@ -131,10 +131,19 @@ _CACHE_KIND = "symbols"
 
 @functools.cache
 def _polars_purge() -> Callable[[], int] | None:
-    """A call that purges polars' jemalloc (0 on success), or None where it cannot be found
-    and checked: Linux only, polars loaded, the library file on disk the one mapped (same
-    inode), the function in its symbol table, and jemalloc answering ``mallctl("version")``
-    with a version string."""
+    """A call that purges polars' jemalloc (0 on success), or None (see ``polars_mallctl``)."""
+    mallctl = polars_mallctl()
+    if mallctl is None:
+        return None
+    return lambda: mallctl(_PURGE_ALL, None, None, None, 0)
+
+
+@functools.cache
+def polars_mallctl() -> Callable[..., int] | None:
+    """polars' jemalloc ``mallctl`` (name, oldp, oldlenp, newp, newlen; 0 on success), or None
+    where it cannot be found and checked: Linux only, polars loaded, the library file on disk
+    the one mapped (same inode), the function in its symbol table, and jemalloc answering
+    ``mallctl("version")`` with a version string."""
     if not sys.platform.startswith("linux") or "polars" not in sys.modules:
         return None
     import ctypes
@@ -158,7 +167,7 @@ def _polars_purge() -> Callable[[], int] | None:
     if (mallctl(b"version", ctypes.byref(version), ctypes.byref(size), None, 0) != 0
             or not (version.value or b"")[:1].isdigit()):
         return None
-    return lambda: mallctl(_PURGE_ALL, None, None, None, 0)
+    return mallctl
 
 
 # Below this many rows a stage frees a few MB, and a trim (a walk of the heap, ~1-4 ms, and

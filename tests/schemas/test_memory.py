@@ -56,22 +56,47 @@ def test_no_offset_from_a_file_that_is_not_an_elf_library(tmp_path):
     assert memory.elf_function_offset(str(tmp_path / "missing.so"), b"x") is None
 
 
+def _set_decay(mallctl, dirty_ms: int, muzzy_ms: int) -> None:
+    """jemalloc's decay times (dirty and muzzy pages) in every arena and for new ones; -1:
+    freed pages are kept until purged."""
+    count, size = ctypes.c_uint(0), ctypes.c_size_t(4)
+    assert mallctl(b"arenas.narenas", ctypes.byref(count), ctypes.byref(size), None, 0) == 0
+    for name, ms in ((b"dirty_decay_ms", dirty_ms), (b"muzzy_decay_ms", muzzy_ms)):
+        value = ctypes.c_ssize_t(ms)
+        assert mallctl(b"arenas." + name, None, None, ctypes.byref(value), 8) == 0
+        for i in range(count.value):  # arenas not yet in use refuse: nothing of theirs to keep
+            mallctl(f"arena.{i}.".encode() + name, None, None, ctypes.byref(value), 8)
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="polars' jemalloc, Linux build")
 def test_polars_freed_columns_are_given_back():
-    """~400 MB of polars columns dropped: jemalloc keeps their pages (decay 0.5-1.5 s, ticked by
-    later allocations); the purge gives them back at once."""
+    """~400 MB of polars columns in 4 MB pieces dropped: with jemalloc's decay turned off for
+    the test (polars' own gives pages back after 0.5-1.5 s, on its clock), the pages are still
+    held a second later; the purge gives them back at once."""
+    import time
+
+    import numpy as np
     import polars as pl
 
     memory._polars_purge.cache_clear()
+    memory.polars_mallctl.cache_clear()
+    mallctl = memory.polars_mallctl()
+    assert mallctl is not None, "polars' jemalloc mallctl was not found (stripped build?)"
     purge = memory._polars_purge()
-    assert purge is not None, "polars' jemalloc purge was not found (stripped polars build?)"
-    purge()
-    frame = pl.DataFrame({"a": pl.int_range(0, 50_000_000, eager=True)})
-    assert _rss_mb() > 300
-    del frame
-    held = _rss_mb()
-    assert purge() == 0
-    assert held - _rss_mb() >= 250
+    _set_decay(mallctl, -1, -1)
+    try:
+        purge()
+        before = _rss_mb()
+        columns = [pl.Series(np.arange(i, i + 500_000)) + 1 for i in range(100)]
+        assert _rss_mb() - before > 300
+        del columns
+        time.sleep(1.0)
+        held = _rss_mb()
+        assert held - before > 300  # kept: nothing gave them back yet
+        assert purge() == 0
+        assert held - _rss_mb() >= 250
+    finally:
+        _set_decay(mallctl, 500, 1000)  # polars' own settings
 
 
 def test_release_purges_polars_only_after_large_stages(monkeypatch):
