@@ -4,10 +4,14 @@ boundary, so every line's peak is that interval's own), RSS at the boundary, and
 estimated size of the polars tables held at the end of the main stages. tracemalloc does not
 see Arrow/polars/numpy buffers; this does.
 
-    python bench/mem_peaks.py CAPTURE.parquet [--trim] [--no-rules] [--sizes]
+    python bench/mem_peaks.py CAPTURE.parquet|TRACE.json.gz [--trim] [--no-rules] [--sizes]
 
 ``--trim``: ``malloc_trim(0)`` at every boundary (what glibc keeps of freed memory shows as
-the difference in RSS).
+the difference in RSS). On a torch.profiler trace the Kineto load's stages are lines too
+(decoding, each ``events_to_tables`` stage, and each ``release_freed_memory`` there, before
+and after it gives memory back: an RSS that falls inside a stage which frees nothing is an
+allocator giving back an earlier stage's memory late, as polars' jemalloc did before the
+thirteenth round).
 """
 from __future__ import annotations
 
@@ -70,6 +74,7 @@ def main() -> None:
 
     from zym.analysis import facts, load, relations, replay, report
     from zym.analysis.export import summary
+    from zym.capture import kineto, kineto_json
     from zym.rules import engine, findings
 
     _reset_hwm()
@@ -82,8 +87,20 @@ def main() -> None:
                         (relations.Relations, "materialize"), (relations.Relations, "_instances"),
                         (engine, "_plan"), (engine, "_replan"), (engine, "rank"),
                         (relations.Relations, "_matmuls"), (findings.Findings, "_replay_together"),
-                        (summary, "build_report")):
+                        (summary, "build_report"), (kineto, "read_events"),
+                        (kineto_json, "_decode_streaming"), (kineto, "events_to_tables"),
+                        (kineto, "_with_frames"), (kineto, "nest_intervals"),
+                        (kineto, "innermost_enclosing"), (kineto, "intern_rows"),
+                        (kineto, "_calls"), (kineto, "_spans"), (kineto, "_gpu"),
+                        (kineto, "check_tables")):
         wrap(owner, name)
+    release = kineto.release_freed_memory
+
+    def released(rows: int) -> None:
+        say("   release (before)")
+        release(rows)
+        say("   release (after)")
+    kineto.release_freed_memory = released
     for cls, props in ((facts.Facts, ("calls", "gpu", "sites", "busy", "gaps", "kernel_table")),
                        (report.Analysis, ("timeline", "relations"))):  # cached properties
         for prop in props:
