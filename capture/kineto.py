@@ -416,9 +416,6 @@ def _with_shapes(rows: pl.DataFrame, shapes: pl.DataFrame, dtype: pl.DataType = 
 
 
 def _gpu(gpu: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
-    # Kernel names were decoded as categorical codes (a few hundred names on millions of rows,
-    # held through the CPU stages); the table holds the text.
-    gpu = gpu.with_columns(pl.col("name").cast(pl.String))
     copy = pl.col("name").str.extract_groups(
         r"^Memcpy (?P<dir>\w+) \((?P<src>\w+) -> (?P<dst>\w+)\)")
     memset_dst = pl.col("name").str.extract(r"^Memset \((\w+)\)", 1)

@@ -730,8 +730,8 @@ def _group_frame(group: str, events: list, names: _Interner, shapes: _Interner
             "pid": _int_column(pid), "tid": _int_column(tid),
             "ts_us": _loose_floats("ts", ts) if loose else ts,
             "dur_us": _loose_floats("dur", dur) if loose else dur}
-    if group == "gpu":  # kernel names: a few per path, as categorical codes (4 bytes a row;
-        cols["name"] = name  # text again in the GPU table)
+    if group == "gpu":  # kernel names: a few per path, kept as text
+        cols["name"] = name
     else:
         cols["name_id"] = names(name)
     fields = [f for f in schema if f not in cols]
@@ -790,7 +790,7 @@ _GROUP_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
     "python": _CPU | {"python_id": pl.Int64, "python_parent_id": pl.Int64},
     "op": _CPU | {"external_id": pl.Int64, "shape_id": pl.UInt32, "dtypes_id": pl.UInt32},
     "call": _CPU | {"external_id": pl.Int64, "correlation_id": pl.Int64, "cbid": pl.Int32},
-    "gpu": _COMMON | {"name": pl.Categorical, "external_id": pl.Int64, "correlation_id": pl.Int64,
+    "gpu": _COMMON | {"name": pl.String, "external_id": pl.Int64, "correlation_id": pl.Int64,
                       "device_id": pl.Int32, "stream_id": pl.Int64, "size_bytes": pl.Int64,
                       "graph_id": pl.Int64}
     | {f"{d}_{axis}": pl.Int32 for d in ("grid", "block") for axis in "xyz"},
@@ -1015,9 +1015,9 @@ def _texts(name: str, ids: np.ndarray, values: list, interner: _Interner | None)
     missing shape: null, as its ``b""`` is)."""
     missing = ids < 0
     absent = np.flatnonzero(missing)
-    if interner is None:  # GPU kernel names: categorical codes until the tables are built
-        series = (pl.Series(name, values, dtype=pl.Categorical).gather(np.where(missing, 0, ids))
-                  if values else pl.Series(name, [None] * len(ids), dtype=pl.Categorical))
+    if interner is None:
+        series = (pl.Series(name, values, dtype=pl.String).gather(np.where(missing, 0, ids))
+                  if values else pl.Series(name, [None] * len(ids), dtype=pl.String))
         return series.scatter(absent, None) if len(absent) else series
     present, first = np.unique(ids[~missing], return_index=True)
     used = present[np.argsort(first)]  # in this column's order of first appearance

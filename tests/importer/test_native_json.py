@@ -380,18 +380,16 @@ def test_numbers_are_read_as_python_reads_them(compiled):
         assert struct.unpack("q", ints[5][0])[0] == int(json.loads(whole)), text
 
 
-def test_gpu_kernel_names_are_held_as_codes_until_the_gpu_table(sample_trace, decoder):
-    """The decoded GPU group holds kernel names as categorical codes (4 bytes a row through
-    the CPU stages of the load); the GPU table holds the text, each row's own name as the raw
-    JSON has it (read here with the json module)."""
+def test_gpu_kernel_names_are_the_raw_json_s(sample_trace, decoder):
+    """The GPU table's kernel names: each GPU event's own name as the raw JSON has it (read
+    here with the json module), with either decoder. (Decoding them as categorical codes was
+    tried and undone: the table's text, cast back from codes, took every row's own copy, ~0.3
+    GB more on a trace of long CUTLASS names; gathered from each batch's distinct names, the
+    rows share those strings.)"""
     with gzip.open(sample_trace, "rt") as f:
         events = json.load(f)["traceEvents"]
     gpu_cats = {c for c, g in GROUP_OF.items() if g == "gpu"}
-    want = sorted((e["ts"], e["name"]) for e in events
-                  if e.get("ph") == "X" and e.get("cat") in gpu_cats)
-    groups, _ = kineto_json.read_events(Path(sample_trace))
-    assert groups["gpu"].schema["name"] == pl.Categorical
+    want = sorted(e["name"] for e in events if e.get("ph") == "X" and e.get("cat") in gpu_cats)
     table = load_kineto(sample_trace)[0]["gpu"]
     assert table.schema["name"] == pl.String
-    assert table.height == len(want)
-    assert sorted(table["name"]) == sorted(name for _, name in want)
+    assert sorted(table["name"]) == want
