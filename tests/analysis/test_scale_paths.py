@@ -482,7 +482,7 @@ def test_a_chain_of_fixes_replays_from_the_one_before(which, synthetic, sparse):
     two differ. Each ends when its whole replay does; and a fix replayed after an unrelated
     one (not a superset of it) too."""
     tl, rng = _chain_timeline(which, synthetic, 29)
-    n, m = tl.n_calls, len(tl.pos_of_gpu)
+    n = tl.n_calls
     from_last = 0
     for _chain in range(3):
         together = None
@@ -490,17 +490,10 @@ def test_a_chain_of_fixes_replays_from_the_one_before(which, synthetic, sparse):
             part = replay.Fix()
             k = int(rng.integers(1, max(2, n // 200)))
             kind = rng.choice(["cost", "gap", "gpu", "unblock"], p=[0.35, 0.3, 0.3, 0.05])
-            if kind == "cost":
-                part.cost_calls = np.sort(rng.choice(n, size=k, replace=False))
-                part.cost_ns = (tl.intrinsic[part.cost_calls] * rng.random(k)).astype(np.int64)
-            elif kind == "gap":
-                part.gap_calls = np.sort(rng.choice(n, size=k, replace=False))
-                part.gap_ns = (tl.gap[part.gap_calls] * rng.random(k)).astype(np.int64)
-            elif kind == "gpu":
-                part.gpu_ops = np.sort(rng.choice(m, size=min(k, m), replace=False))
-                part.gpu_dur_ns = rng.integers(0, 50_000, len(part.gpu_ops))
-            else:  # a removed wait: the dense kernels, and the next replay from the unfixed one
+            if kind == "unblock":  # a removed wait: the dense kernels, then from the unfixed
                 part.unblock_calls = np.sort(rng.choice(np.nonzero(tl.waits)[0], size=1))
+            else:
+                _random_edit(tl, rng, part, kind, k)
             if together is not None and rng.random() < 0.5:  # some edited again, shorter
                 again = replay.Fix(cost_calls=together.cost_calls[::3],
                                    cost_ns=together.cost_ns[::3] // 2,
@@ -535,23 +528,30 @@ def test_the_sparse_replay_of_late_gpu_work(which, synthetic, sparse):
         assert tl.replay(fix) == tl.replay(fix, incremental=False), back
 
 
+def _random_edit(tl, rng: np.random.Generator, part: replay.Fix, kind: str, k: int) -> None:
+    """``k`` random calls made cheaper (``cost``) or their gaps shorter (``gap``), or up to
+    ``k`` operations shorter (``gpu``), set on ``part``."""
+    n, m = tl.n_calls, len(tl.pos_of_gpu)
+    if kind == "cost":
+        part.cost_calls = np.sort(rng.choice(n, size=k, replace=False))
+        part.cost_ns = (tl.intrinsic[part.cost_calls] * rng.random(k)).astype(np.int64)
+    elif kind == "gap":
+        part.gap_calls = np.sort(rng.choice(n, size=k, replace=False))
+        part.gap_ns = (tl.gap[part.gap_calls] * rng.random(k)).astype(np.int64)
+    else:
+        part.gpu_ops = np.sort(rng.choice(m, size=min(k, m), replace=False))
+        part.gpu_dur_ns = rng.integers(0, 50_000, len(part.gpu_ops))
+
+
 def _chain_part(tl, rng: np.random.Generator, parts: list[replay.Fix]) -> replay.Fix:
     """A finding's fix as the pinned-memory model makes them (cheaper calls, shorter
     operations, shorter gaps), some of it editing again what earlier parts edited, with
     smaller and with larger values, and calls named twice."""
-    n, m = tl.n_calls, len(tl.pos_of_gpu)
+    n = tl.n_calls
     k = int(rng.integers(1, max(2, n // 150)))
     part = replay.Fix()
     for kind in rng.choice(["cost", "gap", "gpu"], size=int(rng.integers(1, 4)), replace=False):
-        if kind == "cost":
-            part.cost_calls = np.sort(rng.choice(n, size=k, replace=False))
-            part.cost_ns = (tl.intrinsic[part.cost_calls] * rng.random(k)).astype(np.int64)
-        elif kind == "gap":
-            part.gap_calls = np.sort(rng.choice(n, size=k, replace=False))
-            part.gap_ns = (tl.gap[part.gap_calls] * rng.random(k)).astype(np.int64)
-        else:
-            part.gpu_ops = np.sort(rng.choice(m, size=min(k, m), replace=False))
-            part.gpu_dur_ns = rng.integers(0, 50_000, len(part.gpu_ops))
+        _random_edit(tl, rng, part, kind, k)
     if parts and rng.random() < 0.6:  # again: half smaller, half larger than before
         old = parts[int(rng.integers(len(parts)))]
         scale = np.where(rng.random(len(old.cost_calls)) < 0.5, 0.5, 3.0)

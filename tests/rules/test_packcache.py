@@ -12,31 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_rule_errors import GOOD  # the same valid pack
 from zym.rules import RuleError, builtin_pack_paths, load_pack, load_packs, model, packcache
 from zym.rules.model import Pack, parse_pack
 from zym.schemas import jsoncache
 
 ROOT = Path(__file__).resolve().parents[2]
-GOOD = """\
-pack: mine
-version: 1
-rules:
-  - id: mine.slow
-    title: Slow kernels
-    severity: warning
-    doc: Kernels over 1 ms.
-    relation: gpu
-    where:
-      kind: kernel
-      dur_ns: {gt: 1000000}
-    measures:
-      share: {div: [gpu_ns, total_gpu_ns]}
-    having:
-      count: {ge: 1}
-    cost: gpu_ns
-    message: "{count} slow kernels at {site} ({share:pct})"
-    fix: Make them faster.
-"""
 
 
 @pytest.fixture()
