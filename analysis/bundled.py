@@ -21,19 +21,14 @@ def bundled_yaml(name: str) -> Any:
     from zym.schemas import jsoncache
 
     text = resources.files("zym.analysis").joinpath(name).read_text("utf-8")
-    key = None
-    if jsoncache.cache_dir(KIND) is not None:
-        h = hashlib.sha256(jsoncache.fingerprint(
-            [Path(__file__).resolve(), Path(jsoncache.__file__).resolve()], KIND, name,
-            jsoncache.yaml_identity()))
-        h.update(text.encode("utf-8", "surrogatepass"))
-        key = h.hexdigest()
-        doc = jsoncache.read(KIND, key)
-        if doc is not None:
-            return doc
-    import yaml
+    h = hashlib.sha256(jsoncache.fingerprint(
+        [Path(__file__).resolve(), Path(jsoncache.__file__).resolve()], KIND, name,
+        jsoncache.yaml_identity()))
+    h.update(text.encode("utf-8", "surrogatepass"))
 
-    doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    if key is not None and jsoncache.plain(doc):
-        jsoncache.write(KIND, key, jsoncache.dumps(doc))
-    return doc
+    def parse() -> Any:
+        import yaml
+
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+    return jsoncache.remembered(KIND, h.hexdigest(), parse)

@@ -94,24 +94,18 @@ def _decode(doc: Any):
 
 def cached(text: str, source: str, parse: Callable[[str, str], Any]):
     """``parse(text, source)`` (a validated pack), from the cache where an entry is there."""
-    if jsoncache.cache_dir(KIND) is None:
-        return parse(text, source)
-    key = key_of(text, source)
-    doc = jsoncache.read(KIND, key)
-    if doc is not None:
-        try:
-            return _decode(doc)
-        except (ValueError, TypeError):
-            pass  # not a pack: parsed again below, and the entry replaced
-    pack = parse(text, source)  # raises for a pack that does not validate: nothing is kept
-    body = _encode(pack)
-    if body is not None:
-        import json
+    return jsoncache.remembered(KIND, key_of(text, source), lambda: parse(text, source),
+                                load=_decode, dump=_checked_encode)
 
-        try:
-            same = _decode(json.loads(body)) == pack
-        except (ValueError, TypeError):
-            same = False
-        if same:
-            jsoncache.write(KIND, key, body)
-    return pack
+
+def _checked_encode(pack) -> str | None:
+    """The JSON of ``pack`` where decoding it gives the same pack back, else None."""
+    import json
+
+    body = _encode(pack)
+    if body is None:
+        return None
+    try:
+        return body if _decode(json.loads(body)) == pack else None
+    except (ValueError, TypeError):
+        return None

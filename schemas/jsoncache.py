@@ -27,6 +27,7 @@ import json
 import math
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,29 @@ def read(kind: str, key: str) -> Any | None:
         return json.loads(body.decode("ascii"))
     except (OSError, ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return None
+
+
+def remembered(kind: str, key: str, make: Callable[[], Any],
+               load: Callable[[Any], Any] | None = None,
+               dump: Callable[[Any], str | None] | None = None) -> Any:
+    """``make()``, kept between runs as ``kind``'s entry ``key``. An entry there is used
+    through ``load`` (default: as it is), which raises ValueError or TypeError for one it
+    cannot use; otherwise ``make()`` runs (what it raises, it raises: nothing is kept) and its
+    value is written as ``dump`` gives it (default: the JSON of a ``plain`` value; None: not
+    kept). With the cache off, ``make()`` alone."""
+    if cache_dir(kind) is None:
+        return make()
+    doc = read(kind, key)
+    if doc is not None:
+        try:
+            return doc if load is None else load(doc)
+        except (ValueError, TypeError):
+            pass  # not a value of this kind: made again below, and the entry replaced
+    value = make()
+    body = (dumps(value) if plain(value) else None) if dump is None else dump(value)
+    if body is not None:
+        write(kind, key, body)
+    return value
 
 
 def write(kind: str, key: str, body: str) -> None:

@@ -25,6 +25,7 @@ import os
 import struct
 import sys
 from collections.abc import Callable
+from typing import Any
 
 
 @functools.cache
@@ -116,14 +117,15 @@ def _function_offset(path: str, name: bytes) -> tuple[int, int] | None:
         return None
     key = hashlib.sha256(f"{path}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0"
                          f"{name.decode()}".encode()).hexdigest()
-    kept = jsoncache.read(_CACHE_KIND, key)
-    if (isinstance(kept, list) and len(kept) == 2
-            and all(type(v) is int and v > 0 for v in kept)):
+    def load(kept: Any) -> tuple[int, int]:
+        if not (type(kept) is list and len(kept) == 2
+                and all(type(v) is int and v > 0 for v in kept)):
+            raise ValueError("not an offset and a size")
         return kept[0], kept[1]
-    found = elf_function_offset(path, name)
-    if found is not None:
-        jsoncache.write(_CACHE_KIND, key, jsoncache.dumps(list(found)))
-    return found
+
+    return jsoncache.remembered(
+        _CACHE_KIND, key, lambda: elf_function_offset(path, name), load=load,
+        dump=lambda found: None if found is None else jsoncache.dumps(list(found)))
 
 
 _CACHE_KIND = "symbols"

@@ -89,3 +89,34 @@ def test_plain(value, ok):
     assert jsoncache.plain(value) is ok
     if ok:
         assert json.loads(jsoncache.dumps(value)) == value
+
+
+def test_remembered_makes_once_and_reads_after(folder, monkeypatch):
+    made = []
+
+    def make():
+        made.append(1)
+        return {"n": len(made)}
+
+    assert jsoncache.remembered("k", KEY, make) == {"n": 1}
+    assert jsoncache.remembered("k", KEY, make) == {"n": 1} and made == [1]  # from the entry
+
+    def refuse(doc):
+        raise ValueError("not mine")
+
+    assert jsoncache.remembered("k", KEY, make, load=refuse) == {"n": 2}  # made again...
+    assert jsoncache.read("k", KEY) == {"n": 2}  # ...and the entry replaced
+    assert jsoncache.remembered("k", "cd" * 32, make, dump=lambda v: None) == {"n": 3}
+    assert jsoncache.read("k", "cd" * 32) is None  # dump said: not kept
+    assert jsoncache.remembered("k", "ef" * 32, lambda: datetime.date(2026, 1, 1)) \
+        == datetime.date(2026, 1, 1)
+    assert jsoncache.read("k", "ef" * 32) is None  # not plain JSON: not kept
+
+    def fails():
+        raise RuntimeError("no")
+
+    with pytest.raises(RuntimeError):
+        jsoncache.remembered("k", "01" * 32, fails)
+    assert jsoncache.read("k", "01" * 32) is None
+    monkeypatch.setenv(jsoncache.ENV_SWITCH, "0")
+    assert jsoncache.remembered("k", KEY, make) == {"n": 4}  # off: made every time
