@@ -1,10 +1,13 @@
-"""The compiled part of zym: the columnar Kineto JSON decoder (capture/_kineto_scan.c).
+"""The compiled parts of zym: the columnar Kineto JSON decoder (capture/_kineto_scan.c) and
+the stack interning walk (schemas/_stacks.c).
 
-Everything else is configured in pyproject.toml. zym runs without it (kineto_json.py then
-decodes with msgspec alone, to the same tables), so a failed build is not fatal here; CI
-checks that it was built (tests/importer/test_native_json.py under ZYM_REQUIRE_SYSTEM=1).
+Everything else is configured in pyproject.toml. zym runs without them (kineto_json.py then
+decodes with msgspec alone, stacks.py interns by numpy rounds, to the same tables), so a
+failed build is not fatal here; CI checks that they were built (tests/importer/
+test_native_json.py and tests/schemas/test_stacks.py under ZYM_REQUIRE_SYSTEM=1).
 """
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("zym.capture._kineto_scan", ["capture/_kineto_scan.c"],
-                             extra_compile_args=["-O2", "-std=c11"], optional=True)])
+setup(ext_modules=[Extension(name, [source], extra_compile_args=["-O2", "-std=c11"], optional=True)
+                   for name, source in (("zym.capture._kineto_scan", "capture/_kineto_scan.c"),
+                                        ("zym.schemas._stacks", "schemas/_stacks.c"))])

@@ -11,6 +11,11 @@ and not one Python step per node. Nodes with equal (depth, hash) have the same p
 paths are numbered by one sort on that pair: no joins or group-bys, which on a trace's
 hundred thousand nodes cost more memory than the data. The rounds update a few numpy columns
 in place; uint64 arithmetic wraps mod 2**64, which the hash relies on.
+
+Where the compiled half (``_stacks.c``) is built, one walk does the same work exactly, with
+no hash to collide: each row's path is interned as (its parent's path, its frame) in a table
+of the paths found so far, parents first; on a trace's millions of rows it takes a fraction of
+the rounds' time and memory. The rounds stay for an install without a C compiler.
 """
 from __future__ import annotations
 
@@ -18,6 +23,11 @@ import numpy as np
 import polars as pl
 
 from .lookup import first_row_of
+
+try:  # the compiled walk (_stacks.c), built by pip where a C compiler is; else the rounds
+    from . import _stacks
+except ImportError:
+    _stacks = None
 
 MAX_ROUNDS = 40  # 2**40 levels: more rounds means cyclic parent links
 _BASE = 0x9E3779B97F4A7C15  # odd 64-bit multiplier
@@ -75,29 +85,41 @@ def intern_rows(frame: np.ndarray, parent_row: np.ndarray, first_id: int = 0
     n = frame.shape[0]
     if n == 0:
         return np.zeros(0, np.int64), pl.DataFrame(schema=_STACKS_SCHEMA)
-    # Each distinct path gets a number and its first row; stack ids go depth-major, then by
-    # that first row.
-    hashes, size = _path_hashes(frame, parent_row)
-    path, first_row = _path_numbers(hashes, size)
-    del hashes
+    if _stacks is not None:
+        path, parent_path, path_frame, size, first_row = _walked_paths(frame, parent_row)
+    else:
+        path, parent_path, path_frame, size, first_row = _hashed_paths(frame, parent_row)
+    # Stack ids go depth-major, then by the path's first row.
     n_paths = first_row.shape[0]
-    by_path = np.lexsort((first_row, size[first_row]))  # paths by (size, first row)
+    by_path = np.lexsort((first_row, size))
     ids = np.arange(first_id, first_id + n_paths, dtype=np.int64)
     stack_of_path = np.empty(n_paths, dtype=np.int64)
     stack_of_path[by_path] = ids
     node_stack_ids = stack_of_path[path]
     del path
-    first_rows = first_row[by_path]
-    parent_of_first = parent_row[first_rows]
-    parent_ids = pl.Series(node_stack_ids[np.minimum(parent_of_first, n - 1)])
-    if (is_root := parent_of_first == n).any():
+    parent_ids = pl.Series(stack_of_path[np.maximum(parent_path[by_path], 0)])
+    if (is_root := parent_path[by_path] < 0).any():
         parent_ids = parent_ids.scatter(np.flatnonzero(is_root), None)
     return node_stack_ids, pl.DataFrame({
         "stack_id": ids,
         "parent_id": parent_ids,
-        "frame_id": frame[first_rows],
-        "depth": (size[first_rows] - 1).astype(np.int32),
+        "frame_id": path_frame[by_path].astype(np.int64, copy=False),
+        "depth": (size[by_path] - 1).astype(np.int32),
     })
+
+
+def _hashed_paths(frame: np.ndarray, parent_row: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Each row's path number, and per path: its parent path (-1 at a root), frame, size
+    (depth + 1) and first row; paths found by their hashes (``_path_hashes``), numbered in
+    no particular order."""
+    n = frame.shape[0]
+    hashes, size = _path_hashes(frame, parent_row)
+    path, first_row = _path_numbers(hashes, size)
+    del hashes
+    parent_of_first = parent_row[first_row]
+    parent_path = np.where(parent_of_first == n, -1, path[np.minimum(parent_of_first, n - 1)])
+    return path, parent_path, frame[first_row], size[first_row], first_row
 
 
 def _path_hashes(frame: np.ndarray, parent_row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -163,3 +185,21 @@ def intern_frames(frames: pl.DataFrame, first_id: int = 0) -> pl.DataFrame:
     return (frames.select("kind", "name", "file", "line").unique(maintain_order=True)
             .with_row_index("frame_id", offset=first_id)
             .with_columns(pl.col("frame_id").cast(pl.Int64)))
+
+
+def _walked_paths(frame: np.ndarray, parent_row: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``_hashed_paths`` by the compiled walk (``_stacks.c``): the same paths, exactly (no
+    hash), numbered in the order the walk first meets them."""
+    n = frame.shape[0]
+    path = np.full(n, -1, dtype=row_type(n))  # -1: not yet resolved
+    frame = np.ascontiguousarray(frame, dtype=np.int64)
+    parent_row = np.ascontiguousarray(parent_row)
+    if parent_row.dtype not in (np.int32, np.int64):
+        parent_row = parent_row.astype(np.int64)
+    n_paths, *per_path = _stacks.walk(frame, parent_row, parent_row.itemsize,
+                                      path, path.itemsize)
+    if n_paths < 0:
+        raise CyclicStacksError("call stacks with cyclic parent links")
+    parent_path, path_frame, size, first_row = (np.frombuffer(b, np.int64) for b in per_path)
+    return path, parent_path, path_frame, size, first_row

@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 for part in setup-ebpf setup-browser; do
     bash "scripts/$part.sh" || { echo "install-deps: $part failed" >&2; exit 1; }
 done
-# The compiled JSON decoder (capture/_kineto_scan.c) is built by pip: gcc comes with
+# The compiled parts (capture/_kineto_scan.c, schemas/_stacks.c) are built by pip: gcc comes with
 # setup-ebpf.sh; the Python headers come with the python3 that runs here, or from Debian.
 if ! python3 -c 'import os, sysconfig; assert os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))' 2>/dev/null; then
     { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-dev >/dev/null; } \

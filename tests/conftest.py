@@ -33,7 +33,8 @@ def sample_capture(tmp_path_factory) -> Path:
 SYSTEM_SKIPS = ("eBPF unavailable", "chromium not installed", "cupti-python not installed",
                 "needs gcc", "no C compiler", "needs root", "chdb not installed",
                 "protoc not installed", "mcp not installed", "needs readelf",
-                "numba not installed", "native JSON decoder not built")
+                "numba not installed", "native JSON decoder not built",
+                "native stack walk not built")
 
 
 def system_required() -> bool:
