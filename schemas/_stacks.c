@@ -183,6 +183,7 @@ static PyObject *as_bytes(const int64_t *a, int64_t n) {
 }
 
 static PyObject *walk(PyObject *self, PyObject *args) {
+    (void)self;
     Py_buffer frame, parent, path;
     int parent_width, path_width;
     if (!PyArg_ParseTuple(args, "y*y*iw*i", &frame, &parent, &parent_width, &path, &path_width))
@@ -227,6 +228,7 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_stacks", NULL, -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_stacks", NULL, -1, methods,
+                                    NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__stacks(void) { return PyModule_Create(&module); }

@@ -34,7 +34,7 @@ SYSTEM_SKIPS = ("eBPF unavailable", "chromium not installed", "cupti-python not 
                 "needs gcc", "no C compiler", "needs root", "chdb not installed",
                 "protoc not installed", "mcp not installed", "needs readelf",
                 "numba not installed", "native JSON decoder not built",
-                "native stack walk not built")
+                "native stack walk not built", "native nesting not built")
 
 
 def system_required() -> bool:

@@ -169,8 +169,22 @@ def _random_nested(rng: random.Random, n: int) -> list[tuple[int, int, int]]:
     return out
 
 
+@pytest.fixture(params=["compiled", "numpy"])
+def nesting(request, monkeypatch):
+    """nest_intervals by its compiled half (capture/_nesting.c), and by numpy alone."""
+    from zym.capture import kineto
+
+    if request.param == "compiled":
+        if kineto._nesting is None:
+            pytest.skip("native nesting not built (pip install -e . needs gcc and the Python "
+                        "headers)")
+    else:
+        monkeypatch.setattr(kineto, "_nesting", None)
+    return request.param
+
+
 @pytest.mark.parametrize("seed", range(5))
-def test_nest_intervals_matches_a_stack_walk(seed):
+def test_nest_intervals_matches_a_stack_walk(seed, nesting):
     """Two threads over the same time range, rows shuffled: each nests on its own."""
     rng = random.Random(seed)
     threads = {7: _random_nested(rng, 400), 3: _random_nested(rng, 300)}
@@ -185,7 +199,7 @@ def test_nest_intervals_matches_a_stack_walk(seed):
     assert dict(zip(df["node"], nest_intervals(df))) == want
 
 
-def test_nest_intervals_with_times_too_far_apart_for_keys():
+def test_nest_intervals_with_times_too_far_apart_for_keys(nesting):
     """A bogus timestamp (0, among epoch-ns ones) stretches the time span so far that a
     thread's int64 keys would wrap in the middle of its intervals: nesting still follows the
     time order."""
@@ -200,7 +214,7 @@ def test_nest_intervals_with_times_too_far_apart_for_keys():
     assert got == _reference_parents(iv) | {10_000: None}
 
 
-def test_nest_intervals_ties():
+def test_nest_intervals_ties(nesting):
     """At one instant: an interval that ends does not contain one that starts; identical
     intervals nest in node order; zero-length ones at the same instant nest in node order."""
     df = pl.DataFrame({"node": [1, 2, 3, 4, 5, 6], "tid": [1] * 6,
@@ -231,7 +245,7 @@ def _counted_parents(df: pl.DataFrame) -> dict:
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_nest_intervals_of_any_intervals_follow_its_definition(seed):
+def test_nest_intervals_of_any_intervals_follow_its_definition(seed, nesting):
     """Overlapping (not nested), zero-length, identical and tied intervals, threads unknown
     (null tid) or several, rows in any order."""
     rng = random.Random(seed)
@@ -243,6 +257,51 @@ def test_nest_intervals_of_any_intervals_follow_its_definition(seed):
                       schema={"node": pl.Int64, "tid": pl.Int64, "ts_ns": pl.Int64,
                               "dur_ns": pl.Int64})
     assert dict(zip(df["node"], nest_intervals(df))) == _counted_parents(df)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_nest_intervals_compiled_and_numpy_agree_on_many_intervals(seed, monkeypatch):
+    """Thousands of intervals, nested and overlapping, on several threads, with long runs of
+    one start (hundreds of intervals at an instant: the compiled half orders such a run
+    itself): the same Series either way."""
+    from zym.capture import kineto
+
+    compiled = kineto._nesting
+    if compiled is None:
+        pytest.skip("native nesting not built (pip install -e . needs gcc and the Python "
+                    "headers)")
+    rng = random.Random(seed)
+    m = rng.randint(2000, 6000)
+    starts = [rng.choice([0, 500, 500, rng.randint(0, 2000)]) for _ in range(m)]
+    df = pl.DataFrame({"node": rng.sample(range(10 * m), m),
+                       "tid": [rng.choice([1, 2, 3, None]) for _ in range(m)],
+                       "ts_ns": starts,
+                       "dur_ns": [rng.choice([0, 1, 3, 50, 400, rng.randint(0, 3000)])
+                                  for _ in range(m)]},
+                      schema={"node": pl.Int64, "tid": pl.Int64, "ts_ns": pl.Int64,
+                              "dur_ns": pl.Int64})
+    got = nest_intervals(df)
+    monkeypatch.setattr(kineto, "_nesting", None)
+    want = nest_intervals(df)
+    assert got.null_count() < m and got.equals(want)
+
+
+def test_the_compiled_nesting_refuses_arrays_that_do_not_match():
+    import numpy as np
+    from zym.capture import kineto
+
+    if kineto._nesting is None:
+        pytest.skip("native nesting not built (pip install -e . needs gcc and the Python "
+                    "headers)")
+    a = np.zeros(3, np.int64)
+    with pytest.raises(ValueError, match="one entry per interval"):
+        kineto._nesting.preorder(a, a, np.zeros(2, np.int64), a.copy())
+    flags = np.zeros(3, np.uint8)
+    with pytest.raises(ValueError, match="one entry per interval"):
+        kineto._nesting.nest(a, a, a, a, flags, np.zeros(3, np.int64), np.zeros(2, np.uint8))
+    with pytest.raises(ValueError, match="out of range"):
+        kineto._nesting.nest(a, a, np.array([0, 5, 1]), a, flags, np.zeros(3, np.int64),
+                             flags.copy())
 
 
 def test_innermost_enclosing_walks_up_ended_candidates():
