@@ -364,7 +364,6 @@ def innermost_enclosing(points: pl.DataFrame, iv: pl.DataFrame,
     ts, pts = iv["ts_ns"].to_numpy(), points["ts_ns"].to_numpy()
     end = ts + iv["dur_ns"].to_numpy()
     node = iv["node"].to_numpy()
-    order = np.lexsort((node, -end, ts, thread[:n]))  # thread, start, longest first, node
     # One sorted key per start: thread, then time (times ranked where the span is too wide).
     t0 = min(int(ts.min()), int(pts.min()))
     span = max(int(ts.max()), int(pts.max())) - t0 + 1
@@ -375,11 +374,17 @@ def innermost_enclosing(points: pl.DataFrame, iv: pl.DataFrame,
         iv_t, pt_t = ts, pts
     # Whole-length arrays are dropped as soon as they are used up: on a large trace each is
     # tens of MB, and this runs at the load's peak.
-    iv_thread = thread[:n][order]
-    key = iv_thread * span
-    key += iv_t[order]
+    key = thread[:n] * span
+    key += iv_t
     key -= t0
     del iv_t
+    if _nesting is not None:  # the same order: a stable sort of the key, then each tie run's
+        order = np.argsort(key, kind="stable")
+        _nesting.preorder(key, np.negative(end), np.ascontiguousarray(node, np.int64), order)
+    else:
+        order = np.lexsort((node, -end, key))  # thread, start, longest first, node
+    key = key[order]
+    iv_thread = thread[:n][order]
     cand = np.searchsorted(key, thread[n:] * span + (pt_t - t0), side="right") - 1
     del key, pt_t
     found = cand >= 0
@@ -429,10 +434,13 @@ def _calls(call: pl.DataFrame, op: pl.DataFrame, names: pl.DataFrame, shapes: pl
     # The first op of an id where a trace repeats one ("any" could differ from run to run).
     ops = (op.select(pl.col("external_id").alias("op_id"), "shape_id", "dtypes_id")
            .unique("op_id", keep="first"))
-    calls = (call.join(names, on="name_id", how="left", maintain_order="left")
-             .select("pid", "tid", "ts_ns", "dur_ns", "name", api_kind(pl.col("name")).alias("kind"),
-                     "correlation_id", "stack_id", "cbid", pl.col("external_id").alias("op_id"),
-                     api_copy_kind(pl.col("name")).alias("copy_kind"))
+    # A name's kinds once per distinct name, not once per call.
+    named = names.select("name_id", "name", api_kind(pl.col("name")).alias("kind"),
+                         api_copy_kind(pl.col("name")).alias("copy_kind"))
+    calls = (call.join(named, on="name_id", how="left", maintain_order="left")
+             .select("pid", "tid", "ts_ns", "dur_ns", "name",
+                     pl.col("kind").fill_null("other"), "correlation_id",
+                     "stack_id", "cbid", pl.col("external_id").alias("op_id"), "copy_kind")
              .join(ops, on="op_id", how="left", maintain_order="left"))
     return _with_shapes(calls, shapes).drop("shape_id", "dtypes_id")
 

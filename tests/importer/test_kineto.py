@@ -171,7 +171,8 @@ def _random_nested(rng: random.Random, n: int) -> list[tuple[int, int, int]]:
 
 @pytest.fixture(params=["compiled", "numpy"])
 def nesting(request, monkeypatch):
-    """nest_intervals by its compiled half (capture/_nesting.c), and by numpy alone."""
+    """nest_intervals and innermost_enclosing by their compiled half (capture/_nesting.c),
+    and by numpy alone."""
     from zym.capture import kineto
 
     if request.param == "compiled":
@@ -304,7 +305,7 @@ def test_the_compiled_nesting_refuses_arrays_that_do_not_match():
                              flags.copy())
 
 
-def test_innermost_enclosing_walks_up_ended_candidates():
+def test_innermost_enclosing_walks_up_ended_candidates(nesting):
     # a [0,100] contains b [10,20] and c [30,40]; a point at 25 falls in a, after b ended.
     iv = pl.DataFrame({"node": [1, 2, 3], "tid": [1, 1, 1], "ts_ns": [0, 10, 30],
                        "dur_ns": [100, 10, 10]})
@@ -316,7 +317,7 @@ def test_innermost_enclosing_walks_up_ended_candidates():
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_innermost_enclosing_matches_a_scan_of_every_interval(seed):
+def test_innermost_enclosing_matches_a_scan_of_every_interval(seed, nesting):
     """Random nested intervals on two threads (zero lengths, shared starts), random points,
     some far off in time (the keys then rank the times): each point's parent is, of its
     thread's intervals running at its time, the latest started (then the shortest), found by
