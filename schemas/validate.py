@@ -88,9 +88,12 @@ def check_table(table: str, df: pl.DataFrame, source: str = "capture") -> pl.Dat
 
 
 def _truncate(df: pl.DataFrame) -> pl.DataFrame:
+    # A column is rewritten only where some value is too long (bytes >= characters: no text
+    # of at most MAX_NAME_CHARS bytes needs the character count), not copied row by row.
     cut = [pl.when(pl.col(c).str.len_chars() > MAX_NAME_CHARS)
            .then(pl.col(c).str.slice(0, MAX_NAME_CHARS - 1) + "…").otherwise(pl.col(c)).alias(c)
-           for c in ("name", "file") if c in df.columns and df[c].dtype == pl.String]
+           for c in ("name", "file") if c in df.columns and df[c].dtype == pl.String
+           and (df[c].str.len_bytes() > MAX_NAME_CHARS).any()]
     for c in ("op_shapes", "op_dtypes"):
         if c in df.columns:  # a few thousand distinct values on millions of rows: check those
             # (text, or categorical codes of it: an importer's in-memory spans)
