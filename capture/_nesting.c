@@ -4,16 +4,16 @@
  * that orders threads, then instants, then, at one instant, closes of intervals that have
  * length before opens before closes of zero-length ones.
  *
- * preorder(opens, neg_dur, node, order): ``order`` holds the rows sorted by ``opens`` (a
- * stable sort); each run of rows with one open key is put in (neg_dur, node) order, so that
- * ``order`` is the preorder np.lexsort((node, neg_dur, opens)) gives. In place.
+ * preorder(opens, length, node, order): ``order`` holds the rows sorted by ``opens`` (a
+ * stable sort); each run of rows with one open key is put in (longest first, node) order, so
+ * that ``order`` is the preorder np.lexsort((node, -length, opens)) gives. In place.
  *
- * nest(opens, closes_sorted, order, node, thread_first, parent, top): along the preorder, an
+ * nest(opens, closes_sorted, order, node, thread, parent, top): along the preorder, an
  * interval's depth is the number of earlier intervals of its thread minus those of their
  * closes that come before its open (a pointer into the sorted closes), and its parent is the
  * latest earlier interval one level up (the last interval seen at each depth): the same
  * counting as the numpy path, so intervals that overlap without nesting get the same parents.
- * ``thread_first``: per row, 1 where its thread differs from the previous row's in preorder.
+ * ``thread``: per row, its thread's number (a thread starts where it changes in preorder).
  * Writes, per row (not per position), the parent's node and whether it is at the top.
  *
  * The GIL is released while either runs.
@@ -38,7 +38,7 @@ static int tie_cmp(const void *a, const void *b) {
 }
 
 /* 0, or -1 when out of memory. */
-static int sort_ties(const int64_t *opens, const int64_t *neg_dur, const int64_t *node,
+static int sort_ties(const int64_t *opens, const int64_t *length, const int64_t *node,
                      int64_t *order, int64_t n) {
     Tie *tmp = NULL;
     int64_t cap = 0;
@@ -60,7 +60,7 @@ static int sort_ties(const int64_t *opens, const int64_t *neg_dur, const int64_t
         }
         for (int64_t k = 0; k < len; k++) {
             int64_t r = order[a + k];
-            tmp[k] = (Tie){neg_dur[r], node[r], r};
+            tmp[k] = (Tie){-length[r], node[r], r}; /* lengths and ends are >= 0 */
         }
         qsort(tmp, (size_t)len, sizeof(Tie), tie_cmp);
         for (int64_t k = 0; k < len; k++)
@@ -74,18 +74,18 @@ static int same_len(Py_buffer *b, int64_t n) { return b->len == n * 8; }
 
 static PyObject *preorder(PyObject *self, PyObject *args) {
     (void)self;
-    Py_buffer opens, neg_dur, node, order;
-    if (!PyArg_ParseTuple(args, "y*y*y*w*", &opens, &neg_dur, &node, &order))
+    Py_buffer opens, length, node, order;
+    if (!PyArg_ParseTuple(args, "y*y*y*w*", &opens, &length, &node, &order))
         return NULL;
     PyObject *out = NULL;
     int64_t n = opens.len / 8;
-    if (opens.len % 8 || !same_len(&neg_dur, n) || !same_len(&node, n) || !same_len(&order, n)) {
+    if (opens.len % 8 || !same_len(&length, n) || !same_len(&node, n) || !same_len(&order, n)) {
         PyErr_SetString(PyExc_ValueError, "preorder: int64 arrays, one entry per interval");
         goto done;
     }
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = sort_ties(opens.buf, neg_dur.buf, node.buf, order.buf, n);
+    rc = sort_ties(opens.buf, length.buf, node.buf, order.buf, n);
     Py_END_ALLOW_THREADS
     if (rc < 0)
         PyErr_NoMemory();
@@ -93,7 +93,7 @@ static PyObject *preorder(PyObject *self, PyObject *args) {
         out = Py_NewRef(Py_None);
 done:
     PyBuffer_Release(&opens);
-    PyBuffer_Release(&neg_dur);
+    PyBuffer_Release(&length);
     PyBuffer_Release(&node);
     PyBuffer_Release(&order);
     return out;
@@ -101,7 +101,7 @@ done:
 
 /* 0, or -1 when out of memory. */
 static int nest_rows(const int64_t *opens, const int64_t *closes, const int64_t *order,
-                     const int64_t *node, const uint8_t *thread_first, int64_t *parent,
+                     const int64_t *node, const int64_t *thread, int64_t *parent,
                      uint8_t *top, int64_t n) {
     int64_t *last = malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t)); /* row at each depth */
     if (last == NULL)
@@ -109,7 +109,7 @@ static int nest_rows(const int64_t *opens, const int64_t *closes, const int64_t 
     int64_t c = 0, first = 0, closed_before = 0;
     for (int64_t i = 0; i < n; i++) {
         int64_t r = order[i], key = opens[r];
-        if (i == 0 || thread_first[i]) {
+        if (i == 0 || thread[r] != thread[order[i - 1]]) {
             first = i;
             while (c < n && closes[c] < key)
                 c++;
@@ -134,16 +134,16 @@ static int nest_rows(const int64_t *opens, const int64_t *closes, const int64_t 
 
 static PyObject *nest(PyObject *self, PyObject *args) {
     (void)self;
-    Py_buffer opens, closes, order, node, thread_first, parent, top;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*w*", &opens, &closes, &order, &node, &thread_first,
+    Py_buffer opens, closes, order, node, thread, parent, top;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*w*", &opens, &closes, &order, &node, &thread,
                           &parent, &top))
         return NULL;
     PyObject *out = NULL;
     int64_t n = opens.len / 8;
     if (opens.len % 8 || !same_len(&closes, n) || !same_len(&order, n) || !same_len(&node, n)
-        || thread_first.len != n || !same_len(&parent, n) || top.len != n) {
-        PyErr_SetString(PyExc_ValueError, "nest: int64 arrays (bytes for thread_first and "
-                                          "top), one entry per interval");
+        || !same_len(&thread, n) || !same_len(&parent, n) || top.len != n) {
+        PyErr_SetString(PyExc_ValueError, "nest: int64 arrays (bytes for top), one entry per "
+                                          "interval");
         goto done;
     }
     const int64_t *ord = order.buf;
@@ -154,7 +154,7 @@ static PyObject *nest(PyObject *self, PyObject *args) {
         }
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = nest_rows(opens.buf, closes.buf, ord, node.buf, thread_first.buf, parent.buf, top.buf,
+    rc = nest_rows(opens.buf, closes.buf, ord, node.buf, thread.buf, parent.buf, top.buf,
                    n);
     Py_END_ALLOW_THREADS
     if (rc < 0)
@@ -166,7 +166,7 @@ done:
     PyBuffer_Release(&closes);
     PyBuffer_Release(&order);
     PyBuffer_Release(&node);
-    PyBuffer_Release(&thread_first);
+    PyBuffer_Release(&thread);
     PyBuffer_Release(&parent);
     PyBuffer_Release(&top);
     return out;

@@ -269,7 +269,7 @@ def nest_intervals(iv: pl.DataFrame) -> pl.Series:
     closes += base
     closes[dur == 0] += 2
     if _nesting is not None:
-        return _nested_compiled(opens, closes, base, np.negative(dur), node)
+        return _nested_compiled(opens, closes, base, dur, node)
     closes.sort()
     neg_dur = np.negative(dur)
     order = np.lexsort((node, neg_dur, opens))  # preorder: open, longest first, node
@@ -306,24 +306,18 @@ def nest_intervals(iv: pl.DataFrame) -> pl.Series:
 
 
 def _nested_compiled(opens: np.ndarray, closes: np.ndarray, base: np.ndarray,
-                     neg_dur: np.ndarray, node: np.ndarray) -> pl.Series:
+                     dur: np.ndarray, node: np.ndarray) -> pl.Series:
     """``nest_intervals``' parents by its compiled half (``_nesting.c``): the preorder by a
     stable sort of the open keys (nearly sorted already: Kineto writes a thread's events in
     time order) with each run of equal keys ordered in C, then one counting pass."""
     n = opens.shape[0]
+    node = np.ascontiguousarray(node, dtype=np.int64)
     order = np.argsort(opens, kind="stable")
-    _nesting.preorder(opens, neg_dur, node, order)
-    del neg_dur
+    _nesting.preorder(opens, np.ascontiguousarray(dur, dtype=np.int64), node, order)
     closes.sort(kind="stable")
-    thread_first = np.empty(n, dtype=np.uint8)
-    thread_first[0] = 1
-    b = base[order]
-    np.not_equal(b[1:], b[:-1], out=thread_first[1:].view(bool))
-    del b
     parent = np.empty(n, dtype=np.int64)
     top = np.empty(n, dtype=np.uint8)
-    _nesting.nest(opens, closes, order, np.ascontiguousarray(node, dtype=np.int64),
-                  thread_first, parent, top)
+    _nesting.nest(opens, closes, order, node, base, parent, top)
     out = pl.Series("parent", parent, dtype=pl.Int64)
     return out.scatter(np.flatnonzero(top), None) if top.any() else out
 
@@ -380,7 +374,7 @@ def innermost_enclosing(points: pl.DataFrame, iv: pl.DataFrame,
     del iv_t
     if _nesting is not None:  # the same order: a stable sort of the key, then each tie run's
         order = np.argsort(key, kind="stable")
-        _nesting.preorder(key, np.negative(end), np.ascontiguousarray(node, np.int64), order)
+        _nesting.preorder(key, end, np.ascontiguousarray(node, np.int64), order)
     else:
         order = np.lexsort((node, -end, key))  # thread, start, longest first, node
     key = key[order]

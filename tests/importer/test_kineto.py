@@ -299,9 +299,11 @@ def test_the_compiled_nesting_refuses_arrays_that_do_not_match():
         kineto._nesting.preorder(a, a, np.zeros(2, np.int64), a.copy())
     flags = np.zeros(3, np.uint8)
     with pytest.raises(ValueError, match="one entry per interval"):
-        kineto._nesting.nest(a, a, a, a, flags, np.zeros(3, np.int64), np.zeros(2, np.uint8))
+        kineto._nesting.nest(a, a, a, a, a, np.zeros(3, np.int64), np.zeros(2, np.uint8))
+    with pytest.raises(ValueError, match="one entry per interval"):
+        kineto._nesting.nest(a, a, a, a, flags, np.zeros(3, np.int64), flags.copy())
     with pytest.raises(ValueError, match="out of range"):
-        kineto._nesting.nest(a, a, np.array([0, 5, 1]), a, flags, np.zeros(3, np.int64),
+        kineto._nesting.nest(a, a, np.array([0, 5, 1]), a, a, np.zeros(3, np.int64),
                              flags.copy())
 
 
