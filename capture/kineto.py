@@ -430,40 +430,13 @@ def _calls(call: pl.DataFrame, op: pl.DataFrame, names: pl.DataFrame, shapes: pl
     named = names.select("name", api_kind(pl.col("name")).alias("kind"),
                          api_copy_kind(pl.col("name")).alias("copy_kind"))
     name_id = call["name_id"]
-    op_row = _first_row_of_id(op["external_id"], call["external_id"])
+    op_row = first_row_of(op["external_id"], call["external_id"])  # an id's first op
     calls = call.select("pid", "tid", "ts_ns", "dur_ns", named["name"].gather(name_id),
                         named["kind"].gather(name_id).fill_null("other"), "correlation_id",
                         "stack_id", "cbid", pl.col("external_id").alias("op_id"),
                         named["copy_kind"].gather(name_id),
                         op["shape_id"].gather(op_row), op["dtypes_id"].gather(op_row))
     return _with_shapes(calls, shapes).drop("shape_id", "dtypes_id")
-
-
-def _first_row_of_id(ids: pl.Series, wanted: pl.Series) -> pl.Series:
-    """For each of ``wanted``, the first row of ``ids`` that holds it (null: none, or null
-    wanted). Kineto numbers its ops in order: where ``ids`` are sorted (and not null), the
-    first of each run is found by one search per wanted id; else by a join (where a trace
-    repeats an op id, the first op either way: "any" could differ from run to run)."""
-    if ids.null_count() == 0 and ids.is_sorted():
-        keys = ids.to_numpy()
-        first = np.ones(keys.shape[0], dtype=bool)
-        np.not_equal(keys[1:], keys[:-1], out=first[1:])
-        rows = np.flatnonzero(first)
-        keys = keys[rows]
-        q = wanted.fill_null(0).to_numpy()
-        at = np.minimum(np.searchsorted(keys, q), max(keys.shape[0] - 1, 0))
-        hit = wanted.is_not_null().to_numpy()
-        if keys.shape[0]:
-            hit &= keys[at] == q
-        else:
-            hit[:] = False
-        out = pl.Series(rows[at] if keys.shape[0] else np.zeros(q.shape[0], np.int64),
-                        dtype=pl.Int64)
-        return out.scatter(np.flatnonzero(~hit), None) if not hit.all() else out
-    first = (pl.DataFrame({"id": ids}).with_row_index("row")
-             .unique("id", keep="first").filter(pl.col("id").is_not_null()))
-    return (pl.DataFrame({"id": wanted}).join(first, on="id", how="left", maintain_order="left")
-            ["row"].cast(pl.Int64))
 
 
 def _with_shapes(rows: pl.DataFrame, shapes: pl.DataFrame, dtype: pl.DataType = pl.String
@@ -479,8 +452,7 @@ def _gpu(gpu: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
         r"^Memcpy (?P<dir>\w+) \((?P<src>\w+) -> (?P<dst>\w+)\)")
     memset_dst = pl.col("name").str.extract(r"^Memset \((\w+)\)", 1)
     main_pid = calls["pid"].mode().min() if calls.height else None  # of equally common: the least
-    issuer = calls["pid"].gather(_first_row_of_id(calls["correlation_id"],
-                                                  gpu["correlation_id"]))
+    issuer = calls["pid"].gather(first_row_of(calls["correlation_id"], gpu["correlation_id"]))
     return (gpu.with_columns(issuer.alias("issuer")).select(
         pl.coalesce("issuer", pl.lit(main_pid, pl.Int64)).alias("pid"),
         "device_id", "stream_id", "ts_ns", "dur_ns", "name",

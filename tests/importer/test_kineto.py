@@ -511,22 +511,3 @@ def test_the_host_is_the_recording_machine_or_unknown(tmp_path, name, host):
     _, meta = load_kineto(b.write(tmp_path / name))
     assert meta.host == host
 
-
-@pytest.mark.parametrize("seed", range(6))
-def test_first_row_of_an_id_sorted_or_not(seed):
-    """Each wanted id's first row, against a dict filled in row order: ids repeated, missing,
-    null (wanted or held), sorted (the searched path) and shuffled (the joined one)."""
-    from zym.capture.kineto import _first_row_of_id
-
-    rng = random.Random(seed)
-    held = sorted(rng.randrange(50) for _ in range(rng.randrange(0, 200)))
-    if seed % 2:
-        rng.shuffle(held)
-        held = [None if rng.random() < 0.1 else h for h in held]
-    wanted = [None if rng.random() < 0.1 else rng.randrange(-5, 60) for _ in range(300)]
-    first: dict[int, int] = {}
-    for row, h in enumerate(held):
-        if h is not None:
-            first.setdefault(h, row)
-    got = _first_row_of_id(pl.Series(held, dtype=pl.Int64), pl.Series(wanted, dtype=pl.Int64))
-    assert got.to_list() == [None if w is None else first.get(w) for w in wanted]
