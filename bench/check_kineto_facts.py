@@ -68,7 +68,8 @@ def facts(path: str) -> dict | None:
 
 
 def zym_facts(zym: str, path: str) -> dict | str:
-    out = subprocess.run([zym, "analyze", path, "--format", "json", "--no-progress"],
+    out = subprocess.run([zym, "analyze", path, "--format", "json", "--no-progress",
+                          "--window", "all"],  # whole-trace facts, warm-up included
                          check=False, capture_output=True, text=True)
     if out.returncode:
         return out.stderr.strip()

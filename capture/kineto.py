@@ -221,17 +221,67 @@ def _parents(py: pl.DataFrame, nested: pl.DataFrame) -> pl.DataFrame:
     Python frames (``py``): their ``Python parent id``. Torch ops and CUDA calls (``nested``:
     ``node, tid, ts_ns, dur_ns``): the innermost op or call that contains them in time on their
     thread (RecordFunction keeps these well nested), and for the outermost ones, the innermost
-    Python frame running at their start.
+    Python frame running at their start. An op that runs Python code inside it (a
+    ``record_function`` block, torch.profiler's ``ProfilerStep#N`` opened by ``prof.step()``
+    and running until the next one, an op calling back into Python) is not the parent of what
+    that code issues: an op or call inside it whose innermost Python frame began after the op
+    did has that frame as its parent (:func:`_frame_inside_op`).
     """
     parent_row = first_row_of(py["python_id"], py["python_parent_id"])
     py_parent = py.select("node", py["node"].gather(parent_row).alias("parent"))
     op_parent = nested.select("node", "tid", "ts_ns", nest_intervals(nested))
     release_freed_memory(py.height + nested.height)  # the nesting's arrays, at once
+    py_iv = py.select("node", "tid", "ts_ns", "dur_ns")
     roots = op_parent.filter(pl.col("parent").is_null()).drop("parent")
-    root_parent = innermost_enclosing(roots, py.select("node", "tid", "ts_ns", "dur_ns"),
-                                      py_parent)
+    inner = _inside_python_ops(op_parent, nested, py_iv)
+    enclosing = innermost_enclosing(pl.concat([roots, inner.select("node", "tid", "ts_ns")]),
+                                    py_iv, py_parent)
+    root_parent = enclosing.head(roots.height)
     op_parent = op_parent.filter(pl.col("parent").is_not_null()).select("node", "parent")
+    if inner.height:
+        moved = _frame_inside_op(inner, enclosing.tail(inner.height)["parent"], py)
+        op_parent = op_parent.filter(~pl.col("node").is_in(moved["node"].implode()))
+        op_parent = pl.concat([op_parent, moved])
     return pl.concat([py_parent, op_parent, root_parent], how="vertical")
+
+
+def _inside_python_ops(op_parent: pl.DataFrame, nested: pl.DataFrame, py_iv: pl.DataFrame
+                       ) -> pl.DataFrame:
+    """The ops and calls (``node, tid, ts_ns, parent, parent_ts``) whose parent op has some
+    Python frame of its thread starting strictly inside it: once per distinct parent op, the
+    first Python start after the op's (an as-of search), before the op's end."""
+    empty = pl.DataFrame(schema={"node": pl.Int64, "tid": pl.Int64, "ts_ns": pl.Int64,
+                                 "parent": pl.Int64, "parent_ts": pl.Int64})
+    child = op_parent.filter(pl.col("parent").is_not_null())
+    if child.height == 0 or py_iv.height == 0:
+        return empty
+    ops = pl.DataFrame({"parent": child["parent"].unique()})
+    row = first_row_of(nested["node"], ops["parent"])
+    ops = ops.with_columns(nested["tid"].gather(row).cast(pl.Int64).alias("tid"),
+                           nested["ts_ns"].gather(row).alias("parent_ts"),
+                           (nested["ts_ns"] + nested["dur_ns"]).gather(row).alias("_end"))
+    starts = (py_iv.select(pl.col("tid").cast(pl.Int64), pl.col("ts_ns").alias("_py_ts"))
+              .sort("_py_ts"))
+    spanning = (ops.with_columns((pl.col("parent_ts") + 1).alias("_after")).sort("_after")
+                .join_asof(starts, left_on="_after", right_on="_py_ts", by="tid",
+                           strategy="forward", check_sortedness=False)
+                .filter(pl.col("_py_ts") < pl.col("_end")).select("parent", "parent_ts"))
+    if spanning.height == 0:
+        return empty
+    return (child.join(spanning, on="parent", how="inner", maintain_order="left")
+            .select("node", pl.col("tid").cast(pl.Int64), "ts_ns", "parent", "parent_ts"))
+
+
+def _frame_inside_op(inner: pl.DataFrame, frame: pl.Series, py: pl.DataFrame
+                     ) -> pl.DataFrame:
+    """``node, parent`` of the ops and calls of :func:`_inside_python_ops`: the innermost
+    Python frame running at their start (``frame``) where it began after their parent op did
+    (so it runs inside that op), else the op as before."""
+    frame_ts = py["ts_ns"].gather(first_row_of(py["node"], frame))
+    return (inner.with_columns(frame.alias("_frame"), frame_ts.alias("_frame_ts"))
+            .select("node", pl.when(pl.col("_frame").is_not_null()
+                                    & (pl.col("_frame_ts") > pl.col("parent_ts")))
+                    .then(pl.col("_frame")).otherwise(pl.col("parent")).alias("parent")))
 
 
 def nest_intervals(iv: pl.DataFrame) -> pl.Series:

@@ -68,6 +68,22 @@ class KinetoBuilder:
         self._op_stack.pop()
         ev["dur"] = round(self.now - ev["ts"], 3)
 
+    def open_op(self, name: str, cat: str = "user_annotation") -> dict:
+        """An op left open past the Python frames that opened it, as ``prof.step()`` leaves
+        ``ProfilerStep#N`` (and ``record_function.__enter__`` its range): :meth:`close_op`
+        ends it. Not on the op stack: what runs inside it is issued by later frames."""
+        ext = self._next_ext
+        self._next_ext += 1
+        ev = {"ph": "X", "cat": cat, "name": name, "pid": self.pid, "tid": self.tid,
+              "ts": self.now, "args": {"External id": ext}}
+        self.events.append(ev)
+        self.tick(0.5)
+        return ev
+
+    def close_op(self, ev: dict) -> None:
+        self.tick(0.5)
+        ev["dur"] = round(self.now - ev["ts"], 3)
+
     def launch(self, api: str = "cudaLaunchKernel", kernel: str | None = "kernel",
                gpu_us: float = 1.0, cpu_us: float = 2.0, cat: str = "cuda_runtime",
                gpu_cat: str = "kernel", gpu_args: dict | None = None) -> int:

@@ -138,6 +138,11 @@ def main() -> int:
     p.add_argument("--variant", default="base", help="serve/trace: the variant to run")
     p.add_argument("--device", default="cuda")
     p.add_argument("--requests", type=int, default=None, help="serve only the first N")
+    p.add_argument("--trace-opts", default="stack,shapes",
+                   help="trace: torch.profiler settings, comma-separated: stack, shapes, memory "
+                        "(profile_memory), flops (with_flops), schedule (wait 1, warmup 1, "
+                        "active = the passes, one profiler step a pass, written by "
+                        "tensorboard_trace_handler into OUT, a folder)")
     p.add_argument("--ready", type=Path, help="paired: created when the capture may start")
     p.add_argument("--stop", type=Path, help="paired, soak: serve the baseline until this exists")
     p.add_argument("--times", default=None,
@@ -161,7 +166,20 @@ def main() -> int:
         serve(svc, 1)
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if a.device == "cuda"
                                                else [])
-        with profile(activities=activities, with_stack=True, record_shapes=True) as prof:
+        opts = set(a.trace_opts.split(","))
+        kw = {"with_stack": "stack" in opts, "record_shapes": "shapes" in opts,
+              "profile_memory": "memory" in opts, "with_flops": "flops" in opts}
+        if "schedule" in opts:  # the pattern of torch's docs: a step per pass, files by host+pid
+            from torch.profiler import schedule, tensorboard_trace_handler
+
+            with profile(activities=activities, schedule=schedule(wait=1, warmup=1,
+                                                                  active=a.passes),
+                         on_trace_ready=tensorboard_trace_handler(a.out), **kw) as prof:
+                for _ in range(a.passes + 2):
+                    serve(svc, 1)
+                    prof.step()
+            return 0
+        with profile(activities=activities, **kw) as prof:
             serve(svc, a.passes)
         prof.export_chrome_trace(a.out)
         return 0

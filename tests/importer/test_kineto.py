@@ -58,6 +58,81 @@ def test_stacks_join_python_frames_ops_and_calls(tmp_path):
     assert meta.gpus == [{"id": 0, "name": "Test GPU"}] and meta.driver_version == "13.0"
 
 
+def _scheduled_steps(b: KinetoBuilder, steps: int = 3) -> None:
+    """torch.profiler's schedule: ``prof.step()`` opens ``ProfilerStep#N`` inside its own
+    frames and it runs until the next ``prof.step()``; the step's work is issued by later
+    frames (serve -> handle), one part of it inside a ``record_function`` range."""
+    step_op = None
+    with b.py("app.py(1): <module>"), b.py("app.py(10): main"):
+        for i in range(steps):
+            with (b.py("torch/profiler/profiler.py(894): step"),
+                  b.py("torch/autograd/profiler.py(854): __enter__"),
+                  b.py("<built-in method _record_function_enter_new of PyCapsule object at "
+                       "0x7f01>")):
+                if step_op is not None:
+                    b.close_op(step_op)
+                step_op = b.open_op(f"ProfilerStep#{i}")
+            with b.py("app.py(20): serve"), b.py("app.py(30): handle"):
+                with (b.py("<built-in method to of Tensor object at 0x7f00aa>"),
+                      b.op("aten::to"), b.op("aten::_to_copy"), b.op("aten::copy_")):
+                    b.launch("cudaMemcpyAsync", kernel="Memcpy HtoD (Pageable -> Device)",
+                             gpu_cat="gpu_memcpy", gpu_args={"bytes": 64})
+                with (b.py("torch/autograd/profiler.py(750): __enter__"),
+                      b.py("<built-in method _record_function_enter_new of PyCapsule object "
+                           "at 0x7f01>")):
+                    region = b.open_op("model")
+                with (b.py("app.py(40): forward"), b.py("<built-in function linear>"),
+                      b.op("aten::linear"), b.op("aten::addmm")):
+                    b.launch("cudaLaunchKernel", kernel="gemm", gpu_us=7.0)
+                with b.py("torch/autograd/profiler.py(760): __exit__"):
+                    b.close_op(region)
+        b.close_op(step_op)
+
+
+@pytest.mark.parametrize("with_stack", [True, False])
+def test_work_inside_a_profiler_step_has_the_frames_that_issued_it(tmp_path, with_stack):
+    """``ProfilerStep#N`` and ``record_function`` ranges span Python code: the ops inside them
+    are issued by the frames that run inside, not by ``prof.step()``'s frames. Without Python
+    stacks the ranges are all there is, and stay the ops' parents."""
+    b = KinetoBuilder(with_stack=with_stack)
+    _scheduled_steps(b)
+    tables, _ = load_kineto(b.write(tmp_path / "t.json"))
+    launches = tables["call"].filter(pl.col("name") == "cudaLaunchKernel")
+    # one path for the three steps' launches; without stacks each is under its ProfilerStep#N
+    assert launches.height == 3 and launches["stack_id"].n_unique() == (1 if with_stack else 3)
+    stacks = stacks_of_calls(tables)
+    if with_stack:
+        assert stacks["cudaMemcpyAsync"] == [
+            "<module>", "main", "serve", "handle", "<built-in method to of Tensor object>",
+            "aten::to", "aten::_to_copy", "aten::copy_", "cudaMemcpyAsync"]
+        assert stacks["cudaLaunchKernel"] == [
+            "<module>", "main", "serve", "handle", "forward", "<built-in function linear>",
+            "aten::linear", "aten::addmm", "cudaLaunchKernel"]
+    else:  # (the first step's copy; each step's is under its own ProfilerStep#N op)
+        assert stacks["cudaMemcpyAsync"][1:] == ["aten::to", "aten::_to_copy", "aten::copy_",
+                                                 "cudaMemcpyAsync"]
+        assert stacks["cudaMemcpyAsync"][0].startswith("ProfilerStep#")
+        assert stacks["cudaLaunchKernel"][1:] == ["model", "aten::linear", "aten::addmm",
+                                                  "cudaLaunchKernel"]
+
+
+def test_an_op_keeps_what_it_issues_before_python_runs_inside_it(tmp_path):
+    """An op that calls back into Python (a compiled region): a call it makes before any
+    Python frame starts inside it stays its child; an op issued from a frame inside it has
+    that frame as its parent, and the op is not on that path."""
+    b = KinetoBuilder()
+    with b.py("app.py(1): <module>"), b.py("app.py(30): handle"), b.op("CompiledFunction"):
+        b.launch("cudaGraphLaunch", kernel="graph_kernel")
+        with b.py("torch/_inductor/output_code.py(584): __call__"), b.op("aten::mm"):
+            b.launch("cudaLaunchKernel", kernel="gemm")
+    tables, _ = load_kineto(b.write(tmp_path / "t.json"))
+    stacks = stacks_of_calls(tables)
+    assert stacks["cudaGraphLaunch"] == ["<module>", "handle", "CompiledFunction",
+                                         "cudaGraphLaunch"]
+    assert stacks["cudaLaunchKernel"] == ["<module>", "handle", "__call__", "aten::mm",
+                                          "cudaLaunchKernel"]
+
+
 def test_identical_paths_share_one_stack(tmp_path):
     b = KinetoBuilder()
     for _ in range(3):
