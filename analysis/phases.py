@@ -10,7 +10,9 @@ the call stacks:
   the line goes back to the first line of the function that issues CUDA work.
 
 The step function is the user function present in the stacks of most calls of the main thread
-(the one that launches most GPU work) that is called at least ``MIN_STEPS`` times. The steps
+(the one that launches most GPU work) that is called at least ``MIN_STEPS`` times. Where the
+stacks name none (a trace without Python stacks), the ``ProfilerStep#N`` ranges of a trace
+recorded with torch.profiler's ``schedule`` (one per ``prof.step()``) are the steps. The steps
 then split the capture into phases:
 
 * **startup**: before the first step (model loading, compilation outside the loop);
@@ -28,6 +30,7 @@ import numpy as np
 import polars as pl
 
 MIN_STEPS = 3
+PROFILER_STEP = r"^ProfilerStep#\d+$"  # the range torch.profiler's prof.step() opens
 MIN_COVERAGE = 0.5  # a step function is on the stack of at least this share of main-thread calls
 WARMUP_FACTOR = 1.25  # a leading step this much slower than the median is warm-up
 # Frames of compilers at work (not of compiled code running): their calls are compilation.
@@ -51,7 +54,8 @@ class Steps:
     name: str
     start_ns: np.ndarray
     end_ns: np.ndarray
-    source: str  # "spans" (Kineto) or "lines" (executing lines of eBPF stacks)
+    source: str  # "spans" (Kineto), "lines" (executing lines of eBPF stacks) or
+    # "profiler steps" (Kineto's ProfilerStep#N ranges, where no step function is found)
     thread: int  # _thread key of the main thread
 
     @property
@@ -142,7 +146,8 @@ def find_steps(calls: pl.DataFrame, gpu: pl.DataFrame, nodes: pl.DataFrame,
     have_spans = spans is not None and spans.height > 0
     for _, (file, name) in ranked:
         if have_spans:
-            starts, ends = _span_steps(spans, nodes, file, name, mine)
+            ids = nodes.filter((pl.col("file") == file) & (pl.col("name") == name))["stack_id"]
+            starts, ends = _span_steps(spans, ids, mine)
             source = "spans"
         else:
             starts, ends = _line_steps(mine, paths, file, name)
@@ -153,7 +158,24 @@ def find_steps(calls: pl.DataFrame, gpu: pl.DataFrame, nodes: pl.DataFrame,
             shown = short_paths(nodes.filter(pl.col("is_user"))["file"]).get(file, file)
             return Steps(function=f"{shown} {name}", file=file, name=name, start_ns=starts,
                          end_ns=ends, source=source, thread=thread)
-    return None
+    return _profiler_steps(spans, nodes, mine, thread) if have_spans else None
+
+
+def _profiler_steps(spans: pl.DataFrame, nodes: pl.DataFrame, mine: pl.DataFrame, thread: int
+                    ) -> Steps | None:
+    """torch.profiler's own steps: the ``ProfilerStep#N`` ranges ``prof.step()`` opens on the
+    main thread (a trace recorded with a ``schedule``), where the stacks name no step function
+    (a trace without Python stacks, or a step function called fewer than ``MIN_STEPS``
+    times)."""
+    ids = nodes.filter((pl.col("kind") == "torch_op")
+                       & pl.col("name").str.contains(PROFILER_STEP))["stack_id"]
+    if ids.len() == 0:
+        return None
+    starts, ends = _span_steps(spans, ids, mine)
+    if len(starts) < MIN_STEPS:
+        return None
+    return Steps(function="ProfilerStep#N", file="", name="ProfilerStep#N", start_ns=starts,
+                 end_ns=ends, source="profiler steps", thread=thread)
 
 
 def _line_steps(mine: pl.DataFrame, paths: dict, file: str, name: str
@@ -184,11 +206,10 @@ def _line_steps(mine: pl.DataFrame, paths: dict, file: str, name: str
     return starts.astype(np.int64), np.maximum(ends, starts).astype(np.int64)
 
 
-def _span_steps(spans: pl.DataFrame, nodes: pl.DataFrame, file: str, name: str,
-                mine: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Calls of ``file:name`` from Kineto's Python spans on the main thread, outermost only
-    (a recursive call is part of its caller's step)."""
-    ids = nodes.filter((pl.col("file") == file) & (pl.col("name") == name))["stack_id"]
+def _span_steps(spans: pl.DataFrame, ids: pl.Series, mine: pl.DataFrame
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """The spans of the stack nodes ``ids`` (a step function's frames, or ProfilerStep ops) on
+    the main thread, outermost only (a recursive call is part of its caller's step)."""
     pid, tid = mine["pid"][0], mine["tid"][0]
     sp = (spans.lazy().filter(pl.col("stack_id").is_in(ids.implode()) & (pl.col("pid") == pid)
                               & (pl.col("tid") == tid))

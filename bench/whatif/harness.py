@@ -142,7 +142,8 @@ def main() -> int:
                    help="trace: torch.profiler settings, comma-separated: stack, shapes, memory "
                         "(profile_memory), flops (with_flops), schedule (wait 1, warmup 1, "
                         "active = the passes, one profiler step a pass, written by "
-                        "tensorboard_trace_handler into OUT, a folder)")
+                        "tensorboard_trace_handler into OUT, a folder), schedule2 (the same "
+                        "twice: two files)")
     p.add_argument("--ready", type=Path, help="paired: created when the capture may start")
     p.add_argument("--stop", type=Path, help="paired, soak: serve the baseline until this exists")
     p.add_argument("--times", default=None,
@@ -169,13 +170,14 @@ def main() -> int:
         opts = set(a.trace_opts.split(","))
         kw = {"with_stack": "stack" in opts, "record_shapes": "shapes" in opts,
               "profile_memory": "memory" in opts, "with_flops": "flops" in opts}
-        if "schedule" in opts:  # the pattern of torch's docs: a step per pass, files by host+pid
-            from torch.profiler import schedule, tensorboard_trace_handler
+        if opts & {"schedule", "schedule2"}:  # torch's docs' pattern: a step per pass, files
+            from torch.profiler import schedule, tensorboard_trace_handler  # by host and pid
 
+            cycles = 2 if "schedule2" in opts else 1  # schedule2: two cycles, a file each
             with profile(activities=activities, schedule=schedule(wait=1, warmup=1,
-                                                                  active=a.passes),
+                                                                  active=a.passes, repeat=cycles),
                          on_trace_ready=tensorboard_trace_handler(a.out), **kw) as prof:
-                for _ in range(a.passes + 2):
+                for _ in range((a.passes + 2) * cycles):
                     serve(svc, 1)
                     prof.step()
             return 0

@@ -5,6 +5,7 @@ events (``profile_memory``), no Python stacks, torch.compile's CUDA graphs."""
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import subprocess
 import sys
@@ -44,11 +45,44 @@ def test_a_scheduled_trace_names_the_lines_inside_the_step():
     assert ("transfers.pageable-memory", "vision.py:70 upload") in got
 
 
-@pytest.mark.parametrize("name", ["churn-memory", "compiled", "moe-nostack",
-                                  "vm_578.1796256627190531613.pt"])
+def raw_events(path: Path) -> list[dict]:
+    with gzip.open(path) as f:
+        return json.load(f)["traceEvents"]
+
+
+def test_without_stacks_a_scheduled_trace_has_its_profiler_steps():
+    """No Python stacks, so no step function: the steps are the ProfilerStep#N ranges, as many
+    as the raw JSON has on the CPU side, and the findings of the same workload traced without
+    a schedule are all there (plus the launch-bound step, which needs steps)."""
+    (path,) = (VARIED / "moe-schedule-nostack").glob("*.pt.trace.json.gz")
+    ranges = [e for e in raw_events(path) if e.get("cat") == "user_annotation"
+              and e.get("name", "").startswith("ProfilerStep#")]
+    rep = report(path)
+    steps = rep["phases"]["steps"]
+    assert (steps["how"], steps["found"]) == ("profiler steps", len(ranges)) and len(ranges) == 4
+    # a step runs to the next one's start, the last to its own end: lengths from the raw ranges
+    ranges.sort(key=lambda e: e["ts"])
+    lengths = [b["ts"] - a["ts"] for a, b in itertools.pairwise(ranges)] + [ranges[-1]["dur"]]
+    assert steps["min_ns"] == pytest.approx(min(lengths) * 1000, abs=2)
+    assert steps["max_ns"] == pytest.approx(max(lengths) * 1000, abs=2)
+    plain = report(VARIED / "moe-nostack.trace.json.gz")
+    assert plain["phases"]["steps"] is None
+
+    def kinds(r: dict) -> set:
+        return {(f["rule_id"], f["title"]) for f in r["findings"]}
+    assert kinds(plain) <= kinds(rep)
+    assert {k[0] for k in kinds(rep) - kinds(plain)} == {"compute.launch-bound-step"}
+
+
+PER_FILE = ["churn-memory.trace.json.gz", "compiled.trace.json.gz", "moe-nostack.trace.json.gz",
+            SCHEDULED.name, *(f"{d.name}/{f.name}" for d in sorted(VARIED.iterdir()) if d.is_dir()
+                              for f in sorted(d.glob("*.json.gz")))]
+
+
+@pytest.mark.parametrize("name", PER_FILE)
 def test_every_gpu_operation_and_call_counted(name):
     """Counts of the whole trace (``--window all``) against the raw JSON read here."""
-    path = VARIED / f"{name}.trace.json.gz" if not name.startswith("vm_") else SCHEDULED
+    path = VARIED / name
     with gzip.open(path) as f:
         events = json.load(f)["traceEvents"]
     cats = Counter(e.get("cat") for e in events if e.get("ph") == "X")
