@@ -233,48 +233,64 @@ def _parents(py: pl.DataFrame, nested: pl.DataFrame) -> pl.DataFrame:
     release_freed_memory(py.height + nested.height)  # the nesting's arrays, at once
     py_iv = py.select("node", "tid", "ts_ns", "dur_ns")
     roots = op_parent.filter(pl.col("parent").is_null()).drop("parent")
-    inner = _inside_python_ops(op_parent, nested, py_iv)
-    enclosing = innermost_enclosing(pl.concat([roots, inner.select("node", "tid", "ts_ns")]),
-                                    py_iv, py_parent)
-    root_parent = enclosing.head(roots.height)
+    root_parent = innermost_enclosing(roots, py_iv, py_parent)
+    del roots
+    release_freed_memory(py.height + nested.height)
+    spanning = _python_inside(nested, py_iv)
+    inner = op_parent.filter(pl.col("parent").is_in(spanning.implode())) if spanning.len() else None
     op_parent = op_parent.filter(pl.col("parent").is_not_null()).select("node", "parent")
-    if inner.height:
-        moved = _frame_inside_op(inner, enclosing.tail(inner.height)["parent"], py)
-        op_parent = op_parent.filter(~pl.col("node").is_in(moved["node"].implode()))
-        op_parent = pl.concat([op_parent, moved])
+    if inner is not None and inner.height:
+        inner = inner.with_columns(
+            nested["ts_ns"].gather(first_row_of(nested["node"], inner["parent"]))
+            .alias("parent_ts"))
+        frames = innermost_enclosing(inner.select("node", "tid", "ts_ns"), py_iv, py_parent)
+        moved = _frame_inside_op(inner, frames["parent"], py)
+        op_parent = pl.concat([op_parent.filter(~pl.col("node").is_in(moved["node"].implode())),
+                               moved])
     return pl.concat([py_parent, op_parent, root_parent], how="vertical")
 
 
-def _inside_python_ops(op_parent: pl.DataFrame, nested: pl.DataFrame, py_iv: pl.DataFrame
-                       ) -> pl.DataFrame:
-    """The ops and calls (``node, tid, ts_ns, parent, parent_ts``) whose parent op has some
-    Python frame of its thread starting strictly inside it: once per distinct parent op, the
-    first Python start after the op's (an as-of search), before the op's end."""
-    empty = pl.DataFrame(schema={"node": pl.Int64, "tid": pl.Int64, "ts_ns": pl.Int64,
-                                 "parent": pl.Int64, "parent_ts": pl.Int64})
-    child = op_parent.filter(pl.col("parent").is_not_null())
-    if child.height == 0 or py_iv.height == 0:
-        return empty
-    ops = pl.DataFrame({"parent": child["parent"].unique()})
-    row = first_row_of(nested["node"], ops["parent"])
-    ops = ops.with_columns(nested["tid"].gather(row).cast(pl.Int64).alias("tid"),
-                           nested["ts_ns"].gather(row).alias("parent_ts"),
-                           (nested["ts_ns"] + nested["dur_ns"]).gather(row).alias("_end"))
-    starts = (py_iv.select(pl.col("tid").cast(pl.Int64), pl.col("ts_ns").alias("_py_ts"))
-              .sort("_py_ts"))
-    spanning = (ops.with_columns((pl.col("parent_ts") + 1).alias("_after")).sort("_after")
-                .join_asof(starts, left_on="_after", right_on="_py_ts", by="tid",
-                           strategy="forward", check_sortedness=False)
-                .filter(pl.col("_py_ts") < pl.col("_end")).select("parent", "parent_ts"))
-    if spanning.height == 0:
-        return empty
-    return (child.join(spanning, on="parent", how="inner", maintain_order="left")
-            .select("node", pl.col("tid").cast(pl.Int64), "ts_ns", "parent", "parent_ts"))
+# Ops searched at a time by ``_python_inside`` (its temporaries: ~40 bytes an op).
+INSIDE_SLICE_ROWS = 1 << 20
+
+
+def _python_inside(nested: pl.DataFrame, py_iv: pl.DataFrame) -> pl.Series:
+    """The ops and calls of ``nested`` (``node, tid, ts_ns, dur_ns``) with a Python frame of
+    their thread starting strictly inside them (after their start, before their end): each
+    thread's frame starts sorted once, searched for the ops' starts and ends a slice of ops at
+    a time (threads are few; no per-event Python)."""
+    none = pl.Series("node", [], dtype=pl.Int64)
+    if py_iv.height == 0 or nested.height == 0:
+        return none
+    by_thread = py_iv.select("tid", "ts_ns")
+    if by_thread["tid"].n_unique() > 1:  # (one thread: the common case, no sort by thread)
+        by_thread = by_thread.sort("tid", "ts_ns")
+    frame_ts = by_thread["ts_ns"].to_numpy()
+    starts, first = {}, 0
+    for tid, n in by_thread["tid"].rle().struct.unnest().select("value", "len").iter_rows():
+        starts[tid] = np.sort(frame_ts[first:first + n], kind="stable")  # sorted: a check
+        first += n
+    del by_thread, frame_ts
+    found = []
+    for part in nested.select("node", "tid", "ts_ns", "dur_ns").iter_slices(INSIDE_SLICE_ROWS):
+        tids = part["tid"].unique().to_list()
+        for tid in tids:
+            if tid not in starts:
+                continue
+            mine = part if len(tids) == 1 else part.filter(
+                pl.col("tid").is_null() if tid is None else pl.col("tid") == tid)
+            ts = mine["ts_ns"].to_numpy()
+            end = ts + mine["dur_ns"].to_numpy()
+            inside = (np.searchsorted(starts[tid], end, "left")
+                      > np.searchsorted(starts[tid], ts, "right"))
+            if inside.any():
+                found.append(mine["node"].filter(pl.Series(inside)))
+    return pl.concat(found).cast(pl.Int64) if found else none
 
 
 def _frame_inside_op(inner: pl.DataFrame, frame: pl.Series, py: pl.DataFrame
                      ) -> pl.DataFrame:
-    """``node, parent`` of the ops and calls of :func:`_inside_python_ops`: the innermost
+    """``node, parent`` of the ops and calls inside an op of :func:`_python_inside`: the innermost
     Python frame running at their start (``frame``) where it began after their parent op did
     (so it runs inside that op), else the op as before."""
     frame_ts = py["ts_ns"].gather(first_row_of(py["node"], frame))
