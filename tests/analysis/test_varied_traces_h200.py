@@ -1,7 +1,8 @@
 """torch.profiler traces recorded on the H200 with settings the other traces here do not use
 (bench/whatif/results/h200-varied, bench/whatif/device_traces_varied.sh): torch's documented
 schedule (``prof.step()`` each pass, files written by ``tensorboard_trace_handler``), memory
-events (``profile_memory``), no Python stacks, torch.compile's CUDA graphs."""
+events (``profile_memory``), no Python stacks, torch.compile's CUDA graphs, a service whose
+GPU work is launched from a thread pool."""
 from __future__ import annotations
 
 import gzip
@@ -75,7 +76,7 @@ def test_without_stacks_a_scheduled_trace_has_its_profiler_steps():
 
 
 PER_FILE = ["churn-memory.trace.json.gz", "compiled.trace.json.gz", "moe-nostack.trace.json.gz",
-            SCHEDULED.name, *(f"{d.name}/{f.name}" for d in sorted(VARIED.iterdir()) if d.is_dir()
+            "pooled.trace.json.gz", SCHEDULED.name, *(f"{d.name}/{f.name}" for d in sorted(VARIED.iterdir()) if d.is_dir()
                               for f in sorted(d.glob("*.json.gz")))]
 
 
