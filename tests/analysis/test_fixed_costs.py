@@ -177,7 +177,8 @@ def test_span_steps_are_the_outermost_spans_of_the_function(seed):
         if reach is None or t >= reach:
             kept.append((t, e))
         reach = e if reach is None else max(reach, e)
-    starts, ends = _span_steps(spans, nodes, "a.py", "step", mine)
+    ids = nodes.filter((pl.col("file") == "a.py") & (pl.col("name") == "step"))["stack_id"]
+    starts, ends = _span_steps(spans, ids, mine)
     assert starts.tolist() == [t for t, _ in kept]
     assert ends.tolist() == [t for t, _ in kept[1:]] + ([kept[-1][1]] if kept else [])
 
