@@ -40,8 +40,14 @@ COMPILE_FRAMES = re.compile(
     r"|async_compile)\.py|torch/_inductor/runtime/(?:triton_heuristics|benchmarking)\.py"
     r"|triton/compiler/|triton/testing\.py")
 # Functions in those files that run compiled code on every call (CUDA-graph replay, the Triton
-# launcher): steady-state work, not compilation.
-RUNTIME_FUNCTIONS = re.compile(r"(?:cudagraphify\.<locals>\.run|CachingAutotuner\.run|launcher)$")
+# launcher): steady-state work, not compilation. Matched on "file:name". Kineto names a
+# function by its bare name (``run``: compile_fx's cudagraphify.<locals>.run, triton_heuristics'
+# CachingAutotuner.run), zym's captures by its qualified name; a ``run`` elsewhere (Dynamo's
+# InstructionTranslatorBase.run traces bytecode) is compilation. The compile work below them
+# (autotuning's benchmarks) has frames of its own.
+RUNTIME_FUNCTIONS = re.compile(
+    r"(?:torch/_inductor/(?:compile_fx|(?:runtime/)?triton_heuristics)\.py:(?:.*\.)?run"
+    r"|launcher)$")
 
 
 @dataclass
@@ -254,8 +260,9 @@ def warmup_steps(steps: Steps) -> int:
 def compile_activity(calls: pl.DataFrame, nodes: pl.DataFrame) -> tuple[int, int, int]:
     """Calls made by compilers (torch.compile, Inductor autotuning, Triton): ``(calls,
     first_ts, last_end)``; ``(0, 0, 0)`` when there are none."""
+    where = pl.concat_str([pl.col("file"), pl.lit(":"), pl.col("name")])
     frames = nodes.filter(pl.col("file").str.contains(COMPILE_FRAMES.pattern).fill_null(False)
-                          & ~pl.col("name").str.contains(RUNTIME_FUNCTIONS.pattern).fill_null(False))
+                          & ~where.str.contains(RUNTIME_FUNCTIONS.pattern).fill_null(False))
     if frames.height == 0:
         return 0, 0, 0
     under = _descendants(nodes, frames["stack_id"])

@@ -53,11 +53,12 @@ def is_user_frame(packages: frozenset[str] = FRAMEWORK_PACKAGES) -> pl.Expr:
 # nn.Module's call wrappers). Its line says nothing; the user's line is the caller's.
 DYNAMO_CALLER = r"(?:^|/)torch/_dynamo/eval_frame\.py$"
 MODULE_WRAPPER = r"(?:^|/)torch/nn/modules/module\.py$"
+KINETO_MODULE = "nn.Module: "  # a frame torch.profiler adds per module call (no file)
 COMPILED_RUNTIME = r"(?:^|/)torch/_(?:dynamo|functorch|inductor)/"
 
 
 def compiled_frames(nodes: pl.DataFrame, hops: int = 8) -> pl.Series:
-    """Per stack node (``stack_id, parent_id, file`` and ``is_user``): the user frames that are
+    """Per stack node (``stack_id, parent_id, file, name`` and ``is_user``): the user frames that are
     a compiled function running its compiled graph: called by Dynamo (``eval_frame.py``, past
     at most ``hops`` nn.Module wrapper frames) and calling into its runtime
     (``torch/_dynamo``, ``_functorch``, ``_inductor``). A graph break's own lines in the same
@@ -71,7 +72,9 @@ def compiled_frames(nodes: pl.DataFrame, hops: int = 8) -> pl.Series:
         nodes.select("parent_id").join(row_of.rename({"stack_id": "parent_id"}), on="parent_id",
                                        how="left", maintain_order="left")["row"]
         .fill_null(-1).alias("up"),
-        file.str.contains(MODULE_WRAPPER).alias("wrapper"),
+        (file.str.contains(MODULE_WRAPPER)  # (and Kineto's "nn.Module: Name" frames)
+         | (pl.col("file").is_null() & pl.col("name").str.starts_with(KINETO_MODULE)
+            .fill_null(False))).alias("wrapper"),
         file.str.contains(DYNAMO_CALLER).alias("dynamo"),
         file.str.contains(COMPILED_RUNTIME).alias("runtime"), pl.col("is_user").fill_null(False))
     # The walk over the (small) node table in numpy: -1 is "no caller".

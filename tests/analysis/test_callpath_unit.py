@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
+import pytest
 from kineto_builder import KinetoBuilder
 from zym.analysis import analyze
 from zym.analysis.callpath import UNKNOWN_STACK
@@ -111,3 +112,22 @@ def test_the_header_counts_processes_and_threads():
         b.kernel([("python", "work", "w.py", 3)], "k", gpu_us=5)
     facts = b.analysis().to_dict()["capture"]
     assert (facts["processes"], facts["threads"]) == (2, 2)
+
+
+@pytest.mark.parametrize("file, name, runtime", [
+    ("/usr/lib/python3.12/site-packages/torch/_inductor/compile_fx.py",
+     "cudagraphify.<locals>.run", True),                        # zym capture: qualified name
+    ("torch/_inductor/compile_fx.py", "run", True),               # Kineto: the bare name
+    ("torch/_inductor/runtime/triton_heuristics.py", "CachingAutotuner.run", True),
+    ("torch/_inductor/runtime/triton_heuristics.py", "run", True),
+    ("torch/_inductor/triton_heuristics.py", "run", True),        # older torch's place
+    ("/x/triton/backends/nvidia/driver.py", "launcher", True),
+    ("torch/_dynamo/symbolic_convert.py", "InstructionTranslatorBase.run", False),  # tracing
+    ("torch/_dynamo/symbolic_convert.py", "run", False),
+    ("torch/_inductor/runtime/triton_heuristics.py", "benchmark_all_configs", False),
+    ("torch/_inductor/compile_fx.py", "rerun", False),
+])
+def test_compiled_code_running_is_not_compilation(file, name, runtime):
+    from zym.analysis.phases import RUNTIME_FUNCTIONS
+
+    assert bool(RUNTIME_FUNCTIONS.search(f"{file}:{name}")) is runtime

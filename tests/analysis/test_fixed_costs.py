@@ -110,7 +110,8 @@ def test_the_windows_kernel_classes_are_its_own(trace):
 
 def _compiled_by_walk(nodes: pl.DataFrame, hops: int = 8) -> list[bool]:
     """compiled_frames' definition, walked node by node: a user frame called by Dynamo's
-    eval_frame.py (past at most ``hops`` nn.Module wrapper frames) that calls the compiled
+    eval_frame.py (past at most ``hops`` nn.Module wrapper frames: module.py's, or Kineto's
+    "nn.Module: Name" frames, which have no file) that calls the compiled
     runtime (a child frame under torch/_dynamo, _functorch or _inductor)."""
     import re
 
@@ -125,7 +126,8 @@ def _compiled_by_walk(nodes: pl.DataFrame, hops: int = 8) -> list[bool]:
     for r in rows:
         caller = parent[r["stack_id"]]
         for _ in range(hops):
-            if caller is None or not re.search(MODULE_WRAPPER, caller["file"] or ""):
+            if caller is None or not (re.search(MODULE_WRAPPER, caller["file"] or "") or (
+                    caller["file"] is None and (caller["name"] or "").startswith("nn.Module: "))):
                 break
             caller = parent[caller["stack_id"]]
         out.append(bool(r["is_user"]) and caller is not None
@@ -145,11 +147,13 @@ def test_compiled_frames_match_a_walk_up_the_stack(seed):
     ids = rng.permutation(np.arange(100, 100 + 3 * n))[:n]  # not row numbers
     parents = [None if i == 0 or rng.random() < 0.1 else int(ids[rng.integers(0, i)])
                for i in range(n)]
+    names = ["forward", "nn.Module: Linear", None, "step"]  # torch.profiler's module frames
     nodes = pl.DataFrame({"stack_id": ids, "parent_id": parents,
                           "file": [files[k] for k in rng.integers(0, len(files), n)],
+                          "name": [names[k] for k in rng.integers(0, len(names), n)],
                           "is_user": rng.random(n) < 0.7},
                          schema={"stack_id": pl.Int64, "parent_id": pl.Int64,
-                                 "file": pl.String, "is_user": pl.Boolean})
+                                 "file": pl.String, "name": pl.String, "is_user": pl.Boolean})
     for hops in (8, 1):
         got = compiled_frames(nodes, hops)
         assert got.to_list() == _compiled_by_walk(nodes, hops)

@@ -92,3 +92,19 @@ def test_every_gpu_operation_and_call_counted(name):
     assert capture["copies"] == cats["gpu_memcpy"]
     assert capture["memsets"] == cats["gpu_memset"]
     assert capture["calls"] == cats["cuda_runtime"] + cats["cuda_driver"]
+
+
+def test_a_compiled_model_is_the_calling_line_and_its_replays_are_steady_state():
+    """torch.compile with CUDA graphs, traced with stacks: the graph replays and Triton
+    launches run under Inductor frames named ``run`` (Kineto gives bare names) and under the
+    compiled ``forward`` (Dynamo's frame, past Kineto's "nn.Module: MLP" frames): runtime, not
+    compilation, and framework, not the user's line. The raw trace's calls of ``handle`` are
+    the steps; nearly all of them are steady state."""
+    path = VARIED / "compiled.trace.json.gz"
+    handles = [e for e in raw_events(path) if e.get("cat") == "python_function"
+               and e.get("name", "").endswith(": handle")]
+    rep = report(path)
+    steps = rep["phases"]["steps"]
+    assert steps["found"] == len(handles) == 32
+    assert steps["in_window"] >= len(handles) - 4
+    assert {p["site"] for p in rep["paths_by_gpu_time"]} == {"compiled.py:37 handle"}
