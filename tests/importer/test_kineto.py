@@ -116,6 +116,28 @@ def test_work_inside_a_profiler_step_has_the_frames_that_issued_it(tmp_path, wit
                                                   "cudaLaunchKernel"]
 
 
+def test_profiler_steps_on_one_thread_of_several(tmp_path):
+    """The scheduled steps on a second thread while another thread runs plain steps at the same
+    times: each thread's Python frames are searched on their own (the per-thread path)."""
+    a, b = KinetoBuilder(tid=100), KinetoBuilder(tid=200)
+    b._next_py, b._next_ext, b._next_corr = 10_000, 10_000, 10_000
+    for _ in range(3):
+        decode_step(a)
+    _scheduled_steps(b)
+    a.events += b.events
+    tables, _ = load_kineto(a.write(tmp_path / "t.json"))
+    by_thread = {}
+    for tid in (100, 200):
+        mine = {"call": tables["call"].filter(pl.col("tid") == tid)}
+        by_thread[tid] = stacks_of_calls(tables | mine)
+    assert by_thread[200]["cudaLaunchKernel"] == [
+        "<module>", "main", "serve", "handle", "forward", "<built-in function linear>",
+        "aten::linear", "aten::addmm", "cudaLaunchKernel"]
+    assert by_thread[100]["cudaLaunchKernel"] == [
+        "main", "step", "nn.Module: Linear", "<built-in function linear>", "aten::linear",
+        "aten::addmm", "cudaLaunchKernel"]
+
+
 def test_an_op_keeps_what_it_issues_before_python_runs_inside_it(tmp_path):
     """An op that calls back into Python (a compiled region): a call it makes before any
     Python frame starts inside it stays its child; an op issued from a frame inside it has
