@@ -73,6 +73,12 @@ SPARSE = True
 SPARSE_EDITS_PER_EPOCH = 16
 
 
+def _max_of(values: np.ndarray, mask: np.ndarray | None) -> int:
+    """The largest of ``values`` where ``mask`` (None: all), or -2^62 for none."""
+    values = values if mask is None else values[mask]
+    return int(values.max()) if len(values) else -(1 << 62)
+
+
 def index_dtype(n: int) -> type:
     """The integer type of positions below ``n`` (see ``INDEX32_MAX``)."""
     return np.int32 if n <= INDEX32_MAX else np.int64
@@ -205,7 +211,8 @@ class Timeline:
     of the run without the profiler.
     """
 
-    def __init__(self, facts: Facts, overhead_ns: int | np.ndarray = 0) -> None:
+    def __init__(self, facts: Facts, overhead_ns: int | np.ndarray = 0,
+                 step_thread: int | None = None) -> None:
         self.facts = facts
         calls = facts.calls
         oh = np.broadcast_to(np.asarray(overhead_ns, np.int64), (calls.height,))
@@ -217,6 +224,13 @@ class Timeline:
                                "stream_id", "call_idx", "work")
         self._build_gpu(gpu.filter("work"), calls, facts.gpu.height)
         self._build_calls(calls, facts.gpu["end_ns"].to_numpy())
+        # The thread whose end is the window's, among several (its rank in thread order):
+        # the steps' thread, where the window is made of its steps; else every thread's.
+        self.end_thread: int | None = None
+        if step_thread is not None and self.threads > 1:
+            keys = calls["_thread"].to_numpy()[self.order[self.first_of_thread]]
+            at = np.flatnonzero(keys == step_thread)
+            self.end_thread = int(at[0]) if len(at) else None
 
     # -- model --------------------------------------------------------------------------------
 
@@ -481,17 +495,21 @@ class Timeline:
         start_nowait[order] = c_sorted
         del c_sorted
         # Epochs: a waiting call ends its epoch. Epoch ids are global, in thread order.
-        before = np.empty(n, np.int64)
-        before[order] = _segmented_exclusive_cumsum(waits[order].astype(np.int64), first)
         thread_rank = np.empty(n, np.int64)
         thread_rank[order] = np.cumsum(first) - 1
         n_threads = int(thread_rank.max()) + 1 if n else 0
-        epoch_base = np.zeros(n_threads + 1, np.int64)
-        if n:
-            epochs_per_thread = np.bincount(thread_rank, weights=waits, minlength=n_threads)
-            epoch_base[1:] = np.cumsum(epochs_per_thread.astype(np.int64) + 1)
-        epoch = epoch_base[thread_rank] + before if n else before
-        del before
+        if n_threads > 1:
+            epoch, epoch_base, epoch_key, wait_ts = self._pieces(waits)
+        else:
+            before = np.empty(n, np.int64)
+            before[order] = _segmented_exclusive_cumsum(waits[order].astype(np.int64), first)
+            epoch_base = np.zeros(n_threads + 1, np.int64)
+            if n:
+                epochs_per_thread = np.bincount(thread_rank, weights=waits, minlength=n_threads)
+                epoch_base[1:] = np.cumsum(epochs_per_thread.astype(np.int64) + 1)
+            epoch = epoch_base[thread_rank] + before if n else before
+            del before
+            epoch_key = None
         n_epochs = int(epoch_base[-1])
 
         # GPU side: per stream, S (summed gaps and durations) up to each operation, and each
@@ -511,12 +529,17 @@ class Timeline:
         epoch_start = np.full(n_epochs, np.iinfo(np.int64).max, np.int64)
         if n:
             np.minimum.at(epoch_start, epoch, self.call_ts)
-        epoch_order = np.argsort(epoch_start, kind="stable")
+        epoch_order = np.argsort(epoch_start if epoch_key is None else epoch_key, kind="stable")
         rank_of_epoch = np.empty(n_epochs, np.int64)
         rank_of_epoch[epoch_order] = np.arange(n_epochs)
-        if (~launched).any():
+        if (~launched).any() and epoch_key is None:
             k = np.searchsorted(epoch_start[epoch_order], self.op_start[~launched], side="right")
             op_epoch[~launched] = epoch_order[np.clip(k - 1, 0, max(n_epochs - 1, 0))] \
+                if n_epochs else -1
+        elif (~launched).any():  # the first piece of the interval of its recorded start
+            q = np.searchsorted(wait_ts, self.op_start[~launched], side="right")
+            k = np.searchsorted(epoch_key[epoch_order], 2 * q, side="left")
+            op_epoch[~launched] = epoch_order[np.clip(k, 0, max(n_epochs - 1, 0))] \
                 if n_epochs else -1
         # The waiting call that ends each epoch, and each epoch's thread (before the groups:
         # the per-call epochs and thread ranks are not held through their sort).
@@ -526,6 +549,10 @@ class Timeline:
         thread_of_epoch = np.zeros(n_epochs, np.int64)
         if n:
             thread_of_epoch[epoch] = thread_rank
+        # With several threads, each call's epoch by thread position (``_Base``: an edited
+        # call's epoch is not its count of waits before it there).
+        epoch_of_pos = (narrow_index(epoch[order], n_epochs)
+                        if keep is not None and epoch_key is not None else None)
         del epoch, thread_rank
         # Group maxima per (epoch, stream, anchored?).
         groups = _group_max(rank_of_epoch[np.maximum(op_epoch, 0)] if n_epochs else op_epoch,
@@ -540,7 +567,7 @@ class Timeline:
                         launched=launched, epoch_start=epoch_start, epoch_order=epoch_order,
                         epoch_wait=epoch_wait, thread_of_epoch=thread_of_epoch,
                         wait_idx=wait_idx, own_pos=own_pos, n_threads=n_threads, groups=groups,
-                        epoch_base=epoch_base)
+                        epoch_base=epoch_base, epoch_of_pos=epoch_of_pos)
         total = self._loop(n_epochs, epoch_order, groups, epoch_wait, thread_of_epoch,
                            start_nowait, cost, s_at, own_pos, wait_idx, sid, s_incl, n_threads)
         return total
@@ -548,6 +575,81 @@ class Timeline:
     @cached_property
     def _base(self) -> _Base:
         return _Base(self)
+
+    @cached_property
+    def _end_masks(self) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """Which threads' last calls and which streams' last operations end the window (by
+        thread rank, by stream; None: all). Where it ends with ``end_thread``'s work: that
+        thread, and the streams whose last operation it launched (its operations queued
+        before another thread's last ones end earlier than the stream; they are left out)."""
+        if self.end_thread is None:
+            return None, None
+        threads = np.zeros(self.threads, bool)
+        threads[self.end_thread] = True
+        streams = np.zeros(self.n_streams, bool)
+        if self.n_streams:
+            sid = self.op_sid
+            last = np.nonzero(np.append(sid[1:] != sid[:-1], True))[0]
+            call = self.op_call[last].astype(np.int64)
+            ok = call >= 0
+            rank = np.empty(self.n_calls, np.int64)
+            rank[self.order] = np.cumsum(self.first_of_thread) - 1
+            streams[sid[last[ok]]] = rank[call[ok]] == self.end_thread
+        return threads, streams
+
+    @property
+    def threads(self) -> int:
+        """How many CPU threads made calls in the window."""
+        return int(self.first_of_thread.sum())
+
+    @cached_property
+    def _call_rank(self) -> np.ndarray | None:
+        """Each call's rank in (start, ``call_idx``) order; None when that is ``call_idx``
+        order (calls in time order, as ``Facts.calls`` holds them)."""
+        ts = self.call_ts
+        if len(ts) < 2 or bool((ts[1:] >= ts[:-1]).all()):
+            return None
+        rank = np.empty(len(ts), np.int64)
+        rank[np.lexsort((np.arange(len(ts)), ts))] = np.arange(len(ts))
+        return rank
+
+    def _pieces(self, waits: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                  np.ndarray]:
+        """The epochs of several threads. One thread's calls between two of its own waits
+        can hold calls it made after another thread's wait: folded into the streams before
+        that wait as one unit, its operations launched after the wait would count as
+        awaited, and the other thread would wait for work not yet launched (on a thread-pool
+        service, the unfixed replay ran 22% long). So an epoch here is one thread's calls
+        between two consecutive waits of *any* thread (in time order; a waiting call closes
+        the interval it is in): no thread waits inside one, so its calls move by one amount,
+        and each wait comes after exactly the operations launched before it. Epochs in the
+        order of their intervals, the waiting one of each interval last; with one thread
+        these are its epochs in start order.
+
+        Returns each call's epoch (global, in thread order), each thread's first epoch (and
+        their count last), each epoch's order key (2 * interval, + 1 where it waits), and the
+        waits' start times in time order."""
+        n, order = self.n_calls, self.order
+        wait_idx = np.nonzero(waits)[0]
+        rank = self._call_rank
+        if rank is None:  # calls in time order: ranks are call_idx
+            w_rank, c_rank = wait_idx, np.arange(n)
+        else:
+            w_rank, c_rank = np.sort(rank[wait_idx]), rank
+        interval = np.searchsorted(w_rank, c_rank, side="left")[order]  # waits before each
+        del c_rank
+        new = self.first_of_thread.copy()
+        new[1:] |= interval[1:] != interval[:-1]
+        e_sorted = np.cumsum(new) - 1
+        epoch = np.empty(n, np.int64)
+        epoch[order] = e_sorted
+        n_epochs = int(e_sorted[-1]) + 1 if n else 0
+        epoch_base = np.append(e_sorted[self.first_of_thread], n_epochs)
+        key = 2 * interval[new]
+        key[epoch[wait_idx]] += 1
+        wait_ts = self.call_ts[wait_idx] if rank is None else \
+            self.call_ts[wait_idx[np.argsort(rank[wait_idx], kind="stable")]]
+        return epoch, epoch_base, key, wait_ts
 
     def _awaited_prefix(self, wait_idx: np.ndarray, s_incl: np.ndarray, keep: dict | None = None
                         ) -> tuple[np.ndarray, np.ndarray]:
@@ -594,7 +696,14 @@ class Timeline:
                 start_nowait[wait_idx], own_sid, own_prefix, s_at.reshape(-1),
                 np.zeros(max(n_threads, 1), np.int64), np.full(self.n_streams, neg, np.int64))
         d, r = _run_epochs(args)
-        # Ends: each thread's last call; each stream's last operation.
+        return self._outcome(start_nowait, cost, d, r, s_incl)
+
+    def _outcome(self, start_nowait, cost, d, r, s_incl) -> Outcome:
+        """The replay's ends from each thread's delay ``d`` and each stream's running max
+        ``r``: each thread's last call; each stream's last operation."""
+        neg = -(1 << 62)
+        sid = self.op_sid
+        threads, streams = self._end_masks
         cpu_end = neg
         if self.n_calls:
             # Each thread's last call (thread order), and its thread's rank: the k-th of them
@@ -602,12 +711,12 @@ class Timeline:
             # unfixed replay's peak at 10 M calls).
             last = np.nonzero(np.append(self.first_of_thread[1:], True))[0]
             at = self.order[last]
-            cpu_end = max(cpu_end, int((start_nowait[at] + cost[at]
-                                        + d[np.arange(len(last))]).max()))
+            ends = start_nowait[at] + cost[at] + d[np.arange(len(last))]
+            cpu_end = _max_of(ends, threads)
         gpu_end = neg
         if len(sid):
             last_pos = np.nonzero(np.append(sid[1:] != sid[:-1], True))[0]
-            gpu_end = max(gpu_end, int((s_incl[last_pos] + r[sid[last_pos]]).max()))
+            gpu_end = _max_of(s_incl[last_pos] + r[sid[last_pos]], streams)
         end = max(cpu_end, gpu_end)
         return Outcome(end_ns=self.w0 + end, cpu_end_ns=self.w0 + cpu_end,
                        gpu_end_ns=self.w0 + gpu_end)
@@ -707,6 +816,7 @@ class _Base:
             self.g_op = self.g_call_pos = self.g_lo_op = self.g_hi_op = order
             self.g_lo_call = self.g_hi_call = order
         # Epochs: the first of each thread; each waiting call's row and its epoch.
+        self.epoch_of_pos = k.pop("epoch_of_pos")
         self.epoch_first = np.zeros(n_epochs, bool)
         self.epoch_first[k["epoch_base"][:-1]] = True
         self.row_of_epoch = np.full(n_epochs, -1, index_dtype(len(self.wait_idx)))
@@ -846,6 +956,18 @@ class _Base:
             epoch_order, thread_of_epoch = self.epoch_order, self.thread_of_epoch
             row_of_epoch, wait_rows = self.row_of_epoch, slice(None)
             g_rank, g_stream, g_fixed = self.g_rank, self.g_stream, self.g_fixed
+        elif self.n_threads > 1:
+            # Several threads: the epochs stay as they are (an epoch whose wait went just
+            # waits no more). Merged with its thread's next one, it would be folded before the
+            # other threads' waits in between (see ``Timeline._pieces``).
+            epoch_order, thread_of_epoch = self.epoch_order, self.thread_of_epoch
+            g_rank, g_stream, g_fixed = self.g_rank, self.g_stream, self.g_fixed
+            new_row = np.cumsum(surv) - 1
+            row = self.row_of_epoch.astype(np.int64)
+            kept = row >= 0
+            kept[kept] = surv[row[kept]]
+            row_of_epoch = np.where(kept, new_row[np.maximum(row, 0)], -1)
+            wait_rows = surv
         else:
             ew = self.epoch_wait
             sw = np.zeros(len(ew), bool)
@@ -907,12 +1029,13 @@ class _Base:
         d, r_end = _run_epochs(args)
         last = self.last_calls
         cost_last = self._last_costs(e, ed)
-        cpu_end = max(neg, int((self.start_nowait[last] + at_call(self.pos[last]) + cost_last
-                                + d[self.last_thread]).max()))
+        threads, streams = tl._end_masks
+        cpu_end = _max_of(self.start_nowait[last] + at_call(self.pos[last]) + cost_last
+                          + d[self.last_thread], threads)
         gpu_end = neg
         if len(self.last_ops):
             lo = self.last_ops
-            gpu_end = max(neg, int((self.s_incl[lo] + incl(lo) + r_end[tl.op_sid[lo]]).max()))
+            gpu_end = _max_of(self.s_incl[lo] + incl(lo) + r_end[tl.op_sid[lo]], streams)
         end = max(cpu_end, gpu_end)
         return Outcome(end_ns=tl.w0 + end, cpu_end_ns=tl.w0 + cpu_end,
                        gpu_end_ns=tl.w0 + gpu_end)
@@ -1082,14 +1205,15 @@ class _Base:
         cost_last[m] += mine["d_step"][j[m]] - d_own[j[m]]
         t_of = np.searchsorted(self.thread_heads, lp, side="right") - 1
         at_last = pe[j] - pe[ebase[t_of]] + own
-        cpu_end = max(neg, int((self.start_nowait[last] + at_last + cost_last
-                                + delay[self.last_thread]).max()))
+        threads, streams = tl._end_masks
+        cpu_end = _max_of(self.start_nowait[last] + at_last + cost_last
+                          + delay[self.last_thread], threads)
         gpu_end = neg
         if len(self.last_ops):
             lo = self.last_ops.astype(np.int64)
             s_of = tl.op_sid[lo]
             incl = pq[np.searchsorted(q, lo, side="right")] - pq[qbase[s_of]]
-            gpu_end = max(neg, int((self.s_incl[lo] + incl + ready[s_of]).max()))
+            gpu_end = _max_of(self.s_incl[lo] + incl + ready[s_of], streams)
         end = max(cpu_end, gpu_end)
         return Outcome(end_ns=tl.w0 + end, cpu_end_ns=tl.w0 + cpu_end,
                        gpu_end_ns=tl.w0 + gpu_end)
@@ -1160,9 +1284,12 @@ class _Base:
         np.cumsum(de, out=pe[1:])
         pq = np.zeros(len(q) + 1, np.int64)
         np.cumsum(dq, out=pq[1:])
-        t_of = np.searchsorted(self.thread_heads, e_pos, side="right") - 1
-        e_rank = st.rank_of_epoch[np.searchsorted(st.wait_pos_sorted, e_pos) + t_of].astype(
-            np.int64)
+        if self.epoch_of_pos is None:  # one thread: its waits before it, + its thread's
+            t_of = np.searchsorted(self.thread_heads, e_pos, side="right") - 1
+            e_rank = st.rank_of_epoch[np.searchsorted(st.wait_pos_sorted, e_pos) + t_of]
+        else:
+            e_rank = st.rank_of_epoch[self.epoch_of_pos[e_pos]]
+        e_rank = e_rank.astype(np.int64)
         q_lo, q_hi = st.ref_lo[q].astype(np.int64), st.ref_hi[q].astype(np.int64)
         lo, hi = np.concatenate([e_rank, q_lo]), np.concatenate([e_rank, q_hi])
         by = np.argsort(lo, kind="stable")

@@ -84,7 +84,10 @@ class Analysis:
     def timeline(self) -> Timeline:
         """The window's replayable timeline (what-if estimates), with the capture's own CPU
         cost taken out where it is known (:func:`capture_overhead`)."""
-        return Timeline(self.facts, capture_overhead(self))
+        steps = self.steps_in_window() if self.window_spec == "steady" or \
+            self.window_spec.startswith("steps:") else None
+        return Timeline(self.facts, capture_overhead(self),
+                        step_thread=None if steps is None else steps.thread)
 
     @cached_property
     def relations(self) -> Relations:

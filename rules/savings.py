@@ -300,7 +300,9 @@ def _speedup(model: dict, relation: str, rows: pl.DataFrame, analysis: Analysis,
     for col, default in (("precision", "fp32"), ("op_class", "gemm")):
         if col not in rows.columns:
             rows = rows.with_columns(pl.lit(default).alias(col))
-    for (precision, op_class), part in rows.group_by("precision", "op_class"):
+    # (in key order: the description and the edits do not depend on the hash order)
+    for (precision, op_class), part in sorted(rows.group_by("precision", "op_class"),
+                                              key=lambda kv: kv[0]):
         d = part["dur_ns"].to_numpy()
         flops = part["flops"].cast(pl.Float64).to_numpy() if "flops" in part.columns else None
         new, how = speedup_durations(d, precision, target, _gpu_name(analysis), flops, op_class)

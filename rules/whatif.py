@@ -126,10 +126,13 @@ def _speedup(analysis: Analysis, where: str, spec: str) -> Fix:
     regex, eq, how = where.rpartition("=")
     if not eq or not regex:
         raise InputError(f"--what-if {spec}: speedup@REGEX=4x or speedup@REGEX=tf32")
+    gpu = analysis.facts.gpu
+    names = gpu["name"].unique().drop_nulls().cast(pl.String)  # matched once per name
     try:
-        hit = analysis.facts.gpu.filter(pl.col("work") & pl.col("name").str.contains(regex))
+        matched = names.filter(names.str.contains(regex))
     except pl.exceptions.PolarsError:
         raise InputError(f"--what-if {spec}: {regex!r} is not a regular expression") from None
+    hit = gpu.filter(pl.col("work") & pl.col("name").cast(pl.String).is_in(matched.implode()))
     if hit.height == 0:
         raise InputError(f"--what-if {spec}: no kernel name matches {regex!r} in the window")
     rows = hit.select("gpu_idx", "dur_ns", "precision")
