@@ -206,7 +206,7 @@ def random_capture(seed: int, threads: int, events: int | None = None) -> Captur
 
 
 def random_fix(tl, rng: random.Random) -> Fix:
-    n, n_ops = tl.n_calls, len(tl.op_dur)
+    n = tl.n_calls
     if rng.random() < 0.3:  # one edit, no wait removed (the compiled replay's sparse path)
         if rng.random() < 0.5:
             return Fix(gap_calls=np.array([rng.randrange(n)], np.int64),
