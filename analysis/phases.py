@@ -112,6 +112,19 @@ def user_paths(nodes: pl.DataFrame) -> dict[int, list[tuple[str, str, int]]]:
     return out
 
 
+def step_threads(calls: pl.DataFrame, nodes: pl.DataFrame, steps: Steps) -> np.ndarray:
+    """The threads (``_thread`` keys) that run the step function: its thread, and any other
+    with a call under it (the workers of a pool that each run it). Without a step function
+    (torch.profiler's own steps), the steps' thread alone."""
+    if steps.source == "profiler steps":
+        return np.array([steps.thread], np.int64)
+    paths = user_paths(nodes)
+    under = [sid for sid, path in paths.items()
+             if any(f == steps.file and fn == steps.name for f, fn, _ in path)]
+    hit = calls.filter(pl.col("stack_id").is_in(pl.Series(under, dtype=pl.Int64).implode()))
+    return np.union1d(hit["_thread"].unique().to_numpy(), [steps.thread]).astype(np.int64)
+
+
 def main_thread(calls: pl.DataFrame, gpu: pl.DataFrame) -> int | None:
     """The thread that launched the most GPU time (else made the most calls)."""
     if calls.height == 0:

@@ -212,7 +212,7 @@ class Timeline:
     """
 
     def __init__(self, facts: Facts, overhead_ns: int | np.ndarray = 0,
-                 step_thread: int | None = None) -> None:
+                 step_threads: np.ndarray | None = None) -> None:
         self.facts = facts
         calls = facts.calls
         oh = np.broadcast_to(np.asarray(overhead_ns, np.int64), (calls.height,))
@@ -224,13 +224,39 @@ class Timeline:
                                "stream_id", "call_idx", "work")
         self._build_gpu(gpu.filter("work"), calls, facts.gpu.height)
         self._build_calls(calls, facts.gpu["end_ns"].to_numpy())
-        # The thread whose end is the window's, among several (its rank in thread order):
-        # the steps' thread, where the window is made of its steps; else every thread's.
-        self.end_thread: int | None = None
-        if step_thread is not None and self.threads > 1:
+        # The threads whose ends are the window's, among several (by rank in thread order):
+        # those that run the step function, where the window is made of steps (the workers
+        # of a pool); else every thread's. None: every thread.
+        self.end_threads: np.ndarray | None = None
+        if step_threads is not None and self.threads > 1:
             keys = calls["_thread"].to_numpy()[self.order[self.first_of_thread]]
-            at = np.flatnonzero(keys == step_thread)
-            self.end_thread = int(at[0]) if len(at) else None
+            mine = np.isin(keys, np.asarray(step_threads))
+            if mine.any() and not mine.all():
+                self.end_threads = mine
+        # Operations replayed at a fixed time, not after their call (``op_anchor``): the
+        # unlaunched ones, at their recorded start. With the window's threads known, the
+        # other threads' operations are left out of the replay (``op_exo``: no duration, no
+        # gap, never ready, so no wait awaits them). Those threads run beside the steps at
+        # their own pace (a monitor's sleep, a queue), not the steps': a fix that removes
+        # their waits makes them run more often, not sooner, and a fix that speeds the steps
+        # up does not make them launch sooner. Replayed as a closed loop, a monitoring
+        # thread's later launches crept ever earlier in the shared stream's queue and the
+        # steps' operations queued behind them ran sooner (on the H200 sidecar service its
+        # .item() "saved" 4% of the window; measured: nothing); pinned at their recorded
+        # times, they pinned the steps to the recorded timeline (every sync of the steps
+        # waited for the monitor's last launch). What their GPU work takes from the steps'
+        # is not modelled: the replay's error against the recording says how much it was.
+        self.op_exo = np.zeros(len(self.op_call), bool)
+        self.op_anchor = self.op_start
+        if self.end_threads is not None and len(self.op_call):
+            rank = np.empty(self.n_calls, np.int64)
+            rank[self.order] = np.cumsum(self.first_of_thread) - 1
+            call = self.op_call.astype(np.int64)
+            self.op_exo = (call >= 0) & ~self.end_threads[rank[np.maximum(call, 0)]]
+            if self.op_exo.any():
+                self.op_dur = np.where(self.op_exo, 0, self.op_dur)
+                self.op_gap = np.where(self.op_exo, 0, self.op_gap)
+                self.op_anchor = np.where(self.op_exo, self.w0 - (1 << 60), self.op_start)
 
     # -- model --------------------------------------------------------------------------------
 
@@ -519,13 +545,14 @@ class Timeline:
         span = op_gap + op_dur
         s_incl = _segmented_cumsum(span, _starts(sid))
         s_before = s_incl - span
-        launched = op_ready_call >= 0
+        launched = (op_ready_call >= 0) & ~self.op_exo
         ready_rel = np.where(launched, start_nowait[np.maximum(op_ready_call, 0)] + op_lat,
-                             self.op_start - self.w0)
+                             self.op_anchor - self.w0)
         contrib = np.where(gone, -(1 << 62), ready_rel - op_gap - s_before)  # removed: no start
         op_epoch = np.where(launched, epoch[np.maximum(op_ready_call, 0)], -1)
         del s_before, ready_rel, op_dur, op_lat, op_gap, op_ready_call, gone
-        # Unlaunched (anchored) operations join the epoch running at their recorded start.
+        # Unlaunched (anchored) operations join the epoch running at their recorded launch
+        # (an unjoined one's is its start): what waits after it awaits it.
         epoch_start = np.full(n_epochs, np.iinfo(np.int64).max, np.int64)
         if n:
             np.minimum.at(epoch_start, epoch, self.call_ts)
@@ -533,11 +560,12 @@ class Timeline:
         rank_of_epoch = np.empty(n_epochs, np.int64)
         rank_of_epoch[epoch_order] = np.arange(n_epochs)
         if (~launched).any() and epoch_key is None:
-            k = np.searchsorted(epoch_start[epoch_order], self.op_start[~launched], side="right")
+            k = np.searchsorted(epoch_start[epoch_order], self.op_launch[~launched],
+                                side="right")
             op_epoch[~launched] = epoch_order[np.clip(k - 1, 0, max(n_epochs - 1, 0))] \
                 if n_epochs else -1
         elif (~launched).any():  # the first piece of the interval of its recorded start
-            q = np.searchsorted(wait_ts, self.op_start[~launched], side="right")
+            q = np.searchsorted(wait_ts, self.op_launch[~launched], side="right")
             k = np.searchsorted(epoch_key[epoch_order], 2 * q, side="left")
             op_epoch[~launched] = epoch_order[np.clip(k, 0, max(n_epochs - 1, 0))] \
                 if n_epochs else -1
@@ -579,13 +607,12 @@ class Timeline:
     @cached_property
     def _end_masks(self) -> tuple[np.ndarray | None, np.ndarray | None]:
         """Which threads' last calls and which streams' last operations end the window (by
-        thread rank, by stream; None: all). Where it ends with ``end_thread``'s work: that
-        thread, and the streams whose last operation it launched (its operations queued
-        before another thread's last ones end earlier than the stream; they are left out)."""
-        if self.end_thread is None:
+        thread rank, by stream; None: all). Where it ends with ``end_threads``' work: those
+        threads, and the streams whose last operation one of them launched (their
+        operations queued before another thread's last ones end earlier than the stream;
+        they are left out)."""
+        if self.end_threads is None:
             return None, None
-        threads = np.zeros(self.threads, bool)
-        threads[self.end_thread] = True
         streams = np.zeros(self.n_streams, bool)
         if self.n_streams:
             sid = self.op_sid
@@ -594,8 +621,8 @@ class Timeline:
             ok = call >= 0
             rank = np.empty(self.n_calls, np.int64)
             rank[self.order] = np.cumsum(self.first_of_thread) - 1
-            streams[sid[last[ok]]] = rank[call[ok]] == self.end_thread
-        return threads, streams
+            streams[sid[last[ok]]] = self.end_threads[rank[call[ok]]]
+        return self.end_threads, streams
 
     @property
     def threads(self) -> int:
@@ -907,7 +934,11 @@ class _Base:
         keep = (d_span != 0) | gone[q]
         q, d_span = q[keep], d_span[keep]
         big = len(self.epoch_order) >= JIT_MIN_EPOCHS and len(self.g_val)
-        if big and SPARSE and ed.surv.all() and _compiled_sparse() is not None:
+        # (not where other threads' operations are anchored beside the window's: an edit's
+        # effect there is no translation of every thread and stream, which the sparse
+        # replay's stopping rule assumes)
+        if big and SPARSE and ed.surv.all() and not tl.op_exo.any() \
+                and _compiled_sparse() is not None:
             out = self._replay_sparse(tl, ed, e, d_step, d_own, q, d_span, fix)
             if out is not None:
                 return out
@@ -923,7 +954,7 @@ class _Base:
                   self.stream_first, self.g_val, self.g_op, self.g_has_call, self.g_call_pos_0,
                   self.g_lo_op, self.g_hi_op, self.g_lo_call, self.g_hi_call, self.member_start,
                   self.member_end, self.members, tl.op_call, self.launched, self.pos,
-                  self.start_nowait, tl.op_lat, tl.op_start, tl.w0, self.s_incl, self.span,
+                  self.start_nowait, tl.op_lat, tl.op_anchor, tl.w0, self.s_incl, self.span,
                   tl.op_gap, d_start, moved, d_incl, d_excl, marked, val)
             y = None
 
@@ -992,7 +1023,7 @@ class _Base:
             if len(self.anchored):
                 a = self.anchored
                 head_start = self.epoch_start[self.epoch_order[is_head]]
-                k = np.searchsorted(head_start, tl.op_start[a], side="right")
+                k = np.searchsorted(head_start, tl.op_launch[a], side="right")
                 r.append(np.clip(k - 1, 0, n_new - 1))
                 st.append(tl.op_sid[a])
                 fx.append(np.ones(len(a), np.int64))
@@ -1181,7 +1212,7 @@ class _Base:
                 self.g_stream, self.g_fixed, self.g_val, self.g_op, self.g_call_pos,
                 self.g_has_call, self.g_hi_op, self.g_lo_call, self.g_hi_call, self.member_start,
                 self.member_end, self.members, tl.op_call, self.launched, self.pos,
-                self.start_nowait, tl.op_lat, tl.op_start, tl.w0, self.s_incl, self.span,
+                self.start_nowait, tl.op_lat, tl.op_anchor, tl.w0, self.s_incl, self.span,
                 tl.op_gap, self.wait_start, self.wait_pos, self.own_sid, self.own_prefix,
                 self.own_pos, self.s_at, self.at_has, self.at_0)
         _compiled_sparse()[0](
@@ -1323,7 +1354,7 @@ class _Base:
         call = np.maximum(tl.op_call[ops], 0)
         lau = self.launched[ops]
         ready = np.where(lau, self.start_nowait[call] + at_call(self.pos[call])
-                         + tl.op_lat[ops], tl.op_start[ops] - tl.w0)
+                         + tl.op_lat[ops], tl.op_anchor[ops] - tl.w0)
         s_before = self.s_incl[ops] + excl(ops) - self.span[ops]
         # a gone operation's own gap is 0 (``Timeline._edit``), but it contributes nothing
         return np.where(gone[ops], -(1 << 62), ready - tl.op_gap[ops] - s_before)

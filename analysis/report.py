@@ -21,7 +21,7 @@ from zym.schemas.memory import release_freed_memory
 from .callpath import UNKNOWN_STACK, CallPaths, build_call_paths, stack_nodes
 from .facts import Facts
 from .load import CaptureData, api_codes, load_capture
-from .phases import Phases, Steps, find_phases, parse_window
+from .phases import Phases, Steps, find_phases, parse_window, step_threads
 from .replay import Timeline, events_in_gaps
 
 if TYPE_CHECKING:
@@ -86,8 +86,8 @@ class Analysis:
         cost taken out where it is known (:func:`capture_overhead`)."""
         steps = self.steps_in_window() if self.window_spec == "steady" or \
             self.window_spec.startswith("steps:") else None
-        return Timeline(self.facts, capture_overhead(self),
-                        step_thread=None if steps is None else steps.thread)
+        return Timeline(self.facts, capture_overhead(self), step_threads=None if steps is None
+                        else step_threads(self.facts.calls, self.facts.nodes, steps))
 
     @cached_property
     def relations(self) -> Relations:

@@ -136,13 +136,34 @@ def _batch(calls: np.ndarray, analysis: Analysis, keep: str) -> Fix:
     # requests, not by work that batching removes: that CPU time stays.
     opening = int(opens[~keep_mask].sum())
     lead = gone[~opens[~keep_mask]]
-    return Fix(remove_calls=gone, gap_calls=lead, gap_ns=np.zeros(len(lead), np.int64),
-               describe=(
+    syncs = own_syncs(gone, idx, analysis)
+    return Fix(remove_calls=sorted_unique(gone, syncs), gap_calls=sorted_unique(lead, syncs),
+               gap_ns=np.zeros(len(lead) + len(syncs), np.int64), describe=(
         f"replayed with {kept:,} of these {len(idx):,} calls kept, the {keep} wait of each of "
         f"{instances:,} {rel.instance_plural()} (its wait for the GPU work before it "
         f"stays), and the other {len(gone):,} removed with the CPU work that led to each"
         + (f" ({opening:,} of them the first call of their enclosing call: the CPU time "
-           "before those stays)" if opening else "")))
+           "before those stays)" if opening else "")
+        + (f", and the {len(syncs):,} waits their torch ops made after them" if len(syncs)
+           else "")))
+
+
+def own_syncs(gone: np.ndarray, finding: np.ndarray, analysis: Analysis) -> np.ndarray:
+    """The waiting calls (outside the finding's ``finding`` calls) that the torch op
+    instances of the ``gone`` calls made: a copy's ``cudaStreamSynchronize`` after its
+    ``cudaMemcpyAsync`` (torch's ``copy_`` without ``non_blocking`` waits for the stream
+    once the copy is queued). The op goes with its copy, and so does that wait; kept, each
+    still made the CPU wait for all the GPU work before it."""
+    calls = analysis.facts.calls
+    if not len(gone) or "op_id" not in calls.columns:
+        return np.zeros(0, np.int64)
+    op = calls["op_id"].fill_null(-1).to_numpy()
+    ops = np.unique(op[gone])
+    ops = ops[ops >= 0]
+    if not len(ops):
+        return np.zeros(0, np.int64)
+    hit = np.flatnonzero(analysis.timeline.waits & np.isin(op, ops))
+    return np.setdiff1d(hit, finding).astype(np.int64)
 
 
 def _opens_instance(rel, by_row: np.ndarray, idx: np.ndarray) -> np.ndarray:
