@@ -41,6 +41,7 @@ other than the GPU (a request arriving): the replay is of a closed loop.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -212,7 +213,7 @@ class Timeline:
     """
 
     def __init__(self, facts: Facts, overhead_ns: int | np.ndarray = 0,
-                 step_threads: np.ndarray | None = None) -> None:
+                 step_threads: np.ndarray | Callable[[], np.ndarray] | None = None) -> None:
         self.facts = facts
         calls = facts.calls
         oh = np.broadcast_to(np.asarray(overhead_ns, np.int64), (calls.height,))
@@ -226,9 +227,12 @@ class Timeline:
         self._build_calls(calls, facts.gpu["end_ns"].to_numpy())
         # The threads whose ends are the window's, among several (by rank in thread order):
         # those that run the step function, where the window is made of steps (the workers
-        # of a pool); else every thread's. None: every thread.
+        # of a pool); else every thread's. None: every thread. (``step_threads``: their
+        # ``_thread`` keys, or what finds them, called only where there are several.)
         self.end_threads: np.ndarray | None = None
         if step_threads is not None and self.threads > 1:
+            if callable(step_threads):
+                step_threads = step_threads()
             keys = calls["_thread"].to_numpy()[self.order[self.first_of_thread]]
             mine = np.isin(keys, np.asarray(step_threads))
             if mine.any() and not mine.all():

@@ -87,7 +87,7 @@ class Analysis:
         steps = self.steps_in_window() if self.window_spec == "steady" or \
             self.window_spec.startswith("steps:") else None
         return Timeline(self.facts, capture_overhead(self), step_threads=None if steps is None
-                        else step_threads(self.facts.calls, self.facts.nodes, steps))
+                        else lambda: step_threads(self.facts.calls, self.facts.nodes, steps))
 
     @cached_property
     def relations(self) -> Relations:
