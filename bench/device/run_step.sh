@@ -9,3 +9,8 @@ run() {
     echo "== at ${SECONDS}s: $*"
     timeout "$max" "$@" 2>&1 | tail -"${RUN_TAIL:-8}"
 }
+# The machine and torch, printed at the top of a device call's output.
+device_env() {
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+    python3 -c "import torch; print(torch.__version__)"
+}

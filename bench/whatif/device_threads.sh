@@ -4,14 +4,9 @@
 # (interleaved rounds, one pass each) and the baseline traced with torch.profiler (stacks and
 # shapes), for the replay of several threads (bench/whatif/results/h200-threads/).
 # Run from the repository root; no carry needed.
-set -uo pipefail
-export PYTHONUNBUFFERED=1
 DEADLINE=${DEADLINE:-420}
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-python3 -c "import torch; print(torch.__version__)"
 RUN_TAIL=12
-source bench/device/run_step.sh
-H="python3 bench/whatif/harness.py"
+source bench/whatif/device_preamble.sh
 [ -n "${SKIP_MEASURE:-}" ] || run 200 $H sidecar measure "$OUT/sidecar.measure.json" --rounds ${ROUNDS:-41}
 run 120 $H sidecar trace "$OUT/sidecar.trace.json" --passes 3 --trace-opts stack,shapes
 [ -f "$OUT/sidecar.trace.json" ] && gzip -1 "$OUT/sidecar.trace.json"

@@ -4,14 +4,9 @@
 # no stacks, torch.compile's CUDA graphs) and one long real trace (many passes, stacks and
 # shapes), for `zym analyze` robustness and size checks on the dev machine
 # (bench/whatif/results/h200-varied/). Run from the repository root; no carry needed.
-set -uo pipefail
-export PYTHONUNBUFFERED=1
 DEADLINE=${DEADLINE:-540}
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-python3 -c "import torch; print(torch.__version__)"
 RUN_TAIL=6
-source bench/device/run_step.sh
-H="python3 bench/whatif/harness.py"
+source bench/whatif/device_preamble.sh
 t() { run "$1" $H "$2" trace "$OUT/$3" --passes "$4" --trace-opts "$5" ${6:-} && { [ -d "$OUT/$3" ] || gzip -1 "$OUT/$3"; }; }
 t 90 hf_generate hf_generate-memflops.trace.json 1 stack,shapes,memory,flops
 t 90 moe moe-nostack.trace.json 2 shapes
