@@ -557,22 +557,26 @@ class Timeline:
         del s_before, ready_rel, op_dur, op_lat, op_gap, op_ready_call, gone
         # Unlaunched (anchored) operations join the epoch running at their recorded launch
         # (an unjoined one's is its start): what waits after it awaits it.
-        epoch_start = np.full(n_epochs, np.iinfo(np.int64).max, np.int64)
-        if n:
-            np.minimum.at(epoch_start, epoch, self.call_ts)
+        epoch_start = None  # (several threads: their epochs are ordered by their intervals)
+        if epoch_key is None:
+            epoch_start = np.full(n_epochs, np.iinfo(np.int64).max, np.int64)
+            if n:
+                np.minimum.at(epoch_start, epoch, self.call_ts)
         epoch_order = np.argsort(epoch_start if epoch_key is None else epoch_key, kind="stable")
+        several = epoch_key is not None
         rank_of_epoch = np.empty(n_epochs, np.int64)
         rank_of_epoch[epoch_order] = np.arange(n_epochs)
-        if (~launched).any() and epoch_key is None:
+        if (~launched).any() and not several:
             k = np.searchsorted(epoch_start[epoch_order], self.op_launch[~launched],
                                 side="right")
             op_epoch[~launched] = epoch_order[np.clip(k - 1, 0, max(n_epochs - 1, 0))] \
                 if n_epochs else -1
-        elif (~launched).any():  # the first piece of the interval of its recorded start
+        elif (~launched).any():  # the first piece of the interval of its recorded launch
             q = np.searchsorted(wait_ts, self.op_launch[~launched], side="right")
             k = np.searchsorted(epoch_key[epoch_order], 2 * q, side="left")
             op_epoch[~launched] = epoch_order[np.clip(k, 0, max(n_epochs - 1, 0))] \
                 if n_epochs else -1
+        del epoch_key
         # The waiting call that ends each epoch, and each epoch's thread (before the groups:
         # the per-call epochs and thread ranks are not held through their sort).
         wait_idx = np.nonzero(waits)[0]
@@ -584,7 +588,7 @@ class Timeline:
         # With several threads, each call's epoch by thread position (``_Base``: an edited
         # call's epoch is not its count of waits before it there).
         epoch_of_pos = (narrow_index(epoch[order], n_epochs)
-                        if keep is not None and epoch_key is not None else None)
+                        if keep is not None and several else None)
         del epoch, thread_rank
         # Group maxima per (epoch, stream, anchored?).
         groups = _group_max(rank_of_epoch[np.maximum(op_epoch, 0)] if n_epochs else op_epoch,
@@ -663,20 +667,29 @@ class Timeline:
         n, order = self.n_calls, self.order
         wait_idx = np.nonzero(waits)[0]
         rank = self._call_rank
-        if rank is None:  # calls in time order: ranks are call_idx
-            w_rank, c_rank = wait_idx, np.arange(n)
+        # How many waits came before each call, in time order (a call's rank: its call_idx
+        # where the calls are in time order), gathered in thread order.
+        if rank is None:
+            before = np.cumsum(waits, dtype=np.int64)
+            before -= waits
+            interval = before[order]
         else:
-            w_rank, c_rank = np.sort(rank[wait_idx]), rank
-        interval = np.searchsorted(w_rank, c_rank, side="left")[order]  # waits before each
-        del c_rank
+            w_time = np.zeros(n, bool)
+            w_time[rank[wait_idx]] = True
+            before = np.cumsum(w_time, dtype=np.int64)
+            before -= w_time
+            del w_time
+            interval = before[rank[order]]
+        del before
         new = self.first_of_thread.copy()
         new[1:] |= interval[1:] != interval[:-1]
-        e_sorted = np.cumsum(new) - 1
-        epoch = np.empty(n, np.int64)
+        e_sorted = np.cumsum(new, dtype=index_dtype(n)) - 1
+        epoch = np.empty(n, e_sorted.dtype)
         epoch[order] = e_sorted
         n_epochs = int(e_sorted[-1]) + 1 if n else 0
-        epoch_base = np.append(e_sorted[self.first_of_thread], n_epochs)
+        epoch_base = np.append(e_sorted[self.first_of_thread], n_epochs).astype(np.int64)
         key = 2 * interval[new]
+        del interval, new, e_sorted
         key[epoch[wait_idx]] += 1
         wait_ts = self.call_ts[wait_idx] if rank is None else \
             self.call_ts[wait_idx[np.argsort(rank[wait_idx], kind="stable")]]
@@ -805,8 +818,8 @@ class _Base:
         n, n_ops = tl.n_calls, len(tl.op_dur)
         # Positions (of epochs, calls, waiting calls, operations, threads, streams) narrowed
         # as the timeline's are; times and sums stay int64.
-        self.epoch_start = k["epoch_start"]
-        n_epochs = len(self.epoch_start)
+        self.epoch_start = k["epoch_start"]  # (None with several threads: not merged)
+        n_epochs = len(k["epoch_order"])
         self.epoch_order = narrow_index(k.pop("epoch_order"), n_epochs)
         self.epoch_wait = narrow_index(k.pop("epoch_wait"), n)
         self.thread_of_epoch = narrow_index(k.pop("thread_of_epoch"), n)
