@@ -625,11 +625,8 @@ class Timeline:
         if self.n_streams:
             sid = self.op_sid
             last = np.nonzero(np.append(sid[1:] != sid[:-1], True))[0]
-            call = self.op_call[last].astype(np.int64)
-            ok = call >= 0
-            rank = np.empty(self.n_calls, np.int64)
-            rank[self.order] = np.cumsum(self.first_of_thread) - 1
-            streams[sid[last[ok]]] = self.end_threads[rank[call[ok]]]
+            # launched by one of them: launched, and not another thread's (``op_exo``)
+            streams[sid[last]] = (self.op_call[last] >= 0) & ~self.op_exo[last]
         return self.end_threads, streams
 
     @property

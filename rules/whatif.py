@@ -132,7 +132,7 @@ def _speedup(analysis: Analysis, where: str, spec: str) -> Fix:
         matched = names.filter(names.str.contains(regex))
     except pl.exceptions.PolarsError:
         raise InputError(f"--what-if {spec}: {regex!r} is not a regular expression") from None
-    hit = gpu.filter(pl.col("work") & pl.col("name").cast(pl.String).is_in(matched.implode()))
+    hit = gpu.filter(pl.col("work") & pl.col("name").is_in(matched.implode()))
     if hit.height == 0:
         raise InputError(f"--what-if {spec}: no kernel name matches {regex!r} in the window")
     rows = hit.select("gpu_idx", "dur_ns", "precision")
