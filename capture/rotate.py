@@ -175,6 +175,15 @@ class RotatingWriter:
             writer.add(table, **row)
         return _Interval(index, start_ns, end_ns, raw_dir, writer)
 
+    def begin(self, now_ns: int) -> None:
+        """Recording starts now (the probes are in): the first interval starts here, not when
+        the writer was made (compiling the probes takes seconds, more on a loaded host: those
+        would be files of nothing). Once a call is in, the intervals stay where they are."""
+        iv = self._current
+        if len(self._open_ivs) == 1 and iv.index == 0 and iv.calls == 0:
+            self.start_ns = iv.start_ns = now_ns
+            iv.end_ns = now_ns + int(self.period_s * 1e9)
+
     def rotate_if_due(self, now_ns: int) -> None:
         while now_ns >= self._current.end_ns:
             old = self._current

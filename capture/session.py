@@ -455,6 +455,8 @@ def run_capture(cfg: CaptureConfig, log: Log | None = None) -> CaptureSummary:
             bpf_ref.append(bpf)
             collector = Collector(bpf, writer, log, libraries)
             calibration = bpf.calibrate(log)
+            if rotating:
+                writer.begin(time.monotonic_ns())
             popen, go_fd = _start_target(cfg, collector, interp, libraries)
             if go_fd is not None:     # the command may exec now: it is tracked
                 os.write(go_fd, b"go\n")

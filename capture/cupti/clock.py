@@ -32,6 +32,16 @@ class ClockFit:
         rel = (t - self.ref_cupti_ns).astype(np.float64)
         return t + self.offset_ns + np.rint(self.drift_ppm * 1e-6 * rel).astype(np.int64)
 
+    def delta_to(self, other: ClockFit, mono_ns: np.ndarray) -> np.ndarray:
+        """What to add to times converted by this fit so that they read as ``other`` converts
+        them (a later fit, with more calibration points). The CUPTI time behind ``mono_ns`` is
+        taken as ``mono_ns - offset_ns``: off by this fit's drift term only, which moves the
+        difference of two drift terms by well under a nanosecond."""
+        c = np.asarray(mono_ns).astype(np.int64) - self.offset_ns
+        mine = np.rint(self.drift_ppm * 1e-6 * (c - self.ref_cupti_ns).astype(np.float64))
+        theirs = np.rint(other.drift_ppm * 1e-6 * (c - other.ref_cupti_ns).astype(np.float64))
+        return (other.offset_ns - self.offset_ns) + (theirs - mine).astype(np.int64)
+
     def to_meta(self) -> dict:
         return {"model": "mono_ns = cupti_ns + offset_ns + drift_ppm*1e-6*(cupti_ns - ref_cupti_ns)",
                 **asdict(self)}

@@ -30,11 +30,12 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 from zym.analysis.join import LEAD_NS, SEQ_WINDOW_NS, join_calls
 
 from .agent import read_chunks
-from .clock import fit_clock
+from .clock import ClockFit, fit_clock
 from .decode import CuptiTables, Spool, decode_spool, demangle
 from .layouts import cupti_major
 from .nvtx import empty_ranges, pair_ranges
@@ -72,7 +73,8 @@ class GpuPool:
     _stats: dict[int, dict] = field(default_factory=dict)
     unnamed_kernels: int = 0   # kernel pointers no name was found for, since the last take
     totals: dict[str, int] = field(default_factory=dict)   # over the files written (integrate)
-    _markers: list[pl.DataFrame] = field(default_factory=list)   # NVTX records not yet spent
+    # NVTX records not yet spent, with the clock fits that timed them (per process)
+    _markers: list[tuple[dict[int, ClockFit], pl.DataFrame]] = field(default_factory=list)
     _first_ns: int | None = None   # when recording began (the first header's start)
     _stopped_ns: int = 0           # when it ended (the latest footer's stop)
 
@@ -154,11 +156,11 @@ class GpuPool:
             self._first_ns = int(seg.header["started_mono_ns"])
         spool = Spool(path, seg.header, activity, self._calibrations.get(pid, []),
                       {}, seg.footer, markers, shapes)
-        t = decode_spool(spool, fit_clock(self._calibrations[pid]) if
-                         self._calibrations.get(pid) else None)
+        # timed by the calibrations known now; a later take times them again by its own fit
+        t = decode_spool(spool, fit_clock(self._calibrations.get(pid, [])))
         t.gpu = self._name_kernels(t.gpu, pid)
         if t.markers is not None:   # paired when an interval is taken (ranges span reads)
-            self._markers.append(t.markers)
+            self._markers.append((t.clock, t.markers))
         self._parts.append(t)
         for k in ("records", "undecoded_bytes", "incomplete", "buffers", "nvtx_records"):
             st[k] = st.get(k, 0) + int(t.stats.get(k, 0) or 0)
@@ -221,6 +223,8 @@ class GpuPool:
         self.read(final)
         self._name_pending()
         pool = self._pooled()
+        self._markers = [(pool.clock, retimed(m, ("ts_ns",), fits, pool.clock))
+                         for fits, m in self._markers]
         self._reset_counts()
         unnamed, self.unnamed_kernels = self.unnamed_kernels, 0   # named by this read
         if final or end_ns is None:
@@ -276,9 +280,12 @@ class GpuPool:
         from .decode import _api_frame
 
         parts = self._parts
-        apis = [t.api for t in parts if t.api.height]
-        gpus = [t.gpu for t in parts if t.gpu.height]
         clock = {pid: fit_clock(c) for pid, c in self._calibrations.items() if c}
+        # Records read early were timed by the few calibration points known then (one, maybe
+        # taken with the process descheduled: microseconds off, enough to join a call to its
+        # neighbour's record); the records still pooled are timed again by today's fit.
+        apis = [retimed(t.api, ("ts_ns",), t.clock, clock) for t in parts if t.api.height]
+        gpus = [retimed(t.gpu, ("ts_ns",), t.clock, clock) for t in parts if t.gpu.height]
         return CuptiTables(
             api=pl.concat(apis, how="diagonal_relaxed") if apis else _api_frame({}, {}, None),
             gpu=pl.concat(gpus, how="diagonal_relaxed") if gpus else pl.DataFrame(),
@@ -290,7 +297,8 @@ class GpuPool:
         paired (a range may have started in an earlier read, or interval), each range that
         overlaps the interval cut to its bounds (``clipped`` says which ends were cut);
         the markers of ranges not over by ``end_ns`` stay pooled (None: the last interval)."""
-        markers = pl.concat(self._markers, how="vertical_relaxed") if self._markers else None
+        markers = (pl.concat([m for _, m in self._markers], how="vertical_relaxed")
+                   if self._markers else None)
         if markers is None or markers.height == 0:
             self._markers = []
             return empty_ranges()
@@ -322,7 +330,8 @@ class GpuPool:
                                   & ~pl.col("clipped").is_in(["start"]).fill_null(False))
             starts = markers.join(going.select("pid", "tid", "ts_ns"),
                                   on=["pid", "tid", "ts_ns"], how="semi")
-            self._markers = [pl.concat([starts, markers.filter(pl.col("ts_ns") >= end_ns)])]
+            fits = self._markers[0][0] if self._markers else {}
+            self._markers = [(fits, pl.concat([starts, markers.filter(pl.col("ts_ns") >= end_ns)]))]
         return mine.select(ranges.columns)
 
     def _reset_counts(self) -> None:
@@ -367,3 +376,22 @@ def read_c_strings(pid: int, pointers: list[int]) -> dict[int, str]:
     finally:
         mem.close()
     return out
+
+
+def retimed(frame: pl.DataFrame, columns: tuple[str, ...], old: dict[int, ClockFit],
+            new: dict[int, ClockFit]) -> pl.DataFrame:
+    """``frame``'s times (``columns``, CLOCK_MONOTONIC as each process's fit in ``old``
+    converted them) as the fits in ``new`` convert them."""
+    moved = {pid: (fit, new[pid]) for pid, fit in old.items() if pid in new and fit != new[pid]}
+    if not moved or not frame.height or "pid" not in frame.columns:
+        return frame
+    pids = frame["pid"].to_numpy()
+    out = []
+    for col in (c for c in columns if c in frame.columns):
+        t = frame[col].to_numpy().astype(np.int64)
+        for pid, (was, now) in moved.items():
+            mine = pids == pid
+            if mine.any():
+                t[mine] += was.delta_to(now, t[mine])
+        out.append(pl.Series(col, t, dtype=frame.schema[col]))
+    return frame.with_columns(out)

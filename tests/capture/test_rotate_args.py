@@ -39,3 +39,30 @@ def test_bad_rotate_arguments_exit_2(tmp_path, args, needle):
                         str(tmp_path / "x.parquet"), *args], capture_output=True, text=True,
                        check=False, timeout=60)
     assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_the_first_interval_starts_when_recording_begins(tmp_path):
+    """Compiling the probes takes seconds after the writer is made: the first interval starts
+    when the session says recording begins (no files of nothing before it), and a call already
+    in keeps the intervals where they are."""
+    import time
+
+    import numpy as np
+    from zym.capture.events import CALL_DTYPE
+    from zym.capture.rotate import RotatingWriter
+
+    w = RotatingWriter(tmp_path / "s.parquet", 0.25, meta_for=lambda: None, log=lambda m: None)
+    try:
+        made = w.start_ns
+        time.sleep(0.6)                      # longer than two periods: the probes compiling
+        now = time.monotonic_ns()
+        w.begin(now)
+        assert w._current.index == 0 and w._current.start_ns == now > made
+        assert w._current.end_ns == now + 250_000_000
+        call = np.zeros(1, CALL_DTYPE)
+        call["ts_ns"] = now + 1_000
+        w.add_calls(call)
+        w.begin(now + 5_000)                 # too late: a call is in
+        assert w._current.start_ns == now and w._current.calls == 1
+    finally:
+        w.abandon()

@@ -280,3 +280,40 @@ def test_dropped_records_are_counted_once_in_the_interval_that_read_them(tmp_pat
     (footer,) = [json.loads(p) for k, _, p in chunks if k == "footer"]
     assert said > 0 and footer["dropped"] == said == sum(shares)
     assert sum(1 for s in shares if s) >= 2       # spread over the intervals that read them
+
+
+def test_records_pooled_early_are_timed_by_the_fit_of_the_take_that_gives_them(tmp_path):
+    """The first calibration point of a spool can be microseconds off (the target descheduled
+    inside its sandwich: a wide one); records read while it was the only point and held for a
+    later interval are timed by the fit of that later take, made of every point read by then,
+    not by the point known when they were read (those were 10 us late: each call joined its
+    neighbour's record on a loaded machine)."""
+    from cupti_builder import CBID, api, kernel
+    from zym.capture.cupti.agent import SpoolWriter
+
+    cupti0, mono0 = 1_800_000_000_000_000_000, 40_000_000_000
+    truth = mono0 - cupti0                     # mono = cupti + truth, exactly
+    starts = [cupti0 + 1_000_000 + k * 50_000 for k in range(4)]
+    w = SpoolWriter(str(tmp_path / "cupti-100.spool"), "framed")
+    w.write("header", json.dumps({"pid": 100, "cupti_api_version": 130001,
+                                  "api_names": {"runtime": {"211": "cudaLaunchKernel_v7000"}}
+                                  }).encode())
+    w.write("calib", json.dumps([mono0 + 10_000, cupti0, 20_000]).encode())   # 10 us off
+    w.write("activity", b"".join(
+        api(s, s + 20_000, 11, 1 + k, CBID["launch"]) + kernel(s + 21_000, s + 29_000, 1 + k)
+        for k, s in enumerate(starts)))
+    w.write("names", json.dumps({str(0x1000): "k"}).encode())
+    pool = GpuPool(tmp_path)
+    taken, _, _ = pool.take(None, mono0 + 500_000)          # before the records: all held
+    assert taken.api.height == 0 and pool._parts[0].api.height == 4
+    for i in range(10):                                    # narrow sandwiches, on the line
+        w.write("calib", json.dumps([mono0 + 2_000_000 + i * 1_000_000,
+                                     cupti0 + 2_000_000 + i * 1_000_000, 200]).encode())
+    w.write("footer", json.dumps({"dropped": 0}).encode())
+    w.close()
+    taken, _, _ = pool.take(None, None, final=True)
+    want = sorted(s + truth for s in starts)
+    assert taken.api.height == 4
+    assert max(abs(a - b) for a, b in zip(sorted(taken.api["ts_ns"]), want, strict=True)) <= 2
+    kernels = sorted(taken.gpu["ts_ns"])
+    assert max(abs(a - b - 21_000) for a, b in zip(kernels, want, strict=True)) <= 2
