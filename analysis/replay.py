@@ -41,6 +41,8 @@ other than the GPU (a request arriving): the replay is of a closed loop.
 from __future__ import annotations
 
 import functools
+import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -72,6 +74,24 @@ SPARSE = True
 # costs a few epochs run twice and a jump (~5 us at 1 M operations); past it, the dense
 # kernels' passes over every call and operation cost less.
 SPARSE_EDITS_PER_EPOCH = 16
+# Replays run at once on this many threads (``ZYM_REPLAY_THREADS``; default: the cores this
+# process may use, at most 8). The compiled loops release the interpreter; each thread keeps
+# its own last replay, and one at a time runs the dense kernels (their buffers are shared).
+ENV_REPLAY_THREADS = "ZYM_REPLAY_THREADS"
+MAX_REPLAY_THREADS = 8
+_BUILD = threading.RLock()   # the unfixed replay's state and the sparse state: built once
+
+
+def replay_threads() -> int:
+    """How many replays may run at once (see ``ENV_REPLAY_THREADS``)."""
+    raw = os.environ.get(ENV_REPLAY_THREADS, "").strip()
+    if raw.isdigit() and int(raw) > 0:
+        return int(raw)
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_REPLAY_THREADS))
 
 
 def _max_of(values: np.ndarray, mask: np.ndarray | None) -> int:
@@ -422,7 +442,7 @@ class Timeline:
     def baseline(self) -> Outcome:
         """The unfixed replay: the incremental state's, once fixes have been replayed from it;
         else one whole replay that keeps no state (all that ``--no-rules`` needs)."""
-        if "_base" in self.__dict__:
+        if "_base_state" in self.__dict__:
             return self._base.outcome
         return self.replay(Fix(), incremental=False)
 
@@ -608,9 +628,16 @@ class Timeline:
                            start_nowait, cost, s_at, own_pos, wait_idx, sid, s_incl, n_threads)
         return total
 
-    @cached_property
+    @property
     def _base(self) -> _Base:
-        return _Base(self)
+        """The unfixed replay's state, built once (replays run on several threads)."""
+        base = self.__dict__.get("_base_state")
+        if base is None:
+            with _BUILD:
+                base = self.__dict__.get("_base_state")
+                if base is None:
+                    base = self.__dict__["_base_state"] = _Base(self)
+        return base
 
     @cached_property
     def _end_masks(self) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -888,10 +915,28 @@ class _Base:
         self._buffers: tuple[np.ndarray, ...] | None = None
         self._wait_buffers: tuple[np.ndarray, ...] | None = None
         self._sparse: _SparseState | None = None
-        self._last: dict | None = None  # the last sparse replay's edits and checkpoints
-        # the last sparse replay's jumps, epochs run, and whether from the last replay
-        self.sparse_stats: tuple[int, int, bool] | None = None
+        self._dense = threading.Lock()     # the dense kernels' buffers: one replay at a time
+        self._mine = threading.local()     # each thread's last replay (``_last``, stats)
         self.stream_lens = np.diff(np.append(self.stream_heads, n_ops))
+
+    @property
+    def _last(self) -> dict | None:
+        """This thread's last sparse replay: its edits and checkpoints (a reference)."""
+        return getattr(self._mine, "last", None)
+
+    @_last.setter
+    def _last(self, value: dict | None) -> None:
+        self._mine.last = value
+
+    @property
+    def sparse_stats(self) -> tuple[int, int, bool] | None:
+        """This thread's last sparse replay: its jumps, epochs run, and whether it ran from
+        the replay before it."""
+        return getattr(self._mine, "stats", None)
+
+    @sparse_stats.setter
+    def sparse_stats(self, value: tuple[int, int, bool] | None) -> None:
+        self._mine.stats = value
 
     def edits(self, tl: Timeline, fix: Fix) -> _Edits:
         """What ``fix`` changes, at the calls and operations it names only (``Timeline._edit``
@@ -934,8 +979,6 @@ class _Base:
             if out is not None:
                 return out
         ed = self.edits(tl, fix)
-        neg = -(1 << 62)
-        n, n_ops = tl.n_calls, len(tl.op_dur)
         gone = ed.gone
         # Edited calls: each moves the start of the later calls of its thread by its change of
         # gap + cost, and its own start by its change of gap. ``d_start``: by thread position.
@@ -957,6 +1000,17 @@ class _Base:
             if out is not None:
                 return out
         self._last = None  # the next sparse replay starts from the unfixed one
+        with self._dense:
+            return self._replay_dense(tl, ed, e, d_step, d_own, q, d_span, big)
+
+    def _replay_dense(self, tl: Timeline, ed: _Edits, e: np.ndarray, d_step: np.ndarray,
+                      d_own: np.ndarray, q: np.ndarray, d_span: np.ndarray, big: bool
+                      ) -> Outcome:
+        """``replay`` over every group (the compiled kernels into the kept buffers when
+        ``big``, numpy otherwise), renumbering the epochs where a wait went."""
+        neg = -(1 << 62)
+        n, n_ops = tl.n_calls, len(tl.op_dur)
+        gone = ed.gone
         fused = _compiled_shifts() if big else None
         if fused is not None:
             # One compiled pass per side and one over the groups (the same sums as below).
@@ -1097,9 +1151,15 @@ class _Base:
         return cost_last
 
     def _sparse_state(self, tl: Timeline) -> _SparseState:
-        """What ``_replay_sparse`` reads besides the state (built at its first use)."""
+        """What ``_replay_sparse`` reads besides the state (built at its first use, once)."""
         if self._sparse is not None:
             return self._sparse
+        with _BUILD:
+            if self._sparse is None:
+                self._sparse = self._build_sparse(tl)
+        return self._sparse
+
+    def _build_sparse(self, tl: Timeline) -> _SparseState:
         sparse = _compiled_sparse()
         n_epochs, n_ops = len(self.epoch_order), len(tl.op_dur)
         rank_of_epoch = np.empty(n_epochs, index_dtype(n_epochs))
@@ -1128,9 +1188,8 @@ class _Base:
         sparse[1](every, self.epoch_order, self.thread_of_epoch, self.row_of_epoch, self.g_rank,
                   self.g_stream, self.g_fixed, self.g_val, self.wait_start, self.own_sid,
                   self.own_prefix, self.s_at, ck_delay, ck_ready, fin_delay, fin_ready)
-        self._sparse = _SparseState(rank_of_epoch, np.sort(self.wait_pos), ref_lo, ref_hi, every,
-                                    ck_delay, ck_ready, fin_delay, fin_ready)
-        return self._sparse
+        return _SparseState(rank_of_epoch, np.sort(self.wait_pos), ref_lo, ref_hi, every,
+                            ck_delay, ck_ready, fin_delay, fin_ready)
 
     def _replay_sparse(self, tl: Timeline, ed: _Edits, e: np.ndarray, d_step: np.ndarray,
                        d_own: np.ndarray, q: np.ndarray, d_span: np.ndarray, fix: Fix

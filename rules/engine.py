@@ -90,13 +90,16 @@ def rank(analysis: Analysis, findings: list[Finding], together: bool = True) -> 
     ``saving_incremental_ns`` stay None): `zym diff` compares each finding's own saving."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from zym.analysis.replay import replay_threads
+
     from .savings import fix_for
 
-    # The fixes are replayed in order by one worker thread while the next findings' fixes
-    # are built (polars queries, which release the GIL; the compiled replay loop does too):
-    # the same replays, in the same order, from the same state, as one after the other.
+    # The fixes are replayed by worker threads while the next findings' fixes are built
+    # (polars queries, which release the GIL; the compiled replay loops do too). A replay's
+    # outcome does not depend on which replay ran before it on its thread (each thread starts
+    # from the unfixed replay or its own last one: the same outcome, tests compare them).
     saving = analysis.timeline.saving if findings else None  # built here, not by the worker
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="zym-replay")
+    pool = ThreadPoolExecutor(max_workers=replay_threads(), thread_name_prefix="zym-replay")
 
     def replay(fix):
         return pool.submit(saving, fix).result

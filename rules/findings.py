@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -14,6 +15,9 @@ if TYPE_CHECKING:
     from zym.analysis.replay import Fix
 
 OCCURRENCE_COLUMNS = ("pid", "tid", "ts_ns", "dur_ns", "correlation_id")
+# Fixes replayed together: a thread takes a run of at least this many (each run starts with
+# one replay of every fix before it combined: a cost worth it only over several).
+MIN_RUN = 8
 
 
 @dataclass
@@ -156,18 +160,43 @@ class Findings(list):
             self._replay_together(analysis)
 
     def _replay_together(self, analysis: Analysis) -> None:
-        from zym.analysis.replay import Fix
+        """Each finding's fix replayed with those ranked above it (the k-th replay: the first
+        k fixes together). The chain is cut into runs, one a thread: a run starts with one
+        replay of every fix before it combined, then adds its own fixes one at a time (each
+        replay then runs where it differs from its thread's last one). A replay's outcome is
+        the same from any reference, so the savings are those of one chain."""
+        from concurrent.futures import ThreadPoolExecutor
 
-        together: Fix | None = None  # every edit so far (combining is associative)
+        from zym.analysis.replay import Fix, replay_threads
+
+        fixed = [f for f in self if f.edit is not None]
+        if not fixed:
+            self.total_ns = None
+            return
+        edits = [f.edit for f in fixed]
+        saving = analysis.timeline.saving
+        runs = min(replay_threads(), max(1, len(edits) // MIN_RUN))
+        cuts = [len(edits) * i // runs for i in range(runs + 1)]
+
+        def run(lo: int, hi: int) -> list[int]:
+            together = Fix.combine(edits[:lo + 1])   # every edit so far (associative)
+            out = [saving(together)]
+            for edit in edits[lo + 1:hi]:
+                together = Fix.chain(together, edit)
+                out.append(saving(together))
+            return out
+
+        if runs == 1:
+            totals = run(0, len(edits))
+        else:
+            with ThreadPoolExecutor(runs, thread_name_prefix="zym-replay") as pool:
+                parts = [pool.submit(run, lo, hi) for lo, hi in pairwise(cuts)]
+                totals = [t for p in parts for t in p.result()]
         before = 0
-        for f in self:
-            if f.edit is None:
-                continue
-            together = Fix.combine([f.edit]) if together is None else Fix.chain(together, f.edit)
-            now = analysis.timeline.saving(together)
+        for f, now in zip(fixed, totals, strict=True):
             f.saving_incremental_ns = max(now - before, 0)
             before = now
-        self.total_ns = before if together is not None else None
+        self.total_ns = before
 
     def what_if(self, window_ns: int, steps: int) -> dict:
         total = self.total_ns

@@ -1,5 +1,6 @@
-"""Each finding's fix is replayed by one worker thread while the next finding's fix is built:
-the same replays, in the findings' order, with the same savings as one after the other."""
+"""Each finding's fix is replayed by worker threads while the next finding's fix is built, and
+the fixes together in runs, one a thread: the same savings as one replay after the other in
+one thread, and the same as each prefix of the fixes combined and replayed from scratch."""
 from __future__ import annotations
 
 import threading
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from zym.analysis import analyze, replay
-from zym.rules import engine, evaluate, load_packs
+from zym.rules import engine, evaluate, findings, load_packs
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = [REPO / "sample_traces" / "gpt_decode_server.parquet",
@@ -15,7 +16,7 @@ SAMPLES = [REPO / "sample_traces" / "gpt_decode_server.parquet",
 
 
 @pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
-def test_fixes_are_replayed_in_order_by_one_worker(path, monkeypatch):
+def test_fixes_are_replayed_by_workers_with_the_savings_of_one_thread(path, monkeypatch):
     saving = replay.Timeline.saving
     seen: list[tuple[str, int]] = []
 
@@ -24,6 +25,8 @@ def test_fixes_are_replayed_in_order_by_one_worker(path, monkeypatch):
         return saving(self, fix)
 
     monkeypatch.setattr(replay.Timeline, "saving", traced)
+    monkeypatch.setenv(replay.ENV_REPLAY_THREADS, "3")
+    monkeypatch.setattr(findings, "MIN_RUN", 2)   # the sample's few fixes: several runs
     estimate = engine.Finding.estimate
     built: list[int] = []
 
@@ -31,23 +34,27 @@ def test_fixes_are_replayed_in_order_by_one_worker(path, monkeypatch):
         estimate(self, analysis, fix_for, replay)
         if self.edit is not None:
             built.append(id(self.edit))
-            assert replay is not None  # the rules hand the replay to the worker
+            assert replay is not None  # the rules hand the replay to the workers
 
     monkeypatch.setattr(engine.Finding, "estimate", estimating)
     a = analyze(path, lambda _stage: None)
     found = evaluate(a, load_packs(()))
     own = [s for s in seen if s[1] in set(built)]
     assert len(own) == len(built) > 3
-    assert [i for _, i in own] == built  # the findings' order
-    assert {name for name, _ in own} == {"zym-replay_0"}
+    assert sorted(i for _, i in own) == sorted(built)   # each fix once
+    assert {name.rsplit("_", 1)[0] for name, _ in seen} == {"zym-replay"}
+    chained = [s for s in seen if s[1] not in set(built)]
+    assert len({name for name, _ in chained}) > 1       # the runs on several threads
     assert all(isinstance(f.saving_ns, int | None) for f in found)
 
     # the same savings replayed one after the other, in this thread
+    monkeypatch.setenv(replay.ENV_REPLAY_THREADS, "1")
     monkeypatch.setattr(engine.Finding, "estimate",
                         lambda self, analysis, fix_for, replay=None:
                         estimate(self, analysis, fix_for))
     seen.clear()
-    one_by_one = evaluate(analyze(path, lambda _stage: None), load_packs(()))
+    b = analyze(path, lambda _stage: None)
+    one_by_one = evaluate(b, load_packs(()))
     assert {name for name, _ in seen} == {threading.main_thread().name}
 
     def rows(fs):
@@ -56,6 +63,15 @@ def test_fixes_are_replayed_in_order_by_one_worker(path, monkeypatch):
 
     assert rows(found) == rows(one_by_one)
     assert found.total_ns == one_by_one.total_ns
+    # and as each prefix of the ranked fixes, combined at once and replayed whole
+    edits = [f.edit for f in found if f.edit is not None]
+    tl = b.timeline
+    prefix = [max(tl.baseline.end_ns - tl.replay(replay.Fix.combine(edits[:k + 1]),
+                                                 incremental=False).end_ns, 0)
+              for k in range(len(edits))]
+    incremental = [f.saving_incremental_ns for f in found if f.edit is not None]
+    assert incremental == [max(now - was, 0) for was, now in zip([0, *prefix], prefix)]
+    assert found.total_ns == prefix[-1]
 
 
 def test_an_error_in_a_replay_reaches_the_caller(monkeypatch):
@@ -95,6 +111,7 @@ def test_an_interrupt_drops_the_replays_not_yet_started(monkeypatch):
 
     a = analyze(SAMPLES[0], lambda _stage: None)
     packs = load_packs(())
+    monkeypatch.setenv(replay.ENV_REPLAY_THREADS, "1")   # one worker: the rest are queued
     monkeypatch.setattr(replay.Timeline, "saving", slow)
     monkeypatch.setattr(engine.Finding, "estimate", interrupted)
     with pytest.raises(KeyboardInterrupt):
