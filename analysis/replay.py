@@ -468,14 +468,18 @@ class Timeline:
         GPU cannot be told from a call's own cost, so nothing is estimated."""
         return len(self.op_dur) > 0 and self.n_calls > 0
 
-    def saving(self, fix: Fix) -> int:
-        """Nanoseconds the window would end sooner with ``fix`` applied (never negative)."""
+    def saving(self, fix: Fix, reference: bool = False) -> int:
+        """Nanoseconds the window would end sooner with ``fix`` applied (never negative).
+        ``reference``: the fixes chained to this one are replayed next on this thread, from
+        it: replayed sparse however many its edits, so that they can be."""
         if fix.is_empty():
             return 0
-        fixed = self.replay(fix)  # first: it builds the state the baseline then comes from
+        # first: it builds the state the baseline then comes from
+        fixed = self.replay(fix, reference=reference)
         return max(self.baseline.end_ns - fixed.end_ns, 0)
 
-    def replay(self, fix: Fix, deflate: bool = True, incremental: bool = True) -> Outcome:
+    def replay(self, fix: Fix, deflate: bool = True, incremental: bool = True,
+               reference: bool = False) -> Outcome:
         """The window replayed with ``fix`` (``deflate``: without the recording's own cost).
 
         ``incremental``: from the unfixed replay's state (``_base``), recomputing only what the
@@ -484,7 +488,7 @@ class Timeline:
         if self.n_calls == 0:  # nothing on the CPU side to move: the window is what was recorded
             return Outcome(self.w1, self.w0, self.w1)
         if incremental and deflate and not len(fix.graph_first):
-            return self._base.replay(self, fix)
+            return self._base.replay(self, fix, reference)
         return self._replay_whole(fix, deflate)
 
     def _edit(self, fix: Fix, deflate: bool):
@@ -971,7 +975,7 @@ class _Base:
         span = np.where(gone[q], 0, tl.op_gap[q]) + dur
         return _Edits(e, gap, cost, surv, gone, q, span, bool(len(gone_ops)))
 
-    def replay(self, tl: Timeline, fix: Fix) -> Outcome:
+    def replay(self, tl: Timeline, fix: Fix, reference: bool = False) -> Outcome:
         if fix.is_empty():
             return self.outcome
         if isinstance(fix, _Chained):
@@ -996,7 +1000,7 @@ class _Base:
         # replay's stopping rule assumes)
         if big and SPARSE and ed.surv.all() and not tl.op_exo.any() \
                 and _compiled_sparse() is not None:
-            out = self._replay_sparse(tl, ed, e, d_step, d_own, q, d_span, fix)
+            out = self._replay_sparse(tl, ed, e, d_step, d_own, q, d_span, fix, reference)
             if out is not None:
                 return out
         self._last = None  # the next sparse replay starts from the unfixed one
@@ -1192,18 +1196,18 @@ class _Base:
                             ck_delay, ck_ready, fin_delay, fin_ready)
 
     def _replay_sparse(self, tl: Timeline, ed: _Edits, e: np.ndarray, d_step: np.ndarray,
-                       d_own: np.ndarray, q: np.ndarray, d_span: np.ndarray, fix: Fix
-                       ) -> Outcome | None:
+                       d_own: np.ndarray, q: np.ndarray, d_span: np.ndarray, fix: Fix,
+                       reference: bool = False) -> Outcome | None:
         """``replay`` for a fix that removes no wait (``_sparse_epochs``), run where it differs
         from a reference: the unfixed replay, or the last replay made here when it differs
         from that by fewer edits (the rules replay each finding's fix with those of the
         findings ranked above it: one finding's edits more than the replay before). None
-        where the differences are too many (``SPARSE_EDITS_PER_EPOCH``): the dense kernels.
-        The same outcome as the dense kernels and the whole replay (tests compare them)."""
+        where the differences are too many (``SPARSE_EDITS_PER_EPOCH``), unless ``reference``:
+        the dense kernels. The same outcome as the dense kernels and the whole replay (tests compare them)."""
         mine = self._edit_set(tl, ed, e, d_step, d_own, q, d_span)
         # a chained fix may merge its edits into these (mins of changes: no removed call)
         mine["fix"] = fix if not (len(fix.remove_calls) or len(fix.unblock_calls)) else None
-        return self._run_sparse(tl, mine, None)
+        return self._run_sparse(tl, mine, None, reference)
 
     def _replay_chained(self, tl: Timeline, fix: _Chained) -> Outcome | None:
         """``Fix.chain(together, more)`` replayed right after ``together`` (sparse): its edit
@@ -1256,7 +1260,8 @@ class _Base:
         return self._run_sparse(tl, mine, self._in_play(st, x_e[:k_x], x_de[:k_x], x_q[:kq_x],
                                                         x_dq[:kq_x]))
 
-    def _run_sparse(self, tl: Timeline, mine: dict, x_last: dict | None) -> Outcome | None:
+    def _run_sparse(self, tl: Timeline, mine: dict, x_last: dict | None,
+                    reference: bool = False) -> Outcome | None:
         """``_replay_sparse`` of the edit set ``mine`` (``x_last``: its differences from the
         last replay's, where known)."""
         neg = -(1 << 62)
@@ -1270,7 +1275,7 @@ class _Base:
                 x_last = self._differences(st, mine, self._last)
             if len(x_last["lo"]) < n_x:
                 ref, x, n_x = self._last, x_last, len(x_last["lo"])
-        if n_x * SPARSE_EDITS_PER_EPOCH >= n_ranks:
+        if n_x * SPARSE_EDITS_PER_EPOCH >= n_ranks and not reference:
             return None
         if x is None:
             x = self._differences(st, mine, empty)

@@ -180,7 +180,7 @@ class Findings(list):
 
         def run(lo: int, hi: int) -> list[int]:
             together = Fix.combine(edits[:lo + 1])   # every edit so far (associative)
-            out = [saving(together)]
+            out = [saving(together, reference=True)]
             for edit in edits[lo + 1:hi]:
                 together = Fix.chain(together, edit)
                 out.append(saving(together))

@@ -20,9 +20,9 @@ def test_fixes_are_replayed_by_workers_with_the_savings_of_one_thread(path, monk
     saving = replay.Timeline.saving
     seen: list[tuple[str, int]] = []
 
-    def traced(self, fix):
+    def traced(self, fix, **kw):
         seen.append((threading.current_thread().name, id(fix)))
-        return saving(self, fix)
+        return saving(self, fix, **kw)
 
     monkeypatch.setattr(replay.Timeline, "saving", traced)
     monkeypatch.setenv(replay.ENV_REPLAY_THREADS, "3")
