@@ -75,10 +75,11 @@ SPARSE = True
 # kernels' passes over every call and operation cost less.
 SPARSE_EDITS_PER_EPOCH = 16
 # Replays run at once on this many threads (``ZYM_REPLAY_THREADS``; default: the cores this
-# process may use, at most 8). The compiled loops release the interpreter; each thread keeps
-# its own last replay, and one at a time runs the dense kernels (their buffers are shared).
+# process may use, at most 4). The compiled loops release the interpreter; each thread keeps
+# its own last replay (its checkpoints: ~10 MB a million GPU operations, hence the cap), and
+# one at a time runs the dense kernels (their buffers are shared).
 ENV_REPLAY_THREADS = "ZYM_REPLAY_THREADS"
-MAX_REPLAY_THREADS = 8
+MAX_REPLAY_THREADS = 4
 _BUILD = threading.RLock()   # the unfixed replay's state and the sparse state: built once
 
 
