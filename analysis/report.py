@@ -8,6 +8,7 @@ the replayable timeline; rules read the same facts (:mod:`zym.analysis.relations
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -28,6 +29,9 @@ if TYPE_CHECKING:
     from .relations import Relations
 
 Progress = Callable[[str], None]
+
+
+_BUILDING = threading.Lock()   # the timeline: built once, whichever thread asks first
 
 
 @dataclass
@@ -83,11 +87,17 @@ class Analysis:
     @cached_property
     def timeline(self) -> Timeline:
         """The window's replayable timeline (what-if estimates), with the capture's own CPU
-        cost taken out where it is known (:func:`capture_overhead`)."""
-        steps = self.steps_in_window() if self.window_spec == "steady" or \
-            self.window_spec.startswith("steps:") else None
-        return Timeline(self.facts, capture_overhead(self), step_threads=None if steps is None
-                        else lambda: step_threads(self.facts.calls, self.facts.nodes, steps))
+        cost taken out where it is known (:func:`capture_overhead`). Built once, also when
+        the rules start building it ahead on a thread (``rules.engine``)."""
+        with _BUILDING:
+            tl = self.__dict__.get("_timeline")
+            if tl is None:
+                steps = self.steps_in_window() if self.window_spec == "steady" or \
+                    self.window_spec.startswith("steps:") else None
+                tl = self.__dict__["_timeline"] = Timeline(
+                    self.facts, capture_overhead(self), step_threads=None if steps is None
+                    else lambda: step_threads(self.facts.calls, self.facts.nodes, steps))
+            return tl
 
     @cached_property
     def relations(self) -> Relations:

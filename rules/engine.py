@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -54,6 +55,28 @@ def evaluate_rules(analysis: Analysis, rules: Sequence[Rule],
     """
     rel = relations or analysis.relations
     rules = [r for r in rules if _fits_gpus(r.gpus, analysis)]
+    # The replay's timeline and unfixed state are built on a thread while the rules run
+    # (their relations are polars queries): ready when the first fix is (~1 s at 1 M GPU ops).
+    ahead = ThreadPoolExecutor(1, thread_name_prefix="zym-replay")
+    ready = ahead.submit(_replay_ready, analysis) if rules else None
+    try:
+        findings = _evaluate(analysis, rules, rel)
+        if ready is not None:
+            ready.result()
+    finally:
+        ahead.shutdown(wait=True, cancel_futures=True)
+    return rank(analysis, findings, together)
+
+
+def _replay_ready(analysis: Analysis) -> None:
+    """The state every replay starts from (the timeline, the unfixed replay's state)."""
+    tl = analysis.timeline
+    if tl.usable:
+        tl.baseline  # noqa: B018 - builds the unfixed replay's state
+
+
+def _evaluate(analysis: Analysis, rules: list[Rule], rel: Relations) -> list[Finding]:
+    """The rules' findings, unranked (see ``evaluate_rules``)."""
     needed: dict[str, set[str]] = {}
     wheres: dict[str, list[dict]] = {}
     for rule in rules:
@@ -77,8 +100,7 @@ def evaluate_rules(analysis: Analysis, rules: Sequence[Rule],
         del frame, plans, fired
         rel.forget(name, wheres[name])
     findings = [f for found in of_rule for f in found]
-    findings = _apply_supersedes(findings, rules)
-    return rank(analysis, findings, together)
+    return _apply_supersedes(findings, rules)
 
 
 def rank(analysis: Analysis, findings: list[Finding], together: bool = True) -> Findings:
@@ -88,8 +110,6 @@ def rank(analysis: Analysis, findings: list[Finding], together: bool = True) -> 
     it (``saving_incremental_ns``: these sum to the total, so no time is counted twice).
     ``together=False`` leaves that last replay out (``total_ns`` and each
     ``saving_incremental_ns`` stay None): `zym diff` compares each finding's own saving."""
-    from concurrent.futures import ThreadPoolExecutor
-
     from zym.analysis.replay import replay_threads
 
     from .savings import fix_for
