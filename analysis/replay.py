@@ -469,18 +469,20 @@ class Timeline:
         GPU cannot be told from a call's own cost, so nothing is estimated."""
         return len(self.op_dur) > 0 and self.n_calls > 0
 
-    def saving(self, fix: Fix, reference: bool = False) -> int:
+    def saving(self, fix: Fix, reference: bool = False, alone: bool = False) -> int:
         """Nanoseconds the window would end sooner with ``fix`` applied (never negative).
         ``reference``: the fixes chained to this one are replayed next on this thread, from
-        it: replayed sparse however many its edits, so that they can be."""
+        it: replayed sparse however many its edits, so that they can be. ``alone``: no replay
+        to come on this thread is related to it (the findings' own fixes): run from the
+        unfixed replay, and its checkpoints not kept (~10 MB a million GPU operations)."""
         if fix.is_empty():
             return 0
         # first: it builds the state the baseline then comes from
-        fixed = self.replay(fix, reference=reference)
+        fixed = self.replay(fix, reference=reference, alone=alone)
         return max(self.baseline.end_ns - fixed.end_ns, 0)
 
     def replay(self, fix: Fix, deflate: bool = True, incremental: bool = True,
-               reference: bool = False) -> Outcome:
+               reference: bool = False, alone: bool = False) -> Outcome:
         """The window replayed with ``fix`` (``deflate``: without the recording's own cost).
 
         ``incremental``: from the unfixed replay's state (``_base``), recomputing only what the
@@ -489,7 +491,7 @@ class Timeline:
         if self.n_calls == 0:  # nothing on the CPU side to move: the window is what was recorded
             return Outcome(self.w1, self.w0, self.w1)
         if incremental and deflate and not len(fix.graph_first):
-            return self._base.replay(self, fix, reference)
+            return self._base.replay(self, fix, reference, alone)
         return self._replay_whole(fix, deflate)
 
     def _edit(self, fix: Fix, deflate: bool):
@@ -976,7 +978,8 @@ class _Base:
         span = np.where(gone[q], 0, tl.op_gap[q]) + dur
         return _Edits(e, gap, cost, surv, gone, q, span, bool(len(gone_ops)))
 
-    def replay(self, tl: Timeline, fix: Fix, reference: bool = False) -> Outcome:
+    def replay(self, tl: Timeline, fix: Fix, reference: bool = False, alone: bool = False
+               ) -> Outcome:
         if fix.is_empty():
             return self.outcome
         if isinstance(fix, _Chained):
@@ -1001,7 +1004,8 @@ class _Base:
         # replay's stopping rule assumes)
         if big and SPARSE and ed.surv.all() and not tl.op_exo.any() \
                 and _compiled_sparse() is not None:
-            out = self._replay_sparse(tl, ed, e, d_step, d_own, q, d_span, fix, reference)
+            out = self._replay_sparse(tl, ed, e, d_step, d_own, q, d_span, fix, reference,
+                                      alone)
             if out is not None:
                 return out
         self._last = None  # the next sparse replay starts from the unfixed one
@@ -1198,7 +1202,7 @@ class _Base:
 
     def _replay_sparse(self, tl: Timeline, ed: _Edits, e: np.ndarray, d_step: np.ndarray,
                        d_own: np.ndarray, q: np.ndarray, d_span: np.ndarray, fix: Fix,
-                       reference: bool = False) -> Outcome | None:
+                       reference: bool = False, alone: bool = False) -> Outcome | None:
         """``replay`` for a fix that removes no wait (``_sparse_epochs``), run where it differs
         from a reference: the unfixed replay, or the last replay made here when it differs
         from that by fewer edits (the rules replay each finding's fix with those of the
@@ -1208,7 +1212,7 @@ class _Base:
         mine = self._edit_set(tl, ed, e, d_step, d_own, q, d_span)
         # a chained fix may merge its edits into these (mins of changes: no removed call)
         mine["fix"] = fix if not (len(fix.remove_calls) or len(fix.unblock_calls)) else None
-        return self._run_sparse(tl, mine, None, reference)
+        return self._run_sparse(tl, mine, None, reference, alone)
 
     def _replay_chained(self, tl: Timeline, fix: _Chained) -> Outcome | None:
         """``Fix.chain(together, more)`` replayed right after ``together`` (sparse): its edit
@@ -1262,15 +1266,17 @@ class _Base:
                                                         x_dq[:kq_x]))
 
     def _run_sparse(self, tl: Timeline, mine: dict, x_last: dict | None,
-                    reference: bool = False) -> Outcome | None:
+                    reference: bool = False, alone: bool = False) -> Outcome | None:
         """``_replay_sparse`` of the edit set ``mine`` (``x_last``: its differences from the
-        last replay's, where known)."""
+        last replay's, where known; ``alone``: from the unfixed replay, not kept)."""
         neg = -(1 << 62)
         st = self._sparse_state(tl)
         n_ranks = len(self.epoch_order)
         empty = self._no_edits(tl)
         ref, x = empty, None
         n_x = int(mine["moved"].sum()) + len(mine["q"])  # differences from the unfixed replay
+        if alone:
+            self._last = None   # what this thread kept is no reference for what comes next
         if self._last is not None and n_x:
             if x_last is None:
                 x_last = self._differences(st, mine, self._last)
@@ -1299,9 +1305,10 @@ class _Base:
             x["ebase"], x["e_rank"], x["pq"], x["qbase"], x["q_hi"], ck_delay_out, ck_ready_out,
             delay, ready, out)
         self.sparse_stats = (int(out[0]), int(out[1]), ref is not empty)
-        mine.update(ck_delay=ck_delay_out, ck_ready=ck_ready_out, fin_delay=delay.copy(),
-                    fin_ready=ready.copy())
-        self._last = mine
+        if not alone:
+            mine.update(ck_delay=ck_delay_out, ck_ready=ck_ready_out, fin_delay=delay.copy(),
+                        fin_ready=ready.copy())
+            self._last = mine
         e_pos, pe, d_own, ebase = mine["e_pos"], mine["pe"], mine["d_own"], mine["ebase"]
         q, pq, qbase = mine["q"], mine["pq"], mine["qbase"]
         last = self.last_calls

@@ -26,7 +26,7 @@ from zym.analysis.export.summary import build_report
 from zym.rules import evaluate, load_packs
 if sys.argv[2] == "whole":
     whole = R.Timeline.replay
-    R.Timeline.replay = lambda self, fix, deflate=True, incremental=True, reference=False: whole(
+    R.Timeline.replay = lambda self, fix, deflate=True, incremental=True, **_: whole(
         self, fix, deflate, False)
 a = analyze(sys.argv[1], lambda _s: None, "steady")
 packs = load_packs(())

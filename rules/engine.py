@@ -121,8 +121,8 @@ def rank(analysis: Analysis, findings: list[Finding], together: bool = True) -> 
     saving = analysis.timeline.saving if findings else None  # built here, not by the worker
     pool = ThreadPoolExecutor(max_workers=replay_threads(), thread_name_prefix="zym-replay")
 
-    def replay(fix):
-        return pool.submit(saving, fix).result
+    def replay(fix):   # each finding's own fix: no later replay on its thread starts from it
+        return pool.submit(saving, fix, alone=True).result
 
     try:
         for i, f in enumerate(findings):

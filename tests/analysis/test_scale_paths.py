@@ -249,7 +249,7 @@ def test_findings_are_the_same_with_whole_replays(synthetic, monkeypatch):
     fast = _report(synthetic, 1 << 62, monkeypatch)
     whole = replay.Timeline.replay
     monkeypatch.setattr(replay.Timeline, "replay",
-                        lambda self, fix, deflate=True, incremental=True, reference=False:
+                        lambda self, fix, deflate=True, incremental=True, **_:
                         whole(self, fix, deflate, incremental=False))
     assert _report(synthetic, 1 << 62, monkeypatch) == fast
 
@@ -587,9 +587,9 @@ def test_a_chained_fix_merges_its_edits_into_the_last_replays(which, synthetic, 
     run = replay._Base._run_sparse
     merged: list = []  # the differences the merge found, per chained replay
 
-    def recorded(self, tl, mine, x_last, reference=False):
+    def recorded(self, tl, mine, x_last, *more):
         merged.append(x_last)
-        return run(self, tl, mine, x_last, reference)
+        return run(self, tl, mine, x_last, *more)
 
     replay._Base._replay_chained = counted
     replay._Base._run_sparse = recorded

@@ -77,7 +77,7 @@ def test_fixes_are_replayed_by_workers_with_the_savings_of_one_thread(path, monk
 def test_an_error_in_a_replay_reaches_the_caller(monkeypatch):
     """A replay that fails in the worker fails the rules, with its own exception, and leaves
     no worker thread behind."""
-    def failing(self, fix):
+    def failing(self, fix, **kw):
         raise RuntimeError("replay failed")
 
     a = analyze(SAMPLES[0], lambda _stage: None)
@@ -94,7 +94,7 @@ def test_an_interrupt_drops_the_replays_not_yet_started(monkeypatch):
 
     started = []
 
-    def slow(self, fix):
+    def slow(self, fix, **kw):
         started.append(fix)
         time.sleep(0.5)  # the main thread submits the next fix meanwhile
         return 0
