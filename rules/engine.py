@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -61,8 +61,8 @@ def evaluate_rules(analysis: Analysis, rules: Sequence[Rule],
     ready = ahead.submit(_replay_ready, analysis) if rules else None
     try:
         findings = _evaluate(analysis, rules, rel)
-        if ready is not None:
-            ready.result()
+        if ready is not None:   # done, not raised here: a timeline that cannot be built
+            wait([ready])       # fails where it is needed (with no finding, nowhere)
     finally:
         ahead.shutdown(wait=True, cancel_futures=True)
     return rank(analysis, findings, together)

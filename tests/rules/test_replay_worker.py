@@ -117,3 +117,19 @@ def test_an_interrupt_drops_the_replays_not_yet_started(monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         evaluate(a, packs)
     assert len(built) == 2 and len(started) == 1
+
+
+def test_the_timeline_built_ahead_fails_only_where_it_is_needed(monkeypatch):
+    """The rules build the replay's timeline on a thread while they run: a timeline that cannot
+    be built fails the rules when a finding's fix needs it, and nothing when no finding does
+    (as before it was built ahead)."""
+    def broken(self, *a, **k):
+        raise RuntimeError("no timeline")
+
+    rules = [r for pack in load_packs(()) for r in pack.rules]
+    monkeypatch.setattr(replay.Timeline, "__init__", broken)
+    with pytest.raises(RuntimeError, match="no timeline"):
+        engine.evaluate_rules(analyze(SAMPLES[0], lambda _stage: None), rules)
+    monkeypatch.setattr(engine, "_evaluate", lambda analysis, rules, rel: [])
+    assert list(engine.evaluate_rules(analyze(SAMPLES[0], lambda _stage: None), rules)) == []
+    assert not [t for t in threading.enumerate() if t.name.startswith("zym-replay")]
