@@ -118,7 +118,7 @@ def rank(analysis: Analysis, findings: list[Finding], together: bool = True) -> 
     # (polars queries, which release the GIL; the compiled replay loops do too). A replay's
     # outcome does not depend on which replay ran before it on its thread (each thread starts
     # from the unfixed replay or its own last one: the same outcome, tests compare them).
-    saving = analysis.timeline.saving if findings else None  # built here, not by the worker
+    saving = analysis.timeline.saving if findings else None  # built ahead (evaluate_rules)
     pool = ThreadPoolExecutor(max_workers=replay_threads(), thread_name_prefix="zym-replay")
 
     def replay(fix):   # each finding's own fix: no later replay on its thread starts from it

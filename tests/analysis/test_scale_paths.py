@@ -624,3 +624,25 @@ def test_a_chained_fix_merges_its_edits_into_the_last_replays(which, synthetic, 
         replay._Base._replay_chained = merge
         replay._Base._run_sparse = run
     assert chained >= 12
+
+
+@pytest.mark.parametrize("threads", ["3", "4"])
+def test_findings_are_the_same_with_replays_on_several_threads(threads, synthetic, monkeypatch):
+    """The compiled replays (sparse where they can, dense under their lock where not) on
+    several threads, the fixes together in runs of two: the report of one thread, and of
+    whole replays (each outcome computed from nothing)."""
+    if replay._compiled_sparse() is None:
+        pytest.skip("numba not installed (the zym[fast] extra)")
+    from zym.rules import findings
+
+    monkeypatch.setenv(replay.ENV_REPLAY_THREADS, "1")
+    one = _report(synthetic, 0, monkeypatch)
+    assert sum(f["saving_ns"] is not None for f in one["findings"]) >= 6
+    monkeypatch.setenv(replay.ENV_REPLAY_THREADS, threads)
+    monkeypatch.setattr(findings, "MIN_RUN", 2)
+    assert _report(synthetic, 0, monkeypatch) == one
+    whole = replay.Timeline.replay
+    monkeypatch.setattr(replay.Timeline, "replay",
+                        lambda self, fix, deflate=True, incremental=True, **_:
+                        whole(self, fix, deflate, incremental=False))
+    assert _report(synthetic, 0, monkeypatch) == one
