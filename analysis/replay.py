@@ -75,9 +75,10 @@ SPARSE = True
 # kernels' passes over every call and operation cost less.
 SPARSE_EDITS_PER_EPOCH = 16
 # Replays run at once on this many threads (``ZYM_REPLAY_THREADS``; default: the cores this
-# process may use, at most 4). The compiled loops release the interpreter; each thread keeps
-# its own last replay (its checkpoints: ~10 MB a million GPU operations, hence the cap), and
-# one at a time runs the dense kernels (their buffers are shared).
+# process may use, at most 4). The compiled loops release the interpreter; each replay in
+# flight holds its checkpoints (~10 MB a million GPU operations, hence the cap), each thread
+# keeps its own last chained replay, and one at a time runs the dense kernels (their buffers
+# are shared).
 ENV_REPLAY_THREADS = "ZYM_REPLAY_THREADS"
 MAX_REPLAY_THREADS = 4
 _BUILD = threading.RLock()   # the unfixed replay's state and the sparse state: built once
@@ -86,7 +87,13 @@ _BUILD = threading.RLock()   # the unfixed replay's state and the sparse state: 
 def replay_threads() -> int:
     """How many replays may run at once (see ``ENV_REPLAY_THREADS``)."""
     raw = os.environ.get(ENV_REPLAY_THREADS, "").strip()
-    if raw.isdigit() and int(raw) > 0:
+    if raw:
+        if not raw.isdigit() or int(raw) < 1:
+            from zym.schemas.errors import ZymError
+
+            raise ZymError(f"{ENV_REPLAY_THREADS}={raw!r}: give a number of threads, 1 or "
+                           "more (or unset it: the cores this process may use, at most "
+                           f"{MAX_REPLAY_THREADS})")
         return int(raw)
     try:
         cores = len(os.sched_getaffinity(0))
@@ -1208,7 +1215,8 @@ class _Base:
         from that by fewer edits (the rules replay each finding's fix with those of the
         findings ranked above it: one finding's edits more than the replay before). None
         where the differences are too many (``SPARSE_EDITS_PER_EPOCH``), unless ``reference``:
-        the dense kernels. The same outcome as the dense kernels and the whole replay (tests compare them)."""
+        the dense kernels. The same outcome as the dense kernels and the whole replay (tests
+        compare them)."""
         mine = self._edit_set(tl, ed, e, d_step, d_own, q, d_span)
         # a chained fix may merge its edits into these (mins of changes: no removed call)
         mine["fix"] = fix if not (len(fix.remove_calls) or len(fix.unblock_calls)) else None

@@ -40,6 +40,8 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from zym.schemas.errors import ZymError
+
 from .findings import Finding, Findings
 from .model import Pack, Rule, RuleError, load_pack, parse_pack
 
@@ -126,7 +128,7 @@ def evaluate(analysis: Analysis, packs: Sequence[Pack | str | Path] | None = Non
     rules = select_rules(loaded, disabled)
     try:
         return evaluate_rules(analysis, rules, together=together)
-    except RuleError:
+    except ZymError:   # a rule pack's error, or one zym raises on purpose (its own message)
         raise
     except Exception as e:  # noqa: BLE001 (a pack the checks missed: name it, no traceback)
         from .packcheck import run_against_engine
