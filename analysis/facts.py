@@ -63,11 +63,20 @@ def take(df: pl.DataFrame, idx: pl.Series) -> pl.DataFrame:
 
 def api_blocks(api: pl.Series) -> pl.Series:
     """:func:`zym.schemas.apis.is_blocking_api` of each call's API name (null where none),
-    matched once per distinct name: the names are few, the calls millions."""
-    names = pl.DataFrame({"api": api.unique().drop_nulls()})
-    table = names.with_columns(is_blocking_api(pl.col("api").cast(pl.String)).alias("blocks"))
-    return (pl.DataFrame({"api": api}).join(table, on="api", how="left", maintain_order="left")
-            ["blocks"])
+    matched once per distinct name: the names are few, the calls millions (categorical
+    names: looked up by their codes, no join)."""
+    names = api.unique().drop_nulls()
+    blocks = pl.select(is_blocking_api(pl.lit(names.cast(pl.String)))).to_series()
+    if api.dtype != pl.Categorical or not names.len() or blocks.null_count():
+        table = pl.DataFrame({"api": names, "blocks": blocks})
+        return (pl.DataFrame({"api": api}).join(table, on="api", how="left",
+                                                maintain_order="left")["blocks"])
+    codes = names.to_physical().to_numpy()
+    by_code = np.zeros(int(codes.max()) + 1, bool)
+    by_code[codes] = blocks.to_numpy()
+    phys = api.to_physical()
+    got = pl.Series("blocks", by_code[phys.fill_null(0).to_numpy()])
+    return got if not phys.null_count() else got.set(phys.is_null(), None)
 
 
 def blocking(blocks_api: pl.Expr, kind: pl.Expr, src_mem: pl.Expr, dst_mem: pl.Expr

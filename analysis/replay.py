@@ -108,6 +108,13 @@ def _max_of(values: np.ndarray, mask: np.ndarray | None) -> int:
     return int(values.max()) if len(values) else -(1 << 62)
 
 
+def median_int(values: np.ndarray) -> int:
+    """``int(np.median(values))``, 0 for none. (polars' selection: numpy's introselect is
+    slow on arrays mostly of one value, as the gaps between queued kernels are: 1.1 s
+    against 0.04 s on 7.3 M gaps, 5.7 M of them 0.)"""
+    return int(pl.Series(values).median()) if len(values) else 0
+
+
 def index_dtype(n: int) -> type:
     """The integer type of positions below ``n`` (see ``INDEX32_MAX``)."""
     return np.int32 if n <= INDEX32_MAX else np.int64
@@ -346,8 +353,8 @@ class Timeline:
         lat_obs = np.maximum(lat_obs, 0)
         by_launch = launched & (lat_obs < gap_obs)  # it waited for its launch
         by_stream = ~by_launch & ~first  # it waited for the one before it
-        self.launch_latency_ns = int(np.median(lat_obs[by_launch])) if by_launch.any() else 0
-        self.queue_gap_ns = int(np.median(gap_obs[by_stream])) if by_stream.any() else 0
+        self.launch_latency_ns = median_int(lat_obs[by_launch])
+        self.queue_gap_ns = median_int(gap_obs[by_stream])
         lat = np.where(by_launch, lat_obs, np.minimum(lat_obs, self.launch_latency_ns))
         del lat_obs
         gap = np.where(by_stream, gap_obs,

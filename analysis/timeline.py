@@ -1,6 +1,7 @@
 """GPU work and busy periods: how busy each GPU was (``Facts.busy`` reads them; defined here once)."""
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 
@@ -14,21 +15,41 @@ def busy_intervals(gpu: pl.DataFrame) -> pl.DataFrame:
     """Union of GPU activity intervals per device: ``device_id, start_ns, end_ns`` (disjoint),
     and ``first_row``: the row of ``gpu`` whose operation opened the period.
 
-    Overlapping work on several streams counts once; sync records are not work. Sorted by
-    start, an interval opens a new busy period when it starts after every earlier interval on
-    its device has ended.
+    Overlapping work on several streams counts once; sync records are not work, nor is a row
+    with no time. Sorted by device and start (ties in row order), an interval opens a new busy
+    period when it starts after every earlier interval on its device has ended; a period ends
+    at the latest end of its intervals. (In numpy: one sort, a running maximum per device and
+    a segmented maximum; no group-by over millions of rows.)
     """
     # Only the columns read here are filtered (not every column of every operation).
     iv = (gpu.select(c for c in ("device_id", "ts_ns", "dur_ns", "kind") if c in gpu.columns)
           .with_row_index("first_row")
           .pipe(gpu_work)
-          .select(pl.col("device_id").fill_null(-1), pl.col("ts_ns").alias("start_ns"),
-                  (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"),
-                  pl.col("first_row").cast(pl.Int64))
-          .sort("device_id", "start_ns", "first_row"))
-    opened = pl.col("start_ns") > pl.col("end_ns").cum_max().shift(1).over("device_id")
-    return (iv.with_columns(opened.fill_null(True).cum_sum().over("device_id").alias("period"))
-            .group_by("device_id", "period")
-            .agg(pl.col("start_ns").first(), pl.col("end_ns").max(), pl.col("first_row").first())
-            .drop("period").sort("device_id", "start_ns"))
-
+          .filter(pl.col("ts_ns").is_not_null() & pl.col("dur_ns").is_not_null()))
+    start = iv["ts_ns"].cast(pl.Int64).to_numpy()
+    end = start + iv["dur_ns"].cast(pl.Int64).to_numpy()
+    row = iv["first_row"].to_numpy()
+    dev_s = iv["device_id"].fill_null(-1)
+    dev = dev_s.to_numpy()
+    one = len(dev) == 0 or dev.min() == dev.max()
+    order = np.argsort(start, kind="stable") if one else np.lexsort((start, dev))
+    start, end, row, dev = start[order], end[order], row[order], dev[order]
+    del order
+    first = np.zeros(len(start), bool)  # each device's first interval
+    first[:1] = True
+    if not one:
+        first[1:] = dev[1:] != dev[:-1]
+    heads = np.flatnonzero(first)
+    reach = np.empty_like(end)  # the latest end so far on the device
+    for lo, hi in zip(heads, [*heads[1:], len(end)], strict=True):  # per device: a few
+        np.maximum.accumulate(end[lo:hi], out=reach[lo:hi])
+    opened = first
+    opened[1:] |= start[1:] > reach[:-1]
+    del reach
+    at = np.flatnonzero(opened)
+    return pl.DataFrame({
+        "device_id": pl.Series(dev[at]).cast(dev_s.dtype),
+        "start_ns": start[at],
+        "end_ns": np.maximum.reduceat(end, at) if len(at) else end[:0],
+        "first_row": row[at].astype(np.int64),
+    })

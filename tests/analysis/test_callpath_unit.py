@@ -1,6 +1,7 @@
 """Call paths on built traces: unknown stacks, multi-process correlation, busy time."""
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import polars as pl
@@ -42,6 +43,43 @@ def test_busy_time_counts_overlapping_streams_once():
                         "dur_ns": [10, 10, 5, 3]})
     iv = busy_intervals(gpu)
     assert iv.rows() == [(0, 0, 15, 0), (0, 20, 25, 2), (1, 0, 3, 3)]  # + the opening row
+
+
+def _busy_by_sweep(rows: list[tuple]) -> list[tuple]:
+    """Busy periods by a plain sweep (the definition, one interval at a time)."""
+    out = []
+    for dev in sorted({d for d, *_ in rows}):
+        mine = sorted((ts, i, ts + dur) for d, ts, dur, kind, i in rows
+                      if d == dev and kind != "sync" and ts is not None and dur is not None)
+        for ts, i, end in mine:
+            if out and out[-1][0] == dev and ts <= out[-1][2]:
+                out[-1] = (dev, out[-1][1], max(out[-1][2], end), out[-1][3])
+            else:
+                out.append((dev, ts, end, i))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_busy_periods_match_a_sweep(seed):
+    """Random intervals on several devices (ties, touching ends, nested work, sync records,
+    a row with no time, a null device): the periods a plain sweep finds."""
+    rng = random.Random(seed)
+    n = rng.randint(0, 400)
+    rows = [(rng.choice([0, 1, 3, None]) if seed % 2 else 0, rng.randint(0, 2000) // 5 * 5,
+             rng.choice([0, 5, 10, 40, 300]), rng.choice(["kernel", "copy", "sync"]), i)
+            for i in range(n)]
+    if n:
+        rows[0] = (rows[0][0], None, 5, "kernel", 0)
+    gpu = pl.DataFrame({"device_id": [r[0] for r in rows], "ts_ns": [r[1] for r in rows],
+                        "dur_ns": [r[2] for r in rows], "kind": [r[3] for r in rows]},
+                       schema={"device_id": pl.Int32, "ts_ns": pl.Int64, "dur_ns": pl.Int64,
+                               "kind": pl.String})
+    expected = _busy_by_sweep([(-1 if d is None else d, ts, dur, k, i)
+                               for d, ts, dur, k, i in rows])
+    iv = busy_intervals(gpu)
+    assert iv.rows() == expected
+    assert iv.schema == {"device_id": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64,
+                         "first_row": pl.Int64}
 
 
 def test_sync_records_are_not_gpu_time():

@@ -330,6 +330,17 @@ def test_a_chain_reads_as_the_fixes_combined():
     assert replay.Fix.chain(replay.Fix(), replay.Fix()).is_empty()
 
 
+def test_median_int_is_numpys():
+    """The typical launch latency and queue gap: ``int(np.median(...))``, on odd and even
+    lengths, negative values, huge ones and arrays mostly of one value."""
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 3, 4, 11, 1000, 1001, 99_999):
+        for a in (rng.integers(-5, 5, n), rng.exponential(1e6, n).astype(np.int64),
+                  np.where(rng.random(n) < 0.8, 0, rng.integers(0, 1 << 40, n))):
+            assert replay.median_int(a) == int(np.median(a)), (n, a[:5])
+    assert replay.median_int(np.zeros(0, np.int64)) == 0
+
+
 def test_blocking_apis_are_matched_per_name():
     """``api_blocks`` (once per distinct name) is ``is_blocking_api`` on every call's name."""
     from zym.analysis.facts import api_blocks
