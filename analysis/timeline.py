@@ -41,7 +41,7 @@ def busy_intervals(gpu: pl.DataFrame) -> pl.DataFrame:
         first[1:] = dev[1:] != dev[:-1]
     heads = np.flatnonzero(first)
     reach = np.empty_like(end)  # the latest end so far on the device
-    for lo, hi in zip(heads, [*heads[1:], len(end)], strict=True):  # per device: a few
+    for lo, hi in zip(heads, [*heads[1:], len(end)][:len(heads)], strict=True):  # a few
         np.maximum.accumulate(end[lo:hi], out=reach[lo:hi])
     opened = first
     opened[1:] |= start[1:] > reach[:-1]

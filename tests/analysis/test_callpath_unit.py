@@ -78,6 +78,7 @@ def test_busy_periods_match_a_sweep(seed):
                                for d, ts, dur, k, i in rows])
     iv = busy_intervals(gpu)
     assert iv.rows() == expected
+    assert busy_intervals(gpu.filter(pl.col("kind") == "sync")).height == 0  # no work at all
     assert iv.schema == {"device_id": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64,
                          "first_row": pl.Int64}
 
