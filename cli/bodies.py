@@ -79,8 +79,7 @@ def _analyze(file: Path, fmt: str, top: int | None, window: str, what_if: Sequen
         if packs is not None:
             from zym.rules import evaluate
 
-            say("applying rules and replaying their fixes")
-            findings = evaluate(result, packs, disable)
+            findings = evaluate(result, packs, disable, progress=say)
         replays = None
         if what_if:
             from zym.rules.whatif import what_if as replay

@@ -35,7 +35,7 @@ and ``schemas/rule.schema.json``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -113,10 +113,13 @@ def load_packs(paths: Iterable[str | Path] = (), builtin: bool = True,
 
 
 def evaluate(analysis: Analysis, packs: Sequence[Pack | str | Path] | None = None,
-             disabled: Iterable[str] = (), together: bool = True) -> Findings:
+             disabled: Iterable[str] = (), together: bool = True,
+             progress: Callable[[str], None] | None = None) -> Findings:
     """Run rule packs over an analysis; findings most costly first (see module doc).
     ``together=False``: without the replay of every fix together (``Findings.total_ns`` and
-    ``saving_incremental_ns`` stay None), for callers that read each finding's own saving."""
+    ``saving_incremental_ns`` stay None), for callers that read each finding's own saving.
+    ``progress``: told each stage, and how many fixes have been replayed (from the replay
+    threads too)."""
     from .engine import evaluate_rules, select_rules
 
     if packs is None:
@@ -127,7 +130,7 @@ def evaluate(analysis: Analysis, packs: Sequence[Pack | str | Path] | None = Non
             loaded += [p] if isinstance(p, Pack) else [load_pack(f) for f in pack_files(p)]
     rules = select_rules(loaded, disabled)
     try:
-        return evaluate_rules(analysis, rules, together=together)
+        return evaluate_rules(analysis, rules, together=together, progress=progress)
     except ZymError:   # a rule pack's error, or one zym raises on purpose (its own message)
         raise
     except Exception as e:  # noqa: BLE001 (a pack the checks missed: name it, no traceback)

@@ -25,7 +25,7 @@ from zym.analysis.relations import (
 from zym.analysis.sites import own_code_caller
 
 from .compile import aggregation, derived, having_expr, render, where_expr
-from .findings import OCCURRENCE_COLUMNS, Finding, Findings
+from .findings import OCCURRENCE_COLUMNS, Finding, Findings, Tally
 from .model import SEVERITY_RANK, Pack, Rule, RuleError
 
 if TYPE_CHECKING:
@@ -45,9 +45,11 @@ _MODEL_COLUMNS = {"speedup": ("dur_ns", "precision", "op_class", "flops"),
 
 
 def evaluate_rules(analysis: Analysis, rules: Sequence[Rule],
-                   relations: Relations | None = None, together: bool = True) -> Findings:
+                   relations: Relations | None = None, together: bool = True,
+                   progress: Callable[[str], None] | None = None) -> Findings:
     """Findings of ``rules`` on ``analysis``, ranked by what fixing each would save (see
-    :func:`rank`; ``together``: also replay the fixes together).
+    :func:`rank`; ``together``: also replay the fixes together; ``progress``: told the stage
+    and the replays done, see :class:`~zym.rules.findings.Tally`).
 
     The rules of one relation are collected together (``polars.collect_all``): the relation
     they share is built once, with only the columns some rule reads, and dropped once they
@@ -55,6 +57,8 @@ def evaluate_rules(analysis: Analysis, rules: Sequence[Rule],
     """
     rel = relations or analysis.relations
     rules = [r for r in rules if _fits_gpus(r.gpus, analysis)]
+    if progress is not None:
+        progress(f"applying {len(rules)} rules")
     # The replay's timeline and unfixed state are built on a thread while the rules run
     # (their relations are polars queries): ready when the first fix is (~1 s at 1 M GPU ops).
     ahead = ThreadPoolExecutor(1, thread_name_prefix="zym-replay")
@@ -65,7 +69,7 @@ def evaluate_rules(analysis: Analysis, rules: Sequence[Rule],
             wait([ready])       # fails where it is needed (with no finding, nowhere)
     finally:
         ahead.shutdown(wait=True, cancel_futures=True)
-    return rank(analysis, findings, together)
+    return rank(analysis, findings, together, progress)
 
 
 def _replay_ready(analysis: Analysis) -> None:
@@ -103,7 +107,8 @@ def _evaluate(analysis: Analysis, rules: list[Rule], rel: Relations) -> list[Fin
     return _apply_supersedes(findings, rules)
 
 
-def rank(analysis: Analysis, findings: list[Finding], together: bool = True) -> Findings:
+def rank(analysis: Analysis, findings: list[Finding], together: bool = True,
+         progress: Callable[[str], None] | None = None) -> Findings:
     """Estimate each finding's saving, merge findings whose fixes are the same edit, rank by
     saving (findings without an estimate last, by observed cost), and replay all fixes
     together for the window's total, and each in rank order for what it adds to those above
@@ -120,13 +125,18 @@ def rank(analysis: Analysis, findings: list[Finding], together: bool = True) -> 
     # from the unfixed replay or its own last one: the same outcome, tests compare them).
     saving = analysis.timeline.saving if findings else None  # built ahead (evaluate_rules)
     pool = ThreadPoolExecutor(max_workers=replay_threads(), thread_name_prefix="zym-replay")
+    tally = Tally(progress, "estimating each finding's fix", len(findings))
 
     def replay(fix):   # each finding's own fix: no later replay on its thread starts from it
-        return pool.submit(saving, fix, alone=True).result
+        done = pool.submit(saving, fix, alone=True)
+        done.add_done_callback(tally.tick)
+        return done.result
 
     try:
         for i, f in enumerate(findings):
             f.estimate(analysis, fix_for, replay)
+            if not callable(f.saving_ns):  # no replay (no estimate): done now
+                tally.tick()
             after = findings[i + 1].release_events if i + 1 < len(findings) else None
             if f.release_events is not None and f.release_events != after:  # its rule's last
                 f.release_events()
@@ -141,7 +151,7 @@ def rank(analysis: Analysis, findings: list[Finding], together: bool = True) -> 
     floor = noise_floor_ns(analysis.facts.window_ns)
     findings.sort(key=lambda f: (_tier(f.saving_ns, floor), -(f.saving_ns or 0), -f.cost_ns,
                                  -SEVERITY_RANK[f.severity], f.rule_id, f.site))
-    return Findings(findings, analysis if together else None)
+    return Findings(findings, analysis if together else None, progress)
 
 
 def _fits_gpus(want: dict, analysis: Analysis) -> bool:

@@ -2,6 +2,7 @@
 fixing it would save; :class:`Findings`: all of them, ranked, with the total of all fixes."""
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -148,18 +149,38 @@ class Finding:
         }
 
 
+class Tally:
+    """Replays finished, told to ``progress`` as "WHAT (k of N)" from whichever thread ends
+    one (in order: one at a time); nothing without ``progress``."""
+
+    def __init__(self, progress: Callable[[str], None] | None, what: str, total: int) -> None:
+        self._say, self._what, self._total, self._done = progress, what, total, 0
+        self._lock = threading.Lock()
+        if progress is not None and total:
+            progress(f"{what} (0 of {total})")
+
+    def tick(self, *_: object) -> None:
+        if self._say is None:
+            return
+        with self._lock:
+            self._done += 1
+            self._say(f"{self._what} ({self._done} of {self._total})")
+
+
 class Findings(list):
     """Findings, ranked by saving, and what all their fixes save together (``total_ns``: one
     replay with every fix applied, so no nanosecond is counted twice). Each finding's
     ``saving_incremental_ns`` is what it adds to the fixes ranked above it."""
 
-    def __init__(self, findings: list[Finding], analysis: Analysis | None = None) -> None:
+    def __init__(self, findings: list[Finding], analysis: Analysis | None = None,
+                 progress: Callable[[str], None] | None = None) -> None:
         super().__init__(findings)
         self.total_ns: int | None = None
         if analysis is not None:
-            self._replay_together(analysis)
+            self._replay_together(analysis, progress)
 
-    def _replay_together(self, analysis: Analysis) -> None:
+    def _replay_together(self, analysis: Analysis,
+                         progress: Callable[[str], None] | None = None) -> None:
         """Each finding's fix replayed with those ranked above it (the k-th replay: the first
         k fixes together). The chain is cut into runs, one a thread: a run starts with one
         replay of every fix before it combined, then adds its own fixes one at a time (each
@@ -175,15 +196,18 @@ class Findings(list):
             return
         edits = [f.edit for f in fixed]
         saving = analysis.timeline.saving
+        tally = Tally(progress, "replaying the fixes together", len(edits))
         runs = min(replay_threads(), max(1, len(edits) // MIN_RUN))
         cuts = [len(edits) * i // runs for i in range(runs + 1)]
 
         def run(lo: int, hi: int) -> list[int]:
             together = Fix.combine(edits[:lo + 1])   # every edit so far (associative)
             out = [saving(together, reference=True)]
+            tally.tick()
             for edit in edits[lo + 1:hi]:
                 together = Fix.chain(together, edit)
                 out.append(saving(together))
+                tally.tick()
             return out
 
         if runs == 1:

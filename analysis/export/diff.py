@@ -41,7 +41,7 @@ def load_profile(path: str | Path, window: str = "steady", rules: bool = True,
 
         # Each finding's own saving is compared; what the fixes save together (one more
         # replay) is the report's, not the comparison's.
-        found = evaluate(analysis, packs, disabled, together=False)
+        found = evaluate(analysis, packs, disabled, together=False, progress=progress)
     return profile_with_findings(analysis, found)
 
 

@@ -54,7 +54,7 @@ def load_export_source(path: str | Path, progress: Progress | None = None,
     if with_findings:
         from zym.rules import evaluate
 
-        found = evaluate(analysis)
+        found = evaluate(analysis, progress=progress)
     findings = findings_of(analysis, found) if found is not None else []
     return ExportSource(analysis, spans, findings, reconstructed, found, _load_ranges(path))
 
