@@ -54,24 +54,29 @@ def classify_names(names: pl.Series) -> pl.DataFrame:
 
 def classify_kernels(names: pl.Series, kinds: pl.Series, table: pl.DataFrame | None = None
                      ) -> list[pl.Series]:
-    """``op_class``, ``precision`` and ``tensor_core`` for each GPU operation.
+    """``op_class``, ``precision`` (categorical) and ``tensor_core`` for each GPU operation.
 
     Copies and memsets are their own class; a kernel no rule names is ``other``. ``table``:
     :func:`classify_names` of (at least) every name in ``names``, when already at hand (an
     analysis classifies its capture's names once, for the whole capture and its window).
     """
     if names.len() == 0:
-        return [pl.Series(f, [], dtype) for f, dtype in FIELDS.items()]
+        return [pl.Series(f, [], pl.Categorical if dtype == pl.String else dtype)
+                for f, dtype in FIELDS.items()]
     if table is None:
         table = classify_names(names.cast(pl.String).unique().drop_nulls())
     idx = (pl.DataFrame({"name": names.cast(pl.String)})
            .join(table.with_row_index("_r"), on="name", how="left", maintain_order="left")["_r"])
-    cols = [table[f].gather(idx).alias(f) for f in FIELDS]
-    kind = kinds.cast(pl.String)
+    # The classes as categorical codes: gathered and compared as integers, not as text (at
+    # 10 M operations: 0.4 s against 1.2 s).
+    cols = [(table[f].cast(pl.Categorical) if dtype == pl.String else table[f]).gather(idx)
+            .alias(f) for f, dtype in FIELDS.items()]
+    kind = kinds.cast(pl.Categorical)
     op_class = pl.select(
         pl.when(kind.is_in(["copy", "memset"])).then(kind)
-        .when(kind == "sync").then(pl.lit(None, pl.String))
-        .otherwise(pl.coalesce(cols[0], pl.lit("other")))).to_series().alias("op_class")
+        .when(kind == "sync").then(pl.lit(None, pl.Categorical))
+        .otherwise(pl.coalesce(cols[0], pl.lit("other", pl.Categorical)))).to_series().alias(
+            "op_class")
     is_kernel = kind == "kernel"
     return [op_class, pl.select(pl.when(is_kernel).then(cols[1])).to_series().alias("precision"),
             pl.select(pl.when(is_kernel).then(cols[2])).to_series().alias("tensor_core")]
