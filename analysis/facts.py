@@ -170,10 +170,8 @@ class Facts:
         if in_order:  # a call's row is its capture row: one column, shared (not a copy)
             calls = calls.with_columns(pl.col("call_idx").alias("_orig"))
         gpu = self._work_rows(calls)
-        own = first_own_row(gpu["call_idx"], calls.height)
-        at = own.gather(calls["call_idx"])
-        g = gpu.select("copy_kind", "src_mem", "dst_mem", "size_bytes", "dur_ns", "end_ns",
-                       "gpu_kind")
+        at = first_own_row(gpu["call_idx"], calls.height)  # by call_idx: the row order
+        g = gpu.select("copy_kind", "src_mem", "dst_mem", "size_bytes")
         calls = calls.with_columns(
             at.alias("own_row"),
             pl.coalesce(pl.col("copy_kind"), g["copy_kind"].gather(at)).alias("copy_kind"),
@@ -200,12 +198,10 @@ class Facts:
         gpu = conformed(self.data, "gpu")
         rows = match_rows(calls["pid"], calls["correlation_id"], gpu["pid"], gpu["correlation_id"])
         self._call_rows = rows  # the calls' order is final here: ``gpu`` reuses the match
-        g = gpu.with_columns(rows.alias("call_idx"), pl.col("kind").alias("gpu_kind"),
-                             (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"))
-        if "kind" in g.columns:  # the own GPU row of a call is work, not a sync record
-            g = g.with_columns(pl.when(pl.col("kind") != "sync").then("call_idx")
-                               .alias("call_idx"))
-        return g
+        # (only the columns the calls read: the call, and what a copy's own row says)
+        # (the own GPU row of a call is work, not a sync record)
+        return gpu.select("copy_kind", "src_mem", "dst_mem", "size_bytes", pl.when(
+            pl.col("kind") != "sync").then(rows).alias("call_idx"))
 
     @cached_property
     def gpu(self) -> pl.DataFrame:
