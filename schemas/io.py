@@ -39,6 +39,8 @@ def conform(table: str, df: pl.DataFrame) -> pl.DataFrame:
     extra = set(df.columns) - set(schema)
     if extra:
         raise SchemaError(f"{table} table: unknown column(s) {sorted(extra)}")
+    if not df.width:  # no columns, no rows (in polars 1.x, literals over it made one row)
+        df = pl.DataFrame(schema={n: t for n, t in schema.items() if n != "record"})
     df = df.with_columns(
         [pl.lit(table).alias("record")]
         + [pl.lit(None, dtype).alias(n) for n, dtype in schema.items()
