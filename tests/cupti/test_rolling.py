@@ -317,3 +317,51 @@ def test_records_pooled_early_are_timed_by_the_fit_of_the_take_that_gives_them(t
     assert max(abs(a - b) for a, b in zip(sorted(taken.api["ts_ns"]), want, strict=True)) <= 2
     kernels = sorted(taken.gpu["ts_ns"])
     assert max(abs(a - b - 21_000) for a, b in zip(kernels, want, strict=True)) <= 2
+
+
+def test_nvtx_markers_pooled_early_are_timed_by_the_fit_of_the_take_that_gives_them(tmp_path):
+    """As the API and GPU records above: NVTX markers read while the spool's only calibration
+    point was 10 us off, and held (their range is open at the first take's end), are timed by
+    the fit of the take that pairs them."""
+    from cupti_builder import record
+    from zym.capture.cupti.agent import SpoolWriter
+    from zym.capture.cupti.layouts import (
+        KIND_MARKER,
+        MARKER_END,
+        MARKER_INSTANT,
+        MARKER_START,
+        OBJECT_THREAD,
+    )
+
+    cupti0, mono0 = 1_800_000_000_000_000_000, 40_000_000_000
+    truth = mono0 - cupti0                     # mono = cupti + truth, exactly
+    push, mark, pop = cupti0 + 1_000_000, cupti0 + 1_500_000, cupti0 + 3_000_000
+
+    def marker(ts: int, flags: int, ident: int, name: int = 0) -> bytes:
+        return record(KIND_MARKER, timestamp=ts, flags=flags, id=ident,
+                      object_kind=OBJECT_THREAD, process_id=100, thread_id=11, name=name)
+
+    w = SpoolWriter(str(tmp_path / "cupti-100.spool"), "framed")
+    w.write("header", json.dumps({"pid": 100, "cupti_api_version": 130001, "nvtx": "on",
+                                  "api_names": {}}).encode())
+    w.write("calib", json.dumps([mono0 + 10_000, cupti0, 20_000]).encode())   # 10 us off
+    w.write("activity", marker(push, MARKER_START, 1, 0x2000)
+            + marker(mark, MARKER_INSTANT, 2, 0x2010))
+    w.write("marker_names", json.dumps({"buffer": 0, "names": {str(0x2000): "outer",
+                                                                 str(0x2010): "tick"}}).encode())
+    pool = GpuPool(tmp_path)
+    # taken while the range is open: its start is held, the instant's is past the end
+    taken, _, _ = pool.take(None, mono0 + 500_000)
+    assert taken.ranges.height == 0
+    for i in range(10):                                    # narrow sandwiches, on the line
+        w.write("calib", json.dumps([mono0 + 2_000_000 + i * 1_000_000,
+                                     cupti0 + 2_000_000 + i * 1_000_000, 200]).encode())
+    w.write("activity", marker(pop, MARKER_END, 1))
+    w.write("footer", json.dumps({"dropped": 0}).encode())
+    w.close()
+    taken, _, _ = pool.take(None, None, final=True)
+    got = {r["name"]: r for r in taken.ranges.iter_rows(named=True)}
+    assert set(got) == {"outer", "tick"}
+    assert abs(got["outer"]["ts_ns"] - (push + truth)) <= 2
+    assert abs(got["outer"]["ts_ns"] + got["outer"]["dur_ns"] - (pop + truth)) <= 2
+    assert abs(got["tick"]["ts_ns"] - (mark + truth)) <= 2
