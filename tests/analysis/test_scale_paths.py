@@ -657,3 +657,61 @@ def test_findings_are_the_same_with_replays_on_several_threads(threads, syntheti
                         lambda self, fix, deflate=True, incremental=True, **_:
                         whole(self, fix, deflate, incremental=False))
     assert _report(synthetic, 0, monkeypatch) == one
+
+
+def test_dense_replays_on_several_threads_share_their_buffers_one_at_a_time(synthetic,
+                                                                           monkeypatch):
+    """Every replay dense (the sparse replay off): the compiled kernels write into buffers the
+    state keeps, so two threads' replays take turns (a lock). On 3 threads, with the fixes
+    together in runs of two, some replay waits for another's turn, and the report is the one
+    thread's."""
+    if replay._compiled_sparse() is None:
+        pytest.skip("numba not installed (the zym[fast] extra)")
+    import threading
+    import time
+
+    from zym.rules import findings
+
+    monkeypatch.setattr(replay, "SPARSE", False)
+    monkeypatch.setenv(replay.ENV_REPLAY_THREADS, "1")
+    one = _report(synthetic, 0, monkeypatch)
+    assert sum(f["saving_ns"] is not None for f in one["findings"]) >= 6
+    dense = replay._Base._replay_dense
+    inside, most, waited, guard = [0], [0], [0], threading.Lock()
+
+    def counted(self, *a, **kw):   # how many dense replays run at once (1: the lock holds)
+        with guard:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.002)          # long enough for another thread to reach the lock
+        try:
+            return dense(self, *a, **kw)
+        finally:
+            with guard:
+                inside[0] -= 1
+
+    class Watched:                  # the state's lock, counting the times a thread waited
+        def __init__(self):
+            self._lock = threading.Lock()
+
+        def __enter__(self):
+            if not self._lock.acquire(blocking=False):
+                waited[0] += 1
+                self._lock.acquire()
+            return self
+
+        def __exit__(self, *exc):
+            self._lock.release()
+
+    base_init = replay._Base.__init__
+
+    def init(self, tl):
+        base_init(self, tl)
+        self._dense = Watched()
+
+    monkeypatch.setattr(replay._Base, "_replay_dense", counted)
+    monkeypatch.setattr(replay._Base, "__init__", init)
+    monkeypatch.setenv(replay.ENV_REPLAY_THREADS, "3")
+    monkeypatch.setattr(findings, "MIN_RUN", 2)
+    assert _report(synthetic, 0, monkeypatch) == one
+    assert most[0] == 1 and waited[0] > 0
