@@ -2285,12 +2285,21 @@ def _segmented_exclusive_cumsum(x: np.ndarray, first: np.ndarray) -> np.ndarray:
 
 
 def _segmented_cummax(x: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """The running maximum of ``x`` within each segment (``first``: where one starts)."""
     if not len(x):
         return x
     # Offset each segment above all earlier ones so one running max stays inside segments
-    # (in place: two whole-length arrays, not six).
+    # (in place: two whole-length arrays, not six), unless the offsets would not fit in
+    # int64 (times spread over centuries: a capture with damaged clocks): then segment by
+    # segment.
     lo, hi = int(x.min()), int(x.max())
     span = hi - lo + 1
+    if (int(first.sum()) + 1) * span >= 1 << 63:
+        out = np.maximum.accumulate(x)   # (before the first segment: one run)
+        heads = np.flatnonzero(first)
+        for a, b in zip(heads, np.append(heads[1:], len(x)), strict=True):
+            np.maximum.accumulate(x[a:b], out=out[a:b])
+        return out
     off = np.cumsum(first, dtype=np.int64)
     off -= 1
     off *= span

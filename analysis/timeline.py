@@ -4,6 +4,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from .replay import _segmented_cummax, _starts
+
 
 def gpu_work(gpu: pl.DataFrame) -> pl.DataFrame:
     """GPU activity that occupies the GPU: kernels, copies, memsets. Sync records time a host
@@ -35,15 +37,8 @@ def busy_intervals(gpu: pl.DataFrame) -> pl.DataFrame:
     order = np.argsort(start, kind="stable") if one else np.lexsort((start, dev))
     start, end, row, dev = start[order], end[order], row[order], dev[order]
     del order
-    first = np.zeros(len(start), bool)  # each device's first interval
-    first[:1] = True
-    if not one:
-        first[1:] = dev[1:] != dev[:-1]
-    heads = np.flatnonzero(first)
-    reach = np.empty_like(end)  # the latest end so far on the device
-    for lo, hi in zip(heads, [*heads[1:], len(end)][:len(heads)], strict=True):  # a few
-        np.maximum.accumulate(end[lo:hi], out=reach[lo:hi])
-    opened = first
+    opened = _starts(dev)  # each device's first interval, and (below) each that starts after
+    reach = _segmented_cummax(end, opened)  # every earlier one on its device has ended
     opened[1:] |= start[1:] > reach[:-1]
     del reach
     at = np.flatnonzero(opened)
