@@ -64,19 +64,17 @@ def take(df: pl.DataFrame, idx: pl.Series) -> pl.DataFrame:
 def api_blocks(api: pl.Series) -> pl.Series:
     """:func:`zym.schemas.apis.is_blocking_api` of each call's API name (null where none),
     matched once per distinct name: the names are few, the calls millions (categorical
-    names: looked up by their codes, no join)."""
+    names: looked up by their codes, :func:`zym.schemas.lookup.first_row_of`, not joined)."""
     names = api.unique().drop_nulls()
     blocks = pl.select(is_blocking_api(pl.lit(names.cast(pl.String)))).to_series()
-    if api.dtype != pl.Categorical or not names.len() or blocks.null_count():
-        table = pl.DataFrame({"api": names, "blocks": blocks})
-        return (pl.DataFrame({"api": api}).join(table, on="api", how="left",
-                                                maintain_order="left")["blocks"])
-    codes = names.to_physical().to_numpy()
-    by_code = np.zeros(int(codes.max()) + 1, bool)
-    by_code[codes] = blocks.to_numpy()
-    phys = api.to_physical()
-    got = pl.Series("blocks", by_code[phys.fill_null(0).to_numpy()])
-    return got if not phys.null_count() else got.set(phys.is_null(), None)
+    if api.dtype == pl.Categorical:
+        from zym.schemas.lookup import first_row_of
+
+        return blocks.gather(first_row_of(names.to_physical(), api.to_physical())).alias(
+            "blocks")
+    return (pl.DataFrame({"api": api}).join(pl.DataFrame({"api": names, "blocks": blocks}),
+                                            on="api", how="left", maintain_order="left")
+            ["blocks"])
 
 
 def blocking(blocks_api: pl.Expr, kind: pl.Expr, src_mem: pl.Expr, dst_mem: pl.Expr
@@ -198,8 +196,8 @@ class Facts:
         gpu = conformed(self.data, "gpu")
         rows = match_rows(calls["pid"], calls["correlation_id"], gpu["pid"], gpu["correlation_id"])
         self._call_rows = rows  # the calls' order is final here: ``gpu`` reuses the match
-        # (only the columns the calls read: the call, and what a copy's own row says)
-        # (the own GPU row of a call is work, not a sync record)
+        # Only the columns the calls read: what a copy's own row says, and the call (a
+        # call's own GPU row is work, not a sync record).
         return gpu.select("copy_kind", "src_mem", "dst_mem", "size_bytes", pl.when(
             pl.col("kind") != "sync").then(rows).alias("call_idx"))
 
