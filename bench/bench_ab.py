@@ -16,13 +16,12 @@ import argparse
 import json
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_scale import run_measured
+from bench_scale import compile_bytecode, run_measured
 
 
 def one(zym: str, args: argparse.Namespace, out: Path, env: list[str]) -> dict:
@@ -41,19 +40,6 @@ def one(zym: str, args: argparse.Namespace, out: Path, env: list[str]) -> dict:
                   - (before.ru_utime + before.ru_stime)}
 
 
-def compile_bytecode(zym: str) -> None:
-    """Compile the install's modules to bytecode with its own python, as pip does when it
-    installs a wheel: an editable install under PYTHONDONTWRITEBYTECODE=1 (this machine) has
-    none, and each run would compile the modules it imports (~0.1 s a process)."""
-    python = str(Path(zym).with_name("python"))
-    where = "import pathlib, zym.cli; print(pathlib.Path(zym.cli.__file__).resolve().parents[1])"
-    root = subprocess.run([python, "-c", where],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    subprocess.run([python, "-m", "compileall", "-q",
-                    *(str(Path(root) / d) for d in ("analysis", "capture", "cli", "fleet", "rules",
-                                                     "schemas"))], check=True)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("input", type=Path)
@@ -69,7 +55,7 @@ def main() -> None:
     args = parser.parse_args()
     args.input = args.input.resolve()
     for zym in (args.a, args.b):
-        compile_bytecode(zym)
+        compile_bytecode(str(Path(zym).with_name("python")))
     pairs = []
     with tempfile.TemporaryDirectory() as tmp:
         outs = {"a": Path(tmp) / "a.json", "b": Path(tmp) / "b.json"}
