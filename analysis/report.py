@@ -24,6 +24,7 @@ from .facts import Facts
 from .load import CaptureData, api_codes, load_capture
 from .phases import Phases, Steps, find_phases, parse_window, step_threads
 from .replay import Timeline, events_in_gaps
+from .sample import SampledTimeline, sampled_timeline
 
 if TYPE_CHECKING:
     from .relations import Relations
@@ -85,7 +86,7 @@ class Analysis:
                      np.minimum(steps.end_ns[keep], hi), steps.source, steps.thread)
 
     @cached_property
-    def timeline(self) -> Timeline:
+    def timeline(self) -> Timeline | SampledTimeline:
         """The window's replayable timeline (what-if estimates), with the capture's own CPU
         cost taken out where it is known (:func:`capture_overhead`). Built once, also when
         the rules start building it ahead on a thread (``rules.engine``)."""
@@ -94,9 +95,12 @@ class Analysis:
             if tl is None:
                 steps = self.steps_in_window() if self.window_spec == "steady" or \
                     self.window_spec.startswith("steps:") else None
-                tl = self.__dict__["_timeline"] = Timeline(
-                    self.facts, capture_overhead(self), step_threads=None if steps is None
-                    else lambda: step_threads(self.facts.calls, self.facts.nodes, steps))
+                threads = None if steps is None else functools.cache(
+                    lambda: step_threads(self.facts.calls, self.facts.nodes, steps))
+                overhead = capture_overhead(self)
+                tl = Timeline(self.facts, overhead, step_threads=threads)
+                tl = self.__dict__["_timeline"] = sampled_timeline(
+                    tl, self.facts, overhead, None if steps is None else steps.start_ns, threads)
             return tl
 
     @cached_property

@@ -83,6 +83,14 @@ def render_summary(report: dict, console: Console) -> None:
                        "savings are rough", 4, "  ", style="yellow")
 
 
+def sample_line(sample: dict) -> str:
+    """How the fixes of a long window were replayed (``zym.analysis.sample``)."""
+    share = (f"{sample['steps']:,} of its {sample['of_steps']:,} steps" if sample["steps"]
+             else f"{sample['sampled_pct']:.2g}% of its time")
+    return (f"a long window: each fix replayed on {share} ({sample['runs']} runs spread "
+            "evenly, in two halves), scaled to the window; each estimate gives both halves")
+
+
 def _capture_cost(cost: dict) -> str:
     parts = []
     if cost.get("cupti_ns_per_call") is not None:
@@ -149,6 +157,9 @@ def render_findings(report: dict, console: Console, limit: int | None = None) ->
             head += (f", {fmt_ns(together['saving_per_step_ns'])} a step)"
                      if together.get("saving_per_step_ns") is not None else ")")
     console.print(Text(head, style="bold underline"))
+    sample = (report.get("replay") or {}).get("sample")
+    if sample and findings:
+        _wrap(console, sample_line(sample), 2, "  ", style="dim")
     if not findings:
         console.print("  none: no rule fired")
     for i, f in enumerate(shown, 1):
@@ -310,6 +321,9 @@ def render_markdown(report: dict, top: int | None = None) -> str:
     shown = findings if top is None else findings[:top]
     together = report.get("fixes_together") or {}
     out += [f"### What to fix first ({len(findings)} findings)", ""]
+    sample = (report.get("replay") or {}).get("sample")
+    if sample and findings:
+        out += [f"*{_md(sample_line(sample))}*", ""]
     if together.get("saving_ns") is not None:
         out += [f"All fixes together save ~{fmt_ns(together['saving_ns'])} of the "
                 f"{fmt_ns(gpu['window_ns'])} window"

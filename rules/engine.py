@@ -143,6 +143,7 @@ def rank(analysis: Analysis, findings: list[Finding], together: bool = True,
         for f in findings:
             if callable(f.saving_ns):
                 f.saving_ns = f.saving_ns()
+        _sampled_how(analysis, findings)
     except BaseException:  # Ctrl-C or an error: the replays not yet started are dropped
         pool.shutdown(wait=True, cancel_futures=True)
         raise
@@ -152,6 +153,24 @@ def rank(analysis: Analysis, findings: list[Finding], together: bool = True,
     findings.sort(key=lambda f: (_tier(f.saving_ns, floor), -(f.saving_ns or 0), -f.cost_ns,
                                  -SEVERITY_RANK[f.severity], f.rule_id, f.site))
     return Findings(findings, analysis if together else None, progress)
+
+
+def _sampled_how(analysis: Analysis, findings: list[Finding]) -> None:
+    """Where the fixes were replayed on a sample of the window (``zym.analysis.sample``):
+    each estimate says so, with what each half of the sample gives alone."""
+    sampled = getattr(analysis.timeline, "sampled", None)
+    if not sampled:
+        return
+    from zym.analysis.units import fmt_ns
+
+    share = (f"{sampled['steps']:,} of {sampled['of_steps']:,} steps" if sampled["steps"]
+             else f"{sampled['sampled_pct']:.2g}% of the window")
+    for f in findings:
+        halves = analysis.timeline.spread(f.edit) if f.edit is not None else None
+        if halves is not None:
+            f.saving_how += (f" (replayed on {share} in {sampled['runs']} runs and scaled to "
+                             f"the window: its two halves give ~{fmt_ns(halves[0])} and "
+                             f"~{fmt_ns(halves[1])})")
 
 
 def _fits_gpus(want: dict, analysis: Analysis) -> bool:

@@ -31,6 +31,8 @@ def build_report(analysis: Analysis, findings: Findings | None, top: int | None 
     window, steps = window_scale(analysis)
     tl = analysis.timeline
     report["replay"] = tl.fidelity | {"usable": tl.usable}
+    if getattr(tl, "sampled", None):  # fixes replayed on a sample of a long window
+        report["replay"]["sample"] = tl.sampled
     report["findings"] = ([] if findings is None
                           else [f.to_dict(examples, window, steps) for f in findings])
     report["fixes_together"] = None if findings is None else findings.what_if(window, steps)
