@@ -12,7 +12,8 @@ timeline of its runs' calls and the GPU work they launched, with the time betwee
 as CPU work no fix changes (the queue drains there, as between requests). What a fix edits
 outside the sample is left out of its replay; a CUDA graph whose launches a run's ends cut
 is left out too. The full window's timeline stays the one the fix models read (each call's
-gap, whether it waits) and the one the replay's fidelity is measured on.
+gap, whether it waits); the replay's fidelity (how far the unfixed replay ends from the
+recording) is the halves', scaled to the window as the savings are.
 
 Only above ``SAMPLE_ABOVE`` calls and GPU operations in the window (``ZYM_REPLAY_SAMPLE``:
 ``all`` replays every step however long the window; a number sets the threshold): below it
@@ -163,7 +164,10 @@ class SampledTimeline:
             g = gpu.filter(pl.Series(g_keep)).with_columns(
                 pl.Series("gpu_idx", gm[g_keep]),
                 pl.Series("call_idx", _through(cm, gpu["call_idx"].filter(pl.Series(g_keep)))))
-            part = _Slice(c, g, (ranges[0][0], ranges[-1][1]))
+            # from its first run's start to where its last call or operation ends (as a
+            # window's end is its activity's: past it the replay has nothing to end)
+            ends = [df["end_ns"].max() for df in (c, g.filter("work")) if df.height]
+            part = _Slice(c, g, (ranges[0][0], max(ends) if ends else ranges[-1][1]))
             self.halves.append(Timeline(part, overhead[keep], step_threads=step_threads))
             self._call_maps.append(cm)
             self._gpu_maps.append(gm)
@@ -173,12 +177,34 @@ class SampledTimeline:
         return getattr(self.full, name)
 
     @property
-    def baseline(self):
-        """The full window's unfixed replay (the halves' replay states built on the way)."""
+    def baseline(self) -> None:
+        """Builds each half's unfixed replay state (what every sampled replay starts from);
+        the full window is not replayed whole (~5 s at 10 M GPU operations)."""
         for h in self.halves:
             if h.usable:
                 h._base  # noqa: B018 - the state every sampled replay starts from
-        return self.full.baseline
+
+    @property
+    def fidelity(self) -> dict:
+        """``Timeline.fidelity`` of the window, from the halves: each half's replay ends
+        later or sooner than it was recorded by what its runs' replays gained or lost (the
+        time between runs replays as recorded: CPU work no edit changes); that difference,
+        per nanosecond of the runs, is scaled to the window."""
+        window, ns = self.sample.window_ns, self.sample.sampled_ns
+        late = late_bare = 0
+        for h in self.halves:
+            if h.n_calls:
+                f = h.fidelity
+                late += f["replayed_ns"] - f["recorded_ns"]
+                late_bare += f["uninstrumented_ns"] - f["recorded_ns"]
+        replayed = window + round(late * window / ns) if ns else window
+        full = self.full
+        return {"recorded_ns": int(window), "replayed_ns": int(replayed),
+                "error_pct": round(100 * (replayed - window) / window, 2) if window else 0.0,
+                "uninstrumented_ns": int(window + (round(late_bare * window / ns) if ns else 0)),
+                "profiler_overhead_ns": int(full.overhead_ns.sum()),
+                "launch_latency_ns": full.launch_latency_ns, "queue_gap_ns": full.queue_gap_ns,
+                "skewed_ops": full.skewed_ops}
 
     def saving(self, fix: Fix, reference: bool = False, alone: bool = False) -> int:
         """``Timeline.saving`` on each half, per nanosecond of the time it covers, times the

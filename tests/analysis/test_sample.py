@@ -113,6 +113,7 @@ def test_a_sample_of_the_whole_window_replays_as_the_full_timeline(monkeypatch):
     assert [(f.rule_id, f.site, f.saving_ns, f.saving_incremental_ns) for f in got] == \
         [(f.rule_id, f.site, f.saving_ns, f.saving_incremental_ns) for f in want]
     assert got.total_ns == want.total_ns
+    assert sampled.timeline.fidelity == full.timeline.fidelity
     for f in got:
         if f.edit is not None and f.saving_ns is not None:
             assert "replayed on" in f.saving_how and sampled.timeline.spread(f.edit) is not None
@@ -153,3 +154,19 @@ def test_sampled_estimates_scatter_around_the_full_replay(synthetic, monkeypatch
     assert len(ratios) >= 20
     assert 0.9 <= float(np.median(ratios)) <= 1.15
     assert inside >= len(ratios) // 4
+
+
+@pytest.mark.parametrize("value", ["some", "-1", "1.5"])
+def test_a_bad_sample_setting_is_one_line_and_exit_2(value):
+    import os
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-m", "zym.cli.main", "analyze", str(EBPF_SAMPLE)],
+                         capture_output=True, text=True, timeout=120, check=False,
+                         env={**os.environ, S.ENV_SAMPLE: value})
+    assert run.returncode == 2, run.stderr
+    assert run.stdout == ""
+    want = (f"zym: error: ZYM_REPLAY_SAMPLE={value!r}: give 'all' (replay every step) or a "
+            "number of calls and GPU operations from which fixes are replayed on a sample")
+    assert run.stderr.strip().splitlines() == [want]
