@@ -158,6 +158,8 @@ def rank(analysis: Analysis, findings: list[Finding], together: bool = True,
 def _sampled_how(analysis: Analysis, findings: list[Finding]) -> None:
     """Where the fixes were replayed on a sample of the window (``zym.analysis.sample``):
     each estimate says so, with what each half of the sample gives alone."""
+    if not any(f.edit is not None for f in findings):  # no replay: no timeline to ask
+        return
     sampled = getattr(analysis.timeline, "sampled", None)
     if not sampled:
         return
