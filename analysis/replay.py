@@ -239,6 +239,62 @@ class Outcome:
     gpu_end_ns: int  # when the last GPU operation ends
 
 
+class CallSide:
+    """What a window's calls are without replaying anything: each thread's calls in time order
+    (``order``, ``first_of_thread``), the CPU time before each call no fix of a CUDA call
+    changes (``gap``: since the latest end of the thread's earlier calls), and whether it
+    waits for the GPU (``waits``: a blocking call, unless it returned before its own GPU
+    operation ended; ``waits_own``: for that operation, ``own_row``, else for every operation
+    launched before it). ``Facts.calls`` order throughout. The timeline builds on it; the
+    fix models read it (also where the fixes are replayed on a sample of the window)."""
+
+    def __init__(self, calls: pl.DataFrame, gpu_end: np.ndarray, w0: int, n_gpu: int) -> None:
+        c = calls.select("call_idx", "_thread", "ts_ns", "dur_ns", "end_ns", "kind", "blocking")
+        thread = c["_thread"].to_numpy()
+        self.n_calls = calls.height
+        self.call_ts = c["ts_ns"].to_numpy()
+        self.dur = c["dur_ns"].to_numpy().astype(np.int64, copy=False)
+        end = c["end_ns"].to_numpy()
+        # Per thread, in time order: the calls are in time order already (``Facts.calls``), so
+        # a stable sort by thread alone is the (thread, time) order.
+        if len(self.call_ts) < 2 or bool((self.call_ts[1:] >= self.call_ts[:-1]).all()):
+            order = np.argsort(thread, kind="stable")
+        else:
+            order = np.lexsort((self.call_ts, thread))
+        self.order = narrow_index(order, len(order))
+        del order
+        order = self.order
+        t_sorted = thread[order]
+        first = np.ones(len(order), bool)
+        first[1:] = t_sorted[1:] != t_sorted[:-1]
+        del t_sorted, thread
+        self.first_of_thread = first
+        # The previous calls' latest end on the thread (overlapping calls nest). (Each
+        # per-call temporary is freed once read: ~100 MB each at 10 M calls.)
+        run_max = _segmented_cummax(end[order], first)
+        prev_end = np.empty_like(run_max)
+        prev_end[1:] = run_max[:-1]
+        del run_max
+        prev_end[first] = w0
+        gap = self.call_ts[order]
+        gap -= prev_end
+        del prev_end
+        np.clip(gap, 0, None, out=gap)
+        self.gap = np.empty(len(order), np.int64)
+        self.gap[order] = gap
+        del gap
+        # What each waiting call waited for: its own GPU operation (a blocking copy), else every
+        # operation launched before it (a sync).
+        blocking = c["blocking"].to_numpy()
+        self.own_row = narrow_index(calls["own_row"].fill_null(-1).to_numpy(), n_gpu)
+        has_own = self.own_row >= 0
+        self.own_end = np.where(has_own, gpu_end[np.maximum(self.own_row, 0)] if len(gpu_end)
+                                else -1, -1)
+        returned_early = has_own & (end < self.own_end - RETURN_SLACK_NS)
+        self.waits = blocking & ~returned_early
+        self.waits_own = self.waits & has_own
+
+
 class Timeline:
     """The replayable timeline of one analysis window (see the module doc).
 
@@ -378,51 +434,12 @@ class Timeline:
     def _build_calls(self, calls: pl.DataFrame, gpu_end: np.ndarray) -> None:
         """Per call: its thread, gap, intrinsic cost, and whether (and for what) it waits
         (``gpu_end``: each GPU operation's end, by ``gpu_idx``)."""
-        c = calls.select("call_idx", "_thread", "ts_ns", "dur_ns", "end_ns", "kind", "blocking")
-        thread = c["_thread"].to_numpy()
-        self.call_ts = c["ts_ns"].to_numpy()
-        dur = c["dur_ns"].to_numpy().astype(np.int64, copy=False)
-        end = c["end_ns"].to_numpy()
-        # Per thread, in time order: the calls are in time order already (``Facts.calls``), so
-        # a stable sort by thread alone is the (thread, time) order.
-        if len(self.call_ts) < 2 or bool((self.call_ts[1:] >= self.call_ts[:-1]).all()):
-            order = np.argsort(thread, kind="stable")
-        else:
-            order = np.lexsort((self.call_ts, thread))
-        self.order = narrow_index(order, len(order))
-        del order
-        order = self.order
-        t_sorted = thread[order]
-        first = np.ones(len(order), bool)
-        first[1:] = t_sorted[1:] != t_sorted[:-1]
-        del t_sorted, thread
-        self.first_of_thread = first
-        # The previous calls' latest end on the thread (overlapping calls nest). (Each
-        # per-call temporary is freed once read: ~100 MB each at 10 M calls.)
-        run_max = _segmented_cummax(end[order], first)
-        prev_end = np.empty_like(run_max)
-        prev_end[1:] = run_max[:-1]
-        del run_max
-        prev_end[first] = self.w0
-        gap = self.call_ts[order]
-        gap -= prev_end
-        del prev_end
-        np.clip(gap, 0, None, out=gap)
-        self.gap = np.empty(len(order), np.int64)
-        self.gap[order] = gap
-        del gap
-        # What each waiting call waited for: its own GPU operation (a blocking copy), else every
-        # operation launched before it (a sync).
-        blocking = c["blocking"].to_numpy()
-        self.own_row = narrow_index(calls["own_row"].fill_null(-1).to_numpy(),
-                                    len(self.pos_of_gpu))
-        has_own = self.own_row >= 0
-        own_end = np.where(has_own, gpu_end[np.maximum(self.own_row, 0)] if len(gpu_end)
-                           else -1, -1)
-        returned_early = has_own & (end < own_end - RETURN_SLACK_NS)
-        self.waits = blocking & ~returned_early
-        self.waits_own = self.waits & has_own
-        del returned_early, has_own
+        c = CallSide(calls, gpu_end, self.w0, len(self.pos_of_gpu))
+        self.call_ts, self.order, self.first_of_thread, self.gap = c.call_ts, c.order, \
+            c.first_of_thread, c.gap
+        self.own_row, self.waits, self.waits_own = c.own_row, c.waits, c.waits_own
+        dur, own_end = c.dur, c.own_end
+        del c
         g_all = self._completed_before(self.call_ts)
         awaited = np.where(self.waits_own, own_end, g_all)
         del g_all, own_end

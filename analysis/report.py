@@ -24,7 +24,7 @@ from .facts import Facts
 from .load import CaptureData, api_codes, load_capture
 from .phases import Phases, Steps, find_phases, parse_window, step_threads
 from .replay import Timeline, events_in_gaps
-from .sample import SampledTimeline, sampled_timeline
+from .sample import SampledTimeline, window_timeline
 
 if TYPE_CHECKING:
     from .relations import Relations
@@ -97,10 +97,9 @@ class Analysis:
                     self.window_spec.startswith("steps:") else None
                 threads = None if steps is None else functools.cache(
                     lambda: step_threads(self.facts.calls, self.facts.nodes, steps))
-                overhead = capture_overhead(self)
-                tl = Timeline(self.facts, overhead, step_threads=threads)
-                tl = self.__dict__["_timeline"] = sampled_timeline(
-                    tl, self.facts, overhead, None if steps is None else steps.start_ns, threads)
+                tl = self.__dict__["_timeline"] = window_timeline(
+                    self.facts, capture_overhead(self),
+                    None if steps is None else steps.start_ns, threads)
             return tl
 
     @cached_property

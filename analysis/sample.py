@@ -11,9 +11,10 @@ The sample replays the same model (:class:`zym.analysis.replay.Timeline`): each 
 timeline of its runs' calls and the GPU work they launched, with the time between runs left
 as CPU work no fix changes (the queue drains there, as between requests). What a fix edits
 outside the sample is left out of its replay; a CUDA graph whose launches a run's ends cut
-is left out too. The full window's timeline stays the one the fix models read (each call's
-gap, whether it waits); the replay's fidelity (how far the unfixed replay ends from the
-recording) is the halves', scaled to the window as the savings are.
+is left out too. The fix models read every call of the window (its gap, whether it waits:
+:class:`zym.analysis.replay.CallSide`); the replay's fidelity (how far the unfixed replay
+ends from the recording) is the halves', scaled to the window as the savings are. The window
+is never replayed whole.
 
 Only above ``SAMPLE_ABOVE`` calls and GPU operations in the window (``ZYM_REPLAY_SAMPLE``:
 ``all`` replays every step however long the window; a number sets the threshold): below it
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from .replay import Fix, Timeline, _Chained
+from .replay import CallSide, Fix, Timeline, _Chained
 
 ENV_SAMPLE = "ZYM_REPLAY_SAMPLE"
 # Calls + GPU operations in the window from which the fixes are replayed on a sample.
@@ -135,20 +136,27 @@ def _renumber(keep: np.ndarray) -> np.ndarray:
 
 
 class SampledTimeline:
-    """A window's :class:`Timeline` whose ``saving`` replays each fix on a :class:`Sample`
-    (two half timelines) and scales it to the window; everything else is the full
-    timeline's (what the fix models read, the baseline, the fidelity)."""
+    """A window's timeline whose ``saving`` replays each fix on a :class:`Sample` (two half
+    timelines) and scales it to the window. What the fix models read of every call (its gap,
+    whether it waits) is the full window's (:class:`CallSide`); the window is never
+    replayed whole."""
 
-    def __init__(self, full: Timeline, facts, overhead_ns: np.ndarray, sample: Sample,
+    def __init__(self, facts, overhead_ns: np.ndarray, sample: Sample,
                  step_threads: np.ndarray | None) -> None:
-        self.full, self.sample = full, sample
+        self.sample = sample
         calls = facts.calls.select("call_idx", "_thread", "ts_ns", "dur_ns", "end_ns", "kind",
                                    "blocking", "own_row")
         gpu = facts.gpu.select("gpu_idx", "ts_ns", "dur_ns", "end_ns", "device_id",
                                "stream_id", "call_idx", "work")
+        side = CallSide(calls, gpu["end_ns"].to_numpy(), facts.window[0], gpu.height)
+        self.gap, self.waits, self.n_calls = side.gap, side.waits, side.n_calls
+        del side
+        overhead = np.broadcast_to(np.asarray(overhead_ns, np.int64), (calls.height,))
+        self.overhead_ns = np.clip(overhead, 0, None) if overhead.size and overhead.min() < 0 \
+            else overhead
+        self.usable = calls.height > 0 and bool(gpu["work"].any())
         ts = calls["ts_ns"].to_numpy()
         launcher = gpu["call_idx"].fill_null(-1).to_numpy()
-        overhead = np.broadcast_to(np.asarray(overhead_ns, np.int64), (calls.height,))
         self.halves: list[Timeline] = []
         self._call_maps: list[np.ndarray] = []
         self._gpu_maps: list[np.ndarray] = []
@@ -173,9 +181,6 @@ class SampledTimeline:
             self._gpu_maps.append(gm)
         self._spread: dict[int, tuple[int, int]] = {}
 
-    def __getattr__(self, name: str):
-        return getattr(self.full, name)
-
     @property
     def baseline(self) -> None:
         """Builds each half's unfixed replay state (what every sampled replay starts from);
@@ -198,13 +203,14 @@ class SampledTimeline:
                 late += f["replayed_ns"] - f["recorded_ns"]
                 late_bare += f["uninstrumented_ns"] - f["recorded_ns"]
         replayed = window + round(late * window / ns) if ns else window
-        full = self.full
+        # the typical launch latency and queue gap: the sample's (its larger half's)
+        big = max(self.halves, key=lambda h: len(h.op_dur))
         return {"recorded_ns": int(window), "replayed_ns": int(replayed),
                 "error_pct": round(100 * (replayed - window) / window, 2) if window else 0.0,
                 "uninstrumented_ns": int(window + (round(late_bare * window / ns) if ns else 0)),
-                "profiler_overhead_ns": int(full.overhead_ns.sum()),
-                "launch_latency_ns": full.launch_latency_ns, "queue_gap_ns": full.queue_gap_ns,
-                "skewed_ops": full.skewed_ops}
+                "profiler_overhead_ns": int(self.overhead_ns.sum()),
+                "launch_latency_ns": big.launch_latency_ns, "queue_gap_ns": big.queue_gap_ns,
+                "skewed_ops": sum(h.skewed_ops for h in self.halves)}
 
     def saving(self, fix: Fix, reference: bool = False, alone: bool = False) -> int:
         """``Timeline.saving`` on each half, per nanosecond of the time it covers, times the
@@ -277,14 +283,13 @@ def _map_fix(fix: Fix, calls: np.ndarray, gpu: np.ndarray) -> Fix:
                fix.graph_launch_ns, graph_node_ns=fix.graph_node_ns, describe=fix.describe)
 
 
-def sampled_timeline(full: Timeline, facts, overhead_ns: np.ndarray, starts: np.ndarray | None,
-                     step_threads: Callable[[], np.ndarray] | np.ndarray | None
-                     ) -> Timeline | SampledTimeline:
-    """``full``, or where the window is long (:func:`choose_sample`), the timeline whose
-    fixes are replayed on a sample of it."""
+def window_timeline(facts, overhead_ns: np.ndarray, starts: np.ndarray | None,
+                    step_threads: Callable[[], np.ndarray] | None) -> Timeline | SampledTimeline:
+    """The window's replayable timeline; where the window is long (:func:`choose_sample`)
+    and has GPU work to replay, the one whose fixes are replayed on a sample of it."""
     events = facts.calls.height + facts.gpu.height
     sample = choose_sample(facts.window, events, starts, sample_threshold())
-    if sample is None or not full.usable:
-        return full
-    threads = step_threads() if callable(step_threads) else step_threads
-    return SampledTimeline(full, facts, overhead_ns, sample, threads)
+    if sample is None or not facts.calls.height or not facts.gpu["work"].any():
+        return Timeline(facts, overhead_ns, step_threads=step_threads)
+    return SampledTimeline(facts, overhead_ns, sample,
+                           step_threads() if step_threads is not None else None)

@@ -114,6 +114,10 @@ def test_a_sample_of_the_whole_window_replays_as_the_full_timeline(monkeypatch):
         [(f.rule_id, f.site, f.saving_ns, f.saving_incremental_ns) for f in want]
     assert got.total_ns == want.total_ns
     assert sampled.timeline.fidelity == full.timeline.fidelity
+    # what the fix models read of every call: the full window's, without its timeline
+    assert np.array_equal(sampled.timeline.gap, full.timeline.gap)
+    assert np.array_equal(sampled.timeline.waits, full.timeline.waits)
+    assert sampled.timeline.usable and sampled.timeline.n_calls == full.timeline.n_calls
     for f in got:
         if f.edit is not None and f.saving_ns is not None:
             assert "replayed on" in f.saving_how and sampled.timeline.spread(f.edit) is not None
