@@ -109,7 +109,7 @@ def _on_calls(analysis: Analysis, model: str, where: str, spec: str) -> Fix:
         raise InputError(f"--what-if {spec}: {model}@FILE:LINE, e.g. {model}@serve.py:87")
     file, line = m.group(1), int(m.group(2))
     rel = analysis.relations
-    calls = rel.materialize("calls", {"call_idx", "kind", "call_instance", "ts_ns"})
+    calls = rel.materialize("calls", {"call_idx", "kind", "call_instance", "ts_ns", "stack_id"})
     sites = analysis.facts.sites.filter(
         (pl.col("user_line") == line) & pl.col("user_file").str.ends_with(file))
     rows = calls.filter(pl.col("stack_id").is_in(sites["stack_id"].implode())

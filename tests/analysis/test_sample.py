@@ -174,3 +174,25 @@ def test_a_bad_sample_setting_is_one_line_and_exit_2(value):
     want = (f"zym: error: ZYM_REPLAY_SAMPLE={value!r}: give 'all' (replay every step) or a "
             "number of calls and GPU operations from which fixes are replayed on a sample")
     assert run.stderr.strip().splitlines() == [want]
+
+
+def test_what_if_and_cuda_graphs_on_a_whole_window_sample_are_the_full_replays(monkeypatch):
+    """``--what-if`` specs (a finding's fix, a fix model at a line, kernels sped up, every
+    step's launches as CUDA graphs: the edit kinds the rules do not all make) give the full
+    timeline's savings when the sample's one half is the whole window."""
+    from zym.rules.whatif import what_if
+
+    full = analyze(EBPF_SAMPLE, None, "steady")
+    specs = ["1", "all", "speedup@.*gemm.*=2x", "cuda-graph@steps",
+             "shorten-gaps@gpt_decode_server.py:96", "batch@gpt_decode_server.py:87"]
+    want = what_if(full, _findings(full), specs)
+    lo, hi = full.window
+    monkeypatch.setattr(S, "choose_sample",
+                        lambda *a, **k: S.Sample(((lo, hi), (hi, hi)), 0, 0, hi - lo))
+    monkeypatch.setenv(S.ENV_SAMPLE, "1")
+    sampled = analyze(EBPF_SAMPLE, None, "steady")
+    got = what_if(sampled, _findings(sampled), specs)
+    assert isinstance(sampled.timeline, S.SampledTimeline)
+    assert [r["saving_ns"] for r in want["specs"]] == [r["saving_ns"] for r in got["specs"]]
+    assert got["saving_ns"] == want["saving_ns"]
+    assert sum(1 for r in want["specs"] if r["saving_ns"]) >= 3

@@ -201,3 +201,18 @@ def test_what_if_of_one_finding_and_of_all_together(name):
     doc = json.loads(res.output)
     saved = {w["spec"]: w["saving_ns"] for w in doc["what_if"]["specs"]}
     assert set(saved) == {"1", "all"} and saved["all"] >= saved["1"] > 0
+
+
+@pytest.mark.parametrize("model", ["batch", "remove", "unblock", "pin", "async", "shorten-gaps"])
+def test_what_if_of_a_fix_model_at_a_line(model):
+    """``MODEL@FILE:LINE`` on the bundled capture's per-row ``.cpu()`` (line 96): each model
+    replays the calls made there (this crashed with a polars error when the rules' call
+    table stopped carrying ``stack_id`` unless asked for it)."""
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "sample_traces" / "gpt_decode_server.parquet"
+    spec = f"{model}@gpt_decode_server.py:96"
+    res = run("analyze", str(path), "--what-if", spec, "--format", "json")
+    assert res.exit_code == 0, res.output[-500:]
+    (row,) = json.loads(res.output)["what_if"]["specs"]
+    assert row["spec"] == spec and row["saving_ns"] > 0 and row["how"]
