@@ -13,7 +13,7 @@ from collections import Counter
 
 from rich.console import Console
 from rich.text import Text
-from zym.analysis.export.summary import phase_line, plural, saving_text
+from zym.analysis.export.summary import phase_line, plural, sample_line, saving_text
 from zym.analysis.units import fmt_bytes, fmt_ns
 from zym.schemas.text import md_code, md_text, printable
 
@@ -81,14 +81,6 @@ def render_summary(report: dict, console: Console) -> None:
     if replay.get("usable") and abs(replay.get("error_pct", 0)) >= 5:
         _wrap(console, f"the replay of this window is off by {replay['error_pct']:+.1f}%: "
                        "savings are rough", 4, "  ", style="yellow")
-
-
-def sample_line(sample: dict) -> str:
-    """How the fixes of a long window were replayed (``zym.analysis.sample``)."""
-    share = (f"{sample['steps']:,} of its {sample['of_steps']:,} steps" if sample["steps"]
-             else f"{sample['sampled_pct']:.2g}% of its time")
-    return (f"a long window: each fix replayed on {share} ({sample['runs']} runs spread "
-            "evenly, in two halves), scaled to the window; each estimate gives both halves")
 
 
 def _capture_cost(cost: dict) -> str:

@@ -73,7 +73,7 @@ def _summary_html(d: dict) -> str:
     gpus = ", ".join(f"GPU {x.get('id')}: {x.get('name')}" for x in c.get("gpus") or []) or "—"
     busy = "; ".join(f"GPU {x['device_id']} busy {x['busy_pct']:.1f}% ({_ms(x['busy_ns'])}), "
                      f"idle {_ms(x['idle_ns'])}" for x in g.get("devices", [])) or "no GPU work"
-    from .summary import phase_line
+    from .summary import phase_line, sample_line
 
     together = d.get("fixes_together") or {}
     saving = ("—" if together.get("saving_ns") is None else
@@ -89,6 +89,9 @@ def _summary_html(d: dict) -> str:
                       f"memsets from {c['calls']:,} CUDA calls on {c['processes']:,} "
                       f"process(es), {c['threads']:,} thread(s); {c['paths']:,} call paths")),
             ("All fixes together save", saving)]
+    sample = (d.get("replay") or {}).get("sample")
+    if sample:
+        rows.append(("Fixes replayed on", sample_line(sample)))
     if c.get("dropped"):
         rows.append(("Dropped events", ", ".join(f"{k}: {v:,}" for k, v in c["dropped"].items())))
     body = "".join(f"<tr><th>{escape(k)}</th><td>{escape(str(v))}</td></tr>" for k, v in rows)

@@ -196,3 +196,33 @@ def test_what_if_and_cuda_graphs_on_a_whole_window_sample_are_the_full_replays(m
     assert [r["saving_ns"] for r in want["specs"]] == [r["saving_ns"] for r in got["specs"]]
     assert got["saving_ns"] == want["saving_ns"]
     assert sum(1 for r in want["specs"] if r["saving_ns"]) >= 3
+
+
+def test_the_reports_say_the_fixes_were_replayed_on_a_sample(monkeypatch):
+    """JSON carries ``replay.sample``; the text and markdown reports and the HTML summary say
+    how the fixes were replayed; every estimate gives its halves."""
+    import io
+
+    from rich.console import Console
+    from zym.analysis.export.html_report import _summary_html
+    from zym.analysis.export.summary import build_report
+    from zym.cli.render import render_findings, render_markdown
+
+    full = analyze(EBPF_SAMPLE, None, "steady")
+    lo, hi = full.window
+    monkeypatch.setattr(S, "choose_sample",
+                        lambda *a, **k: S.Sample(((lo, hi), (hi, hi)), 0, 0, hi - lo))
+    monkeypatch.setenv(S.ENV_SAMPLE, "1")
+    sampled = analyze(EBPF_SAMPLE, None, "steady")
+    report = build_report(sampled, _findings(sampled), None, 0)
+    assert report["replay"]["sample"] == {"runs": 2, "steps": 0, "of_steps": 0,
+                                          "sampled_ns": hi - lo, "window_ns": hi - lo,
+                                          "sampled_pct": 100.0}
+    out = io.StringIO()
+    render_findings(report, Console(file=out, width=100))
+    line = "each fix replayed on 100% of its time (2 runs spread evenly, in two halves)"
+    assert line in " ".join(out.getvalue().split())
+    assert "each fix replayed on 100% of its time \\(2 runs" in render_markdown(report)
+    assert line in _summary_html(report)
+    assert all("its two halves give" in f["saving_how"] for f in report["findings"]
+               if f["saving_ns"] is not None)
