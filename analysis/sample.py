@@ -172,10 +172,12 @@ class SampledTimeline:
             g = gpu.filter(pl.Series(g_keep)).with_columns(
                 pl.Series("gpu_idx", gm[g_keep]),
                 pl.Series("call_idx", _through(cm, gpu["call_idx"].filter(pl.Series(g_keep)))))
-            # from its first run's start to where its last call or operation ends (as a
-            # window's end is its activity's: past it the replay has nothing to end)
+            # from its first run's start to where its last call or operation ends (a run ends
+            # at the next step's start: the idle before it is the time between runs, not the
+            # replay's), or to the window's end where its last run reaches it
             ends = [df["end_ns"].max() for df in (c, g.filter("work")) if df.height]
-            part = _Slice(c, g, (ranges[0][0], max(ends) if ends else ranges[-1][1]))
+            end = facts.window[1] if ranges[-1][1] >= facts.window[1] or not ends else max(ends)
+            part = _Slice(c, g, (ranges[0][0], end))
             self.halves.append(Timeline(part, overhead[keep], step_threads=step_threads))
             self._call_maps.append(cm)
             self._gpu_maps.append(gm)
