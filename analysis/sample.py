@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from .replay import CallSide, Fix, Timeline, _Chained
+from .replay import CallSide, Fix, Timeline, _Chained, index_dtype
 
 ENV_SAMPLE = "ZYM_REPLAY_SAMPLE"
 # Calls + GPU operations in the window from which the fixes are replayed on a sample.
@@ -129,8 +129,9 @@ def _in_ranges(ts: np.ndarray, ranges: tuple[tuple[int, int], ...]) -> np.ndarra
 
 
 def _renumber(keep: np.ndarray) -> np.ndarray:
-    """Per row, its position among the kept rows, -1 where not kept."""
-    out = np.full(len(keep), -1, np.int64)
+    """Per row, its position among the kept rows, -1 where not kept (int32 where that holds
+    them: two such maps a half, of every call and every operation)."""
+    out = np.full(len(keep), -1, index_dtype(len(keep)))
     out[keep] = np.arange(int(keep.sum()))
     return out
 
@@ -254,27 +255,30 @@ class SampledTimeline:
 def _through(index: np.ndarray, rows: pl.Series) -> pl.Series:
     """``rows`` (positions, null: none) renumbered through ``index`` (-1: not kept: null)."""
     at = rows.fill_null(-1).to_numpy()
-    out = np.where(at >= 0, index[np.maximum(at, 0)], -1)
-    return pl.Series(rows.name, out).replace(-1, None).cast(pl.Int64)
+    out = np.where(at >= 0, index[np.maximum(at, 0)], -1).astype(np.int64)
+    return pl.Series(rows.name, out).replace(-1, None)
 
 
 def _map_fix(fix: Fix, calls: np.ndarray, gpu: np.ndarray) -> Fix:
     """``fix``'s edits of the kept calls and operations, renumbered (an increasing map: the
     sorted edit arrays stay sorted)."""
+    def at(a: np.ndarray, index: np.ndarray) -> np.ndarray:
+        return index[a.astype(np.int64, copy=False)].astype(np.int64) if len(a) else \
+            a.astype(np.int64)
+
     def rows(a: np.ndarray, index: np.ndarray) -> np.ndarray:
-        m = index[a.astype(np.int64, copy=False)] if len(a) else a.astype(np.int64)
+        m = at(a, index)
         return m[m >= 0]
 
     def pairs(keys: np.ndarray, values: np.ndarray, index: np.ndarray):
-        m = index[keys.astype(np.int64, copy=False)] if len(keys) else keys.astype(np.int64)
+        m = at(keys, index)
         return m[m >= 0], values[m >= 0]
 
     cost_calls, cost_ns = pairs(fix.cost_calls, fix.cost_ns, calls)
     gap_calls, gap_ns = pairs(fix.gap_calls, fix.gap_ns, calls)
     gpu_ops, gpu_dur = pairs(fix.gpu_ops, fix.gpu_dur_ns, gpu)
-    first = calls[fix.graph_first.astype(np.int64)] if len(fix.graph_first) else \
-        fix.graph_first.astype(np.int64)
-    last = calls[fix.graph_last.astype(np.int64)] if len(fix.graph_last) else first
+    first = at(fix.graph_first, calls)
+    last = at(fix.graph_last, calls) if len(fix.graph_last) else first
     # a graph whose launches are all in the sample (none of them cut out between its ends)
     whole = (first >= 0) & (last >= 0) & (last - first == fix.graph_last - fix.graph_first)
     return Fix(remove_calls=rows(fix.remove_calls, calls),
