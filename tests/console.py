@@ -24,10 +24,19 @@ def console(heavy: tuple[str, ...], *args: str, env: dict | None = None
                           text=True, timeout=300, check=False, env=env)
 
 
-def typer_app(*args: str) -> subprocess.CompletedProcess:
+def typer_app(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """The typer commands themselves (cli/main.py, not through cli/entry.py)."""
     return subprocess.run([sys.executable, "-m", "zym.cli.main", *args], capture_output=True,
-                          text=True, timeout=300, check=False)
+                          text=True, timeout=300, check=False, env=env)
+
+
+def error_line(proc: subprocess.CompletedProcess) -> str:
+    """The one line a command refused its input with (exit 2, nothing on stdout)."""
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
 
 
 def imported(r: subprocess.CompletedProcess) -> set[str]:

@@ -9,12 +9,12 @@
 """
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
+from synthetic import make_synthetic
 from zym.analysis import analyze, replay
 from zym.analysis.export.summary import build_report
 from zym.rules import evaluate, load_packs
@@ -26,11 +26,7 @@ EBPF_SAMPLE = REPO / "sample_traces" / "gpt_decode_server.parquet"
 
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory) -> Path:
-    spec = importlib.util.spec_from_file_location("make_synthetic",
-                                                  REPO / "bench" / "make_synthetic.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.make(12_000, tmp_path_factory.mktemp("synthetic") / "s.parquet")
+    return make_synthetic(12_000, tmp_path_factory.mktemp("synthetic") / "s.parquet")
 
 
 def _report(path: Path, jit_from: int, monkeypatch) -> dict:

@@ -138,14 +138,11 @@ def test_the_timeline_built_ahead_fails_only_where_it_is_needed(monkeypatch):
 @pytest.mark.parametrize("value", ["two", "0", "-1", "1.5"])
 def test_a_bad_thread_count_is_one_line_and_exit_2(value):
     import os
-    import subprocess
-    import sys
 
-    run = subprocess.run([sys.executable, "-m", "zym.cli.main", "analyze", str(SAMPLES[0])],
-                         capture_output=True, text=True, timeout=120, check=False,
-                         env={**os.environ, replay.ENV_REPLAY_THREADS: value})
-    assert run.returncode == 2, run.stderr
-    assert run.stdout == ""
-    want = (f"zym: error: ZYM_REPLAY_THREADS={value!r}: give a number of threads, 1 or more "
-            "(or unset it: the cores this process may use, at most 4)")
-    assert run.stderr.strip().splitlines() == [want]
+    from console import error_line, typer_app
+
+    run = typer_app("analyze", str(SAMPLES[0]),
+                    env={**os.environ, replay.ENV_REPLAY_THREADS: value})
+    assert error_line(run) == (
+        f"zym: error: ZYM_REPLAY_THREADS={value!r}: give a number of threads, 1 or more "
+        "(or unset it: the cores this process may use, at most 4)")
