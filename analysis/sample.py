@@ -65,6 +65,12 @@ class Sample:
                 if self.window_ns else None}
 
 
+def share_text(sample: dict) -> str:
+    """What a sample (``Sample.to_dict``) holds of its window, as reports say it."""
+    return (f"{sample['steps']:,} of its {sample['of_steps']:,} steps" if sample["steps"]
+            else f"{sample['sampled_pct']:.3g}% of its time")
+
+
 def sample_threshold() -> int | None:
     """Calls + GPU operations from which fixes are replayed on a sample (None: never)."""
     raw = os.environ.get(ENV_SAMPLE, "").strip().lower()

@@ -163,10 +163,10 @@ def _sampled_how(analysis: Analysis, findings: list[Finding]) -> None:
     sampled = getattr(analysis.timeline, "sampled", None)
     if not sampled:
         return
+    from zym.analysis.sample import share_text
     from zym.analysis.units import fmt_ns
 
-    share = (f"{sampled['steps']:,} of {sampled['of_steps']:,} steps" if sampled["steps"]
-             else f"{sampled['sampled_pct']:.2g}% of the window")
+    share = share_text(sampled)
     for f in findings:
         halves = analysis.timeline.spread(f.edit) if f.edit is not None else None
         if halves is not None:

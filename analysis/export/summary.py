@@ -47,10 +47,11 @@ def plural(n: int, word: str) -> str:
 
 def sample_line(sample: dict) -> str:
     """How the fixes of a long window were replayed (``zym.analysis.sample``)."""
-    share = (f"{sample['steps']:,} of its {sample['of_steps']:,} steps" if sample["steps"]
-             else f"{sample['sampled_pct']:.3g}% of its time")
-    return (f"a long window: each fix replayed on {share} ({sample['runs']} runs spread "
-            "evenly, in two halves), scaled to the window; each estimate gives both halves")
+    from zym.analysis.sample import share_text
+
+    return (f"a long window: each fix replayed on {share_text(sample)} ({sample['runs']} runs "
+            "spread evenly, in two halves), scaled to the window; each estimate gives both "
+            "halves")
 
 
 def phase_line(ph: dict) -> str:

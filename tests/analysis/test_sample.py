@@ -226,5 +226,6 @@ def test_the_reports_say_the_fixes_were_replayed_on_a_sample(monkeypatch):
     assert line in " ".join(out.getvalue().split())
     assert "each fix replayed on 100% of its time \\(2 runs" in render_markdown(report)
     assert line in _summary_html(report)
-    assert all("its two halves give" in f["saving_how"] for f in report["findings"]
+    assert all("(replayed on 100% of its time in 2 runs and scaled to the window: its two "
+               "halves give" in f["saving_how"] for f in report["findings"]
                if f["saving_ns"] is not None)
