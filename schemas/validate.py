@@ -64,20 +64,20 @@ def check_table(table: str, df: pl.DataFrame, source: str = "capture") -> pl.Dat
     nulls = [c for c in REQUIRED.get(table, ()) if c in df.columns and df[c].null_count()]
     if nulls:
         raise _fail(source, table, f"null values in required column(s) {nulls}")
-    # Each column's smallest and largest value first (one reduction a column, no mask); the
-    # rows are counted only for a column whose extremes leave its range.
-    ranged = [c for c in RANGES if c in df.columns and df[c].dtype.is_integer()]
-    ends = "ts_ns" in df.columns and "dur_ns" in df.columns
-    extremes = df.select([f(c).alias(f"{c}.{f.__name__}") for c in ranged
-                          for f in (pl.min, pl.max)]).row(0) if ranged else ()
-    checks = [(c, pl.col(c).is_between(*RANGES[c])) for i, c in enumerate(ranged)
-              if _outside(extremes[2 * i], extremes[2 * i + 1], *RANGES[c])]
-    checks += [(c, pl.col(c).is_between(*RANGES[c])) for c in RANGES
-               if c in df.columns and c not in ranged]
-    if ends and df.height and _end_may_overflow(df, ranged, extremes):
-        checks.append(("ts_ns + dur_ns",  # the end must fit in int64 too (exactly:
-                       # ``I64 - dur_ns`` cannot overflow where the duration is not negative)
-                       pl.when(pl.col("dur_ns") >= 0)
+    # Each integer column's smallest and largest value first (one reduction a column, no
+    # mask); its rows are counted only where those leave its range.
+    ranged = [c for c in RANGES if c in df.columns]
+    ints = [c for c in ranged if df[c].dtype.is_integer()]
+    ext = df.select([f(c).alias(f"{c}.{f.__name__}") for c in ints
+                     for f in (pl.min, pl.max)]).row(0, named=True) if ints else {}
+    checks = [(c, pl.col(c).is_between(*RANGES[c])) for c in ranged
+              if c not in ints or _outside(ext[f"{c}.min"], ext[f"{c}.max"], *RANGES[c])]
+    # The end must fit in int64 too: no row's can pass it where the largest start plus the
+    # largest duration does not; else exactly, row by row (``I64 - dur_ns`` cannot overflow
+    # where the duration is not negative).
+    if {"ts_ns", "dur_ns"} <= set(ints) and ext["ts_ns.max"] is not None and \
+            ext["dur_ns.max"] is not None and ext["ts_ns.max"] + ext["dur_ns.max"] >= I64:
+        checks.append(("ts_ns + dur_ns", pl.when(pl.col("dur_ns") >= 0)
                        .then(pl.col("ts_ns") <= I64 - pl.col("dur_ns"))))
     for col, allowed in VOCABULARY.get(table, {}).items():
         # the distinct values first (a few, on millions of rows): the rows only where one is bad
@@ -102,16 +102,6 @@ def _outside(lo: int | None, hi: int | None, low: int, high: int) -> bool:
     """Whether a column whose values run from ``lo`` to ``hi`` (None: all null) has one
     outside ``[low, high]``."""
     return lo is not None and (lo < low or hi > high)
-
-
-def _end_may_overflow(df: pl.DataFrame, ranged: list[str], extremes: tuple) -> bool:
-    """Whether some row's ``ts_ns + dur_ns`` may pass the int64 range: not when the largest
-    start plus the largest duration stays below it (Python integers: no overflow here)."""
-    def top(c: str) -> int | None:
-        return extremes[2 * ranged.index(c) + 1] if c in ranged else df[c].max()
-
-    ts, dur = top("ts_ns"), top("dur_ns")
-    return ts is not None and dur is not None and ts + dur >= I64
 
 
 def _truncate(df: pl.DataFrame) -> pl.DataFrame:
