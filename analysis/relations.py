@@ -339,10 +339,10 @@ class Relations:
                                                    eager=True)})
         import numpy as np
 
-        ts = calls["ts_ns"].to_numpy()
-        k = np.searchsorted(steps.start_ns, ts, side="right") - 1
-        ok = (k >= 0) & (ts < steps.end_ns[np.clip(k, 0, None)]) & (
-            calls["_thread"].to_numpy() == steps.thread)
+        from .timeline import interval_of
+
+        k = interval_of(calls["ts_ns"].to_numpy(), steps.start_ns, steps.end_ns)
+        ok = (k >= 0) & (calls["_thread"].to_numpy() == steps.thread)
         return pl.DataFrame({"step": pl.Series(np.where(ok, k, -1)).cast(pl.Int64)}).select(
             pl.when(pl.col("step") >= 0).then(pl.col("step")).alias("step"))
 

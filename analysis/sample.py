@@ -30,6 +30,7 @@ import numpy as np
 import polars as pl
 
 from .replay import CallSide, Fix, Timeline, _Chained, index_dtype
+from .timeline import interval_of
 
 ENV_SAMPLE = "ZYM_REPLAY_SAMPLE"
 # Calls + GPU operations in the window from which the fixes are replayed on a sample.
@@ -128,10 +129,8 @@ class _Slice:
 
 
 def _in_ranges(ts: np.ndarray, ranges: tuple[tuple[int, int], ...]) -> np.ndarray:
-    starts = np.array([r[0] for r in ranges], np.int64)
-    ends = np.array([r[1] for r in ranges], np.int64)
-    k = np.searchsorted(starts, ts, side="right") - 1
-    return (k >= 0) & (ts < ends[np.maximum(k, 0)])
+    bounds = np.array(ranges, np.int64).reshape(-1, 2)
+    return interval_of(ts, bounds[:, 0], bounds[:, 1]) >= 0
 
 
 def _renumber(keep: np.ndarray) -> np.ndarray:

@@ -13,6 +13,15 @@ def gpu_work(gpu: pl.DataFrame) -> pl.DataFrame:
     return gpu.filter(pl.col("kind") != "sync") if "kind" in gpu.columns else gpu
 
 
+def interval_of(ts: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For each time, the interval ``[starts[k], ends[k])`` holding it (intervals sorted and
+    disjoint), -1 where none does: a step's calls, a sample's runs."""
+    k = np.searchsorted(starts, ts, side="right") - 1
+    inside = (k >= 0) & (ts < np.asarray(ends)[np.maximum(k, 0)]) if len(starts) else \
+        np.zeros(len(ts), bool)
+    return np.where(inside, k, -1)
+
+
 def busy_intervals(gpu: pl.DataFrame) -> pl.DataFrame:
     """Union of GPU activity intervals per device: ``device_id, start_ns, end_ns`` (disjoint),
     and ``first_row``: the row of ``gpu`` whose operation opened the period.

@@ -4,6 +4,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 from kineto_builder import KinetoBuilder
@@ -172,3 +173,22 @@ def test_compiled_code_running_is_not_compilation(file, name, runtime):
     from zym.analysis.phases import RUNTIME_FUNCTIONS
 
     assert bool(RUNTIME_FUNCTIONS.search(f"{file}:{name}")) is runtime
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_interval_of_each_time_matches_a_scan(seed):
+    """``interval_of`` (a step's calls, a sample's runs) against a scan of every interval:
+    times before, between, inside, at the start (in) and at the end (out) of intervals,
+    touching and empty intervals, no intervals at all."""
+    from zym.analysis.timeline import interval_of
+
+    rng = np.random.default_rng(seed)
+    cuts = np.sort(rng.choice(1_000, 2 * rng.integers(0, 12), replace=False))
+    starts, ends = cuts[0::2], cuts[1::2]
+    if len(starts) > 2:  # one touching its neighbour, one empty
+        ends[0] = starts[1]
+        ends[-1] = starts[-1]
+    ts = np.concatenate([rng.integers(-5, 1_005, 300), starts, ends])
+    want = [next((k for k, (a, b) in enumerate(zip(starts, ends, strict=True)) if a <= t < b),
+                 -1) for t in ts.tolist()]
+    assert interval_of(ts, starts, ends).tolist() == want
