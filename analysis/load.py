@@ -98,7 +98,7 @@ def load_capture(path: str | Path, progress: Callable[[str], None] | None = None
             progress("reading capture")
         cap = open_capture(path)
         tables = {t: _compact(cap.load(t)) for t in ANALYSIS_TABLES}
-        tables["span"] = lambda: cap.load("span")
+        tables["span"] = lambda: cap.load("span").rechunk()  # one piece: see ``_compact``
         meta = cap.meta
     else:
         from zym.capture.kineto import load_kineto, looks_like_kineto
@@ -109,7 +109,7 @@ def load_capture(path: str | Path, progress: Callable[[str], None] | None = None
         tables, meta = load_kineto(path, progress)
         tables = {t: _compact(tables[t]) if t in ANALYSIS_TABLES else tables[t] for t in tables}
         if "span" in tables:
-            tables["span"] = constant_columns(tables["span"])
+            tables["span"] = constant_columns(tables["span"]).rechunk()
         release_freed_memory(tables["call"].height + tables["gpu"].height
                              + (tables["span"].height if "span" in tables else 0))
     return CaptureData(path, meta, tables["frame"], tables["stack"], tables["call"], tables["gpu"],
