@@ -239,3 +239,49 @@ def _compiled_pass():
         return None
     jit = numba.njit(cache=True, nogil=True)
     return jit(_depths), jit(_pass)
+
+
+def first_of_each(ids: np.ndarray) -> np.ndarray:
+    """Whether each of ``ids`` is the first of its value (in array order): which call opens
+    its instance (``ids``: every call's ``call_instance``, by ``call_idx``). At millions of
+    ids, one compiled pass over a hash table of the values seen (polars' hashing took
+    1.6-2.8 s at 12.5 M calls, this ~0.45 s); else polars."""
+    ids = np.ascontiguousarray(ids, dtype=np.int64)
+    compiled = _compiled_firsts() if len(ids) >= JIT_MIN_CALLS else None
+    if compiled is None:
+        return pl.Series(ids).is_first_distinct().to_numpy()
+    out = np.zeros(len(ids), np.bool_)
+    compiled(ids, out)
+    return out
+
+
+def _firsts(ids, out) -> None:
+    """``out[i]``: ``ids[i]`` is the first of its value. Open addressing, linear probing, in a
+    table of at least 4/3 the ids' slots (a power of two; Fibonacci hashing). For numba."""
+    n = len(ids)
+    bits = 4
+    while (1 << bits) < n + n // 3:
+        bits += 1
+    mask = (1 << bits) - 1
+    keys = np.empty(1 << bits, np.int64)
+    used = np.zeros(1 << bits, np.bool_)
+    shift = np.uint64(64 - bits)
+    for i in range(n):
+        v = ids[i]
+        k = np.int64((np.uint64(v) * np.uint64(0x9E3779B97F4A7C15)) >> shift)
+        while used[k] and keys[k] != v:
+            k = (k + 1) & mask
+        if not used[k]:
+            used[k] = True
+            keys[k] = v
+            out[i] = True
+
+
+@functools.cache
+def _compiled_firsts():
+    """``_firsts`` compiled by numba; None without numba."""
+    try:
+        import numba
+    except ImportError:
+        return None
+    return numba.njit(cache=True, nogil=True)(_firsts)

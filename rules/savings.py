@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
+from zym.analysis.instances import first_of_each
 from zym.analysis.replay import Fix, sorted_unique
 
 if TYPE_CHECKING:
@@ -171,8 +172,7 @@ def _opens_instance(rel, by_row: np.ndarray, idx: np.ndarray) -> np.ndarray:
     order) of its instance (``by_row``: every call's instance, by ``call_idx``)."""
     # by call_idx, whether the call is its instance's first: one hashing pass (a sort of
     # every call, np.unique, took seconds at 10 M calls)
-    first = rel.shared("first call of each instance",
-                       lambda: pl.Series(by_row).is_first_distinct().to_numpy())
+    first = rel.shared("first call of each instance", lambda: first_of_each(by_row))
     return first[idx]
 
 

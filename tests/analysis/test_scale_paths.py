@@ -146,6 +146,28 @@ def test_call_instances_one_pass_gives_the_per_depth_ids(which, synthetic, monke
                               per_depth)
 
 
+@pytest.mark.parametrize("shape", ["runs", "random", "extremes", "one", "distinct", "empty"])
+def test_first_of_each_id_matches_a_set_walk(shape):
+    """Whether each id is the first of its value, compiled (from ``JIT_MIN_CALLS`` ids) or by
+    polars: what a walk with a set of the ids seen gives."""
+    from zym.analysis import instances
+
+    if instances._compiled_firsts() is None:
+        pytest.skip("numba not installed (the zym[fast] extra)")
+    rng = np.random.default_rng(len(shape))
+    n = instances.JIT_MIN_CALLS + 1234
+    ids = {"runs": (rng.integers(2, 5, n) << 40) | np.cumsum(rng.random(n) < 0.2),
+           "random": rng.integers(-50_000, 50_000, n),
+           "extremes": rng.choice(np.array([np.iinfo(np.int64).min, -1, 0, 1 << 62,
+                                            np.iinfo(np.int64).max]), n),
+           "one": np.full(n, 7), "distinct": rng.permutation(n) * 2**33,
+           "empty": np.zeros(0, np.int64)}[shape]
+    seen: set[int] = set()
+    expected = np.array([not (v in seen or seen.add(v)) for v in ids.tolist()], bool)
+    assert np.array_equal(instances.first_of_each(ids), expected)  # compiled
+    assert np.array_equal(instances.first_of_each(ids[:1000]), expected[:1000])  # polars
+
+
 def test_ancestors_rows_by_lookup_equal_the_dictionary():
     """Stack rows read through the id lookup equal the dictionary's, null and unknown ids
     (negative, past the last, in a gap) included; ids too sparse for a lookup use the
