@@ -23,7 +23,7 @@ import polars as pl
 from zym.schemas.apis import is_blocking_api
 
 from .correlate import match_rows
-from .kernels import classify_kernels, classify_names
+from .kernels import classify_kernels, classify_names, distinct_names
 from .sites import site_table
 from .timeline import busy_intervals, gpu_work
 
@@ -221,7 +221,7 @@ class Facts:
         (:func:`zym.analysis.kernels.classify_names`): a window's facts share the whole
         capture's (its names are among them)."""
         names = conformed(self.data, "gpu")["name"]
-        return classify_names(names.cast(pl.String).unique().drop_nulls())
+        return classify_names(distinct_names(names))
 
     @cached_property
     def gpu_ns(self) -> int:

@@ -52,6 +52,11 @@ def classify_names(names: pl.Series) -> pl.DataFrame:
     return df.with_columns(out)
 
 
+def distinct_names(names: pl.Series) -> pl.Series:
+    """The distinct names of ``names`` (text or categorical), as text, without nulls."""
+    return names.unique().drop_nulls().cast(pl.String)
+
+
 def classify_kernels(names: pl.Series, kinds: pl.Series, table: pl.DataFrame | None = None
                      ) -> list[pl.Series]:
     """``op_class``, ``precision`` (categorical) and ``tensor_core`` for each GPU operation.
@@ -64,9 +69,11 @@ def classify_kernels(names: pl.Series, kinds: pl.Series, table: pl.DataFrame | N
         return [pl.Series(f, [], pl.Categorical if dtype == pl.String else dtype)
                 for f, dtype in FIELDS.items()]
     if table is None:
-        table = classify_names(names.cast(pl.String).unique().drop_nulls())
-    idx = (pl.DataFrame({"name": names.cast(pl.String)})
-           .join(table.with_row_index("_r"), on="name", how="left", maintain_order="left")["_r"])
+        table = classify_names(distinct_names(names))
+    # joined on the names' codes where they are categorical (not their text, row by row)
+    key = table.select(pl.col("name").cast(names.dtype), pl.int_range(pl.len()).alias("_r"))
+    idx = (pl.DataFrame({"name": names})
+           .join(key, on="name", how="left", maintain_order="left")["_r"])
     # The classes as categorical codes: gathered and compared as integers, not as text (at
     # 10 M operations: 0.4 s against 1.2 s).
     cols = [(table[f].cast(pl.Categorical) if dtype == pl.String else table[f]).gather(idx)
