@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from .facts import EVENT_SITE_COLUMNS, conformed, take
+from .facts import EVENT_SITE_COLUMNS, conformed, per_name, take
 from .load import constant_columns
 from .matmul import MATMUL_OPS, with_flops
 
@@ -360,8 +360,8 @@ class Relations:
         if "memory" in want:
             from zym.schemas.apis import is_memory_api
 
-            df = df.with_columns(calls.select(is_memory_api(pl.col("api").cast(pl.String))
-                                              .fill_null(False).alias("memory")))
+            df = df.with_columns(per_name(calls["api"], is_memory_api).fill_null(False)
+                                 .alias("memory"))
         # Sequence columns need every call of the thread, before any row is dropped.
         if want & {"follows_dtoh", "follows_copy", "prev_copy_bytes"}:
             prev = calls.select(self.facts.per_thread(pl.col("call_idx").shift(1)).alias("p"))["p"]
@@ -492,8 +492,19 @@ class Relations:
         rows = (gpu.select([c for c in gpu.columns if c in keep])
                 .filter(pl.col("call_idx").is_not_null() & gpu["work"]))
         rows = self._keep(rows, wheres)
-        idx = rows["call_idx"]
         calls = self.calls_table()
+        if want & {"flops", "dims_aligned8", "intensity"}:
+            # the matmuls' columns first, and the rows kept again with them: a rule on
+            # matmul kernels (``intensity: {ge: 64}``) otherwise keeps every kernel through
+            # the gathers below (at 10 M operations 5 M rows, ~1 s)
+            mm = self._matmuls()
+            pos = pl.repeat(None, calls.height, dtype=pl.Int64, eager=True).scatter(
+                mm["call_idx"], pl.int_range(mm.height, eager=True).cast(pl.Int64))
+            at = pos.gather(rows["call_idx"])
+            rows = self._keep(rows.with_columns(mm["flops"].gather(at),
+                                                mm["dims_aligned8"].gather(at),
+                                                mm["intensity"].gather(at)), wheres)
+        idx = rows["call_idx"]
         call_cols = {"tid": "tid", "call_ts_ns": "ts_ns", "call_dur_ns": "dur_ns", "api": "api"}
         picked = [calls[src].gather(idx).alias(dst) for dst, src in call_cols.items()
                   if dst in want]
@@ -505,13 +516,6 @@ class Relations:
             wait = pl.repeat(0, gpu.height, dtype=pl.Int64, eager=True).scatter(
                 gaps["next_row"], gaps["dur_ns"])
             df = df.with_columns(wait.gather(df["gpu_idx"]).alias("launch_wait_ns"))
-        if want & {"flops", "dims_aligned8", "intensity"}:
-            mm = self._matmuls()
-            pos = pl.repeat(None, calls.height, dtype=pl.Int64, eager=True).scatter(
-                mm["call_idx"], pl.int_range(mm.height, eager=True).cast(pl.Int64))
-            at = pos.gather(idx)
-            df = df.with_columns(mm["flops"].gather(at), mm["dims_aligned8"].gather(at),
-                                 mm["intensity"].gather(at))
         if "step" in want:
             df = df.with_columns(self.call_steps().gather(idx).alias("step"))
         return df.select([c for c in df.columns if c in want
