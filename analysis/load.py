@@ -87,8 +87,11 @@ def api_codes(data: CaptureData) -> CaptureData:
     return data
 
 
-def load_capture(path: str | Path, progress: Callable[[str], None] | None = None) -> CaptureData:
-    """Load ``path`` (zym Parquet capture, or Kineto ``.json``/``.json.gz``) for analysis."""
+def load_capture(path: str | Path, progress: Callable[[str], None] | None = None,
+                 codes: bool = False) -> CaptureData:
+    """Load ``path`` (zym Parquet capture, or Kineto ``.json``/``.json.gz``) for analysis.
+    ``codes``: a capture file's calls' and GPU operations' names read as categorical codes
+    (what :func:`api_codes` makes of them; their text is then never held for every row)."""
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path}: no such file")
@@ -100,7 +103,8 @@ def load_capture(path: str | Path, progress: Callable[[str], None] | None = None
         if progress:
             progress("reading capture")
         cap = open_capture(path)
-        tables = {t: _compact(cap.load(t)) for t in ANALYSIS_TABLES}
+        tables = {t: _compact(cap.load(t, ("name",) if codes and t in ("call", "gpu") else ()))
+                  for t in ANALYSIS_TABLES}
         tables["span"] = lambda: cap.load("span").rechunk()  # one piece: see ``_compact``
         meta = cap.meta
     else:

@@ -353,7 +353,7 @@ def analyze(path: str | Path, progress: Progress | None = None, window: str = "s
     """Load a capture (or Kineto trace), find its phases, and analyze ``window`` of it
     (``steady``: steady state; ``all``; ``FROM:TO``; ``steps:A:B``: see
     :func:`zym.analysis.phases.parse_window`)."""
-    data = api_codes(load_capture(path, progress))
+    data = api_codes(load_capture(path, progress, codes=True))
     if progress:
         progress("attributing GPU work to call paths")
     analysis = analyze_data(data, window)

@@ -8,7 +8,7 @@ homogeneous); reading goes through polars alone, so ``zym analyze`` never import
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -103,33 +103,37 @@ class Capture:
     version: int = SCHEMA_VERSION
     absent: frozenset[str] = frozenset()   # columns added after this file's version
 
-    def scan(self, table: str) -> pl.LazyFrame:
+    def scan(self, table: str, codes: Collection[str] = ()) -> pl.LazyFrame:
         """The rows of one logical table, with that table's columns and types (a column the
-        file's version predates reads as nulls)."""
+        file's version predates reads as nulls; a text column of ``codes`` as categorical
+        codes, cast as it is read: its text is not held for every row)."""
         if table not in TABLES:
             raise ValueError(f"unknown table {table!r}; tables: {', '.join(TABLES)}")
         types = polars_schema(table)
-        cols = [pl.lit(None, types[c]).alias(c) if c in self.absent else pl.col(c)
-                for c in TABLES[table] if c != "record"]
+        cols = [pl.lit(None, types[c]).alias(c) if c in self.absent else
+                pl.col(c).cast(pl.Categorical) if c in codes and types[c] == pl.String else
+                pl.col(c) for c in TABLES[table] if c != "record"]
         return (pl.scan_parquet(self.path)
                 .filter(pl.col("record") == table)
                 .select(cols))
 
-    def load(self, table: str) -> pl.DataFrame:
+    def load(self, table: str, codes: Collection[str] = ()) -> pl.DataFrame:
         """One table, every field checked (``schemas.validate``): out-of-range or inconsistent
-        values are an ``InvalidCaptureError``, never a traceback or a wrong answer."""
+        values are an ``InvalidCaptureError``, never a traceback or a wrong answer. ``codes``:
+        text columns read as categorical codes (see ``scan``)."""
         from .validate import check_refs, check_stacks, check_table
 
-        df = check_table(table, self._read(table), display(self.path))
+        df = check_table(table, self._read(table, codes=codes), display(self.path))
         if table == "stack":
             check_stacks(df, self._keys("frame", "frame_id"), display(self.path))
         elif table in ("call", "span", "range"):
             check_refs(table, df, self._keys("stack", "stack_id"), display(self.path))
         return df
 
-    def _read(self, table: str, columns: list[str] | None = None) -> pl.DataFrame:
+    def _read(self, table: str, columns: list[str] | None = None,
+              codes: Collection[str] = ()) -> pl.DataFrame:
         try:
-            lf = self.scan(table)
+            lf = self.scan(table, codes)
             return (lf.select(columns) if columns else lf).collect()
         except (pl.exceptions.PolarsError, OSError) as e:
             raise InputError(f"{display(self.path)}: cannot read the {table} table "

@@ -107,10 +107,14 @@ def _outside(lo: int | None, hi: int | None, low: int, high: int) -> bool:
 def _truncate(df: pl.DataFrame) -> pl.DataFrame:
     # A column is rewritten only where some value is too long (bytes >= characters: no text
     # of at most MAX_NAME_CHARS bytes needs the character count), not copied row by row.
-    cut = [pl.when(pl.col(c).str.len_chars() > MAX_NAME_CHARS)
-           .then(pl.col(c).str.slice(0, MAX_NAME_CHARS - 1) + "…").otherwise(pl.col(c)).alias(c)
-           for c in ("name", "file") if c in df.columns and df[c].dtype == pl.String
-           and (df[c].str.len_bytes() > MAX_NAME_CHARS).any()]
+    # Categorical codes (names read as codes): their distinct values are checked, and the
+    # column is cut as text only where one is too long.
+    cut = [_cut_long(pl.col(c).cast(pl.String)).cast(df[c].dtype).alias(c)
+           if df[c].dtype == pl.Categorical else _cut_long(pl.col(c)).alias(c)
+           for c in ("name", "file") if c in df.columns and df[c].dtype in (
+               pl.String, pl.Categorical) and ((df[c].unique().drop_nulls().cast(pl.String)
+                                                if df[c].dtype == pl.Categorical else df[c])
+                                               .str.len_bytes() > MAX_NAME_CHARS).any()]
     for c in ("op_shapes", "op_dtypes"):
         if c in df.columns:  # a few thousand distinct values on millions of rows: check those
             # (text, or categorical codes of it: an importer's in-memory spans)
@@ -120,6 +124,12 @@ def _truncate(df: pl.DataFrame) -> pl.DataFrame:
                 cut.append(pl.when(~pl.col(c).is_in(bad.cast(df[c].dtype).implode()))
                            .then(pl.col(c)).alias(c))
     return df.with_columns(cut) if cut else df
+
+
+def _cut_long(text: pl.Expr) -> pl.Expr:
+    """``text`` cut to ``MAX_NAME_CHARS`` characters (the last one an ellipsis) where longer."""
+    return (pl.when(text.str.len_chars() > MAX_NAME_CHARS)
+            .then(text.str.slice(0, MAX_NAME_CHARS - 1) + "…").otherwise(text))
 
 
 def _shapes_ok(col: pl.Expr) -> pl.Expr:

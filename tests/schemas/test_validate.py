@@ -32,6 +32,20 @@ def test_names_past_the_limit_are_cut_to_it_and_only_those():
     assert out["file"].to_list() == ["f.py", None, "y" * (limit - 1) + "…", "g.py", "h.py"]
 
 
+@pytest.mark.parametrize("long", [True, False])
+def test_names_read_as_codes_are_cut_as_their_text(long):
+    """Names read as categorical codes (the analysis's capture load): cut as the text is,
+    still codes; with no long name, the column as it was."""
+    limit = MAX_NAME_CHARS
+    names = ["aten::mm", "é" * limit, "x" * (limit + 1) if long else "x", None, "aten::mm"]
+    text = pl.DataFrame({"name": names, "file": ["f.py", None, "g.py", "h.py", None]})
+    codes = text.with_columns(pl.col("name").cast(pl.Categorical))
+    out = _truncate(codes)
+    assert out.schema["name"] == pl.Categorical
+    assert out["name"].cast(pl.String).to_list() == _truncate(text)["name"].to_list()
+    assert (out["name"].cast(pl.String).to_list() == names) is not long
+
+
 def test_a_table_with_no_long_name_keeps_its_columns():
     df = pl.DataFrame({"name": ["é" * MAX_NAME_CHARS, "b"], "file": ["a.py", None]})
     out = _truncate(df)
