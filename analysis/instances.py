@@ -15,6 +15,7 @@ nodes) and one running count, never a Python loop over calls or per (caller, fun
 from __future__ import annotations
 
 import functools
+import sys
 
 import numpy as np
 import polars as pl
@@ -241,13 +242,21 @@ def _compiled_pass():
     return jit(_depths), jit(_pass)
 
 
+# Ids from which ``first_of_each`` loads numba to run compiled (it is not loaded yet).
+JIT_MIN_IDS = 4_000_000
+
+
 def first_of_each(ids: np.ndarray) -> np.ndarray:
     """Whether each of ``ids`` is the first of its value (in array order): which call opens
     its instance (``ids``: every call's ``call_instance``, by ``call_idx``). At millions of
     ids, one compiled pass over a hash table of the values seen (polars' hashing took
-    1.6-2.8 s at 12.5 M calls, this ~0.45 s); else polars."""
+    1.6-2.8 s at 12.5 M calls, this ~0.45 s); else polars (below ``JIT_MIN_IDS`` where numba
+    is not loaded: at 480 k calls its import cost 0.4 s, polars' pass 0.06 s)."""
     ids = np.ascontiguousarray(ids, dtype=np.int64)
-    compiled = _compiled_firsts() if len(ids) >= JIT_MIN_CALLS else None
+    # compiled where numba is loaded already (``call_instances``' pass at this many calls),
+    # or the ids pay for loading it (~0.3-0.4 s, polars' time on ~3 M ids)
+    worth = len(ids) >= JIT_MIN_IDS or (len(ids) >= JIT_MIN_CALLS and "numba" in sys.modules)
+    compiled = _compiled_firsts() if worth else None
     if compiled is None:
         return pl.Series(ids).is_first_distinct().to_numpy()
     out = np.zeros(len(ids), np.bool_)
