@@ -222,7 +222,7 @@ class Facts:
         calls = self.calls
         gpu = conformed(self.data, "gpu")
         rows = self.__dict__.pop("_call_rows")  # read once: not kept beside the column
-        gpu = gpu.with_columns(rows.rechunk().alias("call_idx"), pl.col("device_id").fill_null(-1),
+        gpu = gpu.with_columns(rows.alias("call_idx"), pl.col("device_id").fill_null(-1),
                                (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"),
                                (pl.col("kind") != "sync").fill_null(True).alias("work"))
         gpu = gpu.with_row_index("gpu_idx").with_columns(pl.col("gpu_idx").cast(pl.Int64))

@@ -105,7 +105,7 @@ def load_capture(path: str | Path, progress: Callable[[str], None] | None = None
         cap = open_capture(path)
         tables = {t: _compact(cap.load(t, ("name",) if codes and t in ("call", "gpu") else ()))
                   for t in ANALYSIS_TABLES}
-        tables["span"] = lambda: cap.load("span").rechunk()  # one piece: see ``_compact``
+        tables["span"] = lambda: cap.load("span")
         meta = cap.meta
     else:
         from zym.capture.kineto import load_kineto, looks_like_kineto
@@ -116,7 +116,7 @@ def load_capture(path: str | Path, progress: Callable[[str], None] | None = None
         tables, meta = load_kineto(path, progress)
         tables = {t: _compact(tables[t]) if t in ANALYSIS_TABLES else tables[t] for t in tables}
         if "span" in tables:
-            tables["span"] = constant_columns(tables["span"]).rechunk()
+            tables["span"] = constant_columns(tables["span"])
         release_freed_memory(tables["call"].height + tables["gpu"].height
                              + (tables["span"].height if "span" in tables else 0))
     return CaptureData(path, meta, tables["frame"], tables["stack"], tables["call"], tables["gpu"],
