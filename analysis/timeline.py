@@ -7,10 +7,16 @@ import polars as pl
 from .replay import _segmented_cummax, _starts
 
 
+def is_work() -> pl.Expr:
+    """Whether a GPU operation occupies the GPU: kernels, copies, memsets. Sync records time a
+    host thread waiting for the GPU (CUPTI SYNCHRONIZATION), so they are not GPU work (null
+    where the kind is)."""
+    return pl.col("kind") != "sync"
+
+
 def gpu_work(gpu: pl.DataFrame) -> pl.DataFrame:
-    """GPU activity that occupies the GPU: kernels, copies, memsets. Sync records time a host
-    thread waiting for the GPU (CUPTI SYNCHRONIZATION), so they are not GPU work."""
-    return gpu.filter(pl.col("kind") != "sync") if "kind" in gpu.columns else gpu
+    """GPU activity that occupies the GPU (:func:`is_work`)."""
+    return gpu.filter(is_work()) if "kind" in gpu.columns else gpu
 
 
 def interval_of(ts: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -30,17 +36,16 @@ def busy_intervals(gpu: pl.DataFrame) -> pl.DataFrame:
     with no time. Sorted by device and start (ties in row order), an interval opens a new busy
     period when it starts after every earlier interval on its device has ended; a period ends
     at the latest end of its intervals: the running maximum of the ends at its last interval
-    (every earlier period on its device ended before it began). In numpy: no group-by over
+    (every earlier period on its device ended before it began; durations are not negative,
+    the capture checks say so). In numpy: no group-by over
     millions of rows, and one whole-length array of ends where the work is on one device in
     time order, as a capture's is (rows copied only where some are not work, sorted only
     where they are out of order: at 10 M operations the filtered, indexed and sorted copies
     of every column were 1.2 GB).
     """
-    n = gpu.height
-    kind = gpu["kind"] if "kind" in gpu.columns else None
-    work = ((kind != "sync").fill_null(False) if kind is not None  # as ``gpu_work``
-            else pl.repeat(True, n, eager=True))
-    work = work & gpu["ts_ns"].is_not_null() & gpu["dur_ns"].is_not_null()
+    work = gpu.select((is_work().fill_null(False) if "kind" in gpu.columns else pl.lit(True))
+                      & pl.col("ts_ns").is_not_null() & pl.col("dur_ns").is_not_null()
+                      ).to_series()
     cols = gpu.select("ts_ns", "dur_ns", pl.col("device_id").fill_null(-1))
     rows = None                                # rows of ``gpu`` kept: all of them
     if not work.all():

@@ -107,14 +107,8 @@ def _outside(lo: int | None, hi: int | None, low: int, high: int) -> bool:
 def _truncate(df: pl.DataFrame) -> pl.DataFrame:
     # A column is rewritten only where some value is too long (bytes >= characters: no text
     # of at most MAX_NAME_CHARS bytes needs the character count), not copied row by row.
-    # Categorical codes (names read as codes): their distinct values are checked, and the
-    # column is cut as text only where one is too long.
-    cut = [_cut_long(pl.col(c).cast(pl.String)).cast(df[c].dtype).alias(c)
-           if df[c].dtype == pl.Categorical else _cut_long(pl.col(c)).alias(c)
-           for c in ("name", "file") if c in df.columns and df[c].dtype in (
-               pl.String, pl.Categorical) and ((df[c].unique().drop_nulls().cast(pl.String)
-                                                if df[c].dtype == pl.Categorical else df[c])
-                                               .str.len_bytes() > MAX_NAME_CHARS).any()]
+    cut = [_cut_long(c, df[c].dtype) for c in ("name", "file")
+           if c in df.columns and _has_long(df[c])]
     for c in ("op_shapes", "op_dtypes"):
         if c in df.columns:  # a few thousand distinct values on millions of rows: check those
             # (text, or categorical codes of it: an importer's in-memory spans)
@@ -126,10 +120,23 @@ def _truncate(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(cut) if cut else df
 
 
-def _cut_long(text: pl.Expr) -> pl.Expr:
-    """``text`` cut to ``MAX_NAME_CHARS`` characters (the last one an ellipsis) where longer."""
+def _has_long(col: pl.Series) -> bool:
+    """Whether some value of ``col`` (text, or categorical codes of it: names read as codes,
+    whose distinct values are checked) has more than ``MAX_NAME_CHARS`` bytes."""
+    if col.dtype == pl.Categorical:
+        col = col.unique().drop_nulls().cast(pl.String)
+    elif col.dtype != pl.String:
+        return False
+    return bool((col.str.len_bytes() > MAX_NAME_CHARS).any())
+
+
+def _cut_long(name: str, dtype: pl.DataType) -> pl.Expr:
+    """Column ``name`` cut to ``MAX_NAME_CHARS`` characters (the last one an ellipsis) where
+    longer, as its text; of type ``dtype`` (codes stay codes)."""
+    text = pl.col(name).cast(pl.String)
     return (pl.when(text.str.len_chars() > MAX_NAME_CHARS)
-            .then(text.str.slice(0, MAX_NAME_CHARS - 1) + "…").otherwise(text))
+            .then(text.str.slice(0, MAX_NAME_CHARS - 1) + "…").otherwise(text)
+            .cast(dtype).alias(name))
 
 
 def _shapes_ok(col: pl.Expr) -> pl.Expr:
