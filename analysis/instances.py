@@ -20,6 +20,8 @@ import sys
 import numpy as np
 import polars as pl
 
+from .compiled import njit
+
 
 class Ancestors:
     """Every stack node's ancestor at every depth: ``at(rows, depth)``."""
@@ -234,12 +236,7 @@ def _pass(order, thread, step, stack, user, lookup, depth, column, codes, ids) -
 @functools.cache
 def _compiled_pass():
     """``_depths`` and ``_pass`` compiled by numba; None without numba (numpy passes then)."""
-    try:
-        import numba
-    except ImportError:
-        return None
-    jit = numba.njit(cache=True, nogil=True)
-    return jit(_depths), jit(_pass)
+    return njit(_depths, _pass)
 
 
 # Ids from which ``first_of_each`` loads numba to run compiled (it is not loaded yet).
@@ -289,8 +286,5 @@ def _firsts(ids, out) -> None:
 @functools.cache
 def _compiled_firsts():
     """``_firsts`` compiled by numba; None without numba."""
-    try:
-        import numba
-    except ImportError:
-        return None
-    return numba.njit(cache=True, nogil=True)(_firsts)
+    compiled = njit(_firsts)
+    return compiled[0] if compiled else None

@@ -51,6 +51,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
+from .compiled import njit
+
 if TYPE_CHECKING:
     from .facts import Facts
 
@@ -1699,11 +1701,8 @@ def _run_epochs(args: tuple) -> tuple[np.ndarray, np.ndarray]:
 def _compiled_epochs():
     """``_epochs`` compiled by numba (the ``zym[fast]`` extra); None without numba: the same
     loop then runs interpreted, the same results, slower on captures with many syncs."""
-    try:
-        import numba
-    except ImportError:
-        return None
-    return numba.njit(cache=True, nogil=True)(_epochs)
+    compiled = njit(_epochs)
+    return compiled[0] if compiled else None
 
 
 def _shifts_kernel(e_pos, d_step, d_own, first_pos, q, d_span, gone, stream_first, g_val,
@@ -1818,11 +1817,8 @@ def _compiled_waits():
 @functools.cache
 def _compiled_shifts():
     """``_shifts_kernel`` compiled by numba; None without numba (``_Base._shifts`` then)."""
-    try:
-        import numba
-    except ImportError:
-        return None
-    return numba.njit(cache=True, nogil=True)(_shifts_kernel)
+    compiled = njit(_shifts_kernel)
+    return compiled[0] if compiled else None
 
 
 def _lower(keys, lo, hi, x):
