@@ -187,7 +187,6 @@ class SampledTimeline:
             self.halves.append(Timeline(part, overhead[keep], step_threads=step_threads))
             self._call_maps.append(cm)
             self._gpu_maps.append(gm)
-        self._spread: dict[int, tuple[int, int]] = {}
 
     @property
     def baseline(self) -> None:
@@ -228,14 +227,18 @@ class SampledTimeline:
         got = [h.saving(m, reference=reference, alone=alone) if h.usable else 0
                for h, m in zip(self.halves, self._mapped(fix), strict=True)]
         window, ns = self.sample.window_ns, self.sample.sampled_ns
-        self._spread[id(fix)] = tuple(round(s * window / self.sample.half_ns(i))
-                                      if self.sample.half_ns(i) else 0
-                                      for i, s in enumerate(got))
+        # kept on the fix, as its edits on each half are (``_mapped``): a fix's id may be a
+        # later fix's once it is freed
+        fix.__dict__["_spread"] = (self, tuple(round(s * window / self.sample.half_ns(i))
+                                               if self.sample.half_ns(i) else 0
+                                               for i, s in enumerate(got)))
         return round(sum(got) * window / ns) if ns else 0
 
     def spread(self, fix: Fix) -> tuple[int, int] | None:
-        """The saving of ``fix`` as each half alone gives it (scaled to the window)."""
-        return self._spread.get(id(fix))
+        """The saving of ``fix`` as each half alone gives it (scaled to the window); None for
+        a fix this timeline has not replayed."""
+        got = fix.__dict__.get("_spread")
+        return got[1] if got is not None and got[0] is self else None
 
     @property
     def sampled(self) -> dict:

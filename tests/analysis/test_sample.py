@@ -229,3 +229,39 @@ def test_the_reports_say_the_fixes_were_replayed_on_a_sample(monkeypatch):
     assert all("(replayed on 100% of its time in 2 runs and scaled to the window: its two "
                "halves give" in f["saving_how"] for f in report["findings"]
                if f["saving_ns"] is not None)
+
+
+def test_each_fixs_spread_is_its_own(monkeypatch):
+    """What each half gives is kept with the fix it was replayed for: a fix this timeline has
+    not replayed (an empty one, or one made after another was freed, which may take its id)
+    has none; one replayed by another timeline has none here."""
+    import gc
+
+    from zym.analysis.replay import Fix
+
+    full = analyze(EBPF_SAMPLE, None, "steady")
+    lo, hi = full.window
+    halves = S.Sample(((lo, (lo + hi) // 2), ((lo + hi) // 2, hi)), 0, 0, hi - lo)
+    monkeypatch.setattr(S, "choose_sample", lambda *a, **k: halves)
+    monkeypatch.setenv(S.ENV_SAMPLE, "1")
+    tl = analyze(EBPF_SAMPLE, None, "steady").timeline
+    other = analyze(EBPF_SAMPLE, None, "steady").timeline
+    waits = np.flatnonzero(tl.waits)
+    assert len(waits) >= 2
+    fix = Fix(remove_calls=waits[:1].astype(np.int64))
+    saving = tl.saving(fix, alone=True)
+    a, b = tl.spread(fix)
+    # each half's figure scaled by its time: together, the saving (rounding apart)
+    assert abs(saving - (a * halves.half_ns(0) + b * halves.half_ns(1)) / (hi - lo)) <= 2
+    assert other.spread(fix) is None
+    assert tl.spread(Fix()) is None and tl.saving(Fix()) == 0
+    for _ in range(50):  # a later fix, perhaps at the freed one's address
+        gone = Fix(remove_calls=waits[1:2].astype(np.int64))
+        tl.saving(gone, alone=True)
+        address = id(gone)
+        del gone
+        gc.collect()
+        later = Fix()
+        assert tl.spread(later) is None
+        if id(later) == address:
+            break
