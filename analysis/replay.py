@@ -1808,10 +1808,9 @@ def _waits_kernel(surv, s_at, at_has, at_0, d_incl, own_sid, own_prefix, own_pos
 
 @functools.cache
 def _compiled_waits():
-    """``_waits_kernel`` compiled by numba (used with ``_compiled_shifts``)."""
-    import numba
-
-    return numba.njit(cache=True, nogil=True)(_waits_kernel)
+    """``_waits_kernel`` compiled by numba (used with ``_compiled_shifts``); None without."""
+    compiled = njit(_waits_kernel)
+    return compiled[0] if compiled else None
 
 
 @functools.cache
