@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 from zym.schemas.apis import is_blocking_api
+from zym.schemas.lookup import distinct_text
 
 from .correlate import match_rows
-from .kernels import classify_kernels, classify_names, distinct_names
+from .kernels import classify_kernels, classify_names
 from .sites import site_table
 from .timeline import busy_intervals, gpu_work
 
@@ -235,7 +236,7 @@ class Facts:
         (:func:`zym.analysis.kernels.classify_names`): a window's facts share the whole
         capture's (its names are among them)."""
         names = conformed(self.data, "gpu")["name"]
-        return classify_names(distinct_names(names))
+        return classify_names(distinct_text(names))
 
     @cached_property
     def gpu_ns(self) -> int:

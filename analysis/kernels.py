@@ -17,6 +17,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 import polars as pl
+from zym.schemas.lookup import distinct_text
 
 FIELDS = {"op_class": pl.String, "precision": pl.String, "tensor_core": pl.Boolean}
 OP_CLASSES = ("gemm", "gemv", "attention", "conv", "elementwise", "reduction", "norm",
@@ -52,11 +53,6 @@ def classify_names(names: pl.Series) -> pl.DataFrame:
     return df.with_columns(out)
 
 
-def distinct_names(names: pl.Series) -> pl.Series:
-    """The distinct names of ``names`` (text or categorical), as text, without nulls."""
-    return names.unique().drop_nulls().cast(pl.String)
-
-
 def classify_kernels(names: pl.Series, kinds: pl.Series, table: pl.DataFrame | None = None
                      ) -> list[pl.Series]:
     """``op_class``, ``precision`` (categorical) and ``tensor_core`` for each GPU operation.
@@ -69,7 +65,7 @@ def classify_kernels(names: pl.Series, kinds: pl.Series, table: pl.DataFrame | N
         return [pl.Series(f, [], pl.Categorical if dtype == pl.String else dtype)
                 for f, dtype in FIELDS.items()]
     if table is None:
-        table = classify_names(distinct_names(names))
+        table = classify_names(distinct_text(names))
     # joined on the names' codes where they are categorical (not their text, row by row)
     key = table.select(pl.col("name").cast(names.dtype), pl.int_range(pl.len()).alias("_r"))
     idx = (pl.DataFrame({"name": names})

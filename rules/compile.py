@@ -11,6 +11,7 @@ from typing import Any
 
 import polars as pl
 from zym.analysis.units import fmt_bytes, fmt_ns
+from zym.schemas.lookup import distinct_text
 
 _CMP = {
     "eq": lambda c, v: c == v, "ne": lambda c, v: c != v, "lt": lambda c, v: c < v,
@@ -123,7 +124,7 @@ def _distinct(frame: pl.DataFrame | None, key: str, cond: Any) -> pl.Series | No
     column = frame[key]
     if column.dtype not in (pl.String, pl.Categorical):
         return None
-    return column.unique().drop_nulls().cast(pl.String)
+    return distinct_text(column)
 
 
 def aggregation(name: str, spec: dict, sites: pl.DataFrame | None = None,

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 from zym.analysis.replay import Fix
 from zym.schemas.errors import InputError
+from zym.schemas.lookup import distinct_text
 
 from .savings import NoEstimate, fix_for
 
@@ -127,7 +128,7 @@ def _speedup(analysis: Analysis, where: str, spec: str) -> Fix:
     if not eq or not regex:
         raise InputError(f"--what-if {spec}: speedup@REGEX=4x or speedup@REGEX=tf32")
     gpu = analysis.facts.gpu
-    names = gpu["name"].unique().drop_nulls().cast(pl.String)  # matched once per name
+    names = distinct_text(gpu["name"])  # matched once per name
     try:
         matched = names.filter(names.str.contains(regex))
     except pl.exceptions.PolarsError:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import polars as pl
 
 from .errors import InputError
+from .lookup import distinct_text
 from .tables import CALL_KINDS, CLIPPED, COPY_KINDS, FRAME_KINDS, GPU_KINDS, RANGE_KINDS, REQUIRED
 
 MAX_STACK_DEPTH = 2048  # frames from the root; Python's default recursion limit is 1000
@@ -81,7 +82,7 @@ def check_table(table: str, df: pl.DataFrame, source: str = "capture") -> pl.Dat
                        .then(pl.col("ts_ns") <= I64 - pl.col("dur_ns"))))
     for col, allowed in VOCABULARY.get(table, {}).items():
         # the distinct values first (a few, on millions of rows): the rows only where one is bad
-        if col in df.columns and not df[col].unique().drop_nulls().cast(pl.String).is_in(
+        if col in df.columns and not distinct_text(df[col]).is_in(
                 list(allowed)).all():
             checks.append((col, pl.col(col).cast(pl.String).is_in(list(allowed))))
     if checks:
@@ -112,7 +113,7 @@ def _truncate(df: pl.DataFrame) -> pl.DataFrame:
     for c in ("op_shapes", "op_dtypes"):
         if c in df.columns:  # a few thousand distinct values on millions of rows: check those
             # (text, or categorical codes of it: an importer's in-memory spans)
-            values = df[c].unique().drop_nulls().cast(pl.String)
+            values = distinct_text(df[c])
             bad = values.filter(~pl.select(_shapes_ok(pl.lit(values))).to_series())
             if bad.len():
                 cut.append(pl.when(~pl.col(c).is_in(bad.cast(df[c].dtype).implode()))
@@ -124,7 +125,7 @@ def _has_long(col: pl.Series) -> bool:
     """Whether some value of ``col`` (text, or categorical codes of it: names read as codes,
     whose distinct values are checked) has more than ``MAX_NAME_CHARS`` bytes."""
     if col.dtype == pl.Categorical:
-        col = col.unique().drop_nulls().cast(pl.String)
+        col = distinct_text(col)
     elif col.dtype != pl.String:
         return False
     return bool((col.str.len_bytes() > MAX_NAME_CHARS).any())
