@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 from zym.schemas.apis import is_blocking_api
+from zym.schemas.errors import InputError
 from zym.schemas.lookup import distinct_text
 
 from .correlate import match_rows
@@ -33,6 +34,16 @@ if TYPE_CHECKING:
     from .load import CaptureData
 
 EVENT_SITE_COLUMNS = ("code_site", "site_id", "user_node")  # carried on every event row
+ROW = pl.Int32  # a row of the calls or GPU table (``call_idx``, ``gpu_idx``, ``own_row``):
+ROW_MAX = (1 << 31) - 1  # 4 bytes a row, not 8 (2^31 calls would need some 250 GB here)
+
+
+def rows_fit(n: int, what: str) -> int:
+    """``n``, or a one-line error where ``n`` rows do not fit in a :data:`ROW`."""
+    if n > ROW_MAX:
+        raise InputError(f"{n:,} {what} in the window: zym analyses at most {ROW_MAX:,} at "
+                         "once; pick part of the capture with --window FROM:TO")
+    return n
 
 
 def thread_key() -> pl.Expr:
@@ -174,11 +185,12 @@ class Facts:
         calls = raw.select("pid", "tid", "ts_ns", "dur_ns", pl.col("name").cast(pl.Categorical)
                            .alias("api"), "kind", "correlation_id", "stack_id", "size_bytes",
                            "copy_kind", "op_id").with_row_index("_orig")
+        rows_fit(calls.height, "CUDA calls")
         in_order = calls["ts_ns"].is_sorted()
         if not in_order:
             calls = calls.sort("ts_ns", maintain_order=True)
         calls = calls.with_columns(thread_key()).with_row_index("call_idx").with_columns(
-            pl.col("call_idx").cast(pl.Int64), pl.col("_orig").cast(pl.Int64),
+            pl.col("call_idx").cast(ROW), pl.col("_orig").cast(ROW),
             (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"))
         if in_order:  # a call's row is its capture row: one column, shared (not a copy)
             calls = calls.with_columns(pl.col("call_idx").alias("_orig"))
@@ -192,8 +204,10 @@ class Facts:
             pl.coalesce(g["size_bytes"].gather(at), pl.col("size_bytes")).alias("bytes"))
         # (the own operation's duration and end are read through ``own_row`` where needed:
         # per-call copies of them were 200 MB at 10 M calls)
-        return calls.with_columns(blocking(pl.lit(api_blocks(calls["api"])), pl.col("kind"),
-                                           pl.col("src_mem"), pl.col("dst_mem")).alias("blocking"))
+        # (the capture's own byte count is in ``bytes`` now: not kept twice)
+        return calls.drop("size_bytes").with_columns(blocking(
+            pl.lit(api_blocks(calls["api"])), pl.col("kind"), pl.col("src_mem"),
+            pl.col("dst_mem")).alias("blocking"))
 
     @cached_property
     def many_threads(self) -> bool:
@@ -214,7 +228,7 @@ class Facts:
         # Only the columns the calls read: what a copy's own row says, and the call (a
         # call's own GPU row is work, not a sync record).
         return gpu.select("copy_kind", "src_mem", "dst_mem", "size_bytes", pl.when(
-            pl.col("kind") != "sync").then(rows).alias("call_idx"))
+            pl.col("kind") != "sync").then(rows.cast(ROW)).alias("call_idx"))
 
     @cached_property
     def gpu(self) -> pl.DataFrame:
@@ -222,11 +236,12 @@ class Facts:
         ``end_ns``, ``work`` and the kernel classes (:mod:`zym.analysis.kernels`)."""
         calls = self.calls
         gpu = conformed(self.data, "gpu")
+        rows_fit(gpu.height, "GPU operations")
         rows = self.__dict__.pop("_call_rows")  # read once: not kept beside the column
-        gpu = gpu.with_columns(rows.alias("call_idx"), pl.col("device_id").fill_null(-1),
+        gpu = gpu.with_columns(rows.cast(ROW).alias("call_idx"), pl.col("device_id").fill_null(-1),
                                (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"),
                                (pl.col("kind") != "sync").fill_null(True).alias("work"))
-        gpu = gpu.with_row_index("gpu_idx").with_columns(pl.col("gpu_idx").cast(pl.Int64))
+        gpu = gpu.with_row_index("gpu_idx").with_columns(pl.col("gpu_idx").cast(ROW))
         return gpu.with_columns(calls["stack_id"].gather(gpu["call_idx"]).alias("stack_id"),
                                 *classify_kernels(gpu["name"], gpu["kind"], self.kernel_table))
 
@@ -315,6 +330,6 @@ def _columns(df: pl.DataFrame, *names: str) -> pl.DataFrame:
 def first_own_row(call_idx: pl.Series, n_calls: int) -> pl.Series:
     """Per call (0..n_calls-1), the first row of ``call_idx`` naming it, or null."""
     ok = call_idx.is_not_null()
-    rows = pl.int_range(call_idx.len(), dtype=pl.Int64, eager=True).filter(ok).reverse()
-    return pl.repeat(None, n_calls, dtype=pl.Int64, eager=True).scatter(
+    rows = pl.int_range(call_idx.len(), dtype=ROW, eager=True).filter(ok).reverse()
+    return pl.repeat(None, n_calls, dtype=ROW, eager=True).scatter(
         call_idx.filter(ok).reverse(), rows)
