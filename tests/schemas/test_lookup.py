@@ -5,7 +5,7 @@ import random
 
 import polars as pl
 import pytest
-from zym.schemas.lookup import first_row_of
+from zym.schemas.lookup import distinct_text, first_row_of
 
 
 def _reference(keys: list, queries: list) -> list:
@@ -30,3 +30,14 @@ def test_first_row_of_with_nothing_to_find():
     assert first_row_of(pl.Series([], dtype=pl.Int64), pl.Series([None, None])).to_list() == [
         None, None]
     assert first_row_of(pl.Series([None], dtype=pl.Int64), pl.Series([], dtype=pl.Int64)).len() == 0
+
+
+@pytest.mark.parametrize("dtype", [pl.String, pl.Categorical])
+@pytest.mark.parametrize("nulls", [0.0, 0.7, 1.0])  # none, most (a copy's columns), every row
+def test_distinct_text_is_the_set_of_values(dtype, nulls):
+    rng = random.Random(7)
+    values = [None if rng.random() < nulls else f"k{rng.randrange(40)}" for _ in range(5000)]
+    got = distinct_text(pl.Series("c", values, dtype=dtype))
+    assert got.dtype == pl.String and got.null_count() == 0 and got.is_unique().all()
+    assert set(got.to_list()) == {v for v in values if v is not None}
+    assert distinct_text(pl.Series("c", [], dtype=dtype)).to_list() == []
