@@ -335,7 +335,7 @@ class Relations:
         calls = self.calls_table()
         steps = self.analysis.steps_in_window()
         if steps is None:
-            return pl.DataFrame({"step": pl.repeat(None, calls.height, dtype=pl.Int64,
+            return pl.DataFrame({"step": pl.repeat(None, calls.height, dtype=pl.Int32,
                                                    eager=True)})
         import numpy as np
 
@@ -343,7 +343,7 @@ class Relations:
 
         k = interval_of(calls["ts_ns"].to_numpy(), steps.start_ns, steps.end_ns)
         ok = (k >= 0) & (calls["_thread"].to_numpy() == steps.thread)
-        return pl.DataFrame({"step": pl.Series(np.where(ok, k, -1)).cast(pl.Int64)}).select(
+        return pl.DataFrame({"step": pl.Series(np.where(ok, k, -1)).cast(pl.Int32)}).select(
             pl.when(pl.col("step") >= 0).then(pl.col("step")).alias("step"))
 
     # -- relations ----------------------------------------------------------------------------
@@ -421,7 +421,7 @@ class Relations:
                 return pl.Series("call_instance", ids, dtype=pl.Int64)
             return pl.Series("call_instance", ids[at], dtype=pl.Int64)
         frame = calls.select("pid", "tid", "ts_ns").with_columns(
-            user_node.alias("user_node"))[idx]
+            user_node.cast(pl.Int64).alias("user_node"))[idx]  # (the spans' ids' type)
         users = frame["user_node"].drop_nulls().unique()
         # One query: the spans of those user frames, and each call's latest one before it.
         sp = (spans.lazy().filter(pl.col("stack_id").is_in(users.implode()))

@@ -55,3 +55,24 @@ def test_more_rows_than_a_row_column_holds_is_one_line_and_exit_2(monkeypatch):
     result = CliRunner().invoke(app, ["analyze", str(CAPTURES[0]), "--no-progress"])
     assert result.exit_code == 2
     assert result.stderr.count("\n") == 1 and "CUDA calls in the window" in result.stderr
+
+
+def test_site_ids_are_4_bytes_where_they_fit_and_8_where_not():
+    """The site table's id columns (gathered onto every event a rule keeps) are Int32 where
+    their values fit; stack ids past 2^31 (a producer may number its stacks so) keep Int64
+    and their values, and the sites are the same sites."""
+    from zym.analysis.facts import EVENT_SITE_COLUMNS, Facts
+
+    small = analyze(CAPTURES[0], lambda _stage: None, "all").facts
+    assert [small.sites.schema[c] for c in EVENT_SITE_COLUMNS] == [pl.Int32] * 3
+    far = 1 << 40
+    nodes = small.nodes.with_columns(pl.col("stack_id", "parent_id", "user_node", "op_node")
+                                     + far)
+    large = Facts(small.data, nodes).sites
+    for c in ("user_node", "site_id"):  # stack ids
+        assert large.schema[c] == pl.Int64
+        assert large[c].to_list() == [None if u is None else u + far
+                                      for u in small.sites[c].to_list()]
+    assert large.schema["code_site"] == pl.Int32  # numbered by the analysis
+    rest = ["stack_id", "user_node", "site_id"]
+    assert large.drop(rest).equals(small.sites.drop(rest))
