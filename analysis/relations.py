@@ -36,6 +36,8 @@ from .load import constant_columns
 from .matmul import MATMUL_OPS, with_flops
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from .report import Analysis
 
 SITE_DOC = {
@@ -394,6 +396,11 @@ class Relations:
             df = df.with_columns(per_call.gather(df["call_idx"]).alias("gpu_idle_ns"))
         return df.select([c for c in df.columns if c in want or c in ("call_idx",)])
 
+    def every_call_instance(self) -> np.ndarray:
+        """Every call's ``call_instance``, by ``call_idx``: the calls relation's column for
+        each call, without building the relation's other columns."""
+        return self._instances(self.calls_table()["call_idx"]).to_numpy()
+
     def _instances(self, idx: pl.Series) -> pl.Series:
         """``call_instance`` of the calls ``idx`` (see ``COLUMNS``): with spans (Kineto), the
         start of the user frame's span around the call; else the call of the user function the
@@ -403,7 +410,6 @@ class Relations:
         from .instances import Ancestors, call_instances
 
         calls = self.calls_table()
-        user_node = self.site_of(calls["stack_id"], ("user_node",))[0]
         spans = self.analysis.data.spans()
         if spans is None or spans.height == 0:
             # Every call's, once per analysis: a call's instance does not depend on which
@@ -411,6 +417,7 @@ class Relations:
             # subset, the batching fixes for every call).
             def every() -> np.ndarray:
                 anc = self._once_obj("ancestors", lambda: Ancestors(self.facts.nodes))
+                user_node = self.site_of(calls["stack_id"], ("user_node",))[0]
                 return call_instances(calls, user_node, np.arange(calls.height), anc,
                                       self.call_steps())
 
@@ -420,6 +427,7 @@ class Relations:
                     (at[1:] - at[:-1] == 1).all()))):  # every call in order: shared, no copy
                 return pl.Series("call_instance", ids, dtype=pl.Int64)
             return pl.Series("call_instance", ids[at], dtype=pl.Int64)
+        user_node = self.site_of(calls["stack_id"], ("user_node",))[0]
         frame = calls.select("pid", "tid", "ts_ns").with_columns(
             user_node.cast(pl.Int64).alias("user_node"))[idx]  # (the spans' ids' type)
         users = frame["user_node"].drop_nulls().unique()

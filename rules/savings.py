@@ -114,21 +114,10 @@ def _batch(calls: np.ndarray, analysis: Analysis, keep: str) -> Fix:
     if not len(calls):
         return Fix()
     rel = analysis.relations
-    by_row = rel.shared("call_instance by call_idx", lambda: _instance_by_call(rel))
-    if by_row is not None and int(calls.max()) < len(by_row):
-        idx = sorted_unique(calls)
-        group = by_row[idx]
-        opens = _opens_instance(rel, by_row, idx)
-    else:
-        every = rel.materialize("calls", {"call_instance"})
-        inst = every.filter(pl.col("call_idx").is_in(pl.Series(calls).implode())).select(
-            "call_idx", "call_instance").sort("call_idx")
-        idx = inst["call_idx"].to_numpy()
-        group = inst["call_instance"].to_numpy()
-        first = every.group_by("call_instance").agg(pl.col("call_idx").min().alias("_first"))
-        opens = (inst.join(first, on="call_instance", how="left", maintain_order="left")
-                 .select(pl.col("call_idx") == pl.col("_first")).to_series()
-                 .fill_null(False).to_numpy())
+    by_row = rel.shared("call_instance by call_idx", rel.every_call_instance)
+    idx = sorted_unique(calls)
+    group = by_row[idx]
+    opens = _opens_instance(rel, by_row, idx)
     keep_mask, instances = kept_per_instance(group, idx, tl.waits[idx], keep)
     gone = idx[~keep_mask]
     kept = int(keep_mask.sum())
@@ -174,18 +163,6 @@ def _opens_instance(rel, by_row: np.ndarray, idx: np.ndarray) -> np.ndarray:
     # every call, np.unique, took seconds at 10 M calls)
     first = rel.shared("first call of each instance", lambda: first_of_each(by_row))
     return first[idx]
-
-
-def _instance_by_call(rel) -> np.ndarray | None:
-    """Every call's ``call_instance`` by ``call_idx``, when the calls relation holds each call
-    once, at row ``call_idx`` (then a batch reads its calls' instances by a gather, not a
-    filter of every call); else None."""
-    inst = rel.materialize("calls", {"call_instance"})
-    ids, group = inst["call_idx"], inst["call_instance"]
-    if ids.null_count() or group.null_count() or not ids.equals(
-            pl.int_range(len(ids), dtype=ids.dtype, eager=True), check_names=False):
-        return None
-    return group.to_numpy()
 
 
 def kept_per_instance(group: np.ndarray, idx: np.ndarray, waits: np.ndarray, keep: str

@@ -192,32 +192,22 @@ def test_kept_per_instance_equals_the_per_instance_loop(keep):
         assert got[1] == want[1] and (got[0] == want[0]).all(), (trial, n)
 
 
-@pytest.mark.parametrize("keep", ["first", "last"])
-def test_a_batch_reads_its_instances_by_gather_as_by_filter(keep, monkeypatch):
-    """The batching fix reads its calls' instances from every call's instance by call_idx
-    (built once); it is the fix the filter of the calls relation gives (the path taken when
-    that relation is not one row per call, in call_idx order)."""
+@pytest.mark.parametrize("name", ["gpt_decode_server.parquet",  # instances from the stacks
+                                  "gpt_decode_server.trace.json.gz"])  # from Kineto's spans
+def test_batching_reads_the_calls_relations_instances(name):
+    """The batching fix reads every call's instance by call_idx, built without the calls
+    relation's other columns: it is that relation's ``call_instance``, call by call."""
     from pathlib import Path
 
     from zym.analysis import analyze
-    from zym.rules import savings
 
-    sample = Path(__file__).resolve().parents[2] / "sample_traces" / "gpt_decode_server.parquet"
-    analysis = analyze(sample, lambda _stage: None, "steady")
-    tl = analysis.timeline
-    rng = np.random.default_rng(3)
-    waiting = np.nonzero(tl.waits)[0]
-    calls = np.sort(np.concatenate([waiting, rng.choice(tl.n_calls, 200, replace=False)]))
-    calls = np.unique(calls).astype(np.int64)
-    assert savings._instance_by_call(analysis.relations) is not None  # the gather path runs
-    fast = savings._batch(calls, analysis, keep)
-    monkeypatch.setattr(savings, "_instance_by_call", lambda rel: None)
-    analysis.relations._objects.pop("shared:call_instance by call_idx", None)
-    slow = savings._batch(calls, analysis, keep)
-    assert len(fast.remove_calls) and len(fast.remove_calls) < len(calls)
-    for name in ("remove_calls", "gap_calls", "gap_ns"):
-        assert np.array_equal(getattr(fast, name), getattr(slow, name)), name
-    assert fast.describe == slow.describe
+    sample = Path(__file__).resolve().parents[2] / "sample_traces" / name
+    rel = analyze(sample, lambda _stage: None, "steady").relations
+    every = rel.every_call_instance()
+    column = rel.materialize("calls", {"call_instance"}).sort("call_idx")
+    assert column["call_idx"].to_list() == list(range(len(every)))
+    assert column["call_instance"].to_list() == every.tolist()
+    assert 1 < len(np.unique(every)) < len(every)  # instances of several calls
 
 
 def test_opens_instance_marks_each_instances_first_call():
