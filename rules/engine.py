@@ -354,13 +354,15 @@ def _plan(rule: Rule, rel: Relations, frame: pl.DataFrame) -> dict:
     costly = {"instances"} - _referenced(rule)
     aggs = [e.alias(n) for n, e in STANDARD_MEASURES[rule.relation].items() if n not in costly]
     aggs += [aggregation(n, s, sites, frame) for n, s in rule.measures.items() if "agg" in s]
-    labels = [_label(c) for c in _EVENT_LABELS if c in columns and c not in keys]
+    labels = [_label(c) for c in _EVENT_LABELS if c in columns and c not in keys and c != "api"]
     if "stack_id" in columns:
         labels.append(pl.col("stack_id").drop_nulls().first().alias("_l_stack_id"))
         if "site_id" not in keys:
             labels.append(pl.col("site_id").drop_nulls().first().alias("_l_site_id"))
     grouped = (rows.group_by(keys, maintain_order=True).agg(*aggs, *labels) if keys
                else rows.select(*aggs, *labels))
+    if "api" in columns and "api" not in keys:
+        grouped = _with_api_label(grouped, rows, keys)
     for name, spec in rule.measures.items():
         if "agg" not in spec:
             grouped = grouped.with_columns(derived(name, spec, constants))
@@ -461,15 +463,26 @@ _EMPTY_OCC = pl.DataFrame(schema={c: pl.Int64 for c in OCCURRENCE_COLUMNS})
 
 
 def _label(column: str) -> pl.Expr:
-    """A group's label from an event column: its first value; for the CUDA API, every API in
-    the group (in order of first use, up to three), so a group of cudaMalloc and cudaFree
-    calls is not titled by one of them."""
-    if column != "api":
-        return pl.col(column).drop_nulls().first().alias(f"_l_{column}")
-    names = pl.col(column).drop_nulls().cast(pl.String).unique(maintain_order=True)
-    more = pl.when(names.len() > 3).then(pl.lit(" and others")).otherwise(pl.lit(""))
-    joined = pl.concat_str([names.head(3).str.join(" / "), more])
-    return pl.when(names.len() > 0).then(joined).alias(f"_l_{column}")
+    """A group's label from an event column: its first value (the CUDA API's:
+    :func:`_with_api_label`)."""
+    return pl.col(column).drop_nulls().first().alias(f"_l_{column}")
+
+
+def _with_api_label(grouped: pl.LazyFrame, rows: pl.LazyFrame, keys: list[str]
+                    ) -> pl.LazyFrame:
+    """``grouped`` with ``_l_api``: every CUDA API of the group's ``rows``, in order of first
+    use, up to three (a group of cudaMalloc and cudaFree calls is not titled by one of
+    them), null where the group has none. From the distinct (group, API) pairs: a list
+    built in each group of millions of rows took 0.3 s a rule."""
+    pairs = rows.select(*keys, "api").drop_nulls("api").unique(maintain_order=True)
+    names = pl.col("api").cast(pl.String)
+    more = pl.when(pl.len() > 3).then(pl.lit(" and others")).otherwise(pl.lit(""))
+    label = pl.when(pl.len() > 0).then(pl.concat_str([names.head(3).str.join(" / "), more])
+                                       ).alias("_l_api")
+    if not keys:
+        return pl.concat([grouped, pairs.select(label)], how="horizontal")
+    return grouped.join(pairs.group_by(keys, maintain_order=True).agg(label), on=keys,
+                        how="left", maintain_order="left", nulls_equal=True)
 
 
 def _finding(rule: Rule, row: dict, occ: Any, cost: str, constants: dict,

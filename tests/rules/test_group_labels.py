@@ -72,3 +72,51 @@ def test_the_join_keeps_the_events_order():
     plain = dataclasses.replace(rule, group_by=("user_file",), having={}, measures={})
     rows = _plan(plain, Rel(), frame)["rows"].collect()
     assert rows["gpu_idx"].to_list() == list(range(200))
+
+
+def _api_labels(sites: list, apis: list) -> dict:
+    """Per site (None: the events with no site), the label read row by row: its distinct
+    CUDA APIs in order of first use, three at most, else None."""
+    seen: dict = {}
+    for site, api in zip(sites, apis):
+        names = seen.setdefault(site, [])
+        if api is not None and api not in names:
+            names.append(api)
+    return {s: (" / ".join(n[:3]) + (" and others" if len(n) > 3 else "")) if n else None
+            for s, n in seen.items()}
+
+
+@pytest.mark.parametrize("keys", [("code_site",), ()])
+def test_a_groups_api_label_is_its_apis_in_order_of_first_use(keys):
+    import dataclasses
+    import random
+
+    from zym.rules.engine import _plan
+
+    class Rel:  # what _plan reads of the relations
+        sites = None
+        total_gpu_ns, window_ns = 1, 1
+
+    rng = random.Random(5)
+    apis = ["cudaMalloc", "cudaFree", "cudaMemcpyAsync", "cudaStreamSynchronize", "cuLaunch"]
+    n = 3000
+    site = [rng.choice([1, 2, 3, None]) for _ in range(n)]
+    # site 1: up to five APIs; site 2: one; site 3: none (no label); no site: some
+    api = [None if s == 3 or rng.random() < 0.2 else apis[0] if s == 2 else rng.choice(apis)
+           for s in site]
+    frame = pl.DataFrame({"call_idx": range(n), "code_site": site,
+                          "api": pl.Series(api, dtype=pl.Categorical), "kind": ["copy"] * n,
+                          "blocked_ns": [1] * n, "gpu_idle_ns": [0] * n, "bytes": [8] * n,
+                          "gpu_ns": [1] * n})
+    rule = next(r for p in load_packs() for r in p.rules if r.id == "transfers.pageable-memory")
+    rule = dataclasses.replace(rule, group_by=keys, where={}, having={}, measures={})
+    got = _plan(rule, Rel(), frame)["grouped"].collect()
+    if keys:
+        want = _api_labels(site, api)
+        assert got["code_site"].to_list() == list(want)  # groups in order of first event
+        assert got["_l_api"].to_list() == list(want.values())
+        assert want[1].endswith(" and others") and want[3] is None
+    else:
+        assert got["_l_api"].to_list() == list(_api_labels([0] * n, api).values())
+        empty = _plan(rule, Rel(), frame.clear())["grouped"].collect()
+        assert empty.height == 0 or empty["_l_api"].to_list() == [None]
