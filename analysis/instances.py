@@ -75,22 +75,46 @@ class Ancestors:
         return np.where(rows >= 0, out, -1)
 
 
+def thread_order(thread: np.ndarray) -> np.ndarray:
+    """The calls (``thread``: each call's ``_thread``, calls in time order) per thread, in
+    time order: a stable sort, by radix where the thread ids fit 16 bits; int32 positions
+    where they fit."""
+    small = len(thread) and (thread.min() >= np.iinfo(np.int16).min
+                             and thread.max() <= np.iinfo(np.int16).max)
+    return _narrow(np.argsort(thread.astype(np.int16) if small else thread, kind="stable"),
+                   len(thread))
+
+
+def previous_on_thread(thread: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """Each call's previous call on its thread (-1: its thread's first), from
+    :func:`thread_order`'s ``order``."""
+    prev = np.full(len(thread), -1, order.dtype)
+    if len(order) > 1:
+        t = thread[order]
+        same = t[1:] == t[:-1]
+        del t
+        prev[order[1:][same]] = order[:-1][same]
+    return prev
+
+
 def call_instances(calls: pl.DataFrame, user_node: pl.Series, wanted: np.ndarray,
-                   ancestors: Ancestors, steps: pl.Series | None) -> np.ndarray:
+                   ancestors: Ancestors, steps: pl.Series | None,
+                   order: np.ndarray | None = None) -> np.ndarray:
     """Instance id (an int64) for each call of ``wanted`` (``call_idx`` values), per the module
     doc. ``calls``: ``Facts.calls`` (time order); ``user_node``: each call's innermost user
-    frame; ``steps``: each call's step or null. Ids say which calls share an instance; their
-    values mean nothing else."""
+    frame; ``steps``: each call's step or null; ``order``: :func:`thread_order` of the calls,
+    where at hand. Ids say which calls share an instance; their values mean nothing else."""
     out = np.full(len(wanted), -1, np.int64)
     if not len(wanted):
         return out
+    thread = calls["_thread"].to_numpy()
+    if order is None:
+        order = thread_order(thread)
     if len(calls) >= JIT_MIN_CALLS and _compiled_pass() is not None:
-        return _one_pass(calls, user_node, wanted, ancestors, steps, out)
+        return _one_pass(calls, user_node, wanted, ancestors, steps, out, order)
     # Every call, at millions of calls: positions and stack rows as int32 where they fit,
     # and each array freed once read (the calls' whole-length temporaries were ~1 GB at 10 M).
-    thread = calls["_thread"].to_numpy()
     n = len(thread)
-    order = _narrow(np.argsort(thread, kind="stable"), n)  # per thread, in time order
     t = thread[order]
     boundary = np.r_[True, t[1:] != t[:-1]]
     del t
@@ -138,7 +162,8 @@ def _frame_codes(ancestors: Ancestors) -> np.ndarray:
 
 
 def _one_pass(calls: pl.DataFrame, user_node: pl.Series, wanted: np.ndarray,
-              ancestors: Ancestors, steps: pl.Series | None, out: np.ndarray) -> np.ndarray:
+              ancestors: Ancestors, steps: pl.Series | None, out: np.ndarray,
+              order: np.ndarray) -> np.ndarray:
     """``call_instances`` at millions of calls: the same ids, from one compiled pass over the
     calls in thread order that keeps a running count of runs at every depth some wanted call's
     user frame is at, reading stack ids through ``Ancestors``' lookup as it goes (the numpy
@@ -146,9 +171,6 @@ def _one_pass(calls: pl.DataFrame, user_node: pl.Series, wanted: np.ndarray,
     the calls by thread and the wanted calls by depth)."""
     thread = calls["_thread"].to_numpy()
     n = len(thread)
-    # Per thread, in time order: a stable sort, by radix where the thread ids fit 16 bits.
-    small = n and thread.min() >= np.iinfo(np.int16).min and thread.max() <= np.iinfo(np.int16).max
-    order = np.argsort(thread.astype(np.int16) if small else thread, kind="stable")
     step = (steps.fill_null(-1).to_numpy() if steps is not None
             else np.zeros(0, np.int64))
     stack, lookup = calls["stack_id"], ancestors._lookup

@@ -366,7 +366,7 @@ class Relations:
                                  .alias("memory"))
         # Sequence columns need every call of the thread, before any row is dropped.
         if want & {"follows_dtoh", "follows_copy", "prev_copy_bytes"}:
-            prev = calls.select(self.facts.per_thread(pl.col("call_idx").shift(1)).alias("p"))["p"]
+            prev = self._previous_on_thread()
             is_copy = (df["kind"] == "copy").gather(prev).fill_null(False)
             dtoh = is_copy & (df["copy_kind"] == "DtoH").gather(prev).fill_null(False)
             nbytes = df["bytes"].gather(prev)
@@ -394,7 +394,27 @@ class Relations:
             if self.analysis.data.gpu.height == 0:  # no GPU side: idle time is unknown
                 per_call = pl.repeat(None, n, dtype=pl.Int64, eager=True)
             df = df.with_columns(per_call.gather(df["call_idx"]).alias("gpu_idle_ns"))
+        self._objects.pop("thread order", None)  # (read by this build only)
         return df.select([c for c in df.columns if c in want or c in ("call_idx",)])
+
+    def _thread_order(self):
+        """The calls per thread, in time order (:func:`zym.analysis.instances.thread_order`):
+        one sort for the previous call on each thread and the calls' instances."""
+        from .instances import thread_order
+
+        return self._once_obj("thread order",
+                              lambda: thread_order(self.calls_table()["_thread"].to_numpy()))
+
+    def _previous_on_thread(self) -> pl.Series:
+        """Each call's previous call on its thread, by ``call_idx`` (null: the first)."""
+        calls = self.calls_table()
+        if not self.facts.many_threads:
+            return calls["call_idx"].shift(1)
+        from .instances import previous_on_thread
+
+        prev = previous_on_thread(calls["_thread"].to_numpy(), self._thread_order())
+        return pl.Series("p", prev).to_frame().select(
+            pl.when(pl.col("p") >= 0).then(pl.col("p"))).to_series()
 
     def every_call_instance(self) -> np.ndarray:
         """Every call's ``call_instance``, by ``call_idx``: the calls relation's column for
@@ -419,7 +439,7 @@ class Relations:
                 anc = self._once_obj("ancestors", lambda: Ancestors(self.facts.nodes))
                 user_node = self.site_of(calls["stack_id"], ("user_node",))[0]
                 return call_instances(calls, user_node, np.arange(calls.height), anc,
-                                      self.call_steps())
+                                      self.call_steps(), self._thread_order())
 
             ids = self._once_obj("call_instance of every call", every)
             at = idx.to_numpy()

@@ -734,3 +734,44 @@ def test_dense_replays_on_several_threads_share_their_buffers_one_at_a_time(synt
     monkeypatch.setattr(findings, "MIN_RUN", 2)
     assert _report(synthetic, 0, monkeypatch) == one
     assert most[0] == 1 and waited[0] > 0
+
+
+@pytest.mark.parametrize("ids", ["small", "packed"])  # radix path (16 bits); pid << 32 | tid
+def test_previous_call_on_each_thread_matches_a_walk(ids):
+    from zym.analysis.instances import previous_on_thread, thread_order
+
+    rng = np.random.default_rng(11)
+    keys = np.array([3, -7, 12, 900] if ids == "small" else
+                    [(4242 << 32) | 17, (4242 << 32) | 18, (77 << 32) | 17, 5], np.int64)
+    thread = keys[rng.integers(0, len(keys), 5000)]
+    last: dict[int, int] = {}
+    want = []
+    for row, t in enumerate(thread.tolist()):
+        want.append(last.get(t, -1))
+        last[t] = row
+    order = thread_order(thread)
+    assert np.array_equal(order, np.argsort(thread, kind="stable"))
+    assert previous_on_thread(thread, order).tolist() == want
+    assert previous_on_thread(thread[:1], thread_order(thread[:1])).tolist() == [-1]
+
+
+@pytest.mark.parametrize("which", ["ebpf sample", "synthetic"])
+def test_the_previous_calls_columns_match_a_walk(which, synthetic):
+    """``follows_dtoh``, ``follows_copy`` and ``prev_copy_bytes`` of the calls relation, as a
+    walk over the calls in time order, keeping each thread's last call, says."""
+    analysis = analyze(EBPF_SAMPLE if which == "ebpf sample" else synthetic,
+                       lambda _stage: None, "steady")
+    calls = analysis.relations.calls_table()
+    got = analysis.relations.materialize(
+        "calls", {"follows_dtoh", "follows_copy", "prev_copy_bytes"}).sort("call_idx")
+    last: dict[tuple, tuple] = {}
+    want = []
+    for pid, tid, kind, copy_kind, nbytes in calls.select(
+            "pid", "tid", "kind", "copy_kind", "bytes").iter_rows():
+        prev = last.get((pid, tid))
+        copy = prev is not None and prev[0] == "copy"
+        want.append((copy and prev[1] == "DtoH", copy, prev[2] if copy else None))
+        last[(pid, tid)] = (kind, copy_kind, nbytes)
+    assert got["call_idx"].to_list() == list(range(calls.height))
+    assert list(got.select("follows_dtoh", "follows_copy", "prev_copy_bytes").iter_rows()) == want
+    assert sum(w[1] for w in want) > 100 and sum(w[0] for w in want) > 10
