@@ -84,7 +84,8 @@ def per_name(api: pl.Series, test: Callable[[pl.Expr], pl.Expr]) -> pl.Series:
     evaluated once per distinct name: the names are few, the calls millions (categorical
     names: looked up by their codes, :func:`zym.schemas.lookup.first_row_of`, not joined;
     at 12.5 M calls the text and its matching were ~0.5 s a test)."""
-    names = api.unique().drop_nulls()
+    # (categorical codes: polars' first-seen path is the faster, as in ``distinct_text``)
+    names = api.unique(maintain_order=api.dtype == pl.Categorical).drop_nulls()
     got = pl.select(test(pl.lit(names.cast(pl.String)))).to_series()
     if api.dtype == pl.Categorical:
         from zym.schemas.lookup import first_row_of
