@@ -77,12 +77,12 @@ class Ancestors:
 
 def thread_order(thread: np.ndarray) -> np.ndarray:
     """The calls (``thread``: each call's ``_thread``, calls in time order) per thread, in
-    time order: a stable sort, by radix where the thread ids fit 16 bits; int32 positions
-    where they fit."""
-    small = len(thread) and (thread.min() >= np.iinfo(np.int16).min
-                             and thread.max() <= np.iinfo(np.int16).max)
-    return _narrow(np.argsort(thread.astype(np.int16) if small else thread, kind="stable"),
-                   len(thread))
+    time order: a stable sort, by radix where the thread ids span less than 2^16 (one
+    process's threads: 0.13 against 0.53 s at 12.5 M calls); int32 positions where they fit."""
+    lo = int(thread.min()) if len(thread) else 0
+    near = len(thread) and int(thread.max()) - lo <= np.iinfo(np.uint16).max
+    key = (thread - lo).astype(np.uint16) if near else thread
+    return _narrow(np.argsort(key, kind="stable"), len(thread))
 
 
 def previous_on_thread(thread: np.ndarray, order: np.ndarray) -> np.ndarray:

@@ -736,13 +736,17 @@ def test_dense_replays_on_several_threads_share_their_buffers_one_at_a_time(synt
     assert most[0] == 1 and waited[0] > 0
 
 
-@pytest.mark.parametrize("ids", ["small", "packed"])  # radix path (16 bits); pid << 32 | tid
+@pytest.mark.parametrize("ids", ["small", "one process", "packed", "extremes"])
 def test_previous_call_on_each_thread_matches_a_walk(ids):
+    """By radix where the ids span less than 2^16 (small ones, one process's threads), else
+    by a sort of the ids themselves (several processes, the int64 extremes)."""
     from zym.analysis.instances import previous_on_thread, thread_order
 
     rng = np.random.default_rng(11)
-    keys = np.array([3, -7, 12, 900] if ids == "small" else
-                    [(4242 << 32) | 17, (4242 << 32) | 18, (77 << 32) | 17, 5], np.int64)
+    keys = np.array({"small": [3, -7, 12, 900],
+                     "one process": [(4242 << 32) | 17, (4242 << 32) | 65000, (4242 << 32) | 9],
+                     "packed": [(4242 << 32) | 17, (4242 << 32) | 18, (77 << 32) | 17, 5],
+                     "extremes": [-(1 << 63), (1 << 63) - 1, 0]}[ids], np.int64)
     thread = keys[rng.integers(0, len(keys), 5000)]
     last: dict[int, int] = {}
     want = []
