@@ -16,12 +16,13 @@ def _reference(keys: list, queries: list) -> list:
     return [first.get(q) for q in queries]
 
 
+@pytest.mark.parametrize("nulls", [0.1, 0.0])  # with nulls; none (compact ids: numpy)
 @pytest.mark.parametrize("scale", [1, 10**12])  # compact ids: array; far apart: join
 @pytest.mark.parametrize("seed", range(3))
-def test_first_row_of_matches_a_dict(scale, seed):
+def test_first_row_of_matches_a_dict(scale, seed, nulls):
     rng = random.Random(seed)
-    keys = [None if rng.random() < 0.1 else rng.randrange(50) * scale for _ in range(200)]
-    queries = [None if rng.random() < 0.1 else rng.randrange(60) * scale for _ in range(300)]
+    keys = [None if rng.random() < nulls else rng.randrange(50) * scale for _ in range(200)]
+    queries = [None if rng.random() < nulls else rng.randrange(60) * scale for _ in range(300)]
     got = first_row_of(pl.Series(keys, dtype=pl.Int64), pl.Series(queries, dtype=pl.UInt64))
     assert got.dtype == pl.Int64 and got.to_list() == _reference(keys, queries)
 
