@@ -17,7 +17,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 import polars as pl
-from zym.schemas.lookup import distinct_text
+from zym.schemas.lookup import distinct_text, first_row_of
 
 FIELDS = {"op_class": pl.String, "precision": pl.String, "tensor_core": pl.Boolean}
 OP_CLASSES = ("gemm", "gemv", "attention", "conv", "elementwise", "reduction", "norm",
@@ -67,9 +67,17 @@ def classify_kernels(names: pl.Series, kinds: pl.Series, table: pl.DataFrame | N
     if table is None:
         table = classify_names(distinct_text(names))
     # joined on the names' codes where they are categorical (not their text, row by row)
-    key = table.select(pl.col("name").cast(names.dtype), pl.int_range(pl.len()).alias("_r"))
-    idx = (pl.DataFrame({"name": names})
-           .join(key, on="name", how="left", maintain_order="left")["_r"])
+    key = table.select(pl.col("name"), pl.int_range(pl.len()).alias("_r"))
+    if names.dtype == pl.Categorical:
+        # each distinct name's row, then each operation's through its name's code (the
+        # codes of this column: an array lookup, not a join of 10 M rows, 0.25 against 0.35 s)
+        distinct = names.unique(maintain_order=True).drop_nulls()
+        rows = (pl.DataFrame({"name": distinct.cast(pl.String)})
+                .join(key, on="name", how="left", maintain_order="left")["_r"])
+        idx = rows.gather(first_row_of(distinct.to_physical(), names.to_physical()))
+    else:
+        idx = (pl.DataFrame({"name": names})
+               .join(key, on="name", how="left", maintain_order="left")["_r"])
     # The classes as categorical codes: gathered and compared as integers, not as text (at
     # 10 M operations: 0.4 s against 1.2 s).
     cols = [(table[f].cast(pl.Categorical) if dtype == pl.String else table[f]).gather(idx)
