@@ -1,7 +1,7 @@
 """Load a capture for analysis: a zym capture file, or a Kineto trace converted in memory."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +14,9 @@ from zym.schemas.meta import CaptureMeta
 # The tables the analysis reads up front. Spans (Kineto's CPU slices) are loaded on first use
 # (``CaptureData.spans()``): rules read them to count calls per enclosing Python call.
 ANALYSIS_TABLES = ("frame", "stack", "call", "gpu")
+# Columns no analysis reads, left out of its load (the exports read the capture with them;
+# ``facts.conform`` holds any asked for as nulls): 100-200 MB at 12.5 M calls.
+UNREAD = {"call": ("device_id", "stream_id", "cbid")}
 
 
 @dataclass
@@ -88,10 +91,13 @@ def api_codes(data: CaptureData) -> CaptureData:
 
 
 def load_capture(path: str | Path, progress: Callable[[str], None] | None = None,
-                 codes: bool = False) -> CaptureData:
+                 codes: bool = False, skip: Mapping[str, Collection[str]] | None = None
+                 ) -> CaptureData:
     """Load ``path`` (zym Parquet capture, or Kineto ``.json``/``.json.gz``) for analysis.
     ``codes``: a capture file's calls' and GPU operations' names read as categorical codes
-    (what :func:`api_codes` makes of them; their text is then never held for every row)."""
+    (what :func:`api_codes` makes of them; their text is then never held for every row);
+    ``skip``: per table, columns left out (the analysis': :data:`UNREAD`)."""
+    skip = skip or {}
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path}: no such file")
@@ -103,8 +109,8 @@ def load_capture(path: str | Path, progress: Callable[[str], None] | None = None
         if progress:
             progress("reading capture")
         cap = open_capture(path)
-        tables = {t: _compact(cap.load(t, ("name",) if codes and t in ("call", "gpu") else ()))
-                  for t in ANALYSIS_TABLES}
+        tables = {t: _compact(cap.load(t, ("name",) if codes and t in ("call", "gpu") else (),
+                                       skip.get(t, ()))) for t in ANALYSIS_TABLES}
         tables["span"] = lambda: cap.load("span")
         meta = cap.meta
     else:
@@ -114,7 +120,8 @@ def load_capture(path: str | Path, progress: Callable[[str], None] | None = None
             raise InputError(f"{path}: neither a zym capture (Parquet) nor a torch.profiler "
                              "trace (JSON, optionally gzipped)")
         tables, meta = load_kineto(path, progress)
-        tables = {t: _compact(tables[t]) if t in ANALYSIS_TABLES else tables[t] for t in tables}
+        tables = {t: _compact(tables[t].drop(skip.get(t, ()), strict=False))
+                  if t in ANALYSIS_TABLES else tables[t] for t in tables}
         if "span" in tables:
             tables["span"] = constant_columns(tables["span"])
         release_freed_memory(tables["call"].height + tables["gpu"].height

@@ -21,7 +21,7 @@ from zym.schemas.memory import release_freed_memory
 
 from .callpath import UNKNOWN_STACK, CallPaths, build_call_paths, stack_nodes
 from .facts import Facts
-from .load import CaptureData, api_codes, load_capture
+from .load import UNREAD, CaptureData, api_codes, load_capture
 from .phases import Phases, Steps, find_phases, parse_window, step_threads
 from .replay import Timeline, events_in_gaps
 from .sample import SampledTimeline, window_timeline
@@ -353,7 +353,7 @@ def analyze(path: str | Path, progress: Progress | None = None, window: str = "s
     """Load a capture (or Kineto trace), find its phases, and analyze ``window`` of it
     (``steady``: steady state; ``all``; ``FROM:TO``; ``steps:A:B``: see
     :func:`zym.analysis.phases.parse_window`)."""
-    data = api_codes(load_capture(path, progress, codes=True))
+    data = api_codes(load_capture(path, progress, codes=True, skip=UNREAD))
     if progress:
         progress("attributing GPU work to call paths")
     analysis = analyze_data(data, window)

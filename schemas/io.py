@@ -103,27 +103,30 @@ class Capture:
     version: int = SCHEMA_VERSION
     absent: frozenset[str] = frozenset()   # columns added after this file's version
 
-    def scan(self, table: str, codes: Collection[str] = ()) -> pl.LazyFrame:
+    def scan(self, table: str, codes: Collection[str] = (), skip: Collection[str] = ()
+             ) -> pl.LazyFrame:
         """The rows of one logical table, with that table's columns and types (a column the
         file's version predates reads as nulls; a text column of ``codes`` as categorical
-        codes, cast as it is read: its text is not held for every row)."""
+        codes, cast as it is read: its text is not held for every row; the columns of
+        ``skip`` not read)."""
         if table not in TABLES:
             raise ValueError(f"unknown table {table!r}; tables: {', '.join(TABLES)}")
         types = polars_schema(table)
         cols = [pl.lit(None, types[c]).alias(c) if c in self.absent else
                 pl.col(c).cast(pl.Categorical) if c in codes and types[c] == pl.String else
-                pl.col(c) for c in TABLES[table] if c != "record"]
+                pl.col(c) for c in TABLES[table] if c != "record" and c not in skip]
         return (pl.scan_parquet(self.path)
                 .filter(pl.col("record") == table)
                 .select(cols))
 
-    def load(self, table: str, codes: Collection[str] = ()) -> pl.DataFrame:
+    def load(self, table: str, codes: Collection[str] = (), skip: Collection[str] = ()
+             ) -> pl.DataFrame:
         """One table, every field checked (``schemas.validate``): out-of-range or inconsistent
         values are an ``InvalidCaptureError``, never a traceback or a wrong answer. ``codes``:
-        text columns read as categorical codes (see ``scan``)."""
+        text columns read as categorical codes; ``skip``: columns not read (see ``scan``)."""
         from .validate import check_refs, check_stacks, check_table
 
-        df = check_table(table, self._read(table, codes=codes), display(self.path))
+        df = check_table(table, self._read(table, codes=codes, skip=skip), display(self.path))
         if table == "stack":
             check_stacks(df, self._keys("frame", "frame_id"), display(self.path))
         elif table in ("call", "span", "range"):
@@ -131,9 +134,9 @@ class Capture:
         return df
 
     def _read(self, table: str, columns: list[str] | None = None,
-              codes: Collection[str] = ()) -> pl.DataFrame:
+              codes: Collection[str] = (), skip: Collection[str] = ()) -> pl.DataFrame:
         try:
-            lf = self.scan(table, codes)
+            lf = self.scan(table, codes, skip)
             return (lf.select(columns) if columns else lf).collect()
         except (pl.exceptions.PolarsError, OSError) as e:
             raise InputError(f"{display(self.path)}: cannot read the {table} table "
