@@ -219,10 +219,6 @@ class Facts:
         t = self.calls["_thread"]
         return bool(t.len()) and t.min() != t.max()
 
-    def per_thread(self, expr: pl.Expr) -> pl.Expr:
-        """``expr`` evaluated per thread (calls are in time order)."""
-        return expr.over("_thread") if self.many_threads else expr
-
     # -- GPU ---------------------------------------------------------------------------------
 
     def _work_rows(self, calls: pl.DataFrame) -> pl.DataFrame:

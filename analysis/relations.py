@@ -397,13 +397,18 @@ class Relations:
         self._objects.pop("thread order", None)  # (read by this build only)
         return df.select([c for c in df.columns if c in want or c in ("call_idx",)])
 
-    def _thread_order(self):
+    def _thread_order(self, keep: bool) -> np.ndarray:
         """The calls per thread, in time order (:func:`zym.analysis.instances.thread_order`):
-        one sort for the previous call on each thread and the calls' instances."""
+        one sort for the previous call on each thread and the calls' instances (``keep``:
+        held for the instances of the same build, which drops it at its end)."""
         from .instances import thread_order
 
-        return self._once_obj("thread order",
-                              lambda: thread_order(self.calls_table()["_thread"].to_numpy()))
+        order = self._objects.get("thread order")
+        if order is None:
+            order = thread_order(self.calls_table()["_thread"].to_numpy())
+            if keep:
+                self._objects["thread order"] = order
+        return order
 
     def _previous_on_thread(self) -> pl.Series:
         """Each call's previous call on its thread, by ``call_idx`` (null: the first)."""
@@ -412,7 +417,7 @@ class Relations:
             return calls["call_idx"].shift(1)
         from .instances import previous_on_thread
 
-        prev = previous_on_thread(calls["_thread"].to_numpy(), self._thread_order())
+        prev = previous_on_thread(calls["_thread"].to_numpy(), self._thread_order(True))
         return pl.Series("p", prev).to_frame().select(
             pl.when(pl.col("p") >= 0).then(pl.col("p"))).to_series()
 
@@ -439,7 +444,7 @@ class Relations:
                 anc = self._once_obj("ancestors", lambda: Ancestors(self.facts.nodes))
                 user_node = self.site_of(calls["stack_id"], ("user_node",))[0]
                 return call_instances(calls, user_node, np.arange(calls.height), anc,
-                                      self.call_steps(), self._thread_order())
+                                      self.call_steps(), self._thread_order(False))
 
             ids = self._once_obj("call_instance of every call", every)
             at = idx.to_numpy()

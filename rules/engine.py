@@ -466,7 +466,7 @@ _EMPTY_OCC = pl.DataFrame(schema={c: pl.Int64 for c in OCCURRENCE_COLUMNS})
 
 def _label(column: str) -> pl.Expr:
     """A group's label from an event column: its first value (the CUDA API's:
-    :func:`_with_api_label`)."""
+    :func:`_api_label`)."""
     return pl.col(column).drop_nulls().first().alias(f"_l_{column}")
 
 
