@@ -23,7 +23,7 @@ import numpy as np
 import polars as pl
 from zym.schemas.apis import is_blocking_api
 from zym.schemas.errors import InputError
-from zym.schemas.lookup import distinct_text
+from zym.schemas.lookup import distinct_text, per_distinct
 
 from .correlate import match_rows
 from .kernels import classify_kernels, classify_names
@@ -82,18 +82,9 @@ def api_blocks(api: pl.Series) -> pl.Series:
 def per_name(api: pl.Series, test: Callable[[pl.Expr], pl.Expr]) -> pl.Series:
     """``test`` (an expression over API names) of each call's API name (null where none),
     evaluated once per distinct name: the names are few, the calls millions (categorical
-    names: looked up by their codes, :func:`zym.schemas.lookup.first_row_of`, not joined;
-    at 12.5 M calls the text and its matching were ~0.5 s a test)."""
-    # (categorical codes: polars' first-seen path is the faster, as in ``distinct_text``)
-    names = api.unique(maintain_order=api.dtype == pl.Categorical).drop_nulls()
-    got = pl.select(test(pl.lit(names.cast(pl.String)))).to_series()
-    if api.dtype == pl.Categorical:
-        from zym.schemas.lookup import first_row_of
-
-        return got.gather(first_row_of(names.to_physical(), api.to_physical()))
-    return (pl.DataFrame({"api": api}).join(pl.DataFrame({"api": names, "got": got}),
-                                            on="api", how="left", maintain_order="left")
-            ["got"])
+    names: :func:`zym.schemas.lookup.per_distinct`; at 12.5 M calls the text and its matching
+    row by row were ~0.5 s a test)."""
+    return per_distinct(api, lambda names: pl.select(test(pl.lit(names))).to_series())
 
 
 def blocking(blocks_api: pl.Expr, kind: pl.Expr, src_mem: pl.Expr, dst_mem: pl.Expr

@@ -415,11 +415,12 @@ class Relations:
         calls = self.calls_table()
         if not self.facts.many_threads:
             return calls["call_idx"].shift(1)
+        from zym.schemas.lookup import null_where_negative
+
         from .instances import previous_on_thread
 
-        prev = previous_on_thread(calls["_thread"].to_numpy(), self._thread_order(True))
-        return pl.Series("p", prev).to_frame().select(
-            pl.when(pl.col("p") >= 0).then(pl.col("p"))).to_series()
+        return null_where_negative(
+            previous_on_thread(calls["_thread"].to_numpy(), self._thread_order(True)), "p")
 
     def every_call_instance(self) -> np.ndarray:
         """Every call's ``call_instance``, by ``call_idx``: the calls relation's column for

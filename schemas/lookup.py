@@ -9,6 +9,9 @@ checks and classifications test once each, not row by row.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import numpy as np
 import polars as pl
 
 
@@ -40,16 +43,31 @@ def first_row_of(keys: pl.Series, queries: pl.Series) -> pl.Series:
 def _first_row_dense(keys: pl.Series, queries: pl.Series, hi: int) -> pl.Series:
     """``first_row_of`` where no key or query is null and all lie in ``[0, hi]``: the scatter
     and gather in numpy (0.1 against 0.3 s at 12.5 M keys and 10 M queries)."""
-    import numpy as np
-
     table = np.full(hi + 1, -1, np.int64)
     k = keys.to_numpy()
     table[k[::-1]] = np.arange(len(k) - 1, -1, -1)  # reversed: a key's first row last
-    found = pl.Series(queries.name, table[queries.to_numpy()])
+    return null_where_negative(table[queries.to_numpy()], queries.name)
+
+
+def null_where_negative(rows: np.ndarray, name: str = "") -> pl.Series:
+    """Positions from numpy (-1: none) as a polars column, null where none."""
+    found = pl.Series(name, rows)
     if not (found < 0).any():
         return found
-    return found.to_frame().select(pl.when(pl.col(found.name) >= 0)
-                                   .then(pl.col(found.name))).to_series()
+    return found.to_frame().select(pl.when(pl.col(name) >= 0).then(pl.col(name))).to_series()
+
+
+def per_distinct(column: pl.Series, compute: Callable[[pl.Series], pl.Series]) -> pl.Series:
+    """``compute`` (one value for each of the text values it is given) run once on the
+    distinct values of ``column`` (text, or categorical codes of it) and spread to its rows
+    (null where null): the values are few, the rows millions. Codes are looked up by an
+    array, not joined (at 10-12.5 M rows ~0.1 against ~0.2-0.5 s)."""
+    distinct = column.unique(maintain_order=column.dtype == pl.Categorical).drop_nulls()
+    got = compute(distinct.cast(pl.String))
+    if column.dtype == pl.Categorical:
+        return got.gather(first_row_of(distinct.to_physical(), column.to_physical()))
+    return (pl.DataFrame({"v": column}).join(pl.DataFrame({"v": distinct, "got": got}), on="v",
+                                              how="left", maintain_order="left")["got"])
 
 
 def distinct_text(column: pl.Series) -> pl.Series:

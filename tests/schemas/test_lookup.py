@@ -5,7 +5,7 @@ import random
 
 import polars as pl
 import pytest
-from zym.schemas.lookup import distinct_text, first_row_of
+from zym.schemas.lookup import distinct_text, first_row_of, per_distinct
 
 
 def _reference(keys: list, queries: list) -> list:
@@ -42,3 +42,20 @@ def test_distinct_text_is_the_set_of_values(dtype, nulls):
     assert got.dtype == pl.String and got.null_count() == 0 and got.is_unique().all()
     assert set(got.to_list()) == {v for v in values if v is not None}
     assert distinct_text(pl.Series("c", [], dtype=dtype)).to_list() == []
+
+
+@pytest.mark.parametrize("dtype", [pl.String, pl.Categorical])
+def test_per_distinct_is_the_value_of_each_rows_text(dtype):
+    """Computed once per distinct value, spread to the rows: what computing each row's own
+    value gives (null where the row is null)."""
+    rng = random.Random(3)
+    values = [None if rng.random() < 0.2 else f"cuda{rng.randrange(30)}" for _ in range(4000)]
+    calls = []
+
+    def length(text: pl.Series) -> pl.Series:
+        calls.append(text.len())
+        return text.str.len_chars() * 10
+
+    got = per_distinct(pl.Series("c", values, dtype=dtype), length)
+    assert got.to_list() == [None if v is None else len(v) * 10 for v in values]
+    assert calls == [len({v for v in values if v is not None})]  # once per distinct value
