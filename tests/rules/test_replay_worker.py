@@ -74,6 +74,33 @@ def test_fixes_are_replayed_by_workers_with_the_savings_of_one_thread(path, monk
     assert found.total_ns == prefix[-1]
 
 
+def test_a_chain_led_by_a_cuda_graph_is_cut_into_runs_whatever_its_length(monkeypatch):
+    """The bundled trace's first-ranked fix is a CUDA graph, so every prefix of the chain is
+    replayed whole: with the default run length (more than its fixes) the chain still goes
+    to two threads, and its savings are each prefix's, combined at once and replayed whole."""
+    saving = replay.Timeline.saving
+    threads: set[str] = set()
+
+    def traced(self, fix, **kw):
+        if not kw.get("alone"):      # the fixes together (a finding's own fix runs alone)
+            threads.add(threading.current_thread().name)
+        return saving(self, fix, **kw)
+
+    monkeypatch.setattr(replay.Timeline, "saving", traced)
+    monkeypatch.setenv(replay.ENV_REPLAY_THREADS, "2")
+    a = analyze(SAMPLES[1], lambda _stage: None)
+    found = evaluate(a, load_packs(()))
+    edits = [f.edit for f in found if f.edit is not None]
+    assert len(edits[0].graph_first) > 0 and 2 <= len(edits) < findings.MIN_RUN * 2
+    assert len(threads) == 2
+    tl = a.timeline
+    prefix = [max(tl.baseline.end_ns - tl.replay(replay.Fix.combine(edits[:k + 1]),
+                                                 incremental=False).end_ns, 0)
+              for k in range(len(edits))]
+    incremental = [f.saving_incremental_ns for f in found if f.edit is not None]
+    assert incremental == [max(now - was, 0) for was, now in zip([0, *prefix], prefix)]
+
+
 def test_an_error_in_a_replay_reaches_the_caller(monkeypatch):
     """A replay that fails in the worker fails the rules, with its own exception, and leaves
     no worker thread behind."""
