@@ -64,14 +64,7 @@ def test_fixes_are_replayed_by_workers_with_the_savings_of_one_thread(path, monk
     assert rows(found) == rows(one_by_one)
     assert found.total_ns == one_by_one.total_ns
     # and as each prefix of the ranked fixes, combined at once and replayed whole
-    edits = [f.edit for f in found if f.edit is not None]
-    tl = b.timeline
-    prefix = [max(tl.baseline.end_ns - tl.replay(replay.Fix.combine(edits[:k + 1]),
-                                                 incremental=False).end_ns, 0)
-              for k in range(len(edits))]
-    incremental = [f.saving_incremental_ns for f in found if f.edit is not None]
-    assert incremental == [max(now - was, 0) for was, now in zip([0, *prefix], prefix)]
-    assert found.total_ns == prefix[-1]
+    assert_prefix_savings(found, b.timeline)
 
 
 def test_a_chain_led_by_a_cuda_graph_is_cut_into_runs_whatever_its_length(monkeypatch):
@@ -93,12 +86,19 @@ def test_a_chain_led_by_a_cuda_graph_is_cut_into_runs_whatever_its_length(monkey
     edits = [f.edit for f in found if f.edit is not None]
     assert len(edits[0].graph_first) > 0 and 2 <= len(edits) < findings.MIN_RUN * 2
     assert len(threads) == 2
-    tl = a.timeline
+    assert_prefix_savings(found, a.timeline)
+
+
+def assert_prefix_savings(found: findings.Findings, tl: replay.Timeline) -> None:
+    """Each finding's incremental saving and the total are those of each prefix of the
+    ranked fixes, combined at once and replayed whole (from nothing)."""
+    edits = [f.edit for f in found if f.edit is not None]
     prefix = [max(tl.baseline.end_ns - tl.replay(replay.Fix.combine(edits[:k + 1]),
                                                  incremental=False).end_ns, 0)
               for k in range(len(edits))]
     incremental = [f.saving_incremental_ns for f in found if f.edit is not None]
     assert incremental == [max(now - was, 0) for was, now in zip([0, *prefix], prefix)]
+    assert found.total_ns == prefix[-1]
 
 
 def test_an_error_in_a_replay_reaches_the_caller(monkeypatch):
