@@ -437,12 +437,16 @@ class _Workers:
         found = _last_cut(buf)
         if found is None:
             return None
-        with memoryview(buf) as view:
-            text = b"".join((b"[", view[:found.start() + 1], b"]"))
-        future = self.pool.submit(_decode_batch, text)
+        future = self.pool.submit(*self._job(buf, found.start() + 1))
         self.queued.append(future)
         acc.add_future(future)
         return found.end() - 1
+
+    def _job(self, buf: bytearray, end: int) -> tuple:
+        """A worker's job for the events in ``buf[:end]``: a process is sent a copy (JSON
+        array text)."""
+        with memoryview(buf) as view:
+            return _decode_batch, b"".join((b"[", view[:end], b"]"))
 
     def close(self) -> None:
         if self.pool is not None:
@@ -459,18 +463,6 @@ class _Threads(_Workers):
     def batch(self) -> int:
         return _THREAD_BATCH
 
-    def submit(self, buf: bytearray, acc: _GroupAccumulator) -> int | None:
-        """As for processes, but the thread reads the events in ``buf`` itself, not a copy
-        (copying each batch was ~0.4 s of this thread at 1.8 GB of text): the caller goes on
-        in a new buffer, and this one is not changed again."""
-        found = _last_cut(buf)
-        if found is None:
-            return None
-        future = self.pool.submit(_decode_prefix, buf, found.start() + 1)
-        self.queued.append(future)
-        acc.add_future(future)
-        return found.end() - 1
-
     def __init__(self, path: Path, fraction_read: Callable[[], float]) -> None:
         super().__init__(path, fraction_read)
         self.count = max(1, min(3, (os.cpu_count() or 1) - 1))
@@ -479,6 +471,12 @@ class _Threads(_Workers):
         if self.pool is None:
             self.pool = ThreadPoolExecutor(self.count, thread_name_prefix="zym-json")
         return True
+
+    def _job(self, buf: bytearray, end: int) -> tuple:
+        """A thread reads the events in ``buf`` itself, not a copy (copying each batch was
+        ~0.4 s of the reading thread at 1.8 GB of text): the caller goes on in a new buffer
+        (``_decode_streaming``), and this one is not changed again."""
+        return _decode_slice, buf, 0, end
 
 
 def _spawn_is_safe() -> bool:
@@ -504,38 +502,26 @@ def _last_cut(buf: bytearray) -> re.Match | None:
 
 
 def _decode_batch(text: bytes) -> tuple[dict[str, pl.DataFrame], list, list] | str | None:
-    """In a worker: one batch of events (JSON array text) as group frames whose ids refer to
-    the batch's own names and shapes, with those; None when the text is not JSON (a cut in
-    the wrong place), the message of a malformed event."""
+    """In a worker process: one batch of events (JSON array text), see :func:`_decode_slice`."""
+    return _decode_slice(text, 1, len(text) - 1)  # inside the [ ]
+
+
+def _decode_slice(buf: bytes | bytearray, start: int, end: int
+                  ) -> tuple[dict[str, pl.DataFrame], list, list] | str | None:
+    """The events in ``buf[start:end]`` (comma-separated), read in place: group frames whose
+    ids refer to the batch's own names and shapes, with those; None when the text is not JSON
+    (a cut in the wrong place), the message of a malformed event."""
     names, shapes = _Interner(), _Interner(b"")
-    frames = _scan_frames(text, 1, len(text) - 1, names, shapes)  # inside the [ ]
-    if frames is not None:
-        return frames, names.values, shapes.values
-    return _decode_batch_msgspec(text, names, shapes)
-
-
-def _decode_prefix(buf: bytearray, end: int
-                   ) -> tuple[dict[str, pl.DataFrame], list, list] | str | None:
-    """In a thread: :func:`_decode_batch` of the events in ``buf[:end]`` (comma-separated),
-    read in place."""
-    names, shapes = _Interner(), _Interner(b"")
-    frames = _scan_frames(buf, 0, end, names, shapes)
-    if frames is not None:
-        return frames, names.values, shapes.values
-    with memoryview(buf) as view:
-        text = b"".join((b"[", view[:end], b"]"))
-    return _decode_batch_msgspec(text, names, shapes)
-
-
-def _decode_batch_msgspec(text: bytes, names: _Interner, shapes: _Interner
-                          ) -> tuple[dict[str, pl.DataFrame], list, list] | str | None:
-    """:func:`_decode_batch` by msgspec (the compiled decoder refused the text)."""
-    try:
-        frames = _group_frames(_decode_events(text), names, shapes)
-    except msgspec.ValidationError as e:
-        return str(e)
-    except msgspec.DecodeError:
-        return None
+    frames = _scan_frames(buf, start, end, names, shapes)
+    if frames is None:  # refused by the compiled decoder (or not built): msgspec says why
+        with memoryview(buf) as view:
+            text = b"".join((b"[", view[start:end], b"]"))
+        try:
+            frames = _group_frames(_decode_events(text), names, shapes)
+        except msgspec.ValidationError as e:
+            return str(e)
+        except msgspec.DecodeError:
+            return None
     return frames, names.values, shapes.values
 
 

@@ -393,3 +393,23 @@ def test_gpu_kernel_names_are_the_raw_json_s(sample_trace, decoder):
     table = load_kineto(sample_trace)[0]["gpu"]
     assert table.schema["name"] == pl.String
     assert sorted(table["name"]) == want
+
+
+def test_threads_read_each_batch_in_the_readers_buffer(sample_trace, compiled, monkeypatch):
+    """On the bundled trace (45 MB of text, batches of 4 MB): the threads read each batch in
+    the reading thread's own buffer, from its start (no copy of the text), which the reader
+    does not change afterwards; the frames are those of one thread."""
+    real, read = kineto_json._decode_slice, []
+
+    def recording(buf, start, end):
+        before = hash(bytes(buf))
+        got = real(buf, start, end)
+        read.append((type(buf), start, hash(bytes(buf)) == before))
+        return got
+
+    monkeypatch.setattr(kineto_json, "_decode_slice", recording)
+    threads = kineto_json._read_streaming(sample_trace, parallel=True)[0]
+    assert len(read) > 3 and set(read) == {(bytearray, 0, True)}
+    single = kineto_json._read_streaming(sample_trace, parallel=False)[0]
+    for g in single:
+        assert threads[g].equals(single[g]), g
