@@ -276,11 +276,29 @@ def test_thread_batches_cut_inside_a_string_are_decoded_again_in_one_thread(
 
 
 def test_threads_and_one_thread_give_the_same_frames(tmp_path, compiled, monkeypatch):
-    monkeypatch.setattr(kineto_json, "_THREAD_BATCH", 4096)
+    """Odd events in small batches (gunzipped a few KB at a time): threads decode many of
+    them (checked: with the default sizes the whole file was one batch, which this thread
+    decoded), and the frames are those of one thread."""
+    for name in ("_THREAD_BATCH", "_DECODE_BATCH"):
+        monkeypatch.setattr(kineto_json, name, 4096)
+    monkeypatch.setattr(kineto_json, "_GZ_READ", 512)
+    import threading
+
+    real, where = kineto_json._decode_slice, []
+
+    def recording(buf, start, end):
+        where.append(threading.current_thread().name.startswith("zym-json"))
+        return real(buf, start, end)
+
+    monkeypatch.setattr(kineto_json, "_decode_slice", recording)
     events = odd_events(6, n=3000)
+    for e in events:  # no name that reads as the text between two events: a thread's batch
+        if "}" in str(e.get("name")):  # cut inside one is the case of the test above
+            e["name"] = "aten::mm"
     path = tmp_path / "t.json.gz"
     path.write_bytes(gzip.compress(json.dumps({"traceEvents": events}, indent=1).encode()))
     threads = kineto_json._read_streaming(path, parallel=True)[0]
+    assert sum(where) > 10, where  # batches a thread decoded
     single = kineto_json._read_streaming(path, parallel=False)[0]
     for g in single:
         assert threads[g].equals(single[g]), g
