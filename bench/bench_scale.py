@@ -18,7 +18,15 @@ included), sampled every 20 ms (a peak shorter than that can be missed); the in-
 (bench/child.py) also report their own high-water mark (VmHWM).
 
     python bench/bench_scale.py --hta-python /path/to/hta-venv/bin/python \\
-        [--scales 1,10,40] [--rounds 7,5,2] [--hta-rounds 7,3,1]
+        [--zym /path/to/zym-venv/bin/zym] [--scales 1,10,40] [--rounds 7,5,2] \\
+        [--hta-rounds 7,3,1]
+
+``--zym``: the console script measured (default: the ``zym`` beside this python). HTA runs
+from its own venv, installed by pip as users install it; ``--zym`` measures zym the same way
+(``python -m venv V && V/bin/pip install .``: not editable, its own site-packages), not a
+development checkout's editable install in a shared interpreter, whose start also runs that
+interpreter's ``.pth`` hooks (here ~30 ms a process: the editable finder and the sandbox's
+certificate hook). The report names the command measured and how it is installed.
 """
 from __future__ import annotations
 
@@ -95,8 +103,25 @@ def make_input(scale: int, work: Path) -> Path:
     return path
 
 
+def zym_command(args: argparse.Namespace) -> str:
+    """The ``zym`` console script measured: ``--zym``, else the one beside this python."""
+    return str(args.zym) if args.zym else str(Path(sys.executable).with_name("zym"))
+
+
+def install_kind(zym: str) -> dict:
+    """Where the measured zym's python finds zym, and whether that is an editable install
+    (its modules read from a source tree through a ``.pth`` hook)."""
+    first = Path(shutil.which(zym) or zym).read_bytes()[:200].split(b"\n")[0].decode()
+    python = first.removeprefix("#!").strip() if "python" in first else sys.executable
+    where = ("import json, pathlib, zym.cli, sys; p = pathlib.Path(zym.cli.__file__).resolve();"
+             "print(json.dumps({'python': sys.executable, 'package': str(p.parents[1]),"
+             "'editable': 'site-packages' not in p.parts}))")
+    out = subprocess.run([python, "-c", where], capture_output=True, text=True, check=True)
+    return {"command": zym, **json.loads(out.stdout)}
+
+
 def jobs_for(path: Path, args: argparse.Namespace, with_hta: bool) -> dict[str, list[str]]:
-    zym = str(Path(sys.executable).with_name("zym"))
+    zym = zym_command(args)
     jobs = {
         "zym analyze (CLI, rules on)": [zym, "analyze", str(path), "--format", "json",
                                         "--no-progress"],
@@ -185,16 +210,21 @@ def main() -> None:
     parser.add_argument("--hta-rounds", default="7,3,1", help="rounds with HTA per scale")
     parser.add_argument("--work", type=Path, default=BENCH / "out" / "scale")
     parser.add_argument("--json", type=Path, help="write the raw runs here")
+    parser.add_argument("--zym", type=Path,
+                        help="the zym console script to measure (default: beside this python)")
     args = parser.parse_args()
-    if shutil.which(str(Path(sys.executable).with_name("zym"))) is None:
-        sys.exit("no zym command beside this python: pip install -e . in its venv")
-    compile_bytecode(sys.executable)
+    if shutil.which(zym_command(args)) is None:
+        sys.exit(f"{zym_command(args)}: no zym command there: pip install . in a venv, or "
+                 "pip install -e . in this python's")
+    installed = install_kind(zym_command(args))
+    compile_bytecode(installed["python"])
+    print(f"zym measured: {installed}")
     scales = [int(s) for s in args.scales.split(",")]
     rounds = [int(s) for s in args.rounds.split(",")]
     hta_rounds = [int(s) for s in args.hta_rounds.split(",")]
     results = {s: measure_scale(s, rounds[i], hta_rounds[i], args) for i, s in enumerate(scales)}
     if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
+        args.json.write_text(json.dumps({**results, "zym": installed}, indent=1))
     print(report(results))
 
 
