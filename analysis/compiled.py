@@ -1,6 +1,7 @@
-"""The compiled loops' one way to numba (the ``zym[fast]`` extra): where it is installed, a
-loop written in plain Python over numpy arrays is compiled once (cached on disk, releasing
-the GIL); where it is not, callers run the same source interpreted or take a numpy path."""
+"""The compiled loops' one way to numba (a dependency; it was the ``zym[fast]`` extra): a loop
+written in plain Python over numpy arrays is compiled once (cached on disk, releasing the
+GIL); where numba cannot be imported, callers run the same source interpreted or take a numpy
+path (the same results; ~3x the rules' time at 10 M GPU operations)."""
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -1699,7 +1699,7 @@ def _run_epochs(args: tuple) -> tuple[np.ndarray, np.ndarray]:
 
 @functools.cache
 def _compiled_epochs():
-    """``_epochs`` compiled by numba (the ``zym[fast]`` extra); None without numba: the same
+    """``_epochs`` compiled by numba (a dependency); None without numba: the same
     loop then runs interpreted, the same results, slower on captures with many syncs."""
     compiled = njit(_epochs)
     return compiled[0] if compiled else None

@@ -22,7 +22,7 @@ def _doubled(x, out) -> None:
 
 
 def test_loops_compiled_in_order_give_what_they_give_interpreted():
-    pytest.importorskip("numba", reason="numba not installed (the zym[fast] extra)")
+    pytest.importorskip("numba", reason="numba not installed (a zym dependency: pip install -e .)")
     compiled = njit(_running_total, _doubled)
     assert compiled is not None and len(compiled) == 2
     x = np.arange(1, 8, dtype=np.int64)

@@ -19,7 +19,7 @@ from zym.rules.testing import CaptureBuilder
 def engine(request, monkeypatch):
     """Every expectation below holds for the epoch loop interpreted and compiled (numba)."""
     if request.param == "compiled" and replay._compiled_epochs() is None:
-        pytest.skip("numba not installed (the zym[fast] extra)")
+        pytest.skip("numba not installed (a zym dependency: pip install -e .)")
     monkeypatch.setattr(replay, "JIT_MIN_EPOCHS", 0 if request.param == "compiled" else 1 << 62)
 
 STEP = [("python", "main", "app.py", 1), ("python", "step", "app.py", 20)]

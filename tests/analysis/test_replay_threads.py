@@ -32,7 +32,7 @@ SEEDS = 40
 def engine(request, monkeypatch):
     """Every expectation holds for the loops interpreted and compiled (numba)."""
     if request.param == "compiled" and replay._compiled_epochs() is None:
-        pytest.skip("numba not installed (the zym[fast] extra)")
+        pytest.skip("numba not installed (a zym dependency: pip install -e .)")
     monkeypatch.setattr(replay, "JIT_MIN_EPOCHS", 0 if request.param == "compiled" else 1 << 62)
     return request.param
 

@@ -40,7 +40,7 @@ def _report(path: Path, jit_from: int, monkeypatch) -> dict:
 def test_findings_are_the_same_with_the_loop_compiled_or_interpreted(which, synthetic,
                                                                      monkeypatch):
     if replay._compiled_epochs() is None:
-        pytest.skip("numba not installed (the zym[fast] extra)")
+        pytest.skip("numba not installed (a zym dependency: pip install -e .)")
     path = SAMPLE if which == "sample" else synthetic
     interpreted = _report(path, 1 << 62, monkeypatch)
     compiled = _report(path, 0, monkeypatch)
@@ -95,7 +95,7 @@ def test_call_instances_match_a_walk_over_each_threads_calls(which, runs, synthe
     from zym.analysis import instances
 
     if runs == "compiled" and instances._compiled_pass() is None:
-        pytest.skip("numba not installed (the zym[fast] extra)")
+        pytest.skip("numba not installed (a zym dependency: pip install -e .)")
     monkeypatch.setattr(instances, "JIT_MIN_CALLS", 0 if runs == "compiled" else 1 << 62)
     analysis = analyze(EBPF_SAMPLE if which == "ebpf sample" else synthetic,
                        lambda _stage: None, "steady")
@@ -122,7 +122,7 @@ def test_call_instances_one_pass_gives_the_per_depth_ids(which, synthetic, monke
     from zym.analysis import instances
 
     if instances._compiled_pass() is None:
-        pytest.skip("numba not installed (the zym[fast] extra)")
+        pytest.skip("numba not installed (a zym dependency: pip install -e .)")
     analysis = analyze(EBPF_SAMPLE if which == "ebpf sample" else synthetic,
                        lambda _stage: None, "steady")
     rel = analysis.relations
@@ -153,7 +153,7 @@ def test_first_of_each_id_matches_a_set_walk(shape, monkeypatch):
     from zym.analysis import instances
 
     if instances._compiled_firsts() is None:
-        pytest.skip("numba not installed (the zym[fast] extra)")
+        pytest.skip("numba not installed (a zym dependency: pip install -e .)")
     rng = np.random.default_rng(len(shape))
     n = instances.JIT_MIN_CALLS + 1234
     ids = {"runs": (rng.integers(2, 5, n) << 40) | np.cumsum(rng.random(n) < 0.2),
@@ -231,7 +231,7 @@ def shifts(request, monkeypatch) -> str:
     from ``JIT_MIN_EPOCHS`` epochs, here from the first)."""
     if request.param == "compiled":
         if replay._compiled_shifts() is None:
-            pytest.skip("numba not installed (the zym[fast] extra)")
+            pytest.skip("numba not installed (a zym dependency: pip install -e .)")
         monkeypatch.setattr(replay, "JIT_MIN_EPOCHS", 0)
     else:
         monkeypatch.setattr(replay, "JIT_MIN_EPOCHS", 1 << 62)
@@ -461,7 +461,7 @@ def sparse(monkeypatch) -> None:
     """The sparse replay for every fix that removes no wait (numba: from the first epoch,
     however many its edits)."""
     if replay._compiled_sparse() is None:
-        pytest.skip("numba not installed (the zym[fast] extra)")
+        pytest.skip("numba not installed (a zym dependency: pip install -e .)")
     monkeypatch.setattr(replay, "JIT_MIN_EPOCHS", 0)
     monkeypatch.setattr(replay, "SPARSE_EDITS_PER_EPOCH", 0)
 
@@ -662,7 +662,7 @@ def test_findings_are_the_same_with_replays_on_several_threads(threads, syntheti
     several threads, the fixes together in runs of two: the report of one thread, and of
     whole replays (each outcome computed from nothing)."""
     if replay._compiled_sparse() is None:
-        pytest.skip("numba not installed (the zym[fast] extra)")
+        pytest.skip("numba not installed (a zym dependency: pip install -e .)")
     from zym.rules import findings
 
     monkeypatch.setenv(replay.ENV_REPLAY_THREADS, "1")
@@ -685,7 +685,7 @@ def test_dense_replays_on_several_threads_share_their_buffers_one_at_a_time(synt
     together in runs of two, some replay waits for another's turn, and the report is the one
     thread's."""
     if replay._compiled_sparse() is None:
-        pytest.skip("numba not installed (the zym[fast] extra)")
+        pytest.skip("numba not installed (a zym dependency: pip install -e .)")
     import threading
     import time
 
