@@ -522,6 +522,9 @@ def test_an_event_of_another_phase_or_category_falls_back_and_is_kept_out(tmp_pa
 
 
 def test_small_pieces_cut_events_anywhere(tmp_path, monkeypatch):
+    """Pieces of 97 bytes, and batches of ~1 kB: each batch is cut where a piece ended, mid-
+    event or mid-string, and the rest carried to the next (counted: with the default batch
+    the pieces were joined again and the file decoded as one batch)."""
     from zym.capture import kineto_json
 
     b = KinetoBuilder()
@@ -530,7 +533,17 @@ def test_small_pieces_cut_events_anywhere(tmp_path, monkeypatch):
     path = b.write(tmp_path / "t.json", kineto_layout=True)
     expected = load_kineto(path)[0]
     monkeypatch.setattr(kineto_json, "_READ_CHUNK", 97)  # pieces end mid-event, mid-string
+    for name in ("_DECODE_BATCH", "_THREAD_BATCH"):
+        monkeypatch.setattr(kineto_json, name, 1024)
+    real, batches = kineto_json._scan_frames, []
+
+    def counting(*a):
+        batches.append(1)
+        return real(*a)
+
+    monkeypatch.setattr(kineto_json, "_scan_frames", counting)
     got = load_kineto(path)[0]
+    assert len(batches) > 10
     for table in expected:
         assert got[table].equals(expected[table]), table
 

@@ -133,10 +133,35 @@ def test_older_kineto_category_names_and_external_id(tmp_path, decoder):
 
 def test_a_variant_batch_among_plain_ones_keeps_order_and_values(tmp_path, monkeypatch,
                                                                  decoder):
-    """Small batches: most decode on the fast path, the few with strings or old names by
-    the fallbacks; the rows come out in file order with the values written."""
+    """Small batches (read a kB at a time): most decode on the fast path, the few with
+    strings or old names by the fallbacks; the rows come out in file order with the values
+    written. Counted (checked: read in one piece, the file was one batch, the general
+    decoder's)."""
+    import msgspec
+
     monkeypatch.setattr(kineto_json, "_DECODE_BATCH", 2048)
     monkeypatch.setattr(kineto_json, "_THREAD_BATCH", 2048)
+    monkeypatch.setattr(kineto_json, "_READ_CHUNK", 1000)
+    real_scan, real_fast, paths = kineto_json._scan_frames, kineto_json._FAST_DECODER, []
+
+    def scanning(*a):  # the compiled decoder's fast path
+        frames = real_scan(*a)
+        if frames is not None:
+            paths.append("fast")
+        return frames
+
+    class Fast:  # msgspec's: refused, the batch goes to the general decoder
+        def decode(self, text):
+            try:
+                events = real_fast.decode(text)
+            except msgspec.ValidationError:
+                paths.append("fallback")
+                raise
+            paths.append("fast")
+            return events
+
+    monkeypatch.setattr(kineto_json, "_scan_frames", scanning)
+    monkeypatch.setattr(kineto_json, "_FAST_DECODER", Fast())
     events, streams = [], []
     for i in range(400):
         stream = i % 5
@@ -153,6 +178,7 @@ def test_a_variant_batch_among_plain_ones_keeps_order_and_values(tmp_path, monke
     assert gpu["stream_id"].to_list() == streams
     assert gpu["correlation_id"].to_list() == list(range(400))
     assert tables["call"].height == 400
+    assert paths.count("fast") > 20 and 1 <= paths.count("fallback") <= 3, paths
 
 
 @pytest.mark.parametrize("args, where", [

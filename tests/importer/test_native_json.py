@@ -229,14 +229,37 @@ def test_json_of_other_types_is_refused_and_left_to_msgspec(compiled, text):
 
 def test_a_refused_batch_gives_msgspec_s_tables_or_error(tmp_path, compiled, monkeypatch):
     """A field zym does not read for that category, of a type it does not expect: msgspec's
-    per-category decoder ignores it (the batch holds only categories it knows)."""
-    events = [e for e in odd_events(4, n=400) if e.get("cat") in GROUP_OF and e["ph"] == "X"]
+    per-category decoder ignores it (the batch holds only categories it knows). In small
+    batches, among events the compiled decoder takes (checked: read as one batch, the whole
+    file was refused and decoded by msgspec, as it is for msgspec alone): that batch alone
+    goes to msgspec, the others are the compiled decoder's."""
+    for name in ("_DECODE_BATCH", "_THREAD_BATCH"):
+        monkeypatch.setattr(kineto_json, name, 4096)
+    monkeypatch.setattr(kineto_json, "_READ_CHUNK", 1000)
+    events = [e for e in odd_events(4, n=400) if e.get("cat") in GROUP_OF and e["ph"] == "X"
+              and scan(json.dumps(e).encode()) is not None  # (no batch refused but one)
+              and "}" not in str(e.get("name"))]  # (no cut inside a name: no second reading)
     ok = {"ph": "X", "cat": "cpu_op", "name": "n", "pid": 1, "tid": 1, "ts": 5.0, "dur": 1.0,
           "args": {"External id": 3, "device": "cuda:0", "Input Dims": [[1]]}}  # msgspec: fine
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"traceEvents": [*events[:100], ok, *events[100:]]}))
     assert scan(json.dumps(ok).encode()) is None
+    real_scan, real_decode, scanned, refused = (kineto_json._scan_frames,
+                                                kineto_json._decode_events, [], [])
+
+    def scanning(*a):
+        frames = real_scan(*a)
+        scanned.append(frames is not None)
+        return frames
+
+    def decoding(text):
+        refused.append(b'"cuda:0"' in bytes(text))  # msgspec decodes the batch holding ``ok``
+        return real_decode(text)
+
+    monkeypatch.setattr(kineto_json, "_scan_frames", scanning)
+    monkeypatch.setattr(kineto_json, "_decode_events", decoding)
     got = kineto_json.read_events(path)[0]
+    assert refused == [True] and scanned.count(True) > 5, (refused, scanned)
     monkeypatch.setattr(kineto_json, "_kineto_scan", None)
     want = kineto_json.read_events(path)[0]
     assert set(got) == set(want)

@@ -157,13 +157,31 @@ def resolved(groups: dict) -> dict[str, list[dict]]:
 
 @pytest.fixture(params=[False, True], ids=["batches", "tiny-batches"])
 def batch_sizes(request, monkeypatch):
-    """Default batches, or pieces of 97 bytes and batches of ~1 kB: cuts at most events, and
-    pieces that end inside strings, numbers and escapes."""
-    if request.param:
-        monkeypatch.setattr(kineto_json, "_READ_CHUNK", 97)
-        monkeypatch.setattr(kineto_json, "_GZ_READ", 61)
-        monkeypatch.setattr(kineto_json, "_DECODE_BATCH", 1024)
-        monkeypatch.setattr(kineto_json, "_CUT_WINDOW", 128)
+    """Default batches, or pieces of 97 bytes and batches of ~1 kB, the threads' too: cuts at
+    most events, and pieces that end inside strings, numbers and escapes. Checked after the
+    test (where the compiled decoder, whose threads take batches of _THREAD_BATCH, is
+    built): most batches decoded were of a few kB (checked: with the threads' default batch,
+    the first kB of a file went to a thread and the rest was one batch, of ~80 kB)."""
+    if not request.param:
+        yield
+        return
+    monkeypatch.setattr(kineto_json, "_READ_CHUNK", 97)
+    monkeypatch.setattr(kineto_json, "_GZ_READ", 61)
+    for name in ("_DECODE_BATCH", "_THREAD_BATCH"):
+        monkeypatch.setattr(kineto_json, name, 1024)
+    monkeypatch.setattr(kineto_json, "_CUT_WINDOW", 128)
+    real, sizes = kineto_json._scan_frames, []
+
+    def recording(buf, start, end, *rest):
+        frames = real(buf, start, end, *rest)
+        if frames is not None:  # a batch decoded (not a cut tried and refused)
+            sizes.append(end - start)
+        return frames
+
+    monkeypatch.setattr(kineto_json, "_scan_frames", recording)
+    yield
+    if kineto_json._kineto_scan is not None and sizes:  # (damage at the start: none decodes)
+        assert sorted(sizes)[len(sizes) // 2] < 4096, sizes  # most batches are small
 
 
 @pytest.mark.parametrize("seed", [1, 2])
