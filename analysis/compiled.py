@@ -7,11 +7,23 @@ from __future__ import annotations
 from collections.abc import Callable
 
 
-def njit(*loops: Callable) -> tuple[Callable, ...] | None:
-    """``loops`` compiled by numba, in order; None without numba."""
+def njit(*loops: Callable, inline: bool = False) -> tuple[Callable, ...] | None:
+    """``loops`` compiled by numba, in order; None without numba. ``inline``: helpers that the
+    compiled loops calling them inline (numba's ``inline="always"``)."""
     try:
         import numba
     except ImportError:
         return None
-    jit = numba.njit(cache=True, nogil=True)
-    return tuple(jit(f) for f in loops)
+    options = {"nogil": True, **({"inline": "always"} if inline else {})}
+    return tuple(_compiled(numba, loop, options) for loop in loops)
+
+
+def _compiled(numba, loop: Callable, options: dict) -> Callable:
+    """``loop`` compiled and cached on disk, or compiled in each process where no cache can be
+    written: numba refuses ``cache=True`` (a RuntimeError, "no locator available") where
+    neither the module's folder nor the user's cache folder is writable (a read-only install
+    and home, as in some containers)."""
+    try:
+        return numba.njit(cache=True, **options)(loop)
+    except RuntimeError:
+        return numba.njit(cache=False, **options)(loop)

@@ -2241,17 +2241,15 @@ def _merge_ops(qa, da, qb, db, out_q, out_d, out_pq, x_q, x_d):
 def _compiled_sparse():
     """``_sparse_epochs``, ``_checkpoints`` and ``_ref_ranks`` compiled by numba (with the
     helpers they call); None without numba (the dense path then)."""
-    try:
-        import numba
-    except ImportError:
-        return None
-    jit = numba.njit(cache=True, nogil=True)
     g = globals()
-    inline = numba.njit(cache=True, nogil=True, inline="always")
-    for name in ("_lower", "_seek", "_base_rank", "_sparse_group"):
-        g[name] = inline(g[name]) if not hasattr(g[name], "py_func") else g[name]
-    return (jit(_sparse_epochs), jit(_checkpoints), jit(_ref_ranks),
-            jit(_sorted_differences), jit(_merge_calls), jit(_merge_ops))
+    helpers = [name for name in ("_lower", "_seek", "_base_rank", "_sparse_group")
+               if not hasattr(g[name], "py_func")]  # (not compiled yet)
+    inlined = njit(*(g[name] for name in helpers), inline=True)
+    if inlined is None:
+        return None
+    g.update(zip(helpers, inlined))
+    return njit(_sparse_epochs, _checkpoints, _ref_ranks, _sorted_differences, _merge_calls,
+                _merge_ops)
 
 
 def _stream_order(g: pl.DataFrame) -> np.ndarray | pl.Series:
