@@ -154,10 +154,21 @@ def test_compiled_frames_match_a_walk_up_the_stack(seed):
                           "is_user": rng.random(n) < 0.7},
                          schema={"stack_id": pl.Int64, "parent_id": pl.Int64,
                                  "file": pl.String, "name": pl.String, "is_user": pl.Boolean})
+    # and a compiled forward two wrappers below Dynamo (module.py's, then Kineto's frame): a
+    # compiled frame past 8 hops, not past 1 (checked: in the random tables of these seeds no
+    # frame was more than one wrapper below, so the two limits gave the same frames)
+    nodes = pl.concat([nodes, pl.DataFrame(
+        {"stack_id": [1, 2, 3, 4, 5], "parent_id": [None, 1, 2, 3, 4],
+         "file": ["torch/_dynamo/eval_frame.py", "/x/torch/nn/modules/module.py", None,
+                  "model.py", "torch/_inductor/runtime.py"],
+         "name": ["_fn", "_call_impl", "nn.Module: Linear", "forward", "run"],
+         "is_user": [False, False, False, True, False]}, schema=nodes.schema)])
+    got = {}
     for hops in (8, 1):
-        got = compiled_frames(nodes, hops)
-        assert got.to_list() == _compiled_by_walk(nodes, hops)
-    assert got.dtype == pl.Boolean and got.len() == n
+        got[hops] = compiled_frames(nodes, hops)
+        assert got[hops].to_list() == _compiled_by_walk(nodes, hops)
+    assert got[8][-2] and not got[1][-2]  # the limit reached
+    assert got[1].dtype == pl.Boolean and got[1].len() == n + 5
 
 
 @pytest.mark.parametrize("seed", range(20))

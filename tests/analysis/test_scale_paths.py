@@ -149,11 +149,20 @@ def test_call_instances_one_pass_gives_the_per_depth_ids(which, synthetic, monke
 @pytest.mark.parametrize("shape", ["runs", "random", "extremes", "one", "distinct", "empty"])
 def test_first_of_each_id_matches_a_set_walk(shape, monkeypatch):
     """Whether each id is the first of its value, compiled (from ``JIT_MIN_IDS`` ids) or by
-    polars: what a walk with a set of the ids seen gives."""
+    polars: what a walk with a set of the ids seen gives. No ids: each path too (here from 0
+    ids; counted: at 1000 neither call of this empty case reached the compiled pass)."""
     from zym.analysis import instances
 
-    if instances._compiled_firsts() is None:
+    compiled = instances._compiled_firsts()
+    if compiled is None:
         pytest.skip("numba not installed (a zym dependency: pip install -e .)")
+    passes = []
+
+    def counting(*a):
+        passes.append(1)
+        return compiled(*a)
+
+    monkeypatch.setattr(instances, "_compiled_firsts", lambda: counting)
     rng = np.random.default_rng(len(shape))
     n = instances.JIT_MIN_CALLS + 1234
     ids = {"runs": (rng.integers(2, 5, n) << 40) | np.cumsum(rng.random(n) < 0.2),
@@ -164,9 +173,12 @@ def test_first_of_each_id_matches_a_set_walk(shape, monkeypatch):
            "empty": np.zeros(0, np.int64)}[shape]
     seen: set[int] = set()
     expected = np.array([not (v in seen or seen.add(v)) for v in ids.tolist()], bool)
-    monkeypatch.setattr(instances, "JIT_MIN_IDS", 1000)
+    monkeypatch.setattr(instances, "JIT_MIN_IDS", 1000 if len(ids) else 0)
     assert np.array_equal(instances.first_of_each(ids), expected)  # compiled
+    assert passes == [1]
+    monkeypatch.setattr(instances, "JIT_MIN_IDS", 1000)
     assert np.array_equal(instances.first_of_each(ids[:999]), expected[:999])  # polars
+    assert passes == [1]
 
 
 def test_ancestors_rows_by_lookup_equal_the_dictionary():
