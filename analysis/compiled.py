@@ -1,15 +1,16 @@
 """The compiled loops' one way to numba (a dependency; it was the ``zym[fast]`` extra): a loop
 written in plain Python over numpy arrays is compiled once (cached on disk, releasing the
 GIL); where numba cannot be imported, callers run the same source interpreted or take a numpy
-path (the same results; ~3x the rules' time at 10 M GPU operations)."""
+path (the same results; at 1-10 M GPU operations the whole analysis took 3-11x as long:
+docs/benchmarks.md, "Twenty-third round")."""
 from __future__ import annotations
 
 from collections.abc import Callable
 
 
 def njit(*loops: Callable, inline: bool = False) -> tuple[Callable, ...] | None:
-    """``loops`` compiled by numba, in order; None without numba. ``inline``: helpers that the
-    compiled loops calling them inline (numba's ``inline="always"``)."""
+    """``loops`` compiled by numba, in order; None without numba. ``inline``: the loops are
+    helpers, inlined into the compiled loops that call them (numba's ``inline="always"``)."""
     try:
         import numba
     except ImportError:
