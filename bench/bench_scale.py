@@ -5,8 +5,9 @@ Every job is a fresh process, and the jobs of one round run one after another in
 order (interleaved), so a change in machine load hits them alike; figures are medians over
 rounds with their min-max, and ratios are taken within a round.
 
-* ``zym analyze`` (CLI): the ``zym`` command, default rules, ``--format json`` into a pipe this script reads:
-  the whole process (start, imports, decoding, tables, analysis, rules, report).
+* ``zym analyze`` (CLI): the ``zym`` command, default rules, ``--format json`` into a pipe
+  this script reads: the whole process (start, imports, decoding, tables, analysis, rules,
+  report).
 * ``HTA parse``: ``TraceAnalysis(trace_dir=...)`` in HTA's own venv (bench/child.py),
   whole process; HTA only parses here, it runs no analysis.
 * ``zym JSON work``: zym's reading, gunzip and decoding into columns, in process (no imports).
