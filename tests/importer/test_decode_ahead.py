@@ -206,9 +206,42 @@ ENTRY = "import sys; sys.argv[0] = 'zym'; from zym.cli.entry import main; main()
 ZYM = [sys.executable, "-c", ENTRY]
 
 
-def zym(*args: str, ahead_mode: str, **kw) -> subprocess.CompletedProcess:
+# The command with each read logged: "1" where the child's columns were offered, "0" where
+# none were, "r" where the file was then read as usual (``_read_streaming``, wrapped once
+# kineto_json is imported: from the first offer on). Forked processes append to the same file.
+LOGGED_ENTRY = """import os, sys
+sys.argv[0] = 'zym'
+from zym.capture import kineto_prefetch
+def log(what):
+    with open(os.environ['ZYM_TEST_TAKES'], 'a') as f:
+        f.write(what)
+real_take = kineto_prefetch.take
+def take(path):
+    reader = sys.modules['zym.capture.kineto_json']
+    if not hasattr(reader._read_streaming, 'logged'):
+        real_read = reader._read_streaming
+        def read(*args, **kwargs):
+            log('r')
+            return real_read(*args, **kwargs)
+        read.logged = True
+        reader._read_streaming = read
+    got = real_take(path)
+    log('0' if got is None else '1')
+    return got
+kineto_prefetch.take = take
+from zym.cli.entry import main
+main()
+"""
+
+
+def zym(*args: str, ahead_mode: str, takes: Path | None = None, **kw
+        ) -> subprocess.CompletedProcess:
     env = {**os.environ, "ZYM_DECODE_AHEAD": ahead_mode}
-    return subprocess.run([*ZYM, *args], capture_output=True, env=env, check=False, **kw)
+    command = ZYM
+    if takes is not None:
+        env["ZYM_TEST_TAKES"] = str(takes)
+        command = [sys.executable, "-c", LOGGED_ENTRY]
+    return subprocess.run([*command, *args], capture_output=True, env=env, check=False, **kw)
 
 
 def test_the_command_prints_the_same_with_and_without_decoding_ahead(tmp_path):
@@ -226,12 +259,24 @@ def test_the_command_prints_the_same_with_and_without_decoding_ahead(tmp_path):
         "diff of one file with itself": ["diff", str(SAMPLE), str(SAMPLE), "--format", "json",
                                          "--no-progress"],
     }
+    # Reads, and those that take the child's columns: each file once (a diff's baseline in its
+    # forked process); a file diffed with itself has one child, so one side reads it as usual.
+    reads = {"analyze": 1, "diff": 2, "diff -j 1": 2, "diff of one file with itself": 2}
+    taken = {"analyze": 1, "diff": 2, "diff -j 1": 2, "diff of one file with itself": 1}
     outputs = {}
-    for name, args in runs.items():
-        on, off = zym(*args, ahead_mode="1"), zym(*args, ahead_mode="0")
+    for i, (name, args) in enumerate(runs.items()):
+        logs = tmp_path / f"on{i}", tmp_path / f"off{i}"
+        on = zym(*args, ahead_mode="1", takes=logs[0])
+        off = zym(*args, ahead_mode="0", takes=logs[1])
         assert on.returncode == off.returncode == 0, (name, on.stderr[-2000:])
         assert on.stdout == off.stdout, name
         assert on.stderr == off.stderr, name
+        # the two runs differ where they should (before: not checked, so a child whose
+        # columns were never taken would have passed as "the same output")
+        on_log, off_log = logs[0].read_text(), logs[1].read_text()
+        assert (on_log.count("1"), on_log.count("r")) == (taken[name],
+                                                          reads[name] - taken[name]), on_log
+        assert (off_log.count("1"), off_log.count("r")) == (0, reads[name]), off_log
         outputs[name] = on.stdout
     assert outputs["diff"] == outputs["diff -j 1"]
     assert json.loads(outputs["diff"])["kernels"]  # the slowed kernels were compared
