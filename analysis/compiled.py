@@ -26,5 +26,7 @@ def _compiled(numba, loop: Callable, options: dict) -> Callable:
     and home, as in some containers)."""
     try:
         return numba.njit(cache=True, **options)(loop)
-    except RuntimeError:
+    except RuntimeError as e:
+        if "cannot cache" not in str(e):  # another failure: not this one's to hide
+            raise
         return numba.njit(cache=False, **options)(loop)

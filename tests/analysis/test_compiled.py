@@ -79,3 +79,19 @@ def test_inline_helpers_compile_and_are_called_from_compiled_loops():
     x, got = np.arange(5, dtype=np.int64), np.zeros(5, np.int64)
     loop(x, got, helper)
     assert np.array_equal(got, x + 1)
+
+
+def test_another_numba_failure_is_not_hidden(monkeypatch):
+    """Only numba's "cannot cache" refusal is compiled around: another error at compile
+    time is raised as it is, not turned into an uncached compile."""
+    numba = pytest.importorskip("numba",
+                                reason="numba not installed (a zym dependency: pip install -e .)")
+
+    def failing(**options):
+        def decorate(loop):
+            raise RuntimeError("something else")
+        return decorate
+
+    monkeypatch.setattr(numba, "njit", failing)
+    with pytest.raises(RuntimeError, match="something else"):
+        njit(_doubled)
