@@ -104,6 +104,12 @@ def make_input(scale: int, work: Path) -> Path:
     return path
 
 
+def fail(message: str) -> None:
+    """Bad input: one line on stderr, exit 2."""
+    print(f"bench_scale: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def zym_command(args: argparse.Namespace) -> str:
     """The ``zym`` console script measured: ``--zym``, else the one beside this python."""
     return str(args.zym) if args.zym else str(Path(sys.executable).with_name("zym"))
@@ -112,12 +118,18 @@ def zym_command(args: argparse.Namespace) -> str:
 def install_kind(zym: str) -> dict:
     """Where the measured zym's python finds zym, and whether that is an editable install
     (its modules read from a source tree through a ``.pth`` hook)."""
+    version = subprocess.run([zym, "--version"], check=False, capture_output=True, text=True)
+    if version.returncode or not version.stdout.startswith("zym "):
+        fail(f"{zym}: not a zym command (`--version` said {version.stdout[:60]!r})")
     first = Path(shutil.which(zym) or zym).read_bytes()[:200].split(b"\n")[0].decode()
     python = first.removeprefix("#!").strip() if "python" in first else sys.executable
     where = ("import json, pathlib, zym.cli, sys; p = pathlib.Path(zym.cli.__file__).resolve();"
              "print(json.dumps({'python': sys.executable, 'package': str(p.parents[1]),"
              "'editable': 'site-packages' not in p.parts}))")
-    out = subprocess.run([python, "-c", where], capture_output=True, text=True, check=True)
+    out = subprocess.run([python, "-c", where], check=False, capture_output=True, text=True)
+    if out.returncode:
+        fail(f"{zym}: its python ({python}) cannot import zym: "
+                 f"{(out.stderr.strip().splitlines() or ['?'])[-1]}")
     return {"command": zym, **json.loads(out.stdout)}
 
 
@@ -215,7 +227,7 @@ def main() -> None:
                         help="the zym console script to measure (default: beside this python)")
     args = parser.parse_args()
     if shutil.which(zym_command(args)) is None:
-        sys.exit(f"{zym_command(args)}: no zym command there: pip install . in a venv, or "
+        fail(f"{zym_command(args)}: no zym command there: pip install . in a venv, or "
                  "pip install -e . in this python's")
     installed = install_kind(zym_command(args))
     compile_bytecode(installed["python"])
