@@ -2,11 +2,13 @@
 order, giving what they give interpreted; None where numba cannot be imported."""
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 
 import numpy as np
 import pytest
-from zym.analysis.compiled import njit
+from zym.analysis.compiled import PRIVATE_CACHE, njit, private_cache_dir
 
 
 def _running_total(x, out) -> None:
@@ -41,13 +43,14 @@ def test_none_without_numba(monkeypatch):
     assert njit(_running_total) is None
 
 
-def test_compiled_where_no_cache_can_be_written(monkeypatch):
-    """Where numba finds no writable cache folder (a read-only install and home) it refuses
-    ``cache=True`` with a RuntimeError at compile time; the loops are then compiled for this
-    process alone, with the same results (before: the error ended the analysis)."""
+def test_compiled_where_no_cache_can_be_written(monkeypatch, tmp_path):
+    """Where numba can use no cache folder at all it refuses ``cache=True`` with a
+    RuntimeError at compile time; the loops are then compiled for this process alone, with
+    the same results (before: the error ended the analysis)."""
     pytest.importorskip("numba", reason="numba not installed (a zym dependency: pip install -e .)")
     from numba.core import caching
 
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setattr(caching.CacheImpl, "_locator_classes", [])
     import numba
 
@@ -95,3 +98,81 @@ def test_another_numba_failure_is_not_hidden(monkeypatch):
     monkeypatch.setattr(numba, "njit", failing)
     with pytest.raises(RuntimeError, match="something else"):
         njit(_doubled)
+
+
+def _tripled(x, out) -> None:
+    for i in range(len(x)):
+        out[i] = 3 * x[i]
+
+
+def _read_only_install(monkeypatch, tmp_path) -> None:
+    """numba as in a container with a read-only install and home: of its cache folders only
+    ``NUMBA_CACHE_DIR`` would do, and it is not set; the temporary directory is ``tmp_path``."""
+    from numba.core import caching, config
+
+    monkeypatch.setattr(caching.CacheImpl, "_locator_classes",
+                        [caching.UserProvidedCacheLocator])
+    monkeypatch.setattr(config, "CACHE_DIR", "")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+
+def test_cached_in_a_private_folder_where_the_install_and_home_are_read_only(monkeypatch,
+                                                                            tmp_path):
+    """There the loops are cached in this user's own folder in the temporary directory (mode
+    0700), so the next process loads them instead of compiling again (~7 s at 1 M GPU
+    operations); numba's setting is left as it was."""
+    numba = pytest.importorskip("numba",
+                                reason="numba not installed (a zym dependency: pip install -e .)")
+    from numba.core import config
+
+    _read_only_install(monkeypatch, tmp_path)
+    with pytest.raises(RuntimeError, match="no locator"):  # what numba does there
+        numba.njit(cache=True)(_tripled)
+    (loop,) = njit(_tripled)
+    x, got = np.arange(1, 8, dtype=np.int64), np.zeros(7, np.int64)
+    loop(x, got)
+    assert np.array_equal(got, 3 * x)
+    folder = tmp_path / PRIVATE_CACHE.format(uid=os.getuid())
+    assert folder.is_dir() and folder.stat().st_mode & 0o777 == 0o700
+    assert [p.name for p in folder.rglob("*.nbi") if p.name.startswith("test_compiled._tripled")]
+    assert config.CACHE_DIR == ""
+    # another process (a new dispatcher) finds the loop there: loaded, not compiled
+    (again,) = njit(_tripled)
+    again(x, got)
+    assert again.stats.cache_hits and not again.stats.cache_misses
+
+
+@pytest.mark.parametrize("made", ["open to others", "a link", "another user's"])
+def test_a_private_folder_that_cannot_be_trusted_is_not_used(monkeypatch, tmp_path, made):
+    """numba loads what the folder holds as code: a folder others may write to, a symbolic
+    link (to anywhere) or a folder of another user (``/tmp`` is shared: anyone can make the
+    name first) is not used; the loops are compiled for this process alone."""
+    pytest.importorskip("numba", reason="numba not installed (a zym dependency: pip install -e .)")
+    _read_only_install(monkeypatch, tmp_path)
+    uid = os.getuid()
+    if made == "another user's":  # a folder this user made, under another user's name
+        uid += 1
+        monkeypatch.setattr(os, "getuid", lambda: uid)
+    folder = tmp_path / PRIVATE_CACHE.format(uid=uid)
+    if made == "a link":
+        (tmp_path / "elsewhere").mkdir(mode=0o700)
+        folder.symlink_to(tmp_path / "elsewhere")
+    else:
+        folder.mkdir(mode=0o700)
+        if made == "open to others":
+            folder.chmod(0o777)
+    assert private_cache_dir() is None
+    (loop,) = njit(_tripled)
+    x, got = np.arange(1, 8, dtype=np.int64), np.zeros(7, np.int64)
+    loop(x, got)
+    assert np.array_equal(got, 3 * x)
+    assert loop._cache.__class__.__name__ == "NullCache"
+    assert not list(tmp_path.rglob("*.nbi"))
+
+
+def test_private_folder_made_once_and_reused(monkeypatch, tmp_path):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    first = private_cache_dir()
+    assert first == str(tmp_path / PRIVATE_CACHE.format(uid=os.getuid()))
+    assert private_cache_dir() == first
+    assert os.stat(first).st_mode & 0o777 == 0o700
