@@ -1892,15 +1892,19 @@ def _checkpoints(every, epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_st
     rank, into ``ck_delay``/``ck_ready``; ``delay``/``ready`` end as after the last rank."""
     gi = 0
     for rank in range(len(epoch_order)):
-        if rank % every == 0:
-            ck_delay[rank // every, :] = delay
-            ck_ready[rank // every, :] = ready
+        if rank % every == 0:  # (loops: numba compiles a slice assignment's error text, ~1 s)
+            for k in range(len(delay)):
+                ck_delay[rank // every, k] = delay[k]
+            for k in range(len(ready)):
+                ck_ready[rank // every, k] = ready[k]
         gi = _base_rank(rank, gi, epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream,
                         g_fixed, g_val, wait_start, own_sid, own_prefix, s_at, delay, ready)
     n = len(epoch_order)
     if n % every == 0 and n // every < len(ck_delay):
-        ck_delay[n // every, :] = delay
-        ck_ready[n // every, :] = ready
+        for k in range(len(delay)):
+            ck_delay[n // every, k] = delay[k]
+        for k in range(len(ready)):
+            ck_ready[n // every, k] = ready[k]
 
 
 def _sparse_group(g, t, s, member_start, member_end, members, op_call, launched, pos,
@@ -2149,8 +2153,9 @@ def _ref_ranks(op_rank, op_sid, refs, ref_rank, lo, hi) -> None:
     ``hi``, the last that reads its stream up to it (an operation is read by its group's
     rank, and by the ranks of the waiting calls that await it: ``refs``/``ref_rank``)."""
     n = len(op_rank)
-    lo[:] = op_rank
-    hi[:] = op_rank
+    for i in range(n):  # (a loop: numba compiles a slice assignment's error text, ~1 s)
+        lo[i] = op_rank[i]
+        hi[i] = op_rank[i]
     for i in range(len(refs)):
         x = refs[i]
         lo[x] = min(lo[x], ref_rank[i])
