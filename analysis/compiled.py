@@ -5,7 +5,10 @@ path (the same results; at 1-10 M GPU operations the whole analysis took 3-11x a
 docs/benchmarks.md, "Twenty-third round")."""
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+
+_SETTING = threading.Lock()  # held while numba's cache folder is set to the private one
 
 
 def njit(*loops: Callable, inline: bool = False) -> tuple[Callable, ...] | None:
@@ -25,7 +28,7 @@ def _compiled(numba, loop: Callable, options: dict) -> Callable:
     writable: a read-only install and home, as in containers with a read-only root file
     system. There the cache goes to this user's own folder in the temporary directory
     (:func:`private_cache_dir`), so that only the first process compiles (at 1 M GPU
-    operations ~7 s of a ~10 s analysis); where there is none either, the loop is compiled
+    operations ~6 s of a ~9 s analysis); where there is none either, the loop is compiled
     for this process alone."""
     try:
         return numba.njit(cache=True, **options)(loop)
@@ -36,15 +39,16 @@ def _compiled(numba, loop: Callable, options: dict) -> Callable:
     if folder is not None:
         from numba.core import config
 
-        before = config.CACHE_DIR  # numba's locators read it as the loop is decorated
-        config.CACHE_DIR = folder
-        try:
-            return numba.njit(cache=True, **options)(loop)
-        except RuntimeError as e:
-            if "cannot cache" not in str(e):
-                raise
-        finally:
-            config.CACHE_DIR = before
+        with _SETTING:  # (replay threads compile loops too: one setting at a time)
+            before = config.CACHE_DIR  # numba's locators read it as the loop is decorated
+            config.CACHE_DIR = folder
+            try:
+                return numba.njit(cache=True, **options)(loop)
+            except RuntimeError as e:
+                if "cannot cache" not in str(e):
+                    raise
+            finally:
+                config.CACHE_DIR = before
     return numba.njit(cache=False, **options)(loop)
 
 
