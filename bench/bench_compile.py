@@ -69,7 +69,10 @@ def fail(message: str) -> None:
 def run(zym: str, path: Path, cache: str, out: Path) -> dict:
     shell = (f"NUMBA_CACHE_DIR='{cache}' '{zym}' analyze '{path}' --format json "
              f"--no-progress > '{out}'")
-    return run_measured(["bash", "-c", shell])
+    try:
+        return run_measured(["bash", "-c", shell])
+    except RuntimeError as e:  # zym said why on stderr: its last line
+        fail(f"{path}: zym analyze failed: {str(e).strip().splitlines()[-1]}")
 
 
 def per_loop(python: str, path: Path) -> list[tuple[int, str, float, str]]:
