@@ -26,16 +26,15 @@ def _compiled(numba, loop: Callable, options: dict) -> Callable:
     """``loop`` compiled and cached on disk. numba refuses ``cache=True`` (a RuntimeError, "no
     locator available") where neither the module's folder nor the user's cache folder is
     writable: a read-only install and home, as in containers with a read-only root file
-    system. There the cache goes to this user's own folder in the temporary directory
-    (:func:`private_cache_dir`), so that only the first process compiles (at 1 M GPU
-    operations ~6 s of a ~9 s analysis); where there is none either, the loop is compiled
-    for this process alone."""
+    system. There the cache goes to :func:`fallback_cache_dir`, so that only the first
+    process compiles (at 1 M GPU operations ~6 s of a ~9 s analysis); where there is none,
+    the loop is compiled for this process alone."""
     try:
         return numba.njit(cache=True, **options)(loop)
     except RuntimeError as e:
         if "cannot cache" not in str(e):  # another failure: not this one's to hide
             raise
-    folder = private_cache_dir()
+    folder = fallback_cache_dir()
     if folder is not None:
         from numba.core import config
 
@@ -55,30 +54,64 @@ def _compiled(numba, loop: Callable, options: dict) -> Callable:
 PRIVATE_CACHE = "zym-numba-{uid}"  # in the temporary directory
 
 
+def fallback_cache_dir() -> str | None:
+    """Where the loops are cached when numba's own folders cannot be written: zym's cache
+    folder (``$ZYM_CACHE_DIR``, else ``$XDG_CACHE_HOME/zym``, else ``~/.cache/zym``:
+    :func:`zym.schemas.jsoncache.cache_dir`), ``numba`` in it, where it can be made and
+    written; else this user's own folder in the temporary directory
+    (:func:`private_cache_dir`). None with ``ZYM_CACHE=0``, which asks zym to keep no files
+    between runs. numba loads what these folders hold as code: each must be a real directory
+    this user owns that nobody else can write to."""
+    import os
+
+    from zym.schemas.jsoncache import ENV_SWITCH, cache_dir
+
+    if os.environ.get(ENV_SWITCH, "") == "0":
+        return None
+    own = cache_dir("numba")
+    if own is not None and _made(str(own), 0o777, parents=True) and _trusted(str(own), 0o022):
+        return str(own)
+    return private_cache_dir()
+
+
 def private_cache_dir() -> str | None:
     """This user's folder for compiled loops in the temporary directory (``tempfile``'s:
-    ``TMPDIR``, else ``/tmp``), made if missing; None where it cannot be trusted or written.
-    numba loads what it finds there as code, so the folder must be a real directory that
-    this user owns and nobody else may write to or read (mode 0700): a folder another user
-    made first (``/tmp`` is shared) is not used."""
+    ``TMPDIR``, else ``/tmp``), made 0700 if missing; None where it cannot be made, trusted
+    or written. A folder another user made first (``/tmp`` is shared), a link, or one others
+    may read or write is not used."""
     import os
-    import stat
     import tempfile
 
     if not hasattr(os, "getuid"):
         return None
     path = os.path.join(tempfile.gettempdir(), PRIVATE_CACHE.format(uid=os.getuid()))
+    return path if _made(path, 0o700) and _trusted(path, 0o077) else None
+
+
+def _made(path: str, mode: int, parents: bool = False) -> bool:
+    """``path`` made (with ``mode``, less the umask) unless it is there; False if it cannot be."""
+    import os
+
     try:
-        os.mkdir(path, 0o700)
+        (os.makedirs if parents else os.mkdir)(path, mode)
     except FileExistsError:
         pass
     except OSError:
-        return None
+        return False
+    return True
+
+
+def _trusted(path: str, others: int) -> bool:
+    """``path`` is a directory (not a link) this user owns and can write, with none of the
+    permission bits ``others`` set."""
+    import os
+    import stat
+
+    if not hasattr(os, "getuid"):
+        return False
     try:
         st = os.lstat(path)
     except OSError:
-        return None
-    if (not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid()
-            or st.st_mode & 0o077 or not os.access(path, os.W_OK | os.X_OK)):
-        return None
-    return path
+        return False
+    return (stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & others
+            and os.access(path, os.W_OK | os.X_OK))

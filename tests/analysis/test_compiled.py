@@ -8,7 +8,7 @@ import tempfile
 
 import numpy as np
 import pytest
-from zym.analysis.compiled import PRIVATE_CACHE, njit, private_cache_dir
+from zym.analysis.compiled import PRIVATE_CACHE, fallback_cache_dir, njit, private_cache_dir
 
 
 def _running_total(x, out) -> None:
@@ -107,13 +107,16 @@ def _tripled(x, out) -> None:
 
 def _read_only_install(monkeypatch, tmp_path) -> None:
     """numba as in a container with a read-only install and home: of its cache folders only
-    ``NUMBA_CACHE_DIR`` would do, and it is not set; the temporary directory is ``tmp_path``."""
+    ``NUMBA_CACHE_DIR`` would do, and it is not set; zym's cache folder cannot be made
+    (``/proc``: not even by root); the temporary directory is ``tmp_path``."""
     from numba.core import caching, config
 
     monkeypatch.setattr(caching.CacheImpl, "_locator_classes",
                         [caching.UserProvidedCacheLocator])
     monkeypatch.setattr(config, "CACHE_DIR", "")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("ZYM_CACHE_DIR", "/proc/zym-no-cache-here")
+    monkeypatch.delenv("ZYM_CACHE", raising=False)
 
 
 def test_cached_in_a_private_folder_where_the_install_and_home_are_read_only(monkeypatch,
@@ -168,6 +171,45 @@ def test_a_private_folder_that_cannot_be_trusted_is_not_used(monkeypatch, tmp_pa
     assert np.array_equal(got, 3 * x)
     assert loop._cache.__class__.__name__ == "NullCache"
     assert not list(tmp_path.rglob("*.nbi"))
+
+
+def _tripled_cached_in(tmp_path) -> list:
+    (loop,) = njit(_tripled)
+    x, got = np.arange(1, 8, dtype=np.int64), np.zeros(7, np.int64)
+    loop(x, got)
+    assert np.array_equal(got, 3 * x)
+    return sorted(p.relative_to(tmp_path).parts[0] for p in tmp_path.rglob("*.nbi")
+                  if p.name.startswith("test_compiled._tripled"))
+
+
+def test_zym_cache_folder_first_where_it_can_be_written(monkeypatch, tmp_path):
+    """``$ZYM_CACHE_DIR`` (or the default zym cache folder), where writable, before the
+    temporary directory: the folder the user chose for what zym keeps between runs."""
+    pytest.importorskip("numba", reason="numba not installed (a zym dependency: pip install -e .)")
+    _read_only_install(monkeypatch, tmp_path)
+    monkeypatch.setenv("ZYM_CACHE_DIR", str(tmp_path / "zym-cache"))
+    assert _tripled_cached_in(tmp_path) == ["zym-cache"]
+    assert (tmp_path / "zym-cache" / "numba").is_dir()
+
+
+def test_zym_cache_folder_others_can_write_is_not_used(monkeypatch, tmp_path):
+    pytest.importorskip("numba", reason="numba not installed (a zym dependency: pip install -e .)")
+    _read_only_install(monkeypatch, tmp_path)
+    monkeypatch.setenv("ZYM_CACHE_DIR", str(tmp_path / "zym-cache"))
+    (tmp_path / "zym-cache" / "numba").mkdir(parents=True)
+    (tmp_path / "zym-cache" / "numba").chmod(0o777)
+    assert _tripled_cached_in(tmp_path) == [PRIVATE_CACHE.format(uid=os.getuid())]
+
+
+def test_no_cache_folder_with_zym_cache_off(monkeypatch, tmp_path):
+    """``ZYM_CACHE=0`` (no files kept between runs): compiled for this process alone."""
+    pytest.importorskip("numba", reason="numba not installed (a zym dependency: pip install -e .)")
+    _read_only_install(monkeypatch, tmp_path)
+    monkeypatch.setenv("ZYM_CACHE_DIR", str(tmp_path / "zym-cache"))
+    monkeypatch.setenv("ZYM_CACHE", "0")
+    assert fallback_cache_dir() is None
+    assert _tripled_cached_in(tmp_path) == []
+    assert not (tmp_path / "zym-cache").exists()
 
 
 def test_private_folder_made_once_and_reused(monkeypatch, tmp_path):
