@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_scale import compile_bytecode, run_measured
+from bench_scale import compile_bytecode, run_measured, write_json
 
 
 def one(zym: str, args: argparse.Namespace, out: Path, env: list[str]) -> dict:
@@ -82,9 +82,9 @@ def main() -> None:
     print(f"B/A CPU per pair: {spread([p['b']['cpu_s'] / p['a']['cpu_s'] for p in pairs])}")
     print(f"reports the same in {sum(p['same_report'] for p in pairs)}/{len(pairs)} pairs")
     if args.json:
-        args.json.write_text(json.dumps({"input": str(args.input), "a": args.a, "b": args.b,
-                                         "env_a": args.env_a, "env_b": args.env_b,
-                                         "no_rules": args.no_rules, "pairs": pairs}, indent=1))
+        write_json(args.json, {"input": str(args.input), "a": args.a, "b": args.b,
+                               "env_a": args.env_a, "env_b": args.env_b,
+                               "no_rules": args.no_rules, "pairs": pairs})
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_scale import run_measured
+from bench_scale import fail, install_kind, run_measured, write_json
 
 _PER_LOOP = r"""
 import io, json, sys, threading, time
@@ -59,11 +59,6 @@ except SystemExit:
 sys.stdout = sys.__stdout__
 print(json.dumps(out))
 """
-
-
-def fail(message: str) -> None:
-    print(f"bench_compile: {message}", file=sys.stderr)
-    raise SystemExit(2)
 
 
 def run(zym: str, path: Path, cache: str, out: Path) -> dict:
@@ -105,6 +100,7 @@ def main() -> None:
     zym = args.zym or str(Path(sys.executable).with_name("zym"))
     if not Path(zym).is_file():
         fail(f"{zym}: no such console script")
+    python = install_kind(zym)["python"]  # (a zym command, whose python imports zym)
     rows = []
     with tempfile.TemporaryDirectory(prefix="zym-bench-compile-") as work:
         for r in range(args.rounds):
@@ -126,16 +122,16 @@ def main() -> None:
           f"{summary([r['cold_s'] - r['warm_s'] for r in rows])}")
     result = {"input": str(args.input), "zym": zym, "rounds": rows}
     if args.per_loop:
-        first = Path(zym).read_bytes()[:200].split(b"\n")[0].decode()
-        python = first.removeprefix("#!").strip() if "python" in first else sys.executable
         loops = per_loop(python, args.input)
         print("per loop, in process (seconds in numba's compile, callees included):")
+        if not loops:
+            print("  none: the analysis reached no compiled loop (too small)")
         for depth, name, seconds, thread in loops:
             print(f"  {seconds:6.2f} s  {'  ' * depth}{name}  [{thread}]")
         result["per_loop"] = [{"depth": d, "loop": n, "s": s, "thread": t}
                               for d, n, s, t in loops]
     if args.json:
-        args.json.write_text(json.dumps(result, indent=1))
+        write_json(args.json, result)
 
 
 if __name__ == "__main__":

@@ -105,9 +105,22 @@ def make_input(scale: int, work: Path) -> Path:
 
 
 def fail(message: str) -> None:
-    """Bad input: one line on stderr, exit 2."""
-    print(f"bench_scale: {message}", file=sys.stderr)
+    """Bad input: one line on stderr, named by the script run, exit 2."""
+    print(f"{Path(sys.argv[0]).stem}: {message}", file=sys.stderr)
     raise SystemExit(2)
+
+
+def write_json(path: Path, value: object) -> None:
+    """``value`` as JSON at ``path``, whole or not at all (zym's ``atomic_output``: an old
+    file stays as it was if the write fails); a path that cannot be written: ``fail``."""
+    from zym.schemas.errors import ZymError
+    from zym.schemas.output import atomic_output
+
+    try:
+        with atomic_output(path, force=True) as tmp:
+            tmp.write_text(json.dumps(value, indent=1))
+    except ZymError as e:
+        fail(str(e))
 
 
 def zym_command(args: argparse.Namespace) -> str:
@@ -129,7 +142,7 @@ def install_kind(zym: str) -> dict:
     out = subprocess.run([python, "-c", where], check=False, capture_output=True, text=True)
     if out.returncode:
         fail(f"{zym}: its python ({python}) cannot import zym: "
-                 f"{(out.stderr.strip().splitlines() or ['?'])[-1]}")
+             f"{(out.stderr.strip().splitlines() or ['?'])[-1]}")
     return {"command": zym, **json.loads(out.stdout)}
 
 
@@ -228,7 +241,7 @@ def main() -> None:
     args = parser.parse_args()
     if shutil.which(zym_command(args)) is None:
         fail(f"{zym_command(args)}: no zym command there: pip install . in a venv, or "
-                 "pip install -e . in this python's")
+             "pip install -e . in this python's")
     installed = install_kind(zym_command(args))
     compile_bytecode(installed["python"])
     print(f"zym measured: {installed}")
@@ -237,7 +250,7 @@ def main() -> None:
     hta_rounds = [int(s) for s in args.hta_rounds.split(",")]
     results = {s: measure_scale(s, rounds[i], hta_rounds[i], args) for i, s in enumerate(scales)}
     if args.json:
-        args.json.write_text(json.dumps({**results, "zym": installed}, indent=1))
+        write_json(args.json, {**results, "zym": installed})
     print(report(results))
 
 
