@@ -380,6 +380,9 @@ class Collector:
         self.enabled_apis: dict[str, dict[int, str]] = {}
         self.version = 0
         self.stopped = False
+        # held by the periodic flush and by stop: a buffer the flusher has taken from CUPTI is
+        # written before stop writes the footer and closes the spool (else it would be lost)
+        self._flush_lock = threading.Lock()
         self.enabled_mono_ns = self.disabled_mono_ns = None
         self.flushers: list = []   # flushed with CUPTI's buffers and at stop (operator shapes)
         fmt = os.environ.get(ENV_FORMAT, "arrow")
@@ -560,7 +563,9 @@ class Collector:
     def _flusher(self, period_s: float) -> None:
         while not self.stopped:
             time.sleep(period_s)
-            if not self.stopped:
+            with self._flush_lock:
+                if self.stopped:
+                    return
                 self.lib.cuptiActivityFlushAll(FLUSH_FORCED)
                 for flush in list(self.flushers):
                     flush(False)
@@ -593,6 +598,10 @@ class Collector:
             return
         self.stopped = True
         t0 = time.perf_counter_ns()
+        with self._flush_lock:   # a periodic flush under way completes first: its buffer is kept
+            self._stop_flushed(reason, t0)
+
+    def _stop_flushed(self, reason: str, t0: int) -> None:
         for flush in list(self.flushers):
             flush(True)
         try:

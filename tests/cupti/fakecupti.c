@@ -77,8 +77,13 @@ int cuptiActivityFlushAll(uint32_t flag) {
             char *mine[4096];
             memcpy(mine, g_names, (size_t)named * sizeof mine[0]);
             g_n_names = 0;
+            cmp_fn cmp = g_cmp;
             pthread_mutex_unlock(&g_mu);
-            g_cmp(NULL, 0, buf, size, valid);
+            /* FAKE_CUPTI_COMPLETE_DELAY_MS: the buffer is handed back this much later (a flush
+             * on one thread overlapping a stop on another) */
+            const char *d = getenv("FAKE_CUPTI_COMPLETE_DELAY_MS");
+            if (d) usleep((useconds_t)atoi(d) * 1000);
+            cmp(NULL, 0, buf, size, valid);
             release_names(mine, named);
             return 0;
         }

@@ -193,3 +193,37 @@ def test_dropped_records_are_said_per_buffer_and_counted_without_a_footer(tmp_pa
     assert spool.footer is None
     said = [int(p) for k, _, p in read_chunks(str(path)) if k == "dropped"]
     assert said and decode_spool(spool).stats["dropped"] == sum(said)
+
+
+STOP_IN_FLUSH = textwrap.dedent("""
+    import ctypes, os, sys, time
+    lib = ctypes.CDLL(os.environ["ZYM_CUPTI_LIB"])
+    lib.fake_launch(40)
+    time.sleep(0.15)     # the periodic flush (every 20 ms) has taken them: handed back 400 ms on
+    sys.modules["_zym_cupti_agent"]._collector.stop("test")
+    time.sleep(0.6)      # the flush's buffer is handed back now, after the stop
+""")
+
+
+def test_a_stop_during_a_periodic_flush_keeps_the_buffer_the_flush_holds(tmp_path, fake_lib):
+    """The periodic flush (its own thread) takes CUPTI's records, and its buffer comes back
+    while another thread stops the agent: the stop waits for it, so the records are written
+    before the footer (the previous code closed the spool first: all 40 lost)."""
+    spool = tmp_path / "spool"
+    script = tmp_path / "target.py"
+    script.write_text(STOP_IN_FLUSH)
+    env = target_env(spool) | {"ZYM_CUPTI_LIB": str(fake_lib), "ZYM_CUPTI_FLUSH_MS": "20",
+                               "ZYM_CUPTI_EAGER": "1", "FAKE_CUPTI_COMPLETE_DELAY_MS": "400"}
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                          text=True, check=False, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    (path,) = spool.glob("cupti-*.spool")
+    from zym.capture.cupti.agent import read_chunks
+
+    kinds = [k for k, _, _ in read_chunks(str(path))]
+    assert kinds[-1] == "footer" and "activity" in kinds
+    spool_read = read_spool(path)
+    assert spool_read.footer["reason"] == "test"
+    t = decode_spool(spool_read)
+    assert t.gpu.height == 40 and t.api.height == 40
+    assert not t.gpu["name"].str.starts_with("kernel@").any()   # named at stop: read before
