@@ -74,6 +74,12 @@ def merge_gpu(tables: dict[str, pl.DataFrame] | None, spool_dir: str | Path,
 # cut by the switch-off (a launch's record is decided within microseconds of its entry; a
 # thread descheduled meanwhile can take milliseconds).
 OFF_EDGE_NS = 20_000_000
+# A thread held up longer than that (descheduled, waiting for the interpreter) between a
+# launch's entry and the moment its record is decided: the switch-off is one moment, so on
+# each thread the calls it left without records come last. Those after the thread's last call
+# with GPU work, this close to the end, count as cut too.
+OFF_TAIL_NS = 1_000_000_000
+GPU_CALLS = ("launch", "copy", "memset")   # call kinds that make a GPU record
 
 
 def merge_cupti(tables: dict[str, pl.DataFrame] | None, cupti: CuptiTables, headers: list[dict],
@@ -88,41 +94,15 @@ def merge_cupti(tables: dict[str, pl.DataFrame] | None, cupti: CuptiTables, head
     if window is not None and tables.get("call") is not None:
         # an attach: CUPTI ran inside the eBPF session; calls outside it have no GPU records
         tables["call"] = tables["call"].filter(pl.col("ts_ns").is_between(*window))
-    calls, join_stats = join_calls(tables.get("call"), api)
+    probed = tables.get("call")
+    if window is not None and probed is not None:   # eBPF's calls (the join adds CUPTI's own)
+        probed = probed.with_columns(pl.lit(True).alias("_probed"))
+    calls, join_stats = join_calls(probed, api)
     if window is not None and calls is not None:
-        # A call still running when CUPTI was switched off may have lost its GPU records (they
-        # are decided inside the call): the window keeps the calls that ended inside it, and
-        # the GPU records of calls it leaves out, or of API records outside it, go with them.
         gpu_before = gpu.height
-        inside = (pl.col("ts_ns") + pl.col("dur_ns").fill_null(0)) <= window[1]
-        if gpu.height and "correlation_id" in gpu.columns and "kind" in calls.columns:
-            # A launch (copy, memset) entered just before CUPTI was switched off can have its
-            # GPU record decided after: one that has none, near the end, counts as outside
-            # (left out and counted, not a call that caused no GPU work).
-            worked = (gpu.select(pl.col("pid").cast(pl.Int64).alias("_p"),
-                                 pl.col("correlation_id").cast(pl.Int64).alias("_c"))
-                      .drop_nulls().unique().with_columns(pl.lit(True).alias("_worked")))
-            calls = (calls.with_columns(pl.col("pid").cast(pl.Int64).alias("_p"),
-                                        pl.col("correlation_id").cast(pl.Int64).alias("_c"))
-                     .join(worked, on=["_p", "_c"], how="left", maintain_order="left")
-                     .drop("_p", "_c"))
-            edge = ((pl.col("ts_ns") > window[1] - OFF_EDGE_NS)
-                    & pl.col("kind").is_in(["launch", "copy", "memset"])
-                    & pl.col("_worked").is_null())
-            inside = inside & ~edge
-        ids = [pl.col("pid").cast(pl.Int64), pl.col("correlation_id").cast(pl.Int64)]
-        cut = calls.filter(~inside).select(ids)
-        calls = calls.filter(inside)
-        if "_worked" in calls.columns:
-            calls = calls.drop("_worked")
-        outside = api.filter(~pl.col("ts_ns").is_between(*window)).select(ids)
-        if gpu.height and "correlation_id" in gpu.columns:
-            gone = pl.concat([cut, outside]).drop_nulls().select(
-                pl.col("pid").cast(gpu["pid"].dtype),
-                pl.col("correlation_id").cast(gpu["correlation_id"].dtype)).unique()
-            gpu = gpu.join(gone, on=["pid", "correlation_id"], how="anti")
+        calls, gpu, kept = _cut_to_window(calls, api, gpu, window)
         meta.extra["gpu_window"] = {"from_mono_ns": window[0], "to_mono_ns": window[1],
-                                    "calls_left_out": recorded - calls.height,
+                                    "calls_left_out": recorded - kept,
                                     "gpu_ops_left_out": gpu_before - gpu.height}
     gpu = gpu.select([c for c in TABLES["gpu"] if c != "record" and c in gpu.columns])
     if tables.get("call") is not None and gpu.height:   # GPU work no API record accounts for
@@ -188,6 +168,52 @@ def merge_cupti(tables: dict[str, pl.DataFrame] | None, cupti: CuptiTables, head
                          for d in ("runtime", "driver")},
     }
     return tables
+
+
+def _cut_to_window(calls: pl.DataFrame, api: pl.DataFrame, gpu: pl.DataFrame,
+                   window: tuple[int, int]) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+    """An attach's calls (joined to CUPTI's API records) and GPU records, cut to CUPTI's
+    recording ``window``. A call still running when CUPTI was switched off may have lost its GPU
+    records (they are decided inside the call): the window keeps the calls that ended inside
+    it, and those that made no GPU record near its end count as cut by the switch-off (left
+    out and counted, not calls that caused no GPU work). The GPU records of the calls left
+    out go with them, and so do those of API records outside the window that no probed call
+    kept joined (``_probed``: a call entered just after the switch-on, inside a runtime call
+    that began before it, keeps its GPU work). Returns the calls, the GPU records and how many
+    probed calls were kept."""
+    ts = pl.col("ts_ns")
+    inside = (ts + pl.col("dur_ns").fill_null(0)) <= window[1]
+    has_ids = gpu.height and "correlation_id" in gpu.columns
+    if has_ids and "kind" in calls.columns:
+        worked = (gpu.select(pl.col("pid").cast(pl.Int64).alias("_p"),
+                             pl.col("correlation_id").cast(pl.Int64).alias("_c"))
+                  .drop_nulls().unique().with_columns(pl.lit(True).alias("_worked")))
+        calls = (calls.with_columns(pl.col("pid").cast(pl.Int64).alias("_p"),
+                                    pl.col("correlation_id").cast(pl.Int64).alias("_c"))
+                 .join(worked, on=["_p", "_c"], how="left", maintain_order="left")
+                 .drop("_p", "_c"))
+        thread = ["pid", "tid"] if "tid" in calls.columns else ["pid"]
+        lacking = pl.col("kind").is_in(GPU_CALLS) & pl.col("_worked").is_null()
+        last_worked = pl.when(pl.col("_worked").is_not_null()).then(ts).max().over(thread)
+        trailing = ((last_worked.is_null() | (ts > last_worked))
+                    & (ts > window[1] - OFF_TAIL_NS))
+        inside = inside & ~(lacking & ((ts > window[1] - OFF_EDGE_NS) | trailing))
+    ids = [pl.col("pid").cast(pl.Int64), pl.col("correlation_id").cast(pl.Int64)]
+    keys = ["pid", "correlation_id"]
+    cut = calls.filter(~inside).select(ids)
+    calls = calls.filter(inside)
+    probed = calls.filter(pl.col("_probed").fill_null(False)) if "_probed" in calls.columns \
+        else calls.head(0)
+    calls = calls.drop("_worked", "_probed", strict=False)
+    if has_ids:
+        kept = probed.select(ids).drop_nulls()
+        outside = (api.filter(~ts.is_between(*window)).select(ids)
+                   .join(kept, on=keys, how="anti"))
+        gone = pl.concat([cut, outside]).drop_nulls().select(
+            pl.col("pid").cast(gpu["pid"].dtype),
+            pl.col("correlation_id").cast(gpu["correlation_id"].dtype)).unique()
+        gpu = gpu.join(gone, on=keys, how="anti")
+    return calls, gpu, probed.height
 
 
 def finalize_capture(spool_dir: str | Path, output: str | Path,
