@@ -5,6 +5,7 @@ INIT_SLEEP (seconds after cuInit, as CUDA's own init takes: the eBPF side attach
 STEP_SLEEP (seconds after each step: a run that spans several --rotate intervals)."""
 import ctypes
 import os
+import signal
 import threading
 import time
 
@@ -37,11 +38,19 @@ def step(n):
 PAUSE = float(os.environ.get("STEP_SLEEP", "0"))
 
 
+# SIGINT (zym ending the capture) ends the main thread's loop between steps, never inside a
+# launch: a real runtime call is one C call, but here the driver call and the record CUPTI makes
+# at the runtime call's end are two Python calls, and a KeyboardInterrupt between them would
+# leave a driver call (seen by eBPF) that CUPTI never recorded. The worker thread runs on.
+interrupted = threading.Event()
+signal.signal(signal.SIGINT, lambda *_: interrupted.set())
 cuda.cuInit(0)
 time.sleep(float(os.environ.get("INIT_SLEEP", "0")))
 iters = int(os.environ.get("ITERS", "20"))
 t = threading.Thread(target=lambda: [step(3) for _ in range(iters)])
 t.start()
 for _ in range(iters):
+    if interrupted.is_set():
+        break
     step(2)
 t.join()

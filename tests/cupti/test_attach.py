@@ -135,5 +135,15 @@ def test_capture_pid_rotate_gives_every_file_its_gpu_side(libs, tmp_path):  # no
     first, last = np.searchsorted(logged, launches["ts_ns"][[0, -1]].to_numpy(), "right") - 1
     assert launches.height + lost == int(last - first + 1) > 500
     kernels = gpu.filter(pl.col("kind") == "kernel")
-    assert kernels.height == launches.height == kernels["correlation_id"].n_unique()
+    assert kernels.height == launches.height == kernels["correlation_id"].n_unique(), \
+        _without_kernel(files, launches, kernels)
     assert not out.with_name(out.name + ".cupti").exists()
+
+
+def _without_kernel(files: list[Path], launches: pl.DataFrame, kernels: pl.DataFrame) -> str:
+    """Where the launches without a kernel record lie: their file's interval, the GPU window."""
+    lone = launches.join(kernels.select("pid", "correlation_id"),
+                         on=["pid", "correlation_id"], how="anti")
+    metas = [open_capture(f).meta.extra for f in files]
+    where = [(m["interval"], m.get("gpu_window"), m["interval"].get("gpu")) for m in metas]
+    return f"launches without a kernel: {lone.to_dicts()}; files: {where}"
