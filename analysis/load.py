@@ -16,8 +16,10 @@ from zym.schemas.meta import CaptureMeta
 ANALYSIS_TABLES = ("frame", "stack", "call", "gpu")
 # Columns no analysis reads, left out of its load (the exports read the capture with them;
 # ``facts.conform`` holds any asked for as nulls): 100-200 MB at 12.5 M calls; the block
-# dimensions ~120 MB at 10 M GPU operations.
-UNREAD = {"call": ("device_id", "stream_id", "cbid"), "gpu": ("block_x", "block_y", "block_z")}
+# dimensions ~120 MB at 10 M GPU operations; the spans' operator shapes (the analysis reads the
+# calls') ~60 MB at 7.3 M spans.
+UNREAD = {"call": ("device_id", "stream_id", "cbid"), "gpu": ("block_x", "block_y", "block_z"),
+          "span": ("op_shapes", "op_dtypes")}
 
 
 @dataclass
@@ -114,7 +116,7 @@ def load_capture(path: str | Path, progress: Callable[[str], None] | None = None
         # read: the text is never held whole (~0.6 s less at 10 M GPU operations)
         tables = {t: _compact(cap.load(t, ENUM_COLUMNS + (("name",) if codes and t in (
             "call", "gpu") else ()), skip.get(t, ()))) for t in ANALYSIS_TABLES}
-        tables["span"] = lambda: cap.load("span")
+        tables["span"] = lambda: cap.load("span", skip=skip.get("span", ()))
         meta = cap.meta
     else:
         from zym.capture.kineto import load_kineto, looks_like_kineto
@@ -126,7 +128,8 @@ def load_capture(path: str | Path, progress: Callable[[str], None] | None = None
         tables = {t: _compact(tables[t].drop(skip.get(t, ()), strict=False))
                   if t in ANALYSIS_TABLES else tables[t] for t in tables}
         if "span" in tables:
-            tables["span"] = constant_columns(tables["span"])
+            tables["span"] = constant_columns(tables["span"].drop(skip.get("span", ()),
+                                                                  strict=False))
         release_freed_memory(tables["call"].height + tables["gpu"].height
                              + (tables["span"].height if "span" in tables else 0))
     return CaptureData(path, meta, tables["frame"], tables["stack"], tables["call"], tables["gpu"],
