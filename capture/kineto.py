@@ -63,6 +63,10 @@ def events_to_tables(groups: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]
     ``with_columns`` (no copy of the other columns). ``groups`` is consumed.
     """
     names, shapes = groups.pop("names"), groups.pop("shapes")
+    # GPU operations' names as categorical codes while the CPU side is built: a few hundred
+    # distinct kernel names, ~200 bytes each, repeated on every row (~110 MB of text at 570 k
+    # kernels), held through every stage below; ``_gpu`` gives the text back at the end.
+    groups["gpu"] = groups["gpu"].with_columns(pl.col("name").cast(pl.Categorical))
     # Nodes are 0..n-1 in python, op, call order. On a large trace each stage below frees
     # hundreds of MB that were allocated batch by batch: given back between stages, so that
     # their peaks do not add up (``release_freed_memory``).
@@ -515,20 +519,25 @@ def _with_shapes(rows: pl.DataFrame, shapes: pl.DataFrame, dtype: pl.DataType = 
 
 
 def _gpu(gpu: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
-    copy = pl.col("name").str.extract_groups(
-        r"^Memcpy (?P<dir>\w+) \((?P<src>\w+) -> (?P<dst>\w+)\)")
-    memset_dst = pl.col("name").str.extract(r"^Memset \((\w+)\)", 1)
+    """The gpu table from the GPU group (``name`` text or categorical codes): copy direction
+    and memory kinds read once per distinct name, then given to its rows."""
+    text = pl.col("name").cast(pl.String)
+    copy = text.str.extract_groups(r"^Memcpy (?P<dir>\w+) \((?P<src>\w+) -> (?P<dst>\w+)\)")
+    memset_dst = text.str.extract(r"^Memset \((\w+)\)", 1)
+    per_name = gpu.select(pl.col("name").unique()).select(
+        "name", copy.struct.field("dir").alias("copy_kind"),
+        copy.struct.field("src").str.to_lowercase().alias("src_mem"),
+        pl.coalesce(copy.struct.field("dst"), memset_dst).str.to_lowercase().alias("dst_mem"))
     main_pid = calls["pid"].mode().min() if calls.height else None  # of equally common: the least
     issuer = calls["pid"].gather(first_row_of(calls["correlation_id"], gpu["correlation_id"]))
-    return (gpu.with_columns(issuer.alias("issuer")).select(
-        pl.coalesce("issuer", pl.lit(main_pid, pl.Int64)).alias("pid"),
-        "device_id", "stream_id", "ts_ns", "dur_ns", "name",
-        pl.col("cat").replace_strict(GPU_CATS).alias("kind"), "correlation_id", "size_bytes",
-        copy.struct.field("dir").alias("copy_kind"),
-        copy.struct.field("src").str.to_lowercase().alias("src_mem"),
-        pl.coalesce(copy.struct.field("dst"), memset_dst).str.to_lowercase().alias("dst_mem"),
-        "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "graph_id",
-    ))
+    return (gpu.with_columns(issuer.alias("issuer"))
+            .join(per_name, on="name", how="left", maintain_order="left", nulls_equal=True)
+            .select(
+                pl.coalesce("issuer", pl.lit(main_pid, pl.Int64)).alias("pid"),
+                "device_id", "stream_id", "ts_ns", "dur_ns", text.alias("name"),
+                pl.col("cat").replace_strict(GPU_CATS).alias("kind"), "correlation_id",
+                "size_bytes", "copy_kind", "src_mem", "dst_mem",
+                "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "graph_id"))
 
 
 # ---------------------------------------------------------------------------------------------
