@@ -75,9 +75,9 @@ def merge_gpu(tables: dict[str, pl.DataFrame] | None, spool_dir: str | Path,
 # thread descheduled meanwhile can take milliseconds).
 OFF_EDGE_NS = 20_000_000
 # A thread held up longer than that (descheduled, waiting for the interpreter) between a
-# launch's entry and the moment its record is decided: the switch-off is one moment, so on
-# each thread the calls it left without records come last. Those after the thread's last call
-# with GPU work, this close to the end, count as cut too.
+# launch's entry and the moment its GPU record is decided: the switch-off is one moment, so on
+# each thread the calls it left without GPU records come last. Those CUPTI recorded (an API
+# record) after the thread's last call with GPU work, this close to the end, count as cut too.
 OFF_TAIL_NS = 1_000_000_000
 GPU_CALLS = ("launch", "copy", "memset")   # call kinds that make a GPU record
 
@@ -195,7 +195,11 @@ def _cut_to_window(calls: pl.DataFrame, api: pl.DataFrame, gpu: pl.DataFrame,
         thread = ["pid", "tid"] if "tid" in calls.columns else ["pid"]
         lacking = pl.col("kind").is_in(GPU_CALLS) & pl.col("_worked").is_null()
         last_worked = pl.when(pl.col("_worked").is_not_null()).then(ts).max().over(thread)
-        trailing = ((last_worked.is_null() | (ts > last_worked))
+        # Only calls CUPTI recorded (an API record, no GPU record): a call with neither may
+        # still get its GPU work by order (``join_by_order``: an attach records no runtime
+        # API records), and is judged by the 20 ms edge alone.
+        trailing = (pl.col("correlation_id").is_not_null()
+                    & (last_worked.is_null() | (ts > last_worked))
                     & (ts > window[1] - OFF_TAIL_NS))
         inside = inside & ~(lacking & ((ts > window[1] - OFF_EDGE_NS) | trailing))
     ids = [pl.col("pid").cast(pl.Int64), pl.col("correlation_id").cast(pl.Int64)]

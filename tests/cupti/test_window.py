@@ -97,3 +97,19 @@ def test_calls_that_ended_after_the_switch_off_are_cut_with_their_gpu_work():
     assert last["corr"] not in kept_calls["correlation_id"].to_list()
     assert last["corr"] not in gpu["correlation_id"].to_list()
     assert stats["calls_left_out"] == 1
+
+
+def test_launches_without_api_records_are_judged_by_the_edge_alone():
+    """An attach records no runtime API records (CUPTI started inside the process): launches
+    have GPU records but no correlation until the join by order, after the window. Those more
+    than 20 ms before the switch-off are all kept (none looks like a thread held up)."""
+    world = make_world({11: ["launch", "copy", "launch", "sync"] * 5, 13: ["launch"] * 12},
+                       seed=9)   # thread 13's calls are all launches, none with an API record
+    runtime = world.api.filter(pl.col("kind") == "launch")["correlation_id"]
+    api = world.api.filter(~pl.col("correlation_id").is_in(runtime.implode()))
+    end = int(world.calls["ts_ns"].max()) + 50 * MS
+    start = int(world.api["ts_ns"].min()) - MS
+    kept_calls, gpu, stats = _merge(world, world.calls, api, world.gpu, (start, end))
+    assert stats["calls_left_out"] == 0
+    assert kept_calls.filter(pl.col("stack_id").is_not_null()).height == world.calls.height
+    assert gpu.height == world.gpu.height
