@@ -57,8 +57,8 @@ def test_a_call_entered_just_after_the_switch_on_keeps_its_gpu_work():
 
 
 def test_a_launch_held_up_past_the_switch_off_is_cut_not_kept_without_its_kernel():
-    """Thread 12's last launch entered 50 ms before the switch-off and was held up (descheduled)
-    until after it: no GPU record. It counts as cut by the switch-off; a launch without a GPU
+    """Thread 12's last call (a copy) entered 50 ms before the switch-off and was held up
+    (descheduled) until after it: an API record, no GPU record. It counts as cut by the switch-off; a launch without a GPU
     record in the middle of thread 11 (not at its end) stays, a call that made none."""
     world, calls = _world()
     t12 = calls.filter(pl.col("tid") == 12).sort("ts_ns")
@@ -87,7 +87,8 @@ def test_calls_that_ended_after_the_switch_off_are_cut_with_their_gpu_work():
     even when it has some (the 20 ms edge and the thread's tail do not keep it)."""
     world, calls = _world()
     t11 = calls.filter(pl.col("tid") == 11).sort("ts_ns")
-    last = t11.row(-2, named=True)   # a launch... the penultimate call of thread 11
+    last = t11.row(-2, named=True)   # thread 11's penultimate call (a memset)
+    assert last["kind"] == "memset"
     late = world.calls.with_columns(
         pl.when(pl.col("ts_ns") == last["ts_ns"]).then(pl.lit(10 * MS))
         .otherwise(pl.col("dur_ns")).alias("dur_ns"))
