@@ -11,6 +11,7 @@ from zym.schemas.io import open_capture
 
 REPO = Path(__file__).resolve().parents[2]
 EBPF_SAMPLE = REPO / "sample_traces" / "gpt_decode_server.parquet"
+KINETO_SAMPLE = REPO / "sample_traces" / "gpt_decode_server.trace.json.gz"
 
 
 def test_constant_columns_keep_every_value_and_type():
@@ -83,3 +84,26 @@ def test_the_analysis_leaves_out_the_columns_it_never_reads():
     assert all(held[c].null_count() == held.height for c in UNREAD["call"])
     full = load_capture(EBPF_SAMPLE)  # the exports' load
     assert full.calls["stream_id"].equals(cap["stream_id"])
+
+
+def test_the_analysis_leaves_out_the_gpu_block_sizes_and_the_spans_shapes():
+    """The GPU operations' block sizes (no analysis or rule reads them) and the spans' operator
+    shapes (the analysis reads the calls') are not held by the analysis, on the H200 capture
+    and the H200 Kineto trace; the exports' load keeps them with their values."""
+    from zym.analysis import analyze
+    from zym.analysis.load import UNREAD
+
+    gpu = open_capture(EBPF_SAMPLE).load("gpu")
+    assert gpu["block_x"].null_count() < gpu.height   # recorded: something to leave out
+    analysis = analyze(EBPF_SAMPLE, lambda _stage: None, "all")
+    assert not set(UNREAD["gpu"]) & set(analysis.data.gpu.columns)
+    full = load_capture(EBPF_SAMPLE)   # the exports' load
+    assert full.gpu["block_x"].equals(gpu["block_x"])
+    assert_frame_equal(analysis.data.gpu, full.gpu.drop(UNREAD["gpu"])
+                       .with_columns(pl.col("name").cast(pl.Categorical)))
+
+    spans = analyze(KINETO_SAMPLE, lambda _stage: None, "all").data.spans()
+    assert spans.height and not set(UNREAD["span"]) & set(spans.columns)
+    kept = load_capture(KINETO_SAMPLE).spans()
+    assert kept["op_shapes"].null_count() < kept.height
+    assert_frame_equal(spans, kept.drop(UNREAD["span"]))

@@ -36,7 +36,7 @@ def test_a_call_entered_just_after_the_switch_on_keeps_its_gpu_work():
     world, calls = _world()
     api = world.api.join(calls.select(pl.col("corr").alias("correlation_id"),
                                       pl.col("ts_ns").alias("entry")), on="correlation_id")
-    # a launch of thread 11 a third of the way in, whose record starts before its call
+    # the sixth launch of thread 11 whose runtime record starts before its driver call
     edge = (api.filter((pl.col("tid") == 11) & (pl.col("kind") == "launch")
                        & (pl.col("ts_ns") < pl.col("entry")))
             .sort("entry").row(5, named=True))
@@ -56,10 +56,11 @@ def test_a_call_entered_just_after_the_switch_on_keeps_its_gpu_work():
     assert stats["gpu_ops_left_out"] == world.gpu.height - want.height
 
 
-def test_a_launch_held_up_past_the_switch_off_is_cut_not_kept_without_its_kernel():
+def test_a_call_held_up_past_the_switch_off_is_cut_not_kept_without_its_gpu_work():
     """Thread 12's last call (a copy) entered 50 ms before the switch-off and was held up
-    (descheduled) until after it: an API record, no GPU record. It counts as cut by the switch-off; a launch without a GPU
-    record in the middle of thread 11 (not at its end) stays, a call that made none."""
+    (descheduled) until after it: an API record, no GPU record. It counts as cut by the
+    switch-off; a launch without a GPU record in the middle of thread 11 (not at its end)
+    stays, a call that made none."""
     world, calls = _world()
     t12 = calls.filter(pl.col("tid") == 12).sort("ts_ns")
     stalled = t12.row(-1, named=True)
