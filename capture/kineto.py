@@ -18,7 +18,8 @@ from __future__ import annotations
 import gzip
 import re
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -54,13 +55,21 @@ class TimeRangeError(ValueError):
     """An event time zym cannot hold as int64 nanoseconds."""
 
 
-def events_to_tables(groups: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
+def events_to_tables(groups: dict[str, pl.DataFrame], timed: bool = False,
+                     links: dict | None = None, issuers: pl.DataFrame | None = None
+                     ) -> dict[str, pl.DataFrame]:
     """Turn the event groups (python, op, call, gpu, and the names and shapes their ids refer
     to) into the capture tables.
 
     The CPU groups stay separate, narrow frames; each row's node id is its position in
     python, op, call order, and derived columns (frame, stack) are attached with
     ``with_columns`` (no copy of the other columns). ``groups`` is consumed.
+
+    For an import window by window (``kineto_stream``): ``timed``, the groups' times are
+    already ``ts_ns``/``dur_ns`` (:func:`in_ns`); ``links``, a dict that receives each CPU
+    row's parent row (``parent_row``, python, op, call rows in order; the sentinel ``n`` at a
+    root); ``issuers``, earlier calls (``pid, correlation_id``) that GPU operations may belong
+    to, and the GPU operations no call claims keep a null pid (the caller fills it in).
     """
     names, shapes = groups.pop("names"), groups.pop("shapes")
     # GPU operations' names as categorical codes while the CPU side is built: a few hundred
@@ -73,7 +82,7 @@ def events_to_tables(groups: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]
     n = sum(groups[g].height for g in ("python", "op", "call"))
     cpu = []
     for g in ("python", "op", "call"):
-        cpu.append(_in_ns(groups.pop(g)))
+        cpu.append(groups.pop(g) if timed else in_ns(groups.pop(g)))
         release_freed_memory(n)
     cpu[2] = _drop_nested_driver_calls(cpu[2])
     py, op, call = _numbered(cpu)
@@ -88,6 +97,8 @@ def events_to_tables(groups: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]
     parent_row = np.full(n, n, dtype=row_type(n))
     parent_row[parents["node"].to_numpy()] = parents["parent"].fill_null(n).to_numpy()
     del parents
+    if links is not None:
+        links["parent_row"] = parent_row
     frame_of_row = np.concatenate([g["frame_id"].to_numpy() for g in (py, op, call)])
     # Only what the tables take from here on (ids, names and categories are used up).
     py = py.select("pid", "tid", "ts_ns", "dur_ns")
@@ -111,7 +122,7 @@ def events_to_tables(groups: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]
         "stack": stacks,
         "span": _spans(py, op, shapes),
         "call": calls,
-        "gpu": _gpu(_in_ns(groups.pop("gpu")), calls),
+        "gpu": _gpu(groups.pop("gpu") if timed else in_ns(groups.pop("gpu")), calls, issuers),
     }
     del py, op
     release_freed_memory(n)
@@ -122,7 +133,7 @@ def events_to_tables(groups: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]
 _MAX_US = float(1 << 61) / 1000
 
 
-def _in_ns(group: pl.DataFrame) -> pl.DataFrame:
+def in_ns(group: pl.DataFrame) -> pl.DataFrame:
     """Kineto's microsecond times (floats, ns in the fraction) as integer ns; a time that is
     not finite, negative, or past the int64 ns range is bad input (``TimeRangeError``)."""
     is_bad = (~pl.col("ts_us").is_between(0, _MAX_US).fill_null(False)
@@ -518,9 +529,13 @@ def _with_shapes(rows: pl.DataFrame, shapes: pl.DataFrame, dtype: pl.DataType = 
                              text.gather(rows["dtypes_id"]).alias("op_dtypes"))
 
 
-def _gpu(gpu: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+def _gpu(gpu: pl.DataFrame, calls: pl.DataFrame, issuers: pl.DataFrame | None = None
+         ) -> pl.DataFrame:
     """The gpu table from the GPU group (``name`` text or categorical codes): copy direction
-    and memory kinds read once per distinct name, then given to its rows."""
+    and memory kinds read once per distinct name, then given to its rows. Each operation's
+    pid is its call's (by correlation id), else the most common pid of the calls; with
+    ``issuers`` (earlier calls, ``pid, correlation_id``) those are searched too, after
+    ``calls``, and an operation no call claims keeps a null pid."""
     text = pl.col("name").cast(pl.String)
     copy = text.str.extract_groups(r"^Memcpy (?P<dir>\w+) \((?P<src>\w+) -> (?P<dst>\w+)\)")
     memset_dst = text.str.extract(r"^Memset \((\w+)\)", 1)
@@ -529,6 +544,10 @@ def _gpu(gpu: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
         copy.struct.field("src").str.to_lowercase().alias("src_mem"),
         pl.coalesce(copy.struct.field("dst"), memset_dst).str.to_lowercase().alias("dst_mem"))
     main_pid = calls["pid"].mode().min() if calls.height else None  # of equally common: the least
+    if issuers is not None:
+        main_pid = None
+        calls = pl.concat([calls.select("pid", "correlation_id"),
+                           issuers.select("pid", "correlation_id")])
     issuer = calls["pid"].gather(first_row_of(calls["correlation_id"], gpu["correlation_id"]))
     return (gpu.with_columns(issuer.alias("issuer"))
             .join(per_name, on="name", how="left", maintain_order="left", nulls_equal=True)
@@ -590,21 +609,32 @@ def load_kineto(path: str | Path, progress: Progress | None = None
     if path.exists() and path.stat().st_size == 0:
         raise InputError(f"{shown}: empty file")
     say("reading and decoding JSON")
-    try:
+    with input_errors(shown):
         groups, top = read_events(path)
-        say("building call stacks")
-        tables = events_to_tables(groups)
         meta = capture_meta(top, path)
+        tables = build_tables(groups, say)
+    return check_tables(tables, shown), meta
+
+
+def build_tables(groups: dict[str, pl.DataFrame], say: Progress) -> dict[str, pl.DataFrame]:
+    """The capture tables of a whole trace's decoded groups (consumed)."""
+    say("building call stacks")
+    return events_to_tables(groups)
+
+
+@contextmanager
+def input_errors(shown: str) -> Iterator[None]:
+    """What the decoder let through and the table code could not use is bad input, named as
+    such (``schemas.validate`` checks the values the code produced)."""
+    try:
+        yield
     except CyclicStacksError as e:
         raise InputError(f"{shown}: Python parent ids form a loop ({e}): not a valid "
                          "torch.profiler trace") from None
     except RecursionError:
         raise InputError(f"{shown}: JSON nested too deeply to be a torch.profiler trace") from None
     except (pl.exceptions.PolarsError, OverflowError, ValueError, TypeError) as e:
-        # The boundary: whatever the decoder let through and the table code could not use is
-        # bad input, named as such (schemas.validate checks the values it produced).
         raise InputError(f"{shown}: unusable torch.profiler trace ({_first_line(e)})") from None
-    return check_tables(tables, shown), meta
 
 
 def _first_line(e: BaseException) -> str:
@@ -613,17 +643,15 @@ def _first_line(e: BaseException) -> str:
 
 
 def import_kineto(path: str | Path, out: str | Path, progress: Progress | None = None,
-                  force: bool = True) -> Path:
+                  force: bool = True, budget: int | None = None) -> Path:
     """Convert a Kineto trace into a zym capture file at ``out`` (``force``: replace an
-    existing file; see ``zym.schemas.output`` for how outputs are written)."""
-    from zym.schemas.io import write_capture
-    from zym.schemas.output import check_target
+    existing file; see ``zym.schemas.output`` for how outputs are written), in about
+    ``budget`` bytes of memory (default ``kineto_stream.DEFAULT_BUDGET``): a trace too large
+    for it is imported out of core (``kineto_stream``)."""
+    from .kineto_stream import DEFAULT_BUDGET, import_bounded
 
-    check_target(Path(out), force)  # before the work, not only after it
-    tables, meta = load_kineto(path, progress)
-    if progress:
-        progress("writing")
-    return write_capture(out, tables, meta, force=force)
+    return import_bounded(path, out, progress, force, DEFAULT_BUDGET if budget is None
+                          else budget)
 
 
 def looks_like_kineto(path: str | Path) -> bool:

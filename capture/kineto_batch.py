@@ -47,9 +47,10 @@ def capture_name(trace: Path) -> str:
 
 
 def import_many(inputs: Sequence[Path], out_dir: Path, progress: Callable[[str], None] | None
-                = None, force: bool = False) -> list[Path]:
+                = None, force: bool = False, budget: int | None = None) -> list[Path]:
     """Import every trace of ``inputs`` (files or folders of them) into ``out_dir``, one capture
-    per trace named after it; returns the captures written, in input order."""
+    per trace named after it, each in about ``budget`` bytes (``import_kineto``); returns the
+    captures written, in input order."""
     from .kineto import import_kineto
 
     traces = trace_files(inputs)
@@ -68,5 +69,5 @@ def import_many(inputs: Sequence[Path], out_dir: Path, progress: Callable[[str],
             if progress:
                 progress(f"[{i}/{len(traces)}] {display(trace.name)}: {stage}")
 
-        written.append(import_kineto(trace, out, say, force=force))
+        written.append(import_kineto(trace, out, say, force=force, budget=budget))
     return written

@@ -205,15 +205,19 @@ class _TraceFile(msgspec.Struct):
     record_shapes: int | None = None
 
 
-def read_events(path: Path) -> tuple[dict[str, pl.DataFrame], _TraceFile]:
-    """Decode a trace file (``.json`` or gzip, told by its magic bytes) into event groups."""
-    if (ahead := _decoded_ahead(path)) is not None:
+def read_events(path: Path, accumulator: Callable[[Path], _GroupAccumulator] | None = None
+                ) -> tuple[dict[str, pl.DataFrame], _TraceFile]:
+    """Decode a trace file (``.json`` or gzip, told by its magic bytes) into event groups.
+    ``accumulator``: makes what keeps the decoded batches of a streaming read (one per
+    attempt; ``kineto_stream``'s spills them to disk)."""
+    if accumulator is None and (ahead := _decoded_ahead(path)) is not None:
         return ahead
+    make = accumulator or _GroupAccumulator
     try:
         try:
-            result = _read_streaming(path, parallel=True)
+            result = _read_streaming(path, parallel=True, make=make)
         except (_BadCut, BrokenProcessPool):  # a batch cut inside an event, or a worker
-            result = _read_streaming(path, parallel=False)  # died: again, in this process
+            result = _read_streaming(path, parallel=False, make=make)  # died: again, here
         if result is not None:
             return result
         return parse_events(read_json_bytes(path), path)
@@ -245,7 +249,8 @@ def _decoded_ahead(path: Path) -> tuple[dict[str, pl.DataFrame], _TraceFile] | N
     return acc.groups(), top
 
 
-def _read_streaming(path: Path, parallel: bool
+def _read_streaming(path: Path, parallel: bool,
+                    make: Callable[[Path], _GroupAccumulator] | None = None
                     ) -> tuple[dict[str, pl.DataFrame], _TraceFile] | None:
     from . import kineto_prefetch
 
@@ -256,7 +261,7 @@ def _read_streaming(path: Path, parallel: bool
             parallel = kineto_prefetch.threads_wanted(path)
         workers = kind(path, lambda: f.tell() / size) if parallel else None
         try:
-            return _decode_streaming(_pieces(f, path), path, workers)
+            return _decode_streaming(_pieces(f, path), path, workers, make)
         finally:
             if workers is not None:
                 workers.close()
@@ -300,7 +305,8 @@ def _pieces(f: BinaryIO, path: Path) -> Iterator[bytes]:
 _CUT_WINDOW = 1 << 16  # tail of a batch searched for a cut at first; widened when it has none
 
 
-def _decode_streaming(pieces: Iterator[bytes], path: Path, workers: _Workers | None = None
+def _decode_streaming(pieces: Iterator[bytes], path: Path, workers: _Workers | None = None,
+                      make: Callable[[Path], _GroupAccumulator] | None = None
                       ) -> tuple[dict[str, pl.DataFrame], _TraceFile] | None:
     """Decode the events batch by batch as the text arrives, whatever its layout (pretty,
     minified, keys in any order, a bare array); None when the events do not start within
@@ -312,7 +318,7 @@ def _decode_streaming(pieces: Iterator[bytes], path: Path, workers: _Workers | N
     if start is None:
         return None
     buf, header, bare = start
-    acc = _GroupAccumulator(path)
+    acc = (make or _GroupAccumulator)(path)
     retry_at, batch, done = _DECODE_BATCH, _DECODE_BATCH, 0
     for piece in pieces:
         buf += piece

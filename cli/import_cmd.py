@@ -19,6 +19,10 @@ def import_trace(
                                          "created).", show_default=False)],
     force: Annotated[bool, typer.Option("--force", help="Overwrite OUTPUT if it exists.")] = False,
     progress: Annotated[bool, typer.Option(help="Show progress on stderr.")] = True,
+    memory_budget: Annotated[str, typer.Option(
+        "--memory-budget", metavar="SIZE",
+        help="Memory the import may use (e.g. 512M, 2G): a trace whose events do not fit is "
+             "spilled to disk beside the output and imported window by window.")] = "1G",
 ) -> None:
     """Convert a torch.profiler (Kineto) trace into one zym capture file (schema v3); several
     traces (or a folder of per-rank traces) into one capture each, in the folder OUTPUT.
@@ -32,11 +36,18 @@ def import_trace(
     from .progress import stage_progress
 
     with exit_on_error():
+        from zym.capture.kineto_stream import parse_size
+        from zym.schemas.errors import InputError
+
+        try:
+            budget = parse_size(memory_budget)
+        except ValueError as e:
+            raise InputError(f"--memory-budget: {e}") from None
         if len(traces) == 1 and not traces[0].is_dir():
             from zym.capture.kineto import import_kineto
 
             with stage_progress(progress) as say:
-                out = import_kineto(traces[0], output, say, force=force)
+                out = import_kineto(traces[0], output, say, force=force, budget=budget)
             size = out.stat().st_size
             typer.echo(f"wrote {display(out)} ({size / 1e6:.1f} MB); next: zym analyze "
                        f"{display(out)}")
@@ -44,7 +55,7 @@ def import_trace(
         from zym.capture.kineto_batch import import_many
 
         with stage_progress(progress) as say:
-            outs = import_many(traces, output, say, force=force)
+            outs = import_many(traces, output, say, force=force, budget=budget)
     size = sum(o.stat().st_size for o in outs)
     typer.echo(f"wrote {len(outs)} captures into {display(output)} ({size / 1e6:.1f} MB); "
                f"next: zym analyze {display(outs[0])}")

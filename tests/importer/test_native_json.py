@@ -283,9 +283,9 @@ def test_thread_batches_cut_inside_a_string_are_decoded_again_in_one_thread(
     retried = []
     real = kineto_json._read_streaming
 
-    def recording(path, parallel):
+    def recording(path, parallel, **kwargs):
         retried.append(parallel)
-        return real(path, parallel)
+        return real(path, parallel, **kwargs)
 
     monkeypatch.setattr(kineto_json, "_read_streaming", recording)
     events = [e for e in odd_events(5, n=2000) if e.get("ph") == "X"]

@@ -328,9 +328,9 @@ def test_a_worker_batch_cut_inside_a_string_is_decoded_again_in_one_process(
     retried = []
     real = kineto_json._read_streaming
 
-    def recording(path, parallel):
+    def recording(path, parallel, **kwargs):
         retried.append(parallel)
-        return real(path, parallel)
+        return real(path, parallel, **kwargs)
 
     monkeypatch.setattr(kineto_json, "_read_streaming", recording)
     events = random_events(9, n=2000, tricky=False)

@@ -1,0 +1,398 @@
+"""Import a torch.profiler (Kineto) trace of any size in bounded memory.
+
+``zym import`` decodes the JSON batch by batch (``kineto_json``). While the decoded events fit
+the memory budget they stay in memory and the trace is imported whole, as ``zym analyze``
+does. Past the budget the import goes out of core, in two passes:
+
+1. **Spill.** Each time the decoded batches held reach the budget's rows, each event group
+   (python, op, call, gpu) is converted to integer ns, sorted by start time and written to a
+   spill file beside the output (a row group every ``SPILL_ROW_GROUP`` rows, with statistics),
+   and every ``SAMPLE_EVERY``-th start is kept. The names and shapes the rows refer to are
+   interned once for the whole trace.
+2. **Windows.** The kept starts cut the trace into time windows of about the budget's rows.
+   Each window reads its events back from the spill files (row groups outside it are skipped
+   by their statistics) with the CPU events still open at its start carried over from the
+   window before (those whose end is at or after the start, and their parents: a root op's
+   Python frame, an op's enclosing op), and builds its tables with the in-memory importer's
+   own ``events_to_tables``. The rows that start in the window are kept, their frames and
+   stacks mapped to ids interned across the whole trace, and written to the capture as row
+   groups of their own. The frames, stacks and GPU operations are written last.
+
+So a window's events get the same parents, stacks and calls as in the whole-trace import
+wherever they nest the way torch.profiler records them (RecordFunction ops and calls nested
+per thread, Python frames inside their parent frame). Row order differs (by window), and
+ids are numbered differently (by first appearance). A GPU operation belongs to the process
+of its call (by correlation id) when that call is in its window or the window before; else to
+the trace's most common process, which is what a single-process trace (torch.profiler writes
+one per process) gives everywhere.
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from concurrent.futures import Future
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+from zym.schemas.errors import InputError
+from zym.schemas.io import CaptureWriter
+from zym.schemas.memory import release_freed_memory
+from zym.schemas.output import check_target, display
+from zym.schemas.validate import check_tables
+
+from .kineto import (
+    Progress,
+    _drop_nested_driver_calls,
+    build_tables,
+    capture_meta,
+    events_to_tables,
+    in_ns,
+    input_errors,
+)
+from .kineto_json import _GROUP_SCHEMAS, _GroupAccumulator, read_events
+
+# The memory an import may use, by default: the decoded events held before they are spilled,
+# and a window's events with the tables built from them.
+DEFAULT_BUDGET = 1 << 30
+# What one event costs at the import's peak (a window's decoded columns, the importer's
+# arrays and the tables built from them; measured in bench/mem_import.py), and the memory
+# the process needs beside the events (interpreter, polars, numpy, pyarrow).
+BYTES_PER_EVENT = 320
+BASELINE_BYTES = 256 << 20
+MIN_WINDOW_EVENTS = 1000
+SPILL_ROW_GROUP = 1 << 16
+SAMPLE_EVERY = 256
+GROUPS = ("python", "op", "call", "gpu")
+CPU_GROUPS = ("python", "op", "call")
+
+
+def window_events(budget: int) -> int:
+    """Events a window (and the decoded batches held before a spill) may hold within
+    ``budget`` bytes."""
+    return max(MIN_WINDOW_EVENTS, (budget - BASELINE_BYTES) // BYTES_PER_EVENT)
+
+
+def parse_size(text: str) -> int:
+    """``"1G"``, ``"512M"``, ``"2.5GiB"``, ``"800000000"``: bytes (powers of 1024)."""
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = t[-1:] if t[-1:] in units and t[-1:] else ""
+    try:
+        value = float(t[: len(t) - len(unit)])
+    except ValueError:
+        raise ValueError(f"{text!r}: not a size (e.g. 1G, 512M)") from None
+    if not 0 < value < float("inf"):
+        raise ValueError(f"{text!r}: a size must be positive")
+    return int(value * units[unit])
+
+
+class _SpillingAccumulator(_GroupAccumulator):
+    """``_GroupAccumulator`` that writes the decoded batches to spill files once they reach
+    ``rows`` events (see the module doc); it stays in memory while they fit."""
+
+    def __init__(self, path: Path, folder: Path, rows: int) -> None:
+        super().__init__(path)
+        self.folder, self.rows = folder, rows
+        self.flushes = 0
+        self.counts = dict.fromkeys(GROUPS, 0)
+        self.samples: list[pl.Series] = []
+        self.call_pids: set[int | None] = set()
+
+    def add_text(self, buf: bytearray, end: int) -> bool:
+        if not super().add_text(buf, end):
+            return False
+        self._maybe_spill()
+        return True
+
+    def add_events(self, events: list) -> None:
+        super().add_events(events)
+        self._maybe_spill()
+
+    def add_future(self, future: Future) -> None:
+        super().add_future(future)
+        self._maybe_spill()
+
+    def _held(self) -> int:
+        held = 0
+        for b in self.batches:
+            if isinstance(b, Future):
+                if not b.done() or not isinstance(b.result(), tuple):
+                    continue
+                b = b.result()[0]
+            held += sum(df.height for df in b.values())
+        return held
+
+    def _maybe_spill(self) -> None:
+        if self._held() >= self.rows:
+            self._spill()
+
+    def _spill(self) -> None:
+        batches = [self._merged(b.result()) if isinstance(b, Future) else b
+                   for b in self.batches]
+        self.batches = []
+        for g in GROUPS:
+            parts = [b[g] for b in batches if g in b and b[g].height]
+            if not parts:
+                continue
+            rows = in_ns(pl.concat(parts)).sort("ts_ns", maintain_order=True)
+            rows.write_parquet(self.folder / f"{g}-{self.flushes:06d}.parquet",
+                               compression="lz4", row_group_size=SPILL_ROW_GROUP,
+                               statistics=True)
+            self.samples.append(rows["ts_ns"].gather_every(SAMPLE_EVERY))
+            self.counts[g] += rows.height
+            if g == "call":
+                self.call_pids.update(rows["pid"].unique().to_list())
+        del batches
+        self.flushes += 1
+        release_freed_memory(self.rows)
+
+    @property
+    def spilled(self) -> bool:
+        return self.flushes > 0
+
+    def groups(self) -> dict[str, pl.DataFrame]:
+        if not self.spilled:
+            return super().groups()
+        self._spill()  # the last batches
+        if sum(self.counts.values()) == 0:
+            raise InputError(f"{self.path}: JSON, but no torch.profiler events (python_function, "
+                             "cpu_op, cuda_runtime, kernel...): not a Kineto trace")
+        return {}
+
+    def spill_files(self, group: str) -> list[Path]:
+        return sorted(self.folder.glob(f"{group}-*.parquet"))
+
+    def names_table(self) -> pl.DataFrame:
+        values = self.names.values
+        return pl.DataFrame({"name_id": pl.Series(range(len(values)), dtype=pl.UInt32),
+                             "name": pl.Series(values, dtype=pl.String)})
+
+    def shapes_table(self) -> pl.DataFrame:
+        values = self.shapes.values
+        return pl.DataFrame({"shape_id": pl.Series(range(len(values)), dtype=pl.UInt32),
+                             "shape": pl.Series(values, dtype=pl.Binary).cast(pl.String)})
+
+    def edges(self) -> list[int]:
+        """Window starts after the first: every ``rows`` events of the kept starts."""
+        if not self.samples:
+            return []
+        starts = pl.concat(self.samples).sort()
+        step = max(1, self.rows // SAMPLE_EVERY)
+        return starts.gather_every(step, offset=step).unique(maintain_order=True).to_list()
+
+
+class _Interned:
+    """Frames and stacks interned across the windows: a window's own ids mapped to the
+    trace's (a frame by its kind, name, file and line; a stack by its parent stack and
+    frame), numbered in order of first appearance."""
+
+    def __init__(self) -> None:
+        self.frame_ids: dict[tuple, int] = {}
+        self.frames: list[tuple] = []
+        self.stack_ids: dict[tuple[int, int], int] = {}
+        self.stacks: list[tuple[int | None, int, int]] = []
+
+    def stack_map(self, frames: pl.DataFrame, stacks: pl.DataFrame) -> np.ndarray:
+        """The trace's stack id of each of a window's (indexed by the window's stack id).
+        Distinct frames and stacks per window: thousands, not one per event."""
+        frame_map = np.full(int(frames["frame_id"].max()) + 1 if frames.height else 0, -1,
+                            dtype=np.int64)
+        for fid, *key in frames.select("frame_id", "kind", "name", "file", "line").iter_rows():
+            got = self.frame_ids.get(tuple(key))
+            if got is None:
+                got = self.frame_ids[tuple(key)] = len(self.frames)
+                self.frames.append(tuple(key))
+            frame_map[fid] = got
+        ids = stacks["stack_id"].to_numpy()
+        if not np.array_equal(ids, np.arange(len(ids))):  # intern_rows: 0..m-1, depth-major
+            raise AssertionError("a window's stack ids are not 0..m-1 in depth order")
+        out = np.empty(len(ids), dtype=np.int64)
+        parents = stacks["parent_id"].fill_null(-1).to_numpy()
+        local_frames = frame_map[stacks["frame_id"].to_numpy()]
+        for i, (parent, frame, depth) in enumerate(zip(parents.tolist(), local_frames.tolist(),
+                                                       stacks["depth"].to_list())):
+            key = (int(out[parent]) if parent >= 0 else -1, frame)
+            got = self.stack_ids.get(key)
+            if got is None:
+                got = self.stack_ids[key] = len(self.stacks)
+                self.stacks.append((key[0] if key[0] >= 0 else None, frame, depth))
+            out[i] = got
+        return out
+
+    def frame_table(self) -> pl.DataFrame:
+        kind, name, file, line = (list(c) for c in zip(*self.frames)) if self.frames else ([],) * 4
+        return pl.DataFrame({"frame_id": pl.Series(range(len(self.frames)), dtype=pl.Int64),
+                             "kind": pl.Series(kind, dtype=pl.String),
+                             "name": pl.Series(name, dtype=pl.String),
+                             "file": pl.Series(file, dtype=pl.String),
+                             "line": pl.Series(line, dtype=pl.Int32)})
+
+    def stack_table(self) -> pl.DataFrame:
+        parent, frame, depth = (list(c) for c in zip(*self.stacks)) if self.stacks else ([],) * 3
+        return pl.DataFrame({"stack_id": pl.Series(range(len(self.stacks)), dtype=pl.Int64),
+                             "parent_id": pl.Series(parent, dtype=pl.Int64),
+                             "frame_id": pl.Series(frame, dtype=pl.Int64),
+                             "depth": pl.Series(depth, dtype=pl.Int32)})
+
+
+def _empty(group: str) -> pl.DataFrame:
+    return in_ns(pl.DataFrame(schema=_GROUP_SCHEMAS[group]))
+
+
+def _read_window(files: list[Path], group: str, lo: int | None, hi: int | None
+                 ) -> pl.DataFrame:
+    if not files:
+        return _empty(group)
+    rows = pl.scan_parquet(files)
+    if lo is not None:
+        rows = rows.filter(pl.col("ts_ns") >= lo)
+    if hi is not None:
+        rows = rows.filter(pl.col("ts_ns") < hi)
+    return rows.collect()
+
+
+def _carried(inputs: dict[str, pl.DataFrame], parent_row: np.ndarray, hi: int
+             ) -> dict[str, pl.DataFrame]:
+    """The CPU rows of ``inputs`` still open at ``hi`` (ending at or after it) and, up their
+    parent links, every row above them: what the next window's events may nest in."""
+    ends = np.concatenate([(inputs[g]["ts_ns"] + inputs[g]["dur_ns"]).to_numpy()
+                           for g in CPU_GROUPS])
+    n = ends.shape[0]
+    keep = np.zeros(n + 1, dtype=bool)  # row n: the roots' sentinel parent
+    keep[:n] = ends >= hi
+    rows = np.flatnonzero(keep[:n])
+    while rows.size:
+        up = parent_row[rows].astype(np.int64)
+        up = up[~keep[up]]
+        keep[up] = True
+        rows = up[up < n]
+    out, first = {}, 0
+    for g in CPU_GROUPS:
+        height = inputs[g].height
+        out[g] = inputs[g].filter(pl.Series(keep[first:first + height]))
+        first += height
+    return out
+
+
+def _issuers_from_spill(gpu: pl.DataFrame, call_files: list[Path]) -> pl.DataFrame:
+    """``gpu`` with the pid of each operation no call of its window (or the one before)
+    claimed looked up among all the trace's calls (the first with its correlation id, in the
+    trace's order): a trace of several processes whose GPU queue ran windows behind."""
+    missing = gpu.filter(pl.col("pid").is_null())["correlation_id"].drop_nulls().unique()
+    if missing.len() == 0:
+        return gpu
+    found = (pl.scan_parquet(call_files).select("pid", "correlation_id")
+             .filter(pl.col("correlation_id").is_in(missing.implode()))
+             .unique("correlation_id", keep="first", maintain_order=True).collect())
+    return (gpu.join(found.rename({"pid": "_pid"}), on="correlation_id", how="left",
+                     maintain_order="left")
+            .with_columns(pl.coalesce("pid", "_pid").alias("pid")).drop("_pid"))
+
+
+def _windows(acc: _SpillingAccumulator, shown: str, say: Progress) -> Iterator[tuple[str, pl.DataFrame]]:
+    """The tables of the spilled trace, a window at a time: ``(record, rows)``, frames and
+    stacks last."""
+    names, shapes = acc.names_table(), acc.shapes_table()
+    files = {g: acc.spill_files(g) for g in GROUPS}
+    edges = acc.edges()
+    bounds = list(zip([None, *edges], [*edges, None]))
+    carry = {g: _empty(g) for g in CPU_GROUPS}
+    recent = pl.DataFrame(schema={"pid": pl.Int64, "correlation_id": pl.Int64})
+    interned = _Interned()
+    pids: dict[int | None, int] = {}
+    gpu_parts: list[Path] = []
+    for k, (lo, hi) in enumerate(bounds):
+        say(f"building window {k + 1} of {len(bounds)}")
+        inputs = {g: pl.concat([carry[g], _read_window(files[g], g, lo, hi)])
+                  for g in CPU_GROUPS}
+        inputs["call"] = _drop_nested_driver_calls(inputs["call"])
+        links: dict = {}
+        tables = check_tables(events_to_tables(
+            {**inputs, "gpu": _read_window(files["gpu"], "gpu", lo, hi),
+             "names": names, "shapes": shapes}, timed=True, links=links, issuers=recent),
+            shown)
+        if hi is not None:
+            carry = _carried(inputs, links["parent_row"], hi)
+        del inputs, links
+        stack_of = pl.Series(interned.stack_map(tables["frame"], tables["stack"]))
+        own = (pl.col("ts_ns") >= lo) if lo is not None else pl.lit(True)
+        for record in ("span", "call"):
+            rows = tables.pop(record).filter(own)
+            yield record, rows.with_columns(stack_of.gather(rows["stack_id"]).alias("stack_id"))
+            if record == "call":
+                for pid, count in rows["pid"].value_counts().iter_rows():
+                    pids[pid] = pids.get(pid, 0) + count
+                recent = rows.select("pid", "correlation_id").filter(
+                    pl.col("correlation_id").is_not_null())
+            del rows
+        gpu_parts.append(acc.folder / f"out-gpu-{k:06d}.parquet")
+        gpu = tables.pop("gpu")
+        if len(acc.call_pids) > 1 and gpu["pid"].null_count():
+            gpu = _issuers_from_spill(gpu, files["call"])
+        gpu.write_parquet(gpu_parts[-1], compression="lz4")
+        del gpu
+        del tables
+        release_freed_memory(acc.rows)
+    # The most common process of the calls (of equally common, the least), as ``_gpu`` does.
+    counted = [(-count, pid) for pid, count in pids.items() if pid is not None]
+    main_pid = min(counted)[1] if counted else None
+    for part in gpu_parts:
+        yield "gpu", pl.read_parquet(part).with_columns(
+            pl.col("pid").fill_null(pl.lit(main_pid, pl.Int64)))
+    yield "frame", interned.frame_table()
+    yield "stack", interned.stack_table()
+
+
+def import_bounded(path: str | Path, out: str | Path, progress: Progress | None = None,
+                   force: bool = True, budget: int = DEFAULT_BUDGET) -> Path:
+    """Convert a Kineto trace into a zym capture file at ``out`` within about ``budget``
+    bytes of memory (see the module doc); a trace whose decoded events fit is imported
+    whole, as ``load_kineto`` does."""
+    from zym.schemas.io import write_capture
+
+    say = progress or (lambda _stage: None)
+    path, out = Path(path), Path(out)
+    check_target(out, force)  # before the work, not only after it
+    shown = display(path)
+    if path.exists() and path.stat().st_size == 0:
+        raise InputError(f"{shown}: empty file")
+    folder = out.parent if out.parent.is_dir() else Path(tempfile.gettempdir())
+    spill = Path(tempfile.mkdtemp(prefix=".zym-spill-", dir=folder))
+    try:
+        made: list[_SpillingAccumulator] = []
+
+        def accumulator(p: Path) -> _SpillingAccumulator:
+            for old in made:  # a second attempt (a batch cut inside an event): start over
+                for f in old.folder.iterdir():
+                    f.unlink()
+            attempt = spill / f"try{len(made)}"
+            attempt.mkdir()
+            made.append(_SpillingAccumulator(p, attempt, window_events(budget)))
+            return made[-1]
+
+        say("reading and decoding JSON")
+        with input_errors(shown):
+            groups, top = read_events(path, accumulator)
+            meta = capture_meta(top, path)
+            acc = made[-1] if made else None
+            if acc is None or not acc.spilled:
+                tables = check_tables(build_tables(groups, say), shown)
+                del groups
+                say("writing")
+                return write_capture(out, tables, meta, force=force)
+            del groups
+            meta.extra["imported_in_windows"] = {"windows": len(acc.edges()) + 1,
+                                                 "events": sum(acc.counts.values()),
+                                                 "budget_bytes": budget}
+            with CaptureWriter(out, meta, force) as writer:
+                for record, rows in _windows(acc, shown, say):
+                    writer.write(record, rows)
+        return out
+    finally:
+        shutil.rmtree(spill, ignore_errors=True)
+
+
+__all__ = ["DEFAULT_BUDGET", "import_bounded", "parse_size", "window_events"]
+
