@@ -38,7 +38,7 @@ import numpy as np
 import polars as pl
 from zym.schemas.errors import InputError
 from zym.schemas.io import CaptureWriter
-from zym.schemas.memory import release_freed_memory
+from zym.schemas.memory import release_freed_memory, reset_peak, resident_mb
 from zym.schemas.output import check_target, display
 from zym.schemas.validate import check_tables
 
@@ -174,13 +174,18 @@ class _SpillingAccumulator(_GroupAccumulator):
         return pl.DataFrame({"shape_id": pl.Series(range(len(values)), dtype=pl.UInt32),
                              "shape": pl.Series(values, dtype=pl.Binary).cast(pl.String)})
 
-    def edges(self) -> list[int]:
-        """Window starts after the first: every ``rows`` events of the kept starts."""
+    def edges(self, every: int) -> tuple[list[int], list[int]]:
+        """Sub-window starts after the first, about every ``every`` events (from the kept
+        starts), and the events of each sub-window (estimated from the kept starts)."""
         if not self.samples:
-            return []
+            return [], []
         starts = pl.concat(self.samples).sort()
-        step = max(1, self.rows // SAMPLE_EVERY)
-        return starts.gather_every(step, offset=step).unique(maintain_order=True).to_list()
+        step = max(1, every // SAMPLE_EVERY)
+        edges = starts.gather_every(step, offset=step).unique(maintain_order=True)
+        # kept starts before each edge: a sub-window's events are the difference, x256
+        before = np.searchsorted(starts.to_numpy(), edges.to_numpy(), side="left")
+        counts = np.diff(np.concatenate([[0], before, [starts.len()]])) * SAMPLE_EVERY
+        return edges.to_list(), counts.tolist()
 
 
 class _Interned:
@@ -291,28 +296,80 @@ def _issuers_from_spill(gpu: pl.DataFrame, call_files: list[Path]) -> pl.DataFra
             .with_columns(pl.coalesce("pid", "_pid").alias("pid")).drop("_pid"))
 
 
-def _windows(acc: _SpillingAccumulator, shown: str, say: Progress) -> Iterator[tuple[str, pl.DataFrame]]:
+# A window is made of sub-windows of about this fraction of the budget's events: after each
+# window the next one takes as many as the memory the last one used per event leaves room for.
+SUB_WINDOWS = 4
+
+
+class _Sizer:
+    """How many sub-windows the next window takes: at first half the budget's events; then
+    as many as fit the budget at the most memory an event has cost so far (the high-water
+    mark of resident memory during a window, over its events), at least one."""
+
+    def __init__(self, budget: int, rows: int) -> None:
+        self.budget_mb = budget >> 20
+        self.rows = rows
+        self.per_event_mb: float | None = None
+        self.start: tuple[int, int] | None = None
+
+    def begin(self) -> None:
+        self.start = resident_mb() if reset_peak() else None
+
+    def end(self, events: int) -> None:
+        now = resident_mb()
+        if self.start is None or now is None or events < MIN_WINDOW_EVENTS:
+            return
+        used = max(now[1] - self.start[0], 1) / events
+        self.per_event_mb = max(self.per_event_mb or 0.0, used)
+
+    def take(self, sub_events: list[int]) -> int:
+        """Sub-windows for the next window, from the front of ``sub_events``."""
+        if self.per_event_mb is None:
+            allowed = self.rows // 2
+        else:
+            now = resident_mb()
+            room = self.budget_mb - (now[0] if now else BASELINE_BYTES >> 20)
+            allowed = int(max(room, 0) / self.per_event_mb)
+        n, total = 0, 0
+        for events in sub_events:
+            if n and total + events > allowed:
+                break
+            n, total = n + 1, total + events
+        return max(n, 1)
+
+
+def _windows(acc: _SpillingAccumulator, shown: str, say: Progress, budget: int
+             ) -> Iterator[tuple[str, pl.DataFrame]]:
     """The tables of the spilled trace, a window at a time: ``(record, rows)``, frames and
     stacks last."""
     names, shapes = acc.names_table(), acc.shapes_table()
     files = {g: acc.spill_files(g) for g in GROUPS}
-    edges = acc.edges()
-    bounds = list(zip([None, *edges], [*edges, None]))
+    edges, sub_events = acc.edges(max(1, acc.rows // SUB_WINDOWS))
+    subs = list(zip([None, *edges], [*edges, None]))
     carry = {g: _empty(g) for g in CPU_GROUPS}
     recent = pl.DataFrame(schema={"pid": pl.Int64, "correlation_id": pl.Int64})
     interned = _Interned()
+    sizer = _Sizer(budget, acc.rows)
     pids: dict[int | None, int] = {}
     gpu_parts: list[Path] = []
-    for k, (lo, hi) in enumerate(bounds):
-        say(f"building window {k + 1} of {len(bounds)}")
+    first, total = 0, sum(sub_events)
+    while first < len(subs):
+        take = sizer.take(sub_events[first:])
+        lo, hi = subs[first][0], subs[first + take - 1][1]
+        say(f"building window {len(gpu_parts) + 1} "
+            f"({100 * sum(sub_events[:first + take]) // max(total, 1)}% of the events)")
+        first += take
+        sizer.begin()
         inputs = {g: pl.concat([carry[g], _read_window(files[g], g, lo, hi)])
                   for g in CPU_GROUPS}
         inputs["call"] = _drop_nested_driver_calls(inputs["call"])
+        gpu_in = _read_window(files["gpu"], "gpu", lo, hi)
+        events = sum(df.height for df in inputs.values()) + gpu_in.height
         links: dict = {}
         tables = check_tables(events_to_tables(
-            {**inputs, "gpu": _read_window(files["gpu"], "gpu", lo, hi),
-             "names": names, "shapes": shapes}, timed=True, links=links, issuers=recent),
-            shown)
+            {**inputs, "gpu": gpu_in, "names": names, "shapes": shapes}, timed=True,
+            links=links, issuers=recent), shown)
+        del gpu_in
         if hi is not None:
             carry = _carried(inputs, links["parent_row"], hi)
         del inputs, links
@@ -327,13 +384,13 @@ def _windows(acc: _SpillingAccumulator, shown: str, say: Progress) -> Iterator[t
                 recent = rows.select("pid", "correlation_id").filter(
                     pl.col("correlation_id").is_not_null())
             del rows
-        gpu_parts.append(acc.folder / f"out-gpu-{k:06d}.parquet")
+        gpu_parts.append(acc.folder / f"out-gpu-{len(gpu_parts):06d}.parquet")
         gpu = tables.pop("gpu")
         if len(acc.call_pids) > 1 and gpu["pid"].null_count():
             gpu = _issuers_from_spill(gpu, files["call"])
         gpu.write_parquet(gpu_parts[-1], compression="lz4")
-        del gpu
-        del tables
+        del gpu, tables
+        sizer.end(events)
         release_freed_memory(acc.rows)
     # The most common process of the calls (of equally common, the least), as ``_gpu`` does.
     counted = [(-count, pid) for pid, count in pids.items() if pid is not None]
@@ -383,11 +440,10 @@ def import_bounded(path: str | Path, out: str | Path, progress: Progress | None 
                 say("writing")
                 return write_capture(out, tables, meta, force=force)
             del groups
-            meta.extra["imported_in_windows"] = {"windows": len(acc.edges()) + 1,
-                                                 "events": sum(acc.counts.values()),
+            meta.extra["imported_in_windows"] = {"events": sum(acc.counts.values()),
                                                  "budget_bytes": budget}
             with CaptureWriter(out, meta, force) as writer:
-                for record, rows in _windows(acc, shown, say):
+                for record, rows in _windows(acc, shown, say, budget):
                     writer.write(record, rows)
         return out
     finally:

@@ -187,3 +187,28 @@ def release_freed_memory(rows: int) -> None:
         trim(0)
     if (purge := _polars_purge()) is not None:
         purge()
+
+
+def resident_mb() -> tuple[int, int] | None:
+    """This process's resident memory now and its high-water mark (``VmRSS``, ``VmHWM``), in
+    MB; None where ``/proc/self/status`` does not say (not Linux)."""
+    got = {}
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(("VmRSS:", "VmHWM:")):
+                    got[line[:5]] = int(line.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return (got["VmRSS"], got["VmHWM"]) if len(got) == 2 else None
+
+
+def reset_peak() -> bool:
+    """Start a new high-water mark at the resident memory now (``/proc/self/clear_refs``,
+    Linux 4.0+); False where that is not possible (then ``VmHWM`` keeps the process's)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
