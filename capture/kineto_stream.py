@@ -57,8 +57,11 @@ from .kineto_json import _GROUP_SCHEMAS, _GroupAccumulator, read_events
 # and a window's events with the tables built from them.
 DEFAULT_BUDGET = 1 << 30
 # What one event costs at the import's peak (a window's decoded columns, the importer's
-# arrays and the tables built from them; measured in bench/mem_import.py), and the memory
-# the process needs beside the events (interpreter, polars, numpy, pyarrow).
+# arrays and the tables built from them: ~300 bytes on the bundled trace replicated, ~420 on a
+# mixture of experts without Python stacks; docs/benchmarks.md, "Twenty-sixth round"), and the
+# memory the process needs beside the events (interpreter, polars, numpy, pyarrow). They size
+# the batches held before a spill and the first window; later windows are sized by what the
+# ones before used (``_Sizer``).
 BYTES_PER_EVENT = 320
 BASELINE_BYTES = 256 << 20
 MIN_WINDOW_EVENTS = 1000
