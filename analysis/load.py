@@ -116,7 +116,9 @@ def load_capture(path: str | Path, progress: Callable[[str], None] | None = None
         # read: the text is never held whole (~0.6 s less at 10 M GPU operations)
         tables = {t: _compact(cap.load(t, ENUM_COLUMNS + (("name",) if codes and t in (
             "call", "gpu") else ()), skip.get(t, ()))) for t in ANALYSIS_TABLES}
-        tables["span"] = lambda: cap.load("span", skip=skip.get("span", ()))
+        # constant columns stored once, as the Kineto path below does: a capture's one
+        # process (and often one thread) is 8 bytes a span otherwise, ~0.6 GB at 73 M spans
+        tables["span"] = lambda: constant_columns(cap.load("span", skip=skip.get("span", ())))
         meta = cap.meta
     else:
         from zym.capture.kineto import load_kineto, looks_like_kineto
