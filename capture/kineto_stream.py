@@ -39,7 +39,7 @@ import polars as pl
 from zym.schemas.errors import InputError
 from zym.schemas.io import CaptureWriter
 from zym.schemas.memory import release_freed_memory, reset_peak, resident_mb
-from zym.schemas.output import check_target, display
+from zym.schemas.output import check_target, display, terminate_as_exception
 from zym.schemas.validate import check_tables
 
 from .kineto import (
@@ -213,20 +213,19 @@ class _Interned:
                 got = self.frame_ids[tuple(key)] = len(self.frames)
                 self.frames.append(tuple(key))
             frame_map[fid] = got
-        ids = stacks["stack_id"].to_numpy()
-        if not np.array_equal(ids, np.arange(len(ids))):  # intern_rows: 0..m-1, depth-major
-            raise AssertionError("a window's stack ids are not 0..m-1 in depth order")
-        out = np.empty(len(ids), dtype=np.int64)
-        parents = stacks["parent_id"].fill_null(-1).to_numpy()
+        stacks = stacks.sort("depth", maintain_order=True)  # parents before their children
+        out = np.full(int(stacks["stack_id"].max()) + 1 if stacks.height else 0, -1,
+                      dtype=np.int64)
         local_frames = frame_map[stacks["frame_id"].to_numpy()]
-        for i, (parent, frame, depth) in enumerate(zip(parents.tolist(), local_frames.tolist(),
-                                                       stacks["depth"].to_list())):
-            key = (int(out[parent]) if parent >= 0 else -1, frame)
+        for (sid, parent, depth), frame in zip(
+                stacks.select("stack_id", "parent_id", "depth").iter_rows(),
+                local_frames.tolist()):
+            key = (int(out[parent]) if parent is not None else -1, frame)
             got = self.stack_ids.get(key)
             if got is None:
                 got = self.stack_ids[key] = len(self.stacks)
                 self.stacks.append((key[0] if key[0] >= 0 else None, frame, depth))
-            out[i] = got
+            out[sid] = got
         return out
 
     def frame_table(self) -> pl.DataFrame:
@@ -410,8 +409,6 @@ def import_bounded(path: str | Path, out: str | Path, progress: Progress | None 
     """Convert a Kineto trace into a zym capture file at ``out`` within about ``budget``
     bytes of memory (see the module doc); a trace whose decoded events fit is imported
     whole, as ``load_kineto`` does."""
-    from zym.schemas.io import write_capture
-
     say = progress or (lambda _stage: None)
     path, out = Path(path), Path(out)
     check_target(out, force)  # before the work, not only after it
@@ -419,7 +416,15 @@ def import_bounded(path: str | Path, out: str | Path, progress: Progress | None 
     if path.exists() and path.stat().st_size == 0:
         raise InputError(f"{shown}: empty file")
     folder = out.parent if out.parent.is_dir() else Path(tempfile.gettempdir())
-    spill = Path(tempfile.mkdtemp(prefix=".zym-spill-", dir=folder))
+    with terminate_as_exception():  # SIGTERM: the spill is removed too
+        return _import(path, out, say, force, budget, shown,
+                       Path(tempfile.mkdtemp(prefix=".zym-spill-", dir=folder)))
+
+
+def _import(path: Path, out: Path, say: Progress, force: bool, budget: int, shown: str,
+            spill: Path) -> Path:
+    from zym.schemas.io import write_capture
+
     try:
         made: list[_SpillingAccumulator] = []
 

@@ -222,3 +222,28 @@ def test_window_sizes_follow_the_memory_an_event_took(monkeypatch):
     assert sizer.take(subs) == 1  # no room: one sub-window all the same
     monkeypatch.setattr(kineto_stream, "resident_mb", lambda: (100, 100))
     assert sizer.take([100_000] * 20) == 7  # 900 MB / 1.2 kB = 750 k: 7 of 100 k
+
+
+def test_sigterm_during_an_out_of_core_import_leaves_nothing(tmp_path):
+    """SIGTERM while the trace is being spilled or built window by window: a one-line
+    message, no capture, no spill folder (the smallest budget: a window of 1,000 events, so
+    the bundled trace takes seconds)."""
+    import os
+    import signal
+    import time
+
+    out = tmp_path / "out.parquet"
+    proc = subprocess.Popen([sys.executable, "-m", "zym.cli.main", "import", str(SAMPLE),
+                             "-o", str(out), "--memory-budget", "1"],
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob(".zym-spill-*/try*/call-*.parquet")):
+        assert proc.poll() is None, "the import ended before it spilled"
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert "terminated" in err and len(err.strip().splitlines()) == 1, err
+    assert not out.exists()
+    assert not list(tmp_path.iterdir())
