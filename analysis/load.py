@@ -108,25 +108,17 @@ def load_capture(path: str | Path, progress: Callable[[str], None] | None = None
         raise InputError(f"{path}: is a directory, not a capture file")
     if path.stat().st_size == 0:
         raise InputError(f"{path}: empty file")
-    if is_parquet(path):
-        if progress:
-            progress("reading capture")
-        cap = open_capture(path)
-        # enum columns (and names, with ``codes``) cast to categories as each row group is
-        # read: the text is never held whole (~0.6 s less at 10 M GPU operations)
-        tables = {t: _compact(cap.load(t, ENUM_COLUMNS + (("name",) if codes and t in (
-            "call", "gpu") else ()), skip.get(t, ()))) for t in ANALYSIS_TABLES}
-        # constant columns stored once, as the Kineto path below does: a capture's one
-        # process (and often one thread) is 8 bytes a span otherwise, ~0.6 GB at 73 M spans
-        tables["span"] = lambda: constant_columns(cap.load("span", skip=skip.get("span", ())))
-        meta = cap.meta
-    else:
-        from zym.capture.kineto import load_kineto, looks_like_kineto
+    if not is_parquet(path):
+        from zym.capture.kineto import looks_like_kineto
+        from zym.capture.kineto_stream import load_or_import
 
         if not looks_like_kineto(path):
             raise InputError(f"{path}: neither a zym capture (Parquet) nor a torch.profiler "
                              "trace (JSON, optionally gzipped)")
-        tables, meta = load_kineto(path, progress)
+        got = load_or_import(path, progress)
+        if isinstance(got, Path):  # a large trace, imported out of core into a capture
+            return _load_file(got, path, progress, codes, skip)
+        tables, meta = got
         tables = {t: _compact(tables[t].drop(skip.get(t, ()), strict=False))
                   if t in ANALYSIS_TABLES else tables[t] for t in tables}
         if "span" in tables:
@@ -134,5 +126,25 @@ def load_capture(path: str | Path, progress: Callable[[str], None] | None = None
                                                                   strict=False))
         release_freed_memory(tables["call"].height + tables["gpu"].height
                              + (tables["span"].height if "span" in tables else 0))
-    return CaptureData(path, meta, tables["frame"], tables["stack"], tables["call"], tables["gpu"],
-                       tables.get("span"))
+        return CaptureData(path, meta, tables["frame"], tables["stack"], tables["call"],
+                           tables["gpu"], tables.get("span"))
+    return _load_file(path, path, progress, codes, skip)
+
+
+def _load_file(path: Path, source: Path, progress: Callable[[str], None] | None, codes: bool,
+               skip: Mapping[str, Collection[str]]) -> CaptureData:
+    """:func:`load_capture` of a capture file (``source``: what the user named: the file, or
+    the trace it was imported from)."""
+    if progress:
+        progress("reading capture")
+    cap = open_capture(path)
+    # enum columns (and names, with ``codes``) cast to categories as each row group is
+    # read: the text is never held whole (~0.6 s less at 10 M GPU operations)
+    tables = {t: _compact(cap.load(t, ENUM_COLUMNS + (("name",) if codes and t in (
+        "call", "gpu") else ()), skip.get(t, ()))) for t in ANALYSIS_TABLES}
+    # constant columns stored once, as the Kineto path above does: a capture's one
+    # process (and often one thread) is 8 bytes a span otherwise, ~0.6 GB at 73 M spans
+    tables["span"] = lambda: constant_columns(cap.load("span", skip=skip.get("span", ())))
+    meta = cap.meta
+    return CaptureData(source, meta, tables["frame"], tables["stack"], tables["call"],
+                       tables["gpu"], tables.get("span"))

@@ -209,8 +209,9 @@ def read_events(path: Path, accumulator: Callable[[Path], _GroupAccumulator] | N
                 ) -> tuple[dict[str, pl.DataFrame], _TraceFile]:
     """Decode a trace file (``.json`` or gzip, told by its magic bytes) into event groups.
     ``accumulator``: makes what keeps the decoded batches of a streaming read (one per
-    attempt; ``kineto_stream``'s spills them to disk)."""
-    if accumulator is None and (ahead := _decoded_ahead(path)) is not None:
+    attempt; ``kineto_stream``'s spills them to disk). A trace a forked process decoded
+    ahead (small traces only) is taken from it, whatever ``accumulator``."""
+    if (ahead := _decoded_ahead(path)) is not None:
         return ahead
     make = accumulator or _GroupAccumulator
     try:

@@ -28,6 +28,9 @@ one per process) gives everywhere.
 """
 from __future__ import annotations
 
+import atexit
+import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -37,9 +40,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 from zym.schemas.errors import InputError
-from zym.schemas.io import CaptureWriter
+from zym.schemas.io import CaptureWriter, write_capture
 from zym.schemas.memory import release_freed_memory, reset_peak, resident_mb
-from zym.schemas.output import check_target, display, terminate_as_exception
+from zym.schemas.meta import CaptureMeta
+from zym.schemas.output import check_target, display, terminate_as_exception, write_error
 from zym.schemas.validate import check_tables
 
 from .kineto import (
@@ -95,13 +99,14 @@ class _SpillingAccumulator(_GroupAccumulator):
     """``_GroupAccumulator`` that writes the decoded batches to spill files once they reach
     ``rows`` events (see the module doc); it stays in memory while they fit."""
 
-    def __init__(self, path: Path, folder: Path, rows: int) -> None:
+    def __init__(self, path: Path, folder: Path, rows: int, out: Path) -> None:
         super().__init__(path)
-        self.folder, self.rows = folder, rows
+        self.folder, self.rows, self.out = folder, rows, out
         self.flushes = 0
         self.counts = dict.fromkeys(GROUPS, 0)
         self.samples: list[pl.Series] = []
         self.call_pids: set[int | None] = set()
+        self.meta: CaptureMeta | None = None  # the trace's, once decoded
 
     def add_text(self, buf: bytearray, end: int) -> bool:
         if not super().add_text(buf, end):
@@ -132,6 +137,8 @@ class _SpillingAccumulator(_GroupAccumulator):
             self._spill()
 
     def _spill(self) -> None:
+        """Write the batches held to the spill folder (made at the first spill: a trace that
+        fits never touches the disk); a write that fails is the output's error, one line."""
         batches = [self._merged(b.result()) if isinstance(b, Future) else b
                    for b in self.batches]
         self.batches = []
@@ -140,9 +147,13 @@ class _SpillingAccumulator(_GroupAccumulator):
             if not parts:
                 continue
             rows = in_ns(pl.concat(parts)).sort("ts_ns", maintain_order=True)
-            rows.write_parquet(self.folder / f"{g}-{self.flushes:06d}.parquet",
-                               compression="lz4", row_group_size=SPILL_ROW_GROUP,
-                               statistics=True)
+            try:
+                self.folder.mkdir(parents=True, exist_ok=True)
+                rows.write_parquet(self.folder / f"{g}-{self.flushes:06d}.parquet",
+                                   compression="lz4", row_group_size=SPILL_ROW_GROUP,
+                                   statistics=True)
+            except OSError as e:
+                raise write_error(self.out, e) from None
             self.samples.append(rows["ts_ns"].gather_every(SAMPLE_EVERY))
             self.counts[g] += rows.height
             if g == "call":
@@ -165,7 +176,7 @@ class _SpillingAccumulator(_GroupAccumulator):
         return {}
 
     def spill_files(self, group: str) -> list[Path]:
-        return sorted(self.folder.glob(f"{group}-*.parquet"))
+        return sorted(self.folder.glob(f"{group}-*.parquet")) if self.spilled else []
 
     def names_table(self) -> pl.DataFrame:
         values = self.names.values
@@ -412,51 +423,90 @@ def import_bounded(path: str | Path, out: str | Path, progress: Progress | None 
     say = progress or (lambda _stage: None)
     path, out = Path(path), Path(out)
     check_target(out, force)  # before the work, not only after it
+    folder = out.parent if out.parent.is_dir() else Path(tempfile.gettempdir())
+    # made at the first spill only (a trace that fits writes nothing beside the output)
+    spill = folder / f".zym-spill-{os.getpid()}-{secrets.token_hex(4)}"
+    with terminate_as_exception():  # SIGTERM: the spill is removed too
+        try:
+            got = _read(path, say, spill, window_events(budget), out)
+            if isinstance(got, _SpillingAccumulator):
+                return _write_windows(got, path, out, say, budget, force)
+            tables, meta = got
+            say("writing")
+            return write_capture(out, tables, meta, force=force)
+        finally:
+            shutil.rmtree(spill, ignore_errors=True)
+
+
+# `zym analyze` of a trace: past this many decoded events, the trace is imported out of core
+# into a temporary capture, which is then analysed (at 8.6 M events, the bundled trace x60,
+# either way takes ~1.1-1.2 GB and 14-15 s; at 99 M, x600, in memory 10.4-12.2 GB and 369-430
+# s, out of core 0.7 GB for the import, then 7.2 GB and 23 s for the analysis).
+ANALYZE_IN_MEMORY_EVENTS = 8_000_000
+
+
+def load_or_import(path: str | Path, progress: Progress | None = None,
+                   events: int | None = None
+                   ) -> tuple[dict[str, pl.DataFrame], CaptureMeta] | Path:
+    """For an analysis of a trace: its tables and metadata, built in memory, while its
+    decoded events number at most ``events`` (:data:`ANALYZE_IN_MEMORY_EVENTS`); past that,
+    the path of a temporary capture it was imported into out of core (the default budget),
+    removed when the process exits."""
+    events = ANALYZE_IN_MEMORY_EVENTS if events is None else events
+    say = progress or (lambda _stage: None)
+    path = Path(path)
+    with terminate_as_exception():
+        folder = Path(tempfile.mkdtemp(prefix="zym-analyze-"))
+        atexit.register(shutil.rmtree, folder, True)
+        got = _read(path, say, folder / "spill", events, folder / "capture.parquet")
+        if not isinstance(got, _SpillingAccumulator):
+            shutil.rmtree(folder, ignore_errors=True)
+            return got
+        try:
+            return _write_windows(got, path, folder / "capture.parquet", say, DEFAULT_BUDGET,
+                                  True)
+        finally:
+            shutil.rmtree(folder / "spill", ignore_errors=True)
+
+
+def _read(path: Path, say: Progress, spill: Path, rows: int, out: Path
+          ) -> tuple[dict[str, pl.DataFrame], CaptureMeta] | _SpillingAccumulator:
+    """Decode ``path``: its tables and metadata when its events stayed under ``rows``, else
+    the accumulator that spilled them into ``spill`` (its ``meta`` set; ``out``: the
+    capture, named by a failed spill's error)."""
     shown = display(path)
     if path.exists() and path.stat().st_size == 0:
         raise InputError(f"{shown}: empty file")
-    folder = out.parent if out.parent.is_dir() else Path(tempfile.gettempdir())
-    with terminate_as_exception():  # SIGTERM: the spill is removed too
-        return _import(path, out, say, force, budget, shown,
-                       Path(tempfile.mkdtemp(prefix=".zym-spill-", dir=folder)))
+    made: list[_SpillingAccumulator] = []
+
+    def accumulator(p: Path) -> _SpillingAccumulator:
+        for old in made:  # a second attempt (a batch cut inside an event): start over
+            shutil.rmtree(old.folder, ignore_errors=True)
+        made.append(_SpillingAccumulator(p, spill / f"try{len(made)}", rows, out))
+        return made[-1]
+
+    say("reading and decoding JSON")
+    with input_errors(shown):
+        groups, top = read_events(path, accumulator)
+        meta = capture_meta(top, path)
+        acc = made[-1] if made else None
+        if acc is None or not acc.spilled:
+            return check_tables(build_tables(groups, say), shown), meta
+    acc.meta = meta
+    return acc
 
 
-def _import(path: Path, out: Path, say: Progress, force: bool, budget: int, shown: str,
-            spill: Path) -> Path:
-    from zym.schemas.io import write_capture
-
-    try:
-        made: list[_SpillingAccumulator] = []
-
-        def accumulator(p: Path) -> _SpillingAccumulator:
-            for old in made:  # a second attempt (a batch cut inside an event): start over
-                for f in old.folder.iterdir():
-                    f.unlink()
-            attempt = spill / f"try{len(made)}"
-            attempt.mkdir()
-            made.append(_SpillingAccumulator(p, attempt, window_events(budget)))
-            return made[-1]
-
-        say("reading and decoding JSON")
-        with input_errors(shown):
-            groups, top = read_events(path, accumulator)
-            meta = capture_meta(top, path)
-            acc = made[-1] if made else None
-            if acc is None or not acc.spilled:
-                tables = check_tables(build_tables(groups, say), shown)
-                del groups
-                say("writing")
-                return write_capture(out, tables, meta, force=force)
-            del groups
-            meta.extra["imported_in_windows"] = {"events": sum(acc.counts.values()),
-                                                 "budget_bytes": budget}
-            with CaptureWriter(out, meta, force) as writer:
-                for record, rows in _windows(acc, shown, say, budget):
-                    writer.write(record, rows)
-        return out
-    finally:
-        shutil.rmtree(spill, ignore_errors=True)
+def _write_windows(acc: _SpillingAccumulator, path: Path, out: Path, say: Progress,
+                   budget: int, force: bool) -> Path:
+    shown = display(path)
+    meta = acc.meta
+    meta.extra["imported_in_windows"] = {"events": sum(acc.counts.values()),
+                                         "budget_bytes": budget}
+    with input_errors(shown), CaptureWriter(out, meta, force) as writer:
+        for record, rows in _windows(acc, shown, say, budget):
+            writer.write(record, rows)
+    return out
 
 
-__all__ = ["DEFAULT_BUDGET", "import_bounded", "parse_size", "window_events"]
+__all__ = ["DEFAULT_BUDGET", "import_bounded", "load_or_import", "parse_size", "window_events"]
 

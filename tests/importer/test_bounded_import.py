@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +36,14 @@ def _windowed(monkeypatch, trace: Path, out: Path, events: int) -> int:
     said: list[str] = []
     import_kineto(trace, out, said.append, budget=1)
     return sum(s.startswith("building window") for s in said)
+
+
+def _without_ids(value):
+    """A report without the ids of paths and sites (stack ids, numbered differently by an
+    import in windows: by first appearance)."""
+    if isinstance(value, dict):
+        return {k: _without_ids(v) for k, v in value.items() if k not in ("path_id", "site_id")}
+    return [_without_ids(v) for v in value] if isinstance(value, list) else value
 
 
 def _whole(trace: Path, out: Path) -> Path:
@@ -139,17 +148,13 @@ def test_the_analysis_of_a_windowed_import_is_the_same(tmp_path, monkeypatch):
     out = tmp_path / "windows.parquet"
     assert _windowed(monkeypatch, SAMPLE, out, 20_000) >= 3
 
-    def without_ids(value):  # stack ids are numbered differently (by first appearance)
-        if isinstance(value, dict):
-            return {k: without_ids(v) for k, v in value.items()
-                    if k not in ("path_id", "site_id", "source")}
-        return [without_ids(v) for v in value] if isinstance(value, list) else value
-
     def report(capture: Path) -> dict:
         done = subprocess.run([sys.executable, "-m", "zym.cli.main", "analyze", str(capture),
                                "--format", "json", "--no-progress"],
                               capture_output=True, text=True, check=True)
-        return without_ids(json.loads(done.stdout))
+        report = _without_ids(json.loads(done.stdout))
+        report["capture"].pop("source")
+        return report
 
     assert report(out) == report(whole)
 
@@ -228,7 +233,6 @@ def test_sigterm_during_an_out_of_core_import_leaves_nothing(tmp_path):
     """SIGTERM while the trace is being spilled or built window by window: a one-line
     message, no capture, no spill folder (the smallest budget: a window of 1,000 events, so
     the bundled trace takes seconds)."""
-    import os
     import signal
     import time
 
@@ -247,3 +251,57 @@ def test_sigterm_during_an_out_of_core_import_leaves_nothing(tmp_path):
     assert "terminated" in err and len(err.strip().splitlines()) == 1, err
     assert not out.exists()
     assert not list(tmp_path.iterdir())
+
+
+ROUTED = """
+import json, sys
+from zym.capture import kineto_stream
+from zym.analysis import analyze
+from zym.analysis.export.summary import build_report
+from zym.rules import evaluate, load_packs
+kineto_stream.ANALYZE_IN_MEMORY_EVENTS = int(sys.argv[2])
+kineto_stream.window_events = lambda budget: 20_000
+said = []
+result = analyze(sys.argv[1], said.append)
+report = build_report(result, evaluate(result, load_packs(()), ()), None, 5, None)
+print(json.dumps({"report": report, "said": said}, default=str))
+"""
+
+
+def test_analyze_imports_a_large_trace_out_of_core_first(tmp_path):
+    """`zym analyze TRACE.json` past ANALYZE_IN_MEMORY_EVENTS decoded events imports the
+    trace out of core into a temporary capture and analyses that: the same report as in
+    memory (but for path and site ids), and the temporary folder is gone when the process
+    ends."""
+    def run(events: int) -> dict:
+        done = subprocess.run([sys.executable, "-c", ROUTED, str(SAMPLE), str(events)],
+                              capture_output=True, text=True, check=True,
+                              env={**os.environ, "TMPDIR": str(tmp_path)})
+        return json.loads(done.stdout)
+
+    routed, in_memory = run(50_000), run(10**9)
+    assert any(s.startswith("building window") for s in routed["said"])
+    assert not any(s.startswith("building window") for s in in_memory["said"])
+    assert routed["report"]["capture"]["source"] == str(SAMPLE)
+    assert _without_ids(routed["report"]) == _without_ids(in_memory["report"])
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_spill_that_cannot_be_written_is_one_line(tmp_path):
+    """Output in a read-only folder with a budget the trace does not fit: the spill's folder
+    cannot be made there; one line naming the output, exit 2, nothing left behind."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a read-only tmpfs")
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(mnt)], check=True)
+    try:
+        done = subprocess.run([sys.executable, "-m", "zym.cli.main", "import", str(SAMPLE),
+                               "-o", str(mnt / "out.parquet"), "--memory-budget", "1"],
+                              capture_output=True, text=True, check=False)
+        assert done.returncode == 2, done.stderr
+        assert "Traceback" not in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
+        assert "out.parquet: cannot write (read-only file system)" in done.stderr
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
