@@ -438,21 +438,38 @@ def import_bounded(path: str | Path, out: str | Path, progress: Progress | None 
             shutil.rmtree(spill, ignore_errors=True)
 
 
-# `zym analyze` of a trace: past this many decoded events, the trace is imported out of core
-# into a temporary capture, which is then analysed (at 8.6 M events, the bundled trace x60,
-# either way takes ~1.1-1.2 GB and 14-15 s; at 99 M, x600, in memory 10.4-12.2 GB and 369-430
-# s, out of core 0.7 GB for the import, then 7.2 GB and 23 s for the analysis).
+# `zym analyze` of a trace builds its tables in memory while that is expected to take at most
+# half the memory available now (~140 bytes an event at the analysis's peak: 1.17 GB at 8.6 M
+# events, 3.71 GB at 33 M), and never below ANALYZE_IN_MEMORY_EVENTS; past that, the trace is
+# imported out of core into a temporary capture, which is then analysed: less memory for more
+# time (33 M events: 2.98 GB and 45 s against 3.71 GB and 30 s; docs/benchmarks.md, round 26).
 ANALYZE_IN_MEMORY_EVENTS = 8_000_000
+ANALYZE_BYTES_PER_EVENT = 140
+
+
+def analyze_in_memory_events() -> int:
+    """Decoded events up to which `zym analyze` builds a trace's tables in memory."""
+    available = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    available = int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    if available is None:  # not Linux: four times the floor
+        return 4 * ANALYZE_IN_MEMORY_EVENTS
+    return max(ANALYZE_IN_MEMORY_EVENTS, available // 2 // ANALYZE_BYTES_PER_EVENT)
 
 
 def load_or_import(path: str | Path, progress: Progress | None = None,
                    events: int | None = None
                    ) -> tuple[dict[str, pl.DataFrame], CaptureMeta] | Path:
     """For an analysis of a trace: its tables and metadata, built in memory, while its
-    decoded events number at most ``events`` (:data:`ANALYZE_IN_MEMORY_EVENTS`); past that,
+    decoded events number at most ``events`` (:func:`analyze_in_memory_events`); past that,
     the path of a temporary capture it was imported into out of core (the default budget),
     removed when the process exits."""
-    events = ANALYZE_IN_MEMORY_EVENTS if events is None else events
+    events = analyze_in_memory_events() if events is None else events
     say = progress or (lambda _stage: None)
     path = Path(path)
     with terminate_as_exception():
@@ -467,6 +484,17 @@ def load_or_import(path: str | Path, progress: Progress | None = None,
                                   True)
         finally:
             shutil.rmtree(folder / "spill", ignore_errors=True)
+            _give_back_memory()
+
+
+def _give_back_memory() -> None:
+    """What the import freed, given back before the analysis allocates its own: polars'
+    and the C library's free pages, and pyarrow's pool (the writer's)."""
+    import sys
+
+    release_freed_memory(1 << 62)
+    if (pa := sys.modules.get("pyarrow")) is not None:
+        pa.default_memory_pool().release_unused()
 
 
 def _read(path: Path, say: Progress, spill: Path, rows: int, out: Path

@@ -259,7 +259,7 @@ from zym.capture import kineto_stream
 from zym.analysis import analyze
 from zym.analysis.export.summary import build_report
 from zym.rules import evaluate, load_packs
-kineto_stream.ANALYZE_IN_MEMORY_EVENTS = int(sys.argv[2])
+kineto_stream.analyze_in_memory_events = lambda: int(sys.argv[2])
 kineto_stream.window_events = lambda budget: 20_000
 said = []
 result = analyze(sys.argv[1], said.append)
@@ -269,8 +269,8 @@ print(json.dumps({"report": report, "said": said}, default=str))
 
 
 def test_analyze_imports_a_large_trace_out_of_core_first(tmp_path):
-    """`zym analyze TRACE.json` past ANALYZE_IN_MEMORY_EVENTS decoded events imports the
-    trace out of core into a temporary capture and analyses that: the same report as in
+    """`zym analyze TRACE.json` past ``analyze_in_memory_events()`` decoded events imports
+    the trace out of core into a temporary capture and analyses that: the same report as in
     memory (but for path and site ids), and the temporary folder is gone when the process
     ends."""
     def run(events: int) -> dict:
@@ -305,3 +305,33 @@ def test_a_spill_that_cannot_be_written_is_one_line(tmp_path):
         assert "out.parquet: cannot write (read-only file system)" in done.stderr
     finally:
         subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_analyze_keeps_a_trace_in_memory_while_half_the_available_memory_holds_it(
+        monkeypatch, tmp_path):
+    """The threshold: half of MemAvailable at ANALYZE_BYTES_PER_EVENT an event, never below
+    the floor; without /proc/meminfo, four times the floor."""
+    real_open = open
+
+    def meminfo(kb):
+        def fake(path, *a, **k):
+            if path == "/proc/meminfo":
+                text = tmp_path / "meminfo"
+                text.write_text(f"MemTotal: 99 kB\nMemAvailable: {kb} kB\n")
+                return real_open(text, *a, **k)
+            return real_open(path, *a, **k)
+        return fake
+
+    per = kineto_stream.ANALYZE_BYTES_PER_EVENT
+    monkeypatch.setattr("builtins.open", meminfo(20 * 1024 * 1024))  # 20 GiB
+    assert kineto_stream.analyze_in_memory_events() == (20 << 30) // 2 // per
+    monkeypatch.setattr("builtins.open", meminfo(1024))  # 1 MiB: the floor
+    assert kineto_stream.analyze_in_memory_events() == kineto_stream.ANALYZE_IN_MEMORY_EVENTS
+
+    def missing(path, *a, **k):
+        if path == "/proc/meminfo":
+            raise FileNotFoundError(path)
+        return real_open(path, *a, **k)
+
+    monkeypatch.setattr("builtins.open", missing)
+    assert kineto_stream.analyze_in_memory_events() == 4 * kineto_stream.ANALYZE_IN_MEMORY_EVENTS
