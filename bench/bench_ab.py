@@ -40,6 +40,22 @@ def one(zym: str, args: argparse.Namespace, out: Path, env: list[str]) -> dict:
                   - (before.ru_utime + before.ru_stime)}
 
 
+def spread(values: list[float], fmt: str = ".2f") -> str:
+    """Median (min-max)."""
+    return f"{statistics.median(values):{fmt}} ({min(values):{fmt}}-{max(values):{fmt}})"
+
+
+def summarize(pairs: list[dict]) -> None:
+    """Each side's wall, CPU and peak, median (min-max), and B/A per pair: printed."""
+    for side in ("a", "b"):
+        print(f"{side.upper()}: wall s {spread([p[side]['wall_s'] for p in pairs])}, "
+              f"CPU s {spread([p[side]['cpu_s'] for p in pairs])}, "
+              f"peak MB {spread([p[side]['tree_mb'] for p in pairs], '.0f')}")
+    print(f"B/A wall per pair: {spread([p['b']['wall_s'] / p['a']['wall_s'] for p in pairs])}")
+    print(f"B/A CPU per pair: {spread([p['b']['cpu_s'] / p['a']['cpu_s'] for p in pairs])}")
+    print(f"B/A peak per pair: {spread([p['b']['tree_mb'] / p['a']['tree_mb'] for p in pairs])}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("input", type=Path)
@@ -71,15 +87,7 @@ def main() -> None:
                   f"({pair['b']['cpu_s']:.2f} CPU) {pair['b']['tree_mb']:.0f} MB, "
                   f"same report: {same}, byte for byte: {same_bytes}", flush=True)
 
-    def spread(values: list[float], fmt: str = ".2f") -> str:
-        return f"{statistics.median(values):{fmt}} ({min(values):{fmt}}-{max(values):{fmt}})"
-
-    for side in ("a", "b"):
-        print(f"{side.upper()}: wall s {spread([p[side]['wall_s'] for p in pairs])}, "
-              f"CPU s {spread([p[side]['cpu_s'] for p in pairs])}, "
-              f"peak MB {spread([p[side]['tree_mb'] for p in pairs], '.0f')}")
-    print(f"B/A wall per pair: {spread([p['b']['wall_s'] / p['a']['wall_s'] for p in pairs])}")
-    print(f"B/A CPU per pair: {spread([p['b']['cpu_s'] / p['a']['cpu_s'] for p in pairs])}")
+    summarize(pairs)
     print(f"reports the same in {sum(p['same_report'] for p in pairs)}/{len(pairs)} pairs")
     if args.json:
         write_json(args.json, {"input": str(args.input), "a": args.a, "b": args.b,

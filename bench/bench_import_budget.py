@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import resource
 import shlex
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -26,6 +25,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
+from bench_ab import summarize
 from bench_scale import run_measured, write_json
 
 
@@ -70,15 +70,7 @@ def main() -> None:
                   f"{pair['a']['tree_mb']:.0f} MB, B {pair['b']['wall_s']:.2f} s "
                   f"({pair['b']['cpu_s']:.2f} CPU) {pair['b']['tree_mb']:.0f} MB", flush=True)
 
-    def spread(values: list[float], fmt: str = ".2f") -> str:
-        return f"{statistics.median(values):{fmt}} ({min(values):{fmt}}-{max(values):{fmt}})"
-
-    for side in ("a", "b"):
-        print(f"{side.upper()}: wall s {spread([p[side]['wall_s'] for p in pairs])}, "
-              f"CPU s {spread([p[side]['cpu_s'] for p in pairs])}, "
-              f"peak MB {spread([p[side]['tree_mb'] for p in pairs], '.0f')}")
-    print(f"B/A wall per pair: {spread([p['b']['wall_s'] / p['a']['wall_s'] for p in pairs])}")
-    print(f"B/A peak per pair: {spread([p['b']['tree_mb'] / p['a']['tree_mb'] for p in pairs])}")
+    summarize(pairs)
     if args.json:
         write_json(args.json, {"trace": str(args.trace), "a": args.a, "b": args.b,
                                "a_args": args.a_args, "b_args": args.b_args, "pairs": pairs})

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import secrets
 import shutil
 import tempfile
@@ -95,6 +96,22 @@ def parse_size(text: str) -> int:
     return int(value * units[unit])
 
 
+def _write_spill(rows: pl.DataFrame, spill: Path, out: Path) -> None:
+    """``rows`` to the spill file ``spill`` (lz4, row groups with statistics); a write that
+    fails (a full disk) is the output's error, one line (polars names the OS error in its
+    own error's text: ``os error N``)."""
+    try:
+        rows.write_parquet(spill, compression="lz4", row_group_size=SPILL_ROW_GROUP,
+                           statistics=True)
+    except OSError as e:
+        raise write_error(out, e) from None
+    except pl.exceptions.PolarsError as e:
+        if (found := re.search(r"os error (\d+)", str(e))) is None:
+            raise
+        code = int(found[1])
+        raise write_error(out, OSError(code, os.strerror(code))) from None
+
+
 class _SpillingAccumulator(_GroupAccumulator):
     """``_GroupAccumulator`` that writes the decoded batches to spill files once they reach
     ``rows`` events (see the module doc); it stays in memory while they fit."""
@@ -149,11 +166,9 @@ class _SpillingAccumulator(_GroupAccumulator):
             rows = in_ns(pl.concat(parts)).sort("ts_ns", maintain_order=True)
             try:
                 self.folder.mkdir(parents=True, exist_ok=True)
-                rows.write_parquet(self.folder / f"{g}-{self.flushes:06d}.parquet",
-                                   compression="lz4", row_group_size=SPILL_ROW_GROUP,
-                                   statistics=True)
             except OSError as e:
                 raise write_error(self.out, e) from None
+            _write_spill(rows, self.folder / f"{g}-{self.flushes:06d}.parquet", self.out)
             self.samples.append(rows["ts_ns"].gather_every(SAMPLE_EVERY))
             self.counts[g] += rows.height
             if g == "call":
@@ -401,7 +416,7 @@ def _windows(acc: _SpillingAccumulator, shown: str, say: Progress, budget: int
         gpu = tables.pop("gpu")
         if len(acc.call_pids) > 1 and gpu["pid"].null_count():
             gpu = _issuers_from_spill(gpu, files["call"])
-        gpu.write_parquet(gpu_parts[-1], compression="lz4")
+        _write_spill(gpu, gpu_parts[-1], acc.out)
         del gpu, tables
         sizer.end(events)
         release_freed_memory(acc.rows)

@@ -18,6 +18,9 @@ from zym.schemas.output import atomic_output, temp_name
 # Every command that writes a file, as (args before the output path, output name).
 WRITERS = {
     "import": (["import", SAMPLE_JSON, "--no-progress", "-o"], "t.parquet"),
+    # out of core (the smallest budget): spilled beside the output, written window by window
+    "import-out-of-core": (["import", SAMPLE_JSON, "--no-progress", "--memory-budget", "1",
+                            "-o"], "t.parquet"),
     "export-perfetto": (["export", SAMPLE_PARQUET, "--no-progress", "-o"], "t.pftrace"),
     "export-folded": (["export", SAMPLE_PARQUET, "-f", "folded", "--no-progress", "-o"], "t.folded"),
     "export-speedscope": (["export", SAMPLE_PARQUET, "-f", "speedscope", "--no-progress", "-o"],
