@@ -1,30 +1,36 @@
 """Import a torch.profiler (Kineto) trace of any size in bounded memory.
 
 ``zym import`` decodes the JSON batch by batch (``kineto_json``). While the decoded events fit
-the memory budget they stay in memory and the trace is imported whole, as ``zym analyze``
-does. Past the budget the import goes out of core, in two passes:
+the memory budget they stay in memory and the trace is imported whole, as before. Past the
+budget the import goes out of core, in two passes:
 
-1. **Spill.** Each time the decoded batches held reach the budget's rows, each event group
+1. **Spill.** Each time the decoded batches held reach the budget's events, each event group
    (python, op, call, gpu) is converted to integer ns, sorted by start time and written to a
-   spill file beside the output (a row group every ``SPILL_ROW_GROUP`` rows, with statistics),
-   and every ``SAMPLE_EVERY``-th start is kept. The names and shapes the rows refer to are
-   interned once for the whole trace.
-2. **Windows.** The kept starts cut the trace into time windows of about the budget's rows.
-   Each window reads its events back from the spill files (row groups outside it are skipped
-   by their statistics) with the CPU events still open at its start carried over from the
-   window before (those whose end is at or after the start, and their parents: a root op's
-   Python frame, an op's enclosing op), and builds its tables with the in-memory importer's
-   own ``events_to_tables``. The rows that start in the window are kept, their frames and
-   stacks mapped to ids interned across the whole trace, and written to the capture as row
-   groups of their own. The frames, stacks and GPU operations are written last.
+   spill file beside the output (made at the first spill; a row group every
+   ``SPILL_ROW_GROUP`` rows, with statistics), and every ``SAMPLE_EVERY``-th start is kept. The
+   names and shapes the rows refer to are interned once for the whole trace.
+2. **Windows.** The kept starts cut the trace into sub-windows of a quarter of the budget's
+   events; a window takes as many as the memory left holds at the most an event has cost so
+   far (``_Sizer``: the high-water mark of resident memory during a window). Each window
+   reads its events back from the spill files (row groups outside it are skipped by their
+   statistics) with the CPU events still open at its start carried over from the window
+   before (those whose end is at or after the start, and every event above them up their
+   parent links: a root op's Python frame, an op's enclosing op), and builds its tables with
+   the in-memory importer's own ``events_to_tables``. The rows that start in the window are
+   kept, their frames and stacks mapped to ids interned across the whole trace, and written
+   to the capture as row groups of their own. The GPU operations, frames and stacks are
+   written last.
 
 So a window's events get the same parents, stacks and calls as in the whole-trace import
 wherever they nest the way torch.profiler records them (RecordFunction ops and calls nested
 per thread, Python frames inside their parent frame). Row order differs (by window), and
 ids are numbered differently (by first appearance). A GPU operation belongs to the process
-of its call (by correlation id) when that call is in its window or the window before; else to
-the trace's most common process, which is what a single-process trace (torch.profiler writes
-one per process) gives everywhere.
+of its call (by correlation id): searched in its window and the one before, then (in a trace
+of several processes) in all the spilled calls; else to the trace's most common process, as
+in a whole import.
+
+``zym analyze`` of a trace too large to hold in memory comfortably (:func:`load_or_import`)
+imports it this way into a temporary capture, and analyses that.
 """
 from __future__ import annotations
 

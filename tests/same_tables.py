@@ -60,8 +60,7 @@ def differences(a: Path, b: Path) -> list[str]:
         if x.shape != y.shape:
             found.append(f"{table}: {x.shape} vs {y.shape}")
         elif not x.equals(y):
-            diff = x.with_row_index().join(y.with_row_index(), on="index", suffix="_b")
-            cols = [c for c in x.columns
-                    if not x[c].equals(y[c])]
-            found.append(f"{table}: columns differ: {cols}; e.g. {diff.height} rows")
+            cols = {c: int((x[c].ne_missing(y[c])).sum()) for c in x.columns
+                    if not x[c].equals(y[c])}
+            found.append(f"{table}: rows differ in (column: rows) {cols}")
     return found
