@@ -505,17 +505,6 @@ def load_or_import(path: str | Path, progress: Progress | None = None,
                                   True)
         finally:
             shutil.rmtree(folder / "spill", ignore_errors=True)
-            _give_back_memory()
-
-
-def _give_back_memory() -> None:
-    """What the import freed, given back before the analysis allocates its own: polars'
-    and the C library's free pages, and pyarrow's pool (the writer's)."""
-    import sys
-
-    release_freed_memory(1 << 62)
-    if (pa := sys.modules.get("pyarrow")) is not None:
-        pa.default_memory_pool().release_unused()
 
 
 def _read(path: Path, say: Progress, spill: Path, rows: int, out: Path
