@@ -37,7 +37,6 @@ from __future__ import annotations
 import atexit
 import os
 import re
-import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -90,16 +89,16 @@ def window_events(budget: int) -> int:
 
 def parse_size(text: str) -> int:
     """``"1G"``, ``"512M"``, ``"2.5GiB"``, ``"800000000"``: bytes (powers of 1024)."""
-    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
     t = text.strip().upper().removesuffix("IB").removesuffix("B")
-    unit = t[-1:] if t[-1:] in units and t[-1:] else ""
+    unit = units.get(t[-1:], 1)
     try:
-        value = float(t[: len(t) - len(unit)])
+        value = float(t[:-1] if unit > 1 else t)
     except ValueError:
         raise ValueError(f"{text!r}: not a size (e.g. 1G, 512M)") from None
     if not 0 < value < float("inf"):
         raise ValueError(f"{text!r}: a size must be positive")
-    return int(value * units[unit])
+    return int(value * unit)
 
 
 def _write_spill(rows: pl.DataFrame, spill: Path, out: Path) -> None:
@@ -122,9 +121,10 @@ class _SpillingAccumulator(_GroupAccumulator):
     """``_GroupAccumulator`` that writes the decoded batches to spill files once they reach
     ``rows`` events (see the module doc); it stays in memory while they fit."""
 
-    def __init__(self, path: Path, folder: Path, rows: int, out: Path) -> None:
+    def __init__(self, path: Path, parent: Path, rows: int, out: Path) -> None:
         super().__init__(path)
-        self.folder, self.rows, self.out = folder, rows, out
+        self.parent, self.rows, self.out = parent, rows, out
+        self.folder: Path | None = None  # made in ``parent`` at the first spill
         self.flushes = 0
         self.counts = dict.fromkeys(GROUPS, 0)
         self.samples: list[pl.Series] = []
@@ -170,10 +170,11 @@ class _SpillingAccumulator(_GroupAccumulator):
             if not parts:
                 continue
             rows = in_ns(pl.concat(parts)).sort("ts_ns", maintain_order=True)
-            try:
-                self.folder.mkdir(parents=True, exist_ok=True)
-            except OSError as e:
-                raise write_error(self.out, e) from None
+            if self.folder is None:
+                try:
+                    self.folder = Path(tempfile.mkdtemp(prefix=".zym-spill-", dir=self.parent))
+                except OSError as e:
+                    raise write_error(self.out, e) from None
             _write_spill(rows, self.folder / f"{g}-{self.flushes:06d}.parquet", self.out)
             self.samples.append(rows["ts_ns"].gather_every(SAMPLE_EVERY))
             self.counts[g] += rows.height
@@ -186,6 +187,11 @@ class _SpillingAccumulator(_GroupAccumulator):
     @property
     def spilled(self) -> bool:
         return self.flushes > 0
+
+    def remove(self) -> None:
+        """Remove the spill folder, if one was made."""
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
 
     def groups(self) -> dict[str, pl.DataFrame]:
         if not self.spilled:
@@ -440,23 +446,22 @@ def import_bounded(path: str | Path, out: str | Path, progress: Progress | None 
                    force: bool = True, budget: int = DEFAULT_BUDGET) -> Path:
     """Convert a Kineto trace into a zym capture file at ``out`` within about ``budget``
     bytes of memory (see the module doc); a trace whose decoded events fit is imported
-    whole, as ``load_kineto`` does."""
+    whole, as ``load_kineto`` does. The spill goes in a folder beside the output, made only
+    if the trace needs it, removed at the end (on an error or SIGTERM too)."""
     say = progress or (lambda _stage: None)
     path, out = Path(path), Path(out)
     check_target(out, force)  # before the work, not only after it
     folder = out.parent if out.parent.is_dir() else Path(tempfile.gettempdir())
-    # made at the first spill only (a trace that fits writes nothing beside the output)
-    spill = folder / f".zym-spill-{os.getpid()}-{secrets.token_hex(4)}"
-    with terminate_as_exception():  # SIGTERM: the spill is removed too
-        try:
-            got = _read(path, say, spill, window_events(budget), out)
-            if isinstance(got, _SpillingAccumulator):
-                return _write_windows(got, path, out, say, budget, force)
+    with terminate_as_exception():
+        got = _read(path, say, folder, window_events(budget), out)
+        if not isinstance(got, _SpillingAccumulator):
             tables, meta = got
             say("writing")
             return write_capture(out, tables, meta, force=force)
+        try:
+            return _write_windows(got, path, out, say, budget, force)
         finally:
-            shutil.rmtree(spill, ignore_errors=True)
+            got.remove()
 
 
 # `zym analyze` of a trace builds its tables in memory while that is expected to take at most
@@ -494,24 +499,24 @@ def load_or_import(path: str | Path, progress: Progress | None = None,
     say = progress or (lambda _stage: None)
     path = Path(path)
     with terminate_as_exception():
-        folder = Path(tempfile.mkdtemp(prefix="zym-analyze-"))
-        atexit.register(shutil.rmtree, folder, True)
-        got = _read(path, say, folder / "spill", events, folder / "capture.parquet")
+        got = _read(path, say, Path(tempfile.gettempdir()), events, path)
         if not isinstance(got, _SpillingAccumulator):
-            shutil.rmtree(folder, ignore_errors=True)
             return got
         try:
+            folder = Path(tempfile.mkdtemp(prefix="zym-analyze-"))
+            atexit.register(shutil.rmtree, folder, True)
             return _write_windows(got, path, folder / "capture.parquet", say, DEFAULT_BUDGET,
                                   True)
         finally:
-            shutil.rmtree(folder / "spill", ignore_errors=True)
+            got.remove()
 
 
-def _read(path: Path, say: Progress, spill: Path, rows: int, out: Path
+def _read(path: Path, say: Progress, parent: Path, rows: int, out: Path
           ) -> tuple[dict[str, pl.DataFrame], CaptureMeta] | _SpillingAccumulator:
     """Decode ``path``: its tables and metadata when its events stayed under ``rows``, else
-    the accumulator that spilled them into ``spill`` (its ``meta`` set; ``out``: the
-    capture, named by a failed spill's error)."""
+    the accumulator that spilled them into a folder in ``parent`` (its ``meta`` set; the
+    caller removes the folder; ``out``: what a failed spill's error names). On an error
+    nothing is left in ``parent``."""
     shown = display(path)
     if path.exists() and path.stat().st_size == 0:
         raise InputError(f"{shown}: empty file")
@@ -519,17 +524,22 @@ def _read(path: Path, say: Progress, spill: Path, rows: int, out: Path
 
     def accumulator(p: Path) -> _SpillingAccumulator:
         for old in made:  # a second attempt (a batch cut inside an event): start over
-            shutil.rmtree(old.folder, ignore_errors=True)
-        made.append(_SpillingAccumulator(p, spill / f"try{len(made)}", rows, out))
+            old.remove()
+        made.append(_SpillingAccumulator(p, parent, rows, out))
         return made[-1]
 
     say("reading and decoding JSON")
-    with input_errors(shown):
-        groups, top = read_events(path, accumulator)
-        meta = capture_meta(top, path)
-        acc = made[-1] if made else None
-        if acc is None or not acc.spilled:
-            return check_tables(build_tables(groups, say), shown), meta
+    try:
+        with input_errors(shown):
+            groups, top = read_events(path, accumulator)
+            meta = capture_meta(top, path)
+            acc = made[-1] if made else None
+            if acc is None or not acc.spilled:
+                return check_tables(build_tables(groups, say), shown), meta
+    except BaseException:
+        for old in made:
+            old.remove()
+        raise
     acc.meta = meta
     return acc
 

@@ -187,6 +187,15 @@ def test_cli_budget(tmp_path):
     assert not list(tmp_path.glob(".zym-spill-*"))
 
 
+def test_sizes():
+    for text, size in (("1G", 1 << 30), ("512M", 512 << 20), ("2.5GiB", 5 << 29), ("1 g", 1 << 30),
+                       ("800000000", 800_000_000), ("64KB", 65_536), ("1T", 1 << 40)):
+        assert kineto_stream.parse_size(text) == size, text
+    for bad in ("", "G", "12x", "-1", "0", "inf", "nan", "1GG"):
+        with pytest.raises(ValueError):
+            kineto_stream.parse_size(bad)
+
+
 def test_bad_time_in_a_spilled_trace_is_input_error(tmp_path, monkeypatch):
     """A timestamp the importer cannot hold is the same one-line input error when it is met
     while spilling, and the spill is removed."""
@@ -241,7 +250,7 @@ def test_sigterm_during_an_out_of_core_import_leaves_nothing(tmp_path):
                              "-o", str(out), "--memory-budget", "1"],
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while not list(tmp_path.glob(".zym-spill-*/try*/call-*.parquet")):
+    while not list(tmp_path.glob(".zym-spill-*/call-*.parquet")):
         assert proc.poll() is None, "the import ended before it spilled"
         assert time.monotonic() < deadline
         time.sleep(0.02)
