@@ -20,14 +20,7 @@ import ctypes
 import functools
 import time
 
-
-def _status() -> dict:
-    got = {}
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(("VmRSS", "VmHWM")):
-                got[line[:5]] = int(line.split()[1]) // 1024
-    return got
+from zym.schemas.memory import reset_peak, resident_mb
 
 
 def _traced(f, label: str, say):
@@ -39,11 +32,6 @@ def _traced(f, label: str, say):
         say(f"<- {label}")
         return out
     return traced
-
-
-def _reset_hwm() -> None:
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
 
 
 def main() -> None:
@@ -58,15 +46,15 @@ def main() -> None:
     overall = [0]
 
     def say(stage: str) -> None:
-        got = _status()
+        rss, hwm = resident_mb()
         trimmed = ""
         if args.trim:
             libc.malloc_trim(0)
-            trimmed = f"  trim-> {_status()['VmRSS']:6d}"
-        overall[0] = max(overall[0], got["VmHWM"])
-        print(f"{time.perf_counter() - t0:6.1f} s  peak {got['VmHWM']:6d}  RSS {got['VmRSS']:6d}"
+            trimmed = f"  trim-> {resident_mb()[0]:6d}"
+        overall[0] = max(overall[0], hwm)
+        print(f"{time.perf_counter() - t0:6.1f} s  peak {hwm:6d}  RSS {rss:6d}"
               f"{trimmed}  | {stage}", flush=True)
-        _reset_hwm()
+        reset_peak()
 
     def wrap(owner, name: str) -> None:
         setattr(owner, name, _traced(getattr(owner, name),
@@ -77,7 +65,7 @@ def main() -> None:
     from zym.capture import kineto, kineto_json
     from zym.rules import engine, findings
 
-    _reset_hwm()
+    reset_peak()
     say("imports")
     for owner, name in ((load, "load_capture"), (report, "stack_nodes"),
                         (report, "find_phases"), (report, "restrict"),

@@ -9,15 +9,7 @@ import argparse
 import time
 from pathlib import Path
 
-
-def rss_mb() -> tuple[float, float]:
-    """(VmRSS, VmHWM) of this process, MB."""
-    got = {}
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(("VmRSS:", "VmHWM:")):
-                got[line.split(":")[0]] = int(line.split()[1]) / 1024
-    return got["VmRSS"], got["VmHWM"]
+from zym.schemas.memory import resident_mb
 
 
 def main() -> None:
@@ -28,7 +20,7 @@ def main() -> None:
     t0 = time.perf_counter()
 
     def say(stage: str) -> None:
-        rss, hwm = rss_mb()
+        rss, hwm = resident_mb()
         print(f"{time.perf_counter() - t0:7.2f} s  RSS {rss:7.0f} MB  HWM {hwm:7.0f} MB  {stage}",
               flush=True)
 
