@@ -392,11 +392,15 @@ def _windows(acc: _SpillingAccumulator, shown: str, say: Progress, budget: int
     sizer = _Sizer(budget, acc.rows)
     pids: dict[int | None, int] = {}
     gpu_parts: list[Path] = []
+    # Calls of one process (or none): the GPU operations' fallback process is known now.
+    one_pid = len(acc.call_pids - {None}) <= 1
+    pid_of_all = next(iter(acc.call_pids - {None}), None)
+    windows = 0
     first, total = 0, sum(sub_events)
     while first < len(subs):
         take = sizer.take(sub_events[first:])
         lo, hi = subs[first][0], subs[first + take - 1][1]
-        say(f"building window {len(gpu_parts) + 1} "
+        say(f"building window {windows + 1} "
             f"({100 * sum(sub_events[:first + take]) // max(total, 1)}% of the events)")
         first += take
         sizer.begin()
@@ -424,11 +428,15 @@ def _windows(acc: _SpillingAccumulator, shown: str, say: Progress, budget: int
                 recent = rows.select("pid", "correlation_id").filter(
                     pl.col("correlation_id").is_not_null())
             del rows
-        gpu_parts.append(acc.folder / f"out-gpu-{len(gpu_parts):06d}.parquet")
         gpu = tables.pop("gpu")
-        if len(acc.call_pids) > 1 and gpu["pid"].null_count():
-            gpu = _issuers_from_spill(gpu, files["call"])
-        _write_spill(gpu, gpu_parts[-1], acc.out)
+        if one_pid:  # every operation no call claims is that process's: written now
+            yield "gpu", gpu.with_columns(pl.col("pid").fill_null(pl.lit(pid_of_all, pl.Int64)))
+        else:  # which process is the most common is known at the end: kept until then
+            if gpu["pid"].null_count():
+                gpu = _issuers_from_spill(gpu, files["call"])
+            gpu_parts.append(acc.folder / f"out-gpu-{len(gpu_parts):06d}.parquet")
+            _write_spill(gpu, gpu_parts[-1], acc.out)
+        windows += 1
         del gpu, tables
         sizer.end(events)
         release_freed_memory(acc.rows)
