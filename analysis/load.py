@@ -1,18 +1,19 @@
 """Load a capture for analysis: a zym capture file, or a Kineto trace converted in memory."""
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 from zym.schemas.errors import InputError
-from zym.schemas.io import is_parquet, open_capture
+from zym.schemas.io import Capture, is_parquet, open_capture
 from zym.schemas.memory import release_freed_memory
 from zym.schemas.meta import CaptureMeta
+from zym.schemas.output import display
 
-# The tables the analysis reads up front. Spans (Kineto's CPU slices) are loaded on first use
-# (``CaptureData.spans()``): rules read them to count calls per enclosing Python call.
+# The tables the analysis holds. Spans (Kineto's CPU slices) are read by queries, a part at a
+# time (``SpanTable``): steps, the profiler's own cost, calls per enclosing Python call.
 ANALYSIS_TABLES = ("frame", "stack", "call", "gpu")
 # Columns no analysis reads, left out of its load (the exports read the capture with them;
 # ``facts.conform`` holds any asked for as nulls): 100-200 MB at 12.5 M calls; the block
@@ -22,9 +23,103 @@ UNREAD = {"call": ("device_id", "stream_id", "cbid"), "gpu": ("block_x", "block_
           "span": ("op_shapes", "op_dtypes")}
 
 
+class SpanTable:
+    """A capture's CPU spans (Kineto's slices: ``pid, tid, ts_ns, dur_ns, stack_id, op_id``),
+    read by queries that keep few of them (a step function's spans, the ops that launched) or
+    a part at a time (the spans in each launch gap), never whole: 73 M spans are ~2.3 GB (the
+    bundled trace x600). Held in memory for a trace imported in memory; else read from the
+    capture file at each query, every part checked (``schemas.validate``) on first use.
+    ``window``: only the spans that overlap ``[t0, t1)``."""
+
+    PART_ROWS = 1 << 20
+
+    def __init__(self, held: pl.DataFrame | None = None, capture: Capture | None = None,
+                 skip: Collection[str] = (), window: tuple[int, int] | None = None) -> None:
+        self._held, self._capture, self._skip, self.window = held, capture, tuple(skip), window
+        self._checked = capture is None
+        self._height: int | None = None
+
+    @property
+    def columns(self) -> list[str]:
+        if self._held is not None:
+            return self._held.columns
+        return list(self._capture.scan("span", skip=self._skip).collect_schema())
+
+    @property
+    def height(self) -> int:
+        if self._height is None:
+            if self.window is None and self._held is not None:
+                self._height = self._held.height
+            elif self.window is None:
+                self._height = self._capture.rows("span")
+            else:
+                self._height = int(self.collect(self.lazy().select(pl.len())).item())
+        return self._height
+
+    def lazy(self) -> pl.LazyFrame:
+        """The spans as a query (collect it with :meth:`collect`: a part at a time)."""
+        self.check()
+        lf = self._held.lazy() if self._held is not None else self._capture.scan(
+            "span", skip=self._skip)
+        if self.window is not None:
+            t0, t1 = self.window
+            lf = lf.filter((pl.col("ts_ns") < t1) & (pl.col("ts_ns") + pl.col("dur_ns") > t0))
+        return lf
+
+    def collect(self, query: pl.LazyFrame) -> pl.DataFrame:
+        """``query`` (built on :meth:`lazy`) run by polars' streaming engine: the spans are
+        read a part at a time, and only what the query keeps is held."""
+        try:
+            return query.collect(engine="streaming")
+        except (pl.exceptions.PolarsError, OSError) as e:
+            raise InputError(f"{self._where()}: cannot read the span table ({e})") from e
+
+    def parts(self, columns: Collection[str]) -> Iterator[pl.DataFrame]:
+        """The spans' ``columns``, :attr:`PART_ROWS` rows at a time."""
+        if self._held is not None and self.window is None:
+            held = self._held.select(columns)
+            for at in range(0, held.height, self.PART_ROWS):
+                yield held.slice(at, self.PART_ROWS)
+            return
+        try:
+            yield from self.lazy().select(columns).collect_batches(chunk_size=self.PART_ROWS)
+        except (pl.exceptions.PolarsError, OSError) as e:
+            raise InputError(f"{self._where()}: cannot read the span table ({e})") from e
+
+    def whole(self) -> pl.DataFrame:
+        """Every span in memory (the exports': a timeline draws each one)."""
+        if self._held is None:
+            self._held = constant_columns(self._capture.load("span", skip=self._skip))
+            self._checked = True
+        if self.window is None:
+            return self._held
+        t0, t1 = self.window
+        return self._held.filter((pl.col("ts_ns") < t1)
+                                 & (pl.col("ts_ns") + pl.col("dur_ns") > t0))
+
+    def within(self, t0: int, t1: int) -> SpanTable:
+        """The spans that overlap ``[t0, t1)`` (and this table's window)."""
+        if self.window is not None:
+            t0, t1 = max(t0, self.window[0]), min(t1, self.window[1])
+        out = SpanTable(self._held, self._capture, self._skip, (t0, t1))
+        out._checked = self._checked
+        return out
+
+    def check(self) -> None:
+        """Every row checked, a part at a time (before the first query reads any)."""
+        if not self._checked:
+            for _part in self._capture.parts("span", self._skip, self.PART_ROWS):
+                pass
+            self._checked = True
+
+    def _where(self) -> str:
+        return display(self._capture.path) if self._capture is not None else "capture"
+
+
 @dataclass
 class CaptureData:
-    """The tables of one capture, in memory, with their metadata."""
+    """The tables of one capture, in memory (the spans read on demand: :class:`SpanTable`),
+    with their metadata."""
 
     source: Path
     meta: CaptureMeta
@@ -32,18 +127,23 @@ class CaptureData:
     stacks: pl.DataFrame
     calls: pl.DataFrame
     gpu: pl.DataFrame
-    # Spans already in memory (Kineto import), or a loader run on first use (Parquet); None
-    # when the producer recorded none.
-    span_source: pl.DataFrame | Callable[[], pl.DataFrame | None] | None = None
+    # The spans: a table in memory (Kineto import), or read from the capture file as each
+    # query runs; None when the producer recorded none.
+    span_source: SpanTable | pl.DataFrame | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.span_source, pl.DataFrame):
+            self.span_source = SpanTable(held=self.span_source)
+
+    @property
+    def span_table(self) -> SpanTable | None:
+        """The spans, for queries that read a part at a time (the analysis's)."""
+        return self.span_source
 
     def spans(self) -> pl.DataFrame | None:
-        """The span table (``pid, tid, ts_ns, dur_ns, stack_id, op_id, ...``), or None.
-
-        Loaded lazily from a capture file, so that `zym analyze` pays for it only when a
-        rule reads it."""
-        if callable(self.span_source):
-            self.span_source = self.span_source()
-        return self.span_source
+        """Every span in memory (``pid, tid, ts_ns, dur_ns, stack_id, op_id, ...``), or None:
+        the exports' (the analysis reads :attr:`span_table`)."""
+        return self.span_source.whole() if self.span_source is not None else None
 
 
 # Columns with a handful of distinct values (kinds, copy directions, memory kinds): held as
@@ -142,9 +242,7 @@ def _load_file(path: Path, source: Path, progress: Callable[[str], None] | None,
     # read: the text is never held whole (~0.6 s less at 10 M GPU operations)
     tables = {t: _compact(cap.load(t, ENUM_COLUMNS + (("name",) if codes and t in (
         "call", "gpu") else ()), skip.get(t, ()))) for t in ANALYSIS_TABLES}
-    # constant columns stored once, as the Kineto path above does: a capture's one
-    # process (and often one thread) is 8 bytes a span otherwise, ~0.6 GB at 73 M spans
-    tables["span"] = lambda: constant_columns(cap.load("span", skip=skip.get("span", ())))
-    meta = cap.meta
-    return CaptureData(source, meta, tables["frame"], tables["stack"], tables["call"],
-                       tables["gpu"], tables.get("span"))
+    # the spans are read from the file by each query, never held whole
+    spans = SpanTable(capture=cap, skip=skip.get("span", ()))
+    return CaptureData(source, cap.meta, tables["frame"], tables["stack"], tables["call"],
+                       tables["gpu"], spans)

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
+from .load import SpanTable
+
 MIN_STEPS = 3
 PROFILER_STEP = r"^ProfilerStep#\d+$"  # the range torch.profiler's prof.step() opens
 MIN_COVERAGE = 0.5  # a step function is on the stack of at least this share of main-thread calls
@@ -139,7 +141,7 @@ def main_thread(calls: pl.DataFrame, gpu: pl.DataFrame) -> int | None:
 
 
 def find_steps(calls: pl.DataFrame, gpu: pl.DataFrame, nodes: pl.DataFrame,
-               spans: pl.DataFrame | None) -> Steps | None:
+               spans: SpanTable | None) -> Steps | None:
     """The repeated step of the capture, or None (see the module doc)."""
     thread = main_thread(calls, gpu)
     if thread is None:
@@ -180,7 +182,7 @@ def find_steps(calls: pl.DataFrame, gpu: pl.DataFrame, nodes: pl.DataFrame,
     return _profiler_steps(spans, nodes, mine, thread) if have_spans else None
 
 
-def _profiler_steps(spans: pl.DataFrame, nodes: pl.DataFrame, mine: pl.DataFrame, thread: int
+def _profiler_steps(spans: SpanTable, nodes: pl.DataFrame, mine: pl.DataFrame, thread: int
                     ) -> Steps | None:
     """torch.profiler's own steps: the ``ProfilerStep#N`` ranges ``prof.step()`` opens on the
     main thread (a trace recorded with a ``schedule``), where the stacks name no step function
@@ -225,15 +227,15 @@ def _line_steps(mine: pl.DataFrame, paths: dict, file: str, name: str
     return starts.astype(np.int64), np.maximum(ends, starts).astype(np.int64)
 
 
-def _span_steps(spans: pl.DataFrame, ids: pl.Series, mine: pl.DataFrame
+def _span_steps(spans: SpanTable, ids: pl.Series, mine: pl.DataFrame
                 ) -> tuple[np.ndarray, np.ndarray]:
     """The spans of the stack nodes ``ids`` (a step function's frames, or ProfilerStep ops) on
     the main thread, outermost only (a recursive call is part of its caller's step)."""
     pid, tid = mine["pid"][0], mine["tid"][0]
-    sp = (spans.lazy().filter(pl.col("stack_id").is_in(ids.implode()) & (pl.col("pid") == pid)
-                              & (pl.col("tid") == tid))
-          .select("ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end")).sort("ts_ns")
-          .collect())
+    sp = spans.collect(spans.lazy().filter(pl.col("stack_id").is_in(ids.implode())
+                                           & (pl.col("pid") == pid) & (pl.col("tid") == tid))
+                       .select("ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"))
+                       ).sort("ts_ns")
     if sp.height == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     if sp["ts_ns"].null_count() == 0 and sp["end"].null_count() == 0:  # one numpy pass
@@ -295,8 +297,10 @@ def _descendants(nodes: pl.DataFrame, roots: pl.Series) -> pl.Series:
 
 
 def find_phases(calls: pl.DataFrame, gpu: pl.DataFrame, nodes: pl.DataFrame,
-                spans: pl.DataFrame | None, window: tuple[int, int]) -> Phases:
+                spans: SpanTable | pl.DataFrame | None, window: tuple[int, int]) -> Phases:
     """Steps, warm-up, startup and the steady-state window of a capture."""
+    if isinstance(spans, pl.DataFrame):
+        spans = SpanTable(held=spans)
     steps = find_steps(calls, gpu, nodes, spans)
     phases = Phases(window=window, steps=steps)
     n, first, last = compile_activity(calls, nodes)

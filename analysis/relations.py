@@ -246,7 +246,7 @@ class Relations:
         """How ``call_instance`` was found: ``spans`` (Kineto: exact calls of the user
         function) or ``stacks`` (runs of calls through the same caller line and function,
         split at steps: :mod:`zym.analysis.instances`)."""
-        spans = self.analysis.data.spans()
+        spans = self.analysis.data.span_table
         return "spans" if spans is not None and spans.height else "stacks"
 
     def instance_label(self) -> str:
@@ -436,7 +436,7 @@ class Relations:
         from .instances import Ancestors, call_instances
 
         calls = self.calls_table()
-        spans = self.analysis.data.spans()
+        spans = self.analysis.data.span_table
         if spans is None or spans.height == 0:
             # Every call's, once per analysis: a call's instance does not depend on which
             # others are asked for, and each ask passes over every call (rules ask for a
@@ -457,11 +457,13 @@ class Relations:
         frame = calls.select("pid", "tid", "ts_ns").with_columns(
             user_node.cast(pl.Int64).alias("user_node"))[idx]  # (the spans' ids' type)
         users = frame["user_node"].drop_nulls().unique()
-        # One query: the spans of those user frames, and each call's latest one before it.
-        sp = (spans.lazy().filter(pl.col("stack_id").is_in(users.implode()))
-              .select("pid", "tid", pl.col("stack_id").alias("user_node"),
-                      pl.col("ts_ns").alias("inst_ts"),
-                      (pl.col("ts_ns") + pl.col("dur_ns")).alias("inst_end")).sort("inst_ts"))
+        # The spans of those user frames (read a part at a time), and each call's latest one
+        # before it.
+        sp = spans.collect(spans.lazy().filter(pl.col("stack_id").is_in(users.implode()))
+                           .select("pid", "tid", pl.col("stack_id").alias("user_node"),
+                                   pl.col("ts_ns").alias("inst_ts"),
+                                   (pl.col("ts_ns") + pl.col("dur_ns")).alias("inst_end"))
+                           ).lazy().sort("inst_ts")
         return (frame.lazy().with_row_index("_r").sort("ts_ns")
                 .join_asof(sp, left_on="ts_ns", right_on="inst_ts",
                            by=["pid", "tid", "user_node"], strategy="backward",
@@ -504,12 +506,12 @@ class Relations:
     def _time_in_op(self, gaps: pl.DataFrame) -> pl.Series:
         """Per launch gap: how much of it the CPU spent inside the torch op whose launch ended
         it (from that op's span: Kineto records one per op). Null without spans."""
-        spans = self.analysis.data.spans()
+        spans = self.analysis.data.span_table
         if spans is None or spans.height == 0 or "op_id" not in spans.columns:
             return pl.repeat(None, gaps.height, dtype=pl.Int64, eager=True).alias("in_op_ns")
         ops = gaps.filter(pl.col("cause") == "launch")["op_id"].drop_nulls().unique()
-        starts = (spans.filter(pl.col("op_id").is_in(ops.implode()))
-                  .group_by("pid", "op_id").agg(pl.col("ts_ns").min().alias("op_ts")))
+        starts = spans.collect(spans.lazy().filter(pl.col("op_id").is_in(ops.implode()))
+                               .group_by("pid", "op_id").agg(pl.col("ts_ns").min().alias("op_ts")))
         return (gaps.select("pid", "op_id", "ts_ns", "end_ns", "cause")
                 .join(starts, on=["pid", "op_id"], how="left", maintain_order="left")
                 .select(pl.when(pl.col("cause") == "launch").then(

@@ -1597,51 +1597,63 @@ def _any_marked(marked: np.ndarray, n: int, lo: np.ndarray, hi: np.ndarray) -> n
 def events_in_gaps(calls: pl.DataFrame, spans: pl.DataFrame | None) -> np.ndarray:
     """Per call (``Facts.calls`` order): how many of ``spans`` start on its thread in the gap
     before it (after the previous call of the thread started). A profiler's own cost lands
-    there. One search per thread (threads are few), none per event."""
-    n = calls.height
-    out = np.zeros(n, np.int64)
-    if spans is None or spans.height == 0 or n == 0:
-        return out
-    # Threads as dense ranks; then one sorted key per span (thread, start) and one search for
-    # every call at once: key = thread * R + time since the earliest event, + 1 (0: before all).
-    ids = [(s["pid"], s["tid"]) for s in (calls, spans)]
-    one = {(p.min(), p.max(), t.min(), t.max()) if not p.null_count() and not t.null_count()
-           else None for p, t in ids}
-    if len(one) == 1 and (key := one.pop()) is not None and key[0] == key[1] \
-            and key[2] == key[3]:
-        thread = np.zeros(n + spans.height, np.int64)  # one thread (the usual trace)
-    else:
-        thread = pl.concat([calls.select(pl.col("pid", "tid").cast(pl.Int64)),
-                            spans.select(pl.col("pid", "tid").cast(pl.Int64))]).select(
-            pl.struct("pid", "tid").rank("dense").cast(pl.Int64)).to_series().to_numpy()
-    t_call, t_span = thread[:n], thread[n:]
-    ts_call, ts_span = calls["ts_ns"].to_numpy(), spans["ts_ns"].to_numpy()
-    t0 = min(int(ts_call.min()), int(ts_span.min()))
-    r = max(int(ts_call.max()), int(ts_span.max())) - t0 + 2
-    if (int(thread.max()) + 1) * r < (1 << 62):
-        span_key = np.sort(t_span * r + (ts_span - t0 + 1))
-        order = np.lexsort((ts_call, t_call))  # per thread, in time order (stable: ties by row)
-        t, ts = t_call[order], ts_call[order]
-        first = np.ones(n, bool)
-        first[1:] = t[1:] != t[:-1]
-        prev = np.where(first, 0, np.concatenate([[0], ts[:-1]]) - t0 + 1)
-        counts = (np.searchsorted(span_key, t * r + (ts - t0 + 1), side="right")
-                  - np.searchsorted(span_key, t * r + prev, side="right"))
-        out[calls["call_idx"].to_numpy()[order]] = counts
-        return out
-    sp = spans.select("pid", "tid", "ts_ns").sort("ts_ns")
-    by_thread = {k: g["ts_ns"].to_numpy() for k, g in sp.group_by("pid", "tid")}
-    c = calls.select("call_idx", "pid", "tid", "ts_ns")
-    for key, g in c.group_by("pid", "tid"):
-        starts = by_thread.get(key)
-        if starts is None:
-            continue
-        g = g.sort("ts_ns")
-        ts = g["ts_ns"].to_numpy()
-        lo = np.concatenate([[np.iinfo(np.int64).min], ts[:-1]])
-        out[g["call_idx"].to_numpy()] = (np.searchsorted(starts, ts, side="right")
-                                         - np.searchsorted(starts, lo, side="right"))
-    return out
+    there (:class:`GapCounter`, all the spans as one part)."""
+    counter = GapCounter(calls)
+    if spans is not None:
+        counter.add(spans)
+    return counter.total
+
+
+class GapCounter:
+    """Per call (``Facts.calls`` order, :attr:`total`), the spans (or their weights) that
+    start on its thread in the gap before it: after the previous call of the thread started
+    (its first call: any time before it), up to and with its own start. Spans are added a
+    part at a time, in any order: a trace's spans are never held whole. One search per
+    thread and part (threads are few), none per event."""
+
+    def __init__(self, calls: pl.DataFrame) -> None:
+        self.total = np.zeros(calls.height, np.int64)
+        key = calls.select(pl.col("pid", "tid").cast(pl.Int64))
+        # threads numbered in (pid, tid) order; each call's calls per thread in time order
+        self._threads = (key.unique().sort("pid", "tid", nulls_last=True)
+                         .with_row_index("thread").with_columns(pl.col("thread").cast(pl.Int64)))
+        thread = key.join(self._threads, on=["pid", "tid"], how="left", nulls_equal=True,
+                          maintain_order="left")["thread"].to_numpy()
+        ts = calls["ts_ns"].to_numpy()
+        order = np.lexsort((ts, thread))  # stable: ties in row order
+        self._ts = ts[order]
+        self._call = calls["call_idx"].to_numpy()[order]
+        self._bounds = np.searchsorted(thread[order], np.arange(self._threads.height + 1))
+
+    def add(self, spans: pl.DataFrame, weight: np.ndarray | int = 1) -> None:
+        """Count ``spans`` (``pid, tid, ts_ns``), each ``weight`` (one per span, or one for
+        all), into :attr:`total`."""
+        if spans.height == 0 or not len(self._ts):
+            return
+        w = np.broadcast_to(np.asarray(weight, np.int64), (spans.height,))
+        s = spans.select(pl.col("pid", "tid").cast(pl.Int64), "ts_ns").with_columns(
+            pl.Series("w", w))
+        if self._threads.height == 1:
+            pid, tid = self._threads.row(0)[1:]
+            s = s.filter(pl.col("pid").eq_missing(pid) & pl.col("tid").eq_missing(tid)
+                         ).with_columns(pl.lit(0, pl.Int64).alias("thread"))
+        else:
+            s = s.join(self._threads, on=["pid", "tid"], how="inner", nulls_equal=True)
+        # per thread in time order (a capture's spans are stored so: the sort finds it so)
+        s = s.sort("thread", "ts_ns")
+        thread, ts, w = (s[c].to_numpy() for c in ("thread", "ts_ns", "w"))
+        cuts = np.searchsorted(thread, np.arange(self._threads.height + 1))
+        for k in np.flatnonzero(cuts[1:] > cuts[:-1]):
+            lo, hi = self._bounds[k], self._bounds[k + 1]
+            # the call whose gap holds each span: the first of the thread starting at or
+            # after it (none: after the thread's last call, in no gap)
+            j = np.searchsorted(self._ts[lo:hi], ts[cuts[k]:cuts[k + 1]], side="left")
+            ok = j < hi - lo
+            j, wk = j[ok], w[cuts[k]:cuts[k + 1]][ok]
+            if not len(j):
+                continue
+            first = np.flatnonzero(np.concatenate([[True], j[1:] != j[:-1]]))
+            self.total[self._call[lo + j[first]]] += np.add.reduceat(wk, first)
 
 
 # Epochs from which one replay runs its epoch loop compiled (numba) rather than interpreted:

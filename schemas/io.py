@@ -9,7 +9,7 @@ homogeneous); reading goes through polars alone, so ``zym analyze`` never import
 from __future__ import annotations
 
 import sys
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -196,6 +196,32 @@ class Capture:
         elif table in ("call", "span", "range"):
             check_refs(table, df, self._keys("stack", "stack_id"), display(self.path))
         return df
+
+    def parts(self, table: str, skip: Collection[str] = (), rows: int = ROW_GROUP_ROWS
+              ) -> Iterator[pl.DataFrame]:
+        """One table ``rows`` rows at a time (the last part shorter), each part checked as
+        :meth:`load` checks the whole table (every check is of a row alone, or of the
+        stack ids it names): a table read in bounded memory, whatever its size."""
+        from .validate import check_refs, check_table
+
+        keys = self._keys("stack", "stack_id") if table in ("call", "span", "range") else None
+        try:
+            for part in self.scan(table, skip=skip).collect_batches(chunk_size=rows):
+                part = check_table(table, part, display(self.path))
+                if keys is not None:
+                    check_refs(table, part, keys, display(self.path))
+                yield part
+        except (pl.exceptions.PolarsError, OSError) as e:
+            raise InputError(f"{display(self.path)}: cannot read the {table} table "
+                             f"({_first_line(e)})") from e
+
+    def rows(self, table: str) -> int:
+        """How many rows ``table`` has (counted from the file's metadata: no column read)."""
+        try:
+            return int(self.scan(table).select(pl.len()).collect().item())
+        except (pl.exceptions.PolarsError, OSError) as e:
+            raise InputError(f"{display(self.path)}: cannot read the {table} table "
+                             f"({_first_line(e)})") from e
 
     def _read(self, table: str, columns: list[str] | None = None,
               codes: Collection[str] = (), skip: Collection[str] = ()) -> pl.DataFrame:

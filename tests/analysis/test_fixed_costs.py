@@ -173,6 +173,7 @@ def test_compiled_frames_match_a_walk_up_the_stack(seed):
 
 @pytest.mark.parametrize("seed", range(20))
 def test_span_steps_are_the_outermost_spans_of_the_function(seed):
+    from zym.analysis.load import SpanTable
     from zym.analysis.phases import _span_steps
 
     rng = np.random.default_rng(seed)
@@ -193,7 +194,7 @@ def test_span_steps_are_the_outermost_spans_of_the_function(seed):
             kept.append((t, e))
         reach = e if reach is None else max(reach, e)
     ids = nodes.filter((pl.col("file") == "a.py") & (pl.col("name") == "step"))["stack_id"]
-    starts, ends = _span_steps(spans, ids, mine)
+    starts, ends = _span_steps(SpanTable(held=spans), ids, mine)
     assert starts.tolist() == [t for t, _ in kept]
     assert ends.tolist() == [t for t, _ in kept[1:]] + ([kept[-1][1]] if kept else [])
 

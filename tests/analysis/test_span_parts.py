@@ -1,0 +1,130 @@
+"""The analysis of a capture file reads its CPU spans by queries and a part at a time, never
+the whole table: the same report as the analysis of the trace with its spans in memory, and
+every span still checked."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from zym.analysis.load import SpanTable, load_capture
+from zym.analysis.replay import GapCounter
+from zym.schemas.io import Capture
+
+REPO = Path(__file__).resolve().parents[2]
+KINETO_SAMPLE = REPO / "sample_traces" / "gpt_decode_server.trace.json.gz"
+
+
+def _report(path: Path, window: str = "steady") -> dict:
+    from zym.analysis.export.summary import build_report
+    from zym.analysis.report import analyze
+    from zym.rules import evaluate, load_packs
+
+    a = analyze(path, window=window)
+    report = build_report(a, evaluate(a, load_packs(()), ()), None, 5, None)
+    report["capture"].pop("source")
+    return json.loads(json.dumps(report, default=str))
+
+
+@pytest.fixture(scope="module")
+def sample_capture(tmp_path_factory) -> Path:
+    from zym.capture.kineto import import_kineto
+
+    out = tmp_path_factory.mktemp("spans") / "sample.parquet"
+    import_kineto(KINETO_SAMPLE, out)
+    return out
+
+
+@pytest.mark.parametrize("window", ["steady", "all", "steps:2:6"])
+def test_report_of_a_capture_read_in_parts_is_the_traces(sample_capture, monkeypatch, window):
+    """Spans read from the file in parts of 5,000 rows (the sample has ~90,000), the whole
+    table never loaded: the report is the one the trace's in-memory spans give."""
+    want = _report(KINETO_SAMPLE, window)
+    whole_loads = []
+    real_load = Capture.load
+
+    def load(self, table, *args, **kwargs):
+        if table == "span":
+            whole_loads.append(table)
+        return real_load(self, table, *args, **kwargs)
+
+    monkeypatch.setattr(Capture, "load", load)
+    monkeypatch.setattr(SpanTable, "PART_ROWS", 5_000)
+    got = _report(sample_capture, window)
+    assert whole_loads == []
+    assert got == want
+
+
+def test_span_table_of_a_file_reads_as_the_file(sample_capture, monkeypatch):
+    """Height, parts and window of a file's span table against the table loaded whole."""
+    from zym.schemas.io import open_capture
+
+    monkeypatch.setattr(SpanTable, "PART_ROWS", 7_000)
+    spans = load_capture(sample_capture).span_table
+    whole = open_capture(sample_capture).load("span")
+    assert spans.height == whole.height > 7_000
+    parts = list(spans.parts(("ts_ns", "dur_ns")))
+    assert [p.height for p in parts[:-1]] == [7_000] * (len(parts) - 1)
+    assert pl.concat(parts).equals(whole.select("ts_ns", "dur_ns"))
+    t0 = int(whole["ts_ns"].quantile(0.3))
+    t1 = int(whole["ts_ns"].quantile(0.6))
+    inside = whole.filter((pl.col("ts_ns") < t1) & (pl.col("ts_ns") + pl.col("dur_ns") > t0))
+    part = spans.within(t0, t1)
+    assert part.height == inside.height
+    assert pl.concat(part.parts(("ts_ns",))).equals(inside.select("ts_ns"))
+    held = SpanTable(held=whole).within(t0, t1)
+    assert held.height == inside.height
+
+
+def test_a_bad_span_is_an_error_before_any_query(tmp_path):
+    """A span with a negative duration, deep in the table, stops the analysis with the
+    checks' one-line error (as loading the whole table did)."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "tests" / "robustness"))
+    from hostile import assert_clean_error, capture_rows, write_sealed, zym
+
+    rows = capture_rows([(0, None, 0, 0)])
+    n = 3_000
+    width = len(rows["record"])
+    for key in rows:
+        rows[key] += [None] * n
+    at = range(width, width + n)
+    for i, row in enumerate(at):
+        rows["record"][row] = "span"
+        rows["pid"][row], rows["tid"][row] = 1, 1
+        rows["ts_ns"][row], rows["dur_ns"][row] = 1_000 + i, -7 if i == n - 10 else 5
+        rows["stack_id"][row] = 0
+    p = write_sealed(tmp_path / "bad.parquet", rows)
+    err = assert_clean_error(zym("analyze", p, "--no-progress", timeout=60))
+    assert "span table" in err and "dur_ns" in err
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_gap_counts_added_a_part_at_a_time_in_any_order(seed):
+    """GapCounter with the spans cut into parts and shuffled, weighted: each call's weight
+    sum against a loop over calls and spans."""
+    rng = np.random.default_rng(seed)
+    n, m = int(rng.integers(1, 60)), int(rng.integers(0, 400))
+    calls = pl.DataFrame({"call_idx": np.arange(n), "pid": rng.integers(1, 3, n),
+                          "tid": rng.integers(1, 4, n), "ts_ns": rng.integers(0, 500, n)})
+    spans = pl.DataFrame({"pid": rng.integers(1, 3, m), "tid": rng.integers(1, 5, m),
+                          "ts_ns": rng.integers(-50, 600, m), "w": rng.integers(1, 9, m)})
+    want = [0] * n
+    for c in calls.iter_rows(named=True):
+        earlier = [d["ts_ns"] for d in calls.iter_rows(named=True)
+                   if (d["pid"], d["tid"]) == (c["pid"], c["tid"])
+                   and (d["ts_ns"], d["call_idx"]) < (c["ts_ns"], c["call_idx"])]
+        lo = max(earlier) if earlier else None
+        want[c["call_idx"]] = sum(s["w"] for s in spans.iter_rows(named=True)
+                                  if (s["pid"], s["tid"]) == (c["pid"], c["tid"])
+                                  and s["ts_ns"] <= c["ts_ns"]
+                                  and (lo is None or s["ts_ns"] > lo))
+    counter = GapCounter(calls)
+    order = rng.permutation(m)
+    for part in np.array_split(order, int(rng.integers(1, 6))):
+        piece = spans[part]
+        counter.add(piece, piece["w"].to_numpy())
+    assert counter.total.tolist() == want
