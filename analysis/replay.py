@@ -1612,9 +1612,8 @@ class GapCounter:
     thread and part (threads are few), none per event."""
 
     def __init__(self, calls: pl.DataFrame) -> None:
-        self.total = np.zeros(calls.height, np.int64)
         key = calls.select(pl.col("pid", "tid").cast(pl.Int64))
-        # threads numbered in (pid, tid) order; each call's calls per thread in time order
+        # threads numbered in (pid, tid) order; the calls per thread in time order
         self._threads = (key.unique().sort("pid", "tid", nulls_last=True)
                          .with_row_index("thread").with_columns(pl.col("thread").cast(pl.Int64)))
         thread = key.join(self._threads, on=["pid", "tid"], how="left", nulls_equal=True,
@@ -1624,36 +1623,42 @@ class GapCounter:
         self._ts = ts[order]
         self._call = calls["call_idx"].to_numpy()[order]
         self._bounds = np.searchsorted(thread[order], np.arange(self._threads.height + 1))
+        self._sum = np.zeros(calls.height, np.int64)  # by position in ``order``
+
+    @property
+    def total(self) -> np.ndarray:
+        out = np.zeros(len(self._sum), np.int64)
+        out[self._call] = self._sum
+        return out
 
     def add(self, spans: pl.DataFrame, weight: np.ndarray | int = 1) -> None:
         """Count ``spans`` (``pid, tid, ts_ns``), each ``weight`` (one per span, or one for
         all), into :attr:`total`."""
         if spans.height == 0 or not len(self._ts):
             return
-        w = np.broadcast_to(np.asarray(weight, np.int64), (spans.height,))
-        s = spans.select(pl.col("pid", "tid").cast(pl.Int64), "ts_ns").with_columns(
-            pl.Series("w", w))
-        if self._threads.height == 1:
+        w = np.asarray(weight, np.int64)
+        if self._threads.height == 1:  # the usual trace: a mask, no join
             pid, tid = self._threads.row(0)[1:]
-            s = s.filter(pl.col("pid").eq_missing(pid) & pl.col("tid").eq_missing(tid)
-                         ).with_columns(pl.lit(0, pl.Int64).alias("thread"))
+            mine = spans.select(pl.col("pid").cast(pl.Int64).eq_missing(pid)
+                                & pl.col("tid").cast(pl.Int64).eq_missing(tid)).to_series()
+            thread = np.where(mine.to_numpy(), 0, -1)
         else:
-            s = s.join(self._threads, on=["pid", "tid"], how="inner", nulls_equal=True)
-        # per thread in time order (a capture's spans are stored so: the sort finds it so)
-        s = s.sort("thread", "ts_ns")
-        thread, ts, w = (s[c].to_numpy() for c in ("thread", "ts_ns", "w"))
-        cuts = np.searchsorted(thread, np.arange(self._threads.height + 1))
-        for k in np.flatnonzero(cuts[1:] > cuts[:-1]):
+            thread = spans.select(pl.col("pid", "tid").cast(pl.Int64)).join(
+                self._threads, on=["pid", "tid"], how="left", nulls_equal=True,
+                maintain_order="left")["thread"].fill_null(-1).to_numpy()
+        ts = spans["ts_ns"].to_numpy()
+        for k in np.unique(thread[thread >= 0]):
             lo, hi = self._bounds[k], self._bounds[k + 1]
+            sel = thread == k
             # the call whose gap holds each span: the first of the thread starting at or
             # after it (none: after the thread's last call, in no gap)
-            j = np.searchsorted(self._ts[lo:hi], ts[cuts[k]:cuts[k + 1]], side="left")
+            j = np.searchsorted(self._ts[lo:hi], ts[sel], side="left")
             ok = j < hi - lo
-            j, wk = j[ok], w[cuts[k]:cuts[k + 1]][ok]
-            if not len(j):
-                continue
-            first = np.flatnonzero(np.concatenate([[True], j[1:] != j[:-1]]))
-            self.total[self._call[lo + j[first]]] += np.add.reduceat(wk, first)
+            if w.ndim:
+                got = np.bincount(j[ok], weights=w[sel][ok], minlength=hi - lo)
+                self._sum[lo:hi] += np.rint(got).astype(np.int64)  # exact below 2^53
+            else:
+                self._sum[lo:hi] += np.bincount(j[ok], minlength=hi - lo) * int(w)
 
 
 # Epochs from which one replay runs its epoch loop compiled (numba) rather than interpreted:
