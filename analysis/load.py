@@ -179,17 +179,25 @@ def constant_columns(table: pl.DataFrame) -> pl.DataFrame:
     return table.with_columns(same) if same else table
 
 
+# Text columns of few distinct values on millions of rows, held as categorical codes by an
+# analysis that owns its tables: API and kernel names, and the torch ops' input shapes and
+# dtypes (JSON text, ~100 bytes a call: 0.7 GB at 7.2 M calls; their consumers cast the few
+# rows or distinct values they read back to text).
+CODED = {"call": ("name", "op_shapes", "op_dtypes"), "gpu": ("name",)}
+
+
 def api_codes(data: CaptureData) -> CaptureData:
-    """``data`` with its calls' API names and its GPU operations' names as categorical codes,
-    as ``Facts`` reads them (``Facts.calls``' ``api`` column is then this one, not a second
-    copy): for an analysis that owns its tables (:func:`zym.analysis.report.analyze`). The
+    """``data`` with the text columns of :data:`CODED` as categorical codes, as ``Facts``
+    reads them (``Facts.calls``' ``api`` column is then the calls' names, not a second copy):
+    for an analysis that owns its tables (:func:`zym.analysis.report.analyze`). The names'
     text was ~0.4 GB at 10 M calls and ~0.28 GB at 10 M GPU operations (a 16-byte view per row
     and the bytes of names longer than 12), the codes 4 bytes a row. Exports keep the text
     (they load the capture themselves)."""
-    if data.calls.schema.get("name") == pl.String:
-        data.calls = data.calls.with_columns(pl.col("name").cast(pl.Categorical))
+    text = [c for c in CODED["call"] if data.calls.schema.get(c) == pl.String]
+    if text:
+        data.calls = data.calls.with_columns(pl.col(text).cast(pl.Categorical))
     if data.gpu.schema.get("name") == pl.String:
-        data.gpu = data.gpu.with_columns(pl.col("name").cast(pl.Categorical))
+        data.gpu = data.gpu.with_columns(pl.col(CODED["gpu"]).cast(pl.Categorical))
     return data
 
 
@@ -240,8 +248,8 @@ def _load_file(path: Path, source: Path, progress: Callable[[str], None] | None,
     cap = open_capture(path)
     # enum columns (and names, with ``codes``) cast to categories as each row group is
     # read: the text is never held whole (~0.6 s less at 10 M GPU operations)
-    tables = {t: _compact(cap.load(t, ENUM_COLUMNS + (("name",) if codes and t in (
-        "call", "gpu") else ()), skip.get(t, ()))) for t in ANALYSIS_TABLES}
+    tables = {t: _compact(cap.load(t, ENUM_COLUMNS + (CODED.get(t, ()) if codes else ()),
+                                   skip.get(t, ()))) for t in ANALYSIS_TABLES}
     # the spans are read from the file by each query, never held whole
     spans = SpanTable(capture=cap, skip=skip.get("span", ()))
     return CaptureData(source, cap.meta, tables["frame"], tables["stack"], tables["call"],

@@ -54,7 +54,7 @@ def _flops_of(shapes: polars.DataFrame) -> polars.DataFrame:
     """:func:`with_flops`'s columns for each row of ``shapes`` (``op_shapes``, ``op_dtypes``)."""
     import polars as pl
 
-    mm = shapes.with_columns(
+    mm = shapes.with_columns(pl.col("op_shapes", "op_dtypes").cast(pl.String)).with_columns(
         pl.col("op_shapes").str.json_decode(pl.List(pl.List(pl.Int64))).alias("_s"),
         dtype_expr())
     # A and B: the last two inputs with dimensions, whatever comes before them (a bias for

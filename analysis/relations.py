@@ -692,10 +692,10 @@ def deferred_columns(rel: Relations, names: set[str]) -> list[pl.Expr]:
     raw = conformed(rel.analysis.data, "call")
     orig = pl.lit(calls["_orig"]).gather(pl.col("call_idx"))
     exprs = [pl.lit(raw["op_id"]).gather(orig).alias("op_id")] if "op_id" in names else []
-    for c in ("op_shapes", "op_dtypes"):
+    for c in ("op_shapes", "op_dtypes"):  # (held as codes: text for the rows gathered)
         if c in names:
-            exprs.append(pl.lit(raw[c]).gather(orig).alias(c))
+            exprs.append(pl.lit(raw[c]).gather(orig).cast(pl.String).alias(c))
     if "dtype" in names:
-        exprs.append(pl.lit(raw["op_dtypes"]).gather(orig)
+        exprs.append(pl.lit(raw["op_dtypes"]).gather(orig).cast(pl.String)
                      .str.extract(r'^\[\s*"([^"]*)"', 1).alias("dtype"))
     return exprs

@@ -78,8 +78,10 @@ def test_the_analysis_leaves_out_the_columns_it_never_reads():
     assert cap["stream_id"].null_count() < cap.height  # recorded: something to leave out
     analysis = analyze(EBPF_SAMPLE, lambda _stage: None, "all")
     assert not set(UNREAD["call"]) & set(analysis.data.calls.columns)
+    # (its text columns as codes: the names, the torch ops' shapes and dtypes)
     assert_frame_equal(analysis.data.calls, load_capture(EBPF_SAMPLE).calls.drop(UNREAD["call"])
-                       .with_columns(pl.col("name").cast(pl.Categorical)))
+                       .with_columns(pl.col("name", "op_shapes", "op_dtypes")
+                                     .cast(pl.Categorical)))
     held = conformed(analysis.data, "call")
     assert all(held[c].null_count() == held.height for c in UNREAD["call"])
     full = load_capture(EBPF_SAMPLE)  # the exports' load
