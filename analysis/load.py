@@ -59,12 +59,14 @@ class SpanTable:
     def lazy(self) -> pl.LazyFrame:
         """The spans as a query (collect it with :meth:`collect`: a part at a time)."""
         self.check()
-        lf = self._held.lazy() if self._held is not None else self._capture.scan(
-            "span", skip=self._skip)
-        if self.window is not None:
-            t0, t1 = self.window
-            lf = lf.filter((pl.col("ts_ns") < t1) & (pl.col("ts_ns") + pl.col("dur_ns") > t0))
-        return lf
+        return self._within(self._held.lazy() if self._held is not None else
+                            self._capture.scan("span", skip=self._skip))
+
+    def _within(self, lf: pl.LazyFrame) -> pl.LazyFrame:
+        if self.window is None:
+            return lf
+        t0, t1 = self.window
+        return lf.filter((pl.col("ts_ns") < t1) & (pl.col("ts_ns") + pl.col("dur_ns") > t0))
 
     def collect(self, query: pl.LazyFrame) -> pl.DataFrame:
         """``query`` (built on :meth:`lazy`) run by polars' streaming engine: the spans are
@@ -75,16 +77,17 @@ class SpanTable:
             raise InputError(f"{self._where()}: cannot read the span table ({e})") from e
 
     def parts(self, columns: Collection[str]) -> Iterator[pl.DataFrame]:
-        """The spans' ``columns``, :attr:`PART_ROWS` rows at a time."""
-        if self._held is not None and self.window is None:
-            held = self._held.select(columns)
+        """The spans' ``columns``, a part at a time (held: :attr:`PART_ROWS` rows; in a file:
+        those of each slice of :attr:`PART_ROWS` file rows)."""
+        if self._held is not None:
+            held = (self._held.select(columns) if self.window is None else
+                    self.collect(self.lazy().select(columns)))
             for at in range(0, held.height, self.PART_ROWS):
                 yield held.slice(at, self.PART_ROWS)
             return
-        try:
-            yield from self.lazy().select(columns).collect_batches(chunk_size=self.PART_ROWS)
-        except (pl.exceptions.PolarsError, OSError) as e:
-            raise InputError(f"{self._where()}: cannot read the span table ({e})") from e
+        self.check()
+        for query in self._capture.slices("span", self._skip, self.PART_ROWS):
+            yield self.collect(self._within(query).select(columns))
 
     def whole(self) -> pl.DataFrame:
         """Every span in memory (the exports': a timeline draws each one)."""

@@ -1612,17 +1612,23 @@ class GapCounter:
     thread and part (threads are few), none per event."""
 
     def __init__(self, calls: pl.DataFrame) -> None:
-        key = calls.select(pl.col("pid", "tid").cast(pl.Int64))
-        # threads numbered in (pid, tid) order; the calls per thread in time order
-        self._threads = (key.unique().sort("pid", "tid", nulls_last=True)
-                         .with_row_index("thread").with_columns(pl.col("thread").cast(pl.Int64)))
-        thread = key.join(self._threads, on=["pid", "tid"], how="left", nulls_equal=True,
-                          maintain_order="left")["thread"].to_numpy()
+        key = _thread_of(calls)
+        self._keys = np.unique(key) if len(key) and key.min() != key.max() else key[:1]
+        thread = np.searchsorted(self._keys, key) if len(self._keys) > 1 else None
         ts = calls["ts_ns"].to_numpy()
-        order = np.lexsort((ts, thread))  # stable: ties in row order
-        self._ts = ts[order]
-        self._call = calls["call_idx"].to_numpy()[order]
-        self._bounds = np.searchsorted(thread[order], np.arange(self._threads.height + 1))
+        # the calls per thread in time order (ties in row order); calls already in time
+        # order (the facts') need no sort on it
+        if thread is None:
+            order = None if calls["ts_ns"].is_sorted() else np.argsort(ts, kind="stable")
+        elif calls["ts_ns"].is_sorted():
+            order = np.argsort(thread.astype(np.int32), kind="stable")
+        else:
+            order = np.lexsort((ts, thread))
+        self._ts = ts if order is None else ts[order]
+        call = calls["call_idx"].to_numpy()
+        self._call = call if order is None else call[order]
+        self._bounds = (np.array([0, len(ts)]) if thread is None else np.searchsorted(
+            thread if order is None else thread[order], np.arange(len(self._keys) + 1)))
         self._sum = np.zeros(calls.height, np.int64)  # by position in ``order``
 
     @property
@@ -1636,29 +1642,27 @@ class GapCounter:
         all), into :attr:`total`."""
         if spans.height == 0 or not len(self._ts):
             return
-        w = np.asarray(weight, np.int64)
-        if self._threads.height == 1:  # the usual trace: a mask, no join
-            pid, tid = self._threads.row(0)[1:]
-            mine = spans.select(pl.col("pid").cast(pl.Int64).eq_missing(pid)
-                                & pl.col("tid").cast(pl.Int64).eq_missing(tid)).to_series()
-            thread = np.where(mine.to_numpy(), 0, -1)
-        else:
-            thread = spans.select(pl.col("pid", "tid").cast(pl.Int64)).join(
-                self._threads, on=["pid", "tid"], how="left", nulls_equal=True,
-                maintain_order="left")["thread"].fill_null(-1).to_numpy()
+        key = _thread_of(spans)
+        pos = np.minimum(np.searchsorted(self._keys, key), len(self._keys) - 1)
+        thread = np.where(self._keys[pos] == key, pos, -1)  # -1: a thread with no call
         ts = spans["ts_ns"].to_numpy()
-        for k in np.unique(thread[thread >= 0]):
+        w = np.broadcast_to(np.asarray(weight, np.int64), (spans.height,))
+        for k in np.unique(thread[thread >= 0]) if len(self._keys) > 1 else (0,):
             lo, hi = self._bounds[k], self._bounds[k + 1]
             sel = thread == k
             # the call whose gap holds each span: the first of the thread starting at or
             # after it (none: after the thread's last call, in no gap)
             j = np.searchsorted(self._ts[lo:hi], ts[sel], side="left")
             ok = j < hi - lo
-            if w.ndim:
-                got = np.bincount(j[ok], weights=w[sel][ok], minlength=hi - lo)
-                self._sum[lo:hi] += np.rint(got).astype(np.int64)  # exact below 2^53
-            else:
-                self._sum[lo:hi] += np.bincount(j[ok], minlength=hi - lo) * int(w)
+            np.add.at(self._sum, lo + j[ok], w[sel][ok])
+
+
+def _thread_of(rows: pl.DataFrame) -> np.ndarray:
+    """Each row's thread as one int64 (pid and tid, as ``facts.thread_key``; null ids one
+    value of their own)."""
+    from .facts import thread_key
+
+    return rows.select(thread_key().fill_null(np.iinfo(np.int64).min)).to_series().to_numpy()
 
 
 # Epochs from which one replay runs its epoch loop compiled (numba) rather than interpreted:

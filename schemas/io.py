@@ -167,21 +167,41 @@ class Capture:
     version: int = SCHEMA_VERSION
     absent: frozenset[str] = frozenset()   # columns added after this file's version
 
-    def scan(self, table: str, codes: Collection[str] = (), skip: Collection[str] = ()
-             ) -> pl.LazyFrame:
+    def scan(self, table: str, codes: Collection[str] = (), skip: Collection[str] = (),
+             rows: tuple[int, int] | None = None) -> pl.LazyFrame:
         """The rows of one logical table, with that table's columns and types (a column the
         file's version predates reads as nulls; a text column of ``codes`` as categorical
         codes, cast as it is read: its text is not held for every row; the columns of
-        ``skip`` not read)."""
+        ``skip`` not read). ``rows``: only those of the file's rows ``(offset, length)``."""
         if table not in TABLES:
             raise ValueError(f"unknown table {table!r}; tables: {', '.join(TABLES)}")
         types = polars_schema(table)
         cols = [pl.lit(None, types[c]).alias(c) if c in self.absent else
                 pl.col(c).cast(pl.Categorical) if c in codes and types[c] == pl.String else
                 pl.col(c) for c in TABLES[table] if c != "record" and c not in skip]
-        return (pl.scan_parquet(self.path)
-                .filter(pl.col("record") == table)
-                .select(cols))
+        lf = pl.scan_parquet(self.path)
+        if rows is not None:
+            lf = lf.slice(*rows)
+        return lf.filter(pl.col("record") == table).select(cols)
+
+    def slices(self, table: str, skip: Collection[str] = (), rows: int = ROW_GROUP_ROWS
+               ) -> Iterator[pl.LazyFrame]:
+        """The table as queries over successive ``rows``-row slices of the file (from its
+        first row to its last: a windowed import interleaves tables), each run alone: a
+        table read in bounded memory, whatever its size (polars' streaming batches run ahead
+        of a slower reader and hold what they made)."""
+        try:
+            ends = (pl.scan_parquet(self.path).with_row_index("_i")
+                    .filter(pl.col("record") == table)
+                    .select(pl.col("_i").min().alias("lo"), pl.col("_i").max().alias("hi"))
+                    .collect().row(0))
+        except (pl.exceptions.PolarsError, OSError) as e:
+            raise InputError(f"{display(self.path)}: cannot read the {table} table "
+                             f"({_first_line(e)})") from e
+        if ends[0] is None:
+            return
+        for at in range(ends[0], ends[1] + 1, rows):
+            yield self.scan(table, skip=skip, rows=(at, min(rows, ends[1] + 1 - at)))
 
     def load(self, table: str, codes: Collection[str] = (), skip: Collection[str] = ()
              ) -> pl.DataFrame:
@@ -199,15 +219,15 @@ class Capture:
 
     def parts(self, table: str, skip: Collection[str] = (), rows: int = ROW_GROUP_ROWS
               ) -> Iterator[pl.DataFrame]:
-        """One table ``rows`` rows at a time (the last part shorter), each part checked as
+        """One table a slice of ``rows`` file rows at a time (:meth:`slices`), each part checked as
         :meth:`load` checks the whole table (every check is of a row alone, or of the
         stack ids it names): a table read in bounded memory, whatever its size."""
         from .validate import check_refs, check_table
 
         keys = self._keys("stack", "stack_id") if table in ("call", "span", "range") else None
         try:
-            for part in self.scan(table, skip=skip).collect_batches(chunk_size=rows):
-                part = check_table(table, part, display(self.path))
+            for query in self.slices(table, skip, rows):
+                part = check_table(table, query.collect(), display(self.path))
                 if keys is not None:
                     check_refs(table, part, keys, display(self.path))
                 yield part

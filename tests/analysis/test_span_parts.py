@@ -66,7 +66,7 @@ def test_span_table_of_a_file_reads_as_the_file(sample_capture, monkeypatch):
     whole = open_capture(sample_capture).load("span")
     assert spans.height == whole.height > 7_000
     parts = list(spans.parts(("ts_ns", "dur_ns")))
-    assert [p.height for p in parts[:-1]] == [7_000] * (len(parts) - 1)
+    assert len(parts) > 1 and max(p.height for p in parts) <= 7_000
     assert pl.concat(parts).equals(whole.select("ts_ns", "dur_ns"))
     t0 = int(whole["ts_ns"].quantile(0.3))
     t1 = int(whole["ts_ns"].quantile(0.6))
