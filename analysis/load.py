@@ -79,13 +79,13 @@ class SpanTable:
     def parts(self, columns: Collection[str]) -> Iterator[pl.DataFrame]:
         """The spans' ``columns``, a part at a time (held: :attr:`PART_ROWS` rows; in a file:
         those of each slice of :attr:`PART_ROWS` file rows)."""
+        self.check()
         if self._held is not None:
             held = (self._held.select(columns) if self.window is None else
                     self.collect(self.lazy().select(columns)))
             for at in range(0, held.height, self.PART_ROWS):
                 yield held.slice(at, self.PART_ROWS)
             return
-        self.check()
         for query in self._capture.slices("span", self._skip, self.PART_ROWS):
             yield self.collect(self._within(query).select(columns))
 
@@ -109,7 +109,12 @@ class SpanTable:
         return out
 
     def check(self) -> None:
-        """Every row checked, a part at a time (before the first query reads any)."""
+        """Every row checked, a part at a time (before the first query reads any). A file's
+        table of one part is read whole, checked, and held: its queries then read memory,
+        not the file (~0.1 s less on the bundled trace's ~120,000 spans)."""
+        if not self._checked and self._capture.rows("span") <= self.PART_ROWS:
+            self._held = constant_columns(self._capture.load("span", skip=self._skip))
+            self._checked = True
         if not self._checked:
             for _part in self._capture.parts("span", self._skip, self.PART_ROWS):
                 pass

@@ -1643,18 +1643,25 @@ class GapCounter:
         if spans.height == 0 or not len(self._ts):
             return
         key = _thread_of(spans)
-        pos = np.minimum(np.searchsorted(self._keys, key), len(self._keys) - 1)
-        thread = np.where(self._keys[pos] == key, pos, -1)  # -1: a thread with no call
         ts = spans["ts_ns"].to_numpy()
-        w = np.broadcast_to(np.asarray(weight, np.int64), (spans.height,))
-        for k in np.unique(thread[thread >= 0]) if len(self._keys) > 1 else (0,):
+        w = np.asarray(weight, np.int64)
+        if len(self._keys) == 1:  # the usual trace: every call on one thread
+            mine = key == self._keys[0]
+            groups = [(0, None if mine.all() else mine)]
+        else:
+            pos = np.minimum(np.searchsorted(self._keys, key), len(self._keys) - 1)
+            thread = np.where(self._keys[pos] == key, pos, -1)  # -1: a thread with no call
+            groups = [(k, thread == k) for k in np.unique(thread[thread >= 0])]
+        for k, sel in groups:
             lo, hi = self._bounds[k], self._bounds[k + 1]
-            sel = thread == k
+            t, wk = (ts, w) if sel is None else (ts[sel], w[sel] if w.ndim else w)
             # the call whose gap holds each span: the first of the thread starting at or
             # after it (none: after the thread's last call, in no gap)
-            j = np.searchsorted(self._ts[lo:hi], ts[sel], side="left")
+            j = np.searchsorted(self._ts[lo:hi], t, side="left")
             ok = j < hi - lo
-            np.add.at(self._sum, lo + j[ok], w[sel][ok])
+            if not ok.all():
+                j, wk = j[ok], wk[ok] if wk.ndim else wk
+            np.add.at(self._sum, j + lo if lo else j, wk)
 
 
 def _thread_of(rows: pl.DataFrame) -> np.ndarray:
