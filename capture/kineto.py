@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 from zym.schemas.apis import api_copy_kind, api_kind
-from zym.schemas.errors import InputError
+from zym.schemas.errors import InputError, first_line
 from zym.schemas.lookup import first_row_of
 from zym.schemas.memory import release_freed_memory
 from zym.schemas.meta import CaptureMeta
@@ -634,12 +634,9 @@ def input_errors(shown: str) -> Iterator[None]:
     except RecursionError:
         raise InputError(f"{shown}: JSON nested too deeply to be a torch.profiler trace") from None
     except (pl.exceptions.PolarsError, OverflowError, ValueError, TypeError) as e:
-        raise InputError(f"{shown}: unusable torch.profiler trace ({_first_line(e)})") from None
+        raise InputError(f"{shown}: unusable torch.profiler trace ({first_line(e)})") from None
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0][:200] if text else type(e).__name__
 
 
 def import_kineto(path: str | Path, out: str | Path, progress: Progress | None = None,

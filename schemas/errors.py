@@ -25,3 +25,10 @@ class OutputError(ZymError):
 
 class Terminated(ZymError):
     """zym was asked to stop (SIGTERM) while running; what it was writing has been removed."""
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of ``e``'s message (at most 200 characters), or its type's name: what a
+    one-line error quotes of a library's (often multi-line) exception."""
+    text = str(e).strip().splitlines()
+    return text[0][:200] if text else type(e).__name__

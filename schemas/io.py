@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from .errors import InputError, SchemaError
+from .errors import InputError, SchemaError, first_line
 from .integrity import HASH_KEY, HASH_PLACEHOLDER, seal, verify
 from .meta import META_KEY, VERSION_KEY, CaptureMeta
 from .output import atomic_output, display
@@ -196,8 +196,7 @@ class Capture:
                     .select(pl.col("_i").min().alias("lo"), pl.col("_i").max().alias("hi"))
                     .collect().row(0))
         except (pl.exceptions.PolarsError, OSError) as e:
-            raise InputError(f"{display(self.path)}: cannot read the {table} table "
-                             f"({_first_line(e)})") from e
+            raise self.unreadable(table, e) from e
         if ends[0] is None:
             return
         for at in range(ends[0], ends[1] + 1, rows):
@@ -232,16 +231,14 @@ class Capture:
                     check_refs(table, part, keys, display(self.path))
                 yield part
         except (pl.exceptions.PolarsError, OSError) as e:
-            raise InputError(f"{display(self.path)}: cannot read the {table} table "
-                             f"({_first_line(e)})") from e
+            raise self.unreadable(table, e) from e
 
     def rows(self, table: str) -> int:
-        """How many rows ``table`` has (counted from the file's metadata: no column read)."""
+        """How many rows ``table`` has (only the file's ``record`` column read)."""
         try:
             return int(self.scan(table).select(pl.len()).collect().item())
         except (pl.exceptions.PolarsError, OSError) as e:
-            raise InputError(f"{display(self.path)}: cannot read the {table} table "
-                             f"({_first_line(e)})") from e
+            raise self.unreadable(table, e) from e
 
     def _read(self, table: str, columns: list[str] | None = None,
               codes: Collection[str] = (), skip: Collection[str] = ()) -> pl.DataFrame:
@@ -249,8 +246,12 @@ class Capture:
             lf = self.scan(table, codes, skip)
             return (lf.select(columns) if columns else lf).collect()
         except (pl.exceptions.PolarsError, OSError) as e:
-            raise InputError(f"{display(self.path)}: cannot read the {table} table "
-                             f"({_first_line(e)})") from e
+            raise self.unreadable(table, e) from e
+
+    def unreadable(self, table: str, e: BaseException) -> InputError:
+        """The one-line error for ``table`` of this file failing to read (``e``)."""
+        return InputError(f"{display(self.path)}: cannot read the {table} table "
+                          f"({first_line(e)})")
 
     def _keys(self, table: str, column: str) -> pl.Series:
         return self._read(table, [column])[column]
@@ -265,7 +266,7 @@ def open_capture(path: str | Path) -> Capture:
         kv = pl.read_parquet_metadata(path)
         file_schema = pl.read_parquet_schema(path)
     except Exception as e:  # polars raises several types for corrupt footers
-        raise InputError(f"{path}: not a readable Parquet file ({_first_line(e)})") from e
+        raise InputError(f"{path}: not a readable Parquet file ({first_line(e)})") from e
     version = kv.get(VERSION_KEY)
     if version is None:
         raise SchemaError(f"{path}: a Parquet file, but not a zym capture (no {VERSION_KEY} key)")
@@ -280,7 +281,7 @@ def open_capture(path: str | Path) -> Capture:
     try:
         meta = CaptureMeta.from_json(kv.get(META_KEY, '{"producer": "unknown"}'))
     except (ValueError, TypeError) as e:
-        raise SchemaError(f"{display(path)}: corrupt {META_KEY} metadata ({_first_line(e)})"
+        raise SchemaError(f"{display(path)}: corrupt {META_KEY} metadata ({first_line(e)})"
                           ) from e
     return Capture(path, meta, int(version), absent)
 
@@ -322,6 +323,3 @@ def _check_columns(path: Path, file_schema: Mapping[str, pl.DataType],
         raise SchemaError(f"{path}: mistyped column(s): {'; '.join(wrong)}")
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__
