@@ -128,3 +128,28 @@ def test_gap_counts_added_a_part_at_a_time_in_any_order(seed):
         piece = spans[part]
         counter.add(piece, piece["w"].to_numpy())
     assert counter.total.tolist() == want
+
+
+def test_a_capture_changed_under_the_analysis_is_a_one_line_error(sample_capture, tmp_path,
+                                                                   monkeypatch):
+    """The file truncated after the load, before the spans are read: each way of reading
+    them is a one-line InputError naming the span table, not a traceback."""
+    import shutil
+
+    from zym.schemas.errors import InputError
+
+    monkeypatch.setattr(SpanTable, "PART_ROWS", 5_000)  # read from the file, not held
+    reads = {"check": lambda t: t.check(),
+             "parts": lambda t: list(t.parts(("ts_ns",))),
+             "query": lambda t: t.collect(t.lazy().select("ts_ns"))}
+    for name, read in reads.items():
+        copy = shutil.copy(sample_capture, tmp_path / f"{name}.parquet")
+        spans = load_capture(copy).span_table
+        if name != "check":
+            spans.check()
+        with open(copy, "r+b") as f:
+            f.truncate(f.seek(0, 2) // 2)
+        with pytest.raises(InputError) as e:
+            read(spans)
+        message = str(e.value)
+        assert "span table" in message and "\n" not in message, (name, message)
