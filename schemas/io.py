@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Collection, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -166,6 +166,8 @@ class Capture:
     meta: CaptureMeta
     version: int = SCHEMA_VERSION
     absent: frozenset[str] = frozenset()   # columns added after this file's version
+    # per table: its first and last file row and its row count (``_extent``)
+    _extents: dict[str, tuple] = field(default_factory=dict, repr=False, compare=False)
 
     def scan(self, table: str, codes: Collection[str] = (), skip: Collection[str] = (),
              rows: tuple[int, int] | None = None) -> pl.LazyFrame:
@@ -190,17 +192,25 @@ class Capture:
         first row to its last: a windowed import interleaves tables), each run alone: a
         table read in bounded memory, whatever its size (polars' streaming batches run ahead
         of a slower reader and hold what they made)."""
-        try:
-            ends = (pl.scan_parquet(self.path).with_row_index("_i")
+        first, last, _ = self._extent(table)
+        for at in range(first, last + 1, rows) if first is not None else ():
+            yield self.scan(table, skip=skip, rows=(at, min(rows, last + 1 - at)))
+
+    def _extent(self, table: str) -> tuple[int | None, int | None, int]:
+        """The file rows of ``table``: its first and last (None: no rows) and how many (the
+        ``record`` column read once per table and file)."""
+        got = self._extents.get(table)
+        if got is None:
+            try:
+                got = self._extents[table] = (
+                    pl.scan_parquet(self.path).with_row_index("_i")
                     .filter(pl.col("record") == table)
-                    .select(pl.col("_i").min().alias("lo"), pl.col("_i").max().alias("hi"))
+                    .select(pl.col("_i").min().alias("first"), pl.col("_i").max().alias("last"),
+                            pl.len().alias("rows"))
                     .collect().row(0))
-        except (pl.exceptions.PolarsError, OSError) as e:
-            raise self.unreadable(table, e) from e
-        if ends[0] is None:
-            return
-        for at in range(ends[0], ends[1] + 1, rows):
-            yield self.scan(table, skip=skip, rows=(at, min(rows, ends[1] + 1 - at)))
+            except (pl.exceptions.PolarsError, OSError) as e:
+                raise self.unreadable(table, e) from e
+        return got
 
     def load(self, table: str, codes: Collection[str] = (), skip: Collection[str] = ()
              ) -> pl.DataFrame:
@@ -235,10 +245,7 @@ class Capture:
 
     def rows(self, table: str) -> int:
         """How many rows ``table`` has (only the file's ``record`` column read)."""
-        try:
-            return int(self.scan(table).select(pl.len()).collect().item())
-        except (pl.exceptions.PolarsError, OSError) as e:
-            raise self.unreadable(table, e) from e
+        return int(self._extent(table)[2])
 
     def _read(self, table: str, columns: list[str] | None = None,
               codes: Collection[str] = (), skip: Collection[str] = ()) -> pl.DataFrame:
