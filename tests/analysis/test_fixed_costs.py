@@ -212,3 +212,21 @@ def test_events_in_gaps_tells_threads_apart(calls_ids, spans_ids):
     spans = pl.DataFrame({"pid": spans_ids[0], "tid": spans_ids[1], "ts_ns": [5, 15, 18]},
                          schema_overrides={"pid": pl.Int64})
     assert events_in_gaps(calls, spans).tolist() == _events_in_gaps_by_loop(calls, spans)
+
+
+def test_gap_counts_of_a_two_thread_h200_trace_in_parts():
+    """A real trace whose second thread makes CUDA calls too (the H200 sidecar workload):
+    the spans counted a part at a time, parts out of order, against the loop, with counts
+    on both threads."""
+    from zym.analysis.replay import GapCounter
+
+    sidecar = analyze(SAMPLE.parent / "bench/whatif/results/h200-threads/sidecar.trace.json.gz")
+    calls = sidecar.facts.calls.head(3000)
+    spans = sidecar.data.spans().filter(pl.col("ts_ns") <= calls["ts_ns"].max())
+    counter = GapCounter(calls)
+    for part in reversed(range(0, spans.height, 997)):
+        counter.add(spans.slice(part, 997))
+    want = _events_in_gaps_by_loop(calls, spans)
+    assert counter.total.tolist() == want
+    per_thread = calls.with_columns(pl.Series("n", want)).group_by("tid").agg(pl.col("n").sum())
+    assert per_thread.height == 2 and per_thread["n"].min() > 0

@@ -57,6 +57,28 @@ def test_report_of_a_capture_read_in_parts_is_the_traces(sample_capture, monkeyp
     assert got == want
 
 
+H200_TRACES = {  # workloads of the repo's H200 runs besides the bundled one
+    "two threads": "bench/whatif/results/h200-threads/sidecar.trace.json.gz",
+    "no python stacks": "bench/whatif/results/h200-varied/moe-nostack.trace.json.gz",
+    "detection": "bench/whatif/results/h200-blind/kineto/detect.trace.json.gz",
+}
+
+
+@pytest.mark.parametrize("name", H200_TRACES)
+def test_h200_traces_read_in_parts_give_the_traces_report(name, tmp_path, monkeypatch):
+    """Other H200 workloads (a second thread making CUDA calls, a trace without Python
+    stacks, a detection service): their captures read in 3,000-row slices give the report
+    of the trace with its spans in memory (the slices, windows and queries against the
+    whole table; the counts themselves are checked against a loop in test_fixed_costs)."""
+    from zym.capture.kineto import import_kineto
+
+    trace = REPO / H200_TRACES[name]
+    want = _report(trace)
+    import_kineto(trace, tmp_path / "c.parquet")
+    monkeypatch.setattr(SpanTable, "PART_ROWS", 3_000)
+    assert _report(tmp_path / "c.parquet") == want
+
+
 def test_span_table_of_a_file_reads_as_the_file(sample_capture, monkeypatch):
     """Height, parts and window of a file's span table against the table loaded whole."""
     from zym.schemas.io import open_capture
