@@ -1594,16 +1594,6 @@ def _any_marked(marked: np.ndarray, n: int, lo: np.ndarray, hi: np.ndarray) -> n
     return c[hi + 1] > c[lo]
 
 
-def events_in_gaps(calls: pl.DataFrame, spans: pl.DataFrame | None) -> np.ndarray:
-    """Per call (``Facts.calls`` order): how many of ``spans`` start on its thread in the gap
-    before it (after the previous call of the thread started). A profiler's own cost lands
-    there (:class:`GapCounter`, all the spans as one part)."""
-    counter = GapCounter(calls)
-    if spans is not None:
-        counter.add(spans)
-    return counter.total
-
-
 class GapCounter:
     """Per call (``Facts.calls`` order, :attr:`total`), the spans (or their weights) that
     start on its thread in the gap before it: after the previous call of the thread started

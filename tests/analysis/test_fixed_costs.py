@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 from zym.analysis import analyze
 from zym.analysis.kernels import classify_kernels, classify_names
-from zym.analysis.replay import events_in_gaps
+from zym.analysis.replay import GapCounter
 
 SAMPLE = Path(__file__).resolve().parents[2] / "sample_traces"
 
@@ -18,6 +18,13 @@ SAMPLE = Path(__file__).resolve().parents[2] / "sample_traces"
 @pytest.fixture(scope="module")
 def trace():
     return analyze(SAMPLE / "gpt_decode_server.trace.json.gz")
+
+
+def events_in_gaps(calls: pl.DataFrame, spans: pl.DataFrame) -> np.ndarray:
+    """GapCounter with every span as one part."""
+    counter = GapCounter(calls)
+    counter.add(spans)
+    return counter.total
 
 
 def _events_in_gaps_by_loop(calls: pl.DataFrame, spans: pl.DataFrame) -> list[int]:
@@ -218,8 +225,6 @@ def test_gap_counts_of_a_two_thread_h200_trace_in_parts():
     """A real trace whose second thread makes CUDA calls too (the H200 sidecar workload):
     the spans counted a part at a time, parts out of order, against the loop, with counts
     on both threads."""
-    from zym.analysis.replay import GapCounter
-
     sidecar = analyze(SAMPLE.parent / "bench/whatif/results/h200-threads/sidecar.trace.json.gz")
     calls = sidecar.facts.calls.head(3000)
     spans = sidecar.data.spans().filter(pl.col("ts_ns") <= calls["ts_ns"].max())
