@@ -26,27 +26,60 @@ def first_row_of(keys: pl.Series, queries: pl.Series) -> pl.Series:
     if not ends:  # no key or no query holds a value
         return pl.repeat(None, queries.len(), dtype=pl.Int64, eager=True)
     lo, hi = min(ends), max(ends)
-    if lo >= 0 and hi < 4 * (n + queries.len()) + 1024:
-        if not keys.null_count() and not queries.null_count():
-            return _first_row_dense(keys, queries, hi)
-        ok = keys.is_not_null()
-        rows = pl.int_range(n, dtype=pl.Int64, eager=True).filter(ok).reverse()
-        table = pl.repeat(None, hi + 1, dtype=pl.Int64, eager=True).scatter(
-            keys.filter(ok).reverse(), rows)  # reversed: the first row of a key is written last
-        return table.gather(queries)
+    if lo >= _INT64[0] and hi <= _INT64[1]:
+        k, rows = _values(keys)
+        q = queries.cast(pl.Int64)
+        missing = q.is_null().to_numpy() if q.null_count() else None
+        q = (q.fill_null(lo) if missing is not None else q).to_numpy()
+        if hi - lo < 4 * (n + queries.len()) + 1024:
+            found = _first_row_dense(k, rows, q, lo, hi)
+        else:
+            found = _first_row_sorted(k, rows, q)
+        if missing is not None:
+            found[missing] = -1
+        return null_where_negative(found, queries.name)
     found = (pl.DataFrame({"key": keys}).with_row_index("row").drop_nulls("key")
              .unique("key", keep="first", maintain_order=True))
     return (pl.DataFrame({"key": queries})
             .join(found, on="key", how="left", maintain_order="left")["row"].cast(pl.Int64))
 
 
-def _first_row_dense(keys: pl.Series, queries: pl.Series, hi: int) -> pl.Series:
-    """``first_row_of`` where no key or query is null and all lie in ``[0, hi]``: the scatter
-    and gather in numpy (0.1 against 0.3 s at 12.5 M keys and 10 M queries)."""
-    table = np.full(hi + 1, -1, np.int64)
-    k = keys.to_numpy()
-    table[k[::-1]] = np.arange(len(k) - 1, -1, -1)  # reversed: a key's first row last
-    return null_where_negative(table[queries.to_numpy()], queries.name)
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _values(keys: pl.Series) -> tuple[np.ndarray, np.ndarray | None]:
+    """The keys that hold a value (int64) and their rows (None: every row, in order)."""
+    if not keys.null_count():
+        return keys.cast(pl.Int64).to_numpy(), None
+    ok = keys.is_not_null().to_numpy()
+    return keys.drop_nulls().cast(pl.Int64).to_numpy(), np.flatnonzero(ok)
+
+
+def _first_row_dense(k: np.ndarray, rows: np.ndarray | None, q: np.ndarray, lo: int,
+                     hi: int) -> np.ndarray:
+    """``first_row_of`` for keys and queries in ``[lo, hi]``, a range few times the rows (ids
+    numbered densely, from any start: a long run's trace starts at a high correlation id):
+    one array indexed by ``key - lo``, a scatter and a gather (0.1 against 0.3 s for polars'
+    at 12.5 M keys and 10 M queries). -1: none."""
+    table = np.full(hi - lo + 1, -1, np.int64)
+    at = np.arange(len(k), dtype=np.int64) if rows is None else rows
+    table[(k - lo)[::-1]] = at[::-1]  # reversed: a key's first row written last
+    return table[q - lo]
+
+
+def _first_row_sorted(k: np.ndarray, rows: np.ndarray | None, q: np.ndarray) -> np.ndarray:
+    """``first_row_of`` for keys spread too far for an array: each query searched among the
+    keys sorted (stably: a key's first row comes first among its equals). Keys in order
+    already (correlation ids in time order) sort in one pass. At the bundled trace x600
+    (7.2 M keys over 116 M ids, 5.7 M queries) 0.6 s, against 2.2 s for a hash join. -1:
+    none."""
+    if not len(k):
+        return np.full(len(q), -1, np.int64)
+    order = np.argsort(k, kind="stable")
+    ordered = k[order]
+    pos = np.minimum(np.searchsorted(ordered, q), len(k) - 1)
+    first = order[pos] if rows is None else rows[order[pos]]
+    return np.where(ordered[pos] == q, first, -1)
 
 
 def null_where_negative(rows: np.ndarray, name: str = "") -> pl.Series:

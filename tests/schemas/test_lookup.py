@@ -16,15 +16,42 @@ def _reference(keys: list, queries: list) -> list:
     return [first.get(q) for q in queries]
 
 
-@pytest.mark.parametrize("nulls", [0.1, 0.0])  # with nulls; none (compact ids: numpy)
-@pytest.mark.parametrize("scale", [1, 10**12])  # compact ids: array; far apart: join
+@pytest.mark.parametrize("nulls", [0.1, 0.0])  # with nulls; none
+# compact ids from 0 or from far up (an array from the lowest); spread far apart, either sign
+# (a search among the sorted keys)
+@pytest.mark.parametrize("scale,base", [(1, 0), (1, 10**12), (10**12, 0), (-(10**12), 0)])
 @pytest.mark.parametrize("seed", range(3))
-def test_first_row_of_matches_a_dict(scale, seed, nulls):
+def test_first_row_of_matches_a_dict(scale, base, seed, nulls):
     rng = random.Random(seed)
-    keys = [None if rng.random() < nulls else rng.randrange(50) * scale for _ in range(200)]
-    queries = [None if rng.random() < nulls else rng.randrange(60) * scale for _ in range(300)]
-    got = first_row_of(pl.Series(keys, dtype=pl.Int64), pl.Series(queries, dtype=pl.UInt64))
+    keys = [None if rng.random() < nulls else base + rng.randrange(50) * scale
+            for _ in range(200)]
+    queries = [None if rng.random() < nulls else base + rng.randrange(60) * scale
+               for _ in range(300)]
+    qtype = pl.UInt64 if scale > 0 else pl.Int64
+    got = first_row_of(pl.Series(keys, dtype=pl.Int64), pl.Series(queries, dtype=qtype))
     assert got.dtype == pl.Int64 and got.to_list() == _reference(keys, queries)
+
+
+def test_first_row_of_keys_beyond_int64():
+    """Unsigned keys past int64's range (a hash join)."""
+    big = 1 << 63
+    keys = [big + 5, 3, big + 5, None, big]
+    queries = [big, None, 3, big + 5, 7]
+    got = first_row_of(pl.Series(keys, dtype=pl.UInt64), pl.Series(queries, dtype=pl.UInt64))
+    assert got.dtype == pl.Int64 and got.to_list() == _reference(keys, queries)
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_first_row_of_many_sparse_keys(ordered):
+    """Keys far apart, in order (correlation ids in time order) or not, with repeats."""
+    rng = random.Random(11)
+    keys = sorted(rng.randrange(10**9) for _ in range(3000)) if ordered else [
+        rng.randrange(10**9) for _ in range(3000)]
+    keys += keys[:50]
+    queries = [rng.choice(keys) if rng.random() < 0.7 else rng.randrange(10**9)
+               for _ in range(4000)]
+    got = first_row_of(pl.Series(keys, dtype=pl.Int64), pl.Series(queries, dtype=pl.Int64))
+    assert got.to_list() == _reference(keys, queries)
 
 
 def test_first_row_of_with_nothing_to_find():
