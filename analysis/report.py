@@ -51,6 +51,10 @@ class Analysis:
     whole: Facts
     window_spec: str = "steady"
     _steps: Steps | None = field(default=None, repr=False)
+    # per call of the whole capture (``whole.calls`` order): the CPU time torch.profiler's
+    # recording of the events in the gap before it added (:func:`recorded_events_ns`); None
+    # where the capture's producer is not torch.profiler or states its own cost
+    recorded_ns: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def window(self) -> tuple[int, int]:
@@ -309,20 +313,43 @@ def capture_overhead(analysis: Analysis) -> np.ndarray:
         return np.broadcast_to(np.int64(per_call), (n,))
     if "kineto" not in (meta.producer or "").lower():
         return np.zeros(n, np.int64)
-    spans = analysis.data.span_table
-    calls = analysis.facts.calls
     out = np.full(n, COST["cuda_runtime"], np.int64)
-    if spans is not None and spans.height:
-        # a part of the spans at a time: each costs a cpu_op's (an op: it has an op id) or
-        # a python_function's
-        counter = GapCounter(calls)
-        has_op = "op_id" in spans.columns
-        for part in spans.parts(("pid", "tid", "ts_ns") + (("op_id",) if has_op else ())):
-            counter.add(part, np.where(part["op_id"].is_not_null().to_numpy(), COST["cpu_op"],
-                                       COST["python_function"]) if has_op
-                        else COST["python_function"])
-        out += counter.total
+    events = analysis.recorded_ns
+    if events is not None:
+        # the window's calls are the whole capture's that start in it: a run of them in
+        # time order, from the first at or after the window's start
+        first = (0 if analysis.facts is analysis.whole else
+                 int(analysis.whole.calls["ts_ns"].search_sorted(analysis.window[0], "left")))
+        out += events[first:first + n]
     return out
+
+
+def counts_events(meta) -> bool:
+    """Whether the capture's own CPU cost comes from its recorded events (torch.profiler's,
+    which states none): :func:`recorded_events_ns` is then read."""
+    return (not capture_cost(meta).get("total_ns_per_call")
+            and "kineto" in (meta.producer or "").lower())
+
+
+def recorded_events_ns(data: CaptureData, whole: Facts) -> np.ndarray | None:
+    """Per call of the whole capture (``whole.calls`` order), what torch.profiler's recording
+    of the events that start on its thread in the gap before it (after the thread's previous
+    call started) cost: each span a ``cpu_op``'s (an op: it has an op id) or a
+    ``python_function``'s (:data:`~zym.analysis.replay.KINETO_NS_PER_EVENT`). None without
+    spans. The spans are read once, a part at a time, and checked in the same pass where
+    they were not yet (:meth:`~zym.analysis.load.SpanTable.each_part`)."""
+    from .replay import KINETO_NS_PER_EVENT as COST
+
+    spans = data.span_table
+    if spans is None or spans.height == 0:
+        return None
+    counter = GapCounter(whole.calls)
+    has_op = "op_id" in spans.columns
+    for part in spans.each_part(("pid", "tid", "ts_ns") + (("op_id",) if has_op else ())):
+        counter.add(part, np.where(part["op_id"].is_not_null().to_numpy(), COST["cpu_op"],
+                                   COST["python_function"]) if has_op
+                    else COST["python_function"])
+    return counter.total
 
 
 def restrict(data: CaptureData, whole: Facts, t0: int, t1: int) -> CaptureData:
@@ -361,8 +388,11 @@ def analyze_data(data: CaptureData, window: str = "steady") -> Analysis:
     """:func:`analyze` on tables already in memory."""
     nodes = stack_nodes(data.frames, data.stacks)
     whole = Facts(data, nodes)
+    # every span checked, a part at a time, before any query reads them: in the pass that
+    # counts the profiler's events, where they are counted
+    recorded = recorded_events_ns(data, whole) if counts_events(data.meta) else None
     if data.span_table is not None:
-        data.span_table.check()  # every span, a part at a time, whichever the queries read
+        data.span_table.check()
     phases = find_phases(whole.calls, whole.gpu, nodes, data.span_table, whole.window)
     t0, t1 = parse_window(window, phases)
     if (t0, t1) == whole.window or (t0 <= whole.window[0] and t1 >= whole.window[1]):
@@ -374,4 +404,5 @@ def analyze_data(data: CaptureData, window: str = "steady") -> Analysis:
         facts.__dict__["_site_rows"] = whole._site_rows  # with its lookup
         facts.__dict__["_site_padded"] = whole._site_padded
         facts.__dict__["kernel_table"] = whole.kernel_table  # and the kernel classes
-    return Analysis(part, facts, build_call_paths(facts), phases, whole, window)
+    return Analysis(part, facts, build_call_paths(facts), phases, whole, window,
+                    recorded_ns=recorded)

@@ -235,3 +235,54 @@ def test_gap_counts_of_a_two_thread_h200_trace_in_parts():
     assert counter.total.tolist() == want
     per_thread = calls.with_columns(pl.Series("n", want)).group_by("tid").agg(pl.col("n").sum())
     assert per_thread.height == 2 and per_thread["n"].min() > 0
+
+
+def _overhead_by_bisect(analysis) -> list[int]:
+    """Per call of the window: torch.profiler's cost of the spans on its thread that start
+    after the thread's previous call *in the whole capture* started, up to its own start
+    (an op's span 1,157 ns, a Python call's 1,402), plus the runtime call's own 2,156 ns."""
+    from bisect import bisect_left, bisect_right
+
+    spans = analysis.data.spans() if analysis.facts is analysis.whole else None
+    if spans is None:  # the window's spans are cut to it: read the whole capture's
+        spans = analyze(analysis.data.source, window="all").data.spans()
+    starts: dict[tuple, tuple[list[int], list[int]]] = {}
+    for pid, tid, ts, op in sorted(spans.select("pid", "tid", "ts_ns", "op_id").iter_rows(),
+                                   key=lambda r: r[2]):
+        s, w = starts.setdefault((pid, tid), ([], []))
+        s.append(ts)
+        w.append((w[-1] if w else 0) + (1_157 if op is not None else 1_402))
+    previous: dict[tuple, int | None] = {}
+    before: dict[int, int | None] = {}
+    whole = analysis.whole.calls.select("pid", "tid", "ts_ns", "call_idx").rows()
+    for pid, tid, ts, i in whole:  # time order
+        before[i] = previous.get((pid, tid))
+        previous[(pid, tid)] = ts
+    first = sum(1 for row in whole if row[2] < analysis.window[0])
+    out = []
+    for k, (pid, tid) in enumerate(analysis.facts.calls.select("pid", "tid").rows()):
+        s, w = starts.get((pid, tid), ([], []))
+        ts, prev = whole[first + k][2], before[first + k]
+        hi = bisect_right(s, ts)
+        lo = 0 if prev is None else bisect_right(s, prev)
+        cost = (w[hi - 1] if hi else 0) - (w[lo - 1] if lo else 0)
+        out.append(2_156 + cost)
+    return out
+
+
+@pytest.mark.parametrize("trace_name, window", [
+    ("sample_traces/gpt_decode_server.trace.json.gz", "steady"),
+    ("sample_traces/gpt_decode_server.trace.json.gz", "all"),
+    ("bench/whatif/results/h200-threads/sidecar.trace.json.gz", "steady"),
+])
+def test_capture_overhead_counts_each_calls_gap_in_the_whole_capture(trace_name, window):
+    """The profiler's own cost before each call of the window (what replays take out),
+    against a count by bisection over each thread's spans: a window's first call on a
+    thread counts the spans since the thread's previous call, which lies before the window
+    (not every span that merely overlaps the window)."""
+    from zym.analysis.report import capture_overhead
+
+    got = analyze(SAMPLE.parent / trace_name, window=window)
+    if window == "steady":
+        assert got.facts is not got.whole  # a window that starts after the capture's first call
+    assert capture_overhead(got).tolist() == _overhead_by_bisect(got)
