@@ -241,7 +241,7 @@ def _overhead_by_bisect(analysis) -> list[int]:
     """Per call of the window: torch.profiler's cost of the spans on its thread that start
     after the thread's previous call *in the whole capture* started, up to its own start
     (an op's span 1,157 ns, a Python call's 1,402), plus the runtime call's own 2,156 ns."""
-    from bisect import bisect_left, bisect_right
+    from bisect import bisect_right
 
     spans = analysis.data.spans() if analysis.facts is analysis.whole else None
     if spans is None:  # the window's spans are cut to it: read the whole capture's
