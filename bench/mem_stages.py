@@ -29,7 +29,7 @@ def main() -> None:
     from zym.analysis.facts import Facts
     from zym.analysis.load import load_capture
     from zym.analysis.phases import find_phases
-    from zym.analysis.report import Analysis
+    from zym.analysis.report import Analysis, counts_events, recorded_events_ns
     say("imports")
     data = load_capture(args.input)
     say("load")
@@ -39,9 +39,12 @@ def main() -> None:
     say("Facts.calls")
     _ = facts.gpu
     say("Facts.gpu")
-    phases = find_phases(facts.calls, facts.gpu, nodes, data.spans(), facts.window)
+    recorded = recorded_events_ns(data, facts) if counts_events(data.meta) else None
+    say("profiler's events")
+    phases = find_phases(facts.calls, facts.gpu, nodes, data.span_table, facts.window)
     say("phases")
-    a = Analysis(data, facts, build_call_paths(facts), phases, facts, "steady")
+    a = Analysis(data, facts, build_call_paths(facts), phases, facts, "steady",
+                 recorded_ns=recorded)
     say("call paths")
     _ = a.timeline
     say("timeline")
