@@ -33,3 +33,24 @@ def test_steps_repeat_by_kernels_and_grids_not_by_stacks():
     })
     assert repeating_steps(calls, gpu, {0, 1, 2, 3, 4}) == {0, 1, 2}
     assert repeating_steps(calls, gpu, {3, 4}) == set()
+
+
+def test_a_launch_is_its_first_gpu_work_in_the_calls_order():
+    """Each launch is read as its first GPU operation that is work (in the GPU table's order,
+    whatever order the table lists the calls in); a step is its launches in call order."""
+    same = [("gemv", 128), ("gelu", 4), ("argmax", 1)]
+    calls, gpu = steps_of({s: [(10 + k, n, g) for k, (n, g) in enumerate(same)]
+                           for s in range(4)})
+    gpu = gpu.reverse()  # the GPU table lists the later calls first
+    row = {"work": True, "grid_y": 1, "grid_z": 1}
+    # step 1's second launch ran a second kernel after its first: still step 0's launches
+    after = pl.DataFrame([{**row, "call_idx": 4, "name": "other", "grid_x": 9}])
+    # step 2's first launch: a record that is not work, then its work, another kernel
+    before = pl.DataFrame([{**row, "work": False, "call_idx": 6, "name": "gemv", "grid_x": 128}])
+    gpu = pl.concat([before, gpu.with_columns(
+        pl.when(pl.col("call_idx") == 6).then(pl.lit("gemm")).otherwise("name").alias("name")),
+        after], how="diagonal_relaxed").select(gpu.columns)
+    # step 3's calls listed last to first: call_idx still orders its launches
+    calls = pl.concat([calls.filter(pl.col("step") != 3), calls.filter(pl.col("step") == 3)
+                       .reverse()])
+    assert repeating_steps(calls, gpu, {0, 1, 2, 3}) == {0, 1, 3}
