@@ -31,8 +31,9 @@ def first_row_of(keys: pl.Series, queries: pl.Series) -> pl.Series:
         q = queries.cast(pl.Int64)
         missing = q.is_null().to_numpy() if q.null_count() else None
         q = (q.fill_null(lo) if missing is not None else q).to_numpy()
-        if hi - lo < 4 * (n + queries.len()) + 1024:
-            found = _first_row_dense(k, rows, q, lo, hi)
+        dense = 4 * (n + queries.len()) + 1024
+        if hi - lo < dense:  # (ids from 0 index the array as they are)
+            found = _first_row_dense(k, rows, q, 0 if lo >= 0 and hi < dense else lo, hi)
         else:
             found = _first_row_sorted(k, rows, q)
         if missing is not None:
@@ -63,8 +64,8 @@ def _first_row_dense(k: np.ndarray, rows: np.ndarray | None, q: np.ndarray, lo: 
     at 12.5 M keys and 10 M queries). -1: none."""
     table = np.full(hi - lo + 1, -1, np.int64)
     at = np.arange(len(k), dtype=np.int64) if rows is None else rows
-    table[(k - lo)[::-1]] = at[::-1]  # reversed: a key's first row written last
-    return table[q - lo]
+    table[(k - lo if lo else k)[::-1]] = at[::-1]  # reversed: a key's first row written last
+    return table[q - lo if lo else q]
 
 
 def _first_row_sorted(k: np.ndarray, rows: np.ndarray | None, q: np.ndarray) -> np.ndarray:
