@@ -1602,7 +1602,7 @@ class GapCounter:
     thread and part (threads are few), none per event."""
 
     def __init__(self, calls: pl.DataFrame) -> None:
-        key = _thread_of(calls)
+        key = thread_ids(calls)
         self._keys = np.unique(key) if len(key) and key.min() != key.max() else key[:1]
         thread = np.searchsorted(self._keys, key) if len(self._keys) > 1 else None
         ts = calls["ts_ns"].to_numpy()
@@ -1632,7 +1632,7 @@ class GapCounter:
         all), into :attr:`total`."""
         if spans.height == 0 or not len(self._ts):
             return
-        key = _thread_of(spans)
+        key = thread_ids(spans)
         ts = spans["ts_ns"].to_numpy()
         w = np.asarray(weight, np.int64)
         if len(self._keys) == 1:  # the usual trace: every call on one thread
@@ -1660,7 +1660,7 @@ class GapCounter:
             np.add.at(self._sum, j + lo if lo else j, wk)
 
 
-def _thread_of(rows: pl.DataFrame) -> np.ndarray:
+def thread_ids(rows: pl.DataFrame) -> np.ndarray:
     """Each row's thread as one int64 (pid and tid, as ``facts.thread_key``; null ids one
     value of their own)."""
     from .facts import thread_key

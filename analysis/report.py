@@ -315,13 +315,45 @@ def capture_overhead(analysis: Analysis) -> np.ndarray:
         return np.zeros(n, np.int64)
     out = np.full(n, COST["cuda_runtime"], np.int64)
     events = analysis.recorded_ns
-    if events is not None:
+    if events is not None and n:
+        if analysis.facts is analysis.whole:
+            return out + events
         # the window's calls are the whole capture's that start in it: a run of them in
         # time order, from the first at or after the window's start
-        first = (0 if analysis.facts is analysis.whole else
-                 int(analysis.whole.calls["ts_ns"].search_sorted(analysis.window[0], "left")))
+        first = int(analysis.whole.calls["ts_ns"].search_sorted(analysis.window[0], "left"))
         out += events[first:first + n]
+        # a thread's first call in the window: its gap (what the replay deflates) starts
+        # at the window's start, not at the thread's previous call
+        at, ns = _events_since_window_start(analysis)
+        out[at] = COST["cuda_runtime"] + ns
     return out
+
+
+def _events_since_window_start(analysis: Analysis) -> tuple[np.ndarray, np.ndarray]:
+    """Each thread's first call in the window (``Facts.calls`` positions), and what the
+    profiler's events on its thread from the window's start up to it cost (as
+    :func:`recorded_events_ns` counts them). One query of the spans in that stretch (a
+    capture's row groups out of it are skipped)."""
+    from .replay import KINETO_NS_PER_EVENT as COST
+    from .replay import thread_ids
+
+    calls = analysis.facts.calls
+    thread = thread_ids(calls)
+    keys, at = np.unique(thread, return_index=True)  # (calls in time order)
+    ts = calls["ts_ns"].to_numpy()[at]
+    spans = analysis.whole.data.span_table  # the whole capture's: not cut to the window
+    w0 = analysis.window[0]
+    has_op = "op_id" in spans.columns
+    got = spans.collect(spans.lazy().filter((pl.col("ts_ns") >= w0)
+                                            & (pl.col("ts_ns") <= int(ts.max())))
+                        .select("pid", "tid", "ts_ns",
+                                pl.col("op_id").is_not_null().alias("op") if has_op
+                                else pl.lit(False).alias("op")))
+    span_thread, span_ts = thread_ids(got), got["ts_ns"].to_numpy()
+    cost = np.where(got["op"].to_numpy(), COST["cpu_op"], COST["python_function"])
+    ns = np.array([int(cost[(span_thread == key) & (span_ts <= t)].sum())
+                   for key, t in zip(keys.tolist(), ts.tolist())], np.int64)
+    return at, ns
 
 
 def counts_events(meta) -> bool:

@@ -239,9 +239,10 @@ def test_gap_counts_of_a_two_thread_h200_trace_in_parts():
 
 def _overhead_by_bisect(analysis) -> list[int]:
     """Per call of the window: torch.profiler's cost of the spans on its thread that start
-    after the thread's previous call *in the whole capture* started, up to its own start
-    (an op's span 1,157 ns, a Python call's 1,402), plus the runtime call's own 2,156 ns."""
-    from bisect import bisect_right
+    after the thread's previous call started, up to its own start (a thread's first call in
+    a window: from the window's start; the capture's first: any time before), an op's span
+    1,157 ns, a Python call's 1,402, plus the runtime call's own 2,156 ns."""
+    from bisect import bisect_left, bisect_right
 
     spans = analysis.data.spans() if analysis.facts is analysis.whole else None
     if spans is None:  # the window's spans are cut to it: read the whole capture's
@@ -258,13 +259,19 @@ def _overhead_by_bisect(analysis) -> list[int]:
     for pid, tid, ts, i in whole:  # time order
         before[i] = previous.get((pid, tid))
         previous[(pid, tid)] = ts
-    first = sum(1 for row in whole if row[2] < analysis.window[0])
+    w0 = analysis.window[0]
+    first = sum(1 for row in whole if row[2] < w0)
     out = []
     for k, (pid, tid) in enumerate(analysis.facts.calls.select("pid", "tid").rows()):
         s, w = starts.get((pid, tid), ([], []))
         ts, prev = whole[first + k][2], before[first + k]
         hi = bisect_right(s, ts)
-        lo = 0 if prev is None else bisect_right(s, prev)
+        if prev is not None and prev >= w0:  # the gap since the thread's previous call
+            lo = bisect_right(s, prev)
+        elif analysis.facts is analysis.whole:  # the capture's first call: any time before
+            lo = 0
+        else:  # the thread's first call in a window: the gap since the window's start
+            lo = bisect_left(s, w0)
         cost = (w[hi - 1] if hi else 0) - (w[lo - 1] if lo else 0)
         out.append(2_156 + cost)
     return out
@@ -278,8 +285,9 @@ def _overhead_by_bisect(analysis) -> list[int]:
 def test_capture_overhead_counts_each_calls_gap_in_the_whole_capture(trace_name, window):
     """The profiler's own cost before each call of the window (what replays take out),
     against a count by bisection over each thread's spans: a window's first call on a
-    thread counts the spans since the thread's previous call, which lies before the window
-    (not every span that merely overlaps the window)."""
+    thread counts the spans from the window's start (where the replay's gap before it
+    starts), not every span that merely overlaps the window, nor those since its previous
+    call before the window."""
     from zym.analysis.report import capture_overhead
 
     got = analyze(SAMPLE.parent / trace_name, window=window)
