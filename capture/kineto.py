@@ -84,7 +84,7 @@ def events_to_tables(groups: dict[str, pl.DataFrame], timed: bool = False,
     for g in ("python", "op", "call"):
         cpu.append(groups.pop(g) if timed else in_ns(groups.pop(g)))
         release_freed_memory(n)
-    cpu[2] = _drop_nested_driver_calls(cpu[2])
+    cpu[2] = drop_nested_driver_calls(cpu[2])
     py, op, call = _numbered(cpu)
     del cpu
     n = py.height + op.height + call.height
@@ -214,7 +214,7 @@ def _frame_columns() -> list[pl.Expr]:
     ]
 
 
-def _drop_nested_driver_calls(calls: pl.DataFrame) -> pl.DataFrame:
+def drop_nested_driver_calls(calls: pl.DataFrame) -> pl.DataFrame:
     """A driver call made inside a runtime call on the same thread is part of that call."""
     runtime = (calls.filter(pl.col("cat") == "cuda_runtime")
                .select("tid", pl.col("ts_ns").alias("rt_ts"),

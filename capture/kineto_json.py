@@ -205,7 +205,7 @@ class _TraceFile(msgspec.Struct):
     record_shapes: int | None = None
 
 
-def read_events(path: Path, accumulator: Callable[[Path], _GroupAccumulator] | None = None
+def read_events(path: Path, accumulator: Callable[[Path], GroupAccumulator] | None = None
                 ) -> tuple[dict[str, pl.DataFrame], _TraceFile]:
     """Decode a trace file (``.json`` or gzip, told by its magic bytes) into event groups.
     ``accumulator``: makes what keeps the decoded batches of a streaming read (one per
@@ -213,7 +213,7 @@ def read_events(path: Path, accumulator: Callable[[Path], _GroupAccumulator] | N
     ahead (small traces only) is taken from it, whatever ``accumulator``."""
     if (ahead := _decoded_ahead(path)) is not None:
         return ahead
-    make = accumulator or _GroupAccumulator
+    make = accumulator or GroupAccumulator
     try:
         try:
             result = _read_streaming(path, parallel=True, make=make)
@@ -241,7 +241,7 @@ def _decoded_ahead(path: Path) -> tuple[dict[str, pl.DataFrame], _TraceFile] | N
                msgspec.json.decode(decoded.header + b"[]" + decoded.trailer, type=_TraceFile))
     except msgspec.MsgspecError:
         return None  # the reader below tries the ``]`` before this one, or says what is wrong
-    acc = _GroupAccumulator(path)
+    acc = GroupAccumulator(path)
     for scanned in decoded.batches:
         frames = _scanned_frames(scanned, acc.names, acc.shapes)
         if frames is None:
@@ -251,7 +251,7 @@ def _decoded_ahead(path: Path) -> tuple[dict[str, pl.DataFrame], _TraceFile] | N
 
 
 def _read_streaming(path: Path, parallel: bool,
-                    make: Callable[[Path], _GroupAccumulator] | None = None
+                    make: Callable[[Path], GroupAccumulator] | None = None
                     ) -> tuple[dict[str, pl.DataFrame], _TraceFile] | None:
     from . import kineto_prefetch
 
@@ -307,7 +307,7 @@ _CUT_WINDOW = 1 << 16  # tail of a batch searched for a cut at first; widened wh
 
 
 def _decode_streaming(pieces: Iterator[bytes], path: Path, workers: _Workers | None = None,
-                      make: Callable[[Path], _GroupAccumulator] | None = None
+                      make: Callable[[Path], GroupAccumulator] | None = None
                       ) -> tuple[dict[str, pl.DataFrame], _TraceFile] | None:
     """Decode the events batch by batch as the text arrives, whatever its layout (pretty,
     minified, keys in any order, a bare array); None when the events do not start within
@@ -319,7 +319,7 @@ def _decode_streaming(pieces: Iterator[bytes], path: Path, workers: _Workers | N
     if start is None:
         return None
     buf, header, bare = start
-    acc = (make or _GroupAccumulator)(path)
+    acc = (make or GroupAccumulator)(path)
     retry_at, batch, done = _DECODE_BATCH, _DECODE_BATCH, 0
     for piece in pieces:
         buf += piece
@@ -348,7 +348,7 @@ def _decode_streaming(pieces: Iterator[bytes], path: Path, workers: _Workers | N
     return result
 
 
-def _cut_and_decode(buf: bytearray, acc: _GroupAccumulator) -> int | None:
+def _cut_and_decode(buf: bytearray, acc: GroupAccumulator) -> int | None:
     """Decode the whole events at the front of ``buf``, up to the last cut that decodes; the
     offset where the rest starts (the next event's ``{``), or None when no cut works."""
     window = _CUT_WINDOW
@@ -364,7 +364,7 @@ def _cut_and_decode(buf: bytearray, acc: _GroupAccumulator) -> int | None:
     return None
 
 
-def _finish(buf: bytearray, acc: _GroupAccumulator, header: bytes, bare: bool
+def _finish(buf: bytearray, acc: GroupAccumulator, header: bytes, bare: bool
             ) -> tuple[dict[str, pl.DataFrame], _TraceFile] | None:
     """The last events (``buf``: them, the array's ``]``, and the rest of the text) and the
     top-level keys around the array."""
@@ -438,7 +438,7 @@ class _Workers:
         self.queued = [f for f in self.queued if not f.done()]
         return len(self.queued) < _QUEUED * self.count
 
-    def submit(self, buf: bytearray, acc: _GroupAccumulator) -> int | None:
+    def submit(self, buf: bytearray, acc: GroupAccumulator) -> int | None:
         """Send the whole events at the front of ``buf`` to a worker (cut at the last place
         that looks like the space between two events); the offset where the rest starts."""
         found = _last_cut(buf)
@@ -532,7 +532,7 @@ def _decode_slice(buf: bytes | bytearray, start: int, end: int
     return frames, names.values, shapes.values
 
 
-class _GroupAccumulator:
+class GroupAccumulator:
     """Decodes comma-separated event text and keeps the columns of each event group."""
 
     def __init__(self, path: Path) -> None:
@@ -591,7 +591,7 @@ class _GroupAccumulator:
                    for b in self.batches]
         self.batches = []
         groups = {g: pl.concat(dfs) if (dfs := [b[g] for b in batches if g in b])
-                  else pl.DataFrame(schema=_GROUP_SCHEMAS[g]) for g in _GROUP_SCHEMAS}
+                  else pl.DataFrame(schema=GROUP_SCHEMAS[g]) for g in GROUP_SCHEMAS}
         del batches
         if sum(df.height for df in groups.values()) == 0:
             raise InputError(f"{self.path}: JSON, but no torch.profiler events (python_function, "
@@ -680,7 +680,7 @@ def parse_events(text: bytes | bytearray, path: Path) -> tuple[dict[str, pl.Data
     except msgspec.DecodeError as e:
         raise InputError(f"{path}: not valid JSON ({e}); a truncated or non-trace file?") from e
     raws, top.traceEvents = top.traceEvents, []
-    acc = _GroupAccumulator(path)
+    acc = GroupAccumulator(path)
     for start in range(0, len(raws), BATCH_EVENTS):
         try:
             acc.add_events(_decode_events(b"[" + b",".join(raws[start:start + BATCH_EVENTS])
@@ -743,7 +743,7 @@ def _group_frames(events: list, names: _Interner, shapes: _Interner
 def _group_frame(group: str, events: list, names: _Interner, shapes: _Interner
                  ) -> pl.DataFrame:
     """The columns of one group's events (CPU events: names and shapes as interned ids)."""
-    schema = _GROUP_SCHEMAS[group]
+    schema = GROUP_SCHEMAS[group]
     name, pid, tid, ts, dur, args = _columns(events, "name", "pid", "tid", "ts", "dur", "args")
     cats = _CATS_OF_GROUP[group]
     general = not isinstance(events[0], _Complete)  # the general or the tolerant decoder
@@ -810,7 +810,7 @@ _CAT_VALUE = {cat: pl.Series("cat", [cat], dtype=CAT_TYPE) for cat in _CATS}  # 
 _COMMON = {"cat": CAT_TYPE, "pid": pl.Int64, "tid": pl.Int64, "ts_us": pl.Float64,
            "dur_us": pl.Float64}
 _CPU = _COMMON | {"name_id": pl.UInt32}
-_GROUP_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
+GROUP_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
     "python": _CPU | {"python_id": pl.Int64, "python_parent_id": pl.Int64},
     "op": _CPU | {"external_id": pl.Int64, "shape_id": pl.UInt32, "dtypes_id": pl.UInt32},
     "call": _CPU | {"external_id": pl.Int64, "correlation_id": pl.Int64, "cbid": pl.Int32},
@@ -1002,7 +1002,7 @@ class _ScannedBatch(NamedTuple):
     def frame(self, group: str, rows: np.ndarray | None) -> pl.DataFrame:
         """The frame of one group: its ``rows`` (None: all)."""
         frame = {}
-        for column, dtype in _GROUP_SCHEMAS[group].items():
+        for column, dtype in GROUP_SCHEMAS[group].items():
             if column == "cat":
                 frame[column] = _CAT_SERIES.gather(self.codes if rows is None
                                                    else self.codes[rows])
@@ -1045,7 +1045,7 @@ def _texts(name: str, ids: np.ndarray, values: list, interner: _Interner | None)
         return series.scatter(absent, None) if len(absent) else series
     # The values these rows use, by counting (one pass; a sort of every row's id was ~8% of
     # the decoding at 6.6 M events). Their order only sets the interner's ids, which the
-    # groups renumber in sorted order (``_GroupAccumulator.groups``).
+    # groups renumber in sorted order (``GroupAccumulator.groups``).
     used = np.flatnonzero(np.bincount(ids[~missing] if len(absent) else ids,
                                       minlength=len(values)))
     mapped = np.zeros(len(values) + 1, dtype=np.uint32)  # [-1]: a missing value

@@ -54,14 +54,14 @@ from zym.schemas.validate import check_tables
 
 from .kineto import (
     Progress,
-    _drop_nested_driver_calls,
     build_tables,
     capture_meta,
+    drop_nested_driver_calls,
     events_to_tables,
     in_ns,
     input_errors,
 )
-from .kineto_json import _GROUP_SCHEMAS, _GroupAccumulator, read_events
+from .kineto_json import GROUP_SCHEMAS, GroupAccumulator, read_events
 
 # The memory an import may use, by default: the decoded events held before they are spilled,
 # and a window's events with the tables built from them.
@@ -117,8 +117,8 @@ def _write_spill(rows: pl.DataFrame, spill: Path, out: Path) -> None:
         raise write_error(out, OSError(code, os.strerror(code))) from None
 
 
-class _SpillingAccumulator(_GroupAccumulator):
-    """``_GroupAccumulator`` that writes the decoded batches to spill files once they reach
+class _SpillingAccumulator(GroupAccumulator):
+    """``GroupAccumulator`` that writes the decoded batches to spill files once they reach
     ``rows`` events (see the module doc); it stays in memory while they fit."""
 
     def __init__(self, path: Path, parent: Path, rows: int, out: Path) -> None:
@@ -283,7 +283,7 @@ class _Interned:
 
 
 def _empty(group: str) -> pl.DataFrame:
-    return in_ns(pl.DataFrame(schema=_GROUP_SCHEMAS[group]))
+    return in_ns(pl.DataFrame(schema=GROUP_SCHEMAS[group]))
 
 
 def _read_window(files: list[Path], group: str, lo: int | None, hi: int | None
@@ -406,7 +406,7 @@ def _windows(acc: _SpillingAccumulator, shown: str, say: Progress, budget: int
         sizer.begin()
         inputs = {g: pl.concat([carry[g], _read_window(files[g], g, lo, hi)])
                   for g in CPU_GROUPS}
-        inputs["call"] = _drop_nested_driver_calls(inputs["call"])
+        inputs["call"] = drop_nested_driver_calls(inputs["call"])
         gpu_in = _read_window(files["gpu"], "gpu", lo, hi)
         events = sum(df.height for df in inputs.values()) + gpu_in.height
         links: dict = {}
