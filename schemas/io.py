@@ -77,6 +77,10 @@ class CaptureWriter:
     ``with`` block ends without an error; until then the old file (if any) is untouched, and
     an error leaves nothing behind (``atomic_output``).
 
+    Each row group is encoded and compressed on a thread of its own while the caller makes
+    the next (pyarrow leaves the interpreter meanwhile): one row group in flight at a time,
+    so at most one more is held. An import out of core spent ~45% of its windows writing.
+
     >>> with CaptureWriter("out.parquet", meta) as w:   # doctest: +SKIP
     ...     w.write("call", calls)
     """
@@ -85,6 +89,8 @@ class CaptureWriter:
         self.path, self.meta, self.force = Path(path), meta, force
 
     def __enter__(self) -> CaptureWriter:  # noqa: PYI034 (Self: Python 3.11+)
+        from concurrent.futures import ThreadPoolExecutor
+
         import pyarrow.parquet as pq
 
         self._schema = arrow_schema().with_metadata(
@@ -99,22 +105,36 @@ class CaptureWriter:
         except BaseException:
             self._output.__exit__(*sys.exc_info())
             raise
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="zym-write")
+        self._pending = None
         return self
 
     def write(self, record: str, df: pl.DataFrame) -> None:
         """Add rows of one record kind (any subset of its columns; conformed here). A row
         group at a time: the file layout's copies (categories as text, absent columns as
-        nulls) are held for one row group, not for the whole table."""
+        nulls) are held for one row group, not for the whole table. A row group's failure
+        to write is raised here, at the next call, or at the block's end."""
         if df.height == 0:
             conform(record, df)  # (the columns still checked)
         for part in df.iter_slices(ROW_GROUP_ROWS):
-            self._writer.write_table(
-                _to_file_layout(conform(record, part), self._schema, self._nulls),
-                row_group_size=ROW_GROUP_ROWS)
+            table = _to_file_layout(conform(record, part), self._schema, self._nulls)
+            self._wait()
+            self._pending = self._pool.submit(self._writer.write_table, table,
+                                              row_group_size=ROW_GROUP_ROWS)
+
+    def _wait(self) -> None:
+        """The row group in flight written (its error raised here)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
 
     def __exit__(self, kind, value, tb) -> bool | None:
         try:
-            self._writer.close()
+            try:
+                self._wait()
+            finally:
+                self._pool.shutdown(wait=True)
+                self._writer.close()
             if kind is None:
                 seal(self._tmp)
         except BaseException:
