@@ -1,11 +1,17 @@
-"""Memory by stage of `zym analyze` in one process (RSS and its high-water mark, VmHWM, after
-each stage; tracemalloc does not see Arrow/polars buffers). Rules on unless ``--no-rules``.
+"""Time and memory by stage of `zym analyze` in one process, the stages as the CLI runs them
+(``analyze``'s load with names as codes and unread columns left out, ``analyze_data``), but
+one after another: the timeline is built before the rules, not beside them on a thread.
+RSS and its high-water mark (VmHWM) after each stage (tracemalloc does not see Arrow/polars
+buffers); each relation the rules build, its rows and the RSS after it. Rules on unless
+``--no-rules``.
 
-    python bench/mem_stages.py CAPTURE.parquet [--no-rules]
+    python bench/mem_stages.py CAPTURE.parquet|TRACE.json.gz [--no-rules]
 """
 from __future__ import annotations
 
 import argparse
+import io
+import json
 import time
 from pathlib import Path
 
@@ -24,37 +30,43 @@ def main() -> None:
         print(f"{time.perf_counter() - t0:7.2f} s  RSS {rss:7.0f} MB  HWM {hwm:7.0f} MB  {stage}",
               flush=True)
 
-    from zym.analysis.callpath import build_call_paths, stack_nodes
     from zym.analysis.export.summary import build_report
-    from zym.analysis.facts import Facts
-    from zym.analysis.load import load_capture
-    from zym.analysis.phases import find_phases
-    from zym.analysis.report import Analysis, counts_events, recorded_events_ns
+    from zym.analysis.load import UNREAD, api_codes, load_capture
+    from zym.analysis.report import analyze_data
+    from zym.rules import engine
     say("imports")
-    data = load_capture(args.input)
+    data = api_codes(load_capture(args.input, None, codes=True, skip=UNREAD))
     say("load")
-    nodes = stack_nodes(data.frames, data.stacks)
-    facts = Facts(data, nodes)
-    _ = facts.calls
-    say("Facts.calls")
-    _ = facts.gpu
-    say("Facts.gpu")
-    recorded = recorded_events_ns(data, facts) if counts_events(data.meta) else None
-    say("profiler's events")
-    phases = find_phases(facts.calls, facts.gpu, nodes, data.span_table, facts.window)
-    say("phases")
-    a = Analysis(data, facts, build_call_paths(facts), phases, facts, "steady",
-                 recorded_ns=recorded)
-    say("call paths")
-    _ = a.timeline
+    analysis = analyze_data(data, "steady")
+    say("analyze_data")
+    _ = analysis.timeline
     say("timeline")
     findings = None
     if not args.no_rules:
         from zym.rules import evaluate, load_packs
-        findings = evaluate(a, load_packs(()), ())
-        say("rules")
-    build_report(a, findings, None, 5, None)
+
+        rel = analysis.relations
+        build, rank = rel.materialize, engine.rank
+
+        def materialize(name, *more, **kw):
+            t = time.perf_counter()
+            frame = build(name, *more, **kw)
+            rss, hwm = resident_mb()
+            print(f"          relation {name}: {time.perf_counter() - t:.2f} s, "
+                  f"{frame.height:,} rows, RSS {rss} MB, HWM {hwm} MB", flush=True)
+            return frame
+
+        def ranked(*more, **kw):
+            say("rules evaluated")
+            return rank(*more, **kw)
+
+        rel.materialize, engine.rank = materialize, ranked
+        findings = evaluate(analysis, load_packs(()), ())
+        say("rules ranked")
+    report = build_report(analysis, findings, None, 5, None)
     say("report")
+    json.dump(report, io.StringIO(), indent=1)
+    say("json")
 
 
 if __name__ == "__main__":
