@@ -332,27 +332,30 @@ def capture_overhead(analysis: Analysis) -> np.ndarray:
 def _events_since_window_start(analysis: Analysis) -> tuple[np.ndarray, np.ndarray]:
     """Each thread's first call in the window (``Facts.calls`` positions), and what the
     profiler's events on its thread from the window's start up to it cost (as
-    :func:`recorded_events_ns` counts them). One query of the spans in that stretch (a
-    capture's row groups out of it are skipped)."""
+    :func:`recorded_events_ns` counts them). One query of the spans in that stretch, summed
+    per thread as they are read (a capture's row groups outside it are skipped)."""
+    from .facts import thread_key
     from .replay import KINETO_NS_PER_EVENT as COST
     from .replay import thread_ids
 
     calls = analysis.facts.calls
-    thread = thread_ids(calls)
-    keys, at = np.unique(thread, return_index=True)  # (calls in time order)
-    ts = calls["ts_ns"].to_numpy()[at]
+    keys, at = np.unique(thread_ids(calls), return_index=True)  # (calls in time order)
+    until = calls["ts_ns"].to_numpy()[at]
     spans = analysis.whole.data.span_table  # the whole capture's: not cut to the window
-    w0 = analysis.window[0]
-    has_op = "op_id" in spans.columns
-    got = spans.collect(spans.lazy().filter((pl.col("ts_ns") >= w0)
-                                            & (pl.col("ts_ns") <= int(ts.max())))
-                        .select("pid", "tid", "ts_ns",
-                                pl.col("op_id").is_not_null().alias("op") if has_op
-                                else pl.lit(False).alias("op")))
-    span_thread, span_ts = thread_ids(got), got["ts_ns"].to_numpy()
-    cost = np.where(got["op"].to_numpy(), COST["cpu_op"], COST["python_function"])
-    ns = np.array([int(cost[(span_thread == key) & (span_ts <= t)].sum())
-                   for key, t in zip(keys.tolist(), ts.tolist())], np.int64)
+    cost = (pl.when(pl.col("op_id").is_not_null()).then(COST["cpu_op"])
+            .otherwise(COST["python_function"]) if "op_id" in spans.columns
+            else pl.lit(COST["python_function"]))
+    bounds = pl.LazyFrame({"_thread": keys, "_until": until})
+    got = spans.collect(
+        spans.lazy().filter((pl.col("ts_ns") >= analysis.window[0])
+                            & (pl.col("ts_ns") <= int(until.max())))
+        .select(thread_key().fill_null(np.iinfo(np.int64).min), "ts_ns",
+                cost.cast(pl.Int64).alias("_cost"))
+        .join(bounds, on="_thread").filter(pl.col("ts_ns") <= pl.col("_until"))
+        .group_by("_thread").agg(pl.col("_cost").sum()))
+    ns = np.zeros(len(keys), np.int64)
+    if got.height:
+        ns[np.searchsorted(keys, got["_thread"].to_numpy())] = got["_cost"].to_numpy()
     return at, ns
 
 
