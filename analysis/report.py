@@ -311,7 +311,7 @@ def capture_overhead(analysis: Analysis) -> np.ndarray:
     per_call = capture_cost(meta).get("total_ns_per_call")
     if per_call:  # one figure for every call: a read-only view, not n copies of it
         return np.broadcast_to(np.int64(per_call), (n,))
-    if "kineto" not in (meta.producer or "").lower():
+    if not counts_events(meta):
         return np.zeros(n, np.int64)
     out = np.full(n, COST["cuda_runtime"], np.int64)
     events = analysis.recorded_ns
