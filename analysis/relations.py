@@ -433,7 +433,7 @@ class Relations:
         call ran in, from the stacks (:mod:`zym.analysis.instances`)."""
         import numpy as np
 
-        from .instances import Ancestors, call_instances
+        from .instances import Ancestors, call_instances, enclosing_span_starts
 
         calls = self.calls_table()
         spans = self.analysis.data.span_table
@@ -466,8 +466,13 @@ class Relations:
         sp = spans.collect(spans.lazy().filter(pl.col("stack_id").is_in(users.implode()))
                            .select(thread_key(), pl.col("stack_id").alias("user_node"),
                                    pl.col("ts_ns").alias("inst_ts"),
-                                   (pl.col("ts_ns") + pl.col("dur_ns")).alias("inst_end"))
-                           ).lazy().sort("inst_ts")
+                                   (pl.col("ts_ns") + pl.col("dur_ns")).alias("inst_end")))
+        found = enclosing_span_starts(
+            frame["_thread"].to_numpy(), frame["user_node"].fill_null(-1).to_numpy(),
+            frame["ts_ns"].to_numpy(), *(sp[c].to_numpy() for c in sp.columns))
+        if found is not None:
+            return pl.Series("call_instance", found, dtype=pl.Int64)
+        sp = sp.lazy().sort("inst_ts", "inst_end")
         # calls in time order (the call table's order) need no sort there and back: at x600
         # 1.6 -> 0.5 s and 1.3 -> 0.6 GB more than the calls
         ordered = frame["ts_ns"].is_sorted()
