@@ -260,7 +260,9 @@ class CallSide:
         # Per thread, in time order: the calls are in time order already (``Facts.calls``), so
         # a stable sort by thread alone is the (thread, time) order.
         if len(self.call_ts) < 2 or bool((self.call_ts[1:] >= self.call_ts[:-1]).all()):
-            order = np.argsort(thread, kind="stable")
+            from .instances import thread_order
+
+            order = thread_order(thread)  # by radix (at 12.5 M calls ~0.9 -> ~0.15 s)
         else:
             order = np.lexsort((self.call_ts, thread))
         self.order = narrow_index(order, len(order))

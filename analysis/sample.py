@@ -128,9 +128,18 @@ class _Slice:
         self.calls, self.gpu, self.window = calls, gpu, window
 
 
-def _in_ranges(ts: np.ndarray, ranges: tuple[tuple[int, int], ...]) -> np.ndarray:
+def _in_ranges(ts: np.ndarray, ranges: tuple[tuple[int, int], ...], ordered: bool = False
+               ) -> np.ndarray:
+    """Whether each time is in one of ``ranges`` (``[start, end)``, sorted and disjoint).
+    ``ordered``: the times are sorted, and each range's rows are found by two searches of the
+    times (no per-row search and temporaries: at 12.5 M calls ~0.25 s a call)."""
     bounds = np.array(ranges, np.int64).reshape(-1, 2)
-    return interval_of(ts, bounds[:, 0], bounds[:, 1]) >= 0
+    if not ordered:
+        return interval_of(ts, bounds[:, 0], bounds[:, 1]) >= 0
+    keep = np.zeros(len(ts), bool)
+    for lo, hi in zip(np.searchsorted(ts, bounds[:, 0]), np.searchsorted(ts, bounds[:, 1])):
+        keep[lo:hi] = True
+    return keep
 
 
 def _renumber(keep: np.ndarray) -> np.ndarray:
@@ -162,15 +171,18 @@ class SampledTimeline:
             else overhead
         self.usable = calls.height > 0 and bool(gpu["work"].any())
         ts = calls["ts_ns"].to_numpy()
+        ts_ordered = calls["ts_ns"].is_sorted()
+        g_ts = gpu["ts_ns"].to_numpy()
+        g_ordered = gpu["ts_ns"].is_sorted()
         launcher = gpu["call_idx"].fill_null(-1).to_numpy()
         self.halves: list[Timeline] = []
         self._call_maps: list[np.ndarray] = []
         self._gpu_maps: list[np.ndarray] = []
         for half in (0, 1):
             ranges = sample.ranges[half::2]
-            keep = _in_ranges(ts, ranges)
+            keep = _in_ranges(ts, ranges, ts_ordered)
             g_keep = np.where(launcher >= 0, keep[np.maximum(launcher, 0)],
-                              _in_ranges(gpu["ts_ns"].to_numpy(), ranges))
+                              _in_ranges(g_ts, ranges, g_ordered))
             cm, gm = _renumber(keep), _renumber(g_keep)
             c = calls.filter(pl.Series(keep)).with_columns(
                 pl.Series("call_idx", cm[keep]),
