@@ -463,10 +463,17 @@ class Relations:
         users = frame["user_node"].drop_nulls().unique()
         # The spans of those user frames (read a part at a time), and each call's latest one
         # before it.
-        sp = spans.collect(spans.lazy().filter(pl.col("stack_id").is_in(users.implode()))
-                           .select(thread_key(), pl.col("stack_id").alias("user_node"),
-                                   pl.col("ts_ns").alias("inst_ts"),
-                                   (pl.col("ts_ns") + pl.col("dur_ns")).alias("inst_end")))
+        held = self.analysis.user_spans  # kept from the spans' checking pass
+        if held is not None:
+            sp = held.filter(pl.col("user_node").is_in(users.cast(pl.Int64).implode()))
+            if spans.window is not None:  # the spans of the window (``SpanTable.lazy``'s)
+                t0, t1 = spans.window
+                sp = sp.filter((pl.col("inst_ts") < t1) & (pl.col("inst_end") > t0))
+        else:
+            sp = spans.collect(spans.lazy().filter(pl.col("stack_id").is_in(users.implode()))
+                               .select(thread_key(), pl.col("stack_id").alias("user_node"),
+                                       pl.col("ts_ns").alias("inst_ts"),
+                                       (pl.col("ts_ns") + pl.col("dur_ns")).alias("inst_end")))
         found = enclosing_span_starts(
             frame["_thread"].to_numpy(), frame["user_node"].fill_null(-1).to_numpy(),
             frame["ts_ns"].to_numpy(), *(sp[c].to_numpy() for c in sp.columns))

@@ -21,6 +21,7 @@ from zym.schemas.memory import release_freed_memory
 
 from .callpath import UNKNOWN_STACK, CallPaths, build_call_paths, stack_nodes
 from .facts import Facts
+from .instances import UserFrameSpans
 from .load import UNREAD, CaptureData, api_codes, load_capture
 from .phases import Phases, Steps, find_phases, parse_window, step_threads
 from .replay import GapCounter, Timeline
@@ -55,6 +56,9 @@ class Analysis:
     # recording of the events in the gap before it added (:func:`recorded_events_ns`); None
     # where the capture's producer is not torch.profiler or states its own cost
     recorded_ns: np.ndarray | None = field(default=None, repr=False)
+    # the whole capture's spans of the calls' user frames, from the pass that checked the
+    # spans (:class:`~zym.analysis.instances.UserFrameSpans`); None: queried where wanted
+    user_spans: pl.DataFrame | None = field(default=None, repr=False)
 
     @property
     def window(self) -> tuple[int, int]:
@@ -366,13 +370,15 @@ def counts_events(meta) -> bool:
             and "kineto" in (meta.producer or "").lower())
 
 
-def recorded_events_ns(data: CaptureData, whole: Facts) -> np.ndarray | None:
+def recorded_events_ns(data: CaptureData, whole: Facts, also: UserFrameSpans | None = None
+                       ) -> np.ndarray | None:
     """Per call of the whole capture (``whole.calls`` order), what torch.profiler's recording
     of the events that start on its thread in the gap before it (after the thread's previous
     call started) cost: each span a ``cpu_op``'s (an op: it has an op id) or a
     ``python_function``'s (:data:`~zym.analysis.replay.KINETO_NS_PER_EVENT`). None without
     spans. The spans are read once, a part at a time, and checked in the same pass where
-    they were not yet (:meth:`~zym.analysis.load.SpanTable.each_part`)."""
+    they were not yet (:meth:`~zym.analysis.load.SpanTable.each_part`); ``also`` is given
+    each part too."""
     from .replay import KINETO_NS_PER_EVENT as COST
 
     spans = data.span_table
@@ -387,13 +393,17 @@ def recorded_events_ns(data: CaptureData, whole: Facts) -> np.ndarray | None:
         counter.add(part, np.where(part["op_id"].is_not_null().to_numpy(), COST["cpu_op"],
                                    COST["python_function"]) if has_op
                     else COST["python_function"])
+        if also is not None:
+            also.add(part)
 
     # each part counted on a thread while the next is read and checked (the search releases
     # the interpreter; the reading keeps ~1.3 of 2 cores busy): ~0.35 s less at the bundled
     # trace x200; one part in flight at a time
     with ThreadPoolExecutor(1, thread_name_prefix="zym-spans") as pool:
         counted = None
-        for part in spans.each_part(("pid", "tid", "ts_ns") + (("op_id",) if has_op else ())):
+        wanted = {"pid", "tid", "ts_ns", *(("op_id",) if has_op else ()),
+                  *(also.COLUMNS if also is not None else ())}
+        for part in spans.each_part([c for c in spans.columns if c in wanted]):
             if counted is not None:
                 counted.result()
             counted = pool.submit(count, part)
@@ -439,10 +449,18 @@ def analyze_data(data: CaptureData, window: str = "steady") -> Analysis:
     nodes = stack_nodes(data.frames, data.stacks)
     whole = Facts(data, nodes)
     # every span checked, a part at a time, before any query reads them: in the pass that
-    # counts the profiler's events, where they are counted
-    recorded = recorded_events_ns(data, whole) if counts_events(data.meta) else None
-    if data.span_table is not None:
-        data.span_table.check()
+    # counts the profiler's events, where they are counted, which also keeps the user frames'
+    spans = data.span_table
+    users = None
+    if spans is not None and spans.height:
+        users = UserFrameSpans(whole.site_of(whole.calls["stack_id"], ("user_node",))[0]
+                               .drop_nulls().unique().cast(pl.Int64))
+    recorded = recorded_events_ns(data, whole, users) if counts_events(data.meta) else None
+    if users is not None and recorded is None:
+        for part in spans.each_part(UserFrameSpans.COLUMNS):
+            users.add(part)
+    if spans is not None:
+        spans.check()
     phases = find_phases(whole.calls, whole.gpu, nodes, data.span_table, whole.window)
     t0, t1 = parse_window(window, phases)
     if (t0, t1) == whole.window or (t0 <= whole.window[0] and t1 >= whole.window[1]):
@@ -455,4 +473,4 @@ def analyze_data(data: CaptureData, window: str = "steady") -> Analysis:
         facts.__dict__["_site_padded"] = whole._site_padded
         facts.__dict__["kernel_table"] = whole.kernel_table  # and the kernel classes
     return Analysis(part, facts, build_call_paths(facts), phases, whole, window,
-                    recorded_ns=recorded)
+                    recorded_ns=recorded, user_spans=users.frame() if users is not None else None)

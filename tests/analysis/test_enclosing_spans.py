@@ -87,3 +87,38 @@ def test_instances_equal_the_as_of_join(trace, sample_trace, monkeypatch):
     for a, b in zip(searched, joined):
         assert np.array_equal(a, b)
     assert (searched[0] >= 0).any() or trace and "nostack" in trace
+
+
+@pytest.mark.parametrize("window", ["steady", "all", "0.5s:1.5s"])
+@pytest.mark.parametrize("source", ["trace", "capture"])
+def test_user_spans_kept_from_the_checking_pass_give_the_queried_instances(
+        window, source, sample_trace, sample_capture):
+    """Kept in the pass that checks the spans (and, on a file, a part at a time), or read by a
+    query of the (window's) spans: the same instances, for every call and for some."""
+    analysis = analyze(sample_trace if source == "trace" else sample_capture, window=window)
+    assert analysis.user_spans is not None and analysis.user_spans.height
+    rel = analysis.relations
+    n = rel.calls_table().height
+    asked = [pl.int_range(n, dtype=pl.Int64, eager=True),
+             pl.Series(np.arange(1, n, 4, dtype=np.int64))]
+    window = analysis.data.span_table.window
+    if window is not None:
+        # spans that end before the window starts are not the window's: one more per user
+        # frame, the latest to start of all, would otherwise end every call's instance
+        t0 = window[0]
+        extra = analysis.user_spans.unique(["_thread", "user_node"]).with_columns(
+            pl.lit(t0 - 2).alias("inst_ts"), pl.lit(t0 - 1).alias("inst_end"))
+        analysis.user_spans = pl.concat([analysis.user_spans, extra])
+    kept = [rel._instances(a).to_numpy() for a in asked]
+    analysis.user_spans = None
+    queried = [rel._instances(a).to_numpy() for a in asked]
+    for a, b in zip(kept, queried):
+        assert np.array_equal(a, b)
+
+
+def test_user_spans_past_the_cap_are_given_up(sample_trace, monkeypatch):
+    monkeypatch.setattr(instances, "USER_SPANS_CAP", 10)
+    monkeypatch.setattr(instances.UserFrameSpans.__init__, "__defaults__", (10,))
+    analysis = analyze(sample_trace)
+    assert analysis.user_spans is None
+    assert (analysis.relations.every_call_instance() >= 0).all()
