@@ -112,6 +112,23 @@ def test_speedup_sizes_small_gemms_as_memory_bound():
     assert new[0] == pytest.approx(big_ns * rate_at(fp32, 8.59) / rate_at(tf32, 8.59), rel=0.01)
 
 
+def test_speedup_sizes_each_kernel_by_its_shapes_else_by_its_time():
+    """Kernels of known FLOPs and of unknown mixed: each gets what it gets alone (by its
+    shapes, or sized from its time), whichever others are beside it."""
+    rng = np.random.default_rng(3)
+    dur = rng.integers(2_000, 3_000_000, 40)
+    flops = np.where(rng.random(40) < 0.5, rng.uniform(1e6, 5e10, 40), np.nan)
+    flops[3] = 0.0  # no FLOPs: sized from its time
+    mixed, how = speedup_durations(dur, "fp32", "tf32", "NVIDIA H200", flops)
+    alone = [speedup_durations(dur[i:i + 1], "fp32", "tf32", "NVIDIA H200",
+                               flops[i:i + 1])[0][0] for i in range(40)]
+    by_time, _ = speedup_durations(dur, "fp32", "tf32", "NVIDIA H200")
+    known = np.isfinite(flops) & (flops > 0)
+    assert mixed.tolist() == alone
+    assert np.array_equal(mixed[~known], by_time[~known])
+    assert f"{int(known.sum())} of 40 sized from their recorded shapes" in how
+
+
 def _steps(b: CaptureBuilder, grids: list[int]) -> None:
     for g in grids:
         with b.enclosing(SERVE + [("python", "step", "app.py", 30)]):
