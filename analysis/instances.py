@@ -403,9 +403,9 @@ class UserFrameSpans:
 
     COLUMNS = ("pid", "tid", "ts_ns", "dur_ns", "stack_id")  # what :meth:`add` reads
 
-    def __init__(self, users: pl.Series, cap: int = USER_SPANS_CAP) -> None:
+    def __init__(self, users: pl.Series, cap: int | None = None) -> None:
         self.users = users.implode()
-        self.cap = cap
+        self.cap = USER_SPANS_CAP if cap is None else cap
         self.rows = 0
         self.parts: list[pl.DataFrame] | None = []
 

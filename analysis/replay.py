@@ -262,7 +262,7 @@ class CallSide:
         if len(self.call_ts) < 2 or bool((self.call_ts[1:] >= self.call_ts[:-1]).all()):
             from .instances import thread_order
 
-            order = thread_order(thread)  # by radix (at 12.5 M calls ~0.9 -> ~0.15 s)
+            order = thread_order(thread)  # by radix (argsort of the ids: ~0.9 s at 12.5 M)
         else:
             order = np.lexsort((self.call_ts, thread))
         self.order = narrow_index(order, len(order))

@@ -449,14 +449,16 @@ def analyze_data(data: CaptureData, window: str = "steady") -> Analysis:
     nodes = stack_nodes(data.frames, data.stacks)
     whole = Facts(data, nodes)
     # every span checked, a part at a time, before any query reads them: in the pass that
-    # counts the profiler's events, where they are counted, which also keeps the user frames'
+    # counts the profiler's events where they are counted, else in one of its own; either
+    # pass also keeps the spans of the calls' user frames
     spans = data.span_table
     users = None
     if spans is not None and spans.height:
         users = UserFrameSpans(whole.site_of(whole.calls["stack_id"], ("user_node",))[0]
                                .drop_nulls().unique().cast(pl.Int64))
-    recorded = recorded_events_ns(data, whole, users) if counts_events(data.meta) else None
-    if users is not None and recorded is None:
+    counted = counts_events(data.meta)
+    recorded = recorded_events_ns(data, whole, users) if counted else None
+    if users is not None and not counted:
         for part in spans.each_part(UserFrameSpans.COLUMNS):
             users.add(part)
     if spans is not None:

@@ -132,7 +132,8 @@ def _in_ranges(ts: np.ndarray, ranges: tuple[tuple[int, int], ...], ordered: boo
                ) -> np.ndarray:
     """Whether each time is in one of ``ranges`` (``[start, end)``, sorted and disjoint).
     ``ordered``: the times are sorted, and each range's rows are found by two searches of the
-    times (no per-row search and temporaries: at 12.5 M calls ~0.25 s a call)."""
+    times (the search per row, with its whole-length temporaries, took ~0.25 s a pass at
+    12.5 M calls)."""
     bounds = np.array(ranges, np.int64).reshape(-1, 2)
     if not ordered:
         return interval_of(ts, bounds[:, 0], bounds[:, 1]) >= 0

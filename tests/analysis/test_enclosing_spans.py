@@ -118,7 +118,6 @@ def test_user_spans_kept_from_the_checking_pass_give_the_queried_instances(
 
 def test_user_spans_past_the_cap_are_given_up(sample_trace, monkeypatch):
     monkeypatch.setattr(instances, "USER_SPANS_CAP", 10)
-    monkeypatch.setattr(instances.UserFrameSpans.__init__, "__defaults__", (10,))
     analysis = analyze(sample_trace)
     assert analysis.user_spans is None
     assert (analysis.relations.every_call_instance() >= 0).all()
