@@ -393,6 +393,15 @@ def _group_of(thread: np.ndarray, user: np.ndarray, threads: np.ndarray, users: 
 USER_SPANS_CAP = 4_000_000
 
 
+def instance_columns() -> list[pl.Expr]:
+    """A span's columns as each call's instance is found from them (``_thread, user_node,
+    inst_ts, inst_end``), from its ``pid, tid, stack_id, ts_ns, dur_ns``."""
+    from .facts import thread_key
+
+    return [thread_key(), pl.col("stack_id").alias("user_node"), pl.col("ts_ns").alias("inst_ts"),
+            (pl.col("ts_ns") + pl.col("dur_ns")).alias("inst_end")]
+
+
 class UserFrameSpans:
     """The spans of the calls' user frames (``_thread, user_node, inst_ts, inst_end``), what
     each call's instance is found from (``Relations._instances``), gathered from the pass that
@@ -413,11 +422,7 @@ class UserFrameSpans:
         """Keep ``part``'s spans of the user frames (``COLUMNS`` at least)."""
         if self.parts is None:
             return
-        from .facts import thread_key
-
-        got = part.filter(pl.col("stack_id").is_in(self.users)).select(
-            thread_key(), pl.col("stack_id").alias("user_node"), pl.col("ts_ns").alias("inst_ts"),
-            (pl.col("ts_ns") + pl.col("dur_ns")).alias("inst_end"))
+        got = part.filter(pl.col("stack_id").is_in(self.users)).select(instance_columns())
         self.rows += got.height
         if self.rows > self.cap:
             self.parts = None

@@ -433,7 +433,7 @@ class Relations:
         call ran in, from the stacks (:mod:`zym.analysis.instances`)."""
         import numpy as np
 
-        from .instances import Ancestors, call_instances, enclosing_span_starts
+        from .instances import Ancestors, call_instances, enclosing_span_starts, instance_columns
 
         calls = self.calls_table()
         spans = self.analysis.data.span_table
@@ -452,7 +452,6 @@ class Relations:
             if _every_row(at, len(ids)):  # every call in order: shared, no copy
                 return pl.Series("call_instance", ids, dtype=pl.Int64)
             return pl.Series("call_instance", ids[at], dtype=pl.Int64)
-        from .facts import thread_key
 
         user_node = self.site_of(calls["stack_id"], ("user_node",))[0]
         # a call's thread as one key (``_thread``), its user frame's node (the spans' type)
@@ -471,9 +470,7 @@ class Relations:
                 sp = sp.filter((pl.col("inst_ts") < t1) & (pl.col("inst_end") > t0))
         else:
             sp = spans.collect(spans.lazy().filter(pl.col("stack_id").is_in(users.implode()))
-                               .select(thread_key(), pl.col("stack_id").alias("user_node"),
-                                       pl.col("ts_ns").alias("inst_ts"),
-                                       (pl.col("ts_ns") + pl.col("dur_ns")).alias("inst_end")))
+                               .select(instance_columns()))
         found = enclosing_span_starts(
             frame["_thread"].to_numpy(), frame["user_node"].fill_null(-1).to_numpy(),
             frame["ts_ns"].to_numpy(), *(sp[c].to_numpy() for c in sp.columns))

@@ -452,15 +452,15 @@ def analyze_data(data: CaptureData, window: str = "steady") -> Analysis:
     # counts the profiler's events where they are counted, else in one of its own; either
     # pass also keeps the spans of the calls' user frames
     spans = data.span_table
-    users = None
+    user_spans = None
     if spans is not None and spans.height:
-        users = UserFrameSpans(whole.site_of(whole.calls["stack_id"], ("user_node",))[0]
-                               .drop_nulls().unique().cast(pl.Int64))
+        user_spans = UserFrameSpans(whole.site_of(whole.calls["stack_id"], ("user_node",))[0]
+                                    .drop_nulls().unique().cast(pl.Int64))
     counted = counts_events(data.meta)
-    recorded = recorded_events_ns(data, whole, users) if counted else None
-    if users is not None and not counted:
+    recorded = recorded_events_ns(data, whole, user_spans) if counted else None
+    if user_spans is not None and not counted:
         for part in spans.each_part(UserFrameSpans.COLUMNS):
-            users.add(part)
+            user_spans.add(part)
     if spans is not None:
         spans.check()
     phases = find_phases(whole.calls, whole.gpu, nodes, data.span_table, whole.window)
@@ -475,4 +475,5 @@ def analyze_data(data: CaptureData, window: str = "steady") -> Analysis:
         facts.__dict__["_site_padded"] = whole._site_padded
         facts.__dict__["kernel_table"] = whole.kernel_table  # and the kernel classes
     return Analysis(part, facts, build_call_paths(facts), phases, whole, window,
-                    recorded_ns=recorded, user_spans=users.frame() if users is not None else None)
+                    recorded_ns=recorded,
+                    user_spans=user_spans.frame() if user_spans is not None else None)

@@ -35,9 +35,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
+from zym.analysis.facts import per_name
 from zym.analysis.instances import first_of_each
 from zym.analysis.replay import Fix, sorted_unique
-from zym.schemas.lookup import distinct_text, first_row_of
+from zym.schemas.lookup import first_row_of
 
 if TYPE_CHECKING:
     from zym.analysis import Analysis
@@ -407,11 +408,10 @@ def _graph_launch_cost(analysis: Analysis) -> tuple[int, int, str]:
     launches where it has some (their median, the kernels they replay counted in), else the
     H200 measurements."""
     facts = analysis.facts
-    # the API names tested once each, the calls matched by name (every call's name cast to
-    # text was +75 MB and 0.06 s at the bundled trace x200; this, none and 0.01 s)
-    names = distinct_text(facts.calls["api"])
-    c = facts.calls.filter(pl.col("api").is_in(names.filter(names.str.contains("GraphLaunch"))
-                                               .implode()))
+    # each API name tested once (every call's name cast to text was +75 MB and 0.06 s at the
+    # bundled trace x200)
+    c = facts.calls.filter(per_name(facts.calls["api"],
+                                    lambda api: api.str.contains("GraphLaunch")).fill_null(False))
     if c.height >= 3:
         nodes = (facts.gpu.filter(pl.col("call_idx").is_in(c["call_idx"].implode()) & pl.col("work"))
                  .group_by("call_idx").len()["len"])

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from zym.analysis import analyze, instances
+from zym.analysis import analyze, instances, report
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench/whatif/results"
 
@@ -114,6 +114,27 @@ def test_user_spans_kept_from_the_checking_pass_give_the_queried_instances(
     queried = [rel._instances(a).to_numpy() for a in asked]
     for a, b in zip(kept, queried):
         assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("counted", [True, False])
+@pytest.mark.parametrize("trace", ["h200-threads/sidecar.trace.json.gz",
+                                   "h200-varied/pooled.trace.json.gz"])
+def test_user_spans_kept_in_either_pass_give_the_queried_instances(trace, counted,
+                                                                   monkeypatch):
+    """H200 workloads (two threads; a pooled server): the user frames' spans kept in the pass
+    that counts the profiler's events, or, where nothing is counted (a producer that states
+    its own cost), in the checking pass of their own."""
+    if not counted:
+        monkeypatch.setattr(report, "counts_events", lambda meta: False)
+    analysis = analyze(RESULTS / trace)
+    assert (analysis.recorded_ns is not None) == counted
+    assert analysis.user_spans is not None and analysis.user_spans.height
+    rel = analysis.relations
+    every = pl.int_range(rel.calls_table().height, dtype=pl.Int64, eager=True)
+    kept = rel._instances(every).to_numpy()
+    analysis.user_spans = None
+    assert np.array_equal(kept, rel._instances(every).to_numpy())
+    assert (kept >= 0).any()
 
 
 def test_user_spans_past_the_cap_are_given_up(sample_trace, monkeypatch):

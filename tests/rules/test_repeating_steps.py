@@ -54,3 +54,23 @@ def test_a_launch_is_its_first_gpu_work_in_the_calls_order():
     calls = pl.concat([calls.filter(pl.col("step") != 3), calls.filter(pl.col("step") == 3)
                        .reverse()])
     assert repeating_steps(calls, gpu, {0, 1, 2, 3}) == {0, 1, 3}
+
+
+def test_graph_launch_cost_is_the_captures_own_graph_launches():
+    """The H200 `compiled` workload (torch.compile's CUDA graphs) records its graph launches:
+    the fix's launch cost is their median duration, found by their API names (each distinct
+    name tested once) as by every call's name read as text."""
+    from pathlib import Path
+
+    from zym.analysis import analyze
+    from zym.rules.savings import _graph_launch_cost
+
+    trace = (Path(__file__).resolve().parents[2]
+             / "bench/whatif/results/h200-varied/compiled.trace.json.gz")
+    analysis = analyze(trace)
+    calls = analysis.facts.calls
+    launches = calls.filter(pl.col("api").cast(pl.String).str.contains("GraphLaunch"))
+    assert launches.height >= 3
+    base, per_node, where = _graph_launch_cost(analysis)
+    assert base == int(launches["dur_ns"].median()) and per_node == 0
+    assert where.startswith(f"this capture's {launches.height:,} graph launches")
