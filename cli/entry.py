@@ -105,8 +105,54 @@ def leave(code: int) -> None:
     os._exit(code)
 
 
+def _deliver_again(unraisable: sys.UnraisableHookArgs) -> None:
+    """``sys.unraisablehook``: a Ctrl-C that lands in code Python cannot raise from (a weakref
+    callback, such as importlib's module locks use while the command imports; a ``__del__``)
+    is neither printed as "Exception ignored ... Traceback" nor lost: it is delivered to the
+    main thread again, so the command stops with its one line and exit code 130 as on any
+    other Ctrl-C. Delivered from a thread of its own: delivered from here, it would be raised
+    in this hook, and be lost again. Everything else goes to Python's own hook."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+        import _thread
+
+        try:  # SIGINT ignored or left to the system: interrupt_main does nothing
+            _thread.start_new_thread(_thread.interrupt_main, ())
+        except RuntimeError:  # no new thread (the interpreter is finishing): as Python does
+            sys.__unraisablehook__(unraisable)
+        return
+    sys.__unraisablehook__(unraisable)
+
+
+_interrupted = False  # a SIGINT reached this process
+
+
+def _on_interrupt(signum: int, frame: object) -> None:
+    """SIGINT: Python's own KeyboardInterrupt, remembered, so that where a library turns it
+    into an error of its own (numpy, interrupted while it imports its C parts, raises an
+    ImportError that blames the install), the command still ends as interrupted."""
+    global _interrupted
+    _interrupted = True
+    raise KeyboardInterrupt
+
+
 def main() -> None:
-    args = sys.argv[1:]
+    import signal
+
+    sys.unraisablehook = _deliver_again
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _on_interrupt)
+    try:
+        _answer(sys.argv[1:])
+    except Exception:
+        if not _interrupted:
+            raise
+        print("zym: interrupted", file=sys.stderr)
+        sys.exit(130)
+
+
+def _answer(args: list[str]) -> None:
+    """Answer ``zym ARGS``: the root help and version, `zym fleet`'s and the common `zym
+    analyze` and `zym diff` lines without typer, the rest by the typer app."""
     if args == ["--version"] and _COMPLETE_VAR not in os.environ:  # without typer (~0.1 s)
         try:
             print(version_line())

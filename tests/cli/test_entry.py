@@ -87,3 +87,74 @@ def test_leave_waits_for_a_running_thread_as_a_normal_exit_does():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=False)
     assert (done.returncode, done.stdout) == (0, "thread done\n")
+
+
+# A Ctrl-C that lands in a weakref callback (as one may while importlib's module locks are
+# dropped: CI saw "Exception ignored in: <function _get_module_lock.<locals>.cb>"), planted
+# where `zym analyze` imports its libraries; `lost` puts Python's own hook back first.
+_INTERRUPTED_IN_CALLBACK = """
+import sys, time, weakref
+sys.argv[0] = 'zym'
+from zym.cli import entry, fast
+if {lost}:
+    entry._deliver_again = sys.__unraisablehook__
+real = fast._import_libraries
+def importing():
+    class Lock: pass
+    def callback(_):
+        raise KeyboardInterrupt
+    lock = Lock()
+    ref = weakref.ref(lock, callback)
+    del lock  # the callback runs here; its KeyboardInterrupt cannot be raised from it
+    for _ in range(20):
+        time.sleep(0.001)  # where a delivered interrupt is raised
+    real()
+fast._import_libraries = importing
+entry.main()
+"""
+
+
+def test_an_interrupt_in_a_callback_stops_the_command_with_its_one_line():
+    sample = os.path.join(os.path.dirname(__file__), "..", "..", "sample_traces")
+    trace = next(os.path.join(sample, f) for f in sorted(os.listdir(sample))
+                 if f.endswith(".json.gz"))
+    args = ("analyze", trace, "--format", "json", "--no-progress")
+    env = {"ZYM_DECODE_AHEAD": "0"}
+    done = _run(_INTERRUPTED_IN_CALLBACK.format(lost=False), *args, env=env)
+    assert (done.returncode, done.stderr, done.stdout) == (130, "zym: interrupted\n", "")
+    # Python's own hook: printed with a traceback, and the interrupt lost (the command runs on)
+    lost = _run(_INTERRUPTED_IN_CALLBACK.format(lost=True), *args, env=env)
+    assert "Exception ignored" in lost.stderr and "Traceback" in lost.stderr
+    assert lost.returncode == 0 and lost.stdout.startswith("{")
+
+
+# Ctrl-C while a library imports its C parts, which reports the interrupted import as an
+# error of its own (numpy: "PyCapsule_Import could not import module ..."), planted where
+# `zym analyze` imports its libraries; `plain` puts Python's own SIGINT handler back.
+_INTERRUPTED_INTO_AN_ERROR = """
+import os, signal, sys, time
+sys.argv[0] = 'zym'
+from zym.cli import entry, fast
+if {plain}:
+    entry._on_interrupt = signal.default_int_handler
+def importing():
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1)
+    except KeyboardInterrupt:
+        raise ImportError('could not import module "datetime"') from None
+fast._import_libraries = importing
+entry.main()
+"""
+
+
+def test_an_interrupt_a_library_turns_into_an_error_still_ends_as_interrupted():
+    trace = os.path.join(os.path.dirname(__file__), "..", "..", "sample_traces",
+                         "gpt_decode_server.trace.json.gz")
+    args = ("analyze", trace, "--format", "json", "--no-progress")
+    env = {"ZYM_DECODE_AHEAD": "0"}
+    done = _run(_INTERRUPTED_INTO_AN_ERROR.format(plain=False), *args, env=env)
+    assert (done.returncode, done.stderr, done.stdout) == (130, "zym: interrupted\n", "")
+    plain = _run(_INTERRUPTED_INTO_AN_ERROR.format(plain=True), *args, env=env)
+    assert plain.returncode == 1 and "Traceback" in plain.stderr
+    assert plain.stderr.rstrip().endswith('ImportError: could not import module "datetime"')
