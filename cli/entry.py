@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 
 from .commands import COMMANDS, DESCRIPTION
 
@@ -135,19 +136,25 @@ def _on_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def main() -> None:
+def interruptible(answer: Callable[[], None]) -> None:
+    """Run ``answer`` (a command line's whole answer) so that Ctrl-C ends it with one line and
+    exit code 130, wherever the interrupt lands (see `_deliver_again`, `_on_interrupt`)."""
     import signal
 
     sys.unraisablehook = _deliver_again
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _on_interrupt)
     try:
-        _answer(sys.argv[1:])
+        answer()
     except Exception:
         if not _interrupted:
             raise
         print("zym: interrupted", file=sys.stderr)
         sys.exit(130)
+
+
+def main() -> None:
+    interruptible(lambda: _answer(sys.argv[1:]))
 
 
 def _answer(args: list[str]) -> None:

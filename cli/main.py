@@ -51,4 +51,6 @@ def _register() -> None:
 _register()
 
 if __name__ == "__main__":
-    app()
+    from .entry import interruptible
+
+    interruptible(app)
