@@ -84,10 +84,12 @@ class Finding:
         return self._occurrences
 
     def examples(self, n: int = 5) -> list[dict]:
-        """The ``n`` costliest occurrences (longest first), for reports."""
-        return (self.occurrence_frame.sort("dur_ns", "ts_ns", descending=[True, False],
-                                           nulls_last=True)
-                .head(n)[list(OCCURRENCE_COLUMNS)].to_dicts())
+        """The ``n`` costliest occurrences (longest first), for reports. Lazy: polars then
+        keeps the ``n`` first rows as it sorts (a whole sort of millions of occurrences by
+        two keys took ~2 s)."""
+        return (self.occurrence_frame.lazy()
+                .sort("dur_ns", "ts_ns", descending=[True, False], nulls_last=True)
+                .head(n).select(list(OCCURRENCE_COLUMNS)).collect().to_dicts())
 
     def estimate(self, analysis: Analysis, fix_for: Callable,
                  replay: Callable[[Fix], Callable[[], int]] | None = None) -> None:

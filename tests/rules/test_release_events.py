@@ -50,3 +50,25 @@ def test_released_findings_read_as_kept_ones(path, monkeypatch):
 
 def _sorted(df):
     return df.sort(df.columns, nulls_last=True)
+
+
+def test_examples_are_the_costliest_occurrences():
+    """A finding's examples (lazily sorted, polars keeping the first rows) against the
+    occurrences sorted in Python: longest first, unknown durations last, earlier first."""
+    import random
+
+    import polars as pl
+    from zym.rules.findings import OCCURRENCE_COLUMNS, Finding
+
+    rng = random.Random(7)
+    rows = [{"pid": 1, "tid": rng.randrange(4), "ts_ns": ts, "correlation_id": ts + 1,
+             "dur_ns": None if rng.random() < 0.3 else rng.randrange(50)}
+            for ts in rng.sample(range(10**6), 5000)]
+    frame = pl.DataFrame(rows, schema={c: pl.Int64 for c in OCCURRENCE_COLUMNS})
+    want = sorted(rows, key=lambda r: (r["dur_ns"] is None, -(r["dur_ns"] or 0), r["ts_ns"]))
+    finding = Finding("r", "info", "t", "m", "s", [], {}, "f",
+                      occurrence_source=lambda: frame)
+    for n in (1, 5, 60, 4000, 6000):
+        got = finding.examples(n)
+        assert got == [{c: r[c] for c in OCCURRENCE_COLUMNS} for r in want[:n]], n
+    assert Finding("r", "info", "t", "m", "s", [], {}, "f").examples() == []
