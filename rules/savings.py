@@ -149,12 +149,15 @@ def own_syncs(gone: np.ndarray, finding: np.ndarray, analysis: Analysis) -> np.n
     calls = analysis.facts.calls
     if not len(gone) or "op_id" not in calls.columns:
         return np.zeros(0, np.int64)
-    op = calls["op_id"].fill_null(-1).to_numpy()
-    ops = np.unique(op[gone])
+    # the op ids of the removed calls and of the waiting calls only (every call's, tested by
+    # ``isin``, which sorts what it tests: ~0.6 s at the bundled trace x600's 7.2 M calls)
+    op = calls["op_id"]
+    ops = np.unique(op.gather(gone).fill_null(-1).to_numpy())
     ops = ops[ops >= 0]
     if not len(ops):
         return np.zeros(0, np.int64)
-    hit = np.flatnonzero(analysis.timeline.waits & np.isin(op, ops))
+    waiting = np.flatnonzero(analysis.timeline.waits)
+    hit = waiting[np.isin(op.gather(waiting).fill_null(-1).to_numpy(), ops)]
     return np.setdiff1d(hit, finding).astype(np.int64)
 
 
