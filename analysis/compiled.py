@@ -5,10 +5,20 @@ path (the same results; at 1-10 M GPU operations the whole analysis took 3-11x a
 docs/benchmarks.md, "Twenty-third round")."""
 from __future__ import annotations
 
+import contextlib
+import sys
 import threading
 from collections.abc import Callable
 
 _SETTING = threading.Lock()  # held while numba's cache folder is set to the private one
+
+# What a progress display shows while numba compiles one of zym's loops: a first analysis of
+# a large capture on this machine (or after an upgrade) spends seconds there, once.
+COMPILING = "compiling zym's loops for this machine (once: later runs load them)"
+_NOTICES: list[Callable[[str | None], None]] = []  # told COMPILING, then None when done
+_NOTICE_LOCK = threading.Lock()
+_listening = False
+_depth = 0  # zym loops being compiled (numba compiles the helpers a loop calls inside it)
 
 
 def njit(*loops: Callable, inline: bool = False) -> tuple[Callable, ...] | None:
@@ -18,8 +28,62 @@ def njit(*loops: Callable, inline: bool = False) -> tuple[Callable, ...] | None:
         import numba
     except ImportError:
         return None
+    _listen()
     options = {"nogil": True, **({"inline": "always"} if inline else {})}
     return tuple(_compiled(numba, loop, options) for loop in loops)
+
+
+def notify_compiles(say: Callable[[str | None], None]) -> Callable[[], None]:
+    """Have ``say`` told :data:`COMPILING` when numba starts compiling a loop of zym's (not
+    when it loads one from its cache) and None when it is done; returns what stops it. Does
+    not import numba (the first loop that needs it does); ``say`` may be called from the
+    thread that compiles, and must not raise."""
+    with _NOTICE_LOCK:
+        _NOTICES.append(say)
+    if "numba" in sys.modules:
+        _listen()
+
+    def stop() -> None:
+        with _NOTICE_LOCK:
+            if say in _NOTICES:
+                _NOTICES.remove(say)
+    return stop
+
+
+def _listen() -> None:
+    """Register, once, a listener for numba's compile events (numba's event API) that tells
+    the :func:`notify_compiles` callbacks."""
+    global _listening
+    with _NOTICE_LOCK:
+        if _listening:
+            return
+        _listening = True
+    from numba.core import event
+
+    class _Notices(event.Listener):
+        def on_start(self, ev: event.Event) -> None:
+            _compile_event(ev, 1)
+
+        def on_end(self, ev: event.Event) -> None:
+            _compile_event(ev, -1)
+
+    event.register("numba:compile", _Notices())
+
+
+def _compile_event(ev: object, step: int) -> None:
+    """A compile of a zym loop started (``step`` 1) or ended (-1): the callbacks are told at
+    the outermost one's start and end. Never raises (numba would fail the compile)."""
+    global _depth
+    with contextlib.suppress(Exception):  # a notice is not worth a failed compile
+        loop = getattr(getattr(ev, "data", {}).get("dispatcher"), "py_func", None)
+        if not getattr(loop, "__module__", "").startswith("zym."):
+            return
+        with _NOTICE_LOCK:
+            _depth = max(_depth + step, 0)
+            tell = (step > 0 and _depth == 1) or (step < 0 and _depth == 0)
+            says = list(_NOTICES) if tell else []
+        for say in says:
+            say(COMPILING if step > 0 else None)
 
 
 def _compiled(numba, loop: Callable, options: dict) -> Callable:

@@ -20,8 +20,23 @@ def stage_progress(enabled: bool = True) -> Iterator[Callable[[str], None]]:
     if not console.is_terminal:
         yield lambda _stage: None
         return
+    from zym.analysis.compiled import notify_compiles
+
     with console.status("starting", spinner="dots") as status:
-        yield lambda stage: status.update(f"{stage}…")
+        shown: list[str | None] = ["starting", None]  # the stage, and a compile under way
+
+        def show(stage: str | None = None, compiling: str | None | bool = False) -> None:
+            if stage is not None:
+                shown[0] = stage
+            if compiling is not False:
+                shown[1] = compiling
+            status.update(f"{shown[0]}…" if shown[1] is None else f"{shown[0]}: {shown[1]}…")
+
+        stop = notify_compiles(lambda text: show(compiling=text))
+        try:
+            yield lambda stage: show(stage)
+        finally:
+            stop()
 
 
 def _may_be_terminal() -> bool:

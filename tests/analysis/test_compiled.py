@@ -218,3 +218,52 @@ def test_private_folder_made_once_and_reused(monkeypatch, tmp_path):
     assert first == str(tmp_path / PRIVATE_CACHE.format(uid=os.getuid()))
     assert private_cache_dir() == first
     assert os.stat(first).st_mode & 0o777 == 0o700
+
+
+def test_a_compile_of_a_zym_loop_is_told_a_load_from_the_cache_is_not(monkeypatch, tmp_path):
+    """``notify_compiles``: told when numba compiles one of zym's loops (and when it is done),
+    not when a loop is loaded from numba's cache, already compiled, or not zym's; not after
+    it is stopped."""
+    import numba
+    from numba.core import config
+    from zym.analysis import compiled
+    from zym.analysis.instances import _firsts
+
+    monkeypatch.setattr(config, "CACHE_DIR", str(tmp_path))  # read as a loop is decorated
+    ids, out = np.array([3, 1, 3, 2, 1], np.int64), np.zeros(5, np.bool_)
+    told: list = []
+    stop = compiled.notify_compiles(told.append)
+    try:
+        first = numba.njit(cache=True)(_firsts)
+        first(ids, out)
+        assert told == [compiled.COMPILING, None]
+        assert out.tolist() == [True, True, False, True, False]
+        first(ids, out)  # compiled already
+        numba.njit(cache=True)(_firsts)(ids, out)  # a new dispatcher: loaded from the cache
+        numba.njit(cache=False)(_doubled)(ids, np.zeros(5, np.int64))  # not zym's
+        assert told == [compiled.COMPILING, None]
+    finally:
+        stop()
+    numba.njit(cache=False)(_firsts)(ids, out)  # compiled, but nobody is told any more
+    assert told == [compiled.COMPILING, None]
+
+
+def test_the_progress_display_says_a_loop_is_compiling():
+    """`zym`'s spinner (stderr a terminal) names the compile beside the stage while numba
+    compiles a loop of zym's, then the stage alone."""
+    import subprocess
+
+    from zym.analysis.compiled import COMPILING
+
+    code = ("import numpy as np, numba\n"
+            "from zym.cli.progress import stage_progress\n"
+            "from zym.analysis.instances import _firsts\n"
+            "with stage_progress(True) as say:\n"
+            "    say('estimating')\n"
+            "    numba.njit(cache=False)(_firsts)(np.arange(9), np.zeros(9, np.bool_))\n"
+            "    say('writing')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "TTY_COMPATIBLE": "1", "COLUMNS": "200"},
+                          check=True)
+    assert f"estimating: {COMPILING}…" in done.stderr
+    assert done.stderr.index(f"estimating: {COMPILING}…") < done.stderr.rindex("writing…")
