@@ -146,8 +146,10 @@ def interruptible(answer: Callable[[], None]) -> None:
         signal.signal(signal.SIGINT, _on_interrupt)
     try:
         answer()
-    except Exception:
-        if not _interrupted:
+    except (KeyboardInterrupt, Exception) as e:
+        # a KeyboardInterrupt no command body caught (typer building the command: its type
+        # hints, click's parameters), or any error once an interrupt came
+        if not (isinstance(e, KeyboardInterrupt) or _interrupted):
             raise
         print("zym: interrupted", file=sys.stderr)
         sys.exit(130)

@@ -158,3 +158,16 @@ def test_an_interrupt_a_library_turns_into_an_error_still_ends_as_interrupted():
     plain = _run(_INTERRUPTED_INTO_AN_ERROR.format(plain=True), *args, env=env)
     assert plain.returncode == 1 and "Traceback" in plain.stderr
     assert plain.stderr.rstrip().endswith('ImportError: could not import module "datetime"')
+
+
+def test_an_interrupt_before_a_typer_command_runs_ends_with_its_one_line():
+    """Ctrl-C while typer builds a command (its type hints; bench/interrupts.py found it in
+    `zym import`, `export` and `report`): one line and 130, not a traceback."""
+    code = ("import sys; sys.argv[0] = 'zym'\n"
+            "import zym.cli.main as m\n"
+            "def building():\n"
+            "    raise KeyboardInterrupt\n"
+            "m.app = building\n"
+            "from zym.cli.entry import main; main()\n")
+    done = _run(code, "import", "x.json", "-o", "y.parquet")
+    assert (done.returncode, done.stderr) == (130, "zym: interrupted\n")
