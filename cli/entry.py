@@ -127,6 +127,11 @@ def _deliver_again(unraisable: sys.UnraisableHookArgs) -> None:
 _interrupted = False  # a SIGINT reached this process
 
 
+def interrupted() -> bool:
+    """Whether a SIGINT (Ctrl-C) reached this process (where `main` set the handler)."""
+    return _interrupted
+
+
 def _on_interrupt(signum: int, frame: object) -> None:
     """SIGINT: Python's own KeyboardInterrupt, remembered, so that where a library turns it
     into an error of its own (numpy, interrupted while it imports its C parts, raises an

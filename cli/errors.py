@@ -13,11 +13,15 @@ EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports a process it ended
 
 
 def exit_code(e: ZymError | KeyboardInterrupt) -> int:
-    """Say `e` on stderr in one line; the exit code for it."""
+    """Say `e` on stderr in one line; the exit code for it. Any error once Ctrl-C came is
+    the interrupt's (a library may turn the KeyboardInterrupt into an error of its own, which
+    the reader then reports as an unusable input)."""
+    from .entry import interrupted
+
     if isinstance(e, Terminated):
         print(f"zym: {e}", file=sys.stderr)
         return EXIT_TERMINATED
-    if isinstance(e, ZymError):  # messages quote names from files: shown escaped, on one line
+    if isinstance(e, ZymError) and not interrupted():  # names from files: escaped, one line
         print(f"zym: error: {printable(e)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     print("zym: interrupted", file=sys.stderr)

@@ -171,3 +171,23 @@ def test_an_interrupt_before_a_typer_command_runs_ends_with_its_one_line():
             "from zym.cli.entry import main; main()\n")
     done = _run(code, "import", "x.json", "-o", "y.parquet")
     assert (done.returncode, done.stderr) == (130, "zym: interrupted\n")
+
+
+def test_an_interrupt_a_reader_reports_as_bad_input_ends_as_interrupted():
+    """Ctrl-C while the trace is read, turned by polars into an error of its own that the
+    reader reports as an unusable trace (bench/interrupts.py saw `zym: error: ... unusable
+    torch.profiler trace`, exit 2): the command ends as interrupted."""
+    code = ("import os, signal, sys, time; sys.argv[0] = 'zym'\n"
+            "import zym.analysis\n"
+            "from zym.schemas.errors import InputError\n"
+            "def reading(*a, **k):\n"
+            "    try:\n"
+            "        os.kill(os.getpid(), signal.SIGINT); time.sleep(1)\n"
+            "    except KeyboardInterrupt:\n"
+            "        raise InputError('t.json.gz: unusable torch.profiler trace') from None\n"
+            "zym.analysis.analyze = reading\n"
+            "from zym.cli.entry import main; main()\n")
+    trace = os.path.join(os.path.dirname(__file__), "..", "..", "sample_traces",
+                         "gpt_decode_server.trace.json.gz")
+    done = _run(code, "analyze", trace, "--no-progress", env={"ZYM_DECODE_AHEAD": "0"})
+    assert (done.returncode, done.stderr) == (130, "zym: interrupted\n")
