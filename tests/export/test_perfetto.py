@@ -167,3 +167,25 @@ def test_check_trace_catches_broken_traces(sample_pftrace):
     del trace.packet[0]  # drop the interned data
     with pytest.raises(TraceCheckError, match="before"):
         check_trace(trace.SerializeToString())
+
+
+def test_writes_only_its_output_and_leaves_the_rest_to_the_atomic_write(export_source,
+                                                                        sample_pftrace,
+                                                                        tmp_path, monkeypatch):
+    """No second temporary file beside ``out`` while it writes (one was once left behind by
+    an interrupted `zym export`, where no later write removed it): only ``out``, the atomic
+    write's temporary file in `zym export`."""
+    from zym.analysis.export import perfetto
+
+    seen = []
+    real = perfetto.encode_events
+
+    def watched(*a, **kw):
+        seen.append(sorted(p.name for p in tmp_path.iterdir()))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(perfetto, "encode_events", watched)
+    out = tmp_path / "o.pftrace"
+    export_perfetto(export_source, out, chunk_events=10_000)
+    assert seen and all(names == ["o.pftrace"] for names in seen)
+    assert out.read_bytes() == sample_pftrace.read_bytes()
