@@ -128,7 +128,8 @@ _interrupted = False  # a SIGINT reached this process
 
 
 def interrupted() -> bool:
-    """Whether a SIGINT (Ctrl-C) reached this process (where `main` set the handler)."""
+    """Whether a SIGINT (Ctrl-C) reached this process (where `interruptible` set the
+    handler)."""
     return _interrupted
 
 
