@@ -2,10 +2,10 @@
 
 Each round starts one command (``zym import``, ``export``, ``report``, ``analyze`` of a
 capture and of a trace, ``diff``) in a session of its own, waits past the interpreter's
-start-up (and, with ``--after-children``, until the command has forked its first child:
-`analyze` and `diff` of a trace decode it in one), then a random time up to ``--spread``
-seconds, and sends SIGINT to the whole process group (as a terminal's Ctrl-C) or to the
-command alone. A round fails where stderr holds a traceback or "Exception", the exit code
+start-up (and, in half the rounds of `analyze` of the trace and of `diff`, until the command
+has forked its first child: they decode the trace in one), then a random time up to
+``--spread`` seconds, and sends SIGINT to the whole process group (as a terminal's Ctrl-C) or
+to the command alone. A round fails where stderr holds a traceback or "Exception", the exit code
 is neither 0 (it finished first), 130 nor death by SIGINT, or the output folder holds
 anything but the finished output (a temporary file left). A Ctrl-C during the interpreter's
 own start-up is Python's to report, not zym's: it is not sent there.
