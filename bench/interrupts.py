@@ -11,7 +11,7 @@ anything but the finished output (a temporary file left). A Ctrl-C during the in
 own start-up is Python's to report, not zym's: it is not sent there.
 
     python bench/interrupts.py --zym /path/venv/bin/zym [--rounds 25] [--seed 3] \\
-        [--json out.json]
+        [--signal INT|TERM] [--json out.json]
 """
 from __future__ import annotations
 
@@ -60,7 +60,8 @@ def children(pid: int) -> bool:
     return False
 
 
-def one(zym: str, name: str, rng: random.Random, spread: float, after_children: bool) -> dict:
+def one(zym: str, name: str, rng: random.Random, spread: float, after_children: bool,
+        sig: signal.Signals = signal.SIGINT) -> dict:
     out = Path(tempfile.mkdtemp(prefix="zym-int-"))
     try:
         proc = subprocess.Popen([zym, *commands(out)[name]], stdout=subprocess.DEVNULL,
@@ -75,7 +76,7 @@ def one(zym: str, name: str, rng: random.Random, spread: float, after_children: 
         time.sleep(delay)
         group = rng.random() < 0.5
         try:
-            (os.killpg if group else os.kill)(proc.pid, signal.SIGINT)
+            (os.killpg if group else os.kill)(proc.pid, sig)
         except ProcessLookupError:
             pass
         proc.wait(timeout=120)
@@ -84,8 +85,9 @@ def one(zym: str, name: str, rng: random.Random, spread: float, after_children: 
         left = sorted(p.name for p in out.iterdir() if p.name not in OUTPUTS)
     finally:
         shutil.rmtree(out, ignore_errors=True)
-    bad = ("Traceback" in err or "Exception" in err
-           or proc.returncode not in (0, 130, -signal.SIGINT) or bool(left))
+    codes = (0, 130, -signal.SIGINT) if sig == signal.SIGINT else (0, 143, -signal.SIGTERM)
+    bad = ("Traceback" in err or "Exception" in err or proc.returncode not in codes
+           or bool(left))
     return {"command": name, "delay_s": round(delay, 3), "to": "group" if group else "command",
             "code": proc.returncode, "left": left, "bad": bad, "stderr_tail": err[-400:] if bad else ""}
 
@@ -96,6 +98,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=25, help="per command")
     parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("--spread", type=float, default=1.0)
+    parser.add_argument("--signal", choices=("INT", "TERM"), default="INT",
+                        help="SIGINT (Ctrl-C; exit 130) or SIGTERM (exit 143)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     rng = random.Random(args.seed)
@@ -103,7 +107,8 @@ def main() -> None:
     for name in commands(Path("/")):
         for _ in range(args.rounds):
             rows.append(one(args.zym, name, rng, args.spread,
-                            name in ("analyze-trace", "diff") and rng.random() < 0.5))
+                            name in ("analyze-trace", "diff") and rng.random() < 0.5,
+                            getattr(signal, "SIG" + args.signal)))
             if rows[-1]["bad"]:
                 print(f"BAD {json.dumps(rows[-1])}")
         mine = [r for r in rows if r["command"] == name]
@@ -112,7 +117,8 @@ def main() -> None:
             codes[r["code"]] = codes.get(r["code"], 0) + 1
         print(f"{name}: {sum(r['bad'] for r in mine)} bad of {len(mine)}; exit codes {codes}")
     if args.json:
-        write_json(args.json, {"zym": args.zym, "seed": args.seed, "rounds": rows})
+        write_json(args.json, {"zym": args.zym, "seed": args.seed, "signal": args.signal,
+                               "rounds": rows})
     sys.exit(1 if any(r["bad"] for r in rows) else 0)
 
 
