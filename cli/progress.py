@@ -30,7 +30,10 @@ def stage_progress(enabled: bool = True) -> Iterator[Callable[[str], None]]:
                 shown[0] = stage
             if compiling is not False:
                 shown[1] = compiling
-            status.update(f"{shown[0]}…" if shown[1] is None else f"{shown[0]}: {shown[1]}…")
+            text = f"{shown[0]}…" if shown[1] is None else f"{shown[0]}: {shown[1]}…"
+            # a compile's start and end drawn at once (rich redraws a new text at its next
+            # tick, 1/12.5 s, otherwise: a short compile could come and go unseen)
+            status.update(text, **({"spinner": "dots"} if compiling is not False else {}))
 
         stop = notify_compiles(lambda text: show(compiling=text))
         try:
