@@ -29,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_scale import write_json
+from zym.capture.process import children
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT / "sample_traces" / "gpt_decode_server.trace.json.gz"
@@ -45,19 +46,6 @@ def commands(out: Path) -> dict[str, list[str]]:
         "analyze-trace": ["analyze", str(TRACE), "--no-progress"],
         "diff": ["diff", str(CAPTURE), str(TRACE), "--no-progress"],
     }
-
-
-def children(pid: int) -> bool:
-    """Whether ``pid`` has a child process now (from /proc)."""
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        return True
-            except (OSError, ValueError, IndexError):
-                continue
-    return False
 
 
 def one(zym: str, name: str, rng: random.Random, spread: float, after_children: bool,

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from test_streaming import expected_groups, layouts, random_events, resolved, trace_of
 from zym.capture import kineto_json, kineto_prefetch
+from zym.capture.process import children
 from zym.schemas import InputError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -303,21 +304,6 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def _children(pid: int) -> list[int]:
-    """The processes whose parent is `pid` (from /proc)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry))
-    return found
-
-
 @pytest.mark.parametrize("how", ["ctrl-c", "sigint-parent", "sigkill-parent"])
 def test_no_child_outlives_the_command(tmp_path, how):
     """Ctrl-C (SIGINT to the whole process group, as a terminal sends it), SIGINT to the
@@ -329,7 +315,7 @@ def test_no_child_outlives_the_command(tmp_path, how):
     # Once its children are decoding (it forks them before its imports of numpy and polars):
     # a Ctrl-C during the interpreter's own start-up is Python's to report, not the command's.
     deadline = time.monotonic() + 30
-    while not _children(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+    while not children(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.005)
     time.sleep(0.05)  # the children are decoding, the command importing
     if how == "ctrl-c":
