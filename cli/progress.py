@@ -10,7 +10,8 @@ from collections.abc import Callable, Iterator
 @contextlib.contextmanager
 def stage_progress(enabled: bool = True) -> Iterator[Callable[[str], None]]:
     """Yield a callback that shows its argument as the current stage (nothing when disabled
-    or when stderr is not a terminal)."""
+    or when stderr is not a terminal); while numba compiles one of zym's loops, the stage is
+    shown with :data:`zym.analysis.compiled.COMPILING` beside it."""
     if not enabled or not _may_be_terminal():
         yield lambda _stage: None
         return
@@ -23,21 +24,25 @@ def stage_progress(enabled: bool = True) -> Iterator[Callable[[str], None]]:
     from zym.analysis.compiled import notify_compiles
 
     with console.status("starting", spinner="dots") as status:
-        shown: list[str | None] = ["starting", None]  # the stage, and a compile under way
+        shown: dict[str, str | None] = {"stage": "starting", "compiling": None}
 
-        def show(stage: str | None = None, compiling: str | None | bool = False) -> None:
-            if stage is not None:
-                shown[0] = stage
-            if compiling is not False:
-                shown[1] = compiling
-            text = f"{shown[0]}…" if shown[1] is None else f"{shown[0]}: {shown[1]}…"
-            # a compile's start and end drawn at once (rich redraws a new text at its next
-            # tick, 1/12.5 s, otherwise: a short compile could come and go unseen)
-            status.update(text, **({"spinner": "dots"} if compiling is not False else {}))
+        def draw(at_once: bool = False) -> None:
+            text = shown["stage"] + (f": {shown['compiling']}" if shown["compiling"] else "")
+            # a new spinner draws at once; a new text alone waits for rich's next tick
+            # (1/12.5 s), which a short compile's start and end could both miss
+            status.update(f"{text}…", **({"spinner": "dots"} if at_once else {}))
 
-        stop = notify_compiles(lambda text: show(compiling=text))
+        def stage(text: str) -> None:
+            shown["stage"] = text
+            draw()
+
+        def compiling(text: str | None) -> None:
+            shown["compiling"] = text
+            draw(at_once=True)
+
+        stop = notify_compiles(compiling)
         try:
-            yield lambda stage: show(stage)
+            yield stage
         finally:
             stop()
 
