@@ -11,7 +11,7 @@ anything but the finished output (a temporary file left). A Ctrl-C during the in
 own start-up is Python's to report, not zym's: it is not sent there.
 
     python bench/interrupts.py --zym /path/venv/bin/zym [--rounds 25] [--seed 3] \\
-        [--signal INT|TERM] [--json out.json]
+        [--signal INT|TERM] [--trace T.json.gz] [--capture C.parquet] [--json out.json]
 """
 from __future__ import annotations
 
@@ -37,22 +37,22 @@ CAPTURE = ROOT / "sample_traces" / "gpt_decode_server.parquet"
 OUTPUTS = {"o.parquet", "o.pftrace", "o.html"}
 
 
-def commands(out: Path) -> dict[str, list[str]]:
+def commands(out: Path, trace: Path = TRACE, capture: Path = CAPTURE) -> dict[str, list[str]]:
     return {
-        "import": ["import", str(TRACE), "-o", str(out / "o.parquet"), "--no-progress"],
-        "export": ["export", str(CAPTURE), "--format", "perfetto", "-o", str(out / "o.pftrace")],
-        "report": ["report", str(CAPTURE), "-o", str(out / "o.html")],
-        "analyze-capture": ["analyze", str(CAPTURE), "--format", "json", "--no-progress"],
-        "analyze-trace": ["analyze", str(TRACE), "--no-progress"],
-        "diff": ["diff", str(CAPTURE), str(TRACE), "--no-progress"],
+        "import": ["import", str(trace), "-o", str(out / "o.parquet"), "--no-progress"],
+        "export": ["export", str(capture), "--format", "perfetto", "-o", str(out / "o.pftrace")],
+        "report": ["report", str(capture), "-o", str(out / "o.html")],
+        "analyze-capture": ["analyze", str(capture), "--format", "json", "--no-progress"],
+        "analyze-trace": ["analyze", str(trace), "--no-progress"],
+        "diff": ["diff", str(capture), str(trace), "--no-progress"],
     }
 
 
 def one(zym: str, name: str, rng: random.Random, spread: float, after_children: bool,
-        sig: signal.Signals = signal.SIGINT) -> dict:
+        sig: signal.Signals = signal.SIGINT, trace: Path = TRACE, capture: Path = CAPTURE) -> dict:
     out = Path(tempfile.mkdtemp(prefix="zym-int-"))
     try:
-        proc = subprocess.Popen([zym, *commands(out)[name]], stdout=subprocess.DEVNULL,
+        proc = subprocess.Popen([zym, *commands(out, trace, capture)[name]], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, start_new_session=True,
                                 env={**os.environ, "ZYM_DECODE_AHEAD": "1"})
         time.sleep(0.06)  # past the interpreter's start-up
@@ -88,6 +88,8 @@ def main() -> None:
     parser.add_argument("--spread", type=float, default=1.0)
     parser.add_argument("--signal", choices=("INT", "TERM"), default="INT",
                         help="SIGINT (Ctrl-C; exit 130) or SIGTERM (exit 143)")
+    parser.add_argument("--trace", type=Path, default=TRACE, help="a torch.profiler trace")
+    parser.add_argument("--capture", type=Path, default=CAPTURE, help="a zym capture")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     rng = random.Random(args.seed)
@@ -96,7 +98,7 @@ def main() -> None:
         for _ in range(args.rounds):
             rows.append(one(args.zym, name, rng, args.spread,
                             name in ("analyze-trace", "diff") and rng.random() < 0.5,
-                            getattr(signal, "SIG" + args.signal)))
+                            getattr(signal, "SIG" + args.signal), args.trace, args.capture))
             if rows[-1]["bad"]:
                 print(f"BAD {json.dumps(rows[-1])}")
         mine = [r for r in rows if r["command"] == name]
@@ -106,6 +108,7 @@ def main() -> None:
         print(f"{name}: {sum(r['bad'] for r in mine)} bad of {len(mine)}; exit codes {codes}")
     if args.json:
         write_json(args.json, {"zym": args.zym, "seed": args.seed, "signal": args.signal,
+                               "trace": str(args.trace), "capture": str(args.capture),
                                "rounds": rows})
     sys.exit(1 if any(r["bad"] for r in rows) else 0)
 
