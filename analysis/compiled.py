@@ -33,6 +33,16 @@ def njit(*loops: Callable, inline: bool = False) -> tuple[Callable, ...] | None:
     return tuple(_compiled(numba, loop, options) for loop in loops)
 
 
+def read_only(a):
+    """A read-only view of the numpy array ``a``: numba compiles a loop once per set of
+    argument types, and an array's type includes whether it may be written, so a loop that
+    only reads an array is given it read-only whoever made it (polars' own buffer is, a copy
+    is not)."""
+    view = a.view()
+    view.flags.writeable = False
+    return view
+
+
 def notify_compiles(say: Callable[[str | None], None]) -> Callable[[], None]:
     """Have ``say`` told :data:`COMPILING` when numba starts compiling a loop of zym's (not
     when it loads one from its cache) and None when it is done; returns what stops it. Does

@@ -20,7 +20,7 @@ import sys
 import numpy as np
 import polars as pl
 
-from .compiled import njit
+from .compiled import njit, read_only
 
 
 class Ancestors:
@@ -292,7 +292,9 @@ def first_of_each(ids: np.ndarray) -> np.ndarray:
     if compiled is None:
         return pl.Series(ids).is_first_distinct().to_numpy()
     out = np.zeros(len(ids), np.bool_)
-    compiled(ids, out)
+    # read-only, whoever the ids came from (polars' own buffer, or a copy): numba compiles the
+    # loop once per argument types (~0.4 s on a first run), and the flag is one of them
+    compiled(read_only(ids), out)
     return out
 
 

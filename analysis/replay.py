@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
-from .compiled import njit
+from .compiled import njit, read_only
 from .instances import thread_order
 
 if TYPE_CHECKING:
@@ -1064,9 +1064,10 @@ class _Base:
             fused(e_pos[by_pos], d_step[by_pos], d_own[by_pos], self.first_pos, q, d_span, gone,
                   self.stream_first, self.g_val, self.g_op, self.g_has_call, self.g_call_pos_0,
                   self.g_lo_op, self.g_hi_op, self.g_lo_call, self.g_hi_call, self.member_start,
-                  self.member_end, self.members, tl.op_call, self.launched, self.pos,
-                  self.start_nowait, tl.op_lat, tl.op_anchor, tl.w0, self.s_incl, self.span,
-                  tl.op_gap, d_start, moved, d_incl, d_excl, marked, val)
+                  self.member_end, self.members, read_only(tl.op_call), self.launched,
+                  self.pos, self.start_nowait, tl.op_lat, read_only(tl.op_anchor), tl.w0,
+                  self.s_incl, self.span, tl.op_gap, d_start, moved, d_incl, d_excl, marked,
+                  val)  # (read-only: one type whoever made them, as for the sparse replay)
             y = None
 
             def at_call(pos: np.ndarray) -> np.ndarray | int:
@@ -1335,6 +1336,10 @@ class _Base:
                 self.start_nowait, tl.op_lat, tl.op_anchor, tl.w0, self.s_incl, self.span,
                 tl.op_gap, self.wait_start, self.wait_pos, self.own_sid, self.own_prefix,
                 self.own_pos, self.s_at, self.at_has, self.at_0)
+        # read-only, whether polars handed its own buffer or a copy: numba compiles the
+        # sparse replay (~4-5 s on a first run) once per set of argument types, and whether
+        # an array may be written is part of its type (a 10 M capture compiled it again)
+        base = tuple(read_only(a) if isinstance(a, np.ndarray) else a for a in base)
         _compiled_sparse()[0](
             base, tuple(mine[k] for k in names), st.every, *ck, x["lo"], x["hi"], x["pe"],
             x["ebase"], x["e_rank"], x["pq"], x["qbase"], x["q_hi"], ck_delay_out, ck_ready_out,
@@ -1715,11 +1720,24 @@ def _run_epochs(args: tuple) -> tuple[np.ndarray, np.ndarray]:
     the streams' running maxima after the last epoch."""
     compiled = _compiled_epochs() if len(args[0]) >= JIT_MIN_EPOCHS else None
     if compiled is not None:
-        compiled(*args)
+        compiled(*_epoch_types(args))
     else:  # few epochs (lists in the interpreter beat numba's import, ~0.5 s), or no numba
         args = tuple(a.tolist() for a in args)
         _epochs(*args)
     return np.asarray(args[-2], np.int64), np.asarray(args[-1], np.int64)
+
+
+def _epoch_types(args: tuple) -> tuple:
+    """``_epochs``' arguments in one set of types, whichever replay built them (the unfixed
+    one's int64 positions, a fix's narrowed ones): numba compiles a loop once per set of
+    argument types, ~0.3-0.45 s each on a first run. Positions (the first five: epochs,
+    threads, waiting rows, ranks, streams) as narrow as the counts they index allow, whether
+    an operation's value is fixed as int8, the values int64; ``delay`` and ``ready`` (the
+    last two, written in place) as they are."""
+    bound = max(len(args[0]), len(args[7]), len(args[11]), len(args[12]))
+    idx = index_dtype(bound)
+    return (*(a.astype(idx, copy=False) for a in args[:5]), args[5].astype(np.int8, copy=False),
+            *(a.astype(np.int64, copy=False) for a in args[6:11]), *args[11:])
 
 
 @functools.cache

@@ -181,6 +181,31 @@ def test_first_of_each_id_matches_a_set_walk(shape, monkeypatch):
     assert passes == [1]
 
 
+def test_first_of_each_gives_its_loop_one_type_whoever_made_the_ids(monkeypatch):
+    """Writable ids (a copy), read-only ones (polars' own buffer): the compiled pass is called
+    with one type (numba compiles once per set of argument types, ~0.4 s on a first run)."""
+    from numba import typeof
+    from zym.analysis import instances
+
+    compiled = instances._compiled_firsts()
+    if compiled is None:
+        pytest.skip("numba not installed (a zym dependency: pip install -e .)")
+    seen = set()
+
+    def call(*args):
+        seen.add(tuple(typeof(a) for a in args))
+        return compiled(*args)
+
+    monkeypatch.setattr(instances, "_compiled_firsts", lambda: call)
+    monkeypatch.setattr(instances, "JIT_MIN_IDS", 0)
+    ids = np.arange(100, dtype=np.int64) % 7
+    from_polars = pl.Series(ids).to_numpy()
+    assert not from_polars.flags.writeable and ids.flags.writeable
+    for a in (ids, from_polars):
+        assert instances.first_of_each(a).tolist() == [True] * 7 + [False] * 93
+    assert len(seen) == 1
+
+
 def test_ancestors_rows_by_lookup_equal_the_dictionary():
     """Stack rows read through the id lookup equal the dictionary's, null and unknown ids
     (negative, past the last, in a gap) included; ids too sparse for a lookup use the
@@ -549,6 +574,62 @@ def test_a_chain_of_fixes_replays_from_the_one_before(which, synthetic, sparse):
             tl._base.sparse_stats = None
             assert got == tl.replay(together, incremental=False), together
     assert from_last >= 5
+
+
+def test_each_compiled_replay_loop_is_called_with_one_set_of_types(synthetic, sparse,
+                                                                    monkeypatch):
+    """numba compiles a loop once per set of argument types (the sparse replay ~4-5 s on a
+    first run), and an array's integer width and whether it may be written are part of its
+    type. The whole replay and a fix's incremental one, on a timeline whose arrays are
+    polars' own read-only buffers and on one whose are copies (as polars hands a column in
+    several pieces, as at 10 M operations), call the epoch loop, the sparse replay and the
+    fused shift kernel each with one set of types (the epoch loop had two: int64 positions
+    from the whole replay, int32 from a fix's; the sparse replay a second for a writable
+    ``op_call``)."""
+    from numba import typeof
+
+    seen: dict[str, set] = {"epochs": set(), "sparse": set(), "shifts": set()}
+
+    def recording(name: str, loop):
+        def call(*args):
+            seen[name].add(tuple(typeof(a) for a in args))
+            return loop(*args)
+        return call
+
+    epochs, sparse_loops, shifts = (replay._compiled_epochs(), replay._compiled_sparse(),
+                                    replay._compiled_shifts())
+    monkeypatch.setattr(replay, "_compiled_epochs", lambda: recording("epochs", epochs))
+    monkeypatch.setattr(replay, "_compiled_shifts", lambda: recording("shifts", shifts))
+    monkeypatch.setattr(replay, "_compiled_sparse",
+                        lambda: (recording("sparse", sparse_loops[0]), *sparse_loops[1:]))
+    tl = analyze(synthetic, lambda _stage: None, "steady").timeline
+    rng = np.random.default_rng(29)
+    fixes = [_random_fix(tl, rng) for _ in range(30)]
+    for copies in (False, True):
+        if copies:
+            tl.op_call, tl.op_anchor = tl.op_call.copy(), tl.op_anchor.copy()
+            assert tl.op_call.flags.writeable
+        for fix in fixes:
+            tl._base._last = None
+            assert tl.replay(fix) == tl.replay(fix, incremental=False), fix
+    assert {name: len(types) for name, types in seen.items()} == {
+        "epochs": 1, "sparse": 1, "shifts": 1}
+
+
+def test_the_epoch_loops_arguments_take_one_type_from_either_replay():
+    """``_epoch_types``: int64 positions (the whole replay's) and int32 ones (a fix's) give the
+    same types, the same values, and the threads' delays and streams' maxima (written in
+    place) are the very arrays given."""
+    rng = np.random.default_rng(3)
+    wide = tuple(rng.integers(0, 50, 40) for _ in range(5)) + (rng.integers(0, 2, 40),) + tuple(
+        rng.integers(-9, 9, 40) for _ in range(5)) + (np.zeros(4, np.int64),
+                                                      np.full(3, -1, np.int64))
+    narrow = tuple(a.astype(np.int32) for a in wide[:5]) + (wide[5].astype(np.int8),) + wide[6:]
+    a, b = replay._epoch_types(wide), replay._epoch_types(narrow)
+    assert [x.dtype for x in a] == [x.dtype for x in b]
+    assert [x.dtype for x in a[:6]] == [np.int32] * 5 + [np.int8]
+    assert all(np.array_equal(x, y) for x, y in zip(a, wide))
+    assert a[-2] is wide[-2] and a[-1] is wide[-1]
 
 
 @pytest.mark.parametrize("which", ["ebpf_sample", "synthetic"])
