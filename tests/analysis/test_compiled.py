@@ -122,7 +122,7 @@ def _read_only_install(monkeypatch, tmp_path) -> None:
 def test_cached_in_a_private_folder_where_the_install_and_home_are_read_only(monkeypatch,
                                                                             tmp_path):
     """There the loops are cached in this user's own folder in the temporary directory (mode
-    0700), so the next process loads them instead of compiling again (~6 s at 1 M GPU
+    0700), so the next process loads them instead of compiling again (~7 s at 1 M GPU
     operations); numba's setting is left as it was."""
     numba = pytest.importorskip("numba",
                                 reason="numba not installed (a zym dependency: pip install -e .)")
