@@ -9,6 +9,10 @@ import contextlib
 import sys
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 _SETTING = threading.Lock()  # held while numba's cache folder is set to the private one
 
@@ -33,11 +37,11 @@ def njit(*loops: Callable, inline: bool = False) -> tuple[Callable, ...] | None:
     return tuple(_compiled(numba, loop, options) for loop in loops)
 
 
-def read_only(a):
-    """A read-only view of the numpy array ``a``: numba compiles a loop once per set of
-    argument types, and an array's type includes whether it may be written, so a loop that
-    only reads an array is given it read-only whoever made it (polars' own buffer is, a copy
-    is not)."""
+def read_only(a: np.ndarray) -> np.ndarray:
+    """A read-only view of ``a``: numba compiles a loop once per set of argument types, and
+    an array's type includes whether it may be written, so a loop that only reads an array
+    is given it read-only whoever made it (polars hands its own buffer read-only, a copy is
+    writable)."""
     view = a.view()
     view.flags.writeable = False
     return view
