@@ -27,21 +27,61 @@ _depth = 0  # zym loops being compiled (numba compiles the helpers a loop calls 
 
 def njit(*loops: Callable, inline: bool = False) -> tuple[Callable, ...] | None:
     """``loops`` compiled by numba, in order; None without numba. ``inline``: the loops are
-    helpers, inlined into the compiled loops that call them (numba's ``inline="always"``)."""
+    helpers, inlined into the compiled loops that call them (numba's ``inline="always"``).
+    A loop marked with :func:`writes` is called with every other array argument read-only
+    (:func:`reading_read_only`)."""
     try:
         import numba
     except ImportError:
         return None
     _listen()
     options = {"nogil": True, **({"inline": "always"} if inline else {})}
-    return tuple(_compiled(numba, loop, options) for loop in loops)
+    compiled = (_compiled(numba, loop, options) for loop in loops)
+    if inline:  # (called from compiled code, where a Python wrapper cannot be)
+        return tuple(compiled)
+    return tuple(reading_read_only(loop, fast) for loop, fast in zip(loops, compiled))
+
+
+def writes(*params: str) -> Callable[[Callable], Callable]:
+    """Mark a loop for :func:`njit` with the parameters it writes into; the others it only
+    reads (a loop that writes one of those fails to compile: numba refuses a read-only
+    array's store)."""
+    def mark(loop: Callable) -> Callable:
+        loop.writes = frozenset(params)
+        return loop
+    return mark
+
+
+def reading_read_only(loop: Callable, fast: Callable) -> Callable:
+    """``fast`` (``loop`` compiled) called with each array argument ``loop`` does not write
+    (its :func:`writes` mark; arrays inside tuples too) as a read-only view. numba compiles a
+    loop once per set of argument types, and whether an array may be written is part of its
+    type: polars hands its own buffers read-only and copies writable, so the same loop met
+    both as captures differed, and compiled again (the sparse replay: ~4.5-5 s on a first
+    run). Unmarked loops are returned as they are."""
+    marked = getattr(loop, "writes", None)
+    if marked is None:
+        return fast
+    code = loop.__code__
+    frozen = tuple(name not in marked for name in code.co_varnames[:code.co_argcount])
+
+    def call(*args):
+        return fast(*(_read_only_all(a) if ro else a for a, ro in zip(args, frozen)))
+    call.dispatcher = fast  # numba's, for its compiled types
+    return call
+
+
+def _read_only_all(value):
+    """``value`` with its arrays (itself, or those of a tuple) as read-only views."""
+    if isinstance(value, tuple):
+        return tuple(_read_only_all(v) for v in value)
+    if hasattr(value, "flags") and value.flags.writeable:  # a numpy array
+        return read_only(value)
+    return value
 
 
 def read_only(a: np.ndarray) -> np.ndarray:
-    """A read-only view of ``a``: numba compiles a loop once per set of argument types, and
-    an array's type includes whether it may be written, so a loop that only reads an array
-    is given it read-only whoever made it (polars hands its own buffer read-only, a copy is
-    writable)."""
+    """A read-only view of ``a`` (see :func:`reading_read_only`)."""
     view = a.view()
     view.flags.writeable = False
     return view

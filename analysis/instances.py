@@ -20,7 +20,7 @@ import sys
 import numpy as np
 import polars as pl
 
-from .compiled import njit, read_only
+from .compiled import njit, writes
 
 
 class Ancestors:
@@ -223,6 +223,7 @@ def _narrow(a: np.ndarray, n: int) -> np.ndarray:
 JIT_MIN_CALLS = 200_000
 
 
+@writes("seen")
 def _depths(wanted, user, lookup, depth, seen) -> None:
     """``seen[d]``: some call of ``wanted`` has its user frame (``user``: ids, read through
     ``lookup``; -1 or past it: none) at depth ``d``. For numba."""
@@ -232,6 +233,7 @@ def _depths(wanted, user, lookup, depth, seen) -> None:
             seen[depth[lookup[u]]] = True
 
 
+@writes("ids")
 def _pass(order, thread, step, stack, user, lookup, depth, column, codes, ids) -> None:
     """Over the calls in thread order (``order``): at each depth (a column of ``codes``), a
     running count of run starts: a call whose frame there has a code (``codes`` at its stack
@@ -292,12 +294,11 @@ def first_of_each(ids: np.ndarray) -> np.ndarray:
     if compiled is None:
         return pl.Series(ids).is_first_distinct().to_numpy()
     out = np.zeros(len(ids), np.bool_)
-    # read-only, whoever the ids came from (polars' own buffer, or a copy): numba compiles the
-    # loop once per set of argument types (~0.35 s on a first run), the flag one of them
-    compiled(read_only(ids), out)
+    compiled(ids, out)
     return out
 
 
+@writes("out")
 def _firsts(ids, out) -> None:
     """``out[i]``: ``ids[i]`` is the first of its value. Open addressing, linear probing, in a
     table of at least 4/3 the ids' slots (a power of two; Fibonacci hashing). For numba."""

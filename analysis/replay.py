@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
-from .compiled import njit, read_only
+from .compiled import njit, writes
 from .instances import thread_order
 
 if TYPE_CHECKING:
@@ -1064,10 +1064,9 @@ class _Base:
             fused(e_pos[by_pos], d_step[by_pos], d_own[by_pos], self.first_pos, q, d_span, gone,
                   self.stream_first, self.g_val, self.g_op, self.g_has_call, self.g_call_pos_0,
                   self.g_lo_op, self.g_hi_op, self.g_lo_call, self.g_hi_call, self.member_start,
-                  self.member_end, self.members, read_only(tl.op_call), self.launched,
-                  self.pos, self.start_nowait, tl.op_lat, read_only(tl.op_anchor), tl.w0,
-                  self.s_incl, self.span, tl.op_gap, d_start, moved, d_incl, d_excl, marked,
-                  val)  # (read-only: one type whoever made them, as for the sparse replay)
+                  self.member_end, self.members, tl.op_call, self.launched, self.pos,
+                  self.start_nowait, tl.op_lat, tl.op_anchor, tl.w0, self.s_incl, self.span,
+                  tl.op_gap, d_start, moved, d_incl, d_excl, marked, val)
             y = None
 
             def at_call(pos: np.ndarray) -> np.ndarray | int:
@@ -1336,10 +1335,6 @@ class _Base:
                 self.start_nowait, tl.op_lat, tl.op_anchor, tl.w0, self.s_incl, self.span,
                 tl.op_gap, self.wait_start, self.wait_pos, self.own_sid, self.own_prefix,
                 self.own_pos, self.s_at, self.at_has, self.at_0)
-        # read-only, whether polars handed its own buffer or a copy: numba compiles the
-        # sparse replay (~4-5 s on a first run) once per set of argument types, and whether
-        # an array may be written is part of its type (a 10 M capture compiled it again)
-        base = tuple(read_only(a) if isinstance(a, np.ndarray) else a for a in base)
         _compiled_sparse()[0](
             base, tuple(mine[k] for k in names), st.every, *ck, x["lo"], x["hi"], x["pe"],
             x["ebase"], x["e_rank"], x["pq"], x["qbase"], x["q_hi"], ck_delay_out, ck_ready_out,
@@ -1679,6 +1674,7 @@ def thread_ids(rows: pl.DataFrame) -> np.ndarray:
 JIT_MIN_EPOCHS = 20_000
 
 
+@writes("delay", "ready")
 def _epochs(epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream, g_fixed, g_val,
             wait_start, own_sid, own_prefix, s_at, delay, ready) -> None:
     """The replay's one sequential part, epoch by epoch in start order: fold the epoch's
@@ -1748,6 +1744,7 @@ def _compiled_epochs():
     return compiled[0] if compiled else None
 
 
+@writes("d_start", "moved", "d_incl", "d_excl", "marked", "val")
 def _shifts_kernel(e_pos, d_step, d_own, first_pos, q, d_span, gone, stream_first, g_val,
                    g_op, g_has_call, g_call_pos, g_lo_op, g_hi_op, g_lo_call, g_hi_call,
                    member_start, member_end, members, op_call, launched, pos, start_nowait,
@@ -1824,6 +1821,7 @@ def _shifts_kernel(e_pos, d_step, d_own, first_pos, q, d_span, gone, stream_firs
         val[g] = best
 
 
+@writes("out_s_at", "out_own_sid", "out_own_prefix", "out_wait_start")
 def _waits_kernel(surv, s_at, at_has, at_0, d_incl, own_sid, own_prefix, own_pos,
                   wait_start, wait_pos, d_start, out_s_at, out_own_sid, out_own_prefix,
                   out_wait_start) -> int:
@@ -1929,6 +1927,7 @@ def _base_rank(rank, gi, epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_s
     return gi
 
 
+@writes("ck_delay", "ck_ready", "delay", "ready")
 def _checkpoints(every, epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream, g_fixed,
                  g_val, wait_start, own_sid, own_prefix, s_at, ck_delay, ck_ready, delay, ready):
     """The unfixed replay's state (threads' delays, streams' maxima) before every ``every``-th
@@ -1982,6 +1981,7 @@ def _sparse_group(g, t, s, member_start, member_end, members, op_call, launched,
     return best
 
 
+@writes("ck_delay_out", "ck_ready_out", "delay", "ready", "out")
 def _sparse_epochs(base, mine, every, ck_delay, ck_ready, fin_delay, fin_ready, iv_lo, iv_hi,
                    x_pe, x_ebase, x_e_rank, x_pq, x_qbase, x_q_hi, ck_delay_out, ck_ready_out,
                    delay, ready, out) -> None:
@@ -2169,6 +2169,7 @@ def _sparse_epochs(base, mine, every, ck_delay, ck_ready, fin_delay, fin_ready, 
     out[0], out[1] = jumps, ran
 
 
+@writes("out_pos", "out_delta")
 def _sorted_differences(pa, a1, a2, pb, b1, b2, out_pos, out_delta) -> int:
     """Where two edit sets (positions ``pa``/``pb``, sorted, unique; two values each, 0 where
     absent) differ: the positions (sorted) and ``a1 - b1`` there. One merge; returns how many."""
@@ -2191,6 +2192,7 @@ def _sorted_differences(pa, a1, a2, pb, b1, b2, out_pos, out_delta) -> int:
     return n
 
 
+@writes("lo", "hi")
 def _ref_ranks(op_rank, op_sid, refs, ref_rank, lo, hi) -> None:
     """Per stream position: ``lo``, the first rank that reads its stream at or after it;
     ``hi``, the last that reads its stream up to it (an operation is read by its group's
@@ -2211,6 +2213,7 @@ def _ref_ranks(op_rank, op_sid, refs, ref_rank, lo, hi) -> None:
             lo[i] = lo[i + 1]
 
 
+@writes("out_p", "out_s", "out_o", "out_pe", "out_moved", "x_p", "x_d")
 def _merge_calls(pa, sa, oa, pb, sb, ob, out_p, out_s, out_o, out_pe, out_moved, x_p, x_d):
     """Edit set ``a`` (thread positions ``pa``, sorted, unique; changes ``sa`` of the step
     after the call, ``oa`` of its own start) with ``b``'s merged in: where both edit a call,
@@ -2252,6 +2255,7 @@ def _merge_calls(pa, sa, oa, pb, sb, ob, out_p, out_s, out_o, out_pe, out_moved,
     return n, nx
 
 
+@writes("out_q", "out_d", "out_pq", "x_q", "x_d")
 def _merge_ops(qa, da, qb, db, out_q, out_d, out_pq, x_q, x_d):
     """``_merge_calls`` for operations (stream positions, changes of span: the smaller
     holds)."""

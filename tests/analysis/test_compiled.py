@@ -8,7 +8,13 @@ import tempfile
 
 import numpy as np
 import pytest
-from zym.analysis.compiled import PRIVATE_CACHE, fallback_cache_dir, njit, private_cache_dir
+from zym.analysis.compiled import (
+    PRIVATE_CACHE,
+    fallback_cache_dir,
+    njit,
+    private_cache_dir,
+    writes,
+)
 
 
 def _running_total(x, out) -> None:
@@ -36,6 +42,49 @@ def test_loops_compiled_in_order_give_what_they_give_interpreted():
         # compiled: numba's, for these arrays (checked: the loops themselves passed the rest)
         assert getattr(fast, "py_func", None) is loop and len(getattr(fast, "signatures", ())) == 1
     assert np.array_equal(want, 2 * x)
+
+
+@writes("out")
+def _scaled_sum(x, k, pair, out) -> None:
+    for i in range(len(x)):
+        out[i] = x[i] * k + pair[0][i] - pair[1][i]
+
+
+def test_a_marked_loop_reads_its_arrays_read_only_whoever_made_them():
+    """A loop marked with the parameters it writes is compiled once for its inputs however
+    they come (writable copies, read-only buffers as polars hands its own, inside a tuple
+    too): every array it only reads is passed read-only; the one it writes is written."""
+    pytest.importorskip("numba", reason="numba not installed (a zym dependency: pip install -e .)")
+    (fast,) = njit(_scaled_sum)
+
+    def frozen(a: np.ndarray) -> np.ndarray:
+        a = a.copy()
+        a.flags.writeable = False
+        return a
+
+    x, y = np.arange(6, dtype=np.int64), np.arange(6, dtype=np.int64) * 10
+    want = np.zeros(6, np.int64)
+    _scaled_sum(x, 3, (y, x), want)
+    for args in ((x, 3, (y, x)), (frozen(x), 3, (y, frozen(x))), (frozen(x), 3, (frozen(y), x))):
+        out = np.zeros(6, np.int64)
+        fast(*args, out)
+        assert np.array_equal(out, want)
+    assert len(fast.dispatcher.signatures) == 1
+    assert x.flags.writeable  # the caller's arrays are left as they were
+
+
+def test_every_loop_zym_compiles_is_marked_with_what_it_writes():
+    """Every loop of zym's compiled from Python (not an inlined helper) is wrapped so: a
+    loop added without a mark would meet read-only and writable inputs apart again."""
+    pytest.importorskip("numba", reason="numba not installed (a zym dependency: pip install -e .)")
+    from zym.analysis import instances, replay
+
+    loops = [replay._compiled_epochs(), replay._compiled_waits(), replay._compiled_shifts(),
+             *replay._compiled_sparse(), *instances._compiled_pass(),
+             instances._compiled_firsts()]
+    assert len(loops) == 12
+    for loop in loops:
+        assert hasattr(loop, "dispatcher"), loop
 
 
 def test_none_without_numba(monkeypatch):

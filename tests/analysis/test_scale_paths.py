@@ -183,20 +183,22 @@ def test_first_of_each_id_matches_a_set_walk(shape, monkeypatch):
 
 def test_first_of_each_gives_its_loop_one_type_whoever_made_the_ids(monkeypatch):
     """Writable ids (a copy), read-only ones (polars' own buffer): the compiled pass is called
-    with one type (numba compiles once per set of argument types, ~0.4 s on a first run)."""
+    with one type (numba compiles once per set of argument types, ~0.35 s on a first run)."""
     from numba import typeof
     from zym.analysis import instances
+    from zym.analysis.compiled import reading_read_only
 
     compiled = instances._compiled_firsts()
     if compiled is None:
         pytest.skip("numba not installed (a zym dependency: pip install -e .)")
     seen = set()
 
-    def call(*args):
+    def call(*args):  # what the compiled code is given
         seen.add(tuple(typeof(a) for a in args))
-        return compiled(*args)
+        return compiled.dispatcher(*args)
 
-    monkeypatch.setattr(instances, "_compiled_firsts", lambda: call)
+    monkeypatch.setattr(instances, "_compiled_firsts",
+                        lambda: reading_read_only(instances._firsts, call))
     monkeypatch.setattr(instances, "JIT_MIN_IDS", 0)
     ids = np.arange(100, dtype=np.int64) % 7
     from_polars = pl.Series(ids).to_numpy()
@@ -587,14 +589,18 @@ def test_each_compiled_replay_loop_is_called_with_one_set_of_types(synthetic, sp
     from the whole replay, int32 from a fix's; the sparse replay a second for a writable
     ``op_call``)."""
     from numba import typeof
+    from zym.analysis.compiled import reading_read_only
 
     seen: dict[str, set] = {"epochs": set(), "sparse": set(), "shifts": set()}
 
     def recording(name: str, loop):
+        """``loop`` (as ``njit`` gives it) recording the types its compiled code is given."""
+        fast = loop.dispatcher
+
         def call(*args):
             seen[name].add(tuple(typeof(a) for a in args))
-            return loop(*args)
-        return call
+            return fast(*args)
+        return reading_read_only(fast.py_func, call)
 
     epochs, sparse_loops, shifts = (replay._compiled_epochs(), replay._compiled_sparse(),
                                     replay._compiled_shifts())
