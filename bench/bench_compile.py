@@ -32,32 +32,33 @@ from bench_scale import fail, install_kind, run_measured, write_json
 
 _PER_LOOP = r"""
 import io, json, sys, threading, time
-from numba.core import dispatcher
-compile_, here, out = dispatcher.Dispatcher.compile, threading.local(), []
-def timed(self, sig):
-    t = time.perf_counter()
-    here.depth = getattr(here, "depth", 0) + 1
-    try:
-        return compile_(self, sig)
-    finally:
+from numba.core import event
+here, out = threading.local(), []
+class Compiles(event.Listener):  # numba's compile events: compiles, not loads from a cache
+    def on_start(self, ev):
+        here.depth = getattr(here, "depth", 0) + 1
+        here.starts = getattr(here, "starts", []) + [time.perf_counter()]
+    def on_end(self, ev):
+        t = here.starts.pop()
         here.depth -= 1
-        name = self.py_func.__module__ + "." + self.py_func.__name__
+        f = getattr(ev.data.get("dispatcher"), "py_func", None)
+        name = f"{f.__module__}.{f.__name__}" if f is not None else ""
         if name.startswith("zym."):
             out.append((here.depth, name, time.perf_counter() - t,
                         threading.current_thread().name))
-dispatcher.Dispatcher.compile = timed
+event.register("numba:compile", Compiles())
 sys.argv = ["zym", "analyze", sys.argv[1], "--format", "json", "--no-progress"]
 from zym.cli import entry
 def stop(code):
     raise SystemExit(code)
 entry.os._exit = stop
-sys.stdout = io.StringIO()
+sys.stdout = report = io.StringIO()
 try:
     entry.main()
 except SystemExit:
     pass
 sys.stdout = sys.__stdout__
-print(json.dumps(out))
+print(json.dumps({"loops": out, "report": report.getvalue()}))
 """
 
 
@@ -70,14 +71,19 @@ def run(zym: str, path: Path, cache: str, out: Path) -> dict:
         fail(f"{path}: zym analyze failed: {str(e).strip().splitlines()[-1]}")
 
 
-def per_loop(python: str, path: Path) -> list[tuple[int, str, float, str]]:
-    with tempfile.TemporaryDirectory(prefix="zym-bench-numba-") as cache:
-        got = subprocess.run([python, "-c", _PER_LOOP, str(path)], check=False,
-                             capture_output=True,
-                             text=True, env=os.environ | {"NUMBA_CACHE_DIR": cache})
+def per_loop(python: str, path: Path, cache: str | None = None
+             ) -> tuple[list[tuple[int, str, float, str]], str]:
+    """``zym analyze PATH`` in one process of ``python`` (numba's cache in ``cache``; None: a
+    new, empty folder): each loop numba compiled (depth, name, seconds, thread), from its
+    compile events (loads from the cache are none), and the report."""
+    with tempfile.TemporaryDirectory(prefix="zym-bench-numba-") as empty:
+        got = subprocess.run([python, "-c", _PER_LOOP, str(path.resolve())], check=False,
+                             capture_output=True, text=True, cwd=tempfile.gettempdir(),
+                             env=os.environ | {"NUMBA_CACHE_DIR": cache or empty})
     if got.returncode:
-        fail(f"per-loop run failed: {got.stderr.strip().splitlines()[-1:]}")
-    return [tuple(row) for row in json.loads(got.stdout.strip().splitlines()[-1])]
+        fail(f"{path}: the per-loop run failed: {got.stderr.strip().splitlines()[-1:]}")
+    done = json.loads(got.stdout.strip().splitlines()[-1])
+    return [tuple(row) for row in done["loops"]], done["report"]
 
 
 def summary(values: list[float]) -> str:
@@ -122,7 +128,7 @@ def main() -> None:
           f"{summary([r['cold_s'] - r['warm_s'] for r in rows])}")
     result = {"input": str(args.input), "zym": zym, "rounds": rows}
     if args.per_loop:
-        loops = per_loop(python, args.input)
+        loops, _report = per_loop(python, args.input)
         print("per loop, in process (seconds in numba's compile, callees included):")
         if not loops:
             print("  none: the analysis reached no compiled loop (too small)")
