@@ -8,7 +8,7 @@ analysis). Each returns the exit code: 0, 1 (--fail-on / --fail-on-regression ma
 """
 from __future__ import annotations
 
-import json
+import errno
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +19,31 @@ from .errors import EXIT_BAD_INPUT, exit_code
 
 EXIT_FINDINGS = 1  # --fail-on matched: the report was printed, and CI should fail
 EXIT_REGRESSION = 1  # --fail-on-regression: GPU or wall time per step got worse by more than PCT
+
+
+def print_json(value: object) -> None:
+    """``value`` on stdout as JSON indented by one space, and a newline. msgspec encodes it
+    (~0.3 s for a 120 MB report, against ~4 s for ``json.dumps(indent=1)`` and ~12 s for
+    ``json.dump`` into stdout, chunk by chunk): the same values as the json module writes,
+    text as UTF-8 rather than ``\\u`` escapes, floats in their shortest form (``1e-05`` is
+    ``0.00001``), NaN and infinities as null (strict JSON)."""
+    import msgspec
+
+    text = msgspec.json.format(msgspec.json.encode(value), indent=1) + b"\n"
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is None:  # a text-only stream (a test's capture): its own encoding
+        sys.stdout.write(text.decode())
+        return
+    sys.stdout.flush()
+    # A write that a reader's leaving (`| head`) cut short returns what it wrote: the next
+    # one raises the broken pipe, which the command then reports as such.
+    view = memoryview(text)
+    while view:
+        taken = buffer.write(view)
+        if not taken:  # a stream that takes nothing (non-blocking, full): not silently lost
+            raise BlockingIOError(errno.EAGAIN, "stdout took no more of the report")
+        view = view[taken:]
+    buffer.flush()
 
 
 def analyze(file: Path, fmt: str = "text", top: int | None = None, window: str = "steady",
@@ -33,8 +58,7 @@ def analyze(file: Path, fmt: str = "text", top: int | None = None, window: str =
         return exit_code(e)
     report, findings, shown = found
     if fmt == "json":
-        json.dump(report, sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        print_json(report)
     elif fmt == "markdown":
         from .render import render_markdown
 
@@ -120,8 +144,7 @@ def diff(before: Path, after: Path, fmt: str = "text", top: int | None = None,
     shown = top if top is not None or fmt == "json" else 10
     d = result.to_dict(shown)
     if fmt == "json":
-        json.dump(d, sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        print_json(d)
     elif fmt == "markdown":
         sys.stdout.write(render_markdown(d))
     else:

@@ -13,7 +13,13 @@ from collections import Counter
 
 from rich.console import Console
 from rich.text import Text
-from zym.analysis.export.summary import phase_line, plural, sample_line, saving_text
+from zym.analysis.export.summary import (
+    phase_line,
+    plural,
+    rest_line,
+    sample_line,
+    saving_text,
+)
 from zym.analysis.units import fmt_bytes, fmt_ns
 from zym.schemas.text import md_code, md_text, printable
 
@@ -149,6 +155,8 @@ def render_findings(report: dict, console: Console, limit: int | None = None) ->
             head += (f", {fmt_ns(together['saving_per_step_ns'])} a step)"
                      if together.get("saving_per_step_ns") is not None else ")")
     console.print(Text(head, style="bold underline"))
+    if rest_line(together):
+        _wrap(console, rest_line(together).capitalize() + ".", 2, "  ", style="dim")
     sample = (report.get("replay") or {}).get("sample")
     if sample and findings:
         _wrap(console, sample_line(sample), 2, "  ", style="dim")
@@ -320,7 +328,9 @@ def render_markdown(report: dict, top: int | None = None) -> str:
         out += [f"All fixes together save ~{fmt_ns(together['saving_ns'])} of the "
                 f"{fmt_ns(gpu['window_ns'])} window"
                 + (f" ({together['saving_pct_of_window']:.1f}%)."
-                   if together.get("saving_pct_of_window") is not None else "."), ""]
+                   if together.get("saving_pct_of_window") is not None else ".")
+                + (f" {_md(rest_line(together)).capitalize()}." if rest_line(together) else ""),
+                ""]
     if shown:
         out += ["| | Saves | Severity | Site | Finding | Rule |", "|---|---:|---|---|---|---|"]
         for i, f in enumerate(shown, 1):

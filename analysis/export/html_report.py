@@ -73,13 +73,14 @@ def _summary_html(d: dict) -> str:
     gpus = ", ".join(f"GPU {x.get('id')}: {x.get('name')}" for x in c.get("gpus") or []) or "—"
     busy = "; ".join(f"GPU {x['device_id']} busy {x['busy_pct']:.1f}% ({_ms(x['busy_ns'])}), "
                      f"idle {_ms(x['idle_ns'])}" for x in g.get("devices", [])) or "no GPU work"
-    from .summary import phase_line, sample_line
+    from .summary import phase_line, rest_line, sample_line
 
     together = d.get("fixes_together") or {}
     saving = ("—" if together.get("saving_ns") is None else
               f"~{_ms(together['saving_ns'])} of the window"
               + (f" ({together['saving_pct_of_window']:.1f}%)"
-                 if together.get("saving_pct_of_window") is not None else ""))
+                 if together.get("saving_pct_of_window") is not None else "")
+              + (f"; {rest_line(together)}" if rest_line(together) else ""))
     rows = [("Capture", Path(str(c["source"])).name), ("Producer", c.get("producer") or "—"),
             ("Host", c.get("host") or "—"), ("GPUs", gpus),
             ("Analyzed", phase_line(d.get("phases") or {}) or _ms(g.get("window_ns"))),

@@ -54,6 +54,18 @@ def sample_line(sample: dict) -> str:
             "halves")
 
 
+def rest_line(together: dict) -> str | None:
+    """What the fixes ranked past the chain of incremental replays add, together (the
+    report's ``fixes_together``); None where every fix has its own increment."""
+    rest = together.get("rest") or 0
+    if not rest or together.get("rest_saving_ns") is None:
+        return None
+    first = together["findings"] - rest
+    return (f"the {rest:,} fixes ranked below the first {first:,} add ~"
+            f"{fmt_ns(together['rest_saving_ns'])} of it together (each alone saves what its "
+            f"estimate says; what it adds to those above it is not replayed one by one)")
+
+
 def phase_line(ph: dict) -> str:
     """One line: the capture's phases and what was analyzed."""
     if not ph:

@@ -173,6 +173,28 @@ def test_fixes_together_are_one_replay_and_increments_add_up():
     assert found.total_ns <= sum(f.saving_ns for f in estimated)
 
 
+def test_fixes_past_the_chain_are_replayed_together_once():
+    """Past ``chain`` findings, the lower-ranked fixes get no increment of their own; what
+    they add together is the total (one replay of every fix, made again here) less the
+    chain's."""
+    from zym.analysis.replay import Fix
+    from zym.rules.findings import Findings
+
+    a = rerank()
+    full = rules.evaluate(a)
+    fixed = [f for f in full if f.edit is not None]
+    assert len(fixed) >= 2 and full.rest == 0 and full.rest_ns is None
+    whole = [f.saving_incremental_ns for f in fixed]
+    short = Findings(list(full), a, chain=1)
+    assert fixed[0].saving_incremental_ns == whole[0]
+    assert all(f.saving_incremental_ns is None for f in fixed[1:])
+    total = a.timeline.saving(Fix.combine([f.edit for f in fixed]), alone=True)
+    assert short.total_ns == full.total_ns == total
+    assert short.rest == len(fixed) - 1 and short.rest_ns == total - whole[0] == sum(whole[1:])
+    together = short.what_if(a.facts.window_ns, 0)
+    assert (together["rest"], together["rest_saving_ns"]) == (short.rest, short.rest_ns)
+
+
 def _kept_by_loop(group, idx, waits, keep):
     """The per-instance loop the vectorised version replaced (second method)."""
     import numpy as np
