@@ -383,6 +383,7 @@ class _Occurrences:
         self.replan = replan  # the plan built again (from the relation built again)
         self.parts: dict[tuple, pl.DataFrame] | None = None
         self.occ: dict[tuple, pl.DataFrame] | None = None  # ``of`` each group, once released
+        self.examples_of: tuple[int, dict[tuple, list[dict]]] | None = None  # (n, per group)
 
     def release(self) -> None:
         """Keep of each group's rows only its occurrences (what reports read), once the fix
@@ -425,6 +426,24 @@ class _Occurrences:
             return _EMPTY_OCC
         return rows.select(OCCURRENCE[self.relation])
 
+    def examples(self, key: tuple, n: int) -> list[dict]:
+        """The group's ``n`` costliest occurrences (``findings.top_examples``); for a rule
+        with many findings, every group's at once (``top_examples_by_group``), kept."""
+        from .findings import top_examples, top_examples_by_group
+
+        if self.fired.height < EXAMPLES_TOGETHER:
+            return top_examples(self.of(key), n)
+        if self.examples_of is None or self.examples_of[0] != n:
+            keys = self.plan["keys"] if self.plan is not None else None
+            groups = (list(self.occ) if self.occ is not None else
+                      [tuple(r) for r in self.fired.select(keys).iter_rows()])
+            index = {g: i for i, g in enumerate(groups)}
+            frames = [self.of(g).with_columns(pl.lit(i, pl.Int64).alias("group"))
+                      for g, i in index.items()]
+            by_group = top_examples_by_group(pl.concat(frames, how="vertical_relaxed"), n)
+            self.examples_of = (n, {g: by_group.get(i, []) for g, i in index.items()})
+        return self.examples_of[1].get(key, [])
+
 
 def event_columns(rule: Rule, keys: list[str], columns: list[str]) -> list[str]:
     """Of a rule's filtered rows' ``columns``, those its findings' events keep: the group
@@ -456,12 +475,15 @@ def _findings(plan: dict, fired: pl.DataFrame, rel: Relations,
         f = _finding(rule, row, lambda key=key: store.of(key), plan["cost"],
                      plan["constants"] | extra, graph)
         f.event_source = lambda key=key: store.rows(key)
+        f.example_source = lambda n, key=key: store.examples(key, n)
         f.release_events = store.release
         out.append(f)
     return out
 
 
 _EMPTY_OCC = pl.DataFrame(schema={c: pl.Int64 for c in OCCURRENCE_COLUMNS})
+# A rule with at least this many findings has their examples picked together, in one query.
+EXAMPLES_TOGETHER = 32
 
 
 def _label(column: str) -> pl.Expr:

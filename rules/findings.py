@@ -26,6 +26,40 @@ MIN_RUN = 8
 CHAIN = 200
 
 
+# The costliest occurrences first: longest, then earliest; the other columns only order
+# events alike in both (so that examples do not depend on how they were picked).
+_EXAMPLE_ORDER = ("dur_ns", "ts_ns", "pid", "tid", "correlation_id")
+_EXAMPLE_DESCENDING = [True, False, False, False, False]
+
+
+def top_examples(occurrences: pl.DataFrame, n: int) -> list[dict]:
+    """The ``n`` costliest of one finding's ``occurrences``. Lazy: polars then keeps the
+    ``n`` first rows as it sorts (a whole sort took 2.0-2.3 s of 5 M occurrences, the lazy
+    one 17-26 ms, in process)."""
+    return (occurrences.lazy()
+            .sort(_EXAMPLE_ORDER, descending=_EXAMPLE_DESCENDING, nulls_last=True)
+            .head(n).select(list(OCCURRENCE_COLUMNS)).collect().to_dicts())
+
+
+def top_examples_by_group(occurrences: pl.DataFrame, n: int) -> dict[int, list[dict]]:
+    """``top_examples`` of each group of ``occurrences`` (its ``group`` column, an index),
+    in one pass: a partial selection per group (``top_k_by``), then the few kept sorted. One
+    query instead of one per finding (7,848 findings: ~6 s of ~0.8 ms queries)."""
+    if occurrences.height == 0:
+        return {}
+    cols = list(OCCURRENCE_COLUMNS)
+    kept = (occurrences.lazy().group_by("group").agg(
+        pl.struct(cols).top_k_by(list(_EXAMPLE_ORDER), k=n,
+                                 reverse=[not d for d in _EXAMPLE_DESCENDING]).alias("_e"))
+        .explode("_e").unnest("_e")
+        .sort(["group", *_EXAMPLE_ORDER], descending=[False, *_EXAMPLE_DESCENDING],
+              nulls_last=True).collect())
+    out: dict[int, list[dict]] = {}
+    for row in kept.iter_rows(named=True):
+        out.setdefault(row.pop("group"), []).append(row)
+    return out
+
+
 @dataclass
 class Finding:
     """What is wrong, where, what it costs, what fixing it saves and how to fix it.
@@ -68,6 +102,8 @@ class Finding:
     # Builds this finding's occurrences on first use (exports ask; text reports never do).
     occurrence_source: Callable[[], pl.DataFrame] | None = field(default=None, repr=False)
     event_source: Callable[[], pl.DataFrame] | None = field(default=None, repr=False)
+    # The ``n`` costliest occurrences, from the rule's findings together (``examples``).
+    example_source: Callable[[int], list[dict]] | None = field(default=None, repr=False)
     # Drops what ``event_source`` holds beyond the occurrences (after the estimates).
     release_events: Callable[[], None] | None = field(default=None, repr=False)
     edit: Fix | None = field(default=None, repr=False)
@@ -89,12 +125,11 @@ class Finding:
         return self._occurrences
 
     def examples(self, n: int = 5) -> list[dict]:
-        """The ``n`` costliest occurrences (longest first), for reports. Lazy: polars then
-        keeps the ``n`` first rows as it sorts (a whole sort by the two keys took 2.0-2.3 s
-        of 5 M occurrences, the lazy one 17-26 ms, in process)."""
-        return (self.occurrence_frame.lazy()
-                .sort("dur_ns", "ts_ns", descending=[True, False], nulls_last=True)
-                .head(n).select(list(OCCURRENCE_COLUMNS)).collect().to_dicts())
+        """The ``n`` costliest occurrences (``top_examples``), for reports: from
+        ``example_source`` where the rule computes them for all its findings at once."""
+        if self.example_source is not None:
+            return self.example_source(n)
+        return top_examples(self.occurrence_frame, n)
 
     def estimate(self, analysis: Analysis, fix_for: Callable,
                  replay: Callable[[Fix], Callable[[], int]] | None = None) -> None:

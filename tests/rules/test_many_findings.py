@@ -1,0 +1,54 @@
+"""A capture with thousands of call sites (bench/make_synthetic.py, ``sites``): rules with
+hundreds of findings pick every finding's examples in one query, and only the first
+``CHAIN`` fixes are replayed one by one with those above them."""
+from __future__ import annotations
+
+import pytest
+from synthetic import make_synthetic
+from zym import rules
+from zym.analysis import analyze
+from zym.rules import engine
+from zym.rules.findings import OCCURRENCE_COLUMNS, top_examples
+
+
+@pytest.fixture(scope="module")
+def found(tmp_path_factory):
+    path = make_synthetic(6_000, tmp_path_factory.mktemp("sites") / "s.parquet",
+                          sites=800, python_frames=400)
+    analysis = analyze(path)
+    return analysis, rules.evaluate(analysis)
+
+
+def _by_hand(occurrences: list[dict], n: int) -> list[dict]:
+    """The second method: Python's sort of the occurrences as dicts."""
+    key = lambda o: (-o["dur_ns"], o["ts_ns"], o["pid"], o["tid"], o["correlation_id"])
+    return [{c: o[c] for c in OCCURRENCE_COLUMNS} for o in sorted(occurrences, key=key)[:n]]
+
+
+def test_examples_picked_together_are_each_findings_own(found):
+    _, findings = found
+    per_rule: dict[str, int] = {}
+    for f in findings:
+        per_rule[f.rule_id] = per_rule.get(f.rule_id, 0) + 1
+    many = {r for r, k in per_rule.items() if k >= engine.EXAMPLES_TOGETHER}
+    assert many, per_rule  # rules with enough findings to pick them together
+    checked = 0
+    for f in findings:
+        for n in (1, 5):
+            got = f.examples(n)
+            assert got == _by_hand(f.occurrences, n) == top_examples(f.occurrence_frame, n)
+        checked += f.rule_id in many
+    assert checked >= engine.EXAMPLES_TOGETHER
+
+
+def test_the_chain_stops_and_the_rest_adds_up(found):
+    from zym.rules.findings import Findings
+
+    analysis, findings = found
+    fixed = [f for f in findings if f.edit is not None]
+    assert len(fixed) > 12
+    short = Findings(list(findings), analysis, chain=12)
+    inc = [f.saving_incremental_ns for f in fixed]
+    assert all(v is not None for v in inc[:12]) and all(v is None for v in inc[12:])
+    assert short.rest == len(fixed) - 12
+    assert sum(inc[:12]) + short.rest_ns == short.total_ns == findings.total_ns
