@@ -22,27 +22,25 @@ EXIT_REGRESSION = 1  # --fail-on-regression: GPU or wall time per step got worse
 
 
 def print_json(value: object) -> None:
-    """``value`` on stdout as JSON indented by one space, and a newline. msgspec encodes it
-    (~0.3 s for a 120 MB report, against ~4 s for ``json.dumps(indent=1)`` and ~12 s for
-    ``json.dump`` into stdout, chunk by chunk): the same values as the json module writes,
-    text as UTF-8 rather than ``\\u`` escapes, floats in their shortest form (``1e-05`` is
-    ``0.00001``), NaN and infinities as null (strict JSON)."""
-    import msgspec
+    """``value`` on stdout as JSON indented by one space, and a newline, in pieces
+    (:mod:`zym.analysis.export.jsontext`: the json module's layout and values, text as
+    UTF-8)."""
+    from zym.analysis.export.jsontext import json_chunks
 
-    text = msgspec.json.format(msgspec.json.encode(value), indent=1) + b"\n"
     buffer = getattr(sys.stdout, "buffer", None)
     if buffer is None:  # a text-only stream (a test's capture): its own encoding
-        sys.stdout.write(text.decode())
+        sys.stdout.write(b"".join(json_chunks(value)).decode() + "\n")
         return
     sys.stdout.flush()
-    # A write that a reader's leaving (`| head`) cut short returns what it wrote: the next
-    # one raises the broken pipe, which the command then reports as such.
-    view = memoryview(text)
-    while view:
-        taken = buffer.write(view)
-        if not taken:  # a stream that takes nothing (non-blocking, full): not silently lost
-            raise BlockingIOError(errno.EAGAIN, "stdout took no more of the report")
-        view = view[taken:]
+    for chunk in (*json_chunks(value), b"\n"):
+        # A write that a reader's leaving (`| head`) cut short returns what it wrote: the
+        # next one raises the broken pipe, which the command then reports as such.
+        view = memoryview(chunk)
+        while view:
+            taken = buffer.write(view)
+            if not taken:  # a stream that takes nothing (non-blocking, full): not lost silently
+                raise BlockingIOError(errno.EAGAIN, "stdout took no more of the report")
+            view = view[taken:]
     buffer.flush()
 
 

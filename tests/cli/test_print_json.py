@@ -41,3 +41,32 @@ def test_a_report_larger_than_the_pipe_arrives_whole(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True)
     rows = json.loads(done.stdout)["rows"]
     assert len(rows) == 20000 and rows[-1] == {"i": 19999, "text": "µ" * 50}
+
+
+def _value(rng, depth=0):
+    r = rng.random()
+    if depth > 3 or r < 0.3:
+        return rng.choice([1, 2.5, -3, "µs \"q\"\n", None, True, False, [], {}])
+    if r < 0.6:
+        return [_value(rng, depth + 1) for _ in range(rng.randint(0, 5))]
+    return {f"k{i}": _value(rng, depth + 1) for i in range(rng.randint(0, 4))}
+
+
+def test_the_pieces_are_the_json_modules_layout():
+    """Reports with lists longer than a batch (written a batch at a time) and without: the
+    text is the json module's (UTF-8 text), piece boundaries included."""
+    import random
+
+    from zym.analysis.export.jsontext import BATCH, json_chunks
+
+    rng = random.Random(7)
+    sizes = [0, 1, BATCH - 1, BATCH, BATCH + 1, 3 * BATCH - 1]
+    for _ in range(60):
+        value = {f"entry{i}": ([_value(rng) for _ in range(rng.choice(sizes))]
+                               if rng.random() < 0.6 else _value(rng))
+                 for i in range(rng.randint(0, 5))}
+        got = b"".join(json_chunks(value)).decode()
+        assert got == json.dumps(value, indent=1, ensure_ascii=False)
+    for other in ([1, {"a": []}], "x", {}, {1: "int key"}):  # whole, as one piece
+        assert b"".join(json_chunks(other)).decode() == json.dumps(other, indent=1,
+                                                                    ensure_ascii=False)
