@@ -45,28 +45,47 @@ def test_a_report_larger_than_the_pipe_arrives_whole(tmp_path):
 
 def _value(rng, depth=0):
     r = rng.random()
-    if depth > 3 or r < 0.3:
+    if depth > 4 or r < 0.3:
         return rng.choice([1, 2.5, -3, "µs \"q\"\n", None, True, False, [], {}])
+    if r < 0.35:  # a long list of scalars and small containers, at any depth
+        return [rng.choice([1, "x", None, [2], {"k": 3}]) for _ in range(rng.choice([
+            513, 1030]))]
     if r < 0.6:
         return [_value(rng, depth + 1) for _ in range(rng.randint(0, 5))]
     return {f"k{i}": _value(rng, depth + 1) for i in range(rng.randint(0, 4))}
 
 
 def test_the_pieces_are_the_json_modules_layout():
-    """Reports with lists longer than a batch (written a batch at a time) and without: the
-    text is the json module's (UTF-8 text), piece boundaries included."""
+    """Reports with lists longer than a batch (written a batch at a time) and dicts and lists
+    nested deeper than the pieces go (encoded at once): the text is the json module's (UTF-8
+    text), piece boundaries included."""
     import random
 
     from zym.analysis.export.jsontext import BATCH, json_chunks
 
     rng = random.Random(7)
     sizes = [0, 1, BATCH - 1, BATCH, BATCH + 1, 3 * BATCH - 1]
-    for _ in range(60):
-        value = {f"entry{i}": ([_value(rng) for _ in range(rng.choice(sizes))]
-                               if rng.random() < 0.6 else _value(rng))
+    for _ in range(40):
+        value = {f"entry{i}": ([rng.choice([1, "µ", [], {"k": [1]}, _value(rng, 4)])
+                                for _ in range(rng.choice(sizes))]
+                               if rng.random() < 0.3 else _value(rng))
                  for i in range(rng.randint(0, 5))}
         got = b"".join(json_chunks(value)).decode()
         assert got == json.dumps(value, indent=1, ensure_ascii=False)
-    for other in ([1, {"a": []}], "x", {}, {1: "int key"}):  # whole, as one piece
+    for other in ([1, {"a": []}], "x", {}, [], {1: "int key"}, [[[[[1]]]]],
+                  {"a": {"b": {"c": {"d": [1, 2]}}}}):
         assert b"".join(json_chunks(other)).decode() == json.dumps(other, indent=1,
                                                                     ensure_ascii=False)
+
+
+def test_no_piece_holds_much_of_a_large_report():
+    """A few paths each with thousands of kernels (a list short at the top, long inside): the
+    pieces are batches, not the whole text or a whole path."""
+    from zym.analysis.export.jsontext import json_chunks
+
+    value = {"paths": [{"path": i, "kernels": [{"name": f"k{j}", "gpu_ns": j}
+                                                for j in range(5000)]} for i in range(3)]}
+    pieces = list(json_chunks(value))
+    total = sum(map(len, pieces))
+    assert b"".join(pieces).decode() == json.dumps(value, indent=1)
+    assert max(map(len, pieces)) < total / 10

@@ -1,0 +1,48 @@
+"""Two `zym analyze --format json` reports of one input, before and after the chain of
+incremental replays was cut at ``CHAIN`` fixes (rules/findings.py): the same in every key but
+those the cut changes, which are checked against each other.
+
+* each finding the same, except ``saving_incremental_ns`` of the fixes ranked past the chain
+  (null after);
+* ``fixes_together`` the same, with ``rest`` (how many those are) and ``rest_saving_ns`` (what
+  they add: the total less the chain's increments, which are those before) added.
+
+    python bench/same_but_chain.py BEFORE.json AFTER.json
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def main() -> None:
+    a, b = (json.loads(Path(p).read_text()) for p in sys.argv[1:3])
+    assert a.keys() == b.keys()
+    for key in a:
+        if key not in ("findings", "fixes_together"):
+            assert a[key] == b[key], key
+    fa, fb = a["findings"], b["findings"]
+    assert len(fa) == len(fb)
+    cut = [i for i, (x, y) in enumerate(zip(fa, fb))
+           if x["saving_incremental_ns"] != y["saving_incremental_ns"]]
+    for x, y in zip(fa, fb):
+        drop = "saving_incremental_ns"
+        assert {k: v for k, v in x.items() if k != drop} == {k: v for k, v in y.items()
+                                                             if k != drop}
+    ta, tb = dict(a["fixes_together"]), dict(b["fixes_together"])
+    rest, rest_ns = tb.pop("rest", 0), tb.pop("rest_saving_ns", None)
+    assert ta == tb, (ta, tb)
+    kept = [f for f in b["findings"] if f.get("saving_incremental_ns") is not None]
+    if rest:
+        assert all(b["findings"][i].get("saving_incremental_ns") is None for i in cut)
+        assert len(kept) == ta["findings"] - rest
+        assert sum(f["saving_incremental_ns"] for f in kept) + rest_ns == tb["saving_ns"]
+    else:
+        assert not cut and rest_ns is None
+    print(f"same but the cut: {len(fa):,} findings, {ta['findings']:,} fixes, {rest:,} past "
+          f"the chain adding {rest_ns} ns together; every other key the same")
+
+
+if __name__ == "__main__":
+    main()
