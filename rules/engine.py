@@ -428,21 +428,26 @@ class _Occurrences:
 
     def examples(self, key: tuple, n: int) -> list[dict]:
         """The group's ``n`` costliest occurrences (``findings.top_examples``); for a rule
-        with many findings, every group's at once (``top_examples_by_group``), kept."""
+        with many findings of few occurrences each, every group's at once
+        (``top_examples_by_group``: one query, not one each), kept. Findings of many
+        occurrences keep a query each: a lazy sort that keeps ``n`` rows, no copy of them."""
         from .findings import top_examples, top_examples_by_group
 
-        if self.fired.height < EXAMPLES_TOGETHER:
-            return top_examples(self.of(key), n)
-        if self.examples_of is None or self.examples_of[0] != n:
+        if self.examples_of is None and self.fired.height >= EXAMPLES_TOGETHER:
             keys = self.plan["keys"] if self.plan is not None else None
             groups = (list(self.occ) if self.occ is not None else
                       [tuple(r) for r in self.fired.select(keys).iter_rows()])
-            index = {g: i for i, g in enumerate(groups)}
-            frames = [self.of(g).with_columns(pl.lit(i, pl.Int64).alias("group"))
-                      for g, i in index.items()]
-            by_group = top_examples_by_group(pl.concat(frames, how="vertical_relaxed"), n)
-            self.examples_of = (n, {g: by_group.get(i, []) for g, i in index.items()})
-        return self.examples_of[1].get(key, [])
+            of = {g: self.of(g) for g in groups}
+            if sum(f.height for f in of.values()) <= EXAMPLES_ROWS * len(of):
+                frames = [f.with_columns(pl.lit(i, pl.Int64).alias("group"))
+                          for i, f in enumerate(of.values())]
+                by_group = top_examples_by_group(pl.concat(frames, how="vertical_relaxed"), n)
+                self.examples_of = (n, {g: by_group.get(i, []) for i, g in enumerate(of)})
+            else:
+                self.examples_of = (-1, {})  # per finding
+        if self.examples_of is not None and self.examples_of[0] == n:
+            return self.examples_of[1].get(key, [])
+        return top_examples(self.of(key), n)
 
 
 def event_columns(rule: Rule, keys: list[str], columns: list[str]) -> list[str]:
@@ -482,8 +487,10 @@ def _findings(plan: dict, fired: pl.DataFrame, rel: Relations,
 
 
 _EMPTY_OCC = pl.DataFrame(schema={c: pl.Int64 for c in OCCURRENCE_COLUMNS})
-# A rule with at least this many findings has their examples picked together, in one query.
+# A rule with at least this many findings, of at most EXAMPLES_ROWS occurrences each on
+# average, has their examples picked together, in one query.
 EXAMPLES_TOGETHER = 32
+EXAMPLES_ROWS = 4096
 
 
 def _label(column: str) -> pl.Expr:

@@ -268,12 +268,13 @@ _DIRECTIONS = {"HtoD": 1, "DtoH": 2}
 
 def _copies(analysis: Analysis) -> _Copies:
     c = analysis.facts.calls  # a call's row is its call_idx
-    kind = c["copy_kind"]
+    kind = pl.col("copy_kind")
     code = (pl.when(kind == "HtoD").then(1).when(kind == "DtoH").then(2).otherwise(0)
             .cast(pl.Int8))
-    copies = c.select(pl.col("call_idx").cast(pl.Int64), code.alias("kind"),
-                      pl.col("own_row").cast(pl.Int64).fill_null(-1),
-                      pl.col("bytes").cast(pl.Int64).fill_null(0)).filter(pl.col("kind") > 0)
+    copies = c.filter(kind.is_in(list(_DIRECTIONS)).fill_null(False)).select(
+        pl.col("call_idx").cast(pl.Int64), code.alias("kind"),
+        pl.col("own_row").cast(pl.Int64).fill_null(-1),
+        pl.col("bytes").cast(pl.Int64).fill_null(0))
     return _Copies(*(copies[k].to_numpy() for k in ("call_idx", "kind", "own_row", "bytes")))
 
 
