@@ -271,10 +271,10 @@ def _copies(analysis: Analysis) -> _Copies:
     kind = pl.col("copy_kind")
     code = (pl.when(kind == "HtoD").then(1).when(kind == "DtoH").then(2).otherwise(0)
             .cast(pl.Int8))
-    copies = c.filter(kind.is_in(list(_DIRECTIONS)).fill_null(False)).select(
+    copies = c.filter(kind.is_not_null()).select(
         pl.col("call_idx").cast(pl.Int64), code.alias("kind"),
         pl.col("own_row").cast(pl.Int64).fill_null(-1),
-        pl.col("bytes").cast(pl.Int64).fill_null(0))
+        pl.col("bytes").cast(pl.Int64).fill_null(0)).filter(pl.col("kind") > 0)
     return _Copies(*(copies[k].to_numpy() for k in ("call_idx", "kind", "own_row", "bytes")))
 
 
