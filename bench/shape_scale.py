@@ -22,6 +22,7 @@ peak, and the median of each round's ratio to the default shape.
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import subprocess
 import sys
@@ -67,6 +68,8 @@ def main() -> None:
     unknown = [n for n in names if n not in SHAPES]
     if unknown:
         parser.error(f"unknown shape(s): {', '.join(unknown)} (known: {', '.join(SHAPES)})")
+    if shutil.which(args.zym) is None:
+        parser.error(f"{args.zym}: no such program (--zym: the zym console script to run)")
     if "default" not in names:
         names.insert(0, "default")
     args.folder = args.folder.resolve()

@@ -155,8 +155,9 @@ def render_findings(report: dict, console: Console, limit: int | None = None) ->
             head += (f", {fmt_ns(together['saving_per_step_ns'])} a step)"
                      if together.get("saving_per_step_ns") is not None else ")")
     console.print(Text(head, style="bold underline"))
-    if rest_line(together):
-        _wrap(console, rest_line(together).capitalize() + ".", 2, "  ", style="dim")
+    rest = rest_line(together)
+    if rest:
+        _wrap(console, rest[0].upper() + rest[1:] + ".", 2, "  ", style="dim")
     sample = (report.get("replay") or {}).get("sample")
     if sample and findings:
         _wrap(console, sample_line(sample), 2, "  ", style="dim")
@@ -329,7 +330,8 @@ def render_markdown(report: dict, top: int | None = None) -> str:
                 f"{fmt_ns(gpu['window_ns'])} window"
                 + (f" ({together['saving_pct_of_window']:.1f}%)."
                    if together.get("saving_pct_of_window") is not None else ".")
-                + (f" {_md(rest_line(together)).capitalize()}." if rest_line(together) else ""),
+                + (f" {_md(rest_line(together)[0].upper() + rest_line(together)[1:])}."
+                   if rest_line(together) else ""),
                 ""]
     if shown:
         out += ["| | Saves | Severity | Site | Finding | Rule |", "|---|---:|---|---|---|---|"]

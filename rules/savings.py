@@ -258,7 +258,7 @@ class _Copies(NamedTuple):
     were ~225 MB held to the end."""
 
     rows: np.ndarray  # the copies' call_idx, sorted
-    kind: np.ndarray  # int8: 1 host-to-device, 2 device-to-host, 0 other
+    kind: np.ndarray  # int8: 1 host-to-device, 2 device-to-host
     own_row: np.ndarray  # the GPU operation the call made, -1 where none
     nbytes: np.ndarray  # 0 where unknown
 

@@ -6,16 +6,37 @@ is never whole in memory (a 192 MB report whole, then indented: two copies besid
 report): the first ``DEPTH`` levels of dicts and short lists a value at a time, long lists
 ``BATCH`` items at a time, what lies deeper or inside a batch encoded at once.
 
-The values are those the json module writes; the text differs in three ways: non-ASCII text
-is UTF-8, not ``\\u`` escapes; floats are in their shortest form (``1e-05`` is ``0.00001``);
-NaN and infinities are null (strict JSON, which ``jq`` and browsers read).
+The values are those the json module writes, and the text is ASCII as the json module's is:
+every character past ``~`` is a ``\\u`` escape (msgspec writes UTF-8, which would put a name's
+bidirectional overrides and the like on the terminal as they are). The text differs in two
+ways: floats are in their shortest form (``1e-05`` is ``0.00001``); NaN and infinities are
+null (strict JSON, which ``jq`` and browsers read).
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 
 BATCH = 512  # list items encoded at once
 DEPTH = 3  # levels of containers written a value at a time
+_NOT_ASCII = re.compile(rb"[\x7f-\xff]+")  # DEL and UTF-8's bytes: only inside strings
+
+
+def _escape(run: re.Match) -> bytes:
+    """A run of characters past ``~`` as the json module escapes them (``ensure_ascii``)."""
+    out = []
+    for c in run.group().decode():
+        n = ord(c)
+        if n > 0xFFFF:  # a surrogate pair
+            n -= 0x10000
+            out.append(f"\\u{0xD800 | (n >> 10):04x}\\u{0xDC00 | (n & 0x3FF):04x}")
+        else:
+            out.append(f"\\u{n:04x}")
+    return "".join(out).encode()
+
+
+def _ascii(text: bytes) -> bytes:
+    return _NOT_ASCII.sub(_escape, text) if not text.isascii() or b"\x7f" in text else text
 
 
 def json_chunks(value: object) -> Iterator[bytes]:
@@ -25,10 +46,10 @@ def json_chunks(value: object) -> Iterator[bytes]:
     encoder = msgspec.json.Encoder()
 
     def whole(v: object, level: int) -> bytes:
-        text = msgspec.json.format(encoder.encode(v), indent=1)
+        text = _ascii(msgspec.json.format(encoder.encode(v), indent=1))
         return text.replace(b"\n", b"\n" + b" " * level) if level else text
 
-    yield from _pieces(value, 0, whole, encoder.encode)
+    yield from _pieces(value, 0, whole, lambda key: _ascii(encoder.encode(key)))
 
 
 def _pieces(v: object, level: int, whole: Callable[[object, int], bytes],

@@ -52,3 +52,32 @@ def test_the_chain_stops_and_the_rest_adds_up(found):
     assert all(v is not None for v in inc[:12]) and all(v is None for v in inc[12:])
     assert short.rest == len(fixed) - 12
     assert sum(inc[:12]) + short.rest_ns == short.total_ns == findings.total_ns
+
+
+def test_the_pinned_memory_edit_is_the_copies_own(found):
+    """The pinned-memory model's edit of each finding against a second method: the finding's
+    calls looked up in the calls table with polars (their copy direction, own operation and
+    bytes), and the edit built from those rows as the model's doc says."""
+    import numpy as np
+    import polars as pl
+    from zym.rules.savings import _async_copy_cost, _host_bandwidth
+
+    analysis, findings = found
+    pinned = [f for f in findings if f.saving_model.get("model") == "pin" and f.edit is not None]
+    assert pinned
+    calls = analysis.facts.calls
+    for f in pinned:
+        idx = f.event_source()["call_idx"].drop_nulls().unique().to_list()  # its calls
+        rows = calls.filter(pl.col("call_idx").is_in(idx)
+                            & pl.col("copy_kind").is_in(["HtoD", "DtoH"]))
+        want_cost, want_ops, want_dur = [], [], []
+        for direction in ("HtoD", "DtoH"):
+            mine = rows.filter(pl.col("copy_kind") == direction).sort("call_idx")
+            bw, _ = _host_bandwidth(analysis, direction)
+            want_cost += [_async_copy_cost(analysis, direction)] * mine.height
+            own = mine.filter(pl.col("own_row").is_not_null())
+            want_ops += own["own_row"].to_list()
+            want_dur += [int(b / bw + 1_000) for b in own["bytes"].fill_null(0).to_list()]
+        assert np.array_equal(np.sort(f.edit.cost_calls), rows["call_idx"].sort().to_numpy())
+        assert f.edit.cost_ns.tolist() == want_cost
+        assert f.edit.gpu_ops.tolist() == want_ops and f.edit.gpu_dur_ns.tolist() == want_dur
