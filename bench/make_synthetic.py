@@ -102,8 +102,11 @@ def events(n: int, rng: np.random.Generator, leaves: np.ndarray, site_api: np.nd
     gpu_mask = api != 4  # syncs make no GPU work
     g = int(gpu_mask.sum())
     gkind = np.array(["kernel", "kernel", "copy", "memset"])[api[gpu_mask]]
-    kernel_names = np.array([f"void kernel_{i}<float>(float*, int)" for i in range(shape.kernel_names)])
-    pick = (site[gpu_mask] if shape.kernel_names <= shape.sites else np.arange(g)) % shape.kernel_names
+    # past the sites, a name per launch (cycled): only as many names as there are launches
+    per_launch = shape.kernel_names > shape.sites
+    count = min(shape.kernel_names, g) if per_launch else shape.kernel_names
+    kernel_names = np.array([f"void kernel_{i}<float>(float*, int)" for i in range(count)])
+    pick = (np.arange(g) if per_launch else site[gpu_mask]) % count
     gname = np.where(gkind == "kernel", kernel_names[pick],
                      np.where(gkind == "copy", "Memcpy DtoH (Device -> Pageable)",
                               "Memset (Device)"))
