@@ -75,16 +75,21 @@ def main() -> None:
     args.folder = args.folder.resolve()
     args.folder.mkdir(parents=True, exist_ok=True)
     paths = {n: capture(n, args.ops, args.folder) for n in names}
-    cmd = [args.zym, "analyze", "", "--format", "json", "--no-progress"]
+    def command(path: Path) -> list[str]:
+        return [args.zym, "analyze", str(path), "--format", "json", "--no-progress"]
+
     for n in names:  # warm: numba's cache, the page cache
-        subprocess.run(cmd[:2] + [str(paths[n])] + cmd[3:], check=True,
-                       stdout=subprocess.DEVNULL)
+        done = subprocess.run(command(paths[n]), check=False, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
+        if done.returncode:
+            last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+            parser.exit(2, f"shape_scale.py: zym analyze failed on {paths[n]}: {last}\n")
     runs: dict[str, list[dict]] = {n: [] for n in names}
     others = names[1:]
     for r in range(args.rounds):
         k = r % len(others) if others else 0
         for n in ["default", *others[k:], *others[:k]]:
-            row = run_measured(cmd[:2] + [str(paths[n])] + cmd[3:])
+            row = run_measured(command(paths[n]))
             runs[n].append(row)
             print(f"round {r + 1} {n}: {row['wall_s']:.2f} s, {row['tree_mb']:.0f} MB", flush=True)
     print(f"\n{args.ops:,} GPU operations each; wall s and peak MB: median (min-max); "
