@@ -434,9 +434,8 @@ class _Occurrences:
         from .findings import top_examples, top_examples_by_group
 
         if self.examples_of is None and self.fired.height >= EXAMPLES_TOGETHER:
-            keys = self.plan["keys"] if self.plan is not None else None
-            groups = (list(self.occ) if self.occ is not None else
-                      [tuple(r) for r in self.fired.select(keys).iter_rows()])
+            groups = (list(self.occ) if self.occ is not None else  # (else the plan is kept)
+                      [tuple(r) for r in self.fired.select(self.plan["keys"]).iter_rows()])
             of = {g: self.of(g) for g in groups}
             if sum(f.height for f in of.values()) <= EXAMPLES_ROWS * len(of):
                 frames = [f.with_columns(pl.lit(i, pl.Int64).alias("group"))

@@ -81,3 +81,30 @@ def test_the_pinned_memory_edit_is_the_copies_own(found):
         assert np.array_equal(np.sort(f.edit.cost_calls), rows["call_idx"].sort().to_numpy())
         assert f.edit.cost_ns.tolist() == want_cost
         assert f.edit.gpu_ops.tolist() == want_ops and f.edit.gpu_dur_ns.tolist() == want_dur
+
+
+def test_the_reports_say_what_the_fixes_past_the_chain_add(found):
+    """Text, markdown and HTML say, under the total, how many fixes are past the chain and
+    what they add together; the JSON report has both numbers."""
+    import io
+
+    from rich.console import Console
+    from zym.analysis.export.html_report import _summary_html
+    from zym.analysis.export.summary import build_report
+    from zym.analysis.units import fmt_ns
+    from zym.cli.render import render_markdown, render_report
+    from zym.rules.findings import Findings
+
+    analysis, findings = found
+    short = Findings(list(findings), analysis, chain=12)
+    report = build_report(analysis, short, 5, 0)
+    together = report["fixes_together"]
+    assert (together["rest"], together["rest_saving_ns"]) == (short.rest, short.rest_ns)
+    line = f"{short.rest:,} fixes ranked below the first 12 add ~{fmt_ns(short.rest_ns)}"
+    out = io.StringIO()
+    render_report(report, Console(file=out, width=400), 5)
+    assert line in out.getvalue()
+    assert line.replace("~", "\\~").replace(".", "\\.") in render_markdown(report, 5)
+    assert line in _summary_html(report)
+    plain = build_report(analysis, findings, 5, 0)["fixes_together"]  # the whole chain
+    assert (plain["rest"], plain["rest_saving_ns"]) == (0, None)
