@@ -14,6 +14,7 @@ null (strict JSON, which ``jq`` and browsers read).
 """
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterator
 
@@ -23,16 +24,9 @@ _NOT_ASCII = re.compile(rb"[\x7f-\xff]+")  # DEL and UTF-8's bytes: only inside 
 
 
 def _escape(run: re.Match) -> bytes:
-    """A run of characters past ``~`` as the json module escapes them (``ensure_ascii``)."""
-    out = []
-    for c in run.group().decode():
-        n = ord(c)
-        if n > 0xFFFF:  # a surrogate pair
-            n -= 0x10000
-            out.append(f"\\u{0xD800 | (n >> 10):04x}\\u{0xDC00 | (n & 0x3FF):04x}")
-        else:
-            out.append(f"\\u{n:04x}")
-    return "".join(out).encode()
+    """A run of characters past ``~`` as the json module escapes them (its C encoder: no
+    quote or backslash is in the run, so its text between the quotes is the escapes)."""
+    return json.dumps(run.group().decode())[1:-1].encode()
 
 
 def _ascii(text: bytes) -> bytes:
