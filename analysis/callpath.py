@@ -20,9 +20,11 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+import numpy as np
 import polars as pl
 from zym.schemas.stacks import MAX_ROUNDS
 
+from .trie import NONE, Trie
 from .usercode import compiled_frames, is_user_frame
 
 if TYPE_CHECKING:
@@ -161,54 +163,112 @@ def _paths(calls: pl.DataFrame, gpu_ops: pl.DataFrame, sites: pl.DataFrame) -> p
 
 
 class CallPathGraph:
-    """A tree of stack nodes (parent -> child) weighted by GPU time.
+    """A tree of stack nodes (parent -> child) weighted by GPU time, held as arrays: one entry
+    per distinct stack node, in the order of the nodes frame (parents before children), and
+    the unknown stack's work as a root of its own.
 
-    Node attributes (``attrs[node]``): ``frame`` (kind, name, file, line), ``self_gpu_ns`` (GPU
-    work of calls whose stack ends there), ``total_gpu_ns`` (self plus all descendants), same
-    for ``*_blocked_ns``. Held as plain dicts (one entry per distinct stack node); ``graph``
-    gives the same tree as a networkx ``DiGraph``, imported only when asked for, so that
-    `zym analyze` does not load networkx.
+    Per node: its frame (``kind``, ``name``, ``file``, ``line``, ``is_user``, ``module``),
+    ``self_gpu_ns`` (GPU work of calls whose stack ends there), ``total_gpu_ns`` (self plus
+    every descendant), the same for ``*_blocked_ns``. :meth:`node` and :meth:`path` give them
+    as dicts; ``attrs`` (every node) and ``graph`` (a networkx ``DiGraph``, imported only
+    when asked for, so that `zym analyze` does not load networkx) are built when first read.
     """
 
-    def __init__(self, attrs: dict[int, dict], parent: dict[int, int | None]) -> None:
-        self.attrs, self.parent = attrs, parent
-        self.children: dict[int, list[int]] = {n: [] for n in attrs}
-        for node, up in parent.items():
-            if up is not None:
-                self.children[up].append(node)
+    FRAME = ("kind", "name", "file", "line", "is_user", "module")
+
+    def __init__(self, frames: pl.DataFrame, trie: Trie, self_gpu: np.ndarray,
+                 self_blocked: np.ndarray) -> None:
+        self.trie = trie
+        self._frames = frames
+        self.self_gpu_ns, self.self_blocked_ns = self_gpu, self_blocked
+        self.total_gpu_ns_of = trie.subtree_sums(self_gpu)
+        self.total_blocked_ns_of = trie.subtree_sums(self_blocked)
 
     @classmethod
     def from_tables(cls, nodes: pl.DataFrame, paths: pl.DataFrame) -> CallPathGraph:
         """``nodes`` sorted by depth (parents before children), as :func:`stack_nodes` gives."""
-        weights = {r["path_id"]: r for r in paths.select(
-            "path_id", "gpu_ns", "cpu_blocked_ns").iter_rows(named=True)}
-        attrs: dict[int, dict] = {}
-        parent: dict[int, int | None] = {}
-        for row in nodes.select("stack_id", "parent_id", "kind", "name", "file", "line", "is_user",
-                                "module").iter_rows(named=True):
-            w = weights.get(row["stack_id"], {})
-            attrs[row["stack_id"]] = {
-                "kind": row["kind"], "name": row["name"], "file": row["file"],
-                "line": row["line"], "is_user": row["is_user"], "module": row["module"],
-                "self_gpu_ns": w.get("gpu_ns", 0), "self_blocked_ns": w.get("cpu_blocked_ns", 0)}
-            parent[row["stack_id"]] = row["parent_id"]
-        if UNKNOWN_STACK in weights:
-            w = weights[UNKNOWN_STACK]
-            attrs[UNKNOWN_STACK] = {"kind": "unknown", "name": "(unknown stack)", "file": None,
-                                    "line": None, "is_user": False, "module": None,
-                                    "self_gpu_ns": w["gpu_ns"],
-                                    "self_blocked_ns": w["cpu_blocked_ns"]}
-            parent[UNKNOWN_STACK] = None
-        graph = cls(attrs, parent)
-        graph._add_totals()
-        return graph
+        frames = nodes.select("stack_id", "parent_id", "depth", *cls.FRAME).with_columns(
+            pl.col("kind").cast(pl.String))
+        if paths.filter(pl.col("path_id") == UNKNOWN_STACK).height:
+            unknown = pl.DataFrame({"stack_id": [UNKNOWN_STACK], "parent_id": [None], "depth": [0],
+                                    "kind": ["unknown"], "name": ["(unknown stack)"],
+                                    "is_user": [False]})
+            frames = pl.concat([frames, unknown], how="diagonal_relaxed")
+        trie = Trie.of(frames)
+        rows = trie.rows_of(paths["path_id"].cast(pl.Int64).to_numpy())
+        known = rows != NONE
+        self_gpu = np.zeros(len(trie), np.int64)
+        self_blocked = np.zeros(len(trie), np.int64)
+        self_gpu[rows[known]] = paths["gpu_ns"].to_numpy()[known]
+        self_blocked[rows[known]] = paths["cpu_blocked_ns"].to_numpy()[known]
+        return cls(frames.drop("parent_id", "depth"), trie, self_gpu, self_blocked)
 
-    def _add_totals(self) -> None:
-        for node in reversed(list(self.attrs)):  # children (deeper) before their parents
-            a = self.attrs[node]
-            kids = [self.attrs[c] for c in self.children[node]]
-            a["total_gpu_ns"] = a["self_gpu_ns"] + sum(c["total_gpu_ns"] for c in kids)
-            a["total_blocked_ns"] = a["self_blocked_ns"] + sum(c["total_blocked_ns"] for c in kids)
+    @cached_property
+    def _columns(self) -> dict[str, list]:
+        return {c: self._frames[c].to_list() for c in self.FRAME}
+
+    @cached_property
+    def _row(self) -> dict[int, int]:
+        return dict(zip(self.trie.ids.tolist(), range(len(self.trie))))
+
+    def _node_at(self, row: int) -> dict:
+        cols = self._columns
+        return {**{c: cols[c][row] for c in self.FRAME},
+                "self_gpu_ns": int(self.self_gpu_ns[row]),
+                "self_blocked_ns": int(self.self_blocked_ns[row]),
+                "total_gpu_ns": int(self.total_gpu_ns_of[row]),
+                "total_blocked_ns": int(self.total_blocked_ns_of[row])}
+
+    def node(self, stack_id: int) -> dict | None:
+        """One node's frame and weights; None for a stack id the graph does not hold."""
+        row = self._row.get(stack_id)
+        return None if row is None else self._node_at(row)
+
+    def path(self, stack_id: int) -> list[dict]:
+        """The frames from the root down to ``stack_id``, outermost first (each node's
+        attributes and its ``stack_id``)."""
+        row = self._row.get(stack_id)
+        if row is None:
+            return []
+        ids = self.trie.ids
+        return [self._node_at(r) | {"stack_id": int(ids[r])}
+                for r in self.trie.paths(np.array([row]))[0]]
+
+    def path_rows(self, stack_id: int) -> list[int]:
+        """The rows from the root down to ``stack_id`` (none for a stack it does not hold);
+        :meth:`column` gives each row's frame."""
+        row = self._row.get(stack_id)
+        return [] if row is None else self.trie.paths(np.array([row]))[0]
+
+    def column(self, name: str) -> list:
+        """One of :attr:`FRAME`'s values, per row."""
+        return self._columns[name]
+
+    def user_frames(self, stack_id: int) -> list[dict]:
+        """The user frames (``file``, ``line``, ``name``) from the root down to ``stack_id``."""
+        file, line, name, user = (self._columns[c] for c in ("file", "line", "name", "is_user"))
+        return [{"file": file[r], "line": line[r], "name": name[r]}
+                for r in self.path_rows(stack_id) if user[r]]
+
+    @cached_property
+    def attrs(self) -> dict[int, dict]:
+        """Every node's attributes by stack id (built when first read)."""
+        return {int(sid): self._node_at(r) for r, sid in enumerate(self.trie.ids.tolist())}
+
+    @cached_property
+    def parent(self) -> dict[int, int | None]:
+        ids, up = self.trie.ids.tolist(), self.trie.parent.tolist()
+        return {sid: (ids[u] if u != NONE else None) for sid, u in zip(ids, up)}
+
+    @cached_property
+    def children(self) -> dict[int, list[int]]:
+        """Each node's children, in the nodes' order."""
+        ids = self.trie.ids.tolist()
+        out: dict[int, list[int]] = {sid: [] for sid in ids}
+        for sid, u in zip(ids, self.trie.parent.tolist()):
+            if u != NONE:
+                out[ids[u]].append(sid)
+        return out
 
     @cached_property
     def graph(self) -> nx.DiGraph:
@@ -221,15 +281,7 @@ class CallPathGraph:
         return g
 
     def roots(self) -> list[int]:
-        return [n for n, up in self.parent.items() if up is None]
-
-    def path(self, stack_id: int) -> list[dict]:
-        """The frames from the root down to ``stack_id``, outermost first."""
-        chain, node = [], stack_id if stack_id in self.attrs else None
-        while node is not None:
-            chain.append(self.attrs[node] | {"stack_id": node})
-            node = self.parent[node]
-        return chain[::-1]
+        return self.trie.ids[self.trie.parent == NONE].tolist()
 
     def total_gpu_ns(self) -> int:
-        return sum(self.attrs[r]["total_gpu_ns"] for r in self.roots())
+        return int(self.total_gpu_ns_of[self.trie.parent == NONE].sum())

@@ -27,7 +27,7 @@ from zym.schemas.lookup import distinct_text, per_distinct
 
 from .correlate import match_rows
 from .kernels import classify_kernels, classify_names
-from .sites import site_table
+from .sites import site_frames, site_table
 from .timeline import busy_intervals, gpu_work
 
 if TYPE_CHECKING:
@@ -122,6 +122,14 @@ class Facts:
         sites = site_table(self.nodes)
         return sites.with_columns(
             pl.col(c).cast(pl.Int32) for c in EVENT_SITE_COLUMNS if _fits_int32(sites[c]))
+
+    @cached_property
+    def sites_with_frames(self) -> pl.DataFrame:
+        """:attr:`sites` with ``frames``, each site's Python frames as text
+        (:func:`~zym.analysis.sites.site_frames`): built only where a rule reads it."""
+        frames = site_frames(self.nodes).select(
+            pl.col("stack_id").cast(self.sites["site_id"].dtype).alias("site_id"), "frames")
+        return self.sites.join(frames, on="site_id", how="left", maintain_order="left")
 
     def site_of(self, stack: pl.Series, columns: tuple[str, ...] = EVENT_SITE_COLUMNS
                 ) -> list[pl.Series]:

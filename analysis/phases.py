@@ -30,6 +30,7 @@ import numpy as np
 import polars as pl
 
 from .load import SpanTable
+from .trie import NONE, Trie
 
 MIN_STEPS = 3
 PROFILER_STEP = r"^ProfilerStep#\d+$"  # the range torch.profiler's prof.step() opens
@@ -103,15 +104,10 @@ class Phases:
         return 0 if self.steps is None else self.steps.count - self.warmup_steps
 
 
-def user_paths(nodes: pl.DataFrame) -> dict[int, list[tuple[str, str, int]]]:
-    """Per stack node, its user frames from the outermost: ``(file, function, line)``.
-    A pass over the distinct stack nodes (a trie: thousands, however many events)."""
-    out: dict[int, list[tuple[str, str, int]]] = {}
-    for sid, parent, is_user, file, name, line in nodes.sort("depth").select(
-            "stack_id", "parent_id", "is_user", "file", "name", "line").iter_rows():
-        up = out.get(parent, []) if parent is not None else []
-        out[sid] = up + [(file, name, line)] if is_user else up
-    return out
+def _frame_mask(nodes: pl.DataFrame, file: str, name: str) -> np.ndarray:
+    """The user frames of ``file``'s function ``name``."""
+    return nodes.select(pl.col("is_user") & (pl.col("file") == file) & (pl.col("name") == name))\
+        .to_series().fill_null(False).to_numpy()
 
 
 def step_threads(calls: pl.DataFrame, nodes: pl.DataFrame, steps: Steps) -> np.ndarray:
@@ -120,11 +116,40 @@ def step_threads(calls: pl.DataFrame, nodes: pl.DataFrame, steps: Steps) -> np.n
     (torch.profiler's own steps), the steps' thread alone."""
     if steps.source == "profiler steps":
         return np.array([steps.thread], np.int64)
-    paths = user_paths(nodes)
-    under = [sid for sid, path in paths.items()
-             if any(f == steps.file and fn == steps.name for f, fn, _ in path)]
-    hit = calls.filter(pl.col("stack_id").is_in(pl.Series(under, dtype=pl.Int64).implode()))
+    trie = Trie.of(nodes)
+    under = pl.Series(trie.ids[trie.under(_frame_mask(nodes, steps.file, steps.name))],
+                      dtype=pl.Int64)
+    hit = calls.filter(pl.col("stack_id").is_in(under.implode()))
     return np.union1d(hit["_thread"].unique().to_numpy(), [steps.thread]).astype(np.int64)
+
+
+def _coverage(trie: Trie, nodes: pl.DataFrame, per_stack: pl.DataFrame) -> pl.DataFrame:
+    """Per user function (``file``, ``name``) on the stacks of ``per_stack`` (``stack_id``,
+    ``len``: calls): the calls whose stack has it (``n``, each stack counted once however
+    often the function recurs on it) and how far inside the stacks it is called (``depth``:
+    the most user frames above it on one of them)."""
+    user = nodes["is_user"].fill_null(False).to_numpy()
+    inside = trie.count_above(user)     # user frames above each node
+    rows = trie.rows_of(per_stack["stack_id"].cast(pl.Int64).to_numpy())
+    which = np.arange(len(rows))
+    stack_of, frame_of = [], []
+    while len(rows):                    # every node above each stack, one level a round
+        keep = rows != NONE
+        rows, which = rows[keep], which[keep]
+        hit = user[rows]
+        stack_of.append(which[hit])
+        frame_of.append(rows[hit])
+        rows = trie.parent[rows]
+    stack_of = np.concatenate(stack_of) if stack_of else np.zeros(0, np.int64)
+    frame_of = np.concatenate(frame_of) if frame_of else np.zeros(0, np.int64)
+    pairs = pl.DataFrame({
+        "stack": stack_of, "n": per_stack["len"].cast(pl.Int64).to_numpy()[stack_of],
+        "depth": inside[frame_of],
+        "file": nodes["file"].cast(pl.String).gather(frame_of),
+        "name": nodes["name"].cast(pl.String).gather(frame_of)})
+    return pairs.group_by("file", "name").agg(
+        pl.col("n").filter(pl.struct("stack", "file", "name").is_first_distinct()).sum(),
+        pl.col("depth").max())
 
 
 def main_thread(calls: pl.DataFrame, gpu: pl.DataFrame) -> int | None:
@@ -149,20 +174,14 @@ def find_steps(calls: pl.DataFrame, gpu: pl.DataFrame, nodes: pl.DataFrame,
     mine = calls.filter((pl.col("_thread") == thread) & pl.col("stack_id").is_not_null())
     if mine.height < MIN_STEPS:
         return None
-    paths = user_paths(nodes)
+    trie = Trie.of(nodes)
     # Functions on the stacks of main-thread calls, counted once per distinct stack.
-    per_stack = mine.group_by("stack_id").len()
-    coverage: dict[tuple[str, str], int] = {}
-    depth: dict[tuple[str, str], int] = {}   # how far inside the stacks it is called
-    for sid, n in per_stack.iter_rows():
-        path = paths.get(sid, [])
-        for i, (f, fn, _) in enumerate(path):
-            depth[(f, fn)] = max(depth.get((f, fn), 0), i)
-        for key in {(f, fn) for f, fn, _ in path}:
-            coverage[key] = coverage.get(key, 0) + n
+    covered = _coverage(trie, nodes, mine.group_by("stack_id").len()).filter(
+        pl.col("n") >= MIN_COVERAGE * mine.height)
+    depth = {(f, fn): d for f, fn, d in covered.select("file", "name", "depth").iter_rows()}
     # the widest coverage first; among equals (main and <module> on every stack) the innermost,
     # then by name: never the order of a set of strings, which varies from run to run
-    ranked = sorted(((n, key) for key, n in coverage.items() if n >= MIN_COVERAGE * mine.height),
+    ranked = sorted(((n, (f, fn)) for f, fn, n in covered.select("file", "name", "n").iter_rows()),
                     key=lambda x: (-x[0], -depth[x[1]], x[1]))
     have_spans = spans is not None and spans.height > 0
     for _, (file, name) in ranked:
@@ -171,7 +190,7 @@ def find_steps(calls: pl.DataFrame, gpu: pl.DataFrame, nodes: pl.DataFrame,
             starts, ends = _span_steps(spans, ids, mine)
             source = "spans"
         else:
-            starts, ends = _line_steps(mine, paths, file, name)
+            starts, ends = _line_steps(mine, trie, nodes, file, name)
             source = "lines"
         if len(starts) >= MIN_STEPS:
             from .sites import short_paths
@@ -199,16 +218,17 @@ def _profiler_steps(spans: SpanTable, nodes: pl.DataFrame, mine: pl.DataFrame, t
                  end_ns=ends, source="profiler steps", thread=thread)
 
 
-def _line_steps(mine: pl.DataFrame, paths: dict, file: str, name: str
+def _line_steps(mine: pl.DataFrame, trie: Trie, nodes: pl.DataFrame, file: str, name: str
                 ) -> tuple[np.ndarray, np.ndarray]:
     """Calls of ``file:name`` from executing lines: a new call starts where the function's
-    line goes back to its first CUDA-issuing line, or after calls outside it."""
-    line_of = {}
-    for sid, path in paths.items():
-        hit = next((ln for f, fn, ln in path if f == file and fn == name), None)
-        if hit is not None:
-            line_of[sid] = hit
-    lines = mine["stack_id"].replace_strict(line_of, default=None, return_dtype=pl.Int64)
+    line goes back to its first CUDA-issuing line, or after calls outside it. The line of a
+    call is that of the function's outermost frame on its stack (a recursive call is part of
+    its caller's)."""
+    outer = trie.outermost(_frame_mask(nodes, file, name))
+    rows = trie.rows_of(mine["stack_id"].cast(pl.Int64).to_numpy())
+    at = np.where(rows != NONE, outer[np.maximum(rows, 0)], NONE)
+    lines = nodes["line"].cast(pl.Int64).gather(np.maximum(at, 0)).scatter(
+        np.flatnonzero(at == NONE), None)
     has = lines.is_not_null().to_numpy()
     ln = lines.fill_null(-1).to_numpy()
     if not has.any():
@@ -289,11 +309,9 @@ def compile_activity(calls: pl.DataFrame, nodes: pl.DataFrame) -> tuple[int, int
 
 def _descendants(nodes: pl.DataFrame, roots: pl.Series) -> pl.Series:
     """Stack nodes at or below any of ``roots``."""
-    inside: set[int] = set(roots.to_list())
-    for sid, parent in nodes.sort("depth").select("stack_id", "parent_id").iter_rows():
-        if parent in inside:
-            inside.add(sid)
-    return pl.Series("stack_id", sorted(inside), dtype=pl.Int64)
+    trie = Trie.of(nodes)
+    inside = trie.under(np.isin(trie.ids, roots.cast(pl.Int64).to_numpy()))
+    return pl.Series("stack_id", np.sort(trie.ids[inside]), dtype=pl.Int64)
 
 
 def find_phases(calls: pl.DataFrame, gpu: pl.DataFrame, nodes: pl.DataFrame,

@@ -20,7 +20,7 @@ import numpy as np
 import polars as pl
 
 from .callpath import UNKNOWN_STACK
-from .phases import user_paths
+from .trie import Trie
 
 if TYPE_CHECKING:
     from .report import Analysis
@@ -171,9 +171,7 @@ def site_identity(analysis: Analysis) -> pl.DataFrame:
          .sort("_cost", "stack_id", descending=[True, False], nulls_last=True)
          .unique("code_site", keep="first", maintain_order=True))
     short = dict(zip(facts.sites["user_file"].to_list(), facts.sites["user_short_file"].to_list()))
-    chains = user_paths(facts.nodes)
-    callers = [">".join(f"{short.get(f, f)} {fn}" for f, fn, _ in chains.get(sid, [])[:-1])
-               for sid in s["stack_id"].to_list()]
+    callers = _callers(facts.nodes, s["stack_id"], short)
     ident = s.select(
         "code_site", pl.col("user_short_file").alias("file"), pl.col("user_line").alias("line"),
         pl.col("user_function").alias("function"), pl.col("user_module").alias("module"),
@@ -182,6 +180,19 @@ def site_identity(analysis: Analysis) -> pl.DataFrame:
     unknown = pl.DataFrame({"code_site": [UNKNOWN_STACK], "site": ["(unknown stack)"],
                             "op_chain": ["(unknown stack)"]})
     return pl.concat([ident, unknown], how="diagonal_relaxed")
+
+
+def _callers(nodes: pl.DataFrame, stacks: pl.Series, short: dict[str, str]) -> list[str]:
+    """For each stack, the user frames above its innermost one, as ``file function`` joined
+    by ``>``, outermost first."""
+    trie = Trie.of(nodes)
+    user = nodes["is_user"].fill_null(False).to_list()
+    files, names = nodes["file"].to_list(), nodes["name"].to_list()
+    out = []
+    for path in trie.paths(trie.rows_of(stacks.cast(pl.Int64).to_numpy())):
+        frames = [r for r in path if user[r]][:-1]
+        out.append(">".join(f"{short.get(files[r], files[r])} {names[r]}" for r in frames))
+    return out
 
 
 def _findings_with_sites(findings: list[dict], sites: pl.DataFrame) -> list[dict]:

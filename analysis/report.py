@@ -249,8 +249,10 @@ class Analysis:
 
     def _path_dict(self, row: dict, total_gpu: int, ops: dict[int, list[dict]]) -> dict:
         graph = self.call_paths.graph
-        stack = graph.path(row["path_id"])
-        node = graph.attrs.get(row["path_id"], {})
+        rows = graph.path_rows(row["path_id"])
+        kind, name, file, line, user = (graph.column(c) for c in (
+            "kind", "name", "file", "line", "is_user"))
+        node = graph.node(row["path_id"]) or {}
         return {
             "path_id": row["path_id"],
             "site": row["site"],
@@ -259,7 +261,7 @@ class Analysis:
                 "function": row["user_function"], "module": row["user_module"],
                 "source": row["user_source"]},
             "mechanism": row["mechanism"],
-            "user_chain": [f"{f['file']}:{f['line']} {f['name']}" for f in stack if f["is_user"]],
+            "user_chain": [f"{file[r]}:{line[r]} {name[r]}" for r in rows if user[r]],
             "torch_op": row["torch_op"], "api": row["api"],
             "gpu_ns": row["gpu_ns"],
             # Self: GPU work of calls whose stack ends exactly here; total: with the subtree.
@@ -271,7 +273,8 @@ class Analysis:
             "calls": row["calls"], "launches": row["launches"], "syncs": row["syncs"],
             "cpu_call_ns": row["cpu_call_ns"], "cpu_blocked_ns": row["cpu_blocked_ns"],
             "gpu_ops": ops.get(row["path_id"], []),
-            "stack": [{k: f[k] for k in ("kind", "name", "file", "line")} for f in stack],
+            "stack": [{"kind": kind[r], "name": name[r], "file": file[r], "line": line[r]}
+                      for r in rows],
         }
 
 

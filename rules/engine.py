@@ -86,6 +86,7 @@ def _evaluate(analysis: Analysis, rules: list[Rule], rel: Relations) -> list[Fin
     for rule in rules:
         needed.setdefault(rule.relation, set()).update(rule_columns(rule))
         wheres.setdefault(rule.relation, []).append(rule.where)
+        rel.reading_sites(site_columns_read(rule))
     # One relation at a time, each dropped once its rules' queries have run: from then on a
     # frame is held only by the plans of rules that fired (each until its findings' fixes are
     # estimated), so a relation no finding reads (at 10 M GPU operations, the GPU relation's
@@ -233,6 +234,25 @@ def rule_columns(rule: Rule) -> set[str]:
     what every rule needs (standard measures, occurrences, site keys)."""
     from zym.analysis.relations import EVENT_SITE_COLUMNS, SITE_COLUMNS
 
+    cols = _names(rule)
+    site_only = set(SITE_COLUMNS) - set(EVENT_SITE_COLUMNS) - set(rule.group_by)
+    cols = (cols - site_only) & set(COLUMNS[rule.relation])
+    if cols & set(DEFERRED):  # gathered per rule after its other filters (see _plan)
+        cols = (cols - set(DEFERRED)) | {"call_idx"}
+    return cols
+
+
+def site_columns_read(rule: Rule) -> set[str]:
+    """The site table's columns a rule names (filters, groups, measures, templates)."""
+    from zym.analysis.relations import SITE_COLUMNS
+
+    return _names(rule) & set(SITE_COLUMNS)
+
+
+def _names(rule: Rule) -> set[str]:
+    """Every column a rule names, and what every rule of its relation reads."""
+    from zym.analysis.relations import EVENT_SITE_COLUMNS
+
     from .model import template_names
 
     cols = set(rule.group_by) | {"stack_id", *EVENT_SITE_COLUMNS, ROW_KEY[rule.relation],
@@ -264,10 +284,6 @@ def rule_columns(rule: Rule) -> set[str]:
     cols.update(c for c in ("api", "name") if c in COLUMNS[rule.relation])  # "what" fallback
     if rule.relation == "steps":
         cols.add("function")
-    site_only = set(SITE_COLUMNS) - set(EVENT_SITE_COLUMNS) - set(rule.group_by)
-    cols = (cols - site_only) & set(COLUMNS[rule.relation])
-    if cols & set(DEFERRED):  # gathered per rule after its other filters (see _plan)
-        cols = (cols - set(DEFERRED)) | {"call_idx"}
     return cols
 
 
@@ -399,12 +415,8 @@ class _Occurrences:
     def rows(self, key: tuple) -> pl.DataFrame:
         """The group's filtered rows, with the columns the fix models and the occurrences
         read (:func:`event_columns`), not every column the rules read."""
-        if self.plan is None:
-            self.plan = self.replan()
-        rows = self.plan["rows"]
-        rows = rows.select(event_columns(self.plan["rule"], self.plan["keys"],
-                                         rows.collect_schema().names()))
-        if self.parts is None:
+        if self.parts is None:   # every group's rows at once (one query, not one each)
+            rows = self._event_rows()
             keys = self.plan["keys"]
             if not keys:
                 self.parts = {(): rows.collect()}
@@ -413,7 +425,15 @@ class _Occurrences:
                                  how="semi", nulls_equal=True).collect())
                 self.parts = dict(occ.partition_by(keys, as_dict=True, maintain_order=True))
         part = self.parts.get(key)
-        return part if part is not None else rows.clear().collect()
+        return part if part is not None else self._event_rows().clear().collect()
+
+    def _event_rows(self) -> pl.LazyFrame:
+        """The plan's rows with :func:`event_columns` (the plan made again if released)."""
+        if self.plan is None:
+            self.plan = self.replan()
+        rows = self.plan["rows"]
+        return rows.select(event_columns(self.plan["rule"], self.plan["keys"],
+                                         rows.collect_schema().names()))
 
     def of(self, key: tuple) -> pl.DataFrame:
         """The group's occurrences: ``pid, tid, ts_ns, dur_ns, correlation_id``."""
@@ -537,7 +557,7 @@ def _finding(rule: Rule, row: dict, occ: Any, cost: str, constants: dict,
         "user_instance": _instance(labels, constants) if labels.get("user_function") else None}
     chain, caller = [], None
     if site_id is not None and graph is not None:
-        frames = [f for f in graph.path(site_id) if f.get("is_user")]
+        frames = graph.user_frames(site_id)
         chain = [f"{f['file']}:{f['line']} {f['name']}" for f in frames]
         caller = own_code_caller(frames)
     return Finding(

@@ -16,7 +16,10 @@ from datetime import datetime, timezone
 from html import escape
 from pathlib import Path
 
+import numpy as np
+
 from ..callpath import UNKNOWN_STACK
+from ..trie import NONE
 from .flamegraph import frame_label
 from .report_assets import SCRIPT, STYLE
 from .source import ExportSource
@@ -38,18 +41,25 @@ def flame_tree(src: ExportSource) -> dict:
             ops.setdefault(UNKNOWN_STACK if sid is None else sid, []).append(
                 {"n": name, "v": int(ns), "k": kind, "f": f"{count:,} ops", "c": []})
 
-    def build(node: int) -> dict | None:
-        a = graph.attrs[node]
-        if a["total_gpu_ns"] < floor or a["total_gpu_ns"] <= 0:
-            return None
-        children = [c for c in (build(s) for s in graph.children[node]) if c]
-        children += sorted(ops.get(node, []), key=lambda x: -x["v"])
+    # Only nodes at or above the floor are visited (a node's total is at least each child's):
+    # a few thousand, however many stack nodes the capture has.
+    trie, totals = graph.trie, graph.total_gpu_ns_of
+    shown = np.flatnonzero((totals >= floor) & (totals > 0))
+    kids: dict[int, list[int]] = {}
+    for r, up in zip(shown.tolist(), trie.parent[shown].tolist()):
+        kids.setdefault(up, []).append(r)
+    ids = trie.ids.tolist()
+
+    def build(row: int) -> dict:
+        a = graph.node(ids[row])
+        children = [build(c) for c in kids.get(row, [])]
+        children += sorted(ops.get(ids[row], []), key=lambda x: -x["v"])
         children.sort(key=lambda x: -x["v"])
         where = f"{a['file']}:{a['line']}" if a.get("file") else ""
         return {"n": frame_label(a["name"], a["file"], a["line"], a["kind"]),
                 "v": int(a["total_gpu_ns"]), "k": a["kind"] or "", "f": where, "c": children}
 
-    roots = [t for t in (build(r) for r in sorted(graph.roots())) if t]
+    roots = [build(r) for r in sorted(kids.get(NONE, []), key=lambda r: ids[r])]
     return {"n": "all GPU time", "v": int(total), "k": "root", "f": "", "c": roots}
 
 
