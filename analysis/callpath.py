@@ -22,9 +22,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
-from zym.schemas.stacks import MAX_ROUNDS
 
-from .trie import NONE, Trie
+from .trie import NONE, Trie, values_at
 from .usercode import compiled_frames, is_user_frame
 
 if TYPE_CHECKING:
@@ -49,36 +48,24 @@ def stack_nodes(frames: pl.DataFrame, stacks: pl.DataFrame) -> pl.DataFrame:
     """Every stack node with its frame and, inherited top-down, the innermost user frame and
     torch op at or above it, and the nearest ``nn.Module`` above that user frame.
 
-    Each is the nearest ancestor-or-self that qualifies, found by pointer jumping: after k
-    rounds a node has looked 2**k levels up, so a trie of depth D takes log2(D) rounds.
+    Each is the nearest ancestor-or-self that qualifies (:meth:`Trie.nearest`).
     """
     nodes = (stacks.join(frames, on="frame_id", how="left", maintain_order="left")
              .with_columns(is_user_frame().fill_null(False).alias("is_user")))
     nodes = (nodes.with_columns((pl.col("is_user") & ~compiled_frames(nodes)).alias("is_user"))
-             .with_row_index("row").with_columns(pl.col("row").cast(pl.Int64)))
-    parent_row = nodes.select("parent_id").join(
-        nodes.select(pl.col("stack_id").alias("parent_id"), pl.col("row").alias("up")),
-        on="parent_id", how="left", maintain_order="left")["up"]
-    row = pl.col("row")
-    near = nodes.select(
-        pl.when("is_user").then(row).alias("user"),
-        pl.when(pl.col("kind") == "torch_op").then(row).alias("op"),
-        pl.when(pl.col("name").str.starts_with("nn.Module: ")).then(row).alias("module"),
-        parent_row.alias("jump"))
-    for _ in range(MAX_ROUNDS):
-        if near["jump"].null_count() == near.height:
-            break
-        jump = pl.col("jump")
-        near = near.select(*(pl.coalesce(c, pl.col(c).gather(jump)).alias(c)
-                             for c in ("user", "op", "module")), jump.gather(jump))
+             .sort("depth", maintain_order=True))
+    trie = Trie.of(nodes)
+    user = trie.nearest(nodes["is_user"].to_numpy())
+    op = trie.nearest((nodes["kind"] == "torch_op").fill_null(False).to_numpy())
+    module = trie.nearest(nodes["name"].str.starts_with("nn.Module: ").fill_null(False)
+                          .to_numpy())
     stack_id, module_name = nodes["stack_id"], nodes["name"].str.strip_prefix("nn.Module: ")
-    module_of = near["module"]
-    return nodes.drop("row").with_columns(
-        stack_id.gather(near["user"]).alias("user_node"),
-        stack_id.gather(near["op"]).alias("op_node"),
-        module_name.gather(module_of).alias("module"),
-        module_name.gather(module_of.gather(near["user"])).alias("user_module"),
-    ).sort("depth", maintain_order=True)
+    return nodes.with_columns(
+        values_at(stack_id, user).alias("user_node"),
+        values_at(stack_id, op).alias("op_node"),
+        values_at(module_name, module).alias("module"),
+        values_at(module_name, np.where(user != NONE, module[np.maximum(user, 0)], NONE))
+        .alias("user_module"))
 
 
 def build_call_paths(facts: Facts) -> CallPaths:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+import numpy as np
 import polars as pl
 
 from .facts import EVENT_SITE_COLUMNS, conformed, per_name, take
@@ -36,8 +37,6 @@ from .load import constant_columns
 from .matmul import MATMUL_OPS, with_flops
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from .report import Analysis
 
 SITE_DOC = {
@@ -89,6 +88,10 @@ COLUMNS: dict[str, dict[str, str]] = {
         "follows_dtoh": "the previous call on the thread was a device-to-host copy",
         "follows_copy": "the previous call on the thread was a copy (any direction)",
         "prev_copy_bytes": "bytes of the previous call on the thread when it was a copy",
+        "follows_dtoh_elsewhere": "the previous call on the thread was a device-to-host copy "
+                                  "made at another site (a non-blocking copy, then a sync)",
+        "prev_copy_site": "site (file:line function) of the previous call on the thread when "
+                          "it was a copy",
         "call_instance": "the call of the site's function the call ran in: its Kineto span, "
                          "else the run of calls through the same caller line and function, "
                          "never across two steps (zym.analysis.instances)",
@@ -197,6 +200,9 @@ STANDARD_MEASURES: dict[str, dict[str, pl.Expr]] = {
     "windows": {"count": pl.len(), "span_ns": pl.col("dur_ns").sum(),
                 "busy_ns": pl.col("busy_ns").sum()},
 }
+# Calls columns that read each call's previous call on its thread (built before rows are kept).
+SEQUENCE_COLUMNS = ("follows_dtoh", "follows_copy", "prev_copy_bytes",
+                    "follows_dtoh_elsewhere", "prev_copy_site")
 # Occurrence columns (pid, tid, ts_ns, dur_ns, correlation_id) of each relation's rows.
 _NULL = pl.lit(None, pl.Int64)
 OCCURRENCE: dict[str, list[pl.Expr]] = {
@@ -351,8 +357,6 @@ class Relations:
         if steps is None:
             return pl.DataFrame({"step": pl.repeat(None, calls.height, dtype=pl.Int32,
                                                    eager=True)})
-        import numpy as np
-
         from .timeline import interval_of
 
         k = interval_of(calls["ts_ns"].to_numpy(), steps.start_ns, steps.end_ns)
@@ -377,13 +381,15 @@ class Relations:
             df = df.with_columns(per_name(calls["api"], is_memory_api).fill_null(False)
                                  .alias("memory"))
         # Sequence columns need every call of the thread, before any row is dropped.
-        if want & {"follows_dtoh", "follows_copy", "prev_copy_bytes"}:
+        if want & set(SEQUENCE_COLUMNS):
             prev = self._previous_on_thread()
             is_copy = (df["kind"] == "copy").gather(prev).fill_null(False)
             dtoh = is_copy & (df["copy_kind"] == "DtoH").gather(prev).fill_null(False)
             nbytes = df["bytes"].gather(prev)
             df = df.with_columns(dtoh.alias("follows_dtoh"), is_copy.alias("follows_copy"),
                                  pl.when(is_copy).then(nbytes).alias("prev_copy_bytes"))
+            if want & {"follows_dtoh_elsewhere", "prev_copy_site"}:
+                df = df.with_columns(self._copy_sites(df["stack_id"], prev, is_copy, dtoh))
         if "step" in want:
             df = df.with_columns(self.call_steps())
         df = self._keep(df, wheres)
@@ -421,6 +427,23 @@ class Relations:
             if keep:
                 self._objects["thread order"] = order
         return order
+
+    def _copy_sites(self, stack: pl.Series, prev: pl.Series, is_copy: pl.Series,
+                    dtoh: pl.Series) -> list[pl.Series]:
+        """``prev_copy_site`` and ``follows_dtoh_elsewhere`` of every call (``stack``: the
+        calls' stacks; ``prev``: each call's previous call on its thread): site labels are
+        read only for the calls that follow a copy."""
+        at = np.flatnonzero(is_copy.to_numpy())
+        here = self.site_of(stack.gather(at), ("site",))[0]
+        there = self.site_of(stack.gather(prev.gather(at)), ("site",))[0]
+        n = stack.len()
+        slot = np.full(n, -1, np.int64)   # each call's row in ``there``; -1: not after a copy
+        slot[at] = np.arange(len(at))
+        site = there.gather(pl.Series(slot).set(pl.Series(slot) < 0, None)) \
+            .alias("prev_copy_site")
+        moved = np.zeros(n, bool)
+        moved[at] = here.ne_missing(there).to_numpy()
+        return [site, (dtoh & pl.Series(moved)).alias("follows_dtoh_elsewhere")]
 
     def _previous_on_thread(self) -> pl.Series:
         """Each call's previous call on its thread, by ``call_idx`` (null: the first)."""

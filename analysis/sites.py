@@ -13,7 +13,7 @@ import re
 import numpy as np
 import polars as pl
 
-from .trie import NONE, Trie
+from .trie import NONE, Trie, values_at
 
 # Python mechanisms that move data or synchronize, recognised in the source text of a line.
 # First match wins: ``x.cpu().item()`` is a scalar read. Each is (label, regex).
@@ -143,8 +143,8 @@ def site_table(nodes: pl.DataFrame) -> pl.DataFrame:
     chain = pl.DataFrame({
         "stack_id": base["stack_id"],
         "op_chain": _closed(trie.joined(base["_op"].is_not_null().to_numpy(), base["_op"])),
-        "py_api": _at(base["_builtin"], api)})
-    base = base.with_columns(_at(base["stack_id"], above).alias("_anchor"))
+        "py_api": values_at(base["_builtin"], api)})
+    base = base.with_columns(values_at(base["stack_id"], above).alias("_anchor"))
     site_id = (pl.when(pl.col("kind") == "cuda_api")
                .then(pl.coalesce("_anchor", "parent_id", "stack_id"))
                .otherwise("stack_id"))
@@ -192,8 +192,3 @@ def _closed(chain: pl.Series) -> pl.Series:
     return pl.select(pl.when(chain == "").then(pl.lit("")).otherwise(chain + ";")
                      .alias(chain.name)).to_series()
 
-
-def _at(values: pl.Series, rows: np.ndarray) -> pl.Series:
-    """``values`` at ``rows``, null where a row is NONE."""
-    return values.gather(np.maximum(rows, 0)).scatter(np.flatnonzero(rows == NONE), None) \
-        if len(rows) else values.clear()

@@ -153,3 +153,10 @@ class Trie:
                 r = parent[r]
             out.append(chain[::-1])
         return out
+
+
+def values_at(values: pl.Series, rows: np.ndarray) -> pl.Series:
+    """``values`` at ``rows``; null where a row is NONE."""
+    if not len(rows):
+        return values.clear()
+    return values.gather(np.maximum(rows, 0)).scatter(np.flatnonzero(rows == NONE), None)

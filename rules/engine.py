@@ -26,16 +26,13 @@ from zym.analysis.sites import own_code_caller
 
 from .compile import aggregation, derived, having_expr, render, where_expr
 from .findings import OCCURRENCE_COLUMNS, Finding, Findings, Tally
-from .model import SEVERITY_RANK, Pack, Rule, RuleError
+from .model import EVENT_LABELS, SEVERITY_RANK, Pack, Rule, RuleError
 
 if TYPE_CHECKING:
     from zym.analysis import Analysis
 
 DEFAULT_COST = {"calls": "stall_ns", "gpu": "gpu_ns", "gaps": "idle_ns", "paths": "gpu_ns",
                 "steps": "span_ns", "windows": "span_ns"}
-# Event-level columns whose first value in a group labels the finding (messages, site).
-_EVENT_LABELS = ("api", "copy_kind", "src_mem", "dst_mem", "dtype", "name", "cause", "kind",
-                 "precision", "op_class", "function")
 # Labels read from the site table, for the group's site (or its first event's stack).
 _SITE_LABELS = ("user_node", "user_function", "user_file", "user_line", "user_module",
                 "user_source", "mechanism", "torch_op", "size_op", "py_api", "site")
@@ -370,7 +367,7 @@ def _plan(rule: Rule, rel: Relations, frame: pl.DataFrame) -> dict:
     costly = {"instances"} - _referenced(rule)
     aggs = [e.alias(n) for n, e in STANDARD_MEASURES[rule.relation].items() if n not in costly]
     aggs += [aggregation(n, s, sites, frame) for n, s in rule.measures.items() if "agg" in s]
-    labels = [_label(c) for c in _EVENT_LABELS if c in columns and c not in keys and c != "api"]
+    labels = [_label(c) for c in EVENT_LABELS if c in columns and c not in keys and c != "api"]
     if "stack_id" in columns:
         labels.append(pl.col("stack_id").drop_nulls().first().alias("_l_stack_id"))
         if "site_id" not in keys:

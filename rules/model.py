@@ -34,9 +34,11 @@ FORMATS = frozenset({"ns", "bytes", "pct", "x", "int", "float", "str"})
 # Variables every message template may use besides the rule's measures.
 # ``user_instance``: the same as ``instance``, but only where the site is a user function (a
 # count per call of "the enclosing function" of no user frame means nothing: use it in {? ?}).
+# Event columns a group is labelled with: the first value of its events (rules.engine).
+EVENT_LABELS = ("api", "copy_kind", "src_mem", "dst_mem", "dtype", "name", "cause", "kind",
+                "precision", "op_class", "function", "prev_copy_site")
 LABELS = ("site", "what", "instance", "user_instance", "user_function", "user_source",
-          "mechanism", "torch_op", "size_op", "py_api", "api", "copy_kind", "src_mem", "precision",
-          "op_class", "function", "dst_mem", "dtype", "name", "cause", "kind")
+          "mechanism", "torch_op", "size_op", "py_api", *EVENT_LABELS)
 CONSTANTS = ("total_gpu_ns", "window_ns")
 
 

@@ -865,16 +865,22 @@ def test_the_previous_calls_columns_match_a_walk(which, synthetic):
     analysis = analyze(EBPF_SAMPLE if which == "ebpf sample" else synthetic,
                        lambda _stage: None, "steady")
     calls = analysis.relations.calls_table()
-    got = analysis.relations.materialize(
-        "calls", {"follows_dtoh", "follows_copy", "prev_copy_bytes"}).sort("call_idx")
+    columns = ("follows_dtoh", "follows_copy", "prev_copy_bytes", "follows_dtoh_elsewhere",
+               "prev_copy_site")
+    got = analysis.relations.materialize("calls", set(columns)).sort("call_idx")
+    site = dict(analysis.facts.sites.select("stack_id", "site").iter_rows())
     last: dict[tuple, tuple] = {}
     want = []
-    for pid, tid, kind, copy_kind, nbytes in calls.select(
-            "pid", "tid", "kind", "copy_kind", "bytes").iter_rows():
+    for pid, tid, kind, copy_kind, nbytes, stack in calls.select(
+            "pid", "tid", "kind", "copy_kind", "bytes", "stack_id").iter_rows():
         prev = last.get((pid, tid))
         copy = prev is not None and prev[0] == "copy"
-        want.append((copy and prev[1] == "DtoH", copy, prev[2] if copy else None))
-        last[(pid, tid)] = (kind, copy_kind, nbytes)
+        dtoh = copy and prev[1] == "DtoH"
+        want.append((dtoh, copy, prev[2] if copy else None,
+                     dtoh and site.get(stack) != prev[3], prev[3] if copy else None))
+        last[(pid, tid)] = (kind, copy_kind, nbytes, site.get(stack))
     assert got["call_idx"].to_list() == list(range(calls.height))
-    assert list(got.select("follows_dtoh", "follows_copy", "prev_copy_bytes").iter_rows()) == want
+    assert list(got.select(columns).iter_rows()) == want
     assert sum(w[1] for w in want) > 100 and sum(w[0] for w in want) > 10
+    if which == "synthetic":   # its threads interleave sites at random
+        assert 0 < sum(w[3] for w in want) < sum(w[0] for w in want)

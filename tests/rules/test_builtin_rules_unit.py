@@ -103,6 +103,51 @@ def test_dtoh_copy_sync__silent_for_async_copy_and_scalar_reads():
     assert fired(b, "syncs.dtoh-copy-sync") == []
 
 
+COPY_LINE = SERVE + [("python", "step", "app.py", 31)]
+SYNC_LINE = SERVE + [("python", "step", "app.py", 33)]
+
+
+def test_sync_after_async_dtoh__fires_at_the_sync_line_naming_the_copy_line():
+    """``out = t.to("cpu", non_blocking=True)`` at line 31, ``torch.cuda.synchronize()`` at 33:
+    the wait is at 33, for the copy made at 31 (and every kernel before it)."""
+    b = CaptureBuilder()
+    for _ in range(3):
+        with b.enclosing(STEP):
+            b.kernel(STEP + [("torch_op", "aten::mm")], "gemm", gpu_us=200)
+            b.copy(COPY_LINE, "DtoH", host_mem="pinned", sync=False)
+            b.call(SYNC_LINE, "cudaDeviceSynchronize", "sync", 2.0)
+    both = [RULES["syncs.sync-after-async-dtoh"], RULES["syncs.dtoh-copy-sync"],
+            RULES["syncs.explicit-sync-in-loop"]]
+    [f] = evaluate_rules(b.analysis(), both)
+    assert (f.rule_id, f.site) == ("syncs.sync-after-async-dtoh", "app.py:33 step")
+    assert f.evidence["count"] == 3 and f.evidence["copy_sites"] == 1
+    assert f.message.startswith("3 syncs right after a device-to-host copy made at another "
+                                "line (1 line(s), such as app.py:31 step)")
+    calls = b.analysis().data.calls
+    blocked = calls.filter(calls["name"].cast(str) == "cudaDeviceSynchronize")["dur_ns"].sum()
+    assert f.evidence["stall_ns"] == blocked and f.evidence["worst_stall_ns"] > 190_000
+
+
+def test_sync_after_async_dtoh__silent_when_copy_and_sync_share_a_line():
+    """``.cpu()``: the copy and its sync at one line are syncs.dtoh-copy-sync's, whose message
+    counts the copies it names (the sync at another line made it say "0 copies")."""
+    b = CaptureBuilder()
+    for _ in range(3):
+        with b.enclosing(STEP):
+            b.kernel(STEP + [("torch_op", "aten::mm")], "gemm", gpu_us=200)
+            b.copy(COPY_LINE, "DtoH")
+            b.copy(COPY_LINE, "DtoH", host_mem="pinned", sync=False)
+            b.call(SYNC_LINE, "cudaDeviceSynchronize", "sync", 2.0)
+    found = evaluate_rules(b.analysis(), [RULES["syncs.sync-after-async-dtoh"],
+                                          RULES["syncs.dtoh-copy-sync"]])
+    assert sorted((f.rule_id, f.site, f.evidence["count"]) for f in found) == [
+        ("syncs.dtoh-copy-sync", "app.py:31 step", 9),
+        ("syncs.sync-after-async-dtoh", "app.py:33 step", 3)]
+    dtoh = next(f for f in found if f.rule_id == "syncs.dtoh-copy-sync")
+    assert dtoh.evidence["copies"] == 6 and dtoh.evidence["syncs"] == 3
+    assert dtoh.message.startswith("6 device-to-host copies")
+
+
 def _size_read(b: CaptureBuilder, ops: tuple[str, ...] = ("aten::nonzero",)) -> None:
     """A boolean-mask select in ``step``: the count kernel, the count copied back (8 bytes)
     and a stream sync, then the select kernel, all under ``ops``; the gather after it outside."""
