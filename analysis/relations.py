@@ -89,7 +89,7 @@ COLUMNS: dict[str, dict[str, str]] = {
         "follows_copy": "the previous call on the thread was a copy (any direction)",
         "prev_copy_bytes": "bytes of the previous call on the thread when it was a copy",
         "follows_dtoh_elsewhere": "the previous call on the thread was a device-to-host copy "
-                                  "made at another site (a non-blocking copy, then a sync)",
+                                  "of another code site (a non-blocking copy, then a sync)",
         "prev_copy_site": "site (file:line function) of the previous call on the thread when "
                           "it was a copy",
         "call_instance": "the call of the site's function the call ran in: its Kineto span, "
@@ -388,11 +388,14 @@ class Relations:
             nbytes = df["bytes"].gather(prev)
             df = df.with_columns(dtoh.alias("follows_dtoh"), is_copy.alias("follows_copy"),
                                  pl.when(is_copy).then(nbytes).alias("prev_copy_bytes"))
-            if want & {"follows_dtoh_elsewhere", "prev_copy_site"}:
-                df = df.with_columns(self._copy_sites(df["stack_id"], prev, is_copy, dtoh))
+            if "follows_dtoh_elsewhere" in want:
+                df = df.with_columns(self._dtoh_elsewhere(df["stack_id"], prev, dtoh))
         if "step" in want:
             df = df.with_columns(self.call_steps())
+        stack = df["stack_id"]
         df = self._keep(df, wheres)
+        if "prev_copy_site" in want:   # after the rows no rule keeps are dropped
+            df = df.with_columns(self._prev_copy_site(df["call_idx"], stack, prev, is_copy))
         if "call_instance" in want:
             df = df.with_columns(self._instances(df["call_idx"]))
         df = df.with_columns(*self.site_of(df["stack_id"]),
@@ -428,22 +431,19 @@ class Relations:
                 self._objects["thread order"] = order
         return order
 
-    def _copy_sites(self, stack: pl.Series, prev: pl.Series, is_copy: pl.Series,
-                    dtoh: pl.Series) -> list[pl.Series]:
-        """``prev_copy_site`` and ``follows_dtoh_elsewhere`` of every call (``stack``: the
-        calls' stacks; ``prev``: each call's previous call on its thread): site labels are
-        read only for the calls that follow a copy."""
-        at = np.flatnonzero(is_copy.to_numpy())
-        here = self.site_of(stack.gather(at), ("site",))[0]
-        there = self.site_of(stack.gather(prev.gather(at)), ("site",))[0]
-        n = stack.len()
-        slot = np.full(n, -1, np.int64)   # each call's row in ``there``; -1: not after a copy
-        slot[at] = np.arange(len(at))
-        site = there.gather(pl.Series(slot).set(pl.Series(slot) < 0, None)) \
-            .alias("prev_copy_site")
-        moved = np.zeros(n, bool)
-        moved[at] = here.ne_missing(there).to_numpy()
-        return [site, (dtoh & pl.Series(moved)).alias("follows_dtoh_elsewhere")]
+    def _dtoh_elsewhere(self, stack: pl.Series, prev: pl.Series, dtoh: pl.Series) -> pl.Series:
+        """``follows_dtoh_elsewhere`` of every call (``stack``: the calls' stacks; ``prev``:
+        each call's previous call on its thread): it follows a device-to-host copy of another
+        ``code_site`` (the rules' default group: the copy's finding is not the sync's)."""
+        site = self.site_of(stack, ("code_site",))[0]
+        return (dtoh & site.ne_missing(site.gather(prev))).alias("follows_dtoh_elsewhere")
+
+    def _prev_copy_site(self, call_idx: pl.Series, stack: pl.Series, prev: pl.Series,
+                        is_copy: pl.Series) -> pl.Series:
+        """``prev_copy_site`` of the calls ``call_idx`` (rows of ``stack``, ``prev`` and
+        ``is_copy``, which cover every call): site labels read for those calls only."""
+        before = prev.gather(call_idx).set(~is_copy.gather(call_idx), None)
+        return self.site_of(stack.gather(before), ("site",))[0].alias("prev_copy_site")
 
     def _previous_on_thread(self) -> pl.Series:
         """Each call's previous call on its thread, by ``call_idx`` (null: the first)."""

@@ -868,7 +868,8 @@ def test_the_previous_calls_columns_match_a_walk(which, synthetic):
     columns = ("follows_dtoh", "follows_copy", "prev_copy_bytes", "follows_dtoh_elsewhere",
                "prev_copy_site")
     got = analysis.relations.materialize("calls", set(columns)).sort("call_idx")
-    site = dict(analysis.facts.sites.select("stack_id", "site").iter_rows())
+    label = dict(analysis.facts.sites.select("stack_id", "site").iter_rows())
+    code = dict(analysis.facts.sites.select("stack_id", "code_site").iter_rows())
     last: dict[tuple, tuple] = {}
     want = []
     for pid, tid, kind, copy_kind, nbytes, stack in calls.select(
@@ -877,8 +878,8 @@ def test_the_previous_calls_columns_match_a_walk(which, synthetic):
         copy = prev is not None and prev[0] == "copy"
         dtoh = copy and prev[1] == "DtoH"
         want.append((dtoh, copy, prev[2] if copy else None,
-                     dtoh and site.get(stack) != prev[3], prev[3] if copy else None))
-        last[(pid, tid)] = (kind, copy_kind, nbytes, site.get(stack))
+                     dtoh and code.get(stack) != prev[3], prev[4] if copy else None))
+        last[(pid, tid)] = (kind, copy_kind, nbytes, code.get(stack), label.get(stack))
     assert got["call_idx"].to_list() == list(range(calls.height))
     assert list(got.select(columns).iter_rows()) == want
     assert sum(w[1] for w in want) > 100 and sum(w[0] for w in want) > 10

@@ -121,8 +121,8 @@ def test_sync_after_async_dtoh__fires_at_the_sync_line_naming_the_copy_line():
     [f] = evaluate_rules(b.analysis(), both)
     assert (f.rule_id, f.site) == ("syncs.sync-after-async-dtoh", "app.py:33 step")
     assert f.evidence["count"] == 3 and f.evidence["copy_sites"] == 1
-    assert f.message.startswith("3 syncs right after a device-to-host copy made at another "
-                                "line (1 line(s), such as app.py:31 step)")
+    assert f.message.startswith("3 syncs right after a device-to-host copy made by other "
+                                "code (1 site(s), such as app.py:31 step)")
     calls = b.analysis().data.calls
     blocked = calls.filter(calls["name"].cast(str) == "cudaDeviceSynchronize")["dur_ns"].sum()
     assert f.evidence["stall_ns"] == blocked and f.evidence["worst_stall_ns"] > 190_000
