@@ -435,8 +435,12 @@ class Relations:
         """``follows_dtoh_elsewhere`` of every call (``stack``: the calls' stacks; ``prev``:
         each call's previous call on its thread): it follows a device-to-host copy of another
         ``code_site`` (the rules' default group: the copy's finding is not the sync's)."""
-        site = self.site_of(stack, ("code_site",))[0]
-        return (dtoh & site.ne_missing(site.gather(prev))).alias("follows_dtoh_elsewhere")
+        at = np.flatnonzero(dtoh.to_numpy())   # only the calls that follow such a copy
+        here = self.site_of(stack.gather(at), ("code_site",))[0]
+        there = self.site_of(stack.gather(prev.gather(at)), ("code_site",))[0]
+        moved = np.zeros(stack.len(), bool)
+        moved[at] = here.ne_missing(there).to_numpy()
+        return pl.Series("follows_dtoh_elsewhere", moved)
 
     def _prev_copy_site(self, call_idx: pl.Series, stack: pl.Series, prev: pl.Series,
                         is_copy: pl.Series) -> pl.Series:
