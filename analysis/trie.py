@@ -48,14 +48,29 @@ class Trie:
         return len(self.ids)
 
     def rows_of(self, stack_ids: np.ndarray) -> np.ndarray:
-        """The row of each stack id; NONE for ids not in the trie."""
+        """The row of each stack id; NONE for ids not in the trie. One lookup per id where
+        the trie's ids are small non-negative integers (a capture's are), else a search."""
         stack_ids = np.asarray(stack_ids, np.int64)
         if not len(self.ids):
             return np.full(len(stack_ids), NONE, np.int64)
+        lut = self._lookup
+        if lut is not None:   # its last entry (NONE) answers every id out of range
+            return lut[np.where((stack_ids >= 0) & (stack_ids < len(lut) - 1), stack_ids, -1)]
         order = np.argsort(self.ids, kind="stable")
         at = np.minimum(np.searchsorted(self.ids, stack_ids, sorter=order), len(order) - 1)
         rows = order[at]
         return np.where(self.ids[rows] == stack_ids, rows, NONE).astype(np.int64)
+
+    @cached_property
+    def _lookup(self) -> np.ndarray | None:
+        """Per stack id, its row (NONE where none), and one NONE entry more; None where ids
+        are negative or sparse (more than 4 slots a node)."""
+        low, high = int(self.ids.min()), int(self.ids.max())
+        if low < 0 or high >= 4 * len(self.ids) + 1024:
+            return None
+        lut = np.full(high + 2, NONE, np.int64)
+        lut[self.ids[::-1]] = np.arange(len(self.ids) - 1, -1, -1)   # an id's first row
+        return lut
 
     def _up(self) -> np.ndarray:
         """Parent rows with roots pointing at an extra last slot (the arrays below carry one

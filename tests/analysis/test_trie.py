@@ -9,11 +9,13 @@ import pytest
 from zym.analysis.trie import NONE, Trie
 
 
-def random_trie(seed: int, n: int = 400) -> pl.DataFrame:
-    """A forest of ``n`` nodes in shuffled row order, ids not in depth order, one of them -1
-    (the unknown stack's id) and a root whose parent id is not in the table."""
+def random_trie(seed: int, n: int = 400, dense: bool = False) -> pl.DataFrame:
+    """A forest of ``n`` nodes in shuffled row order, ids not in depth order and roots whose
+    parent id is not in the table; ``dense``: ids from 0 to a little over ``n`` (a capture's:
+    looked up in a table), else spread over ten times that and one of them -1 (the unknown
+    stack's id: searched)."""
     rng = random.Random(seed)
-    ids = rng.sample(range(-1, 10 * n), n)
+    ids = rng.sample(range(0, n + 40) if dense else range(-1, 10 * n), n)
     parent: dict[int, int | None] = {}
     depth: dict[int, int] = {}
     for i, sid in enumerate(ids):
@@ -37,10 +39,12 @@ def chain(nodes: pl.DataFrame, row: int) -> list[int]:
     return out[::-1]
 
 
+@pytest.mark.parametrize("dense", [False, True])
 @pytest.mark.parametrize("seed", range(6))
-def test_passes_match_a_walk_up_the_parent_links(seed):
-    nodes = random_trie(seed)
+def test_passes_match_a_walk_up_the_parent_links(seed, dense):
+    nodes = random_trie(seed, dense=dense)
     trie = Trie.of(nodes)
+    assert (trie._lookup is not None) == dense
     rng = np.random.default_rng(seed)
     mask = rng.random(nodes.height) < 0.3
     values = rng.integers(0, 1000, nodes.height)
@@ -64,13 +68,15 @@ def test_passes_match_a_walk_up_the_parent_links(seed):
         assert sums[r] == values[below[r]].sum()
 
 
-def test_rows_of_and_roots():
-    nodes = random_trie(9)
+@pytest.mark.parametrize("dense", [False, True])
+def test_rows_of_and_roots(dense):
+    nodes = random_trie(9, dense=dense)
     trie = Trie.of(nodes)
     ids = nodes["stack_id"].to_numpy()
     assert trie.rows_of(ids).tolist() == list(range(nodes.height))
-    missing = np.array([10 ** 9, -5])
-    assert trie.rows_of(missing).tolist() == [NONE, NONE]
+    absent = sorted(set(range(-3, 460)) - set(ids.tolist()))
+    missing = np.array([10 ** 9, -5, *absent])
+    assert trie.rows_of(missing).tolist() == [NONE] * len(missing)
     # a node whose parent is null is a root, even where a node's id is -1
     roots = set(np.flatnonzero(trie.parent == NONE).tolist())
     parents = nodes["parent_id"].to_list()
