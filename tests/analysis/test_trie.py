@@ -15,7 +15,7 @@ def random_trie(seed: int, n: int = 400, dense: bool = False) -> pl.DataFrame:
     looked up in a table), else spread over ten times that and one of them -1 (the unknown
     stack's id: searched)."""
     rng = random.Random(seed)
-    ids = rng.sample(range(0, n + 40) if dense else range(-1, 10 * n), n)
+    ids = rng.sample(range(n + 40) if dense else range(-1, 10 * n), n)
     parent: dict[int, int | None] = {}
     depth: dict[int, int] = {}
     for i, sid in enumerate(ids):
