@@ -200,3 +200,47 @@ def test_the_interval_of_each_time_matches_a_scan(seed):
     want = [next((k for k, (a, b) in enumerate(zip(starts, ends, strict=True)) if a <= t < b),
                  -1) for t in ts.tolist()]
     assert interval_of(ts, starts, ends).tolist() == want
+
+
+def test_the_graph_against_the_capture_tables_walked_in_python(tmp_path):
+    """Each path's frames, user frames, self and subtree GPU time, the roots and the unknown
+    stack's work, from the capture's stack and frame tables and its paths, walked in Python."""
+    b = KinetoBuilder()
+    with b.py("app.py(1): main"):
+        for site, op in (("app.py(10): attention", "aten::mm"), ("app.py(20): mlp", "aten::add"),
+                         ("app.py(10): attention", "aten::add")):
+            with b.py(site), b.op(op):
+                b.launch("cudaLaunchKernel", kernel=op.split("::")[1], gpu_us=3.0)
+    b.events.append({"ph": "X", "cat": "kernel", "name": "orphan", "pid": 0, "tid": 7,
+                     "ts": b.gpu_now + 1, "dur": 6.0, "args": {"correlation": 999, "stream": 7,
+                                                                "device": 0}})
+    a = analyze(b.write(tmp_path / "t.json"))
+    graph, data = a.call_paths.graph, a.data
+    parent = dict(data.stacks.select("stack_id", "parent_id").iter_rows())
+    frame_of = dict(data.stacks.select("stack_id", "frame_id").iter_rows())
+    frames = {f: (k, n) for f, k, n in data.frames.select("frame_id", "kind", "name").iter_rows()}
+    own = dict(a.call_paths.paths.select("path_id", "gpu_ns").iter_rows())
+
+    def chain(sid):
+        out = []
+        while sid is not None:
+            out.append(sid)
+            sid = parent[sid]
+        return out[::-1]
+
+    for sid in parent:
+        path = graph.path(sid)
+        assert [f["stack_id"] for f in path] == chain(sid)
+        assert [(f["kind"], f["name"]) for f in path] == [frames[frame_of[s]] for s in chain(sid)]
+        assert [f["name"] for f in graph.user_frames(sid)] == [
+            f["name"] for f in path if f["is_user"]]
+        below = [s for s in parent if sid in chain(s)]
+        node = graph.node(sid)
+        assert node["self_gpu_ns"] == own.get(sid, 0)
+        assert node["total_gpu_ns"] == sum(own.get(s, 0) for s in below)
+    roots = sorted(s for s, p in parent.items() if p is None)
+    assert sorted(graph.roots()) == sorted([*roots, UNKNOWN_STACK])
+    assert graph.node(UNKNOWN_STACK)["total_gpu_ns"] == 6000 and graph.path(UNKNOWN_STACK)[0][
+        "name"] == "(unknown stack)"
+    assert graph.total_gpu_ns() == a.call_paths.paths["gpu_ns"].sum() == 15_000
+    assert graph.node(10 ** 9) is None and graph.path(10 ** 9) == []
