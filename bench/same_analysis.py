@@ -16,6 +16,8 @@ import json
 import sys
 from pathlib import Path
 
+from same_report_spans import differences  # bench/: the script's folder
+
 
 def fail(message: str) -> None:
     print(f"same_analysis: {message}", file=sys.stderr)
@@ -50,19 +52,6 @@ def dump(path: Path) -> dict:
                                                  ph.steps.end_ns.tolist(), ph.steps.source],
         "compile": [ph.compile_ns, ph.compile_calls],
     }
-
-
-def differences(a, b, path: str = "") -> list[str]:
-    if type(a) is not type(b):
-        return [path or "/"]
-    if isinstance(a, dict):
-        return [d for k in sorted(set(a) | set(b), key=str)
-                for d in differences(a.get(k), b.get(k), f"{path}/{k}")]
-    if isinstance(a, list):
-        if len(a) != len(b):
-            return [f"{path} (length {len(a)} vs {len(b)})"]
-        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{path}[{i}]")]
-    return [] if a == b else [path]
 
 
 def main() -> None:
