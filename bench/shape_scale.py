@@ -70,8 +70,7 @@ def main() -> None:
         parser.error(f"unknown shape(s): {', '.join(unknown)} (known: {', '.join(SHAPES)})")
     if shutil.which(args.zym) is None:
         parser.error(f"{args.zym}: no such program (--zym: the zym console script to run)")
-    if "default" not in names:
-        names.insert(0, "default")
+    names = ["default", *[n for n in dict.fromkeys(names) if n != "default"]]  # the base first
     args.folder = args.folder.resolve()
     args.folder.mkdir(parents=True, exist_ok=True)
     paths = {n: capture(n, args.ops, args.folder) for n in names}
