@@ -214,12 +214,8 @@ class CallPathGraph:
     def path(self, stack_id: int) -> list[dict]:
         """The frames from the root down to ``stack_id``, outermost first (each node's
         attributes and its ``stack_id``)."""
-        row = self._row.get(stack_id)
-        if row is None:
-            return []
         ids = self.trie.ids
-        return [self._node_at(r) | {"stack_id": int(ids[r])}
-                for r in self.trie.paths(np.array([row]))[0]]
+        return [self._node_at(r) | {"stack_id": int(ids[r])} for r in self.path_rows(stack_id)]
 
     def path_rows(self, stack_id: int) -> list[int]:
         """The rows from the root down to ``stack_id`` (none for a stack it does not hold);
