@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
-from .trie import NONE, Trie, values_at
+from .trie import NONE, Trie, take_rows, values_at
 from .usercode import compiled_frames, is_user_frame
 
 if TYPE_CHECKING:
@@ -64,8 +64,7 @@ def stack_nodes(frames: pl.DataFrame, stacks: pl.DataFrame) -> pl.DataFrame:
         values_at(stack_id, user).alias("user_node"),
         values_at(stack_id, op).alias("op_node"),
         values_at(module_name, module).alias("module"),
-        values_at(module_name, np.where(user != NONE, module[np.maximum(user, 0)], NONE))
-        .alias("user_module"))
+        values_at(module_name, take_rows(module, user)).alias("user_module"))
 
 
 def build_call_paths(facts: Facts) -> CallPaths:

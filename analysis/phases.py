@@ -30,7 +30,7 @@ import numpy as np
 import polars as pl
 
 from .load import SpanTable
-from .trie import NONE, Trie, values_at
+from .trie import NONE, Trie, take_rows, values_at
 
 MIN_STEPS = 3
 PROFILER_STEP = r"^ProfilerStep#\d+$"  # the range torch.profiler's prof.step() opens
@@ -226,8 +226,7 @@ def _line_steps(mine: pl.DataFrame, trie: Trie, nodes: pl.DataFrame, file: str, 
     its caller's)."""
     outer = trie.outermost(_frame_mask(nodes, file, name))
     rows = trie.rows_of(mine["stack_id"].cast(pl.Int64).to_numpy())
-    at = np.where(rows != NONE, outer[np.maximum(rows, 0)], NONE)
-    lines = values_at(nodes["line"].cast(pl.Int64), at)
+    lines = values_at(nodes["line"].cast(pl.Int64), take_rows(outer, rows))
     has = lines.is_not_null().to_numpy()
     ln = lines.fill_null(-1).to_numpy()
     if not has.any():

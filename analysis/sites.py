@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
 import polars as pl
 
-from .trie import NONE, Trie, values_at
+from .trie import Trie, take_rows, values_at
 
 # Python mechanisms that move data or synchronize, recognised in the source text of a line.
 # First match wins: ``x.cpu().item()`` is a scalar read. Each is (label, regex).
@@ -138,7 +137,7 @@ def site_table(nodes: pl.DataFrame) -> pl.DataFrame:
     # the nearest node that is not an unwound native frame (one with its library): the native
     # path between the Python line (or torch op) and the API makes no site of its own
     kept = trie.nearest(~base["_unwound"].to_numpy())
-    above = np.where(trie.parent != NONE, kept[np.maximum(trie.parent, 0)], NONE)
+    above = take_rows(kept, trie.parent)
     api = trie.nearest(base["_builtin"].is_not_null().to_numpy())
     chain = pl.DataFrame({
         "stack_id": base["stack_id"],

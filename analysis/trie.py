@@ -17,6 +17,7 @@ from functools import cached_property
 
 import numpy as np
 import polars as pl
+from zym.schemas.lookup import first_rows
 
 NONE = -1
 
@@ -48,29 +49,9 @@ class Trie:
         return len(self.ids)
 
     def rows_of(self, stack_ids: np.ndarray) -> np.ndarray:
-        """The row of each stack id; NONE for ids not in the trie. One lookup per id where
-        the trie's ids are small non-negative integers (a capture's are), else a search."""
-        stack_ids = np.asarray(stack_ids, np.int64)
-        if not len(self.ids):
-            return np.full(len(stack_ids), NONE, np.int64)
-        lut = self._lookup
-        if lut is not None:   # its last entry (NONE) answers every id out of range
-            return lut[np.where((stack_ids >= 0) & (stack_ids < len(lut) - 1), stack_ids, -1)]
-        order = np.argsort(self.ids, kind="stable")
-        at = np.minimum(np.searchsorted(self.ids, stack_ids, sorter=order), len(order) - 1)
-        rows = order[at]
-        return np.where(self.ids[rows] == stack_ids, rows, NONE).astype(np.int64)
-
-    @cached_property
-    def _lookup(self) -> np.ndarray | None:
-        """Per stack id, its row (NONE where none), and one NONE entry more; None where ids
-        are negative or sparse (more than 4 slots a node)."""
-        low, high = int(self.ids.min()), int(self.ids.max())
-        if low < 0 or high >= 4 * len(self.ids) + 1024:
-            return None
-        lut = np.full(high + 2, NONE, np.int64)
-        lut[self.ids[::-1]] = np.arange(len(self.ids) - 1, -1, -1)   # an id's first row
-        return lut
+        """The row of each stack id; NONE for ids not in the trie
+        (:func:`zym.schemas.lookup.first_rows`: an array lookup where ids are dense)."""
+        return first_rows(self.ids, stack_ids)
 
     def _up(self) -> np.ndarray:
         """Parent rows with roots pointing at an extra last slot (the arrays below carry one
@@ -140,18 +121,17 @@ class Trie:
         marked = np.flatnonzero(mask)
         slot = np.full(len(self.ids), 0, np.int64)     # each marked row's string: 1 + its index
         slot[marked] = np.arange(1, len(marked) + 1)
-        above = np.where(self.parent >= 0, near[np.maximum(self.parent, 0)], NONE)
+        above = take_rows(near, self.parent)
         parts = text.cast(pl.String).fill_null("").to_list()
         strings = [""] * (len(marked) + 1)
         for rows in self.levels:
             rows = rows[mask[rows]]
             if not len(rows):
                 continue
-            from_slot = np.where(above[rows] != NONE, slot[np.maximum(above[rows], 0)], 0)
+            from_slot = take_rows(slot, above[rows], 0)
             for r, s, f in zip(rows.tolist(), slot[rows].tolist(), from_slot.tolist()):
                 strings[s] = strings[f] + sep + parts[r]
-        return pl.Series(strings, dtype=pl.String).gather(
-            np.where(near != NONE, slot[np.maximum(near, 0)], 0))
+        return pl.Series(strings, dtype=pl.String).gather(take_rows(slot, near, 0))
 
     @cached_property
     def _parents(self) -> list[int]:
@@ -168,6 +148,11 @@ class Trie:
                 r = parent[r]
             out.append(chain[::-1])
         return out
+
+
+def take_rows(values: np.ndarray, rows: np.ndarray, none: int = NONE) -> np.ndarray:
+    """``values`` at ``rows`` (a pass's answer); ``none`` where a row is NONE."""
+    return np.where(rows != NONE, values[np.maximum(rows, 0)], none)
 
 
 def values_at(values: pl.Series, rows: np.ndarray) -> pl.Series:

@@ -31,11 +31,7 @@ def first_row_of(keys: pl.Series, queries: pl.Series) -> pl.Series:
         q = queries.cast(pl.Int64)
         missing = q.is_null().to_numpy() if q.null_count() else None
         q = (q.fill_null(lo) if missing is not None else q).to_numpy()
-        dense = 4 * (n + queries.len()) + 1024
-        if hi - lo < dense:  # (ids from 0 index the array as they are)
-            found = _first_row_dense(k, rows, q, 0 if lo >= 0 and hi < dense else lo, hi)
-        else:
-            found = _first_row_sorted(k, rows, q)
+        found = _first_rows(k, rows, q, lo, hi, n)
         if missing is not None:
             found[missing] = -1
         return null_where_negative(found, queries.name)
@@ -46,6 +42,30 @@ def first_row_of(keys: pl.Series, queries: pl.Series) -> pl.Series:
 
 
 _INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def first_rows(keys: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """:func:`first_row_of` for int64 arrays without nulls, in numpy: -1 where none.
+
+    >>> first_rows(np.array([5, 3, 5]), np.array([5, 4, 3])).tolist()
+    [0, -1, 1]
+    """
+    k, q = np.asarray(keys, np.int64), np.asarray(queries, np.int64)
+    if not len(k) or not len(q):
+        return np.full(len(q), -1, np.int64)
+    lo, hi = int(min(k.min(), q.min())), int(max(k.max(), q.max()))
+    return _first_rows(k, None, q, lo, hi, len(k))
+
+
+def _first_rows(k: np.ndarray, rows: np.ndarray | None, q: np.ndarray, lo: int, hi: int,
+                n: int) -> np.ndarray:
+    """Each query's first row among the keys ``k`` (at ``rows``; None: every row), keys and
+    queries in ``[lo, hi]``, ``n`` keys in all: by an array where the range is a few times the
+    keys and queries, else by a search. -1: none."""
+    dense = 4 * (n + len(q)) + 1024
+    if hi - lo < dense:  # (ids from 0 index the array as they are)
+        return _first_row_dense(k, rows, q, 0 if lo >= 0 and hi < dense else lo, hi)
+    return _first_row_sorted(k, rows, q)
 
 
 def _values(keys: pl.Series) -> tuple[np.ndarray, np.ndarray | None]:
