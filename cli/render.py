@@ -140,6 +140,12 @@ def render_outside(report: dict, console: Console) -> None:
 # ---------------------------------------------------------------------------------------------
 # Findings
 
+def _sentence(text: str) -> str:
+    """``text`` with its first letter capitalised, the rest as it is (``str.capitalize``
+    would lower a name's capitals)."""
+    return text[:1].upper() + text[1:]
+
+
 def render_findings(report: dict, console: Console, limit: int | None = None) -> None:
     """Findings ranked by what fixing them saves: the saving, severity and title; the site and
     its source line; what was observed; how the saving was estimated; the fix."""
@@ -157,7 +163,7 @@ def render_findings(report: dict, console: Console, limit: int | None = None) ->
     console.print(Text(head, style="bold underline"))
     rest = rest_line(together)
     if rest:
-        _wrap(console, rest[0].upper() + rest[1:] + ".", 2, "  ", style="dim")
+        _wrap(console, _sentence(rest) + ".", 2, "  ", style="dim")
     sample = (report.get("replay") or {}).get("sample")
     if sample and findings:
         _wrap(console, sample_line(sample), 2, "  ", style="dim")
@@ -330,8 +336,7 @@ def render_markdown(report: dict, top: int | None = None) -> str:
                 f"{fmt_ns(gpu['window_ns'])} window"
                 + (f" ({together['saving_pct_of_window']:.1f}%)."
                    if together.get("saving_pct_of_window") is not None else ".")
-                + (f" {_md(rest_line(together)[0].upper() + rest_line(together)[1:])}."
-                   if rest_line(together) else ""),
+                + (f" {_md(_sentence(rest_line(together)))}." if rest_line(together) else ""),
                 ""]
     if shown:
         out += ["| | Saves | Severity | Site | Finding | Rule |", "|---|---:|---|---|---|---|"]

@@ -269,8 +269,9 @@ _DIRECTIONS = {"HtoD": 1, "DtoH": 2}
 def _copies(analysis: Analysis) -> _Copies:
     c = analysis.facts.calls  # a call's row is its call_idx
     kind = pl.col("copy_kind")
-    code = (pl.when(kind == "HtoD").then(1).when(kind == "DtoH").then(2).otherwise(0)
-            .cast(pl.Int8))
+    code = pl.lit(0, pl.Int8)  # compared on the categories (a cast to text costs 2x at 10 M)
+    for direction, value in _DIRECTIONS.items():
+        code = pl.when(kind == direction).then(pl.lit(value, pl.Int8)).otherwise(code)
     copies = c.filter(kind.is_not_null()).select(
         pl.col("call_idx").cast(pl.Int64), code.alias("kind"),
         pl.col("own_row").cast(pl.Int64).fill_null(-1),
