@@ -16,7 +16,9 @@ import json
 import sys
 from pathlib import Path
 
-from same_report_spans import differences  # bench/: the script's folder
+from bench_scale import write_json  # bench/: the script's folder
+from same_report_spans import differences
+from zym.schemas.errors import ZymError
 
 
 def fail(message: str) -> None:
@@ -70,7 +72,11 @@ def main() -> None:
             if not path.exists():
                 fail(f"{path}: no such file")
             name = str(path).strip("/").replace("/", "__") + ".json"
-            (args.out / name).write_text(json.dumps(dump(path), default=str, sort_keys=True))
+            try:
+                got = dump(path)
+            except ZymError as e:   # not a capture or trace zym reads: its one-line message
+                fail(str(e))
+            write_json(args.out / name, json.loads(json.dumps(got, default=str)))
             print(path, flush=True)
         return
     for folder in (args.a, args.b):
