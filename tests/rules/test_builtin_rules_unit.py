@@ -128,6 +128,34 @@ def test_sync_after_async_dtoh__fires_at_the_sync_line_naming_the_copy_line():
     assert f.evidence["stall_ns"] == blocked and f.evidence["worst_stall_ns"] > 190_000
 
 
+@pytest.mark.parametrize("host_us", [100, 300])
+def test_sync_after_async_dtoh__saving_is_what_waiting_a_step_later_gains(host_us):
+    """One sync per step (the step's own function; a batch would keep every one): the fix
+    waits one step later, so the GPU runs the next step while the CPU reads the tokens
+    (``host_us`` of host work a step, against 202 µs of GPU work). Read from the tables: with
+    less host work than GPU work the GPU stops idling between steps (the saving is its idle
+    time there); with more, the CPU stops waiting (the syncs' time blocked)."""
+    b = CaptureBuilder()
+    for _ in range(20):
+        with b.enclosing(STEP):
+            b.kernel(STEP + [("torch_op", "aten::mm")], "gemm", gpu_us=200)
+            b.copy(COPY_LINE, "DtoH", host_mem="pinned", sync=False)
+            b.call(SYNC_LINE, "cudaDeviceSynchronize", "sync", 2.0)
+            b.tick(host_us)   # detokenize: the GPU has nothing queued
+    analysis = b.analysis()
+    [f] = evaluate_rules(analysis, [RULES["syncs.sync-after-async-dtoh"]])
+    gpu = analysis.data.gpu.sort("ts_ns")
+    ends = (gpu["ts_ns"] + gpu["dur_ns"]).to_numpy()[:-1]
+    idle = int((gpu["ts_ns"].to_numpy()[1:] - ends).clip(0).sum())
+    calls = analysis.data.calls
+    syncs = calls.filter(calls["name"].cast(str) == "cudaDeviceSynchronize")
+    blocked = int(syncs["dur_ns"].sum()) - 2_000 * syncs.height   # less their own 2 µs
+    assert idle > 19 * host_us * 1_000 and blocked > 20 * 150_000   # (the capture is as meant)
+    want = idle if host_us < 200 else blocked
+    assert f.saving_ns is not None
+    assert abs(f.saving_ns - want) <= 0.05 * want, (f.saving_ns, idle, blocked, f.saving_how)
+
+
 def test_sync_after_async_dtoh__silent_when_copy_and_sync_share_a_line():
     """``.cpu()``: the copy and its sync at one line are syncs.dtoh-copy-sync's, whose message
     counts the copies it names (the sync at another line made it say "0 copies")."""

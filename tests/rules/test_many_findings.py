@@ -8,7 +8,7 @@ from synthetic import make_synthetic
 from zym import rules
 from zym.analysis import analyze
 from zym.rules import engine
-from zym.rules.findings import OCCURRENCE_COLUMNS, top_examples
+from zym.rules.findings import CHAIN, OCCURRENCE_COLUMNS, top_examples
 
 
 @pytest.fixture(scope="module")
@@ -106,5 +106,10 @@ def test_the_reports_say_what_the_fixes_past_the_chain_add(found):
     assert line in out.getvalue()
     assert line.replace("~", "\\~").replace(".", "\\.") in render_markdown(report, 5)
     assert line in _summary_html(report)
-    plain = build_report(analysis, findings, 5, 0)["fixes_together"]  # the whole chain
+    fixed = sum(f.edit is not None for f in findings)
+    assert fixed > CHAIN   # the default chain stops here too
+    plain = build_report(analysis, findings, 5, 0)["fixes_together"]
+    assert plain["rest"] == fixed - CHAIN and plain["rest_saving_ns"] is not None
+    whole = Findings(list(findings), analysis, chain=fixed)
+    plain = build_report(analysis, whole, 5, 0)["fixes_together"]  # the whole chain
     assert (plain["rest"], plain["rest_saving_ns"]) == (0, None)
