@@ -9,7 +9,9 @@ Models (``saving: {model: NAME, ...}``):
   non-blocking calls that lead to it; the finding's other calls go (their CPU cost, their wait,
   their GPU copies, the CPU work right before each, except before a call that opens its
   instance: that time is the caller's). The kept call still waits for the GPU: what it waited
-  for is not saved.
+  for is not saved.  ``alone: unblock``: where every instance has one blocking call
+  (nothing to batch), those calls stop waiting, as ``unblock`` (the fix reads the value a
+  step later, after the next step's work is queued).
 * ``remove``: the finding's calls go entirely, with the CPU work before each (``work: keep``:
   that work stays, for calls made inside other work, e.g. an allocation inside an op).
 * ``unblock``: the finding's blocking calls stop waiting (for gaps: the call the CPU was
@@ -69,7 +71,10 @@ def fix_for(model: dict, relation: str, rows: pl.DataFrame, analysis: Analysis,
         return None
     calls = _call_rows(relation, rows, analysis)
     if name == "batch":
-        return _batch(calls, analysis, model.get("keep", "first"))
+        fix = _batch(calls, analysis, model.get("keep", "first"))
+        if fix.is_empty() and model.get("alone") == "unblock" and len(calls):
+            return _wait_later(calls, analysis)
+        return fix
     if name == "remove" and model.get("work") == "keep":
         return Fix(remove_calls=_idx(calls),
                    describe=f"replayed without these {len(calls):,} calls (their own time and "
@@ -80,7 +85,7 @@ def fix_for(model: dict, relation: str, rows: pl.DataFrame, analysis: Analysis,
                    describe=f"replayed without these {len(calls):,} calls and the CPU work that "
                             "led to each (the Python and framework time before it)")
     if name == "unblock":
-        waiting = calls[analysis.timeline.waits[calls]] if len(calls) else calls
+        waiting = _waiting(calls, analysis)
         return Fix(unblock_calls=waiting, describe=f"replayed with these {len(waiting):,} "
                                                    "calls not waiting for the GPU")
     if name == "pin":
@@ -97,6 +102,22 @@ def fix_for(model: dict, relation: str, rows: pl.DataFrame, analysis: Analysis,
     if name == "cuda-graph":
         return _cuda_graph(relation, rows, analysis)
     raise ValueError(f"unknown saving model {name!r}")
+
+
+def _waiting(calls: np.ndarray, analysis: Analysis) -> np.ndarray:
+    """The calls of ``calls`` that waited for the GPU."""
+    return calls[analysis.timeline.waits[calls]] if len(calls) else calls
+
+
+def _wait_later(calls: np.ndarray, analysis: Analysis) -> Fix:
+    """``batch``'s ``alone: unblock``: every instance has one blocking call, so there is
+    nothing to batch; the fix reads the value a step later, once the next step's work is
+    queued (the GPU runs it while the CPU goes on): those calls replayed not waiting."""
+    waiting = _waiting(calls, analysis)
+    return Fix(unblock_calls=waiting, describe=(
+        f"one wait per call of the enclosing function already: replayed with these "
+        f"{len(waiting):,} calls not waiting for the GPU (the value read a step later, after "
+        "the next step's work is queued)"))
 
 
 def _idx(s) -> np.ndarray:

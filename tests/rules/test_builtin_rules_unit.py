@@ -76,6 +76,36 @@ def test_scalar_readback__fires_without_torch_ops_on_a_scalar_copy():
     assert findings[0].evidence["syncs"] == 3
 
 
+def _gpu_idle_and_blocked(analysis, api: str, own_ns: int) -> tuple[int, int]:
+    """Read from the tables: the GPU's idle time between its operations, and the time the
+    ``api`` calls were blocked (less their own ``own_ns`` each)."""
+    gpu = analysis.data.gpu.sort("ts_ns")
+    ends = (gpu["ts_ns"] + gpu["dur_ns"]).to_numpy()[:-1]
+    idle = int((gpu["ts_ns"].to_numpy()[1:] - ends).clip(0).sum())
+    calls = analysis.data.calls
+    waits = calls.filter(calls["name"].cast(str) == api)
+    return idle, int(waits["dur_ns"].sum()) - own_ns * waits.height
+
+
+def test_scalar_readback__one_read_per_call_is_read_a_step_later():
+    """``.item()`` once per call of the step function (a stop check): nothing to batch
+    within a call, so the fix reads the flag a step later (``alone: unblock``) and the GPU
+    runs the next step while the host does its 100 µs of bookkeeping: the saving is the
+    GPU's idle time between steps, read from the GPU table."""
+    b = CaptureBuilder()
+    for _ in range(20):
+        with b.enclosing(STEP):
+            b.kernel(STEP + [("torch_op", "aten::mm")], "gemm", gpu_us=200)
+            b.scalar_readback(STEP)
+        b.tick(100)
+    analysis = b.analysis()
+    [f] = evaluate_rules(analysis, [RULES["syncs.scalar-readback"]])
+    idle, _ = _gpu_idle_and_blocked(analysis, "cudaStreamSynchronize", 2_000)
+    assert idle > 19 * 100_000   # (the capture is as meant)
+    assert f.saving_ns is not None and "a step later" in f.saving_how
+    assert abs(f.saving_ns - idle) <= 0.05 * idle, (f.saving_ns, idle, f.saving_how)
+
+
 def test_scalar_readback__silent_without_readback():
     b = CaptureBuilder()
     decode_loop(b, readback=False)
@@ -144,12 +174,7 @@ def test_sync_after_async_dtoh__saving_is_what_waiting_a_step_later_gains(host_u
             b.tick(host_us)   # detokenize: the GPU has nothing queued
     analysis = b.analysis()
     [f] = evaluate_rules(analysis, [RULES["syncs.sync-after-async-dtoh"]])
-    gpu = analysis.data.gpu.sort("ts_ns")
-    ends = (gpu["ts_ns"] + gpu["dur_ns"]).to_numpy()[:-1]
-    idle = int((gpu["ts_ns"].to_numpy()[1:] - ends).clip(0).sum())
-    calls = analysis.data.calls
-    syncs = calls.filter(calls["name"].cast(str) == "cudaDeviceSynchronize")
-    blocked = int(syncs["dur_ns"].sum()) - 2_000 * syncs.height   # less their own 2 µs
+    idle, blocked = _gpu_idle_and_blocked(analysis, "cudaDeviceSynchronize", 2_000)
     assert idle > 19 * host_us * 1_000 and blocked > 20 * 150_000   # (the capture is as meant)
     want = idle if host_us < 200 else blocked
     assert f.saving_ns is not None

@@ -66,6 +66,8 @@ def test_the_good_pack_loads():
     (bad("kind: kernel", "name: {regex: '(unclosed'}"), "field where.name.regex",
      "invalid regular expression"),
     (bad("cost: gpu_ns", "cost: money"), "field cost", "unknown measure 'money'"),
+    (bad("cost: gpu_ns", "cost: gpu_ns\n    saving: {model: speedup, to: tf32, alone: unblock}"),
+     "field saving.alone", "applies to model batch only"),
     (bad("id: mine.slow", "id: other.slow"), "field id", "must start with the pack name"),
     (bad("id: mine.slow", "id: Slow"), "field id", "does not match"),
     (bad("share: {div: [gpu_ns, total_gpu_ns]}", "share: {div: [gpu_ns, nothing]}"),
