@@ -19,52 +19,46 @@ import sys
 
 import numpy as np
 import polars as pl
+from zym.schemas.lookup import first_row_of
 
 from .compiled import njit, writes
+from .trie import Trie
 
 
 class Ancestors:
-    """Every stack node's ancestor at every depth: ``at(rows, depth)``."""
+    """Every stack node's ancestor at every depth: ``at(rows, depth)``; rows are those of the
+    stack trie (:class:`zym.analysis.trie.Trie`, the ``nodes`` frame's own order), whose
+    parent links and depth levels fill the table a level at a time."""
 
     def __init__(self, nodes: pl.DataFrame) -> None:
-        n = nodes.sort("depth")
-        ids = n["stack_id"].to_numpy()
-        self.index = {int(s): i for i, s in enumerate(ids)}
-        parent = n["parent_id"].replace_strict(self.index, default=-1,
-                                               return_dtype=pl.Int64).to_numpy()
-        depth = n["depth"].to_numpy().astype(np.int64)
-        self.depth = depth
-        self.key = (n["file"].fill_null("") + "\x1f" + n["name"].fill_null("")).to_numpy()
+        self.trie = trie = Trie.of(nodes)
+        self.depth = depth = nodes["depth"].cast(pl.Int64).to_numpy()
+        self.key = (nodes["file"].fill_null("") + "\x1f" + nodes["name"].fill_null("")).to_numpy()
         width = int(depth.max()) + 1 if len(depth) else 1
-        table = np.full((len(ids), width), -1, np.int32)
-        for d in range(width):  # nodes are sorted by depth: parents are filled first
-            rows = np.nonzero(depth == d)[0]
+        table = np.full((len(trie), width), -1, np.int32)
+        for rows in trie.levels:  # the roots' level first: parents are filled first
+            d = int(depth[rows[0]])
             if d:
-                ok = parent[rows] >= 0
-                table[rows[ok], :d] = table[parent[rows[ok]], :d]
+                up = trie.parent[rows]
+                ok = up >= 0
+                table[rows[ok], :d] = table[up[ok], :d]
             table[rows, d] = rows
         self.table = table
 
     def rows(self, stack: pl.Series) -> np.ndarray:
         """Row of each stack id in the table (-1 for null or unknown ids)."""
-        lookup = self._lookup
-        if lookup is None or not stack.dtype.is_integer():
-            return stack.replace_strict(self.index, default=-1,
-                                        return_dtype=pl.Int64).to_numpy()
-        # ids from 0 to a few times the nodes (as captures number them): one gather
-        s = stack.fill_null(-1).to_numpy()
-        ok = (s >= 0) & (s < len(lookup))
-        return np.where(ok, lookup[np.where(ok, s, 0)], -1)
+        return first_row_of(pl.Series(self.trie.ids), stack).fill_null(-1).to_numpy()
 
     @functools.cached_property
     def _lookup(self) -> np.ndarray | None:
         """Row by stack id, where the ids are integers from 0 below 4x the nodes + 1024 (-1:
-        no such node); else None (a dictionary lookup then)."""
-        ids = np.fromiter(self.index, np.int64, len(self.index))
+        no such node; an id's first row); else None (:meth:`rows` then): the table the
+        compiled pass reads ids through."""
+        ids = self.trie.ids
         if len(ids) and (ids.min() < 0 or ids.max() >= 4 * len(ids) + 1024):
             return None
         lookup = np.full(int(ids.max()) + 1 if len(ids) else 0, -1, np.int64)
-        lookup[ids] = np.fromiter(self.index.values(), np.int64, len(ids))
+        lookup[ids[::-1]] = np.arange(len(ids), dtype=np.int64)[::-1]
         return lookup
 
     def at(self, rows: np.ndarray, depth: int) -> np.ndarray:

@@ -209,24 +209,34 @@ def test_first_of_each_gives_its_loop_one_type_whoever_made_the_ids(monkeypatch)
 
 
 def test_ancestors_rows_by_lookup_equal_the_dictionary():
-    """Stack rows read through the id lookup equal the dictionary's, null and unknown ids
-    (negative, past the last, in a gap) included; ids too sparse for a lookup use the
-    dictionary."""
+    """Stack rows read through the id lookup equal a dictionary's (built here from the nodes'
+    rows), null and unknown ids (negative, past the last, in a gap) included; ids too sparse
+    for a lookup are searched, with the same rows; the ancestor table against each node's
+    parents walked in Python."""
     from zym.analysis.instances import Ancestors
 
     nodes = pl.DataFrame({"stack_id": [5, 2, 9, 3], "parent_id": [None, 5, 2, 5],
                           "depth": [0, 1, 2, 1], "file": ["a", "b", None, "d"],
                           "name": ["f", "g", "h", None]})
+    index = {5: 0, 2: 1, 9: 2, 3: 3}   # each id's row in ``nodes``
     anc = Ancestors(nodes)
     assert anc._lookup is not None
     asked = pl.Series([9, None, 2, -4, 7, 10**6, 5, 3, 0], dtype=pl.Int64)
-    want = asked.replace_strict(anc.index, default=-1, return_dtype=pl.Int64).to_numpy()
-    assert anc.rows(asked).tolist() == want.tolist()
-    assert sorted(want.tolist())[:4] == [-1, -1, -1, -1]
+    want = [index.get(v, -1) if v is not None else -1 for v in asked.to_list()]
+    assert anc.rows(asked).tolist() == want
+    assert [anc._lookup[v] if 0 <= v < len(anc._lookup) else -1
+            for v in asked.fill_null(-1).to_list()] == want
     sparse = Ancestors(nodes.with_columns(pl.col("stack_id") * 10**6,
                                           pl.col("parent_id") * 10**6))
     assert sparse._lookup is None
-    assert sparse.rows(asked * 10**6).tolist() == want.tolist()
+    assert sparse.rows(asked * 10**6).tolist() == want
+    parent = dict(zip(nodes["stack_id"].to_list(), nodes["parent_id"].to_list()))
+    for sid, row in index.items():
+        chain = [sid]
+        while parent[chain[-1]] is not None:
+            chain.append(parent[chain[-1]])
+        assert anc.table[row, :len(chain)].tolist() == [index[c] for c in reversed(chain)]
+        assert (anc.table[row, len(chain):] == -1).all()
 
 
 # -- the incremental replay ---------------------------------------------------------------------
