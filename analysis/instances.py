@@ -92,15 +92,27 @@ def _small_key(ids: np.ndarray) -> np.ndarray:
     return np.searchsorted(np.sort(distinct.to_numpy()), ids).astype(np.uint16)
 
 
-def previous_on_thread(thread: np.ndarray, order: np.ndarray) -> np.ndarray:
-    """Each call's previous call on its thread (-1: its thread's first), from
-    :func:`thread_order`'s ``order``."""
+def previous_on_thread(thread: np.ndarray, order: np.ndarray,
+                       counts: np.ndarray | None = None) -> np.ndarray:
+    """Each call's previous call on its thread (-1: none before it), from
+    :func:`thread_order`'s ``order``; with ``counts`` (a mask by call), the previous among the
+    calls it marks."""
     prev = np.full(len(thread), -1, order.dtype)
-    if len(order) > 1:
-        t = thread[order]
-        same = t[1:] == t[:-1]
-        del t
+    if len(order) < 2:
+        return prev
+    t = thread[order]
+    same = t[1:] == t[:-1]
+    del t
+    if counts is None:
         prev[order[1:][same]] = order[:-1][same]
+        return prev
+    pos = np.arange(len(order))
+    marked = np.where(counts[order], pos, -1)
+    before = np.maximum.accumulate(np.r_[-1, marked[:-1]])   # last marked position before
+    del marked
+    run_start = np.maximum.accumulate(np.where(np.r_[True, ~same], pos, 0))
+    ok = before >= run_start
+    prev[order[ok]] = order[before[ok]]
     return prev
 
 

@@ -86,7 +86,9 @@ COLUMNS: dict[str, dict[str, str]] = {
         "blocked_ns": "duration when blocking, else 0",
         "memory": "the call gives memory to the driver or takes it back (cudaMalloc, cudaFree, "
                   "cudaHostAlloc, cuMemAllocAsync...: zym.schemas.apis.MEMORY_PATTERN)",
-        "follows_dtoh": "the previous call on the thread was a device-to-host copy",
+        "follows_dtoh": "the previous call on the thread was a device-to-host copy (calls "
+                        "with no GPU work, wait or memory, such as event records, passed "
+                        "over, except before an event sync; here and in the next four)",
         "follows_copy": "the previous call on the thread was a copy (any direction)",
         "prev_copy_bytes": "bytes of the previous call on the thread when it was a copy",
         "follows_dtoh_elsewhere": "the previous call on the thread was a device-to-host copy "
@@ -464,16 +466,30 @@ class Relations:
                       how="left", maintain_order="left")["site"].cast(pl.Categorical))
 
     def _previous_on_thread(self) -> pl.Series:
-        """Each call's previous call on its thread, by ``call_idx`` (null: the first)."""
-        calls = self.calls_table()
-        if not self.facts.many_threads:
-            return calls["call_idx"].shift(1)
+        """Each call's previous call on its thread, by ``call_idx`` (null: none), among the
+        calls that do GPU work, wait or manage memory: bookkeeping calls between a copy and
+        the stream or device sync that waits for it (the host allocator's ``cudaEventRecord``
+        after a copy into pinned memory, ``cudaStreamIsCapturing``, event queries) are passed
+        over. Not for an event sync: it waits for its event, which an event record right
+        before it may say is not the copy's (a copy, an event recorded, then a wait on the
+        previous step's event: the wait moved a step later, as the sync rules advise)."""
+        from zym.schemas.apis import is_memory_api
         from zym.schemas.lookup import null_where_negative
 
         from .instances import previous_on_thread
 
-        return null_where_negative(
-            previous_on_thread(calls["_thread"].to_numpy(), self._thread_order(True)), "p")
+        calls = self.calls_table()
+        counts = ((calls["kind"] != "other").fill_null(False) | calls["blocking"].fill_null(False)
+                  | per_name(calls["api"], is_memory_api).fill_null(False)).to_numpy()
+        thread = calls["_thread"].to_numpy()
+        order = (self._thread_order(True) if self.facts.many_threads
+                 else np.arange(calls.height, dtype=np.int64))
+        prev = previous_on_thread(thread, order, counts)
+        on_event = per_name(calls["api"], lambda n: n.str.contains("EventSynchronize")
+                            ).fill_null(False).to_numpy()
+        if on_event.any():
+            prev = np.where(on_event, previous_on_thread(thread, order), prev)
+        return null_where_negative(prev, "p")
 
     def every_call_instance(self) -> np.ndarray:
         """Every call's ``call_instance``, by ``call_idx``: the calls relation's column for

@@ -158,6 +158,40 @@ def test_sync_after_async_dtoh__fires_at_the_sync_line_naming_the_copy_line():
     assert f.evidence["stall_ns"] == blocked and f.evidence["worst_stall_ns"] > 190_000
 
 
+def test_sync_after_async_dtoh__past_torch_s_bookkeeping_calls():
+    """A copy into pinned memory is followed by the host allocator's bookkeeping
+    (``cudaStreamIsCapturing``, ``cudaEventRecordWithFlags``: no GPU work, no wait) before the
+    sync: the sync still waits for that copy, and is this rule's (it was the loop rule's)."""
+    b = CaptureBuilder()
+    for _ in range(3):
+        with b.enclosing(STEP):
+            b.kernel(STEP + [("torch_op", "aten::mm")], "gemm", gpu_us=200)
+            b.copy(COPY_LINE, "DtoH", host_mem="pinned", sync=False)
+            b.call(COPY_LINE, "cudaStreamIsCapturing", "other", 1.0)
+            b.call(COPY_LINE, "cudaEventRecordWithFlags", "other", 1.0)
+            b.call(SYNC_LINE, "cudaDeviceSynchronize", "sync", 2.0)
+    found = evaluate_rules(b.analysis(), [RULES["syncs.sync-after-async-dtoh"],
+                                          RULES["syncs.dtoh-copy-sync"],
+                                          RULES["syncs.explicit-sync-in-loop"]])
+    assert [(f.rule_id, f.site, f.evidence["count"]) for f in found] == [
+        ("syncs.sync-after-async-dtoh", "app.py:33 step", 3)]
+
+
+@pytest.mark.parametrize("rule", ["syncs.sync-after-async-dtoh", "syncs.scalar-readback"])
+def test_sync_after_async_dtoh__silent_for_an_event_waited_a_step_later(rule):
+    """The fix applied: after the copy an event is recorded, and the wait is on the previous
+    step's event (``cudaEventSynchronize``): no finding of either rule (a flag of one byte
+    is the scalar rule's copy)."""
+    b = CaptureBuilder()
+    for _ in range(4):
+        with b.enclosing(STEP):
+            b.kernel(STEP + [("torch_op", "aten::mm")], "gemm", gpu_us=200)
+            b.copy(COPY_LINE, "DtoH", nbytes=1, host_mem="pinned", sync=False)
+            b.call(SYNC_LINE, "cudaEventRecord", "other", 1.0)
+            b.call(SYNC_LINE, "cudaEventSynchronize", "sync", 2.0)
+    assert fired(b, rule) == []
+
+
 @pytest.mark.parametrize("host_us", [100, 300])
 def test_sync_after_async_dtoh__saving_is_what_waiting_a_step_later_gains(host_us):
     """One sync per step (the step's own function; a batch would keep every one): the fix
