@@ -9,7 +9,8 @@ RESULTS_DIR (default ``bench/whatif/results/h200``) holds, per workload W:
   a variant's ``fix`` text starts with the rule id whose fix it applies
   (``"compute.fp32-matmul-no-tf32: ..."``, optionally ``"rule (HtoD): ..."``);
 * ``captures/W.parquet``: a ``zym capture`` of the baseline (eBPF + CUPTI);
-* ``kineto/W.trace.json.gz``: a torch.profiler trace of the baseline, where there is one.
+* ``kineto/W.trace.json.gz``: a torch.profiler trace of the baseline, where there is one
+  (``kineto/W.parquet``: the trace as `zym import` wrote it, kept in its place for size).
 
 The measured saving of a variant is the median over rounds of (baseline pass - variant pass)
 of the same round (arms interleaved in a shuffled order each round), per request; its spread
@@ -125,7 +126,8 @@ def compare(results: Path = RESULTS, requests_of: dict[str, int] | None = None) 
         meas = measured(doc, requests, labels.get(w))
         base_ms = doc["variants"]["base"]["median_s"] * 1e3 / requests
         sources = [("zym capture", results / "captures" / f"{w}.parquet"),
-                   ("torch.profiler", results / "kineto" / f"{w}.trace.json.gz")]
+                   ("torch.profiler", results / "kineto" / f"{w}.trace.json.gz"),
+                   ("torch.profiler", results / "kineto" / f"{w}.parquet")]
         for source, path in sources:
             if not path.exists():
                 continue
