@@ -192,6 +192,35 @@ def test_sync_after_async_dtoh__silent_for_an_event_waited_a_step_later(rule):
     assert fired(b, rule) == []
 
 
+def test_sync_after_async_dtoh__only_a_rule_s_costliest_wait_fixes_are_replayed(monkeypatch):
+    """Five sync lines, each waiting on a GEMM of its own length: with two fixes that take
+    waits away replayed per rule, the two lines of longest stall get estimates, the other
+    three say why they have none; the pinned-memory fixes (no wait taken away) all do."""
+    from zym.rules import findings as findings_module
+
+    monkeypatch.setattr(findings_module, "WAIT_FIXES_PER_RULE", 2)
+    b = CaptureBuilder()
+    for _ in range(3):
+        with b.enclosing(STEP):
+            for k, gemm_us in enumerate((100, 500, 200, 400, 300)):
+                b.kernel(STEP + [("torch_op", "aten::mm")], "gemm", gpu_us=gemm_us)
+                b.copy(COPY_LINE, "DtoH", host_mem="pinned", sync=False)
+                b.call(SERVE + [("python", "step", "app.py", 40 + k)], "cudaDeviceSynchronize",
+                       "sync", 2.0)
+                b.copy(COPY_LINE, "HtoD", host_mem="pageable", sync=False)
+    analysis = b.analysis()
+    rules = [RULES["syncs.sync-after-async-dtoh"], RULES["transfers.pageable-memory"]]
+    found = evaluate_rules(analysis, rules)
+    syncs = {f.site: f for f in found if f.rule_id == "syncs.sync-after-async-dtoh"}
+    assert len(syncs) == 5
+    by_stall = sorted(syncs, key=lambda s: -syncs[s].cost_ns)
+    assert {"app.py:41 step", "app.py:43 step"} == set(by_stall[:2])
+    assert all(syncs[s].saving_ns is not None for s in by_stall[:2])
+    assert all(syncs[s].saving_ns is None and "not replayed" in syncs[s].saving_how
+               for s in by_stall[2:])
+    assert all(f.saving_ns is not None for f in found if f.rule_id == "transfers.pageable-memory")
+
+
 @pytest.mark.parametrize("host_us", [100, 300])
 def test_sync_after_async_dtoh__saving_is_what_waiting_a_step_later_gains(host_us):
     """One sync per step (the step's own function; a batch would keep every one): the fix
