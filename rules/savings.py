@@ -9,7 +9,7 @@ Models (``saving: {model: NAME, ...}``):
   non-blocking calls that lead to it; the finding's other calls go (their CPU cost, their wait,
   their GPU copies, the CPU work right before each, except before a call that opens its
   instance: that time is the caller's). The kept call still waits for the GPU: what it waited
-  for is not saved.  ``alone: unblock``: where every instance has one blocking call
+  for is not saved. ``alone: unblock``: where every instance has one blocking call
   (nothing to batch), those calls stop waiting, as ``unblock`` (the fix reads the value a
   step later, after the next step's work is queued).
 * ``remove``: the finding's calls go entirely, with the CPU work before each (``work: keep``:

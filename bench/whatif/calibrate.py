@@ -29,36 +29,17 @@ sys.path.insert(0, str(HERE / "workloads"))
 
 def profiler_cost(workload: str, pairs: int = 5) -> dict:
     """Per-event CPU cost of torch.profiler on ``workload``'s passes (interleaved pairs)."""
-    import tempfile
-
     from harness import load, serve
-    from torch.profiler import ProfilerActivity, profile
 
     svc = load(workload).build("base", "cuda")
-    serve(svc, 1)
-    acts = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
-    plain, traced = [], []
-    events = None
-    for i in range(pairs):
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        serve(svc, 1)
-        plain.append(time.perf_counter() - t)
-        with profile(activities=acts, with_stack=True, record_shapes=True) as prof:
-            t = time.perf_counter()
-            serve(svc, 1)
-            traced.append(time.perf_counter() - t)
-        if events is None:
-            path = Path(tempfile.mkdtemp()) / "t.json"
-            prof.export_chrome_trace(str(path))
-            doc = json.loads(path.read_text())
-            cats = {}
-            for e in doc["traceEvents"]:
-                if e.get("ph") == "X":
-                    cats[e.get("cat")] = cats.get(e.get("cat"), 0) + 1
-            events = {k: v for k, v in cats.items()
-                      if k in ("python_function", "cpu_op", "cuda_runtime", "cuda_driver",
-                               "user_annotation")}
+    plain, traced, trace = plain_and_traced(lambda: serve(svc, 1), pairs)
+    cats = {}
+    for e in trace:
+        if e.get("ph") == "X":
+            cats[e.get("cat")] = cats.get(e.get("cat"), 0) + 1
+    events = {k: v for k, v in cats.items()
+              if k in ("python_function", "cpu_op", "cuda_runtime", "cuda_driver",
+                       "user_annotation")}
     n = sum(events.values())
     extra = statistics.median(traced) - statistics.median(plain)
     return {"workload": workload, "plain_s": plain, "traced_s": traced, "events": events,
@@ -163,10 +144,7 @@ def profiler_micro(n: int = 20000, pairs: int = 5) -> dict:
     python_function), and launches of a tiny CUDA kernel (cpu_op + cuda_runtime +
     python_function). Per-kind costs are solved from the three: each loop's extra time is the
     sum over kinds of count x cost."""
-    import tempfile
-
     import numpy as np
-    from torch.profiler import ProfilerActivity, profile
 
     def py_loop():
         def f(x):
@@ -190,26 +168,11 @@ def profiler_micro(n: int = 20000, pairs: int = 5) -> dict:
 
     kinds = ("python_function", "cpu_op", "cuda_runtime")
     loops = {"python": py_loop, "torch_op": op_loop, "launch": launch_loop}
-    acts = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
     out, rows, extra = {}, [], []
     for name, fn in loops.items():
-        fn()
-        plain, traced, counts = [], [], None
-        for _ in range(pairs):
-            torch.cuda.synchronize()
-            t = time.perf_counter()
-            fn()
-            plain.append(time.perf_counter() - t)
-            with profile(activities=acts, with_stack=True, record_shapes=True) as prof:
-                t = time.perf_counter()
-                fn()
-                traced.append(time.perf_counter() - t)
-            if counts is None:
-                path = Path(tempfile.mkdtemp()) / "t.json"
-                prof.export_chrome_trace(str(path))
-                events = json.loads(path.read_text())["traceEvents"]
-                counts = {k: sum(1 for e in events if e.get("ph") == "X" and e.get("cat") == k)
-                          for k in kinds}
+        plain, traced, events = plain_and_traced(fn, pairs)
+        counts = {k: sum(1 for e in events if e.get("ph") == "X" and e.get("cat") == k)
+                  for k in kinds}
         delta = (statistics.median(traced) - statistics.median(plain)) * 1e9
         out[name] = {"plain_s": plain, "traced_s": traced, "events": counts, "extra_ns": delta}
         rows.append([counts[k] for k in kinds])
@@ -217,6 +180,33 @@ def profiler_micro(n: int = 20000, pairs: int = 5) -> dict:
     cost, *_ = np.linalg.lstsq(np.array(rows, float), np.array(extra), rcond=None)
     out["ns_per_event"] = dict(zip(kinds, (float(c) for c in cost)))
     return out
+
+
+def plain_and_traced(fn, pairs: int) -> tuple[list[float], list[float], list[dict]]:
+    """``fn`` run once, then ``pairs`` times plain and under torch.profiler (CPU + CUDA
+    activities, with_stack, record_shapes: the harness's trace settings), alternating: the
+    seconds of each, and the events of the first traced run (its exported trace's)."""
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+    fn()
+    plain, traced, events = [], [], None
+    for _ in range(pairs):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        fn()
+        plain.append(time.perf_counter() - t)
+        with profile(activities=acts, with_stack=True, record_shapes=True) as prof:
+            t = time.perf_counter()
+            fn()
+            traced.append(time.perf_counter() - t)
+        if events is None:
+            path = Path(tempfile.mkdtemp()) / "t.json"
+            prof.export_chrome_trace(str(path))
+            events = json.loads(path.read_text())["traceEvents"]
+    return plain, traced, events
 
 
 PARTS = {"graph": graph_costs, "profiler_micro": profiler_micro, "copy": async_copy_cost, "gemm": gemm_survey,

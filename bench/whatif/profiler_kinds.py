@@ -13,14 +13,15 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "workloads"))
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE / "workloads"))
+sys.path.insert(0, str(HERE))
+from calibrate import plain_and_traced
+
 N = 20_000
 
 
@@ -47,11 +48,10 @@ def loop_detok() -> None:
         d.add([(t * 31 + i) % VOCAB for i in range(BATCH)])
 
 
-def count_events(prof) -> dict:
-    path = Path(tempfile.mkdtemp()) / "t.json"
-    prof.export_chrome_trace(str(path))
+def count_events(events: list[dict]) -> dict:
+    """Complete events by kind: Python calls, built-in calls, the rest."""
     out = {"python": 0, "builtin": 0, "other": 0}
-    for e in json.loads(path.read_text())["traceEvents"]:
+    for e in events:
         if e.get("ph") != "X":
             continue
         if e.get("cat") == "python_function":
@@ -67,21 +67,10 @@ def main() -> None:
     p.add_argument("--pairs", type=int, default=7)
     a = p.parse_args()
     torch.zeros(1, device="cuda")
-    acts = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
     res = {}
     for name, fn in (("python", loop_py), ("builtin", loop_builtin), ("detok", loop_detok)):
-        fn()
-        plain, traced, events = [], [], None
-        for _ in range(a.pairs):
-            t = time.perf_counter()
-            fn()
-            plain.append(time.perf_counter() - t)
-            with profile(activities=acts, with_stack=True, record_shapes=True) as prof:
-                t = time.perf_counter()
-                fn()
-                traced.append(time.perf_counter() - t)
-            if events is None:
-                events = count_events(prof)
+        plain, traced, trace = plain_and_traced(fn, a.pairs)
+        events = count_events(trace)
         extra = statistics.median(traced) - statistics.median(plain)
         res[name] = {"plain_s": plain, "traced_s": traced, "events": events,
                      "extra_ns": extra * 1e9}

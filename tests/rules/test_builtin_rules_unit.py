@@ -137,15 +137,28 @@ COPY_LINE = SERVE + [("python", "step", "app.py", 31)]
 SYNC_LINE = SERVE + [("python", "step", "app.py", 33)]
 
 
+def copied_then_waited(b: CaptureBuilder, steps: int = 3, *, between: tuple[str, ...] = (),
+                       wait: str = "cudaDeviceSynchronize", nbytes: int = 64,
+                       host_us: float = 0) -> None:
+    """``steps`` steps of: a 200 µs GEMM, its result copied to the host without waiting at
+    line 31 (``nbytes``), the ``between`` calls (no GPU work), ``wait`` at line 33, then
+    ``host_us`` of host work."""
+    for _ in range(steps):
+        with b.enclosing(STEP):
+            b.kernel(STEP + [("torch_op", "aten::mm")], "gemm", gpu_us=200)
+            b.copy(COPY_LINE, "DtoH", nbytes=nbytes, host_mem="pinned", sync=False)
+            for api in between:
+                b.call(SYNC_LINE, api, "other", 1.0)
+            b.call(SYNC_LINE, wait, "sync", 2.0)
+            if host_us:
+                b.tick(host_us)
+
+
 def test_sync_after_async_dtoh__fires_at_the_sync_line_naming_the_copy_line():
     """``out = t.to("cpu", non_blocking=True)`` at line 31, ``torch.cuda.synchronize()`` at 33:
     the wait is at 33, for the copy made at 31 (and every kernel before it)."""
     b = CaptureBuilder()
-    for _ in range(3):
-        with b.enclosing(STEP):
-            b.kernel(STEP + [("torch_op", "aten::mm")], "gemm", gpu_us=200)
-            b.copy(COPY_LINE, "DtoH", host_mem="pinned", sync=False)
-            b.call(SYNC_LINE, "cudaDeviceSynchronize", "sync", 2.0)
+    copied_then_waited(b)
     both = [RULES["syncs.sync-after-async-dtoh"], RULES["syncs.dtoh-copy-sync"],
             RULES["syncs.explicit-sync-in-loop"]]
     [f] = evaluate_rules(b.analysis(), both)
@@ -163,13 +176,7 @@ def test_sync_after_async_dtoh__past_torch_s_bookkeeping_calls():
     (``cudaStreamIsCapturing``, ``cudaEventRecordWithFlags``: no GPU work, no wait) before the
     sync: the sync still waits for that copy, and is this rule's (it was the loop rule's)."""
     b = CaptureBuilder()
-    for _ in range(3):
-        with b.enclosing(STEP):
-            b.kernel(STEP + [("torch_op", "aten::mm")], "gemm", gpu_us=200)
-            b.copy(COPY_LINE, "DtoH", host_mem="pinned", sync=False)
-            b.call(COPY_LINE, "cudaStreamIsCapturing", "other", 1.0)
-            b.call(COPY_LINE, "cudaEventRecordWithFlags", "other", 1.0)
-            b.call(SYNC_LINE, "cudaDeviceSynchronize", "sync", 2.0)
+    copied_then_waited(b, between=("cudaStreamIsCapturing", "cudaEventRecordWithFlags"))
     found = evaluate_rules(b.analysis(), [RULES["syncs.sync-after-async-dtoh"],
                                           RULES["syncs.dtoh-copy-sync"],
                                           RULES["syncs.explicit-sync-in-loop"]])
@@ -183,12 +190,8 @@ def test_sync_after_async_dtoh__silent_for_an_event_waited_a_step_later(rule):
     step's event (``cudaEventSynchronize``): no finding of either rule (a flag of one byte
     is the scalar rule's copy)."""
     b = CaptureBuilder()
-    for _ in range(4):
-        with b.enclosing(STEP):
-            b.kernel(STEP + [("torch_op", "aten::mm")], "gemm", gpu_us=200)
-            b.copy(COPY_LINE, "DtoH", nbytes=1, host_mem="pinned", sync=False)
-            b.call(SYNC_LINE, "cudaEventRecord", "other", 1.0)
-            b.call(SYNC_LINE, "cudaEventSynchronize", "sync", 2.0)
+    copied_then_waited(b, 4, between=("cudaEventRecord",), wait="cudaEventSynchronize",
+                       nbytes=1)
     assert fired(b, rule) == []
 
 
@@ -229,12 +232,7 @@ def test_sync_after_async_dtoh__saving_is_what_waiting_a_step_later_gains(host_u
     less host work than GPU work the GPU stops idling between steps (the saving is its idle
     time there); with more, the CPU stops waiting (the syncs' time blocked)."""
     b = CaptureBuilder()
-    for _ in range(20):
-        with b.enclosing(STEP):
-            b.kernel(STEP + [("torch_op", "aten::mm")], "gemm", gpu_us=200)
-            b.copy(COPY_LINE, "DtoH", host_mem="pinned", sync=False)
-            b.call(SYNC_LINE, "cudaDeviceSynchronize", "sync", 2.0)
-            b.tick(host_us)   # detokenize: the GPU has nothing queued
+    copied_then_waited(b, 20, host_us=host_us)   # detokenize: the GPU has nothing queued
     analysis = b.analysis()
     [f] = evaluate_rules(analysis, [RULES["syncs.sync-after-async-dtoh"]])
     idle, blocked = _gpu_idle_and_blocked(analysis, "cudaDeviceSynchronize", 2_000)
