@@ -8,7 +8,7 @@ then detokenizes while the GPU has nothing queued (``syncs.sync-after-async-dtoh
 the rule names: an event recorded after the copy, waited for only after the next step's
 kernels are queued, so the host detokenizes step t while the GPU runs step t + 1 (one step of
 lag, as servers with asynchronous output processing do). A request decodes 48 tokens for 64
-sequences (fp32 weights, ~4.3 GB read per step); the stop string never occurs, so both variants decode every token.
+sequences (fp32, ~4.3 GB of weights read a step); no stop string comes: every token is decoded.
 """
 from __future__ import annotations
 
