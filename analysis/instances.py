@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 import polars as pl
-from zym.schemas.lookup import first_row_of
+from zym.schemas.lookup import first_row_of, row_table
 
 from .compiled import njit, writes
 from .trie import Trie
@@ -57,9 +57,7 @@ class Ancestors:
         ids = self.trie.ids
         if len(ids) and (ids.min() < 0 or ids.max() >= 4 * len(ids) + 1024):
             return None
-        lookup = np.full(int(ids.max()) + 1 if len(ids) else 0, -1, np.int64)
-        lookup[ids[::-1]] = np.arange(len(ids), dtype=np.int64)[::-1]
-        return lookup
+        return row_table(ids, None, 0, int(ids.max()) if len(ids) else -1)
 
     def at(self, rows: np.ndarray, depth: int) -> np.ndarray:
         """Ancestor row at ``depth`` of each of ``rows`` (-1 where there is none)."""

@@ -282,8 +282,8 @@ def _check_saving(saving: dict, relation: str, measures: set[str], fail) -> None
         raise fail("saving", "speedup takes one of to: PRECISION or factor: MEASURE")
     if "factor" in saving and saving["factor"] not in measures:
         raise fail("saving.factor", f"unknown measure {saving['factor']!r}")
-    for key, only in (("keep", "batch"), ("alone", "batch"), ("to", "speedup"), ("factor", "speedup"),
-                      ("work", "remove")):
+    for key, only in (("keep", "batch"), ("alone", "batch"), ("to", "speedup"),
+                      ("factor", "speedup"), ("work", "remove")):
         if key in saving and model != only:
             raise fail(f"saving.{key}", f"{key} applies to model {only} only")
 

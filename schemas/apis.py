@@ -32,6 +32,9 @@ MEMORY_PATTERN = (r"^(cuda|cu|hip)(Malloc|Free|MemAlloc|MemFree|MallocHost|FreeH
 # stream-ordered ones (FreeAsync) do not.
 FREE_SYNC_PATTERN = r"^(cuda|cu|hip)(Free|MemFree|FreeHost|MemFreeHost|HostUnregister|MemHostUnregister)(_v\d)?$"
 
+# Event syncs wait for one recorded event, not for all the work queued before them.
+EVENT_SYNC_PATTERN = r"^(cuda|cu|hip)EventSynchronize"
+
 # Driver copies name their direction; runtime ones (cudaMemcpyAsync) take it from an argument.
 _DIRECTION = r"^(?:cu|hip)Memcpy(?:Peer)?(HtoD|DtoH|DtoD|HtoA|AtoH|DtoA|AtoD|AtoA|Peer)"
 _DIRECTION_MAP = {"HtoA": "HtoD", "AtoH": "DtoH", "DtoA": "DtoD", "AtoD": "DtoD",
@@ -56,6 +59,11 @@ def is_memory_api(name: pl.Expr) -> pl.Expr:
     """Expression: true for calls that give memory to the driver or take it back
     (:data:`MEMORY_PATTERN`)."""
     return name.str.contains(MEMORY_PATTERN)
+
+
+def is_event_sync(name: pl.Expr) -> pl.Expr:
+    """Expression: true for a wait on one event (:data:`EVENT_SYNC_PATTERN`)."""
+    return name.str.contains(EVENT_SYNC_PATTERN)
 
 
 def is_blocking_api(name: pl.Expr) -> pl.Expr:
