@@ -10,7 +10,6 @@ docs' tables.
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -20,19 +19,36 @@ DEFAULT = [f"{HERE}/results/h200=",
            f"{HERE}/results/h100-readback=readback=6,stopcheck=6"]
 
 
+def fail(message: str) -> None:
+    print(f"kineto_costs: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def main() -> None:
     from zym.analysis import replay
 
     sys.path.insert(0, str(HERE))
+    sys.path.insert(0, str(HERE.parent))
     import compare
+    from bench_scale import write_json
 
+    if len(sys.argv) < 3:
+        fail("usage: kineto_costs.py PY,OP,RUNTIME|- OUT.json [RESULTS_DIR=W=N,...]...")
     if sys.argv[1] != "-":
         names = ("python_function", "cpu_op", "cuda_runtime")
-        replay.KINETO_NS_PER_EVENT.update(zip(names, map(int, sys.argv[1].split(","))))
+        costs = sys.argv[1].split(",")
+        if len(costs) != 3 or not all(c.isdigit() for c in costs):
+            fail(f"costs must be three whole numbers of ns (PY,OP,RUNTIME): {sys.argv[1]!r}")
+        replay.KINETO_NS_PER_EVENT.update(zip(names, map(int, costs)))
     rows = []
     for spec in sys.argv[3:] or DEFAULT:
         folder, _, req = spec.partition("=")
-        requests = {w: int(n) for w, n in (x.split("=") for x in req.split(",") if x)}
+        if not Path(folder).is_dir():
+            fail(f"{folder}: no such results folder")
+        try:
+            requests = {w: int(n) for w, n in (x.split("=") for x in req.split(",") if x)}
+        except ValueError:
+            fail(f"requests must be W=N,...: {req!r}")
         for r in compare.compare(Path(folder), requests or None):
             if r.source == "torch.profiler":
                 rows.append({"folder": Path(folder).name, "workload": r.workload,
@@ -40,8 +56,7 @@ def main() -> None:
                              "measured_ms": r.measured_ms, "agrees": r.agrees,
                              "noise": r.noise})
     real = [r for r in rows if not r["noise"] and r["predicted_ms"] is not None]
-    Path(sys.argv[2]).write_text(json.dumps({"costs": replay.KINETO_NS_PER_EVENT,
-                                             "rows": rows}, indent=1))
+    write_json(Path(sys.argv[2]), {"costs": replay.KINETO_NS_PER_EVENT, "rows": rows})
     print(replay.KINETO_NS_PER_EVENT, "within ±30% (beyond noise):",
           sum(bool(r["agrees"]) for r in real), "/", len(real))
     for r in real:
