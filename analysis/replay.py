@@ -29,9 +29,10 @@ state (:class:`_Base`): the calls and operations a fix does not edit move by sum
 edits before them, a group (epoch, stream) with no edit among its members keeps its maximum,
 shifted, and only the groups holding an edit, and the epochs around a removed wait, are
 recomputed. The outcome is the whole replay's, to the nanosecond (tests compare the two).
-With numba, a fix that removes no wait runs only over the epochs where it is in play: once its
-effect on the state is one translation of every thread and stream, the rest is the unfixed
-(or the last) replay's, translated (``_Base._replay_sparse``).
+With numba, a fix runs only over the epochs where it is in play (a wait it takes away: at its
+epoch's rank, which then waits no more): once its effect on the state is one translation of
+every thread and stream, the rest is the unfixed (or the last) replay's, translated
+(``_Base._replay_sparse``).
 
 Modelled: launch latency, stream FIFO order, host waits, blocking copies. Not modelled: work
 the GPU does for other processes, cross-stream event dependencies (their delay is kept as the
@@ -70,8 +71,8 @@ RETURN_SLACK_NS = 2_000
 # the memory of int64), as int64 from it; the margin leaves room for the +1 of running counts.
 # Times and durations stay int64 (nanoseconds overflow int32 in 2 s).
 INDEX32_MAX = np.iinfo(np.int32).max - 2
-# A fix that removes no wait replays in one compiled pass over the epochs, groups and waiting
-# calls (``_Base._replay_sparse``), where the dense kernels run; off: the dense kernels.
+# A fix replays in one compiled pass over the epochs, groups and waiting calls where it is in
+# play (``_Base._replay_sparse``); off: the dense kernels over every one.
 SPARSE = True
 # ... when the fix edits fewer calls and operations than 1 in this many epochs: each edit
 # costs a few epochs run twice and a jump (~5 us at 1 M operations); past it, the dense
@@ -1036,8 +1037,7 @@ class _Base:
         # (not where other threads' operations are anchored beside the window's: an edit's
         # effect there is no translation of every thread and stream, which the sparse
         # replay's stopping rule assumes)
-        if big and SPARSE and ed.surv.all() and not tl.op_exo.any() \
-                and _compiled_sparse() is not None:
+        if big and SPARSE and not tl.op_exo.any() and _compiled_sparse() is not None:
             out = self._replay_sparse(tl, ed, e, d_step, d_own, q, d_span, fix, reference,
                                       alone)
             if out is not None:
@@ -1220,7 +1220,7 @@ class _Base:
         ref_rank = np.concatenate([row_rank[rows[0]], row_rank[own]])
         ref_lo, ref_hi = np.empty_like(op_rank), np.empty_like(op_rank)
         sparse[2](op_rank, tl.op_sid, refs, ref_rank, ref_lo, ref_hi)
-        del op_rank, refs, ref_rank, row_rank
+        del op_rank, refs, ref_rank
         n_threads, n_streams = max(self.n_threads, 1), tl.n_streams
         every = 4 * max(1, (n_threads + n_streams) // 8)
         n_ck = n_epochs // every + 1
@@ -1232,12 +1232,12 @@ class _Base:
                   self.g_stream, self.g_fixed, self.g_val, self.wait_start, self.own_sid,
                   self.own_prefix, self.s_at, ck_delay, ck_ready, fin_delay, fin_ready)
         return _SparseState(rank_of_epoch, np.sort(self.wait_pos), ref_lo, ref_hi, every,
-                            ck_delay, ck_ready, fin_delay, fin_ready)
+                            ck_delay, ck_ready, fin_delay, fin_ready, row_rank)
 
     def _replay_sparse(self, tl: Timeline, ed: _Edits, e: np.ndarray, d_step: np.ndarray,
                        d_own: np.ndarray, q: np.ndarray, d_span: np.ndarray, fix: Fix,
                        reference: bool = False, alone: bool = False) -> Outcome | None:
-        """``replay`` for a fix that removes no wait (``_sparse_epochs``), run where it differs
+        """``replay`` of ``fix`` (``_sparse_epochs``), run where it differs
         from a reference: the unfixed replay, or the last replay made here when it differs
         from that by fewer edits (the rules replay each finding's fix with those of the
         findings ranked above it: one finding's edits more than the replay before). None
@@ -1246,7 +1246,7 @@ class _Base:
         compare them)."""
         mine = self._edit_set(tl, ed, e, d_step, d_own, q, d_span)
         # a chained fix may merge its edits into these (mins of changes: no removed call)
-        mine["fix"] = fix if not (len(fix.remove_calls) or len(fix.unblock_calls)) else None
+        mine["fix"] = fix if not len(fix.remove_calls) else None
         return self._run_sparse(tl, mine, None, reference, alone)
 
     def _replay_chained(self, tl: Timeline, fix: _Chained) -> Outcome | None:
@@ -1259,10 +1259,13 @@ class _Base:
         last, more = self._last, fix.second
         if last is None or fix.first is None or last.get("fix") is not fix.first:
             return None
-        if len(more.remove_calls) or len(more.unblock_calls) or len(more.graph_first):
+        if len(more.remove_calls) or len(more.graph_first):
             return None
         more = Fix.combine([more])  # each edit once, its smallest (as ``Fix.combine``)
         ed = self.edits(tl, more)
+        # the waits ``more`` takes away (rows of ``wait_idx``), and those not taken before
+        unwait = np.union1d(last["unwait"], np.flatnonzero(~ed.surv)).astype(np.int64)
+        x_unwait = np.setdiff1d(unwait, last["unwait"])
         e = ed.calls
         e_pos = self.pos[e].astype(np.int64)
         by_pos = np.argsort(e_pos, kind="stable")
@@ -1295,10 +1298,10 @@ class _Base:
                 "q_gone": np.zeros(kq, bool),
                 "qbase": np.append(np.searchsorted(q_out[:kq], self.stream_heads),
                                    kq).astype(np.int64),
-                "gone": np.zeros(0, bool), "fix": fix}
+                "gone": np.zeros(0, bool), "unwait": unwait, "fix": fix}
         st = self._sparse_state(tl)
         return self._run_sparse(tl, mine, self._in_play(st, x_e[:k_x], x_de[:k_x], x_q[:kq_x],
-                                                        x_dq[:kq_x]))
+                                                        x_dq[:kq_x], x_unwait))
 
     def _run_sparse(self, tl: Timeline, mine: dict, x_last: dict | None,
                     reference: bool = False, alone: bool = False) -> Outcome | None:
@@ -1309,7 +1312,8 @@ class _Base:
         n_ranks = len(self.epoch_order)
         empty = self._no_edits(tl)
         ref, x = empty, None
-        n_x = int(mine["moved"].sum()) + len(mine["q"])  # differences from the unfixed replay
+        # differences from the unfixed replay
+        n_x = int(mine["moved"].sum()) + len(mine["q"]) + len(mine["unwait"])
         if alone:
             self._last = None   # what this thread kept is no reference for what comes next
         if self._last is not None and n_x:
@@ -1327,7 +1331,8 @@ class _Base:
         delay = np.zeros(len(st.fin_delay), np.int64)
         ready = np.full(tl.n_streams, neg, np.int64)
         out = np.zeros(2, np.int64)
-        names = ("gone", "e_pos", "pe", "d_own", "moved", "ebase", "q", "pq", "d_span", "qbase")
+        names = ("gone", "e_pos", "pe", "d_own", "moved", "ebase", "q", "pq", "d_span", "qbase",
+                 "unwait")
         base = (self.epoch_order, self.thread_of_epoch, self.row_of_epoch, self.g_rank,
                 self.g_stream, self.g_fixed, self.g_val, self.g_op, self.g_call_pos,
                 self.g_has_call, self.g_hi_op, self.g_lo_call, self.g_hi_call, self.member_start,
@@ -1385,6 +1390,7 @@ class _Base:
         pq = np.zeros(len(q) + 1, np.int64)
         np.cumsum(d_span, out=pq[1:])
         gone = ed.gone if ed.gone_any else np.zeros(0, bool)
+        unwait = np.flatnonzero(~ed.surv) if not ed.surv.all() else np.zeros(0, np.int64)
         return {"e_pos": e_pos, "d_step": d_step, "d_own": d_own, "pe": pe,
                 "moved": (d_step != 0) | (d_own != 0),
                 "ebase": np.append(np.searchsorted(e_pos, self.thread_heads),
@@ -1392,7 +1398,7 @@ class _Base:
                 "q": q, "d_span": d_span, "pq": pq,
                 "q_gone": gone[q] if len(gone) else np.zeros(len(q), bool),
                 "qbase": np.append(np.searchsorted(q, self.stream_heads), len(q)).astype(np.int64),
-                "gone": gone}
+                "gone": gone, "unwait": unwait.astype(np.int64)}
 
     def _no_edits(self, tl: Timeline) -> dict:
         """``_edit_set`` of no fix (the unfixed replay)."""
@@ -1401,18 +1407,17 @@ class _Base:
                 "moved": np.zeros(0, bool), "ebase": np.zeros(len(self.thread_heads) + 1, np.int64),
                 "q": z, "d_span": z, "pq": np.zeros(1, np.int64), "q_gone": np.zeros(0, bool),
                 "qbase": np.zeros(len(self.stream_heads) + 1, np.int64),
-                "gone": np.zeros(0, bool)}
+                "gone": np.zeros(0, bool), "unwait": z}
 
     def _differences(self, st: _SparseState, a: dict, b: dict) -> dict:
         """Where edit sets ``a`` and ``b`` differ: the calls whose moves differ and the
         operations whose span or removal differ, by position, with the running sums of
-        ``a``'s change less ``b``'s, and the ranks where each is in play (``lo``/``hi``,
-        sorted by ``lo``)."""
-        if not len(b["e_pos"]) and not len(b["q"]):  # from the unfixed replay: every edit
-            a_q = a["q"]
+        ``a``'s change less ``b``'s, the waits taken away by one and not the other, and the
+        ranks where each is in play (``lo``/``hi``, sorted by ``lo``)."""
+        if not len(b["e_pos"]) and not len(b["q"]) and not len(b["unwait"]):
+            # from the unfixed replay: every edit
             e_pos, de = a["e_pos"][a["moved"]], a["d_step"][a["moved"]]
-            q, dq = a_q, a["d_span"]
-            return self._in_play(st, e_pos, de, q, dq)
+            return self._in_play(st, e_pos, de, a["q"], a["d_span"], a["unwait"])
 
         diff = _compiled_sparse()[3]
 
@@ -1426,12 +1431,13 @@ class _Base:
         e_pos, de = side(a["e_pos"], (a["d_step"], a["d_own"]), b["e_pos"],
                          (b["d_step"], b["d_own"]))
         q, dq = side(a["q"], (a["d_span"], a["q_gone"]), b["q"], (b["d_span"], b["q_gone"]))
-        return self._in_play(st, e_pos, de, q, dq)
+        return self._in_play(st, e_pos, de, q, dq, np.setxor1d(a["unwait"], b["unwait"]))
 
     def _in_play(self, st: _SparseState, e_pos: np.ndarray, de: np.ndarray, q: np.ndarray,
-                 dq: np.ndarray) -> dict:
-        """``_differences``' result for the differing calls ``e_pos`` (moves ``de``) and
-        operations ``q`` (changes of span ``dq``)."""
+                 dq: np.ndarray, unwait: np.ndarray | None = None) -> dict:
+        """``_differences``' result for the differing calls ``e_pos`` (moves ``de``),
+        operations ``q`` (changes of span ``dq``) and waits (rows of ``wait_idx`` that wait
+        in one replay and not the other: in play at their epoch's rank)."""
         pe = np.zeros(len(e_pos) + 1, np.int64)
         np.cumsum(de, out=pe[1:])
         pq = np.zeros(len(q) + 1, np.int64)
@@ -1443,7 +1449,9 @@ class _Base:
             e_rank = st.rank_of_epoch[self.epoch_of_pos[e_pos]]
         e_rank = e_rank.astype(np.int64)
         q_lo, q_hi = st.ref_lo[q].astype(np.int64), st.ref_hi[q].astype(np.int64)
-        lo, hi = np.concatenate([e_rank, q_lo]), np.concatenate([e_rank, q_hi])
+        w_rank = st.row_rank[unwait] if unwait is not None else np.zeros(0, np.int64)
+        lo = np.concatenate([e_rank, q_lo, w_rank])
+        hi = np.concatenate([e_rank, q_hi, w_rank])
         by = np.argsort(lo, kind="stable")
         return {"lo": lo[by], "hi": hi[by], "e_pos": e_pos, "pe": pe, "e_rank": e_rank,
                 "ebase": np.append(np.searchsorted(e_pos, self.thread_heads),
@@ -1549,6 +1557,7 @@ class _SparseState:
     ck_ready: np.ndarray
     fin_delay: np.ndarray
     fin_ready: np.ndarray
+    row_rank: np.ndarray  # each waiting call's (row of ``wait_idx``) epoch's rank
 
 
 @dataclass
@@ -1985,8 +1994,10 @@ def _sparse_group(g, t, s, member_start, member_end, members, op_call, launched,
 def _sparse_epochs(base, mine, every, ck_delay, ck_ready, fin_delay, fin_ready, iv_lo, iv_hi,
                    x_pe, x_ebase, x_e_rank, x_pq, x_qbase, x_q_hi, ck_delay_out, ck_ready_out,
                    delay, ready, out) -> None:
-    """The replay under a fix (``mine``: its edits, as ``_fixed_rank`` reads them) that
-    removes no wait, run only where it differs from a reference replay (the unfixed one, or
+    """The replay under a fix (``mine``: its edits, as ``_edit_set`` reads them; the waits it
+    takes away, as rows of the waiting calls, sorted: their epochs end waiting for nothing, as
+    the dense replay's do with several threads, which with one thread is the same as merging
+    each with the next), run only where it differs from a reference replay (the unfixed one, or
     another fix's) known by its state every ``every`` ranks (``ck_*``) and at the end
     (``fin_*``).
 
@@ -2005,7 +2016,7 @@ def _sparse_epochs(base, mine, every, ck_delay, ck_ready, fin_delay, fin_ready, 
      g_call_pos, g_has_call, g_hi_op, g_lo_call, g_hi_call, member_start, member_end, members,
      op_call, launched, pos, start_nowait, op_lat, op_start, w0, s_incl, span, op_gap,
      wait_start, wait_pos, own_sid, own_prefix, own_pos, s_at, at_has, at_0) = base
-    (gone, e_pos, pe, d_own, e_moved, ebase, q, pq, d_span, qbase) = mine
+    (gone, e_pos, pe, d_own, e_moved, ebase, q, pq, d_span, qbase, unwait) = mine
     neg = -(1 << 62)
     n_streams, n_threads = len(ready), len(delay)
     n_ranks, ng, n_iv = len(epoch_order), len(g_rank), len(iv_lo)
@@ -2101,6 +2112,10 @@ def _sparse_epochs(base, mine, every, ck_delay, ck_ready, fin_delay, fin_ready, 
                 ready[s] = max(ready[s], v)
                 gi += 1
             row = row_of_epoch[ep]
+            if row >= 0 and len(unwait):  # a wait the fix takes away waits no more
+                j = _lower(unwait, 0, len(unwait), row)
+                if j < len(unwait) and unwait[j] == row:
+                    row = -1
             if row >= 0:
                 start = wait_start[row] + d
                 if t_edits:

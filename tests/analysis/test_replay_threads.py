@@ -209,7 +209,7 @@ def random_capture(seed: int, threads: int, events: int | None = None) -> Captur
 
 def random_fix(tl, rng: random.Random) -> Fix:
     n = tl.n_calls
-    if rng.random() < 0.3:  # one edit, no wait removed (the compiled replay's sparse path)
+    if rng.random() < 0.3:  # one edit, no wait removed
         if rng.random() < 0.5:
             return Fix(gap_calls=np.array([rng.randrange(n)], np.int64),
                        gap_ns=np.array([rng.randint(0, 50_000)], np.int64))
@@ -221,7 +221,7 @@ def random_fix(tl, rng: random.Random) -> Fix:
     calls = np.arange(n)
     gaps = pick(calls, 0.3)
     ops = pick(np.flatnonzero(tl.pos_of_gpu >= 0), 0.3)
-    keeps_waits = rng.random() < 0.4  # (the compiled replay's sparse path: no wait removed)
+    keeps_waits = rng.random() < 0.4
     return Fix(remove_calls=pick(waits, 0 if keeps_waits else 0.4),
                unblock_calls=pick(waits, 0 if keeps_waits else 0.2),
                gap_calls=gaps, gap_ns=np.array([rng.randint(0, 50_000) for _ in gaps], np.int64),
@@ -254,27 +254,36 @@ def test_replays_equal_the_direct_simulation(threads, engine):
         assert sparse >= 10  # the sparse path ran, on every thread count
 
 
-@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("threads", [1, 2, 3])
 def test_one_edit_replays_of_longer_captures_equal_the_direct_simulation(threads, engine):
-    """Fixes of one edit each, chained as the rules chain them, on captures of 300 calls:
-    with numba, the sparse replay runs them from the unfixed or the last replay's state,
-    and each edited call's epoch is read by its position (with several threads it is not
-    its count of waits before it on its thread)."""
-    sparse = 0
+    """Fixes of one edit each (a gap, an operation, a wait taken away or a waiting call
+    removed), chained as the rules chain them, on captures of 300 calls: with numba, the
+    sparse replay runs them from the unfixed or the last replay's state, and each edited
+    call's epoch is read by its position (with several threads it is not its count of waits
+    before it on its thread)."""
+    sparse = unwaited = 0
     for seed in range(3):
         tl = random_capture(1000 + seed, threads, events=300).analysis().timeline
         rng = random.Random(seed)
         ops = np.flatnonzero(tl.pos_of_gpu >= 0)
-        for _ in range(25):
-            if rng.random() < 0.5:
+        waits = np.flatnonzero(tl.waits)
+        for _ in range(30):
+            kind = rng.random()
+            if kind < 0.35:
                 fix = Fix(gap_calls=np.array([rng.randrange(tl.n_calls)], np.int64),
                           gap_ns=np.array([rng.randint(0, 50_000)], np.int64))
-            else:
+            elif kind < 0.7:
                 fix = Fix(gpu_ops=np.array([ops[rng.randrange(len(ops))]], np.int64),
                           gpu_dur_ns=np.array([rng.randint(0, 100_000)], np.int64))
+            elif kind < 0.85:
+                fix = Fix(unblock_calls=np.array([waits[rng.randrange(len(waits))]], np.int64))
+            else:
+                fix = Fix(remove_calls=np.array([waits[rng.randrange(len(waits))]], np.int64))
             tl._base.sparse_stats = None
             got = tl.replay(fix)
             assert (got.end_ns, got.cpu_end_ns, got.gpu_end_ns) == reference(tl, fix), seed
-            sparse += tl._base.sparse_stats is not None
+            ran_sparse = tl._base.sparse_stats is not None
+            sparse += ran_sparse
+            unwaited += ran_sparse and kind >= 0.7
     if engine == "compiled" and replay._compiled_sparse() is not None:
-        assert sparse >= 40
+        assert sparse >= 50 and unwaited >= 15

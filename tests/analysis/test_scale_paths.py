@@ -527,7 +527,8 @@ def _used_sparse(tl, fix) -> bool:
 def test_the_sparse_replay_is_the_whole_replay(which, synthetic, sparse):
     """A fix replayed only over the epochs where it is in play, jumping between them from
     checkpoints of the unfixed replay translated, ends exactly when the whole replay does:
-    60 random fixes on four timelines (removed syncs go to the dense kernels)."""
+    60 random fixes on four timelines, removed and unblocked syncs among them (a wait taken
+    away waits no more: its epoch is not merged with the next)."""
     path = {"sample": SAMPLE, "ebpf_sample": EBPF_SAMPLE}.get(which, synthetic)
     tl = analyze(path, lambda _stage: None, "steady").timeline
     rng = np.random.default_rng(17)
@@ -628,8 +629,10 @@ def test_each_compiled_replay_loop_is_called_with_one_set_of_types(synthetic, sp
             tl.op_call, tl.op_anchor = tl.op_call.copy(), tl.op_anchor.copy()
             assert tl.op_call.flags.writeable
         for fix in fixes:
-            tl._base._last = None
-            assert tl.replay(fix) == tl.replay(fix, incremental=False), fix
+            for sparse_on in (True, False):  # (the fused shifts: the dense replay's)
+                monkeypatch.setattr(replay, "SPARSE", sparse_on)
+                tl._base._last = None
+                assert tl.replay(fix) == tl.replay(fix, incremental=False), fix
     assert {name: len(types) for name, types in seen.items()} == {
         "epochs": 1, "sparse": 1, "shifts": 1}
 
@@ -687,10 +690,18 @@ def _random_edit(tl, rng: np.random.Generator, part: replay.Fix, kind: str, k: i
 def _chain_part(tl, rng: np.random.Generator, parts: list[replay.Fix]) -> replay.Fix:
     """A finding's fix as the pinned-memory model makes them (cheaper calls, shorter
     operations, shorter gaps), some of it editing again what earlier parts edited, with
-    smaller and with larger values, and calls named twice."""
+    smaller and with larger values, and calls named twice; or as the unblock model makes
+    them (waits taken away, some taken by an earlier part already)."""
     n = tl.n_calls
     k = int(rng.integers(1, max(2, n // 150)))
     part = replay.Fix()
+    waiting = np.flatnonzero(tl.waits)
+    if rng.random() < 0.25 and len(waiting):
+        part.unblock_calls = np.sort(rng.choice(waiting, size=min(len(waiting), k),
+                                                replace=False))
+        if parts and rng.random() < 0.5:
+            part.unblock_calls = np.union1d(part.unblock_calls, parts[-1].unblock_calls)
+        return _messy(part, rng) if rng.random() < 0.3 else part
     for kind in rng.choice(["cost", "gap", "gpu"], size=int(rng.integers(1, 4)), replace=False):
         _random_edit(tl, rng, part, kind, k)
     if parts and rng.random() < 0.6:  # again: half smaller, half larger than before
@@ -724,7 +735,7 @@ def test_a_chained_fix_merges_its_edits_into_the_last_replays(which, synthetic, 
         return out
 
     keys = ("e_pos", "d_step", "d_own", "pe", "moved", "ebase", "q", "d_span", "pq", "qbase",
-            "ck_delay", "ck_ready", "fin_delay", "fin_ready")
+            "unwait", "ck_delay", "ck_ready", "fin_delay", "fin_ready")
     run = replay._Base._run_sparse
     merged: list = []  # the differences the merge found, per chained replay
 
@@ -847,11 +858,18 @@ def test_dense_replays_on_several_threads_share_their_buffers_one_at_a_time(synt
     assert most[0] == 1 and waited[0] > 0
 
 
+@pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("ids", ["small", "one process", "packed", "extremes"])
-def test_previous_call_on_each_thread_matches_a_walk(ids):
+def test_previous_call_on_each_thread_matches_a_walk(ids, compiled, monkeypatch):
     """By radix where the ids span less than 2^16 (small ones, one process's threads), else
-    by a sort of the ids themselves (several processes, the int64 extremes)."""
+    by a sort of the ids themselves (several processes, the int64 extremes); the previous
+    calls by numpy passes and by the compiled pass (numba, used from ``JIT_MIN_CALLS``)."""
+    from zym.analysis import instances
     from zym.analysis.instances import previous_on_thread, thread_order
+
+    if compiled and instances._compiled_previous() is None:
+        pytest.skip("numba not installed (a zym dependency: pip install -e .)")
+    monkeypatch.setattr(instances, "JIT_MIN_CALLS", 0 if compiled else 1 << 62)
 
     rng = np.random.default_rng(11)
     keys = np.array({"small": [3, -7, 12, 900],
