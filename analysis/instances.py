@@ -98,6 +98,10 @@ def previous_on_thread(thread: np.ndarray, order: np.ndarray,
     prev = np.full(len(thread), -1, order.dtype)
     if len(order) < 2:
         return prev
+    compiled = _compiled_previous() if len(order) >= JIT_MIN_CALLS else None
+    if compiled is not None:  # one pass (the numpy passes below: ~1.1-1.6 s at 12.5 M calls)
+        compiled(thread, order, counts if counts is not None else np.zeros(0, np.bool_), prev)
+        return prev
     t = thread[order]
     same = t[1:] == t[:-1]
     del t
@@ -225,6 +229,29 @@ def _narrow(a: np.ndarray, n: int) -> np.ndarray:
 
 # Calls from which the runs are counted by one compiled pass (numba) rather than numpy passes.
 JIT_MIN_CALLS = 200_000
+
+
+@writes("prev")
+def _previous(thread, order, counts, prev) -> None:
+    """``previous_on_thread`` in one pass over the calls in thread order: ``prev[c]``, the
+    last call before ``c`` on its thread that ``counts`` marks (``counts`` empty: any call).
+    For numba."""
+    every = len(counts) == 0
+    last = -1
+    for i in range(len(order)):
+        c = order[i]
+        if i > 0 and thread[c] != thread[order[i - 1]]:
+            last = -1
+        prev[c] = last
+        if every or counts[c]:
+            last = c
+
+
+@functools.cache
+def _compiled_previous():
+    """``_previous`` compiled by numba; None without numba (numpy passes then)."""
+    compiled = njit(_previous)
+    return compiled[0] if compiled else None
 
 
 @writes("seen")

@@ -125,9 +125,36 @@ def per_distinct(column: pl.Series, compute: Callable[[pl.Series], pl.Series]) -
     distinct = column.unique(maintain_order=column.dtype == pl.Categorical).drop_nulls()
     got = compute(distinct.cast(pl.String))
     if column.dtype == pl.Categorical:
-        return got.gather(first_row_of(distinct.to_physical(), column.to_physical()))
+        codes = column.to_physical()
+        fast = _by_code(distinct.to_physical(), got, codes)
+        return fast if fast is not None else got.gather(first_row_of(distinct.to_physical(),
+                                                                     codes))
     return (pl.DataFrame({"v": column}).join(pl.DataFrame({"v": distinct, "got": got}), on="v",
                                               how="left", maintain_order="left")["got"])
+
+
+# Categorical codes up to this value are read through a table indexed by code (numpy): one
+# gather of the rows' codes (~0.03 s at 12.5 M rows, against ~0.15 s by first rows).
+CODE_TABLE_MAX = 1 << 22
+
+
+def _by_code(codes: pl.Series, values: pl.Series, rows: pl.Series) -> pl.Series | None:
+    """``values`` (one per distinct code of ``codes``; numbers or booleans, no nulls) at each
+    of ``rows`` (codes; null where null), through a table indexed by code; None where that
+    does not apply (other values, or codes past ``CODE_TABLE_MAX``)."""
+    if not len(codes) or values.null_count() or not (values.dtype.is_numeric()
+                                                      or values.dtype == pl.Boolean):
+        return None
+    top = int(codes.max())
+    if top > CODE_TABLE_MAX or rows.max() is None or int(rows.max()) > top:
+        return None
+    v = values.to_numpy()
+    table = np.zeros(top + 1, v.dtype)
+    table[codes.to_numpy()] = v
+    missing = rows.null_count()
+    out = pl.Series(values.name, table[(rows.fill_null(0) if missing else rows).to_numpy()],
+                    values.dtype)
+    return out.set(rows.is_null(), None) if missing else out
 
 
 def distinct_text(column: pl.Series) -> pl.Series:

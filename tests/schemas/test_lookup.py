@@ -71,12 +71,19 @@ def test_distinct_text_is_the_set_of_values(dtype, nulls):
     assert distinct_text(pl.Series("c", [], dtype=dtype)).to_list() == []
 
 
+@pytest.mark.parametrize("table", [True, False])
+@pytest.mark.parametrize("nulls", [0.2, 0.0])
 @pytest.mark.parametrize("dtype", [pl.String, pl.Categorical])
-def test_per_distinct_is_the_value_of_each_rows_text(dtype):
+def test_per_distinct_is_the_value_of_each_rows_text(dtype, nulls, table, monkeypatch):
     """Computed once per distinct value, spread to the rows: what computing each row's own
-    value gives (null where the row is null)."""
+    value gives (null where the row is null), for numbers, booleans and text; categorical
+    codes read through a table by code, and past its size by first rows."""
+    from zym.schemas import lookup
+
+    if not table:
+        monkeypatch.setattr(lookup, "CODE_TABLE_MAX", -1)
     rng = random.Random(3)
-    values = [None if rng.random() < 0.2 else f"cuda{rng.randrange(30)}" for _ in range(4000)]
+    values = [None if rng.random() < nulls else f"cuda{rng.randrange(30)}" for _ in range(4000)]
     calls = []
 
     def length(text: pl.Series) -> pl.Series:
@@ -86,3 +93,7 @@ def test_per_distinct_is_the_value_of_each_rows_text(dtype):
     got = per_distinct(pl.Series("c", values, dtype=dtype), length)
     assert got.to_list() == [None if v is None else len(v) * 10 for v in values]
     assert calls == [len({v for v in values if v is not None})]  # once per distinct value
+    ends = per_distinct(pl.Series("c", values, dtype=dtype), lambda t: t.str.ends_with("7"))
+    assert ends.to_list() == [None if v is None else v.endswith("7") for v in values]
+    upper = per_distinct(pl.Series("c", values, dtype=dtype), lambda t: t.str.to_uppercase())
+    assert upper.to_list() == [None if v is None else v.upper() for v in values]
