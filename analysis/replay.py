@@ -1327,7 +1327,12 @@ class _Base:
             x = self._differences(st, mine, empty)
         ck = (st.ck_delay, st.ck_ready, st.fin_delay, st.fin_ready) if ref is empty else \
             (ref["ck_delay"], ref["ck_ready"], ref["fin_delay"], ref["fin_ready"])
-        ck_delay_out, ck_ready_out = np.empty_like(ck[0]), np.empty_like(ck[1])
+        # checkpoints of this replay, for the next to start from (none where it is alone: it
+        # is no reference, and writing them is a pass over every checkpoint)
+        ck_delay_out = np.empty_like(ck[0]) if not alone else np.empty((0, ck[0].shape[1]),
+                                                                       np.int64)
+        ck_ready_out = np.empty_like(ck[1]) if not alone else np.empty((0, ck[1].shape[1]),
+                                                                       np.int64)
         delay = np.zeros(len(st.fin_delay), np.int64)
         ready = np.full(tl.n_streams, neg, np.int64)
         out = np.zeros(2, np.int64)
@@ -1343,7 +1348,7 @@ class _Base:
         _compiled_sparse()[0](
             base, tuple(mine[k] for k in names), st.every, *ck, x["lo"], x["hi"], x["pe"],
             x["ebase"], x["e_rank"], x["pq"], x["qbase"], x["q_hi"], ck_delay_out, ck_ready_out,
-            delay, ready, out)
+            delay, ready, out, not alone)
         self.sparse_stats = (int(out[0]), int(out[1]), ref is not empty)
         if not alone:
             mine.update(ck_delay=ck_delay_out, ck_ready=ck_ready_out, fin_delay=delay.copy(),
@@ -1993,7 +1998,7 @@ def _sparse_group(g, t, s, member_start, member_end, members, op_call, launched,
 @writes("ck_delay_out", "ck_ready_out", "delay", "ready", "out")
 def _sparse_epochs(base, mine, every, ck_delay, ck_ready, fin_delay, fin_ready, iv_lo, iv_hi,
                    x_pe, x_ebase, x_e_rank, x_pq, x_qbase, x_q_hi, ck_delay_out, ck_ready_out,
-                   delay, ready, out) -> None:
+                   delay, ready, out, keep) -> None:
     """The replay under a fix (``mine``: its edits, as ``_edit_set`` reads them; the waits it
     takes away, as rows of the waiting calls, sorted: their epochs end waiting for nothing, as
     the dense replay's do with several threads, which with one thread is the same as merging
@@ -2010,8 +2015,9 @@ def _sparse_epochs(base, mine, every, ck_delay, ck_ready, fin_delay, fin_ready, 
     translated values. That is tested at checkpoints; from there the loop jumps to the
     checkpoint before the next span, with the reference's state there translated; past the
     last span, to the reference's final state translated. Writes this replay's checkpoints
-    into ``ck_*_out`` (a reference for a replay to come) and its final state into
-    ``delay``/``ready``; ``out``: the jumps and the ranks run."""
+    into ``ck_*_out`` (a reference for a replay to come; only with ``keep``: else a pass over
+    every checkpoint for nothing) and its final state into ``delay``/``ready``; ``out``: the
+    jumps and the ranks run."""
     (epoch_order, thread_of_epoch, row_of_epoch, g_rank, g_stream, g_fixed, g_val, g_op,
      g_call_pos, g_has_call, g_hi_op, g_lo_call, g_hi_call, member_start, member_end, members,
      op_call, launched, pos, start_nowait, op_lat, op_start, w0, s_incl, span, op_gap,
@@ -2035,7 +2041,7 @@ def _sparse_epochs(base, mine, every, ck_delay, ck_ready, fin_delay, fin_ready, 
         target = iv_lo[k] if k < n_iv else n_ranks
         cp = target // every
         # checkpoints of the translated stretch [r, cp * every], then the jump
-        for i in range((r + every - 1) // every, min(cp + 1, n_ck)):
+        for i in range((r + every - 1) // every, min(cp + 1, n_ck) if keep else 0):
             for t in range(n_threads):
                 ck_delay_out[i, t] = ck_delay[i, t] + c - (x_pe[ea[t]] - x_pe[x_ebase[t]])
             for s in range(n_streams):
@@ -2060,7 +2066,7 @@ def _sparse_epochs(base, mine, every, ck_delay, ck_ready, fin_delay, fin_ready, 
             while k < n_iv and iv_lo[k] <= r:
                 hi_cur = max(hi_cur, iv_hi[k])
                 k += 1
-            if r % every == 0 and r // every < n_ck:
+            if keep and r % every == 0 and r // every < n_ck:
                 i = r // every
                 for t in range(n_threads):
                     ck_delay_out[i, t] = delay[t]

@@ -541,7 +541,11 @@ def test_the_sparse_replay_is_the_whole_replay(which, synthetic, sparse):
         fix = _random_fix(tl, rng)
         used += _used_sparse(tl, fix)
         tl._base._last = None  # from the unfixed replay
-        assert tl.replay(fix) == tl.replay(fix, incremental=False), fix
+        whole = tl.replay(fix, incremental=False)
+        assert tl.replay(fix) == whole, fix
+        # alone (no checkpoints written for a replay to come): the same, and nothing kept
+        assert tl._base.replay(tl, fix, alone=True) == whole, fix
+        assert tl._base._last is None
     assert used >= 12
 
 
