@@ -115,7 +115,6 @@ def rank(analysis: Analysis, findings: list[Finding], together: bool = True,
     ``saving_incremental_ns`` stay None): `zym diff` compares each finding's own saving."""
     from zym.analysis.replay import replay_threads
 
-    from .findings import waits_after
     from .savings import fix_for
 
     # The fixes are replayed by worker threads while the next findings' fixes are built
@@ -131,10 +130,9 @@ def rank(analysis: Analysis, findings: list[Finding], together: bool = True,
         done.add_done_callback(tally.tick)
         return done.result
 
-    capped = waits_after(findings)
     try:
         for i, f in enumerate(findings):
-            f.estimate(analysis, fix_for, replay, capped[i])
+            f.estimate(analysis, fix_for, replay)
             if not callable(f.saving_ns):  # no replay (no estimate): done now
                 tally.tick()
             after = findings[i + 1].release_events if i + 1 < len(findings) else None

@@ -24,12 +24,6 @@ MIN_RUN = 8
 # costs about as much as the edits of every fix above it: on a capture with thousands of
 # call sites (4,045 fixes) the whole chain took ~80 s of a ~2 min analysis.
 CHAIN = 200
-# A fix that takes waits away is replayed over every call of the window (the sparse replay
-# cannot renumber the waits): one rule with thousands of findings (the 20,000-call-site
-# capture: 3,617 syncs' findings, 157 s against 19 s without their estimates at 1 M GPU
-# operations) would spend the analysis there. Each rule's findings of largest observed cost
-# up to this many are replayed; the others say they were not.
-WAIT_FIXES_PER_RULE = 100
 
 
 # The costliest occurrences first: longest, then earliest; the other columns only order
@@ -138,14 +132,11 @@ class Finding:
         return top_examples(self.occurrence_frame, n)
 
     def estimate(self, analysis: Analysis, fix_for: Callable,
-                 replay: Callable[[Fix], Callable[[], int]] | None = None,
-                 waits_after: int | None = None) -> None:
+                 replay: Callable[[Fix], Callable[[], int]] | None = None) -> None:
         """Build this finding's fix and replay it (sets ``edit``, ``saving_ns``,
         ``saving_how``). ``replay``: takes the fix and returns what gives its saving when
         called (``saving_ns`` is then that callable until the caller calls it: the rules
-        replay one finding's fix while the next one's is built). ``waits_after``: a fix that
-        takes waits away is not replayed, because its rule's ``waits_after`` findings of
-        larger observed cost were (:data:`WAIT_FIXES_PER_RULE`)."""
+        replay one finding's fix while the next one's is built)."""
         if not analysis.timeline.usable and self.saving_model.get("model", "none") != "none":
             self.edit, self.saving_ns = None, None
             self.saving_how = ("no estimate: the capture has no GPU side, so waiting for the GPU "
@@ -165,12 +156,6 @@ class Finding:
             model = self.saving_model.get("model", "none")
             self.saving_how = ("no estimate: this finding describes the window"
                                if model == "none" else f"no estimate ({model}: nothing to edit)")
-            return
-        if waits_after is not None and removes_waits(self.edit, analysis.timeline.waits):
-            self.saving_ns = None
-            self.saving_how = (f"no estimate: not replayed (its fix takes waits away, and the "
-                               f"{waits_after:,} findings of this rule with the largest cost "
-                               "were)")
             return
         self.saving_ns = (analysis.timeline.saving(self.edit) if replay is None
                           else replay(self.edit))
@@ -222,28 +207,6 @@ class Tally:
         with self._lock:
             self._done += 1
             self._say(f"{self._what} ({self._done} of {self._total})")
-
-
-def removes_waits(fix: Fix, waits: np.ndarray) -> bool:
-    """Whether ``fix`` takes away a call that waited for the GPU (``waits``: by call)."""
-    return bool(waits[fix.unblock_calls].any() or waits[fix.remove_calls].any())
-
-
-def waits_after(findings: list[Finding], per_rule: int | None = None) -> list[int | None]:
-    """For each finding, None where a fix of it that takes waits away is replayed (among its
-    rule's ``per_rule`` findings of largest observed cost; default
-    :data:`WAIT_FIXES_PER_RULE`), else ``per_rule``."""
-    per_rule = WAIT_FIXES_PER_RULE if per_rule is None else per_rule
-    out: list[int | None] = [None] * len(findings)
-    by_rule: dict[str, list[int]] = {}
-    for i, f in enumerate(findings):
-        by_rule.setdefault(f.rule_id, []).append(i)
-    for rows in by_rule.values():
-        if len(rows) > per_rule:
-            ranked = sorted(rows, key=lambda i: (-findings[i].cost_ns, findings[i].site))
-            for i in ranked[per_rule:]:
-                out[i] = per_rule
-    return out
 
 
 class Findings(list):

@@ -30,8 +30,8 @@ def test_fixes_are_replayed_by_workers_with_the_savings_of_one_thread(path, monk
     estimate = engine.Finding.estimate
     built: list[int] = []
 
-    def estimating(self, analysis, fix_for, replay=None, waits_after=None):
-        estimate(self, analysis, fix_for, replay, waits_after)
+    def estimating(self, analysis, fix_for, replay=None):
+        estimate(self, analysis, fix_for, replay)
         if self.edit is not None:
             built.append(id(self.edit))
             assert replay is not None  # the rules hand the replay to the workers
@@ -50,8 +50,8 @@ def test_fixes_are_replayed_by_workers_with_the_savings_of_one_thread(path, monk
     # the same savings replayed one after the other, in this thread
     monkeypatch.setenv(replay.ENV_REPLAY_THREADS, "1")
     monkeypatch.setattr(engine.Finding, "estimate",
-                        lambda self, analysis, fix_for, replay=None, waits_after=None:
-                        estimate(self, analysis, fix_for, None, waits_after))
+                        lambda self, analysis, fix_for, replay=None:
+                        estimate(self, analysis, fix_for, None))
     seen.clear()
     b = analyze(path, lambda _stage: None)
     one_by_one = evaluate(b, load_packs(()))
@@ -129,10 +129,10 @@ def test_an_interrupt_drops_the_replays_not_yet_started(monkeypatch):
     estimate = engine.Finding.estimate
     built = []
 
-    def interrupted(self, analysis, fix_for, replay=None, waits_after=None):
+    def interrupted(self, analysis, fix_for, replay=None):
         if len(built) == 2:
             raise KeyboardInterrupt
-        estimate(self, analysis, fix_for, replay, waits_after)
+        estimate(self, analysis, fix_for, replay)
         if self.edit is not None:
             built.append(self)
 
