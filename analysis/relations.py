@@ -100,6 +100,10 @@ COLUMNS: dict[str, dict[str, str]] = {
                          "never across two steps (zym.analysis.instances)",
         "step": "index of the step the call ran in (null outside steps)",
         "gpu_idle_ns": "GPU idle time that began while the CPU was blocked in this call",
+        "left_work_running": "a blocking call that returned while GPU work its process "
+                             "launched before it was still running: it waited for part of "
+                             "the queue (an event recorded before that work), not all of it "
+                             "(zym.analysis.waits)",
         **SITE_DOC, **OP_DOC,
     },
     "gpu": {
@@ -418,6 +422,15 @@ class Relations:
             if self.analysis.data.gpu.height == 0:  # no GPU side: idle time is unknown
                 per_call = pl.repeat(None, n, dtype=pl.Int64, eager=True)
             df = df.with_columns(per_call.gather(df["call_idx"]).alias("gpu_idle_ns"))
+        if "left_work_running" in want:
+            from .waits import left_work_running
+
+            facts = self.facts
+            at = np.flatnonzero(calls["blocking"].fill_null(False).to_numpy())
+            left = np.zeros(n, bool)
+            left[at] = left_work_running(calls, facts.gpu.select("call_idx", "end_ns", "work"),
+                                         at)
+            df = df.with_columns(pl.Series("left_work_running", left).gather(df["call_idx"]))
         self._objects.pop("thread order", None)  # (read by this build only)
         return df.select([c for c in df.columns if c in want or c in ("call_idx",)])
 

@@ -54,6 +54,7 @@ import polars as pl
 
 from .compiled import njit, writes
 from .instances import thread_order
+from .waits import RETURN_SLACK_NS, event_awaited, event_syncs
 
 if TYPE_CHECKING:
     from .facts import Facts
@@ -65,8 +66,6 @@ if TYPE_CHECKING:
 # launches) and a launch-bound decoding loop, each timed with and without the profiler.
 # Traces of other settings or machines are deflated by the same figures.
 KINETO_NS_PER_EVENT = {"python_function": 1_402, "cpu_op": 1_157, "cuda_runtime": 2_156}
-# A blocking copy that returned this long before its GPU copy ended did not wait for it.
-RETURN_SLACK_NS = 2_000
 # Positions of calls and operations (and -1: none) are held as int32 below this count (half
 # the memory of int64), as int64 from it; the margin leaves room for the +1 of running counts.
 # Times and durations stay int64 (nanoseconds overflow int32 in 2 s).
@@ -249,10 +248,13 @@ class CallSide:
     changes (``gap``: since the latest end of the thread's earlier calls), and whether it
     waits for the GPU (``waits``: a blocking call, unless it returned before its own GPU
     operation ended; ``waits_own``: for that operation, ``own_row``, else for every operation
-    launched before it). ``Facts.calls`` order throughout. The timeline builds on it; the
-    fix models read it (also where the fixes are replayed on a sample of the window)."""
+    launched before it; an event sync waits for the operation that ended last by its
+    return, :func:`zym.analysis.waits.event_awaited`). ``Facts.calls`` order throughout
+    (``gpu``: the operations, ``gpu_idx`` order). The timeline builds on it; the fix models
+    read it (also where the fixes are replayed on a sample of the window)."""
 
-    def __init__(self, calls: pl.DataFrame, gpu_end: np.ndarray, w0: int, n_gpu: int) -> None:
+    def __init__(self, calls: pl.DataFrame, gpu: pl.DataFrame, w0: int) -> None:
+        gpu_end, n_gpu = gpu["end_ns"].to_numpy(), gpu.height
         c = calls.select("call_idx", "_thread", "ts_ns", "dur_ns", "end_ns", "kind", "blocking")
         thread = c["_thread"].to_numpy()
         self.n_calls = calls.height
@@ -290,7 +292,15 @@ class CallSide:
         # What each waiting call waited for: its own GPU operation (a blocking copy), else every
         # operation launched before it (a sync).
         blocking = c["blocking"].to_numpy()
-        self.own_row = narrow_index(calls["own_row"].fill_null(-1).to_numpy(), n_gpu)
+        own_row = calls["own_row"].fill_null(-1).to_numpy()
+        events = event_syncs(calls)
+        events = events[blocking[events]]
+        if len(events):
+            got = event_awaited(calls, gpu, events)
+            own_row = own_row.copy()
+            own_row[events[got >= 0]] = got[got >= 0]
+        self.own_row = narrow_index(own_row, n_gpu)
+        del own_row
         has_own = self.own_row >= 0
         self.own_end = np.where(has_own, gpu_end[np.maximum(self.own_row, 0)] if len(gpu_end)
                                 else -1, -1)
@@ -319,7 +329,7 @@ class Timeline:
         gpu = facts.gpu.select("gpu_idx", "ts_ns", "dur_ns", "end_ns", "device_id",
                                "stream_id", "call_idx", "work")
         self._build_gpu(gpu.filter("work"), calls, facts.gpu.height)
-        self._build_calls(calls, facts.gpu["end_ns"].to_numpy())
+        self._build_calls(calls, facts.gpu)
         # The threads whose ends are the window's, among several (by rank in thread order):
         # those that run the step function, where the window is made of steps (the workers
         # of a pool); else every thread's. None: every thread. (``step_threads``: their
@@ -435,10 +445,10 @@ class Timeline:
         self.pos_of_gpu = np.full(n_gpu, -1, index_dtype(len(op_gpu_idx)))  # -1: not work
         self.pos_of_gpu[op_gpu_idx] = np.arange(len(op_gpu_idx))
 
-    def _build_calls(self, calls: pl.DataFrame, gpu_end: np.ndarray) -> None:
+    def _build_calls(self, calls: pl.DataFrame, gpu: pl.DataFrame) -> None:
         """Per call: its thread, gap, intrinsic cost, and whether (and for what) it waits
-        (``gpu_end``: each GPU operation's end, by ``gpu_idx``)."""
-        c = CallSide(calls, gpu_end, self.w0, len(self.pos_of_gpu))
+        (``gpu``: the operations, by ``gpu_idx``)."""
+        c = CallSide(calls, gpu, self.w0)
         self.call_ts, self.order, self.first_of_thread, self.gap = c.call_ts, c.order, \
             c.first_of_thread, c.gap
         self.own_row, self.waits, self.waits_own = c.own_row, c.waits, c.waits_own

@@ -160,11 +160,11 @@ class SampledTimeline:
     def __init__(self, facts, overhead_ns: np.ndarray, sample: Sample,
                  step_threads: np.ndarray | None) -> None:
         self.sample = sample
-        calls = facts.calls.select("call_idx", "_thread", "ts_ns", "dur_ns", "end_ns", "kind",
-                                   "blocking", "own_row")
+        calls = facts.calls.select("call_idx", "pid", "_thread", "ts_ns", "dur_ns", "end_ns",
+                                   "api", "kind", "blocking", "own_row")
         gpu = facts.gpu.select("gpu_idx", "ts_ns", "dur_ns", "end_ns", "device_id",
                                "stream_id", "call_idx", "work")
-        side = CallSide(calls, gpu["end_ns"].to_numpy(), facts.window[0], gpu.height)
+        side = CallSide(calls, gpu, facts.window[0])
         self.gap, self.waits, self.n_calls = side.gap, side.waits, side.n_calls
         del side
         overhead = np.broadcast_to(np.asarray(overhead_ns, np.int64), (calls.height,))

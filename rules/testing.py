@@ -85,12 +85,14 @@ class CaptureBuilder:
     def call(self, frames: Sequence[Frame], api: str, kind: str, cpu_us: float = 5.0,
              gpu: dict | None = None, shapes: list | None = None, dtypes: list | None = None,
              copy_kind: str | None = None, op_id: int | None = None,
-             nbytes: int | None = None) -> int:
+             nbytes: int | None = None, until_ns: int | None = None) -> int:
         """A CUDA API call at ``frames`` + the API frame, and optionally the GPU work it caused.
 
         ``gpu``: ``kind, name, dur_us`` and optional ``copy_kind, src_mem, dst_mem, bytes``.
         ``copy_kind``/``nbytes``: what the call itself says (driver copy APIs, eBPF).
-        A ``sync`` call lasts until the GPU is idle. Returns the correlation id.
+        A ``sync`` call lasts until the GPU is idle, or until ``until_ns`` (GPU time: an event
+        sync, whose event was recorded after the work that ends then). Returns the correlation
+        id.
         """
         corr = self._corr
         self._corr += 1
@@ -109,7 +111,9 @@ class CaptureBuilder:
             self.gpu_free = start + g_dur
             if gpu.get("blocking"):  # a copy that returns when the GPU copy is done
                 dur = max(dur, self.gpu_free - ts + 1000)
-        if kind == "sync" or re.match(FREE_SYNC_PATTERN, api):   # a free waits for the device
+        if until_ns is not None:
+            dur = max(dur, until_ns - ts + 1000)
+        elif kind == "sync" or re.match(FREE_SYNC_PATTERN, api):  # a free waits for the device
             dur = max(dur, self.gpu_free - ts + 1000)
         self.calls.append({"pid": self.pid, "tid": self.tid, "ts_ns": ts, "dur_ns": dur,
                            "name": api, "kind": kind, "correlation_id": corr, "stack_id": stack,
