@@ -401,6 +401,14 @@ class Relations:
             df = df.with_columns(self.call_steps())
         stack = df["stack_id"]
         df = self._keep(df, wheres)
+        if "left_work_running" in want:  # (after the rows no rule keeps are dropped)
+            from .waits import left_work_running
+
+            rows = df["call_idx"].to_numpy()
+            blocks = calls["blocking"].fill_null(False).to_numpy()[rows]
+            left = np.zeros(len(rows), bool)
+            left[blocks] = left_work_running(calls, self.facts.gpu, rows[blocks])
+            df = df.with_columns(pl.Series("left_work_running", left))
         if "prev_copy_site" in want:   # after the rows no rule keeps are dropped
             df = df.with_columns(self._prev_copy_site(df["call_idx"], stack, prev, is_copy))
         if "call_instance" in want:
@@ -422,15 +430,6 @@ class Relations:
             if self.analysis.data.gpu.height == 0:  # no GPU side: idle time is unknown
                 per_call = pl.repeat(None, n, dtype=pl.Int64, eager=True)
             df = df.with_columns(per_call.gather(df["call_idx"]).alias("gpu_idle_ns"))
-        if "left_work_running" in want:
-            from .waits import left_work_running
-
-            facts = self.facts
-            at = np.flatnonzero(calls["blocking"].fill_null(False).to_numpy())
-            left = np.zeros(n, bool)
-            left[at] = left_work_running(calls, facts.gpu.select("call_idx", "end_ns", "work"),
-                                         at)
-            df = df.with_columns(pl.Series("left_work_running", left).gather(df["call_idx"]))
         self._objects.pop("thread order", None)  # (read by this build only)
         return df.select([c for c in df.columns if c in want or c in ("call_idx",)])
 

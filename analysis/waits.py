@@ -32,61 +32,65 @@ def event_syncs(calls: pl.DataFrame) -> np.ndarray:
     return np.flatnonzero(hit.fill_null(False).to_numpy())
 
 
-def _launched_work(calls: pl.DataFrame, gpu: pl.DataFrame) -> tuple[np.ndarray, ...]:
-    """The work operations a call of the window launched: their rows, their launching call's
-    row, start and process, and their ends."""
-    g = gpu.select("call_idx", "end_ns", "work").with_row_index("_row").filter(
-        pl.col("work") & pl.col("call_idx").is_not_null())
-    row = g["_row"].to_numpy().astype(np.int64)
-    call = g["call_idx"].to_numpy().astype(np.int64)
-    launch = calls["ts_ns"].to_numpy()[call]
-    pid = calls["pid"].to_numpy()[call]
-    return row, launch, pid, g["end_ns"].to_numpy()
+def _launched_work(gpu: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The work operations a call of the window launched, in the order of their calls (the
+    calls are in time order): their rows, their launching call's row and their ends."""
+    call = gpu["call_idx"].fill_null(-1).to_numpy()
+    rows = np.flatnonzero(gpu["work"].fill_null(False).to_numpy() & (call >= 0))
+    call, end = call[rows], gpu["end_ns"].to_numpy()[rows]
+    if len(call) > 1 and not bool((call[1:] >= call[:-1]).all()):
+        order = np.argsort(call, kind="stable")  # (nearly in order: GPU start order)
+        rows, call, end = rows[order], call[order], end[order]
+    return rows, call, end
+
+
+def _by_process(calls: pl.DataFrame, call: np.ndarray, at: np.ndarray):
+    """(operations, calls of ``at``) per process, as masks or slices: the work of one
+    process is not what another's calls wait for."""
+    pid = calls["pid"].to_numpy()
+    if not len(at) or pid.min() == pid.max():
+        yield slice(None), np.arange(len(at))
+        return
+    of_op, of_at = pid[call], pid[at]
+    for p in np.unique(of_at):
+        yield of_op == p, np.flatnonzero(of_at == p)
 
 
 def event_awaited(calls: pl.DataFrame, gpu: pl.DataFrame, at: np.ndarray) -> np.ndarray:
     """For each of the calls at rows ``at`` (event syncs), the operation (row of ``gpu``) it
-    waited for: among the work its process launched before it, the one that ended last by
-    its return (plus :data:`RETURN_SLACK_NS`); -1 where none did, or where that one was
-    launched after the call started (another thread's: the call is then read as waiting
-    for every operation before it, as a sync)."""
+    waited for: among the work its process launched before it (by earlier calls), the one
+    that ended last by its return (plus :data:`RETURN_SLACK_NS`; the last of those in launch
+    order where several end together); -1 where none did, or where that one was launched
+    after it (by another thread: the call is then read as waiting for every operation
+    before it, as a sync)."""
     out = np.full(len(at), -1, np.int64)
     if not len(at) or not gpu.height:
         return out
-    row, launch, pid, end = _launched_work(calls, gpu)
-    c_ts = calls["ts_ns"].to_numpy()[at]
-    c_end = calls["end_ns"].to_numpy()[at]
-    c_pid = calls["pid"].to_numpy()[at]
-    for p in np.unique(c_pid):
-        mine = pid == p
-        by_end = np.argsort(end[mine], kind="stable")
-        ends = end[mine][by_end]
-        rows, starts = row[mine][by_end], launch[mine][by_end]
-        sel = np.flatnonzero(c_pid == p)
-        j = np.searchsorted(ends, c_end[sel] + RETURN_SLACK_NS, side="right") - 1
+    rows, call, end = _launched_work(gpu)
+    c_end = calls["end_ns"].to_numpy()[at] + RETURN_SLACK_NS
+    for ops, sel in _by_process(calls, call, at):
+        by_end = np.argsort(end[ops], kind="stable")
+        ends = end[ops][by_end]
+        j = np.searchsorted(ends, c_end[sel], side="right") - 1
         ok = j >= 0
-        ok[ok] = starts[j[ok]] < c_ts[sel][ok]
-        out[sel[ok]] = rows[j[ok]]
+        op = by_end[np.maximum(j, 0)]
+        ok &= call[ops][op] < at[sel]
+        out[sel[ok]] = rows[ops][op[ok]]
     return out
 
 
 def left_work_running(calls: pl.DataFrame, gpu: pl.DataFrame, at: np.ndarray) -> np.ndarray:
-    """For each of the calls at rows ``at``, whether work its process launched before it was
-    still running when it returned (past :data:`RETURN_SLACK_NS`): it waited for some of
-    the queued work, not all of it."""
+    """For each of the calls at rows ``at``, whether work its process launched before it (by
+    earlier calls) was still running when it returned (past :data:`RETURN_SLACK_NS`): it
+    waited for some of the queued work, not all of it."""
     out = np.zeros(len(at), bool)
     if not len(at) or not gpu.height:
         return out
-    _, launch, pid, end = _launched_work(calls, gpu)
-    c_ts = calls["ts_ns"].to_numpy()[at]
-    c_end = calls["end_ns"].to_numpy()[at]
-    c_pid = calls["pid"].to_numpy()[at]
-    for p in np.unique(c_pid):
-        mine = pid == p
-        by_launch = np.argsort(launch[mine], kind="stable")
-        latest = np.maximum.accumulate(end[mine][by_launch])  # latest end so far
-        sel = np.flatnonzero(c_pid == p)
-        k = np.searchsorted(launch[mine][by_launch], c_ts[sel], side="left") - 1
+    _, call, end = _launched_work(gpu)
+    c_end = calls["end_ns"].to_numpy()[at] + RETURN_SLACK_NS
+    for ops, sel in _by_process(calls, call, at):
+        latest = np.maximum.accumulate(end[ops])  # the latest end launched so far
+        k = np.searchsorted(call[ops], at[sel], side="left") - 1
         ok = k >= 0
-        out[sel[ok]] = latest[k[ok]] > c_end[sel][ok] + RETURN_SLACK_NS
+        out[sel[ok]] = latest[k[ok]] > c_end[sel][ok]
     return out
