@@ -54,7 +54,7 @@ import polars as pl
 
 from .compiled import njit, writes
 from .instances import thread_order
-from .waits import RETURN_SLACK_NS, event_awaited, event_syncs
+from .waits import RETURN_SLACK_NS, partial_waits
 
 if TYPE_CHECKING:
     from .facts import Facts
@@ -248,10 +248,11 @@ class CallSide:
     changes (``gap``: since the latest end of the thread's earlier calls), and whether it
     waits for the GPU (``waits``: a blocking call, unless it returned before its own GPU
     operation ended; ``waits_own``: for that operation, ``own_row``, else for every operation
-    launched before it; an event sync waits for the operation that ended last by its
-    return, :func:`zym.analysis.waits.event_awaited`). ``Facts.calls`` order throughout
-    (``gpu``: the operations, ``gpu_idx`` order). The timeline builds on it; the fix models
-    read it (also where the fixes are replayed on a sample of the window)."""
+    launched before it; an event sync, and a stream sync that left other work running, for
+    the operation that ended last by its return, :func:`zym.analysis.waits.partial_waits`).
+    ``Facts.calls`` order throughout (``gpu``: the operations, ``gpu_idx`` order). The
+    timeline builds on it; the fix models read it (also where the fixes are replayed on a
+    sample of the window)."""
 
     def __init__(self, calls: pl.DataFrame, gpu: pl.DataFrame, w0: int) -> None:
         gpu_end, n_gpu = gpu["end_ns"].to_numpy(), gpu.height
@@ -293,12 +294,10 @@ class CallSide:
         # operation launched before it (a sync).
         blocking = c["blocking"].to_numpy()
         own_row = calls["own_row"].fill_null(-1).to_numpy()
-        events = event_syncs(calls)
-        events = events[blocking[events]]
-        if len(events):
-            got = event_awaited(calls, gpu, events)
+        partial, awaited = partial_waits(calls, gpu, blocking)
+        if len(partial):  # an event's or a stream's sync: for one operation, as a copy
             own_row = own_row.copy()
-            own_row[events[got >= 0]] = got[got >= 0]
+            own_row[partial] = awaited
         self.own_row = narrow_index(own_row, n_gpu)
         del own_row
         has_own = self.own_row >= 0

@@ -1,13 +1,13 @@
 """What a call that waits for the GPU waited for, read from when it returned.
 
-A device or stream sync waits for every operation launched before it (on its device or
-stream); a blocking copy for its own copy. An event sync (``cudaEventSynchronize``) waits for
-the work before the event it names, and a trace holds no event handles: which work that was
-is read from the sync's return instead. The operation it waited for is the one of its
-process, launched before it, that ended last by the time it returned. Where work launched
-before the sync was still running when it returned, the sync did not drain the queue: the
-event was recorded before that work (a copy's event waited for once the next step is queued,
-as the sync rules advise).
+A device sync waits for every operation launched before it; a blocking copy for its own copy.
+An event sync (``cudaEventSynchronize``) waits for the work before the event it names, and a
+stream sync for its stream's; a trace holds no event or stream handles, so which work that
+was is read from the sync's return instead: the operation of its process, launched before
+it, that ended last by the time it returned. Where work launched before a sync was still
+running when it returned, the sync did not drain the queue: the event was recorded before
+that work (a copy's event waited for once the next step is queued, as the sync rules
+advise), or the work is another stream's.
 
 Both facts are read by position: ``calls`` and ``gpu`` are a window's calls (in time order)
 and operations, each row's position its ``call_idx``/``gpu_idx``.
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
-from zym.schemas.apis import is_event_sync
+from zym.schemas.apis import is_event_sync, is_stream_sync
 from zym.schemas.lookup import per_distinct
 
 # A call that returned this long before an operation ended did not wait for it (timestamps of
@@ -24,12 +24,29 @@ from zym.schemas.lookup import per_distinct
 RETURN_SLACK_NS = 2_000
 
 
-def event_syncs(calls: pl.DataFrame) -> np.ndarray:
+def event_syncs(calls: pl.DataFrame, test=is_event_sync) -> np.ndarray:
     """Rows of ``calls`` that are event syncs (``cudaEventSynchronize``: API names by
-    :data:`zym.schemas.apis.EVENT_SYNC_PATTERN`, tested once per distinct name)."""
-    hit = per_distinct(calls["api"], lambda names: pl.select(is_event_sync(pl.lit(names)))
-                       .to_series())
+    :data:`zym.schemas.apis.EVENT_SYNC_PATTERN`, tested once per distinct name; ``test``:
+    another test of the names)."""
+    hit = per_distinct(calls["api"], lambda names: pl.select(test(pl.lit(names))).to_series())
     return np.flatnonzero(hit.fill_null(False).to_numpy())
+
+
+def partial_waits(calls: pl.DataFrame, gpu: pl.DataFrame,
+                  blocking: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The waiting calls that waited for part of the queued work, and for which operation
+    (rows of ``calls`` and of ``gpu``; ``blocking``: whether each call blocks): event syncs,
+    and stream syncs that left work running (another stream's); each waited for the
+    operation :func:`event_awaited` finds. Where none is found the call is left out (read
+    as waiting for every operation before it)."""
+    events = event_syncs(calls)
+    streams = event_syncs(calls, is_stream_sync)
+    events, streams = events[blocking[events]], streams[blocking[streams]]
+    if len(streams):
+        streams = streams[left_work_running(calls, gpu, streams)]
+    at = np.union1d(events, streams).astype(np.int64)
+    op = event_awaited(calls, gpu, at)
+    return at[op >= 0], op[op >= 0]
 
 
 def _launched_work(gpu: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

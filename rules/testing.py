@@ -32,6 +32,7 @@ class CaptureBuilder:
         self.gpus = gpus or []   # the capture's recorded GPUs (meta.gpus: name, ...)
         self.now = 1_000_000_000  # ns
         self.gpu_free = self.now
+        self.stream_free: dict[int, int] = {}  # streams other than 7: when each is free
         self._frames: dict[tuple, int] = {}
         self._stacks: dict[tuple, int] = {}
         self.frames: list[dict] = []
@@ -88,7 +89,8 @@ class CaptureBuilder:
              nbytes: int | None = None, until_ns: int | None = None) -> int:
         """A CUDA API call at ``frames`` + the API frame, and optionally the GPU work it caused.
 
-        ``gpu``: ``kind, name, dur_us`` and optional ``copy_kind, src_mem, dst_mem, bytes``.
+        ``gpu``: ``kind, name, dur_us`` and optional ``copy_kind, src_mem, dst_mem, bytes``,
+        ``stream`` (default 7, the one syncs wait for; another runs beside it).
         ``copy_kind``/``nbytes``: what the call itself says (driver copy APIs, eBPF).
         A ``sync`` call lasts until the GPU is idle, or until ``until_ns`` (GPU time: an event
         sync, whose event was recorded after the work that ends then). Returns the correlation
@@ -100,15 +102,20 @@ class CaptureBuilder:
         ts = self.now
         dur = int(cpu_us * 1000)
         if gpu is not None:
-            start = max(ts + 1000, self.gpu_free)
+            stream = gpu.get("stream", 7)
+            free = self.gpu_free if stream == 7 else self.stream_free.get(stream, 0)
+            start = max(ts + 1000, free)
             g_dur = int(gpu.get("dur_us", 1.0) * 1000)
-            self.gpu.append({"pid": self.pid, "device_id": self.device, "stream_id": 7,
+            self.gpu.append({"pid": self.pid, "device_id": self.device, "stream_id": stream,
                              "ts_ns": start, "dur_ns": g_dur, "name": gpu["name"],
                              "kind": gpu["kind"], "correlation_id": corr,
                              "size_bytes": gpu.get("bytes"), "copy_kind": gpu.get("copy_kind"),
                              "src_mem": gpu.get("src_mem"), "dst_mem": gpu.get("dst_mem"),
                              "grid_x": gpu.get("grid_x")})
-            self.gpu_free = start + g_dur
+            if stream == 7:
+                self.gpu_free = start + g_dur
+            else:
+                self.stream_free[stream] = start + g_dur
             if gpu.get("blocking"):  # a copy that returns when the GPU copy is done
                 dur = max(dur, self.gpu_free - ts + 1000)
         if until_ns is not None:

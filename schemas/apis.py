@@ -34,6 +34,8 @@ FREE_SYNC_PATTERN = r"^(cuda|cu|hip)(Free|MemFree|FreeHost|MemFreeHost|HostUnreg
 
 # Event syncs wait for one recorded event, not for all the work queued before them.
 EVENT_SYNC_PATTERN = r"^(cuda|cu|hip)EventSynchronize"
+# Stream syncs wait for one stream's work (where there are several, not for all of it).
+STREAM_SYNC_PATTERN = r"^(cuda|cu|hip)StreamSynchronize"
 
 # Driver copies name their direction; runtime ones (cudaMemcpyAsync) take it from an argument.
 _DIRECTION = r"^(?:cu|hip)Memcpy(?:Peer)?(HtoD|DtoH|DtoD|HtoA|AtoH|DtoA|AtoD|AtoA|Peer)"
@@ -64,6 +66,11 @@ def is_memory_api(name: pl.Expr) -> pl.Expr:
 def is_event_sync(name: pl.Expr) -> pl.Expr:
     """Expression: true for a wait on one event (:data:`EVENT_SYNC_PATTERN`)."""
     return name.str.contains(EVENT_SYNC_PATTERN)
+
+
+def is_stream_sync(name: pl.Expr) -> pl.Expr:
+    """Expression: true for a wait on one stream (:data:`STREAM_SYNC_PATTERN`)."""
+    return name.str.contains(STREAM_SYNC_PATTERN)
 
 
 def is_blocking_api(name: pl.Expr) -> pl.Expr:
