@@ -252,9 +252,12 @@ class CallSide:
     the operation that ended last by its return, :func:`zym.analysis.waits.partial_waits`).
     ``Facts.calls`` order throughout (``gpu``: the operations, ``gpu_idx`` order). The
     timeline builds on it; the fix models read it (also where the fixes are replayed on a
-    sample of the window)."""
+    sample of the window). ``partial``: False leaves what the partial waits waited for out
+    (``own_row`` is then the calls' own operations; which calls wait, and their gaps, are the
+    same either way: a partial wait's operation ended by its return)."""
 
-    def __init__(self, calls: pl.DataFrame, gpu: pl.DataFrame, w0: int) -> None:
+    def __init__(self, calls: pl.DataFrame, gpu: pl.DataFrame, w0: int,
+                 partial: bool = True) -> None:
         gpu_end, n_gpu = gpu["end_ns"].to_numpy(), gpu.height
         c = calls.select("call_idx", "_thread", "ts_ns", "dur_ns", "end_ns", "kind", "blocking")
         thread = c["_thread"].to_numpy()
@@ -290,14 +293,15 @@ class CallSide:
         self.gap = np.empty(len(order), np.int64)
         self.gap[order] = gap
         del gap
-        # What each waiting call waited for: its own GPU operation (a blocking copy), else every
+        # What each waiting call waited for: its own GPU operation (a blocking copy), one
+        # operation (an event sync, a stream sync beside other streams' work), else every
         # operation launched before it (a sync).
         blocking = c["blocking"].to_numpy()
         own_row = calls["own_row"].fill_null(-1).to_numpy()
-        partial, awaited = partial_waits(calls, gpu, blocking)
-        if len(partial):  # an event's or a stream's sync: for one operation, as a copy
+        at, awaited = partial_waits(calls, gpu, blocking) if partial else (own_row[:0],) * 2
+        if len(at):
             own_row = own_row.copy()
-            own_row[partial] = awaited
+            own_row[at] = awaited
         self.own_row = narrow_index(own_row, n_gpu)
         del own_row
         has_own = self.own_row >= 0
@@ -1246,9 +1250,9 @@ class _Base:
     def _replay_sparse(self, tl: Timeline, ed: _Edits, e: np.ndarray, d_step: np.ndarray,
                        d_own: np.ndarray, q: np.ndarray, d_span: np.ndarray, fix: Fix,
                        reference: bool = False, alone: bool = False) -> Outcome | None:
-        """``replay`` of ``fix`` (``_sparse_epochs``), run where it differs
-        from a reference: the unfixed replay, or the last replay made here when it differs
-        from that by fewer edits (the rules replay each finding's fix with those of the
+        """``replay`` of ``fix`` (``_sparse_epochs``), run where it differs from a reference:
+        the unfixed replay, or the last replay made here when it differs from that by fewer
+        edits (the rules replay each finding's fix with those of the
         findings ranked above it: one finding's edits more than the replay before). None
         where the differences are too many (``SPARSE_EDITS_PER_EPOCH``), unless ``reference``:
         the dense kernels. The same outcome as the dense kernels and the whole replay (tests

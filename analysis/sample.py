@@ -164,7 +164,7 @@ class SampledTimeline:
                                    "api", "kind", "blocking", "own_row")
         gpu = facts.gpu.select("gpu_idx", "ts_ns", "dur_ns", "end_ns", "device_id",
                                "stream_id", "call_idx", "work")
-        side = CallSide(calls, gpu, facts.window[0])
+        side = CallSide(calls, gpu, facts.window[0], partial=False)  # (gaps and waits only)
         self.gap, self.waits, self.n_calls = side.gap, side.waits, side.n_calls
         del side
         overhead = np.broadcast_to(np.asarray(overhead_ns, np.int64), (calls.height,))

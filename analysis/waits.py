@@ -22,14 +22,21 @@ from zym.schemas.lookup import per_distinct
 # A call that returned this long before an operation ended did not wait for it (timestamps of
 # the CPU and GPU sides agree to about a microsecond).
 RETURN_SLACK_NS = 2_000
+# Streams up to this many are told apart by a mask each; past it, by one sort of the work.
+FEW_STREAMS = 16
 
 
-def event_syncs(calls: pl.DataFrame, test=is_event_sync) -> np.ndarray:
-    """Rows of ``calls`` that are event syncs (``cudaEventSynchronize``: API names by
-    :data:`zym.schemas.apis.EVENT_SYNC_PATTERN`, tested once per distinct name; ``test``:
-    another test of the names)."""
-    hit = per_distinct(calls["api"], lambda names: pl.select(test(pl.lit(names))).to_series())
-    return np.flatnonzero(hit.fill_null(False).to_numpy())
+def sync_rows(calls: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of ``calls`` that are event syncs (``cudaEventSynchronize``) and stream syncs
+    (API names by :data:`zym.schemas.apis.EVENT_SYNC_PATTERN` and ``STREAM_SYNC_PATTERN``,
+    tested once per distinct name)."""
+    def which(names: pl.Series) -> pl.Series:
+        name = pl.lit(names)
+        return pl.select(pl.when(is_event_sync(name)).then(1).when(is_stream_sync(name))
+                         .then(2).otherwise(0).cast(pl.Int8)).to_series()
+
+    code = per_distinct(calls["api"], which).fill_null(0).to_numpy()
+    return np.flatnonzero(code == 1), np.flatnonzero(code == 2)
 
 
 def partial_waits(calls: pl.DataFrame, gpu: pl.DataFrame,
@@ -37,15 +44,17 @@ def partial_waits(calls: pl.DataFrame, gpu: pl.DataFrame,
     """The waiting calls that waited for part of the queued work, and for which operation
     (rows of ``calls`` and of ``gpu``; ``blocking``: whether each call blocks): event syncs,
     and stream syncs that left work running (another stream's); each waited for the
-    operation :func:`event_awaited` finds. Where none is found the call is left out (read
-    as waiting for every operation before it)."""
-    events = event_syncs(calls)
-    streams = event_syncs(calls, is_stream_sync)
+    operation :func:`event_awaited` finds. Where none is found (nothing had ended by its
+    return) the call is left out: read as waiting for every operation before it."""
+    events, streams = sync_rows(calls)
     events, streams = events[blocking[events]], streams[blocking[streams]]
+    if not len(events) and not len(streams):
+        return events, events
+    work = _launched_work(gpu)
     if len(streams):
-        streams = streams[left_work_running(calls, gpu, streams)]
-    at = np.union1d(events, streams).astype(np.int64)
-    op = event_awaited(calls, gpu, at)
+        streams = streams[left_work_running(calls, gpu, streams, work)]
+    at = np.sort(np.concatenate([events, streams])).astype(np.int64)  # (disjoint)
+    op = event_awaited(calls, gpu, at, work)
     return at[op >= 0], op[op >= 0]
 
 
@@ -73,37 +82,75 @@ def _by_process(calls: pl.DataFrame, call: np.ndarray, at: np.ndarray):
         yield of_op == p, np.flatnonzero(of_at == p)
 
 
-def event_awaited(calls: pl.DataFrame, gpu: pl.DataFrame, at: np.ndarray) -> np.ndarray:
+def _streams(calls: pl.DataFrame, gpu: pl.DataFrame, rows: np.ndarray,
+             call: np.ndarray) -> list[np.ndarray]:
+    """Positions in ``rows``/``call`` (the launched work, in launch order) of each stream's
+    work (a stream: of one process, on one device), in launch order."""
+    if not len(rows):
+        return []
+    keys = {"s": gpu["stream_id"].to_numpy()[rows], "d": gpu["device_id"].to_numpy()[rows]}
+    pid = calls["pid"].to_numpy()
+    if pid.min() != pid.max():
+        keys["p"] = pid[call]
+    if all(k.min() == k.max() for k in keys.values()):
+        return [np.arange(len(rows))]
+    frame = pl.DataFrame(keys)
+    distinct = frame.unique()
+    if distinct.height <= FEW_STREAMS:  # a mask each (a pass per stream over the work)
+        out = []
+        for row in distinct.iter_rows(named=True):
+            mask = np.ones(len(rows), bool)
+            for name, value in row.items():
+                mask &= keys[name] == value
+            out.append(np.flatnonzero(mask))
+        return out
+    group = frame.select(pl.struct(list(keys)).rank("dense")).to_series()
+    group = group.to_numpy().astype(np.uint16 if group.max() < 1 << 16 else np.int64)
+    order = np.argsort(group, kind="stable")  # (radix on 16 bits: launch order kept)
+    cuts = np.flatnonzero(np.diff(group[order])) + 1
+    return np.split(order, cuts)
+
+
+def event_awaited(calls: pl.DataFrame, gpu: pl.DataFrame, at: np.ndarray,
+                  work: tuple[np.ndarray, ...] | None = None) -> np.ndarray:
     """For each of the calls at rows ``at`` (event syncs), the operation (row of ``gpu``) it
     waited for: among the work its process launched before it (by earlier calls), the one
-    that ended last by its return (plus :data:`RETURN_SLACK_NS`; the last of those in launch
-    order where several end together); -1 where none did, or where that one was launched
-    after it (by another thread: the call is then read as waiting for every operation
-    before it, as a sync)."""
-    out = np.full(len(at), -1, np.int64)
+    that ended last by its return (plus :data:`RETURN_SLACK_NS`; the later row where two end
+    together); -1 where none did. A stream runs its work in launch order, so on each stream
+    that is the last of a prefix: the streams' candidates are compared, no operation is
+    sorted by its end. ``work``: :func:`_launched_work` of ``gpu``, where at hand."""
+    neg = -(1 << 62)
+    best_end = np.full(len(at), neg, np.int64)
+    best = np.full(len(at), -1, np.int64)
     if not len(at) or not gpu.height:
-        return out
-    rows, call, end = _launched_work(gpu)
+        return best
+    rows, call, end = work if work is not None else _launched_work(gpu)
     c_end = calls["end_ns"].to_numpy()[at] + RETURN_SLACK_NS
-    for ops, sel in _by_process(calls, call, at):
-        by_end = np.argsort(end[ops], kind="stable")
-        ends = end[ops][by_end]
-        j = np.searchsorted(ends, c_end[sel], side="right") - 1
+    pid = calls["pid"].to_numpy()
+    for g in _streams(calls, gpu, rows, call):
+        sel = np.flatnonzero(pid[at] == pid[call[g[0]]])
+        call_g, end_g = call[g], end[g]
+        latest = np.maximum.accumulate(end_g)  # (ends in launch order: sorted unless skewed)
+        j = np.minimum(np.searchsorted(latest, c_end[sel], side="right"),
+                       np.searchsorted(call_g, at[sel], side="left")) - 1
         ok = j >= 0
-        op = by_end[np.maximum(j, 0)]
-        ok &= call[ops][op] < at[sel]
-        out[sel[ok]] = rows[ops][op[ok]]
-    return out
+        j = np.maximum(j, 0)
+        e, r = np.where(ok, end_g[j], neg), rows[g][j]
+        better = ok & ((e > best_end[sel]) | ((e == best_end[sel]) & (r > best[sel])))
+        best_end[sel[better]], best[sel[better]] = e[better], r[better]
+    return best
 
 
-def left_work_running(calls: pl.DataFrame, gpu: pl.DataFrame, at: np.ndarray) -> np.ndarray:
+def left_work_running(calls: pl.DataFrame, gpu: pl.DataFrame, at: np.ndarray,
+                      work: tuple[np.ndarray, ...] | None = None) -> np.ndarray:
     """For each of the calls at rows ``at``, whether work its process launched before it (by
     earlier calls) was still running when it returned (past :data:`RETURN_SLACK_NS`): it
-    waited for some of the queued work, not all of it."""
+    waited for some of the queued work, not all of it. ``work``: :func:`_launched_work` of
+    ``gpu``, where at hand."""
     out = np.zeros(len(at), bool)
     if not len(at) or not gpu.height:
         return out
-    _, call, end = _launched_work(gpu)
+    _, call, end = work if work is not None else _launched_work(gpu)
     c_end = calls["end_ns"].to_numpy()[at] + RETURN_SLACK_NS
     for ops, sel in _by_process(calls, call, at):
         latest = np.maximum.accumulate(end[ops])  # the latest end launched so far

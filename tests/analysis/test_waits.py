@@ -5,28 +5,38 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pytest
-from zym.analysis.waits import RETURN_SLACK_NS, event_awaited, event_syncs, left_work_running
+from zym.analysis.waits import RETURN_SLACK_NS, event_awaited, left_work_running, sync_rows
 from zym.rules.testing import CaptureBuilder
 
 
 def _random_window(seed: int) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Calls in time order (of two processes, of one with an even ``seed``), and operations
-    each launched by one of them (some by none; some not work), with ends anywhere after
-    their launch."""
+    each launched by one of them on one of two streams (some by none; some not work), each
+    stream running its work in launch order; operations in order of their start."""
     rng = np.random.default_rng(seed)
     n, m = 300, 400
-    ts = np.sort(rng.integers(0, 1_000_000, n))
+    ts = np.sort(rng.integers(0, 20_000_000, n))  # streams often idle: work launched after a
+    # long call can end before it returns
     calls = pl.DataFrame({"pid": rng.choice([7, 9] if seed % 2 else [7], n), "ts_ns": ts,
                           "end_ns": ts + rng.integers(0, 60_000, n),
                           "api": pl.Series(rng.choice(["cudaEventSynchronize", "cudaLaunchKernel",
                                                        "cudaStreamSynchronize"], n).tolist())
                           .cast(pl.Categorical)})
-    launcher = rng.integers(0, n, m)
+    launcher = np.sort(rng.integers(0, n, m))
+    stream = rng.choice([3, 5], m)
+    pid = calls["pid"].to_numpy()
+    start, free = np.zeros(m, np.int64), {}
+    dur = rng.integers(1_000, 30_000, m)
+    for i in range(m):  # each stream in launch order
+        key = (pid[launcher[i]], stream[i])
+        start[i] = max(free.get(key, 0), ts[launcher[i]] + 1_000)
+        free[key] = start[i] + dur[i]
     none = rng.random(m) < 0.1
-    gpu = pl.DataFrame({"call_idx": pl.Series([None if x else int(k)
-                                               for x, k in zip(none, launcher)], dtype=pl.Int32),
-                        "end_ns": ts[launcher] + rng.integers(1_000, 200_000, m),
-                        "work": rng.random(m) < 0.9})
+    order = np.argsort(start, kind="stable")
+    gpu = pl.DataFrame({"call_idx": pl.Series([None if x else int(k) for x, k in
+                                               zip(none[order], launcher[order])], dtype=pl.Int32),
+                        "end_ns": (start + dur)[order], "work": (rng.random(m) < 0.9),
+                        "stream_id": stream[order], "device_id": np.zeros(m, np.int32)})
     return calls, gpu
 
 
@@ -34,7 +44,8 @@ def _launched(calls: pl.DataFrame, gpu: pl.DataFrame, c: int) -> list[tuple[int,
     """(row, launching call, end) of the work operations launched by a call of ``c``'s
     process."""
     pid = calls["pid"].to_list()
-    return [(r, k, e) for r, (k, e, w) in enumerate(gpu.iter_rows())
+    rows = gpu.select("call_idx", "end_ns", "work").iter_rows()
+    return [(r, k, e) for r, (k, e, w) in enumerate(rows)
             if w and k is not None and pid[k] == pid[c]]
 
 
@@ -51,22 +62,26 @@ def test_left_work_running_is_a_walk_over_every_operation(seed):
     assert got.tolist() == want and 0 < sum(want) < len(want)
 
 
+@pytest.mark.parametrize("few", [16, 0])
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
-def test_an_event_sync_awaits_the_last_work_ended_by_its_return(seed):
-    """Among its process's work ended by its return (plus the slack), the one ending last
-    (the last launched where several end together); none where that one was launched by a
-    later call, or where none ended by then."""
+def test_an_event_sync_awaits_the_last_work_ended_by_its_return(seed, few, monkeypatch):
+    """Among its process's work launched by earlier calls and ended by its return (plus the
+    slack), the one ending last (the later row where two end together); none where none
+    ended by then. Streams told apart by a mask each, and (``few`` 0) by one sort."""
+    from zym.analysis import waits
+
+    monkeypatch.setattr(waits, "FEW_STREAMS", few)
     calls, gpu = _random_window(seed)
-    at = event_syncs(calls)
+    at, streams = sync_rows(calls)
     assert calls["api"].cast(str).gather(at).unique().to_list() == ["cudaEventSynchronize"]
+    assert calls["api"].cast(str).gather(streams).unique().to_list() == ["cudaStreamSynchronize"]
     got = event_awaited(calls, gpu, at)
     end = calls["end_ns"].to_list()
     want = []
     for c in at.tolist():
-        done = [(e, k, r) for r, k, e in _launched(calls, gpu, c)
-                if e <= end[c] + RETURN_SLACK_NS]
-        _, k, r = max(done) if done else (0, 0, -1)
-        want.append(r if done and k < c else -1)
+        done = [(e, r) for r, k, e in _launched(calls, gpu, c)
+                if k < c and e <= end[c] + RETURN_SLACK_NS]
+        want.append(max(done)[1] if done else -1)
     assert got.tolist() == want
     assert sum(w >= 0 for w in want) > len(want) // 2
 
