@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pytest
+from event_loops import event_pipeline
 from zym.analysis.waits import RETURN_SLACK_NS, event_awaited, left_work_running, sync_rows
 from zym.rules.testing import CaptureBuilder
 
@@ -86,36 +87,15 @@ def test_an_event_sync_awaits_the_last_work_ended_by_its_return(seed, few, monke
     assert sum(w >= 0 for w in want) > len(want) // 2
 
 
-def _pipeline(late: bool) -> CaptureBuilder:
-    """Steps of a 200 µs GEMM and a copy of its tokens, an event recorded after the copy, a
-    wait on the previous step's event (``late``) or on this one's, and 100 µs of host work;
-    six requests of eight steps."""
-    b = CaptureBuilder()
-    step = [("python", "serve", "app.py", 10), ("python", "step", "app.py", 20)]
-    for _ in range(6):
-        with b.enclosing(step):
-            previous = None
-            for _ in range(8):
-                b.kernel(step + [("torch_op", "aten::mm")], "gemm", gpu_us=200)
-                b.copy(step, "DtoH", host_mem="pinned", sync=False)
-                copied = b.gpu_free
-                b.call(step, "cudaEventRecord", "other", 1.0)
-                waited = previous if late else copied
-                if waited is not None:
-                    b.call(step, "cudaEventSynchronize", "sync", 2.0, until_ns=waited)
-                previous = copied
-                b.tick(100)
-        b.tick(50)
-    return b
-
-
 @pytest.mark.parametrize("late", [True, False])
 def test_the_replay_of_event_waits_is_the_recording(late):
     """An event sync waits for the work before its event, not for every operation before
     it: the unfixed replay of a loop that waits for the previous step's event (the GPU never
     idles) ends when the recording does, within 0.5%, as does the loop that waits for this
     step's event at once (each wait then waits for everything before it)."""
-    a = _pipeline(late).analysis()
+    b = CaptureBuilder()
+    event_pipeline(b, requests=6, steps=8, late=late)
+    a = b.analysis()
     error = a.timeline.fidelity["error_pct"]
     assert abs(error) < 0.5, error
     waits = a.relations.materialize("calls", {"api", "left_work_running"}).filter(

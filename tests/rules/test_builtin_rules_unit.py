@@ -6,6 +6,7 @@ the GPU), so stalls and idle gaps arise as on hardware. Each test runs only its 
 from __future__ import annotations
 
 import pytest
+from event_loops import event_pipeline
 from zym.rules import load_packs
 from zym.rules.engine import evaluate_rules
 from zym.rules.testing import CaptureBuilder
@@ -388,35 +389,13 @@ def test_explicit_sync_in_loop__silent_for_timing_setup_and_copy_syncs():
         assert fired(b, "syncs.explicit-sync-in-loop") == []
 
 
-def event_pipeline(b: CaptureBuilder, requests: int = 4, steps: int = 5, *,
-                   late: bool = True) -> None:
-    """A decode loop of ``steps`` steps per request: a 200 µs GEMM, its tokens copied into
-    pinned memory without waiting (line 31), an event recorded, then ``event.synchronize()``
-    on the previous step's event once this step's work is queued (``late``, the sync rules'
-    advice), or on this step's at once; then 100 µs of host work."""
-    event_sync = STEP + [("python", "synchronize", "torch/cuda/streams.py", 1)]
-    for _ in range(requests):
-        with b.enclosing(STEP):
-            previous = None
-            for _ in range(steps):
-                b.kernel(STEP + [("torch_op", "aten::mm")], "gemm", gpu_us=200)
-                b.copy(COPY_LINE, "DtoH", host_mem="pinned", sync=False)
-                copied = b.gpu_free   # the copy's end: the event's
-                b.call(COPY_LINE, "cudaEventRecord", "other", 1.0)
-                waited = previous if late else copied
-                if waited is not None:
-                    b.call(event_sync, "cudaEventSynchronize", "sync", 2.0, until_ns=waited)
-                previous = copied
-                b.tick(100)
-
-
 def test_explicit_sync_in_loop__silent_for_an_event_waited_once_the_next_step_is_queued():
     """Waiting on the previous step's event while this step's GEMM runs leaves that GEMM
     running when the wait returns: the queue is not drained, nothing to report. The same
     wait on this step's event at once drains it every step: reported, 5 a call."""
     late, now = CaptureBuilder(), CaptureBuilder()
-    event_pipeline(late)
-    event_pipeline(now, late=False)
+    event_pipeline(late, step=STEP, copy_line=COPY_LINE)
+    event_pipeline(now, late=False, step=STEP, copy_line=COPY_LINE)
     assert fired(late, "syncs.explicit-sync-in-loop") == []
     [f] = fired(now, "syncs.explicit-sync-in-loop")
     assert (f.site, f.evidence["count"], f.evidence["per_call"]) == ("app.py:20 step", 20, 5.0)
