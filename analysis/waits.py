@@ -88,7 +88,8 @@ def _streams(calls: pl.DataFrame, gpu: pl.DataFrame, rows: np.ndarray,
     work (a stream: of one process, on one device), in launch order."""
     if not len(rows):
         return []
-    keys = {"s": gpu["stream_id"].to_numpy()[rows], "d": gpu["device_id"].to_numpy()[rows]}
+    keys = {k: gpu[c].fill_null(-1).to_numpy()[rows]
+            for k, c in (("s", "stream_id"), ("d", "device_id"))}
     pid = calls["pid"].to_numpy()
     if pid.min() != pid.max():
         keys["p"] = pid[call]
