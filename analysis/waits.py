@@ -114,8 +114,8 @@ def _streams(calls: pl.DataFrame, gpu: pl.DataFrame, rows: np.ndarray,
 
 def event_awaited(calls: pl.DataFrame, gpu: pl.DataFrame, at: np.ndarray,
                   work: tuple[np.ndarray, ...] | None = None) -> np.ndarray:
-    """For each of the calls at rows ``at`` (event syncs), the operation (row of ``gpu``) it
-    waited for: among the work its process launched before it (by earlier calls), the one
+    """For each of the calls at rows ``at`` (event syncs, stream syncs beside another stream's
+    work), the operation (row of ``gpu``) it waited for: among the work its process launched before it (by earlier calls), the one
     that ended last by its return (plus :data:`RETURN_SLACK_NS`; the later row where two end
     together); -1 where none did. A stream runs its work in launch order, so on each stream
     that is the last of a prefix: the streams' candidates are compared, no operation is
