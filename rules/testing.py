@@ -117,7 +117,7 @@ class CaptureBuilder:
             else:
                 self.stream_free[stream] = start + g_dur
             if gpu.get("blocking"):  # a copy that returns when the GPU copy is done
-                dur = max(dur, self.gpu_free - ts + 1000)
+                dur = max(dur, start + g_dur - ts + 1000)
         if until_ns is not None:
             dur = max(dur, until_ns - ts + 1000)
         elif kind == "sync" or re.match(FREE_SYNC_PATTERN, api):  # a free waits for the device
