@@ -88,3 +88,26 @@ def test_the_estimate_has_the_measured_direction(found):
     assert 0 < predicted < median, (predicted, median)
     rest = [g.rule_id for g in findings if g.rule_id != "compute.fp32-matmul-no-tf32"]
     assert rest[0] == "syncs.sync-after-async-dtoh"
+
+
+def test_the_fixed_variant_s_event_waits_are_read_by_their_return():
+    """The fix applied (``late_wait``: an event recorded after each step's copy, waited for
+    once the next step is queued), its trace cut after 3 requests
+    (``bench/whatif/first_requests.py``, then `zym import`, 2 MB): the loop's waits return
+    while the next step's work runs, the one after the loop drains the queue (counts from
+    the workload's source). Read as device syncs, the replay ran +22% long and
+    ``syncs.explicit-sync-in-loop`` told the fixed code to do what it did; now the replay
+    is the recording and the rule is silent."""
+    import polars as pl
+    from zym.analysis import analyze
+    from zym.rules import evaluate
+
+    a = analyze(RESULTS / "kineto" / "readback-late_wait.parquet", window="all")
+    waits = a.relations.materialize("calls", {"api", "left_work_running"}).filter(
+        pl.col("api").cast(str) == "cudaEventSynchronize")
+    requests, tokens = 3, _constants()["TOKENS"]
+    assert waits.height == requests * tokens   # a wait a step, the first's after the loop
+    assert waits["left_work_running"].sum() == requests * (tokens - 1)
+    assert abs(a.timeline.fidelity["error_pct"]) < 1.0
+    steady = analyze(RESULTS / "kineto" / "readback-late_wait.parquet")
+    assert not [f for f in evaluate(steady) if f.rule_id.startswith("syncs.")]
