@@ -485,10 +485,11 @@ class Relations:
         over. Not for an event sync: it waits for its event, which an event record right
         before it may say is not the copy's (a copy, an event recorded, then a wait on the
         previous step's event: the wait moved a step later, as the sync rules advise)."""
-        from zym.schemas.apis import is_event_sync, is_memory_api
+        from zym.schemas.apis import is_memory_api
         from zym.schemas.lookup import null_where_negative
 
         from .instances import previous_on_thread
+        from .waits import sync_rows
 
         calls = self.calls_table()
         counts = ((calls["kind"] != "other").fill_null(False) | calls["blocking"].fill_null(False)
@@ -497,9 +498,9 @@ class Relations:
         order = (self._thread_order(True) if self.facts.many_threads
                  else np.arange(calls.height, dtype=np.int64))
         prev = previous_on_thread(thread, order, counts)
-        on_event = per_name(calls["api"], is_event_sync).fill_null(False).to_numpy()
-        if on_event.any():
-            prev = np.where(on_event, previous_on_thread(thread, order), prev)
+        events = sync_rows(calls)[0]
+        if len(events):
+            prev[events] = previous_on_thread(thread, order)[events]
         return null_where_negative(prev, "p")
 
     def every_call_instance(self) -> np.ndarray:
