@@ -23,6 +23,10 @@ def dtype_expr() -> polars.Expr:
     return pl.col("op_dtypes").str.extract(r'^\[\s*"([^"]*)"', 1).alias("dtype")
 
 
+# The columns :func:`with_flops` adds for a matmul-family call (with ``dtype``).
+MATMUL_COLUMNS = ("flops", "dims_aligned8", "intensity")
+
+
 def with_flops(calls: polars.DataFrame) -> polars.DataFrame:
     """FLOPs, intensity and 8-alignment of matmul-family calls from their input shapes.
 

@@ -35,7 +35,7 @@ import polars as pl
 
 from .facts import EVENT_SITE_COLUMNS, conformed, per_name, take
 from .load import constant_columns
-from .matmul import MATMUL_OPS, with_flops
+from .matmul import MATMUL_COLUMNS, MATMUL_OPS, with_flops
 
 if TYPE_CHECKING:
     from .report import Analysis
@@ -306,17 +306,29 @@ class Relations:
         hold what they read)."""
         self._eager.pop(self._key(name, wheres), None)
 
-    def _keep(self, df: pl.DataFrame, wheres: list[dict] | None) -> pl.DataFrame:
-        """Rows of ``df`` that at least one of ``wheres`` may keep."""
+    def _keep(self, df: pl.DataFrame, wheres: list[dict] | None,
+              rows: pl.Series | None = None) -> pl.DataFrame:
+        """Rows of ``df`` that at least one of ``wheres`` may keep (and, where given, that
+        ``rows`` keeps: a mask), in one filter: each column kept is copied once."""
         from zym.rules.compile import relaxed_where
 
-        if not wheres:
-            return df
         sites = self.sites if "stack_id" in df.columns else None
-        parts = [relaxed_where(w, set(df.columns), sites, df) for w in wheres]
-        if any(p is None for p in parts):
-            return df
-        return df.filter(pl.any_horizontal(parts))
+        parts = [relaxed_where(w, set(df.columns), sites, df) for w in wheres or ()]
+        cond = pl.any_horizontal(parts) if parts and all(p is not None for p in parts) else None
+        if rows is not None:
+            cond = pl.lit(rows) if cond is None else pl.lit(rows) & cond
+        return df if cond is None else df.filter(cond)
+
+    def _matmul_columns(self, call_idx: pl.Series) -> list[pl.Series | pl.Expr]:
+        """:data:`MATMUL_COLUMNS` of the calls ``call_idx`` (null where a call is no matmul,
+        or null): constants where the capture has no matmul with shapes."""
+        mm = self._matmuls()
+        if mm.height == 0:
+            return [pl.lit(None, mm.schema[c]).alias(c) for c in MATMUL_COLUMNS]
+        pos = pl.repeat(None, self.calls_table().height, dtype=pl.Int64, eager=True).scatter(
+            mm["call_idx"], pl.int_range(mm.height, eager=True).cast(pl.Int64))
+        at = pos.gather(call_idx)
+        return [mm[c].gather(at) for c in MATMUL_COLUMNS]
 
     def get(self, name: str) -> pl.DataFrame:
         """A whole relation with its site columns joined (for inspection and tests)."""
@@ -352,7 +364,7 @@ class Relations:
                                                         for c in ("op_shapes", "op_dtypes")])
                  .filter(pl.col("op_shapes").is_not_null())
                  .join(self.sites.select("stack_id", "torch_op"), on="stack_id", how="left"))
-        return with_flops(calls).select("call_idx", "flops", "dims_aligned8", "intensity")
+        return with_flops(calls).select("call_idx", *MATMUL_COLUMNS)
 
     def call_steps(self) -> pl.Series:
         """Per call (``call_idx``), the step of the window it ran in, or null."""
@@ -637,21 +649,15 @@ class Relations:
         # would be copied for every launched operation, then dropped.
         keep = want | {"stack_id", "call_idx", "gpu_idx"} | (
             {"size_bytes"} if "bytes" in want else set())
-        rows = (gpu.select([c for c in gpu.columns if c in keep])
-                .filter(pl.col("call_idx").is_not_null() & gpu["work"]))
-        rows = self._keep(rows, wheres)
+        frame = gpu.select([c for c in gpu.columns if c in keep])
+        if want & set(MATMUL_COLUMNS):
+            # the matmuls' columns before any row is dropped, so that one filter keeps only
+            # the rows some rule can keep: a rule on matmul kernels (``intensity: {ge: 64}``)
+            # otherwise keeps every kernel until they are added (at 10 M operations 5 M rows,
+            # each kept column copied twice)
+            frame = frame.with_columns(self._matmul_columns(frame["call_idx"]))
+        rows = self._keep(frame, wheres, gpu["call_idx"].is_not_null() & gpu["work"])
         calls = self.calls_table()
-        if want & {"flops", "dims_aligned8", "intensity"}:
-            # the matmuls' columns first, and the rows kept again with them: a rule on
-            # matmul kernels (``intensity: {ge: 64}``) otherwise keeps every kernel through
-            # the gathers below (at 10 M operations 5 M rows, ~1 s)
-            mm = self._matmuls()
-            pos = pl.repeat(None, calls.height, dtype=pl.Int64, eager=True).scatter(
-                mm["call_idx"], pl.int_range(mm.height, eager=True).cast(pl.Int64))
-            at = pos.gather(rows["call_idx"])
-            rows = self._keep(rows.with_columns(mm["flops"].gather(at),
-                                                mm["dims_aligned8"].gather(at),
-                                                mm["intensity"].gather(at)), wheres)
         idx = rows["call_idx"]
         call_cols = {"tid": "tid", "call_ts_ns": "ts_ns", "call_dur_ns": "dur_ns", "api": "api"}
         picked = [calls[src].gather(idx).alias(dst) for dst, src in call_cols.items()

@@ -274,11 +274,13 @@ def _gpu_name(analysis: Analysis) -> str | None:
 
 class _Copies(NamedTuple):
     """What the pinned-memory model reads of the copy calls, as arrays (read once per
-    analysis: per finding, a search and a few gathers instead of polars queries over the
-    calls table, ~2 ms a finding). Only the copies: at 10 M calls, arrays over every call
-    were ~225 MB held to the end."""
+    analysis: per finding, a few gathers instead of polars queries over the calls table,
+    ~2 ms a finding). The copies' own columns only; ``at`` is the one array over every call
+    (4 bytes a call, 50 MB at 12.5 M, read while the findings are ranked, after the rules'
+    relations, which set the peak): a finding's copies found by a gather, where a search
+    of each finding's calls took ~0.3 s of 10 M GPU operations' 79 findings."""
 
-    rows: np.ndarray  # the copies' call_idx, sorted
+    at: np.ndarray  # int32 per call_idx: the call's row in the arrays below, -1 if no copy
     kind: np.ndarray  # int8: 1 host-to-device, 2 device-to-host
     own_row: np.ndarray  # the GPU operation the call made, -1 where none
     nbytes: np.ndarray  # 0 where unknown
@@ -297,14 +299,16 @@ def _copies(analysis: Analysis) -> _Copies:
         pl.col("call_idx").cast(pl.Int64), code.alias("kind"),
         pl.col("own_row").cast(pl.Int64).fill_null(-1),
         pl.col("bytes").cast(pl.Int64).fill_null(0)).filter(pl.col("kind") > 0)
-    return _Copies(*(copies[k].to_numpy() for k in ("call_idx", "kind", "own_row", "bytes")))
+    at = np.full(c.height, -1, np.int32)
+    at[copies["call_idx"].to_numpy()] = np.arange(copies.height, dtype=np.int32)
+    return _Copies(at, *(copies[k].to_numpy() for k in ("kind", "own_row", "bytes")))
 
 
 def _pin(calls: np.ndarray, analysis: Analysis) -> Fix:
     every = analysis.relations.shared("copies by call_idx", lambda: _copies(analysis))
     calls = np.asarray(calls, dtype=np.int64)
-    at = np.minimum(np.searchsorted(every.rows, calls), max(len(every.rows) - 1, 0))
-    found = (every.rows[at] == calls) if len(every.rows) else np.zeros(len(calls), bool)
+    at = every.at[calls]
+    found = at >= 0
     calls, at = calls[found], at[found]  # the finding's copies, in call order
     parts = []
     costs, cost_calls, unblock, ops, op_dur = [], [], [], [], []
