@@ -4,12 +4,16 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
 from zym.schemas.errors import InputError
 from zym.schemas.io import Capture, is_parquet, open_capture
 from zym.schemas.memory import release_freed_memory
 from zym.schemas.meta import CaptureMeta
+
+if TYPE_CHECKING:
+    from .budget import Sample
 
 # The tables the analysis holds. Spans (Kineto's CPU slices) are read by queries, a part at a
 # time (``SpanTable``): steps, the profiler's own cost, calls per enclosing Python call.
@@ -147,6 +151,9 @@ class CaptureData:
     # The spans: a table in memory (Kineto import), or read from the capture file as each
     # query runs; None when the producer recorded none.
     span_source: SpanTable | pl.DataFrame | None = None
+    # Where the capture was too large for the memory budget: how the tables above sample it
+    # (:mod:`zym.analysis.budget`); None: they are the whole capture.
+    sample: Sample | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.span_source, pl.DataFrame):
@@ -219,12 +226,16 @@ def api_codes(data: CaptureData) -> CaptureData:
 
 
 def load_capture(path: str | Path, progress: Callable[[str], None] | None = None,
-                 codes: bool = False, skip: Mapping[str, Collection[str]] | None = None
-                 ) -> CaptureData:
+                 codes: bool = False, skip: Mapping[str, Collection[str]] | None = None,
+                 budget: int | None = None) -> CaptureData:
     """Load ``path`` (zym Parquet capture, or Kineto ``.json``/``.json.gz``) for analysis.
     ``codes``: a capture file's calls' and GPU operations' names read as categorical codes
     (what :func:`api_codes` makes of them; their text is then never held for every row);
-    ``skip``: per table, columns left out (the analysis': :data:`UNREAD`)."""
+    ``skip``: per table, columns left out (the analysis': :data:`UNREAD`); ``budget``: bytes
+    the analysis may hold: a capture file (or a trace imported out of core) whose analysis
+    would hold more is sampled to fit (:mod:`zym.analysis.budget`), and a trace past
+    ``budget`` at the in-memory import's cost an event is imported out of core. None: no
+    budget (the whole capture)."""
     skip = skip or {}
     path = Path(path)
     if not path.exists():
@@ -240,9 +251,9 @@ def load_capture(path: str | Path, progress: Callable[[str], None] | None = None
         if not looks_like_kineto(path):
             raise InputError(f"{path}: neither a zym capture (Parquet) nor a torch.profiler "
                              "trace (JSON, optionally gzipped)")
-        got = load_or_import(path, progress)
+        got = load_or_import(path, progress, _in_memory_events(budget), budget)
         if isinstance(got, Path):  # a large trace, imported out of core into a capture
-            return _load_file(got, path, progress, codes, skip)
+            return _load_file(got, path, progress, codes, skip, budget)
         tables, meta = got
         tables = {t: _compact(tables[t].drop(skip.get(t, ()), strict=False))
                   if t in ANALYSIS_TABLES else tables[t] for t in tables}
@@ -253,16 +264,34 @@ def load_capture(path: str | Path, progress: Callable[[str], None] | None = None
                              + (tables["span"].height if "span" in tables else 0))
         return CaptureData(path, meta, tables["frame"], tables["stack"], tables["call"],
                            tables["gpu"], tables.get("span"))
-    return _load_file(path, path, progress, codes, skip)
+    return _load_file(path, path, progress, codes, skip, budget)
+
+
+def _in_memory_events(budget: int | None) -> int | None:
+    """Decoded events up to which a trace's tables are built in memory within ``budget``
+    (None: the default, half the memory available)."""
+    if budget is None:
+        return None
+    from zym.capture.kineto_stream import ANALYZE_BYTES_PER_EVENT, analyze_in_memory_events
+
+    return min(analyze_in_memory_events(), max(1, budget // ANALYZE_BYTES_PER_EVENT))
 
 
 def _load_file(path: Path, source: Path, progress: Callable[[str], None] | None, codes: bool,
-               skip: Mapping[str, Collection[str]]) -> CaptureData:
+               skip: Mapping[str, Collection[str]], budget: int | None = None) -> CaptureData:
     """:func:`load_capture` of a capture file (``source``: what the user named: the file, or
     the trace it was imported from)."""
     if progress:
         progress("reading capture")
     cap = open_capture(path)
+    sample = None
+    if budget is not None:
+        from .budget import sampled
+
+        got = sampled(cap, budget, progress)
+        if got is not None:  # the sample, in a capture of its own
+            path, sample = got
+            cap = open_capture(path)
     # enum columns (and names, with ``codes``) cast to categories as each row group is
     # read: the text is never held whole (~0.6 s less at 10 M GPU operations)
     tables = {t: _compact(cap.load(t, ENUM_COLUMNS + (CODED.get(t, ()) if codes else ()),
@@ -270,4 +299,4 @@ def _load_file(path: Path, source: Path, progress: Callable[[str], None] | None,
     # the spans are read from the file by each query, never held whole
     spans = SpanTable(capture=cap, skip=skip.get("span", ()))
     return CaptureData(source, cap.meta, tables["frame"], tables["stack"], tables["call"],
-                       tables["gpu"], spans)
+                       tables["gpu"], spans, sample)

@@ -65,6 +65,12 @@ class Analysis:
         return self.facts.window
 
     @property
+    def sample(self):
+        """How the capture was sampled to fit the memory budget
+        (:class:`zym.analysis.budget.Sample`), or None: the whole capture."""
+        return self.whole.data.sample
+
+    @property
     def utilization(self) -> dict:
         """The window and each GPU's busy and idle time within it."""
         lo, hi = self.window
@@ -133,7 +139,8 @@ class Analysis:
         if top is not None:
             by_gpu, by_blocked, kernels = by_gpu.head(top), by_blocked.head(top), kernels[:top]
         ops = self._gpu_ops_by_path()
-        return {
+        sampled = {"sample": self.sample.to_dict()} if self.sample is not None else {}
+        return sampled | {
             "capture": self.capture_facts(),
             "phases": self.phase_facts(),
             "gpu": self.utilization | {"attributed_ns": total_gpu - self._unknown_gpu_ns(),
@@ -434,12 +441,14 @@ def restrict(data: CaptureData, whole: Facts, t0: int, t1: int) -> CaptureData:
                        spans.within(t0, t1) if spans is not None else None)
 
 
-def analyze(path: str | Path, progress: Progress | None = None, window: str = "steady"
-            ) -> Analysis:
+def analyze(path: str | Path, progress: Progress | None = None, window: str = "steady",
+            budget: int | None = None) -> Analysis:
     """Load a capture (or Kineto trace), find its phases, and analyze ``window`` of it
     (``steady``: steady state; ``all``; ``FROM:TO``; ``steps:A:B``: see
-    :func:`zym.analysis.phases.parse_window`)."""
-    data = api_codes(load_capture(path, progress, codes=True, skip=UNREAD))
+    :func:`zym.analysis.phases.parse_window`). ``budget``: bytes the analysis may hold; a
+    capture that would take more is sampled to fit (:mod:`zym.analysis.budget`); None: no
+    budget."""
+    data = api_codes(load_capture(path, progress, codes=True, skip=UNREAD, budget=budget))
     if progress:
         progress("attributing GPU work to call paths")
     analysis = analyze_data(data, window)

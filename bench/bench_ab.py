@@ -8,7 +8,8 @@ tree, sampled every 20 ms (bench_scale.run_measured). Reported: each side's medi
 and B/A per pair (median, min-max).
 
     python bench/bench_ab.py --a /path/venv-main/bin/zym --b /path/venv-branch/bin/zym \\
-        INPUT [--pairs 7] [--no-rules] [--json out.json] [--env-a N=V] [--env-b N=V]
+        INPUT [--pairs 7] [--no-rules] [--json out.json] [--env-a N=V] [--env-b N=V] \\
+        [--arg-a ARG] [--arg-b ARG]
 """
 from __future__ import annotations
 
@@ -24,8 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_scale import compile_bytecode, run_measured, write_json
 
 
-def one(zym: str, args: argparse.Namespace, out: Path, env: list[str]) -> dict:
-    cmd = [zym, "analyze", str(args.input), "--format", "json", "--no-progress"]
+def one(zym: str, args: argparse.Namespace, out: Path, env: list[str],
+        extra: list[str] = ()) -> dict:
+    cmd = [zym, "analyze", str(args.input), "--format", "json", "--no-progress", *extra]
     if args.no_rules:
         cmd.append("--no-rules")
     shell = " ".join([*(f"'{e}'" for e in env), *(f"'{c}'" for c in cmd)]) + f" > '{out}'"
@@ -68,6 +70,10 @@ def main() -> None:
                         help="an environment variable for A's runs (repeatable): e.g. the same "
                              "install with a mechanism off (A) and on (B)")
     parser.add_argument("--env-b", action="append", default=[], metavar="NAME=VALUE")
+    parser.add_argument("--arg-a", action="append", default=[], metavar="ARG",
+                        help="an argument added to A's command line (repeatable; write "
+                             "--arg-b=--memory-budget=1G): the same install asked two ways")
+    parser.add_argument("--arg-b", action="append", default=[], metavar="ARG")
     args = parser.parse_args()
     args.input = args.input.resolve()
     for zym in (args.a, args.b):
@@ -78,7 +84,8 @@ def main() -> None:
         for i in range(args.pairs):
             order = ("a", "b") if i % 2 == 0 else ("b", "a")
             pair = {side: one(getattr(args, side), args, outs[side],
-                              getattr(args, f"env_{side}")) for side in order}
+                              getattr(args, f"env_{side}"), getattr(args, f"arg_{side}"))
+                    for side in order}
             same = json.loads(outs["a"].read_text()) == json.loads(outs["b"].read_text())
             same_bytes = outs["a"].read_bytes() == outs["b"].read_bytes()
             pairs.append(pair | {"same_report": same, "same_bytes": same_bytes})
@@ -92,6 +99,7 @@ def main() -> None:
     if args.json:
         write_json(args.json, {"input": str(args.input), "a": args.a, "b": args.b,
                                "env_a": args.env_a, "env_b": args.env_b,
+                               "arg_a": args.arg_a, "arg_b": args.arg_b,
                                "no_rules": args.no_rules, "pairs": pairs})
 
 

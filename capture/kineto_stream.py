@@ -483,26 +483,21 @@ ANALYZE_BYTES_PER_EVENT = 140
 
 def analyze_in_memory_events() -> int:
     """Decoded events up to which `zym analyze` builds a trace's tables in memory."""
-    available = None
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    available = int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
+    from zym.schemas.memory import available_bytes
+
+    available = available_bytes()
     if available is None:  # not Linux: four times the floor
         return 4 * ANALYZE_IN_MEMORY_EVENTS
     return max(ANALYZE_IN_MEMORY_EVENTS, available // 2 // ANALYZE_BYTES_PER_EVENT)
 
 
 def load_or_import(path: str | Path, progress: Progress | None = None,
-                   events: int | None = None
+                   events: int | None = None, budget: int | None = None
                    ) -> tuple[dict[str, pl.DataFrame], CaptureMeta] | Path:
     """For an analysis of a trace: its tables and metadata, built in memory, while its
     decoded events number at most ``events`` (:func:`analyze_in_memory_events`); past that,
-    the path of a temporary capture it was imported into out of core (the default budget),
-    removed when the process exits."""
+    the path of a temporary capture it was imported into out of core (in ``budget`` bytes,
+    else the default budget), removed when the process exits."""
     events = analyze_in_memory_events() if events is None else events
     say = progress or (lambda _stage: None)
     path = Path(path)
@@ -513,8 +508,8 @@ def load_or_import(path: str | Path, progress: Progress | None = None,
         try:
             folder = Path(tempfile.mkdtemp(prefix="zym-analyze-"))
             atexit.register(shutil.rmtree, folder, True)
-            return _write_windows(got, path, folder / "capture.parquet", say, DEFAULT_BUDGET,
-                                  True)
+            return _write_windows(got, path, folder / "capture.parquet", say,
+                                  DEFAULT_BUDGET if budget is None else budget, True)
         finally:
             got.remove()
 

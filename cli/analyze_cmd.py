@@ -47,6 +47,11 @@ def analyze(
         "--fail-on", help="Exit 1 when a finding of this severity or worse fires (for CI).",
     )] = FailOn.never,
     progress: Annotated[bool, typer.Option(help="Show load progress on stderr.")] = True,
+    memory_budget: Annotated[str | None, typer.Option(
+        "--memory-budget", metavar="SIZE", show_default=False,
+        help="Memory the analysis may use (e.g. 1G, 512M): a capture whose analysis would "
+             "take more is analysed on evenly spread slices of its time that fit, and the "
+             "report says so [default: half the memory available].")] = None,
 ) -> None:
     """Name the problems of a capture (findings) and attribute every GPU operation and CUDA
     call to its call path, Python line to kernel.
@@ -63,7 +68,7 @@ def analyze(
     from . import bodies
 
     code = bodies.analyze(file, format.value, top, window, what_if or (), rules or (),
-                          disable or (), no_rules, fail_on.value, progress)
+                          disable or (), no_rules, fail_on.value, progress, memory_budget)
     if code:
         raise typer.Exit(code)
 

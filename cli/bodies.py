@@ -47,11 +47,11 @@ def print_json(value: object) -> None:
 def analyze(file: Path, fmt: str = "text", top: int | None = None, window: str = "steady",
             what_if: Sequence[str] = (), rules: Sequence[Path] = (),
             disable: Sequence[str] = (), no_rules: bool = False, fail_on: str = "never",
-            progress: bool = True) -> int:
+            progress: bool = True, memory_budget: str | None = None) -> int:
     """`zym analyze`: the report on stdout in ``fmt``; the exit code."""
     try:
         found = _analyze(file, fmt, top, window, what_if, rules, disable, no_rules, fail_on,
-                         progress)
+                         progress, memory_budget)
     except (ZymError, KeyboardInterrupt) as e:
         return exit_code(e)
     report, findings, shown = found
@@ -79,14 +79,17 @@ def analyze(file: Path, fmt: str = "text", top: int | None = None, window: str =
 
 def _analyze(file: Path, fmt: str, top: int | None, window: str, what_if: Sequence[str],
              rules: Sequence[Path], disable: Sequence[str], no_rules: bool, fail_on: str,
-             progress: bool) -> tuple[dict, list | None, int | None]:
+             progress: bool, memory_budget: str | None = None
+             ) -> tuple[dict, list | None, int | None]:
     """The report of ``file``, its findings and how many rows it shows per ranking."""
     from zym.analysis import analyze as run_analysis
+    from zym.analysis.budget import available_budget
 
     from .progress import stage_progress
 
     if no_rules and fail_on != "never":  # it could never fail: say so, not exit 0
         raise InputError(f"--fail-on {fail_on} needs the rules: drop --no-rules")
+    budget = available_budget() if memory_budget is None else _size(memory_budget)
     packs = None
     if not no_rules:
         from zym.rules import load_packs
@@ -96,7 +99,7 @@ def _analyze(file: Path, fmt: str, top: int | None, window: str, what_if: Sequen
         raise InputError("--what-if needs the rules (finding numbers, fix models): drop "
                          "--no-rules")
     with stage_progress(progress) as say:
-        result = run_analysis(file, say, window)
+        result = run_analysis(file, say, window, budget)
         findings = None
         if packs is not None:
             from zym.rules import evaluate
@@ -114,6 +117,16 @@ def _analyze(file: Path, fmt: str, top: int | None, window: str, what_if: Sequen
     # Example events only for machines: people read the message, and it costs a join.
     report = build_report(result, findings, shown, 5 if fmt == "json" else 0, replays)
     return report, findings, shown
+
+
+def _size(text: str) -> int:
+    """``--memory-budget``'s bytes; a one-line error where it is not a size."""
+    from zym.capture.kineto_stream import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise InputError(f"--memory-budget: {e}") from None
 
 
 def diff(before: Path, after: Path, fmt: str = "text", top: int | None = None,

@@ -45,6 +45,7 @@ OPTIONS: dict[str, dict[str, Opt]] = {  # command -> option name -> what it sets
     "analyze": _COMMON | {
         "--what-if": Opt("what_if", "multi-str"),
         "--fail-on": Opt("fail_on", "choice", ("info", "warning", "error", "never")),
+        "--memory-budget": Opt("memory_budget", "str"),
     },
     "diff": _COMMON | {
         "--fail-on-regression": Opt("fail_on_regression", "float", low=0.0),
@@ -56,7 +57,8 @@ OPTIONS: dict[str, dict[str, Opt]] = {  # command -> option name -> what it sets
 POSITIONAL = {"analyze": ("file",), "diff": ("before", "after")}
 DEFAULTS: dict[str, dict] = {
     "analyze": {"fmt": "text", "top": None, "window": "steady", "what_if": (), "rules": (),
-                "disable": (), "no_rules": False, "fail_on": "never", "progress": True},
+                "disable": (), "no_rules": False, "fail_on": "never", "progress": True,
+                "memory_budget": None},
     "diff": {"fmt": "text", "top": None, "window": "steady", "fail_on_regression": None,
              "repeat": None, "host_noise": None, "rules": (), "disable": (), "no_rules": False,
              "jobs": 2, "progress": True},

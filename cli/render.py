@@ -14,6 +14,7 @@ from collections import Counter
 from rich.console import Console
 from rich.text import Text
 from zym.analysis.export.summary import (
+    capture_sample_line,
     phase_line,
     plural,
     rest_line,
@@ -61,6 +62,8 @@ def render_summary(report: dict, console: Console) -> None:
     who = f"{plural(cap['processes'], 'process')}, {plural(cap['threads'], 'thread')}"
     _wrap(console, f"{cap['producer']} · {gpus}" + (f" ({versions})" if versions else "")
           + f" · {who}", 4, "  ")
+    if report.get("sample"):
+        _wrap(console, capture_sample_line(report["sample"]), 4, "  ", style="bold yellow")
     _wrap(console, phase_line(ph), 4, "  ")
     ops = (f"{cap['gpu_ops']:,} GPU ops ({cap['kernels']:,} kernels, {cap['copies']:,} copies, "
            f"{cap['memsets']:,} memsets)")
@@ -324,6 +327,8 @@ def render_markdown(report: dict, top: int | None = None) -> str:
            f"GPU ops · window {fmt_ns(gpu['window_ns'])}"
            + "".join(f" · GPU {d['device_id']} busy {d['busy_pct']:.1f}%" for d in gpu["devices"]),
            "", _md(phase_line(ph)), ""]
+    if report.get("sample"):
+        out[-1:-1] = ["", f"**{_md(capture_sample_line(report['sample']))}**"]
     findings = report.get("findings", [])
     shown = findings if top is None else findings[:top]
     together = report.get("fixes_together") or {}

@@ -178,8 +178,9 @@ LARGE_ROWS = 1_000_000
 
 
 def release_freed_memory(rows: int) -> None:
-    """After a stage over ``rows`` rows: return the free pages of the C library's heap and of
-    polars' jemalloc to the system (see the module doc) when ``rows`` is at least
+    """After a stage over ``rows`` rows: return the free pages of the C library's heap, of
+    polars' jemalloc and of pyarrow's pool (once pyarrow is loaded: the capture writer's
+    row groups) to the system (see the module doc) when ``rows`` is at least
     ``LARGE_ROWS``; each part a no-op where it is not available."""
     if rows < LARGE_ROWS:
         return
@@ -187,6 +188,21 @@ def release_freed_memory(rows: int) -> None:
         trim(0)
     if (purge := _polars_purge()) is not None:
         purge()
+    if "pyarrow" in sys.modules:  # its own pool (mimalloc or jemalloc), where it was used
+        sys.modules["pyarrow"].default_memory_pool().release_unused()
+
+
+def available_bytes() -> int | None:
+    """The memory available to start new work without swapping (``MemAvailable`` of
+    ``/proc/meminfo``), in bytes; None where the system does not say (not Linux)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def resident_mb() -> tuple[int, int] | None:

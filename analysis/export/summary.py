@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from zym.analysis.units import fmt_ns
+from zym.analysis.units import fmt_bytes, fmt_ns
 
 if TYPE_CHECKING:
     from zym.analysis import Analysis
@@ -52,6 +52,18 @@ def sample_line(sample: dict) -> str:
     return (f"a long window: each fix replayed on {share_text(sample)} ({sample['runs']} runs "
             "spread evenly, in two halves), scaled to the window; each estimate gives both "
             "halves")
+
+
+def capture_sample_line(sample: dict) -> str:
+    """How a capture too large for the memory budget was sampled (the report's ``sample``,
+    :class:`zym.analysis.budget.Sample`)."""
+    rows = sum(sample["sample_rows"].get(t, 0) for t in ("call", "gpu"))
+    whole = sum(sample["capture_rows"].get(t, 0) for t in ("call", "gpu"))
+    return (f"SAMPLED to fit the memory budget ({fmt_bytes(sample['budget_bytes'])}; the whole "
+            f"capture would take ~{fmt_bytes(sample['estimated_bytes'])}): "
+            f"{len(sample['slices'])} slices spread evenly, {100 * sample['fraction']:.1f}% of "
+            f"its time ({rows:,} of {whole:,} CUDA calls and GPU ops); every figure below is "
+            "the sample's (--memory-budget SIZE to widen it)")
 
 
 def rest_line(together: dict) -> str | None:

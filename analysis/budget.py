@@ -1,0 +1,215 @@
+"""`zym analyze` in a memory budget: a capture whose analysis would not fit is analysed on a
+sample of its time.
+
+The analysis holds every call and GPU operation of a capture (at 10 M GPU operations ~4 GB),
+so a long capture can need more memory than the machine has. Before anything is read, the
+analysis's peak is estimated from the capture's rows (:func:`estimate_bytes`: bytes a row of
+each table costs at the peak, measured, and a fixed part); where it exceeds the budget,
+:data:`SLICES` time slices, one at the start of each of as many equal parts of the capture,
+together as long as the budget allows, are copied into a temporary capture (every call that
+starts in a slice, with the GPU operations it launched and the spans and ranges that start in
+it; the frames and stacks whole), each slice shifted to start where the one before ended, and
+that capture is analysed as any other. The report says so (``sample`` in JSON, a line in
+text): its figures are those of the sample (durations, counts, savings of its window); shares
+and per-step figures stand for the capture where its steps are alike.
+
+Slices are read by their row groups' time ranges (the capture's Parquet statistics), so the
+copy's memory is one slice's rows, whatever the capture's size.
+"""
+from __future__ import annotations
+
+import atexit
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+from zym.schemas.io import Capture, CaptureWriter
+from zym.schemas.memory import LARGE_ROWS, release_freed_memory
+
+# What the analysis holds at its peak (rules on), by rows: a CUDA call, GPU operation or
+# range costs ~370 B up to the first 3 M of them (a synthetic sample of 2.7 M peaks at 1.1
+# GB: every fix is replayed over the whole window) and ~150 B past them (a long window's
+# fixes are replayed on a sample of it: 22.5 M peak at 4.1 GB); a span ~40 B up to the first
+# 15 M and ~10 B past them (spans are read a part at a time: the bundled trace x600, 73 M
+# spans with 12.9 M calls and GPU operations, peaks at 3.6 GB); and a fixed part (the
+# interpreter and libraries). (bytes a row, up to how many rows, bytes a row past them);
+# docs/benchmarks.md, "Thirty-sixth round".
+ROW_COST = {"events": (400, 3_000_000, 150), "span": (45, 15_000_000, 10)}
+EVENT_TABLES = ("call", "gpu", "range")
+FIXED_BYTES = 200 << 20
+# Slices of a sample: one at the start of each of as many equal parts of the capture.
+SLICES = 8
+# A GPU operation of a call in a slice is looked for until this long past the slice's end (or
+# the slice's length, if longer): the GPU queue runs behind its launches.
+GPU_LAG_NS = 1_000_000_000
+# The fraction is never below this: a budget below the fixed part still reads something.
+MIN_FRACTION = 0.001
+SAMPLED_TABLES = ("span", "range", "call", "gpu")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """How a capture was sampled: what its report says."""
+
+    budget: int  # bytes
+    estimate: int  # bytes the whole capture's analysis would hold (estimated)
+    fraction: float  # of the capture's time the slices cover
+    slices: tuple[tuple[int, int], ...]  # [start, end) of each, in the capture's clock (ns)
+    capture_rows: dict[str, int]  # per table, the capture's
+    sample_rows: dict[str, int]  # per table, the sample's
+
+    def to_dict(self) -> dict:
+        return {"budget_bytes": self.budget, "estimated_bytes": self.estimate,
+                "fraction": round(self.fraction, 6), "slices": [list(s) for s in self.slices],
+                "capture_rows": self.capture_rows, "sample_rows": self.sample_rows}
+
+
+def available_budget() -> int:
+    """The default budget: half the memory available now (``MemAvailable``), so that a
+    capture is analysed whole wherever it fits."""
+    from zym.schemas.memory import available_bytes
+
+    available = available_bytes()
+    return (available if available is not None else 8 << 30) // 2
+
+
+def estimate_bytes(rows: dict[str, float]) -> int:
+    """The analysis's estimated peak for a capture of ``rows`` rows per table."""
+    def cost(n: float, first: int, upto: int, rest: int) -> float:
+        return first * min(n, upto) + rest * max(0.0, n - upto)
+
+    events = sum(rows.get(t, 0) for t in EVENT_TABLES)
+    return int(FIXED_BYTES + cost(events, *ROW_COST["events"])
+               + cost(rows.get("span", 0), *ROW_COST["span"]))
+
+
+def fitting_fraction(rows: dict[str, int], budget: int) -> float:
+    """The largest share of ``rows`` (every table alike) whose estimate fits ``budget``, to
+    a thousandth (never below :data:`MIN_FRACTION`)."""
+    lo, hi = MIN_FRACTION, 1.0
+    for _ in range(20):
+        mid = (lo + hi) / 2
+        if estimate_bytes({t: n * mid for t, n in rows.items()}) <= budget:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _row_groups(cap: Capture) -> tuple[dict[str, int], dict[str, tuple[int, int]]] | None:
+    """From the file's metadata alone: rows per table and each table's time extent (its row
+    groups' ``ts_ns`` statistics); None where a row group holds several tables or lacks
+    statistics (the rows are then counted by a scan, :func:`_scanned`)."""
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(cap.path).metadata
+    names = [meta.schema.column(i).name for i in range(meta.num_columns)]
+    rec, ts = names.index("record"), names.index("ts_ns")
+    rows: dict[str, int] = {}
+    extent: dict[str, tuple[int, int]] = {}
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        if group.num_rows == 0:
+            continue
+        kind = group.column(rec).statistics
+        if kind is None or not kind.has_min_max or kind.min != kind.max:
+            return None
+        rows[kind.min] = rows.get(kind.min, 0) + group.num_rows
+        if kind.min in SAMPLED_TABLES:
+            t = group.column(ts).statistics
+            if t is None or not t.has_min_max:
+                return None
+            lo, hi = extent.get(kind.min, (t.min, t.max))
+            extent[kind.min] = (min(lo, t.min), max(hi, t.max))
+    return rows, extent
+
+
+def _scanned(cap: Capture) -> tuple[dict[str, int], dict[str, tuple[int, int]]]:
+    """:func:`_row_groups`' answer from one scan of the ``record`` and ``ts_ns`` columns."""
+    got = (pl.scan_parquet(cap.path).group_by("record")
+           .agg(pl.len().alias("rows"), pl.col("ts_ns").min().alias("lo"),
+                pl.col("ts_ns").max().alias("hi")).collect())
+    rows = dict(zip(got["record"].to_list(), got["rows"].to_list(), strict=True))
+    extent = {r: (lo, hi) for r, lo, hi in got.select("record", "lo", "hi").iter_rows()
+              if lo is not None}
+    return rows, extent
+
+
+def plan(cap: Capture, budget: int) -> Sample | None:
+    """The sample of ``cap`` that fits ``budget`` bytes, or None where the whole fits."""
+    everything = pl.scan_parquet(cap.path).select(pl.len()).collect().item()  # (the footer's)
+    if estimate_bytes({"call": everything}) <= budget:  # fits, whatever its tables
+        return None
+    got = _row_groups(cap)
+    rows, extent = got if got is not None else _scanned(cap)
+    rows = {t: int(rows.get(t, 0)) for t in SAMPLED_TABLES}
+    estimate = estimate_bytes(rows)
+    if estimate <= budget:
+        return None
+    clock = extent.get("call") or extent.get("gpu")
+    if clock is None:
+        return None  # no calls nor GPU work: nothing to sample by time
+    t0, t1 = clock[0], clock[1] + 1
+    fraction = fitting_fraction(rows, budget)
+    part = (t1 - t0) / SLICES
+    length = max(1, int(part * fraction))
+    slices = tuple((int(t0 + k * part), int(t0 + k * part) + length) for k in range(SLICES))
+    return Sample(budget, estimate, fraction, slices, rows, {})
+
+
+def write_sample(cap: Capture, sample: Sample, out: Path) -> Sample:
+    """Copy ``sample``'s slices of ``cap`` into a capture at ``out`` (one slice in memory at a
+    time); the sample with its rows counted."""
+    counts = dict.fromkeys(SAMPLED_TABLES, 0)
+    with CaptureWriter(out, cap.meta) as w:
+        for table in ("frame", "stack"):
+            w.write(table, cap.scan(table).collect())
+        end = None  # where the slice before ended, shifted
+        for a, b in sample.slices:
+            parts = _slice(cap, a, b)
+            shift = 0 if end is None else end - a
+            ends = []
+            for table, df in parts.items():
+                if df.height:
+                    df = df.with_columns(pl.col("ts_ns") + shift)
+                    if table in ("call", "gpu"):
+                        ends.append(int((df["ts_ns"] + df["dur_ns"].fill_null(0)).max()))
+                w.write(table, df)
+                counts[table] += df.height
+            end = max(ends) if ends else b + shift
+    return Sample(sample.budget, sample.estimate, sample.fraction, sample.slices,
+                  sample.capture_rows, counts)
+
+
+def _slice(cap: Capture, a: int, b: int) -> dict[str, pl.DataFrame]:
+    """The rows of one slice ``[a, b)``: the calls, spans and ranges that start in it, and the
+    GPU operations those calls launched (by process and correlation id)."""
+    def starting(table: str, lo: int, hi: int) -> pl.LazyFrame:
+        return cap.scan(table).filter((pl.col("ts_ns") >= lo) & (pl.col("ts_ns") < hi))
+
+    calls = starting("call", a, b).collect()
+    keys = calls.lazy().select("pid", "correlation_id").drop_nulls().unique()
+    gpu = (starting("gpu", a, b + max(b - a, GPU_LAG_NS))
+           .join(keys, on=["pid", "correlation_id"], how="semi").collect())
+    return {"span": starting("span", a, b).collect(), "range": starting("range", a, b).collect(),
+            "call": calls, "gpu": gpu}
+
+
+def sampled(cap: Capture, budget: int, progress: Callable[[str], None] | None = None
+            ) -> tuple[Path, Sample] | None:
+    """Where the analysis of ``cap`` would exceed ``budget`` bytes: a temporary capture of a
+    sample that fits (removed when the process exits), and how it was sampled; else None."""
+    sample = plan(cap, budget)
+    if sample is None:
+        return None
+    if progress:
+        progress(f"sampling {sample.fraction:.1%} of the capture (memory budget)")
+    folder = Path(tempfile.mkdtemp(prefix="zym-sample-"))
+    atexit.register(shutil.rmtree, folder, True)
+    out = folder / "sample.parquet"
+    sample = write_sample(cap, sample, out)
+    release_freed_memory(LARGE_ROWS)  # the slices' columns: not counted again at the peak
+    return out, sample

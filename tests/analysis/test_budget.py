@@ -1,0 +1,213 @@
+"""`zym analyze` in a memory budget: a capture whose analysis would not fit is analysed on a
+sample of its time (zym.analysis.budget)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from zym.analysis import analyze
+from zym.analysis import budget as B
+from zym.analysis.export.summary import build_report
+from zym.rules import evaluate, load_packs
+from zym.rules.testing import CaptureBuilder
+from zym.schemas.integrity import HASH_KEY, HASH_PLACEHOLDER, seal
+from zym.schemas.io import open_capture
+
+SERVE = [("python", "serve", "srv.py", 5)]
+BATCH = SERVE + [("python", "handle_batch", "srv.py", 30)]
+
+
+def _server(path, requests: int = 240):
+    """A decode server, every request alike: launches, a scalar read back, a pageable copy
+    back and host work between requests."""
+    b = CaptureBuilder()
+    for _ in range(requests):
+        with b.enclosing(BATCH):
+            for _ in range(6):
+                b.kernel(BATCH + [("python", "forward", "model.py", 12),
+                                  ("torch_op", "aten::mm")], "gemm", gpu_us=40)
+            b.scalar_readback(BATCH + [("python", "decode", "srv.py", 41)])
+            b.copy(BATCH + [("python", "strip", "srv.py", 44)], "DtoH", nbytes=4096)
+            b.tick(30)
+        b.tick(60)
+    return b.write(path)
+
+
+def _source_rows(path):
+    """The capture's tables read with pyarrow (not zym's reader)."""
+    t = pq.read_table(path).to_pandas()
+    return {k: t[t["record"] == k] for k in ("call", "gpu", "span")}
+
+
+def test_the_whole_capture_when_it_fits(tmp_path):
+    path = _server(tmp_path / "c.parquet", requests=40)
+    assert B.plan(open_capture(path), 1 << 40) is None
+    whole, budgeted = analyze(path), analyze(path, budget=1 << 40)
+    assert budgeted.sample is None and "sample" not in budgeted.to_dict()
+    assert whole.to_dict() == budgeted.to_dict()
+
+
+def test_the_fraction_is_the_largest_whose_estimate_fits():
+    first, upto, rest = B.ROW_COST["events"]
+    rows = {"call": 1_000_000, "gpu": 800_000, "span": 0}
+    budget = B.FIXED_BYTES + 500 * (1 << 20)
+    # below the first ``upto`` events the estimate is linear: solved directly
+    exact = (budget - B.FIXED_BYTES) / (first * 1_800_000)
+    f = B.fitting_fraction(rows, budget)
+    assert abs(f - exact) < 1e-4
+    assert B.estimate_bytes({t: n * f for t, n in rows.items()}) <= budget
+    assert B.estimate_bytes({t: n * (f + 1e-3) for t, n in rows.items()}) > budget
+    # past ``upto`` events each costs ``rest``
+    big = {"call": 6_000_000, "gpu": 4_000_000}
+    assert B.estimate_bytes(big) == B.FIXED_BYTES + first * upto + rest * (10_000_000 - upto)
+    assert B.fitting_fraction(big, 1) == B.MIN_FRACTION  # nothing fits: the least is read
+
+
+def test_the_sample_is_every_call_of_its_slices_with_its_gpu_work(tmp_path):
+    path = _server(tmp_path / "c.parquet")
+    cap = open_capture(path)
+    rows = {t: cap.rows(t) for t in B.SAMPLED_TABLES}
+    sample = B.plan(cap, B.estimate_bytes({t: n * 0.3 for t, n in rows.items()}))
+    assert sample is not None and 0.25 < sample.fraction < 0.35
+    assert len(sample.slices) == B.SLICES
+    sample = B.write_sample(cap, sample, tmp_path / "s.parquet")
+    src, got = _source_rows(path), _source_rows(tmp_path / "s.parquet")
+
+    def in_slices(df):
+        return df[sum(((df.ts_ns >= a) & (df.ts_ns < b)) for a, b in sample.slices) > 0]
+
+    calls = in_slices(src["call"])
+    keys = set(zip(calls.pid, calls.correlation_id, strict=True))
+    gpu = src["gpu"][[k in keys for k in zip(src["gpu"].pid, src["gpu"].correlation_id,
+                                             strict=True)]]
+    assert len(got["call"]) == len(calls) == sample.sample_rows["call"] > 0
+    assert len(got["gpu"]) == len(gpu) == sample.sample_rows["gpu"]
+    assert len(got["span"]) == len(in_slices(src["span"])) == sample.sample_rows["span"]
+    assert sorted(got["call"].correlation_id) == sorted(calls.correlation_id)
+    # each slice keeps its own times, shifted as one; the slices follow one another
+    starts = got["call"].sort_values("ts_ns")
+    assert starts.ts_ns.is_monotonic_increasing
+    src_sorted = calls.sort_values("ts_ns")
+    gaps_src = src_sorted.ts_ns.diff().dropna().to_numpy()
+    gaps_got = starts.ts_ns.diff().dropna().to_numpy()
+    same = (gaps_src == gaps_got).sum()
+    assert same >= len(gaps_src) - (B.SLICES - 1)  # only the seams differ
+    assert ((gaps_got >= 0) & (gaps_got <= gaps_src)).all()  # a seam closes the gap
+
+
+def test_a_sampled_analysis_says_what_the_whole_says(tmp_path):
+    path = _server(tmp_path / "c.parquet")
+    cap = open_capture(path)
+    rows = {t: cap.rows(t) for t in B.SAMPLED_TABLES}
+    budget = B.estimate_bytes({t: n * 0.3 for t, n in rows.items()})
+    packs = load_packs(())
+    reports = []
+    for limit in (None, budget):
+        a = analyze(path, budget=limit)
+        reports.append(build_report(a, evaluate(a, packs, ()), None, 0, None))
+    whole, part = reports
+    assert "sample" not in whole
+    s = part["sample"]
+    assert 0.25 < s["fraction"] < 0.35 and s["capture_rows"]["call"] == rows["call"]
+    assert 0 < s["sample_rows"]["call"] < rows["call"] * 0.4
+
+    def shares(report):
+        window = report["gpu"]["window_ns"]
+        return {(f["rule_id"], f["site"]): f["cost_ns"] / window for f in report["findings"]}
+
+    a, b = shares(whole), shares(part)
+    assert set(a) == set(b) and a
+    for key in a:
+        assert b[key] == pytest.approx(a[key], rel=0.1, abs=0.005), key
+    busy = [d["busy_pct"] for r in reports for d in r["gpu"]["devices"]]
+    assert busy[1] == pytest.approx(busy[0], abs=2.0)
+
+
+def test_row_counts_from_the_metadata_agree_with_a_scan(tmp_path):
+    path = _server(tmp_path / "c.parquet", requests=30)
+    cap = open_capture(path)
+    assert B._row_groups(cap) == B._scanned(cap)
+    # the same file as one row group of every table: read by the scan
+    mixed = tmp_path / "mixed.parquet"
+    table = pq.read_table(path)
+    meta = dict(table.schema.metadata) | {HASH_KEY.encode(): HASH_PLACEHOLDER.encode()}
+    pq.write_table(table.replace_schema_metadata(meta), mixed, row_group_size=1 << 30)
+    seal(mixed)
+    one = open_capture(mixed)
+    assert B._row_groups(one) is None
+    rows = {t: cap.rows(t) for t in B.SAMPLED_TABLES}
+    budget = B.estimate_bytes({t: n * 0.5 for t, n in rows.items()})
+    assert B.plan(one, budget) == B.plan(cap, budget)
+
+
+ENTRY = "import sys; sys.argv[0] = 'zym'; from zym.cli.entry import main; main()"
+APP = "import sys; sys.argv[0] = 'zym'; from zym.cli.main import app; app()"
+
+
+def _zym(*args, code=ENTRY):
+    """The console script as users run it (its own parser), or the typer app (``APP``)."""
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          check=False)
+
+
+def test_the_cli_says_it_sampled_and_refuses_a_bad_size(tmp_path):
+    path = _server(tmp_path / "c.parquet", requests=60)
+    out = _zym("analyze", str(path), "--memory-budget", "1K", "--no-progress")
+    assert out.returncode == 0, out.stderr
+    assert "SAMPLED to fit the memory budget" in out.stdout
+    got = _zym("analyze", str(path), "--memory-budget=1K", "--format", "json", "--no-progress")
+    report = json.loads(got.stdout)
+    assert report["sample"]["fraction"] == B.MIN_FRACTION
+    assert report["sample"]["budget_bytes"] == 1024
+    md = _zym("analyze", str(path), "--memory-budget", "1K", "-f", "markdown", "--no-progress")
+    assert "SAMPLED to fit the memory budget" in md.stdout
+    bad = _zym("analyze", str(path), "--memory-budget", "lots", "--no-progress")
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr.strip().count("\n") == 0 and "--memory-budget" in bad.stderr
+    whole = _zym("analyze", str(path), "--format", "json", "--no-progress")
+    assert "sample" not in json.loads(whole.stdout)
+    # the typer app takes the option too, and refuses the same way
+    typer_out = _zym("analyze", str(path), "--memory-budget", "1K", "--no-progress", code=APP)
+    assert typer_out.returncode == 0 and "SAMPLED to fit" in typer_out.stdout
+    typer_bad = _zym("analyze", str(path), "--memory-budget", "lots", code=APP)
+    assert typer_bad.returncode == 2 and typer_bad.stderr == bad.stderr
+
+
+SAMPLED_TRACE = """
+import json, sys
+from zym.analysis import analyze
+from zym.capture import kineto_stream
+kineto_stream.window_events = lambda budget: 20_000  # (the import's windows: a few)
+said = []
+result = analyze(sys.argv[1], said.append, budget=int(sys.argv[2]))
+print(json.dumps({"sample": result.to_dict().get("sample"), "said": said,
+                  "source": str(result.data.source)}))
+"""
+
+
+def test_a_trace_past_the_budget_is_imported_out_of_core_then_sampled(tmp_path):
+    """The budget also bounds a trace's import: past ``budget`` at the in-memory import's
+    bytes an event, it is imported out of core into a temporary capture, which is sampled
+    where its analysis would not fit; nothing is left in the temporary folder."""
+    from zym.analysis.load import _in_memory_events
+    from zym.capture.kineto_stream import ANALYZE_BYTES_PER_EVENT, analyze_in_memory_events
+
+    assert _in_memory_events(None) is None
+    assert _in_memory_events(1 << 30) == min(analyze_in_memory_events(),
+                                             (1 << 30) // ANALYZE_BYTES_PER_EVENT)
+    trace = Path(__file__).parents[2] / "sample_traces" / "gpt_decode_server.trace.json.gz"
+    budget = 10 << 20  # 10 MB: ~75 k events in memory (the trace has 165 k); nor its analysis
+    done = subprocess.run([sys.executable, "-c", SAMPLED_TRACE, str(trace), str(budget)],
+                          capture_output=True, text=True, check=True,
+                          env={**os.environ, "TMPDIR": str(tmp_path)})
+    got = json.loads(done.stdout)
+    assert any(s.startswith("building window") for s in got["said"])
+    assert any(s.startswith("sampling") for s in got["said"])
+    assert got["sample"]["budget_bytes"] == budget and got["source"] == str(trace)
+    assert 0 < got["sample"]["sample_rows"]["call"] < got["sample"]["capture_rows"]["call"]
+    assert not list(tmp_path.iterdir())
