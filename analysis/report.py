@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
+from zym.schemas.errors import InputError
 from zym.schemas.memory import release_freed_memory
 
 from .callpath import UNKNOWN_STACK, CallPaths, build_call_paths, stack_nodes
@@ -449,6 +450,10 @@ def analyze(path: str | Path, progress: Progress | None = None, window: str = "s
     capture that would take more is sampled to fit (:mod:`zym.analysis.budget`); None: no
     budget."""
     data = api_codes(load_capture(path, progress, codes=True, skip=UNREAD, budget=budget))
+    if data.sample is not None and window not in ("steady", "all"):
+        raise InputError(f"--window {window}: its times and steps are the capture's, which "
+                         "is analysed on a sample of its time (its analysis would not fit the "
+                         "memory budget): give a larger --memory-budget")
     if progress:
         progress("attributing GPU work to call paths")
     analysis = analyze_data(data, window)

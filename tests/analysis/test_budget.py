@@ -166,6 +166,9 @@ def test_the_cli_says_it_sampled_and_refuses_a_bad_size(tmp_path):
     assert report["sample"]["budget_bytes"] == 1024
     md = _zym("analyze", str(path), "--memory-budget", "1K", "-f", "markdown", "--no-progress")
     assert "SAMPLED to fit the memory budget" in md.stdout
+    windowed = _zym("analyze", str(path), "--memory-budget", "1K", "-w", "steps:2:5")
+    assert windowed.returncode == 2 and "--memory-budget" in windowed.stderr
+    assert windowed.stderr.strip().count("\n") == 0
     bad = _zym("analyze", str(path), "--memory-budget", "lots", "--no-progress")
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr.strip().count("\n") == 0 and "--memory-budget" in bad.stderr
