@@ -14,7 +14,10 @@ text): its figures are those of the sample (durations, counts, savings of its wi
 and per-step figures stand for the capture where its steps are alike.
 
 Slices are read by their row groups' time ranges (the capture's Parquet statistics), so the
-copy's memory is one slice's rows, whatever the capture's size.
+copy's memory is one slice's rows, whatever the capture's size. A slice ends where its last
+call or GPU operation ends; a span that starts in it keeps its length (a long step may reach
+into the next slice's time), and each seam cuts a step: the first calls after it follow the
+slice before on their thread.
 """
 from __future__ import annotations
 
@@ -29,15 +32,16 @@ import polars as pl
 from zym.schemas.io import Capture, CaptureWriter
 from zym.schemas.memory import LARGE_ROWS, release_freed_memory
 
-# What the analysis holds at its peak (rules on), by rows: a CUDA call, GPU operation or
-# range costs ~370 B up to the first 3 M of them (a synthetic sample of 2.7 M peaks at 1.1
-# GB: every fix is replayed over the whole window) and ~150 B past them (a long window's
-# fixes are replayed on a sample of it: 22.5 M peak at 4.1 GB); a span ~40 B up to the first
-# 15 M and ~10 B past them (spans are read a part at a time: the bundled trace x600, 73 M
-# spans with 12.9 M calls and GPU operations, peaks at 3.6 GB); and a fixed part (the
-# interpreter and libraries). (bytes a row, up to how many rows, bytes a row past them);
-# docs/benchmarks.md, "Thirty-sixth round".
-ROW_COST = {"events": (400, 3_000_000, 150), "span": (45, 15_000_000, 10)}
+# What the analysis holds at its peak (rules on), by rows, set a little above what was
+# measured so that a sample stays within its budget: a CUDA call, GPU operation or range
+# ~400 B up to the first 3 M of them (measured ~370 B: a synthetic sample of 2.5 M peaks at
+# 1.04 GB, every fix replayed over its whole window) and ~170 B past them (a long window's
+# fixes are replayed on a sample of it: 22.5 M peak at 4.1 GB); a span ~45 B up to the first
+# 15 M and ~10 B past them (read a part at a time: the bundled trace x600, 73 M spans with
+# 12.9 M calls and GPU operations, peaks at 3.6 GB); and a fixed part (the interpreter and
+# libraries). (bytes a row, up to how many rows, bytes a row past them); docs/benchmarks.md,
+# "Thirty-sixth round".
+ROW_COST = {"events": (400, 3_000_000, 170), "span": (45, 15_000_000, 10)}
 EVENT_TABLES = ("call", "gpu", "range")
 FIXED_BYTES = 200 << 20
 # Slices of a sample: one at the start of each of as many equal parts of the capture.
@@ -88,7 +92,7 @@ def estimate_bytes(rows: dict[str, float]) -> int:
 
 def fitting_fraction(rows: dict[str, int], budget: int) -> float:
     """The largest share of ``rows`` (every table alike) whose estimate fits ``budget``, to
-    a thousandth (never below :data:`MIN_FRACTION`)."""
+    a millionth (never below :data:`MIN_FRACTION`)."""
     lo, hi = MIN_FRACTION, 1.0
     for _ in range(20):
         mid = (lo + hi) / 2
