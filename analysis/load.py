@@ -227,15 +227,16 @@ def api_codes(data: CaptureData) -> CaptureData:
 
 def load_capture(path: str | Path, progress: Callable[[str], None] | None = None,
                  codes: bool = False, skip: Mapping[str, Collection[str]] | None = None,
-                 budget: int | None = None) -> CaptureData:
+                 budget: int | None = None, budget_import: bool = True) -> CaptureData:
     """Load ``path`` (zym Parquet capture, or Kineto ``.json``/``.json.gz``) for analysis.
     ``codes``: a capture file's calls' and GPU operations' names read as categorical codes
     (what :func:`api_codes` makes of them; their text is then never held for every row);
     ``skip``: per table, columns left out (the analysis': :data:`UNREAD`); ``budget``: bytes
     the analysis may hold: a capture file (or a trace imported out of core) whose analysis
-    would hold more is sampled to fit (:mod:`zym.analysis.budget`), and a trace past
-    ``budget`` at the in-memory import's cost an event is imported out of core. None: no
-    budget (the whole capture)."""
+    would hold more is sampled to fit (:mod:`zym.analysis.budget`), and (``budget_import``)
+    a trace past ``budget`` at the in-memory import's cost an event is imported out of core
+    in it (else by the default rule: past half the memory available, at least 8 M events,
+    in the import's default budget). None: no budget (the whole capture)."""
     skip = skip or {}
     path = Path(path)
     if not path.exists():
@@ -251,7 +252,8 @@ def load_capture(path: str | Path, progress: Callable[[str], None] | None = None
         if not looks_like_kineto(path):
             raise InputError(f"{path}: neither a zym capture (Parquet) nor a torch.profiler "
                              "trace (JSON, optionally gzipped)")
-        got = load_or_import(path, progress, _in_memory_events(budget), budget)
+        routed = budget if budget_import else None
+        got = load_or_import(path, progress, _in_memory_events(routed), routed)
         if isinstance(got, Path):  # a large trace, imported out of core into a capture
             return _load_file(got, path, progress, codes, skip, budget)
         tables, meta = got

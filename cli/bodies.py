@@ -99,7 +99,9 @@ def _analyze(file: Path, fmt: str, top: int | None, window: str, what_if: Sequen
         raise InputError("--what-if needs the rules (finding numbers, fix models): drop "
                          "--no-rules")
     with stage_progress(progress) as say:
-        result = run_analysis(file, say, window, budget)
+        # (the default budget samples a capture that would not fit; which traces are
+        # imported out of core stays the default rule unless a budget was given)
+        result = run_analysis(file, say, window, budget, memory_budget is not None)
         findings = None
         if packs is not None:
             from zym.rules import evaluate

@@ -187,7 +187,8 @@ from zym.analysis import analyze
 from zym.capture import kineto_stream
 kineto_stream.window_events = lambda budget: 20_000  # (the import's windows: a few)
 said = []
-result = analyze(sys.argv[1], said.append, budget=int(sys.argv[2]))
+result = analyze(sys.argv[1], said.append, budget=int(sys.argv[2]),
+                 budget_import=sys.argv[3] == "1")
 print(json.dumps({"sample": result.to_dict().get("sample"), "said": said,
                   "source": str(result.data.source)}))
 """
@@ -205,10 +206,18 @@ def test_a_trace_past_the_budget_is_imported_out_of_core_then_sampled(tmp_path):
                                              (1 << 30) // ANALYZE_BYTES_PER_EVENT)
     trace = Path(__file__).parents[2] / "sample_traces" / "gpt_decode_server.trace.json.gz"
     budget = 10 << 20  # 10 MB: ~75 k events in memory (the trace has 165 k); nor its analysis
-    done = subprocess.run([sys.executable, "-c", SAMPLED_TRACE, str(trace), str(budget)],
-                          capture_output=True, text=True, check=True,
-                          env={**os.environ, "TMPDIR": str(tmp_path)})
-    got = json.loads(done.stdout)
+    def run(budget_import: bool) -> dict:
+        done = subprocess.run([sys.executable, "-c", SAMPLED_TRACE, str(trace), str(budget),
+                               "1" if budget_import else "0"], capture_output=True, text=True,
+                              check=True, env={**os.environ, "TMPDIR": str(tmp_path)})
+        return json.loads(done.stdout)
+
+    # the CLI's default budget: which traces are imported out of core stays the default rule
+    # (past half the memory available, at least 8 M events): this one is built in memory
+    default = run(False)
+    assert not any(s.startswith("building window") for s in default["said"])
+    assert default["sample"] is None
+    got = run(True)
     assert any(s.startswith("building window") for s in got["said"])
     assert any(s.startswith("sampling") for s in got["said"])
     assert got["sample"]["budget_bytes"] == budget and got["source"] == str(trace)
