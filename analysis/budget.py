@@ -173,7 +173,7 @@ def write_sample(cap: Capture, sample: Sample, out: Path) -> Sample:
             w.write(table, cap.scan(table).collect())
         end = None  # where the slice before ended, shifted
         for a, b in sample.slices:
-            parts = _slice(cap, a, b)
+            parts = _slice(cap, a, b, by_call=sample.capture_rows["call"] > 0)
             shift = 0 if end is None else end - a
             ends = []
             for table, df in parts.items():
@@ -188,16 +188,20 @@ def write_sample(cap: Capture, sample: Sample, out: Path) -> Sample:
                   sample.capture_rows, counts)
 
 
-def _slice(cap: Capture, a: int, b: int) -> dict[str, pl.DataFrame]:
+def _slice(cap: Capture, a: int, b: int, by_call: bool = True) -> dict[str, pl.DataFrame]:
     """The rows of one slice ``[a, b)``: the calls, spans and ranges that start in it, and the
-    GPU operations those calls launched (by process and correlation id)."""
+    GPU operations those calls launched (by process and correlation id; ``by_call`` False, a
+    capture of the GPU side alone: the GPU operations that start in it)."""
     def starting(table: str, lo: int, hi: int) -> pl.LazyFrame:
         return cap.scan(table).filter((pl.col("ts_ns") >= lo) & (pl.col("ts_ns") < hi))
 
     calls = starting("call", a, b).collect()
-    keys = calls.lazy().select("pid", "correlation_id").drop_nulls().unique()
-    gpu = (starting("gpu", a, b + max(b - a, GPU_LAG_NS))
-           .join(keys, on=["pid", "correlation_id"], how="semi").collect())
+    if by_call:
+        keys = calls.lazy().select("pid", "correlation_id").drop_nulls().unique()
+        gpu = (starting("gpu", a, b + max(b - a, GPU_LAG_NS))
+               .join(keys, on=["pid", "correlation_id"], how="semi").collect())
+    else:
+        gpu = starting("gpu", a, b).collect()
     return {"span": starting("span", a, b).collect(), "range": starting("range", a, b).collect(),
             "call": calls, "gpu": gpu}
 

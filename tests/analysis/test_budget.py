@@ -223,3 +223,28 @@ def test_a_trace_past_the_budget_is_imported_out_of_core_then_sampled(tmp_path):
     assert got["sample"]["budget_bytes"] == budget and got["source"] == str(trace)
     assert 0 < got["sample"]["sample_rows"]["call"] < got["sample"]["capture_rows"]["call"]
     assert not list(tmp_path.iterdir())
+
+
+def test_a_capture_of_the_gpu_side_alone_is_sampled_by_its_operations(tmp_path):
+    """Without calls, the slices keep the GPU operations that start in them."""
+    import polars as pl
+    from zym.schemas.io import write_capture
+    from zym.schemas.meta import CaptureMeta
+
+    b = CaptureBuilder()
+    for _ in range(300):
+        b.kernel(BATCH, "gemm", gpu_us=40)
+        b.tick(20)
+    t = b.tables()
+    path = write_capture(tmp_path / "gpu.parquet", t | {"call": t["call"].clear()},
+                         CaptureMeta(producer="test"))
+    cap = open_capture(path)
+    rows = {t: cap.rows(t) for t in B.SAMPLED_TABLES}
+    assert rows["call"] == 0 and rows["gpu"] == 300
+    sample = B.write_sample(cap, B.plan(cap, B.estimate_bytes({"gpu": 300 * 0.25})),
+                            tmp_path / "s.parquet")
+    src = t["gpu"]["ts_ns"]
+    expected = sum(int(((src >= a) & (src < z)).sum()) for a, z in sample.slices)
+    assert sample.sample_rows["gpu"] == expected > 0
+    got = pl.read_parquet(tmp_path / "s.parquet").filter(pl.col("record") == "gpu")
+    assert got.height == expected
