@@ -16,10 +16,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-
-def fail(message: str) -> None:
-    print(f"compare_findings: {message}", file=sys.stderr)
-    raise SystemExit(2)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_scale import fail  # bench/: the script's folder
 
 
 def read(path: Path) -> dict:

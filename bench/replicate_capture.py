@@ -18,12 +18,10 @@ import polars as pl
 from zym.schemas.errors import InputError
 from zym.schemas.io import CaptureWriter, open_capture
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_scale import fail  # bench/: the script's folder
+
 TIMED = ("span", "range", "call", "gpu")
-
-
-def fail(message: str) -> None:
-    print(f"replicate_capture: {message}", file=sys.stderr)
-    raise SystemExit(2)
 
 
 def main() -> None:
