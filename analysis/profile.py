@@ -59,11 +59,14 @@ class Profile:
     kernels: pl.DataFrame
     units: pl.DataFrame
     findings: list[dict] = field(default_factory=list)
+    # how the capture was sampled to fit the memory budget (``Sample.to_dict``), or None
+    sample: dict | None = None
 
     def describe(self) -> dict:
+        sampled = {"sample": self.sample} if self.sample is not None else {}
         return {"source": self.source, "producer": self.producer, "unit": self.unit,
                 "units": self.unit_count, "window_ns": self.window_ns,
-                "steps_function": self.steps_function}
+                "steps_function": self.steps_function} | sampled
 
 
 # -- one capture -------------------------------------------------------------------------------
@@ -137,7 +140,8 @@ def profile_of(analysis: Analysis, findings: list[dict] | None = None) -> Profil
         source=str(analysis.data.source), producer=meta.producer, unit=unit,
         unit_count=len(starts), window_ns=int(analysis.facts.window_ns), steps_function=step_fn,
         sites=sites, kernels=kernels, units=units,
-        findings=_findings_with_sites(findings or [], facts.sites))
+        findings=_findings_with_sites(findings or [], facts.sites),
+        sample=analysis.sample.to_dict() if analysis.sample is not None else None)
 
 
 def _moments(df: pl.LazyFrame, keys: list[str], measures: list[str]) -> pl.LazyFrame:

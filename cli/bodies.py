@@ -135,14 +135,21 @@ def diff(before: Path, after: Path, fmt: str = "text", top: int | None = None,
          window: str = "steady", fail_on_regression: float | None = None,
          repeat: Path | None = None, host_noise: float | None = None,
          rules: Sequence[Path] = (), disable: Sequence[str] = (), no_rules: bool = False,
-         jobs: int = 2, progress: bool = True) -> int:
+         jobs: int = 2, progress: bool = True, memory_budget: str | None = None) -> int:
     """`zym diff`: the comparison on stdout in ``fmt``; the exit code."""
+    from zym.analysis.budget import available_budget
     from zym.analysis.export.diff import finish_diff, render_markdown, render_text, start_profile
 
     from .progress import stage_progress
 
+    try:
+        budget = available_budget() if memory_budget is None else _size(memory_budget)
+    except ZymError as e:
+        return exit_code(e)
+    # with two jobs the two captures are analysed at once: half the budget each
     args = {"window": window, "rules": not no_rules, "rule_paths": tuple(rules),
-            "disabled": tuple(disable)}
+            "disabled": tuple(disable), "budget": budget // max(jobs, 1),
+            "budget_import": memory_budget is not None}
     try:
         # The baseline goes to a forked child first, before the spinner starts a thread (the
         # rule packs are loaded once, before the fork).

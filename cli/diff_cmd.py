@@ -54,6 +54,11 @@ def diff(
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, max=2, help=(
         "Analyze the two captures at once (2) or one after the other (1)."))] = 2,
     progress: Annotated[bool, typer.Option(help="Show load progress on stderr.")] = True,
+    memory_budget: Annotated[str | None, typer.Option(
+        "--memory-budget", metavar="SIZE", show_default=False,
+        help="Memory the analyses may use together (e.g. 2G): a capture whose analysis would "
+             "take more is analysed on evenly spread slices of its time that fit, and the "
+             "comparison says so [default: half the memory available].")] = None,
 ) -> None:
     """Compare two captures: call sites and GPU operations matched across them (robust to lines
     moved by unrelated edits), GPU time, CPU time blocked, syncs, copies and bytes per step
@@ -75,7 +80,8 @@ def diff(
     from . import bodies
 
     code = bodies.diff(before, after, format.value, top, window, fail_on_regression, repeat,
-                       host_noise, rules or (), disable or (), no_rules, jobs, progress)
+                       host_noise, rules or (), disable or (), no_rules, jobs, progress,
+                       memory_budget)
     if code:
         raise typer.Exit(code)
 

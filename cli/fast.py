@@ -52,6 +52,7 @@ OPTIONS: dict[str, dict[str, Opt]] = {  # command -> option name -> what it sets
         "--repeat": Opt("repeat", "path"),
         "--host-noise": Opt("host_noise", "float", low=0.0, high=100.0),
         "--jobs": Opt("jobs", "int", low=1, high=2), "-j": Opt("jobs", "int", low=1, high=2),
+        "--memory-budget": Opt("memory_budget", "str"),
     },
 }
 POSITIONAL = {"analyze": ("file",), "diff": ("before", "after")}
@@ -61,7 +62,7 @@ DEFAULTS: dict[str, dict] = {
                 "memory_budget": None},
     "diff": {"fmt": "text", "top": None, "window": "steady", "fail_on_regression": None,
              "repeat": None, "host_noise": None, "rules": (), "disable": (), "no_rules": False,
-             "jobs": 2, "progress": True},
+             "jobs": 2, "progress": True, "memory_budget": None},
 }
 _INT = re.compile(r"[0-9]+")
 _FLOAT = re.compile(r"[0-9]+(?:\.[0-9]+)?")

@@ -19,22 +19,25 @@ from pathlib import Path
 
 from ..diff import HOST_FLOOR, Diff, Noise, Profile, compare, profile_of
 from ..units import fmt_bytes, fmt_ns
+from .summary import capture_sample_line
 
 Progress = Callable[[str], None]
 
 
 def load_profile(path: str | Path, window: str = "steady", rules: bool = True,
                  rule_paths: Sequence[str | Path] = (), disabled: Sequence[str] = (),
-                 progress: Progress | None = None, packs: Sequence | None = None) -> Profile:
+                 progress: Progress | None = None, packs: Sequence | None = None,
+                 budget: int | None = None, budget_import: bool = True) -> Profile:
     """Analyze a capture (``zym analyze``'s analysis and rules: the built-in packs, plugins
-    and ``rule_paths``, or ``packs`` already loaded from them) and reduce it to its profile."""
+    and ``rule_paths``, or ``packs`` already loaded from them; in ``budget`` bytes, see
+    :func:`zym.analysis.report.analyze`) and reduce it to its profile."""
     from ..report import analyze
 
     if rules and packs is None:
         from zym.rules import load_packs
 
         packs = load_packs(rule_paths)
-    analysis = analyze(path, progress, window)
+    analysis = analyze(path, progress, window, budget, budget_import)
     found = None
     if rules:
         from zym.rules import evaluate
@@ -280,12 +283,15 @@ def headline(d: dict) -> list[str]:
         return f"{p['source']} ({p['producer'] or 'unknown producer'}; {units})"
 
     again = [f"repeat: {side(d['repeat'])}"] if d.get("repeat") else []
+    sampled = [f"{name}: {capture_sample_line(p['sample'])}"
+               for name, p in (("before", b), ("after", a), ("repeat", d.get("repeat")))
+               if p and p.get("sample")]
     m = d["matched"]
     how = ", ".join(f"{n} by {k}" for k, n in m.items() if k not in ("appeared", "disappeared"))
     return [f"before: {side(b)}", f"after:  {side(a)}", *again,
             (f"call sites matched: {how or 'none'}; {m['appeared']} appeared, "
              f"{m['disappeared']} disappeared"),
-            f"per {d['per']}; {d['noise']['how']}"]
+            f"per {d['per']}; {d['noise']['how']}", *sampled]
 
 
 def _site_change(s: dict) -> str:

@@ -22,7 +22,7 @@ SERVE = [("python", "serve", "srv.py", 5)]
 BATCH = SERVE + [("python", "handle_batch", "srv.py", 30)]
 
 
-def _server(path, requests: int = 240):
+def _server(path, requests: int = 240, gemm_us: float = 40):
     """A decode server, every request alike: launches, a scalar read back, a pageable copy
     back and host work between requests."""
     b = CaptureBuilder()
@@ -30,7 +30,7 @@ def _server(path, requests: int = 240):
         with b.enclosing(BATCH):
             for _ in range(6):
                 b.kernel(BATCH + [("python", "forward", "model.py", 12),
-                                  ("torch_op", "aten::mm")], "gemm", gpu_us=40)
+                                  ("torch_op", "aten::mm")], "gemm", gpu_us=gemm_us)
             b.scalar_readback(BATCH + [("python", "decode", "srv.py", 41)])
             b.copy(BATCH + [("python", "strip", "srv.py", 44)], "DtoH", nbytes=4096)
             b.tick(30)
@@ -248,3 +248,32 @@ def test_a_capture_of_the_gpu_side_alone_is_sampled_by_its_operations(tmp_path):
     assert sample.sample_rows["gpu"] == expected > 0
     got = pl.read_parquet(tmp_path / "s.parquet").filter(pl.col("record") == "gpu")
     assert got.height == expected
+
+
+def test_zym_diff_compares_samples_per_step_and_says_so(tmp_path):
+    """`zym diff --memory-budget`: each capture whose analysis would not fit its half of the
+    budget (two analyses at once) is sampled; per-step figures compare as the whole ones do."""
+    before = _server(tmp_path / "before.parquet")
+    after = _server(tmp_path / "after.parquet", gemm_us=60)  # each GEMM 50% longer
+    cap = open_capture(before)
+    rows = {t: cap.rows(t) for t in B.SAMPLED_TABLES}
+    budget = 2 * B.estimate_bytes({t: n * 0.3 for t, n in rows.items()})
+    runs = {}
+    for name, extra in (("whole", []), ("sampled", ["--memory-budget", str(budget)])):
+        got = _zym("diff", str(before), str(after), "-f", "json", "--no-progress", *extra)
+        assert got.returncode == 0, got.stderr
+        runs[name] = json.loads(got.stdout)
+    whole, sampled = runs["whole"], runs["sampled"]
+    assert "sample" not in whole["before"] and "sample" not in whole["after"]
+    for side in ("before", "after"):
+        assert 0.25 < sampled[side]["sample"]["fraction"] < 0.35
+    assert sampled["per"] == whole["per"] == "step"
+    gpu = [r["regression_pct"]["gpu_ns"] for r in (whole, sampled)]
+    assert gpu[0] == pytest.approx(50 * 6 * 40 / (6 * 40 + 2 + 1), rel=0.05)  # GEMMs +50%
+    assert gpu[1] == pytest.approx(gpu[0], rel=0.05)
+    text = _zym("diff", str(before), str(after), "--memory-budget", str(budget),
+                "--no-progress")
+    assert "before: SAMPLED to fit the memory budget" in text.stdout
+    assert "after: SAMPLED to fit the memory budget" in text.stdout
+    bad = _zym("diff", str(before), str(after), "--memory-budget", "0")
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0
