@@ -142,13 +142,13 @@ def diff(before: Path, after: Path, fmt: str = "text", top: int | None = None,
 
     from .progress import stage_progress
 
-    try:
-        budget = available_budget() if memory_budget is None else _size(memory_budget)
+    try:  # a given budget is shared: with two jobs the captures are analysed at once
+        budget = (available_budget() if memory_budget is None
+                  else _size(memory_budget) // max(jobs, 1))
     except ZymError as e:
         return exit_code(e)
-    # with two jobs the two captures are analysed at once: half the budget each
     args = {"window": window, "rules": not no_rules, "rule_paths": tuple(rules),
-            "disabled": tuple(disable), "budget": budget // max(jobs, 1),
+            "disabled": tuple(disable), "budget": budget,
             "budget_import": memory_budget is not None}
     try:
         # The baseline goes to a forked child first, before the spinner starts a thread (the

@@ -56,9 +56,10 @@ def diff(
     progress: Annotated[bool, typer.Option(help="Show load progress on stderr.")] = True,
     memory_budget: Annotated[str | None, typer.Option(
         "--memory-budget", metavar="SIZE", show_default=False,
-        help="Memory the analyses may use together (e.g. 2G): a capture whose analysis would "
-             "take more is analysed on evenly spread slices of its time that fit, and the "
-             "comparison says so [default: half the memory available].")] = None,
+        help="Memory the analyses may use together (e.g. 2G; half each with --jobs 2): a "
+             "capture whose analysis would take more is analysed on evenly spread slices of "
+             "its time that fit, and the comparison says so [default: half the memory "
+             "available for each].")] = None,
 ) -> None:
     """Compare two captures: call sites and GPU operations matched across them (robust to lines
     moved by unrelated edits), GPU time, CPU time blocked, syncs, copies and bytes per step
