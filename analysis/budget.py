@@ -42,6 +42,10 @@ from zym.schemas.memory import LARGE_ROWS, release_freed_memory
 # libraries). (bytes a row, up to how many rows, bytes a row past them); docs/benchmarks.md,
 # "Thirty-sixth round".
 ROW_COST = {"events": (400, 3_000_000, 170), "span": (45, 15_000_000, 10)}
+# The rows' cost is counted this much higher: captures of other shapes cost more a row (64
+# threads or 8 processes, 1 M GPU operations: +13-16% at the peak; many call sites far more,
+# their findings' replays: the 20,000-site capture ~2x).
+HEADROOM = 1.2
 EVENT_TABLES = ("call", "gpu", "range")
 FIXED_BYTES = 200 << 20
 # Slices of a sample: one at the start of each of as many equal parts of the capture.
@@ -86,8 +90,8 @@ def estimate_bytes(rows: dict[str, float]) -> int:
         return first * min(n, upto) + rest * max(0.0, n - upto)
 
     events = sum(rows.get(t, 0) for t in EVENT_TABLES)
-    return int(FIXED_BYTES + cost(events, *ROW_COST["events"])
-               + cost(rows.get("span", 0), *ROW_COST["span"]))
+    return int(FIXED_BYTES + HEADROOM * (cost(events, *ROW_COST["events"])
+                                         + cost(rows.get("span", 0), *ROW_COST["span"])))
 
 
 def fitting_fraction(rows: dict[str, int], budget: int) -> float:

@@ -57,14 +57,15 @@ def test_the_fraction_is_the_largest_whose_estimate_fits():
     rows = {"call": 1_000_000, "gpu": 800_000, "span": 0}
     budget = B.FIXED_BYTES + 500 * (1 << 20)
     # below the first ``upto`` events the estimate is linear: solved directly
-    exact = (budget - B.FIXED_BYTES) / (first * 1_800_000)
+    exact = (budget - B.FIXED_BYTES) / (B.HEADROOM * first * 1_800_000)
     f = B.fitting_fraction(rows, budget)
     assert abs(f - exact) < 1e-4
     assert B.estimate_bytes({t: n * f for t, n in rows.items()}) <= budget
     assert B.estimate_bytes({t: n * (f + 1e-3) for t, n in rows.items()}) > budget
     # past ``upto`` events each costs ``rest``
     big = {"call": 6_000_000, "gpu": 4_000_000}
-    assert B.estimate_bytes(big) == B.FIXED_BYTES + first * upto + rest * (10_000_000 - upto)
+    assert B.estimate_bytes(big) == int(B.FIXED_BYTES + B.HEADROOM * (
+        first * upto + rest * (10_000_000 - upto)))
     assert B.fitting_fraction(big, 1) == B.MIN_FRACTION  # nothing fits: the least is read
 
 
