@@ -8,7 +8,8 @@ each table costs at the peak, measured, and a fixed part); where it exceeds the 
 :data:`SLICES` time slices, one at the start of each of as many equal parts of the capture,
 together as long as the budget allows, are copied into a temporary capture (every call that
 starts in a slice, with the GPU operations it launched and the spans and ranges that start in
-it; the frames and stacks whole), each slice shifted to start where the one before ended, and
+it; a capture of the GPU side alone, the GPU operations that start in it; the frames and
+stacks whole), each slice shifted to start where the one before ended, and
 that capture is analysed as any other. The report says so (``sample`` in JSON, a line in
 text): its figures are those of the sample (durations, counts, savings of its window); shares
 and per-step figures stand for the capture where its steps are alike.
