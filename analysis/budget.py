@@ -23,6 +23,7 @@ slice before on their thread.
 from __future__ import annotations
 
 import atexit
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -30,8 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
+from zym.schemas.errors import OutputError
 from zym.schemas.io import Capture, CaptureWriter
 from zym.schemas.memory import LARGE_ROWS, release_freed_memory
+from zym.schemas.output import display
 
 # What the analysis holds at its peak (rules on), by rows, set a little above what was
 # measured so that a sample stays within its budget: a CUDA call, GPU operation or range
@@ -223,6 +226,14 @@ def sampled(cap: Capture, budget: int, progress: Callable[[str], None] | None = 
     folder = Path(tempfile.mkdtemp(prefix="zym-sample-"))
     atexit.register(shutil.rmtree, folder, True)
     out = folder / "sample.parquet"
-    sample = write_sample(cap, sample, out)
+    try:
+        sample = write_sample(cap, sample, out)
+    except OutputError as e:  # (the writer's one line names a temporary file the user never saw)
+        shutil.rmtree(folder, True)
+        found = re.search(r"cannot write \((.*?)\);", str(e))
+        why = found[1] if found else str(e)
+        raise OutputError(f"{display(cap.path)}: its sample for the memory budget cannot be "
+                          f"written in {display(folder.parent)} ({why}): free space there, "
+                          "set TMPDIR, or give a larger --memory-budget") from None
     release_freed_memory(LARGE_ROWS)  # the slices' columns: not counted again at the peak
     return out, sample

@@ -280,3 +280,29 @@ def test_zym_diff_compares_samples_per_step_and_says_so(tmp_path):
     assert "after: SAMPLED to fit the memory budget" in text.stdout
     bad = _zym("diff", str(before), str(after), "--memory-budget", "0")
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0
+
+
+def test_a_sample_that_cannot_be_written_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+    """A full temporary folder: the error names the capture and the folder, not the
+    temporary file, and the folder made for the sample is gone."""
+    import errno
+
+    from zym.schemas.errors import OutputError
+    from zym.schemas.output import write_error
+
+    path = _server(tmp_path / "c.parquet", requests=30)
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(folder))
+
+    def full(cap, sample, out):
+        out.write_bytes(b"partial")
+        raise write_error(out, OSError(errno.ENOSPC, "No space left on device"))
+
+    monkeypatch.setattr(B, "write_sample", full)
+    with pytest.raises(OutputError) as got:
+        analyze(path, budget=1024)
+    message = str(got.value)
+    assert "\n" not in message and str(path) in message and str(folder) in message
+    assert "no space left on the device" in message and "sample.parquet" not in message
+    assert not list(folder.iterdir())
