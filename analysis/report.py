@@ -29,6 +29,7 @@ from .replay import GapCounter, Timeline
 from .sample import SampledTimeline, window_timeline
 
 if TYPE_CHECKING:
+    from .budget import Sample
     from .relations import Relations
 
 Progress = Callable[[str], None]
@@ -66,7 +67,7 @@ class Analysis:
         return self.facts.window
 
     @property
-    def sample(self):
+    def sample(self) -> Sample | None:
         """How the capture was sampled to fit the memory budget
         (:class:`zym.analysis.budget.Sample`), or None: the whole capture."""
         return self.whole.data.sample
