@@ -8,17 +8,24 @@ each table costs at the peak, measured, and a fixed part); where it exceeds the 
 :data:`SLICES` time slices, one at the start of each of as many equal parts of the capture,
 together as long as the budget allows, are copied into a temporary capture (every call that
 starts in a slice, with the GPU operations it launched and the spans and ranges that start in
-it; a capture of the GPU side alone, the GPU operations that start in it; the frames and
-stacks whole), each slice shifted to start where the one before ended, and
+it, the first slice also those that start before it; a capture of the GPU side alone, the GPU
+operations that start in it; the frames and stacks whole), each slice shifted to start where
+the one before ended (its end, or where its last call or GPU operation ended, if later), and
 that capture is analysed as any other. The report says so (``sample`` in JSON, a line in
 text): its figures are those of the sample (durations, counts, savings of its window); shares
 and per-step figures stand for the capture where its steps are alike.
 
-Slices are read by their row groups' time ranges (the capture's Parquet statistics), so the
-copy's memory is one slice's rows, whatever the capture's size. A slice ends where its last
-call or GPU operation ends; a span that starts in it keeps its length (a long step may reach
-into the next slice's time), and each seam cuts a step: the first calls after it follow the
-slice before on their thread.
+No seam cuts a step. The capture's steps are found in the sample as the analysis finds them
+(:func:`zym.analysis.phases.find_steps`); where its slices are too short to hold
+:data:`STEPS_A_SLICE` of them, they are made fewer and longer (:func:`longer_slices`) and
+their steps found again; then each slice is cut at the starts of the steps in it (from its
+first step's start to its last's: :func:`at_steps`) and the sample copied again. A seam then
+joins two whole steps, not the parts of two (one long step, the first calls after it taken
+for those of the step before). A capture without repeated steps is copied once.
+
+Slices are read a part at a time by their row groups' time ranges (the capture's Parquet
+statistics), so the copy's memory is that of an eighth of the sample, whatever the capture's
+size.
 """
 from __future__ import annotations
 
@@ -27,14 +34,19 @@ import re
 import shutil
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import numpy as np
 import polars as pl
 from zym.schemas.errors import OutputError
 from zym.schemas.io import Capture, CaptureWriter
 from zym.schemas.memory import LARGE_ROWS, release_freed_memory
 from zym.schemas.output import display
+
+if TYPE_CHECKING:
+    from .phases import Steps
 
 # What the analysis holds at its peak (rules on), by rows, set a little above what was
 # measured so that a sample stays within its budget: a CUDA call, GPU operation or range
@@ -54,6 +66,9 @@ EVENT_TABLES = ("call", "gpu", "range")
 FIXED_BYTES = 200 << 20
 # Slices of a sample: one at the start of each of as many equal parts of the capture.
 SLICES = 8
+# Slices hold at least this many steps where the capture has steps (fewer, longer slices
+# where they would not), so that each keeps a whole step or more once cut at the steps' starts.
+STEPS_A_SLICE = 4
 # A GPU operation of a call in a slice is looked for until this long past the slice's end (or
 # the slice's length, if longer): the GPU queue runs behind its launches.
 GPU_LAG_NS = 1_000_000_000
@@ -72,10 +87,14 @@ class Sample:
     slices: tuple[tuple[int, int], ...]  # [start, end) of each, in the capture's clock (ns)
     capture_rows: dict[str, int]  # per table, the capture's
     sample_rows: dict[str, int]  # per table, the sample's
+    extent: tuple[int, int] = (0, 0)  # [start, end) of the capture's calls and GPU work (ns)
+    shifts: tuple[int, ...] = ()  # per slice, added to its times in the sample (once written)
+    cut_at_steps: int = 0  # slices cut at the starts of the capture's steps (:func:`at_steps`)
 
     def to_dict(self) -> dict:
         return {"budget_bytes": self.budget, "estimated_bytes": self.estimate,
                 "fraction": round(self.fraction, 6), "slices": [list(s) for s in self.slices],
+                "slices_cut_at_steps": self.cut_at_steps,
                 "capture_rows": self.capture_rows, "sample_rows": self.sample_rows}
 
 
@@ -164,44 +183,121 @@ def plan(cap: Capture, budget: int) -> Sample | None:
     clock = extent.get("call") or extent.get("gpu")
     if clock is None:
         return None  # no calls nor GPU work: nothing to sample by time
-    t0, t1 = clock[0], clock[1] + 1
     fraction = fitting_fraction(rows, budget)
-    part = (t1 - t0) / SLICES
+    extent = (clock[0], clock[1] + 1)
+    return Sample(budget, estimate, fraction, spread(extent, SLICES, fraction), rows, {},
+                  extent=extent)
+
+
+def spread(extent: tuple[int, int], n: int, fraction: float) -> tuple[tuple[int, int], ...]:
+    """``n`` slices of ``extent``, together ``fraction`` of it, one at the start of each of
+    ``n`` equal parts."""
+    t0, t1 = extent
+    part = (t1 - t0) / n
     length = max(1, int(part * fraction))
-    slices = tuple((int(t0 + k * part), int(t0 + k * part) + length) for k in range(SLICES))
-    return Sample(budget, estimate, fraction, slices, rows, {})
+    return tuple((int(t0 + k * part), int(t0 + k * part) + length) for k in range(n))
 
 
 def write_sample(cap: Capture, sample: Sample, out: Path) -> Sample:
-    """Copy ``sample``'s slices of ``cap`` into a capture at ``out`` (one slice in memory at a
-    time); the sample with its rows counted."""
+    """Copy ``sample``'s slices of ``cap`` into a capture at ``out``, a part of a slice in
+    memory at a time (at most a :data:`SLICES`-th of the sample's time, however few and long
+    its slices); the sample with its rows counted and its slices' shifts."""
     counts = dict.fromkeys(SAMPLED_TABLES, 0)
+    piece = max(1, sum(b - a for a, b in sample.slices) // SLICES)
     with CaptureWriter(out, cap.meta) as w:
         for table in ("frame", "stack"):
             w.write(table, cap.scan(table).collect())
         end = None  # where the slice before ended, shifted
-        for a, b in sample.slices:
-            parts = _slice(cap, a, b, by_call=sample.capture_rows["call"] > 0)
+        shifts = []
+        for k, (a, b) in enumerate(sample.slices):
             shift = 0 if end is None else end - a
-            ends = []
-            for table, df in parts.items():
-                if df.height:
-                    df = df.with_columns(pl.col("ts_ns") + shift)
-                    if table in ("call", "gpu"):
-                        ends.append(int((df["ts_ns"] + df["dur_ns"].fill_null(0)).max()))
-                w.write(table, df)
-                counts[table] += df.height
-            end = max(ends) if ends else b + shift
-    return Sample(sample.budget, sample.estimate, sample.fraction, sample.slices,
-                  sample.capture_rows, counts)
+            shifts.append(shift)
+            end = b + shift  # (its end, or where its last call or GPU operation ends)
+            for lo in range(a, b, piece):
+                parts = _slice(cap, lo, min(b, lo + piece), first=k == 0 and lo == a,
+                               by_call=sample.capture_rows["call"] > 0)
+                for table, df in parts.items():
+                    if df.height:
+                        df = df.with_columns(pl.col("ts_ns") + shift)
+                        if table in ("call", "gpu"):
+                            end = max(end, int((df["ts_ns"] + df["dur_ns"].fill_null(0)).max()))
+                    w.write(table, df)
+                    counts[table] += df.height
+                del parts, df
+                release_freed_memory(LARGE_ROWS)  # (the part's rows and their row groups)
+    return replace(sample, sample_rows=counts, shifts=tuple(shifts))
 
 
-def _slice(cap: Capture, a: int, b: int, by_call: bool = True) -> dict[str, pl.DataFrame]:
+def at_steps(sample: Sample, starts: np.ndarray, thread_calls: np.ndarray) -> Sample:
+    """``sample`` (written: its shifts known) with its slices cut at the starts of steps, so
+    that no seam cuts a step: ``starts``, the steps found in the written sample, and
+    ``thread_calls``, the start of every call on the steps' thread (sorted), both in the
+    sample's clock. A slice then runs from its first step's start to its last's (the step
+    that its end cut is left out); the first slice keeps its own start (the capture's, with
+    its startup). A slice's first call on the steps' thread is never taken for a step's start
+    (a step the seam cut can look as if it starts there); a slice of fewer than two starts
+    (shorter than a step) is left as it was. The sample is to be written again."""
+    slices, cut = [], 0
+    for k, ((a, b), shift) in enumerate(zip(sample.slices, sample.shifts, strict=True)):
+        lo, hi = a + shift, b + shift
+        i = np.searchsorted(thread_calls, lo)
+        first = thread_calls[i] if i < len(thread_calls) and thread_calls[i] < hi else lo
+        mine = starts[(starts > first) & (starts < hi)] - shift
+        if k == 0 and len(mine):  # (its own start: not a seam)
+            slices.append((a, int(mine[-1])))
+            cut += 1
+        elif len(mine) >= 2:
+            slices.append((int(mine[0]), int(mine[-1])))
+            cut += 1
+        else:
+            slices.append((a, b))
+    kept = sum(b - a for a, b in slices) / max(1, sum(b - a for a, b in sample.slices))
+    return replace(sample, fraction=sample.fraction * kept, slices=tuple(slices), sample_rows={},
+                   shifts=(), cut_at_steps=cut)
+
+
+def longer_slices(sample: Sample, step_ns: float) -> Sample | None:
+    """Fewer, longer slices of ``sample``'s length together, where its slices are too short
+    to hold :data:`STEPS_A_SLICE` steps of ``step_ns`` each (or one slice, if even that is
+    too short); None where they hold them."""
+    n = len(sample.slices)
+    length = sum(b - a for a, b in sample.slices)
+    want = max(1, min(n, int(length // max(1.0, STEPS_A_SLICE * step_ns))))
+    if want == n:
+        return None
+    return replace(sample, slices=spread(sample.extent, want, sample.fraction), sample_rows={},
+                   shifts=())
+
+
+def steps_of(path: Path) -> tuple[Steps, np.ndarray] | None:
+    """The steps of the capture at ``path`` as its analysis finds them
+    (:func:`zym.analysis.phases.find_steps`), and the start of every call on their thread
+    (sorted); None where it has no repeated step."""
+    from .callpath import stack_nodes
+    from .facts import Facts
+    from .load import UNREAD, api_codes, load_capture
+    from .phases import find_steps
+
+    data = api_codes(load_capture(path, codes=True, skip=UNREAD))
+    nodes = stack_nodes(data.frames, data.stacks)
+    facts = Facts(data, nodes)
+    steps = find_steps(facts.calls, facts.gpu, nodes, data.span_table)
+    if steps is None:
+        return None
+    mine = facts.calls.filter(pl.col("_thread") == steps.thread)["ts_ns"].sort()
+    return steps, mine.to_numpy()
+
+
+def _slice(cap: Capture, a: int, b: int, by_call: bool = True, first: bool = False
+           ) -> dict[str, pl.DataFrame]:
     """The rows of one slice ``[a, b)``: the calls, spans and ranges that start in it, and the
     GPU operations those calls launched (by process and correlation id; ``by_call`` False, a
-    capture of the GPU side alone: the GPU operations that start in it)."""
-    def starting(table: str, lo: int, hi: int) -> pl.LazyFrame:
-        return cap.scan(table).filter((pl.col("ts_ns") >= lo) & (pl.col("ts_ns") < hi))
+    capture of the GPU side alone: the GPU operations that start in it). The ``first`` slice
+    also has the spans and ranges that start before it (a step or request opens before its
+    first call)."""
+    def starting(table: str, lo: int | None, hi: int) -> pl.LazyFrame:
+        ts = pl.col("ts_ns")
+        return cap.scan(table).filter((ts < hi) if lo is None else (ts >= lo) & (ts < hi))
 
     calls = starting("call", a, b).collect()
     if by_call:
@@ -210,8 +306,9 @@ def _slice(cap: Capture, a: int, b: int, by_call: bool = True) -> dict[str, pl.D
                .join(keys, on=["pid", "correlation_id"], how="semi").collect())
     else:
         gpu = starting("gpu", a, b).collect()
-    return {"span": starting("span", a, b).collect(), "range": starting("range", a, b).collect(),
-            "call": calls, "gpu": gpu}
+    since = None if first else a
+    return {"span": starting("span", since, b).collect(),
+            "range": starting("range", since, b).collect(), "call": calls, "gpu": gpu}
 
 
 def sampled(cap: Capture, budget: int, progress: Callable[[str], None] | None = None
@@ -228,6 +325,18 @@ def sampled(cap: Capture, budget: int, progress: Callable[[str], None] | None = 
     out = folder / "sample.parquet"
     try:
         sample = write_sample(cap, sample, out)
+        found = steps_of(out)
+        release_freed_memory(LARGE_ROWS)
+        if found is not None:  # the slices made to hold whole steps, cut at their starts
+            longer = longer_slices(sample, float(np.median(found[0].durations())))
+            if longer is not None:
+                sample = write_sample(cap, longer, out)
+                found = steps_of(out)
+                release_freed_memory(LARGE_ROWS)
+        if found is not None:
+            cut = at_steps(sample, found[0].start_ns, found[1])
+            if cut.cut_at_steps:
+                sample = write_sample(cap, cut, out)
     except OutputError as e:  # (the writer's one line names a temporary file the user never saw)
         shutil.rmtree(folder, True)
         found = re.search(r"cannot write \((.*?)\);", str(e))

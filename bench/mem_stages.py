@@ -5,7 +5,7 @@ RSS and its high-water mark (VmHWM) after each stage (tracemalloc does not see A
 buffers); each relation the rules build, its rows and the RSS after it. Rules on unless
 ``--no-rules``.
 
-    python bench/mem_stages.py CAPTURE.parquet|TRACE.json.gz [--no-rules]
+    python bench/mem_stages.py CAPTURE.parquet|TRACE.json.gz [--no-rules] [--memory-budget 1G]
 """
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("input", type=Path)
     p.add_argument("--no-rules", action="store_true")
+    p.add_argument("--memory-budget", help="as zym analyze's (e.g. 1G): a capture past it "
+                   "is sampled (the stage 'load' then includes the sampling)")
     args = p.parse_args()
     t0 = time.perf_counter()
 
@@ -35,7 +37,12 @@ def main() -> None:
     from zym.analysis.report import analyze_data
     from zym.rules import engine
     say("imports")
-    data = api_codes(load_capture(args.input, None, codes=True, skip=UNREAD))
+    budget = None
+    if args.memory_budget:
+        from zym.capture.kineto_stream import parse_size
+
+        budget = parse_size(args.memory_budget)
+    data = api_codes(load_capture(args.input, None, codes=True, skip=UNREAD, budget=budget))
     say("load")
     analysis = analyze_data(data, "steady")
     say("analyze_data")

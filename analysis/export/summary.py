@@ -61,9 +61,16 @@ def capture_sample_line(sample: dict) -> str:
     whole = sum(sample["capture_rows"].get(t, 0) for t in ("call", "gpu"))
     return (f"SAMPLED to fit the memory budget ({fmt_bytes(sample['budget_bytes'])}; the whole "
             f"capture would take ~{fmt_bytes(sample['estimated_bytes'])}): "
-            f"{len(sample['slices'])} slices spread evenly, {100 * sample['fraction']:.1f}% of "
+            f"{len(sample['slices'])} slices spread evenly{_cut(sample)}, "
+            f"{100 * sample['fraction']:.1f}% of "
             f"its time ({rows:,} of {whole:,} CUDA calls and GPU ops); every figure below is "
             "the sample's (--memory-budget SIZE to widen it)")
+
+
+def _cut(sample: dict) -> str:
+    """How many of a sample's slices were cut at the starts of steps (none: nothing said)."""
+    n, cut = len(sample["slices"]), sample.get("slices_cut_at_steps", 0)
+    return "" if not cut else " at whole steps" if cut == n else f" ({cut} at whole steps)"
 
 
 def rest_line(together: dict) -> str | None:
