@@ -90,6 +90,7 @@ class Sample:
     extent: tuple[int, int] = (0, 0)  # [start, end) of the capture's calls and GPU work (ns)
     shifts: tuple[int, ...] = ()  # per slice, added to its times in the sample (once written)
     cut_at_steps: int = 0  # slices cut at the starts of the capture's steps (:func:`at_steps`)
+    path: Path | None = None  # the sample's capture (a temporary file, once written)
 
     def to_dict(self) -> dict:
         return {"budget_bytes": self.budget, "estimated_bytes": self.estimate,
@@ -345,4 +346,4 @@ def sampled(cap: Capture, budget: int, progress: Callable[[str], None] | None = 
                           f"written in {display(folder.parent)} ({why}): free space there, "
                           "set TMPDIR, or give a larger --memory-budget") from None
     release_freed_memory(LARGE_ROWS)  # the slices' columns: not counted again at the peak
-    return out, sample
+    return out, replace(sample, path=out)

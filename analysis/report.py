@@ -452,15 +452,21 @@ def analyze(path: str | Path, progress: Progress | None = None, window: str = "s
     budget. ``budget_import``: see :func:`zym.analysis.load.load_capture`."""
     data = api_codes(load_capture(path, progress, codes=True, skip=UNREAD, budget=budget,
                                   budget_import=budget_import))
-    if data.sample is not None and window not in ("steady", "all"):
-        raise InputError(f"--window {window}: its times and steps are the capture's, which "
-                         "is analysed on a sample of its time (its analysis would not fit the "
-                         "memory budget): give a larger --memory-budget")
+    check_window(data, window)
     if progress:
         progress("attributing GPU work to call paths")
     analysis = analyze_data(data, window)
     release_freed_memory(data.calls.height + data.gpu.height)  # before the rules' peak
     return analysis
+
+
+def check_window(data: CaptureData, window: str) -> None:
+    """A one-line error where ``window`` names times or steps of a capture that ``data``
+    holds a sample of (:mod:`zym.analysis.budget`): they are not the sample's."""
+    if data.sample is not None and window not in ("steady", "all"):
+        raise InputError(f"--window {window}: its times and steps are the capture's, which "
+                         "is analysed on a sample of its time (its analysis would not fit the "
+                         "memory budget): give a larger --memory-budget")
 
 
 def analyze_data(data: CaptureData, window: str = "steady") -> Analysis:

@@ -83,13 +83,12 @@ def _analyze(file: Path, fmt: str, top: int | None, window: str, what_if: Sequen
              ) -> tuple[dict, list | None, int | None]:
     """The report of ``file``, its findings and how many rows it shows per ranking."""
     from zym.analysis import analyze as run_analysis
-    from zym.analysis.budget import available_budget
 
     from .progress import stage_progress
 
     if no_rules and fail_on != "never":  # it could never fail: say so, not exit 0
         raise InputError(f"--fail-on {fail_on} needs the rules: drop --no-rules")
-    budget = available_budget() if memory_budget is None else _size(memory_budget)
+    budget = budget_bytes(memory_budget)
     packs = None
     if not no_rules:
         from zym.rules import load_packs
@@ -121,12 +120,17 @@ def _analyze(file: Path, fmt: str, top: int | None, window: str, what_if: Sequen
     return report, findings, shown
 
 
-def _size(text: str) -> int:
-    """``--memory-budget``'s bytes; a one-line error where it is not a size."""
+def budget_bytes(memory_budget: str | None, share: int = 1) -> int:
+    """The bytes of memory each of ``share`` analyses held at once may use: ``--memory-budget``
+    split among them, or by default half the memory available for each (a capture that
+    would take more is sampled); a one-line error where the option is not a size."""
+    from zym.analysis.budget import available_budget
     from zym.capture.kineto_stream import parse_size
 
+    if memory_budget is None:
+        return available_budget()
     try:
-        return parse_size(text)
+        return parse_size(memory_budget) // max(share, 1)
     except ValueError as e:
         raise InputError(f"--memory-budget: {e}") from None
 
@@ -137,14 +141,12 @@ def diff(before: Path, after: Path, fmt: str = "text", top: int | None = None,
          rules: Sequence[Path] = (), disable: Sequence[str] = (), no_rules: bool = False,
          jobs: int = 2, progress: bool = True, memory_budget: str | None = None) -> int:
     """`zym diff`: the comparison on stdout in ``fmt``; the exit code."""
-    from zym.analysis.budget import available_budget
     from zym.analysis.export.diff import finish_diff, render_markdown, render_text, start_profile
 
     from .progress import stage_progress
 
     try:  # a given budget is shared: with two jobs the captures are analysed at once
-        budget = (available_budget() if memory_budget is None
-                  else _size(memory_budget) // max(jobs, 1))
+        budget = budget_bytes(memory_budget, jobs)
     except ZymError as e:
         return exit_code(e)
     args = {"window": window, "rules": not no_rules, "rule_paths": tuple(rules),

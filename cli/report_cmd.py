@@ -22,6 +22,12 @@ def report(
         "a section of the report.", show_default=False)] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite OUTPUT if it exists.")] = False,
     progress: Annotated[bool, typer.Option(help="Show progress on stderr.")] = True,
+    memory_budget: Annotated[str | None, typer.Option(
+        "--memory-budget", metavar="SIZE", show_default=False,
+        help="Memory the analysis may use (e.g. 1G, 512M), shared with --baseline's: a "
+             "capture whose analysis would take more is analysed on evenly spread slices of "
+             "its time that fit, and the report says so [default: half the memory available "
+             "for each].")] = None,
 ) -> None:
     """Write an HTML report: summary, findings with their sites and evidence, top call paths and
     an interactive GPU-time flamegraph. It needs no network to open.
@@ -34,16 +40,22 @@ def report(
     from zym.analysis.export.source import load_export_source
     from zym.schemas.output import atomic_output, display
 
+    from .bodies import budget_bytes
     from .progress import stage_progress
 
     with exit_on_error(), atomic_output(output, force) as tmp, stage_progress(progress) as say:
-        src = load_export_source(file, say, with_findings=findings)
+        # (held together: the report's analysis and its baseline's share a given budget)
+        budget = budget_bytes(memory_budget, 1 if baseline is None else 2)
+        given = memory_budget is not None
+        src = load_export_source(file, say, with_findings=findings, budget=budget,
+                                 budget_import=given, with_spans=False)
         diff = None
         if baseline is not None:
             from zym.analysis.export.diff import diff_with_baseline
 
             say("comparing with the baseline")
-            diff = diff_with_baseline(src, baseline).to_dict(top)
+            diff = diff_with_baseline(src, baseline, budget=budget,
+                                      budget_import=given).to_dict(top)
         say("writing report")
         size = write_report(src, tmp, top, diff)
     typer.echo(f"wrote {display(output)} ({size / 1e3:.0f} kB, {len(src.findings)} findings); "

@@ -46,6 +46,7 @@ class _Cache:
         from zym.rules import evaluate
         from zym.schemas.errors import InputError
 
+        from ..budget import available_budget
         from ..report import analyze
 
         p = Path(path).expanduser()
@@ -57,7 +58,9 @@ class _Cache:
         if key in self.items:
             self.items.move_to_end(key)
             return self.items[key]
-        analysis = analyze(p, None, window)
+        # as `zym analyze` by default: sampled where the analysis would take more than half
+        # the memory available (the report then says so)
+        analysis = analyze(p, None, window, available_budget(), budget_import=False)
         value = (analysis, evaluate(analysis))
         self.items[key] = value
         while len(self.items) > self.size:

@@ -34,21 +34,27 @@ class ExportSource:
 
 
 def load_export_source(path: str | Path, progress: Progress | None = None,
-                       with_findings: bool = True, window: str = "steady") -> ExportSource:
+                       with_findings: bool = True, window: str = "steady",
+                       budget: int | None = None, budget_import: bool = True,
+                       with_spans: bool = True) -> ExportSource:
     """Load ``path`` (zym capture or Kineto trace), analyze it (:func:`analyze_data`), and
-    gather spans and findings."""
-    from ..report import analyze_data
+    gather spans and findings. ``budget``, ``budget_import``: as
+    :func:`zym.analysis.report.analyze`'s (a capture past the budget: a sample of it, its
+    spans and ranges the sample's). ``with_spans`` False: no spans nor ranges (an export
+    that draws no timeline, the HTML report: every span held is ~50 bytes)."""
+    from ..report import analyze_data, check_window
 
     path = Path(path)
-    data = load_capture(path, progress)
+    data = load_capture(path, progress, budget=budget, budget_import=budget_import)
+    check_window(data, window)
     data.calls = _conformed("call", data.calls)
     data.gpu = _conformed("gpu", data.gpu)
-    spans = _spans_of(data, path)
+    spans = _spans_of(data, path) if with_spans else _conformed("span", pl.DataFrame())
     if progress:
         progress("attributing GPU work to call paths")
     analysis = analyze_data(data, window)
     reconstructed = False
-    if spans.height == 0 and data.calls.height:
+    if with_spans and spans.height == 0 and data.calls.height:
         spans, reconstructed = spans_from_call_stacks(data.calls, data.stacks, data.frames), True
     found = None
     if with_findings:
@@ -56,7 +62,9 @@ def load_export_source(path: str | Path, progress: Progress | None = None,
 
         found = evaluate(analysis, progress=progress)
     findings = findings_of(analysis, found) if found is not None else []
-    return ExportSource(analysis, spans, findings, reconstructed, found, _load_ranges(path))
+    ranges = (_load_ranges(data.sample.path if data.sample is not None else path)
+              if with_spans else _conformed("range", pl.DataFrame()))
+    return ExportSource(analysis, spans, findings, reconstructed, found, ranges)
 
 
 def _load_ranges(path: Path) -> pl.DataFrame:

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pyarrow.parquet as pq
 import pytest
 from zym.analysis import analyze
@@ -404,3 +405,68 @@ def test_a_sample_that_cannot_be_written_is_one_line_and_leaves_nothing(tmp_path
     assert "\n" not in message and str(path) in message and str(folder) in message
     assert "no space left on the device" in message and "sample.parquet" not in message
     assert not list(folder.iterdir())
+
+
+def _with_ranges(path: Path, out: Path) -> Path:
+    """``path``'s capture with an NVTX range around each of its first thread's calls."""
+    from zym.schemas.io import CaptureWriter
+
+    cap = open_capture(path)
+    calls = cap.load("call")
+    first = calls.filter(calls["tid"] == calls["tid"][0])
+    ranges = first.select("pid", "tid", "ts_ns", "dur_ns").with_columns(
+        name=pl.lit("step"), kind=pl.lit("nvtx"), domain=pl.lit("default"))
+    with CaptureWriter(out, cap.meta) as w:
+        for table in ("frame", "stack", "span", "call", "gpu"):
+            w.write(table, cap.load(table))
+        w.write("range", ranges)
+    return out
+
+
+def test_an_export_of_a_sample_holds_the_samples_ranges(tmp_path):
+    """`zym report` in a budget: the analysis, spans and ranges are the sample's (its clock),
+    never the whole capture's; without spans (the HTML report), none are read."""
+    from zym.analysis.export.source import load_export_source
+
+    path = _with_ranges(_server(tmp_path / "c.parquet"), tmp_path / "r.parquet")
+    cap = open_capture(path)
+    rows = {t: cap.rows(t) for t in B.SAMPLED_TABLES}
+    src = load_export_source(path, budget=B.estimate_bytes({t: n * 0.3 for t, n in rows.items()}))
+    sample = src.analysis.data.sample
+    assert sample is not None and sample.path is not None
+    # each range of the sample is one of a call of the sample (same start and length)
+    calls = src.analysis.whole.data.calls
+    starts = dict(zip(calls["ts_ns"].to_list(), calls["dur_ns"].to_list(), strict=True))
+    assert 0 < src.ranges.height == sample.sample_rows["range"] < rows["range"]
+    assert all(starts.get(t) == d for t, d in src.ranges.select("ts_ns", "dur_ns").iter_rows())
+    bare = load_export_source(path, with_spans=False, with_findings=False)
+    assert bare.spans.height == 0 and bare.ranges.height == 0
+
+
+def test_zym_report_says_it_sampled_and_refuses_a_bad_size(tmp_path):
+    path = _server(tmp_path / "c.parquet", requests=60)
+    pages = {}
+    for name, extra in (("whole", []), ("sampled", ["--memory-budget", "1K"])):
+        out = tmp_path / f"{name}.html"
+        got = _zym("report", str(path), "-o", str(out), "--no-progress", *extra, code=APP)
+        assert got.returncode == 0, got.stderr
+        pages[name] = out.read_text()
+    assert "SAMPLED to fit the memory budget" in pages["sampled"]
+    assert "SAMPLED" not in pages["whole"]
+    bad = _zym("report", str(path), "-o", str(tmp_path / "x.html"), "--memory-budget", "lots",
+               code=APP)
+    assert bad.returncode == 2 and "--memory-budget" in bad.stderr
+    assert bad.stderr.strip().count("\n") == 0 and not (tmp_path / "x.html").exists()
+
+
+def test_the_mcp_tools_analyse_in_the_default_budget(tmp_path, monkeypatch):
+    """`zym mcp`'s analyses are `zym analyze`'s by default: past half the memory available
+    (here made small), a sample, and the report says so."""
+    from zym.analysis.export import agent
+
+    path = _server(tmp_path / "c.parquet", requests=60)
+    assert "sample" not in agent.analyze_tool(str(path))
+    monkeypatch.setattr(B, "available_budget", lambda: 1024)
+    monkeypatch.setattr(agent, "_cache", agent._Cache())
+    got = agent.analyze_tool(str(path))
+    assert got["sample"]["budget_bytes"] == 1024 and got["sample"]["fraction"] < 0.01
