@@ -55,8 +55,8 @@ if TYPE_CHECKING:
 # fixes are replayed on a sample of it: 22.5 M peak at 4.1 GB); a span ~45 B up to the first
 # 15 M and ~10 B past them (read a part at a time: the bundled trace x600, 73 M spans with
 # 12.9 M calls and GPU operations, peaks at 3.6 GB); and a fixed part (the interpreter and
-# libraries). (bytes a row, up to how many rows, bytes a row past them); docs/benchmarks.md,
-# "Thirty-sixth round".
+# libraries; numba's where it is loaded: NUMBA_BYTES). (bytes a row, up to how many rows,
+# bytes a row past them); docs/benchmarks.md, "Thirty-sixth round".
 ROW_COST = {"events": (400, 3_000_000, 170), "span": (45, 15_000_000, 10)}
 # The rows' cost is counted this much higher: captures of other shapes cost more a row (64
 # threads or 8 processes, 1 M GPU operations: +13-16% at the peak; many call sites far more,
@@ -64,6 +64,10 @@ ROW_COST = {"events": (400, 3_000_000, 170), "span": (45, 15_000_000, 10)}
 HEADROOM = 1.2
 EVENT_TABLES = ("call", "gpu", "range")
 FIXED_BYTES = 200 << 20
+# numba and the compiled loops, loaded where the analysis holds JIT_MIN_CALLS calls or more
+# (zym.analysis.instances): measured 130 MB (the bundled eBPF capture x40, 283,000 calls:
+# 597 MB with numba, 467 MB with it unavailable; docs/benchmarks.md, thirty-seventh round).
+NUMBA_BYTES = 150 << 20
 # Slices of a sample: one at the start of each of as many equal parts of the capture.
 SLICES = 8
 # Slices hold at least this many steps where the capture has steps (fewer, longer slices
@@ -113,9 +117,12 @@ def estimate_bytes(rows: dict[str, float]) -> int:
     def cost(n: float, first: int, upto: int, rest: int) -> float:
         return first * min(n, upto) + rest * max(0.0, n - upto)
 
+    from .instances import JIT_MIN_CALLS
+
     events = sum(rows.get(t, 0) for t in EVENT_TABLES)
-    return int(FIXED_BYTES + HEADROOM * (cost(events, *ROW_COST["events"])
-                                         + cost(rows.get("span", 0), *ROW_COST["span"])))
+    fixed = FIXED_BYTES + (NUMBA_BYTES if rows.get("call", 0) >= JIT_MIN_CALLS else 0)
+    return int(fixed + HEADROOM * (cost(events, *ROW_COST["events"])
+                                   + cost(rows.get("span", 0), *ROW_COST["span"])))
 
 
 def fitting_fraction(rows: dict[str, int], budget: int) -> float:

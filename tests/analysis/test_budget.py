@@ -57,18 +57,27 @@ def test_the_whole_capture_when_it_fits(tmp_path):
 
 
 def test_the_fraction_is_the_largest_whose_estimate_fits():
+    from zym.analysis.instances import JIT_MIN_CALLS
+
     first, upto, rest = B.ROW_COST["events"]
     rows = {"call": 1_000_000, "gpu": 800_000, "span": 0}
-    budget = B.FIXED_BYTES + 500 * (1 << 20)
+    fixed = B.FIXED_BYTES + B.NUMBA_BYTES  # (the sample holds more calls than numba's floor)
+    budget = fixed + 500 * (1 << 20)
     # below the first ``upto`` events the estimate is linear: solved directly
-    exact = (budget - B.FIXED_BYTES) / (B.HEADROOM * first * 1_800_000)
+    exact = (budget - fixed) / (B.HEADROOM * first * 1_800_000)
+    assert exact * rows["call"] >= JIT_MIN_CALLS
     f = B.fitting_fraction(rows, budget)
     assert abs(f - exact) < 1e-4
     assert B.estimate_bytes({t: n * f for t, n in rows.items()}) <= budget
     assert B.estimate_bytes({t: n * (f + 1e-3) for t, n in rows.items()}) > budget
+    # numba's part only where the analysis holds enough calls to load it
+    few = {"call": JIT_MIN_CALLS - 1, "gpu": 0}
+    assert B.estimate_bytes(few) == int(B.FIXED_BYTES + B.HEADROOM * first * few["call"])
+    assert B.estimate_bytes({"call": JIT_MIN_CALLS}) == int(
+        fixed + B.HEADROOM * first * JIT_MIN_CALLS)
     # past ``upto`` events each costs ``rest``
     big = {"call": 6_000_000, "gpu": 4_000_000}
-    assert B.estimate_bytes(big) == int(B.FIXED_BYTES + B.HEADROOM * (
+    assert B.estimate_bytes(big) == int(fixed + B.HEADROOM * (
         first * upto + rest * (10_000_000 - upto)))
     assert B.fitting_fraction(big, 1) == B.MIN_FRACTION  # nothing fits: the least is read
 
