@@ -15,13 +15,15 @@ that capture is analysed as any other. The report says so (``sample`` in JSON, a
 text): its figures are those of the sample (durations, counts, savings of its window); shares
 and per-step figures stand for the capture where its steps are alike.
 
-No seam cuts a step. The capture's steps are found in the sample as the analysis finds them
-(:func:`zym.analysis.phases.find_steps`); where its slices are too short to hold
+No seam cuts a step. The capture's steps are found in a first copy of the slices as the
+analysis finds them (:func:`zym.analysis.phases.find_steps`; of the spans, only those they are
+found from: :func:`step_stacks`); where its slices are too short to hold
 :data:`STEPS_A_SLICE` of them, they are made fewer and longer (:func:`longer_slices`) and
 their steps found again; then each slice is cut at the starts of the steps in it (from its
-first step's start to its last's: :func:`at_steps`) and the sample copied again. A seam then
+first step's start to its last's: :func:`at_steps`) and the sample copied whole. A seam then
 joins two whole steps, not the parts of two (one long step, the first calls after it taken
-for those of the step before). A capture without repeated steps is copied once.
+for those of the step before). A capture without spans or ranges whose slices stay as
+planned (no repeated steps) is copied once.
 
 Slices are read a part at a time by their row groups' time ranges (the capture's Parquet
 statistics), so the copy's memory is that of an eighth of the sample, whatever the capture's
@@ -206,10 +208,13 @@ def spread(extent: tuple[int, int], n: int, fraction: float) -> tuple[tuple[int,
     return tuple((int(t0 + k * part), int(t0 + k * part) + length) for k in range(n))
 
 
-def write_sample(cap: Capture, sample: Sample, out: Path) -> Sample:
+def write_sample(cap: Capture, sample: Sample, out: Path, spans: pl.Series | None = None
+                 ) -> Sample:
     """Copy ``sample``'s slices of ``cap`` into a capture at ``out``, a part of a slice in
     memory at a time (at most a :data:`SLICES`-th of the sample's time, however few and long
-    its slices); the sample with its rows counted and its slices' shifts."""
+    its slices); the sample with its rows counted and its slices' shifts. ``spans``: only
+    the spans of these stacks, and no ranges (a first copy to find the steps in:
+    :func:`step_stacks`)."""
     counts = dict.fromkeys(SAMPLED_TABLES, 0)
     piece = max(1, sum(b - a for a, b in sample.slices) // SLICES)
     with CaptureWriter(out, cap.meta) as w:
@@ -223,7 +228,7 @@ def write_sample(cap: Capture, sample: Sample, out: Path) -> Sample:
             end = b + shift  # (its end, or where its last call or GPU operation ends)
             for lo in range(a, b, piece):
                 parts = _slice(cap, lo, min(b, lo + piece), first=k == 0 and lo == a,
-                               by_call=sample.capture_rows["call"] > 0)
+                               by_call=sample.capture_rows["call"] > 0, spans=spans)
                 for table, df in parts.items():
                     if df.height:
                         df = df.with_columns(pl.col("ts_ns") + shift)
@@ -277,6 +282,17 @@ def longer_slices(sample: Sample, step_ns: float) -> Sample | None:
                    shifts=())
 
 
+def step_stacks(cap: Capture) -> pl.Series:
+    """The stacks whose spans the steps are found from (:func:`zym.analysis.phases.find_steps`):
+    a Python function's, or torch.profiler's ``ProfilerStep#N``."""
+    from .phases import PROFILER_STEP
+
+    frames = cap.load("frame").filter((pl.col("kind") == "python") | (
+        (pl.col("kind") == "torch_op") & pl.col("name").str.contains(PROFILER_STEP)))
+    return cap.load("stack").filter(pl.col("frame_id").is_in(frames["frame_id"].implode())
+                                    )["stack_id"]
+
+
 def steps_of(path: Path) -> tuple[Steps, np.ndarray] | None:
     """The steps of the capture at ``path`` as its analysis finds them
     (:func:`zym.analysis.phases.find_steps`), and the start of every call on their thread
@@ -296,13 +312,13 @@ def steps_of(path: Path) -> tuple[Steps, np.ndarray] | None:
     return steps, mine.to_numpy()
 
 
-def _slice(cap: Capture, a: int, b: int, by_call: bool = True, first: bool = False
-           ) -> dict[str, pl.DataFrame]:
+def _slice(cap: Capture, a: int, b: int, by_call: bool = True, first: bool = False,
+           spans: pl.Series | None = None) -> dict[str, pl.DataFrame]:
     """The rows of one slice ``[a, b)``: the calls, spans and ranges that start in it, and the
     GPU operations those calls launched (by process and correlation id; ``by_call`` False, a
     capture of the GPU side alone: the GPU operations that start in it). The ``first`` slice
     also has the spans and ranges that start before it (a step or request opens before its
-    first call)."""
+    first call). ``spans``: only the spans of these stacks, and no ranges."""
     def starting(table: str, lo: int | None, hi: int) -> pl.LazyFrame:
         ts = pl.col("ts_ns")
         return cap.scan(table).filter((ts < hi) if lo is None else (ts >= lo) & (ts < hi))
@@ -315,6 +331,9 @@ def _slice(cap: Capture, a: int, b: int, by_call: bool = True, first: bool = Fal
     else:
         gpu = starting("gpu", a, b).collect()
     since = None if first else a
+    if spans is not None:
+        return {"span": starting("span", since, b).filter(pl.col("stack_id").is_in(
+            spans.implode())).collect(), "call": calls, "gpu": gpu}
     return {"span": starting("span", since, b).collect(),
             "range": starting("range", since, b).collect(), "call": calls, "gpu": gpu}
 
@@ -332,19 +351,25 @@ def sampled(cap: Capture, budget: int, progress: Callable[[str], None] | None = 
     atexit.register(shutil.rmtree, folder, True)
     out = folder / "sample.parquet"
     try:
-        sample = write_sample(cap, sample, out)
+        # The steps are found in a first copy (of the spans, only those they are found from:
+        # copied whole, a capture without spans or ranges needs no second copy if its slices
+        # stay as they are); its slices made to hold whole steps, then cut at their starts.
+        partial = sample.capture_rows["span"] + sample.capture_rows["range"] > 0
+        spans = step_stacks(cap) if partial else None
+        first = sample = write_sample(cap, sample, out, spans)
         found = steps_of(out)
         release_freed_memory(LARGE_ROWS)
-        if found is not None:  # the slices made to hold whole steps, cut at their starts
+        if found is not None:
             longer = longer_slices(sample, float(np.median(found[0].durations())))
             if longer is not None:
-                sample = write_sample(cap, longer, out)
+                sample = write_sample(cap, longer, out, spans)
                 found = steps_of(out)
                 release_freed_memory(LARGE_ROWS)
         if found is not None:
             cut = at_steps(sample, found[0].start_ns, found[1])
-            if cut.cut_at_steps:
-                sample = write_sample(cap, cut, out)
+            sample = cut if cut.cut_at_steps else sample
+        if partial or sample is not first:
+            sample = write_sample(cap, sample, out)
     except OutputError as e:  # (the writer's one line names a temporary file the user never saw)
         shutil.rmtree(folder, True)
         found = re.search(r"cannot write \((.*?)\);", str(e))

@@ -403,7 +403,7 @@ def test_a_sample_that_cannot_be_written_is_one_line_and_leaves_nothing(tmp_path
     folder.mkdir()
     monkeypatch.setattr("tempfile.tempdir", str(folder))
 
-    def full(cap, sample, out):
+    def full(cap, sample, out, spans=None):
         out.write_bytes(b"partial")
         raise write_error(out, OSError(errno.ENOSPC, "No space left on device"))
 
@@ -479,3 +479,27 @@ def test_the_mcp_tools_analyse_in_the_default_budget(tmp_path, monkeypatch):
     monkeypatch.setattr(agent, "_cache", agent._Cache())
     got = agent.analyze_tool(str(path))
     assert got["sample"]["budget_bytes"] == 1024 and got["sample"]["fraction"] < 0.01
+
+
+@pytest.mark.parametrize("steps", [True, False])
+def test_the_sample_holds_every_span_of_its_slices_not_only_the_steps(tmp_path, monkeypatch,
+                                                                        steps):
+    """The steps are found in a first copy of only the spans they are found from; the sample
+    analysed holds every span of its final slices (torch ops and native frames too), also
+    where no step is found (its slices as planned: copied again all the same)."""
+    path = _capture("bundled trace", tmp_path)
+    if not steps:
+        monkeypatch.setattr(B, "steps_of", lambda out: None)
+    cap = open_capture(path)
+    rows = {t: cap.rows(t) for t in B.SAMPLED_TABLES}
+    out, sample = B.sampled(cap, B.estimate_bytes({t: n * 0.5 for t, n in rows.items()}))
+    got, src = _source_rows(out)["span"], _source_rows(path)["span"]
+    (_, b0), rest = sample.slices[0], sample.slices[1:]
+    want = [r for r in src if r["ts_ns"] < b0 or any(a <= r["ts_ns"] < b for a, b in rest)]
+    assert len(got) == len(want) == sample.sample_rows["span"] > 0
+    # spans of torch ops and native frames, not only those the steps are found from
+    stacks = pq.read_table(out, columns=["record", "stack_id"]).to_pylist()
+    of_steps = set(B.step_stacks(cap).to_list())
+    other = [r for r in stacks if r["record"] == "span" and r["stack_id"] not in of_steps]
+    assert of_steps and len(other) > len(got) // 2
+    assert (sample.cut_at_steps > 0) == steps
