@@ -67,8 +67,8 @@ HEADROOM = 1.2
 EVENT_TABLES = ("call", "gpu", "range")
 FIXED_BYTES = 200 << 20
 # numba and the compiled loops, loaded where the analysis holds JIT_MIN_CALLS calls or more
-# (zym.analysis.instances): measured 130 MB (the bundled eBPF capture x40, 283,000 calls:
-# 597 MB with numba, 467 MB with it unavailable; docs/benchmarks.md, thirty-seventh round).
+# (zym.analysis.instances): measured 127 MiB (the bundled eBPF capture x40, 283,000 calls:
+# 583 MiB with numba, 456 MiB with it unavailable; docs/benchmarks.md, thirty-seventh round).
 NUMBA_BYTES = 150 << 20
 # Slices of a sample: one at the start of each of as many equal parts of the capture.
 SLICES = 8
