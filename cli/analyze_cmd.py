@@ -9,6 +9,8 @@ from typing import Annotated
 
 import typer
 
+from .options import memory_budget_option
+
 
 class Format(str, Enum):
     text = "text"
@@ -47,11 +49,8 @@ def analyze(
         "--fail-on", help="Exit 1 when a finding of this severity or worse fires (for CI).",
     )] = FailOn.never,
     progress: Annotated[bool, typer.Option(help="Show load progress on stderr.")] = True,
-    memory_budget: Annotated[str | None, typer.Option(
-        "--memory-budget", metavar="SIZE", show_default=False,
-        help="Memory the analysis may use (e.g. 1G, 512M): a capture whose analysis would "
-             "take more is analysed on evenly spread slices of its time that fit, and the "
-             "report says so [default: half the memory available].")] = None,
+    memory_budget: Annotated[str | None, memory_budget_option(
+        "the analysis may use (e.g. 1G, 512M)", "the report")] = None,
 ) -> None:
     """Name the problems of a capture (findings) and attribute every GPU operation and CUDA
     call to its call path, Python line to kernel.

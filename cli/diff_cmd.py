@@ -9,6 +9,8 @@ from typing import Annotated
 
 import typer
 
+from .options import memory_budget_option
+
 
 class Format(str, Enum):
     text = "text"
@@ -54,12 +56,9 @@ def diff(
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, max=2, help=(
         "Analyze the two captures at once (2) or one after the other (1)."))] = 2,
     progress: Annotated[bool, typer.Option(help="Show load progress on stderr.")] = True,
-    memory_budget: Annotated[str | None, typer.Option(
-        "--memory-budget", metavar="SIZE", show_default=False,
-        help="Memory the analyses may use together (e.g. 2G; half each with --jobs 2): a "
-             "capture whose analysis would take more is analysed on evenly spread slices of "
-             "its time that fit, and the comparison says so [default: half the memory "
-             "available for each].")] = None,
+    memory_budget: Annotated[str | None, memory_budget_option(
+        "the analyses may use together (e.g. 2G; half each with --jobs 2)", "the comparison",
+        each=True)] = None,
 ) -> None:
     """Compare two captures: call sites and GPU operations matched across them (robust to lines
     moved by unrelated edits), GPU time, CPU time blocked, syncs, copies and bytes per step

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from .errors import exit_on_error
+from .options import memory_budget_option
 
 
 def report(
@@ -22,12 +23,9 @@ def report(
         "a section of the report.", show_default=False)] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite OUTPUT if it exists.")] = False,
     progress: Annotated[bool, typer.Option(help="Show progress on stderr.")] = True,
-    memory_budget: Annotated[str | None, typer.Option(
-        "--memory-budget", metavar="SIZE", show_default=False,
-        help="Memory the analysis may use (e.g. 1G, 512M), shared with --baseline's: a "
-             "capture whose analysis would take more is analysed on evenly spread slices of "
-             "its time that fit, and the report says so [default: half the memory available "
-             "for each].")] = None,
+    memory_budget: Annotated[str | None, memory_budget_option(
+        "the analysis may use (e.g. 1G, 512M), shared with --baseline's", "the report",
+        each=True)] = None,
 ) -> None:
     """Write an HTML report: summary, findings with their sites and evidence, top call paths and
     an interactive GPU-time flamegraph. It needs no network to open.
