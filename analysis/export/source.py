@@ -47,9 +47,10 @@ def load_export_source(path: str | Path, progress: Progress | None = None,
     path = Path(path)
     data = load_capture(path, progress, budget=budget, budget_import=budget_import)
     check_window(data, window)
+    held = data.sample.path if data.sample is not None else path  # (what the tables are of)
     data.calls = _conformed("call", data.calls)
     data.gpu = _conformed("gpu", data.gpu)
-    spans = _spans_of(data, path) if with_spans else _conformed("span", pl.DataFrame())
+    spans = _spans_of(data, held) if with_spans else _conformed("span", pl.DataFrame())
     if progress:
         progress("attributing GPU work to call paths")
     analysis = analyze_data(data, window)
@@ -62,8 +63,7 @@ def load_export_source(path: str | Path, progress: Progress | None = None,
 
         found = evaluate(analysis, progress=progress)
     findings = findings_of(analysis, found) if found is not None else []
-    ranges = (_load_ranges(data.sample.path if data.sample is not None else path)
-              if with_spans else _conformed("range", pl.DataFrame()))
+    ranges = _load_ranges(held) if with_spans else _conformed("range", pl.DataFrame())
     return ExportSource(analysis, spans, findings, reconstructed, found, ranges)
 
 

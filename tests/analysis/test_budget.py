@@ -447,6 +447,7 @@ def test_an_export_of_a_sample_holds_the_samples_ranges(tmp_path):
     calls = src.analysis.whole.data.calls
     starts = dict(zip(calls["ts_ns"].to_list(), calls["dur_ns"].to_list(), strict=True))
     assert 0 < src.ranges.height == sample.sample_rows["range"] < rows["range"]
+    assert 0 < src.spans.height == sample.sample_rows["span"] < rows["span"]
     assert all(starts.get(t) == d for t, d in src.ranges.select("ts_ns", "dur_ns").iter_rows())
     bare = load_export_source(path, with_spans=False, with_findings=False)
     assert bare.spans.height == 0 and bare.ranges.height == 0
