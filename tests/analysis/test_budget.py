@@ -494,10 +494,19 @@ def test_the_sample_holds_every_span_of_its_slices_not_only_the_steps(tmp_path, 
     cap = open_capture(path)
     rows = {t: cap.rows(t) for t in B.SAMPLED_TABLES}
     out, sample = B.sampled(cap, B.estimate_bytes({t: n * 0.5 for t, n in rows.items()}))
-    got, src = _source_rows(out)["span"], _source_rows(path)["span"]
+    sampled_rows, source_rows = _source_rows(out), _source_rows(path)
+    got, src = sampled_rows["span"], source_rows["span"]
     (_, b0), rest = sample.slices[0], sample.slices[1:]
     want = [r for r in src if r["ts_ns"] < b0 or any(a <= r["ts_ns"] < b for a, b in rest)]
     assert len(got) == len(want) == sample.sample_rows["span"] > 0
+    # (slices longer than an eighth of the sample are copied a part at a time: every call of
+    # them, with its GPU work, is there all the same)
+    calls = {(r["pid"], r["correlation_id"]) for r in source_rows["call"]
+             if any(a <= r["ts_ns"] < b for a, b in sample.slices)}
+    assert {(r["pid"], r["correlation_id"]) for r in sampled_rows["call"]} == calls
+    gpu = [r for r in source_rows["gpu"] if (r["pid"], r["correlation_id"]) in calls]
+    assert len(sampled_rows["gpu"]) == len(gpu) > 0
+    assert (len(sample.slices) < B.SLICES) == steps  # (its steps: fewer, longer slices)
     # spans of torch ops and native frames, not only those the steps are found from
     stacks = pq.read_table(out, columns=["record", "stack_id"]).to_pylist()
     of_steps = set(B.step_stacks(cap).to_list())
