@@ -513,3 +513,43 @@ def test_the_sample_holds_every_span_of_its_slices_not_only_the_steps(tmp_path, 
     other = [r for r in stacks if r["record"] == "span" and r["stack_id"] not in of_steps]
     assert of_steps and len(other) > len(got) // 2
     assert (sample.cut_at_steps > 0) == steps
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_cut_slices_lie_in_their_slices_between_step_starts(seed):
+    """``at_steps`` on random slices and steps: each cut slice lies in its slice, runs from a
+    step start to a later one (the first slice: from its own start), no step start it keeps
+    is the slice's first call, and a slice with fewer than two usable starts stays as it
+    was; the fraction shrinks with the slices' length."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 9))
+    lengths = rng.integers(1_000, 50_000, n)
+    gaps = rng.integers(0, 100_000, n)
+    starts_at = np.cumsum(gaps + np.concatenate([[0], lengths[:-1]]))
+    slices = tuple((int(a), int(a + m)) for a, m in zip(starts_at, lengths, strict=True))
+    shifts, end = [], None
+    for a, b in slices:  # as write_sample shifts them: each after the one before
+        shift = 0 if end is None else end - a
+        shifts.append(shift)
+        end = b + shift + int(rng.integers(0, 500))
+    sample = B.Sample(1, 2, 0.3, slices, {}, {}, extent=(0, int(starts_at[-1]) + 60_000),
+                      shifts=tuple(shifts))
+    clock = np.sort(rng.integers(0, end, 400))   # calls on the steps' thread, sample's clock
+    steps = np.sort(rng.choice(clock, int(rng.integers(0, 60)), replace=False))
+    cut = B.at_steps(sample, steps, clock)
+    kept = 0
+    for k, ((a, b), (lo, hi), shift) in enumerate(zip(slices, cut.slices, shifts, strict=True)):
+        assert a <= lo < hi <= b
+        here = steps[(steps >= a + shift) & (steps < b + shift)] - shift
+        inside = clock[(clock >= a + shift) & (clock < b + shift)]
+        usable = here[here > inside[0] - shift] if len(inside) else here
+        if (lo, hi) == (a, b) and not (k == 0 and len(usable)):
+            assert len(usable) < (1 if k == 0 else 2)
+            continue
+        kept += 1
+        assert hi in usable and (lo == a if k == 0 else lo in usable and lo < hi)
+        assert lo == a or lo == usable.min()
+        assert hi == usable.max()
+    assert cut.cut_at_steps == kept
+    total = sum(b - a for a, b in slices)
+    assert cut.fraction == pytest.approx(0.3 * sum(b - a for a, b in cut.slices) / total)
