@@ -54,7 +54,7 @@ import polars as pl
 
 from .compiled import njit, writes
 from .instances import thread_order
-from .waits import RETURN_SLACK_NS, partial_waits
+from .waits import RETURN_SLACK_NS, latest_end_before, partial_waits
 
 if TYPE_CHECKING:
     from .facts import Facts
@@ -467,23 +467,12 @@ class Timeline:
         self.intrinsic = dur - wait_obs
 
     def _completed_before(self, ts: np.ndarray) -> np.ndarray:
-        """For each time, the latest end among GPU operations launched before it (observed)."""
-        if not len(self.op_launch):
-            return np.full(len(ts), -(1 << 62), np.int64)
+        """For each time, the latest end among GPU operations launched before it (observed;
+        every process's: the replay does not model other processes' work)."""
         order = np.argsort(self.op_launch, kind="stable")
-        launch = self.op_launch[order]
-        ends = self.op_start[order]  # (gathered, then summed and maxed in place)
+        ends = self.op_start[order]  # (gathered, then summed in place)
         ends += self.op_dur[order]
-        del order
-        np.maximum.accumulate(ends, out=ends)
-        k = np.searchsorted(launch, ts, side="left")
-        del launch
-        k -= 1
-        none = k < 0
-        np.maximum(k, 0, out=k)
-        out = ends[k]
-        out[none] = -(1 << 62)
-        return out
+        return latest_end_before(self.op_launch[order], ends, ts, overwrite=True)
 
     # -- replay -------------------------------------------------------------------------------
 

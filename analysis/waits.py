@@ -142,6 +142,26 @@ def event_awaited(calls: pl.DataFrame, gpu: pl.DataFrame, at: np.ndarray,
     return best
 
 
+# What :func:`latest_end_before` gives where no work was launched before.
+NO_END = -(1 << 62)
+
+
+def latest_end_before(launched: np.ndarray, end: np.ndarray, at: np.ndarray,
+                      overwrite: bool = False) -> np.ndarray:
+    """The latest end of work launched before each of ``at``: ``launched``, when each
+    operation was launched (its launching call's row, or its time; in order), ``end`` when it
+    ended; ``at`` in the same terms (calls' rows, or times). :data:`NO_END` where nothing was
+    launched before. ``overwrite``: ``end`` may be overwritten (no copy of it is made). (The
+    fact both the waits here and the replay's waiting calls read.)"""
+    if not len(launched):
+        return np.full(len(at), NO_END, np.int64)
+    latest = np.maximum.accumulate(end, out=end if overwrite else None)
+    k = np.searchsorted(launched, at, side="left") - 1
+    out = latest[np.maximum(k, 0)]
+    out[k < 0] = NO_END
+    return out
+
+
 def left_work_running(calls: pl.DataFrame, gpu: pl.DataFrame, at: np.ndarray,
                       work: tuple[np.ndarray, ...] | None = None) -> np.ndarray:
     """For each of the calls at rows ``at``, whether work its process launched before it (by
@@ -154,8 +174,5 @@ def left_work_running(calls: pl.DataFrame, gpu: pl.DataFrame, at: np.ndarray,
     _, call, end = work if work is not None else _launched_work(gpu)
     c_end = calls["end_ns"].to_numpy()[at] + RETURN_SLACK_NS
     for ops, sel in _by_process(calls, call, at):
-        latest = np.maximum.accumulate(end[ops])  # the latest end launched so far
-        k = np.searchsorted(call[ops], at[sel], side="left") - 1
-        ok = k >= 0
-        out[sel[ok]] = latest[k[ok]] > c_end[sel][ok]
+        out[sel] = latest_end_before(call[ops], end[ops], at[sel]) > c_end[sel]
     return out

@@ -124,3 +124,20 @@ def test_a_stream_sync_beside_another_stream_s_work_waits_for_its_own_stream():
     assert syncs.height == 12 and syncs["left_work_running"].all()
     error = a.timeline.fidelity["error_pct"]
     assert abs(error) < 0.5, error
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_latest_end_before_is_a_walk_over_every_operation(seed):
+    """``latest_end_before``: for each query, the greatest end among operations launched
+    strictly before it (``NO_END`` where none), against a walk over all of them."""
+    from zym.analysis.waits import NO_END, latest_end_before
+
+    rng = np.random.default_rng(seed)
+    launched = np.sort(rng.integers(0, 1_000, 200))
+    end = launched + rng.integers(0, 5_000, 200)
+    at = rng.integers(-10, 1_100, 300)
+    got = latest_end_before(launched, end, at)
+    want = [max((e for t, e in zip(launched, end, strict=True) if t < q), default=NO_END)
+            for q in at]
+    assert got.tolist() == want
+    assert latest_end_before(launched[:0], end[:0], at).tolist() == [NO_END] * len(at)
