@@ -73,7 +73,11 @@ def fix_for(model: dict, relation: str, rows: pl.DataFrame, analysis: Analysis,
     if name == "batch":
         fix = _batch(calls, analysis, model.get("keep", "first"))
         if fix.is_empty() and model.get("alone") == "unblock" and len(calls):
-            return _wait_later(calls, analysis)
+            # every instance has one blocking call already, so there is nothing to batch: the
+            # value is read a step later, once the next step's work is queued
+            return _unblock(calls, analysis, "one wait per call of the enclosing function "
+                            "already: ", " (the value read a step later, after the next "
+                            "step's work is queued)")
         return fix
     if name == "remove" and model.get("work") == "keep":
         return Fix(remove_calls=_idx(calls),
@@ -85,9 +89,7 @@ def fix_for(model: dict, relation: str, rows: pl.DataFrame, analysis: Analysis,
                    describe=f"replayed without these {len(calls):,} calls and the CPU work that "
                             "led to each (the Python and framework time before it)")
     if name == "unblock":
-        waiting = _waiting(calls, analysis)
-        return Fix(unblock_calls=waiting, describe=f"replayed with these {len(waiting):,} "
-                                                   "calls not waiting for the GPU")
+        return _unblock(calls, analysis)
     if name == "pin":
         return _pin(calls, analysis)
     if name == "async":
@@ -109,15 +111,12 @@ def _waiting(calls: np.ndarray, analysis: Analysis) -> np.ndarray:
     return calls[analysis.timeline.waits[calls]] if len(calls) else calls
 
 
-def _wait_later(calls: np.ndarray, analysis: Analysis) -> Fix:
-    """``batch``'s ``alone: unblock``: every instance has one blocking call, so there is
-    nothing to batch; the fix reads the value a step later, once the next step's work is
-    queued (the GPU runs it while the CPU goes on): those calls replayed not waiting."""
+def _unblock(calls: np.ndarray, analysis: Analysis, why: str = "", how: str = "") -> Fix:
+    """The ``unblock`` model (also ``batch``'s ``alone: unblock``): the calls of ``calls``
+    that waited for the GPU replayed not waiting; ``why`` and ``how`` frame its text."""
     waiting = _waiting(calls, analysis)
-    return Fix(unblock_calls=waiting, describe=(
-        f"one wait per call of the enclosing function already: replayed with these "
-        f"{len(waiting):,} calls not waiting for the GPU (the value read a step later, after "
-        "the next step's work is queued)"))
+    return Fix(unblock_calls=waiting, describe=f"{why}replayed with these {len(waiting):,} "
+                                               f"calls not waiting for the GPU{how}")
 
 
 def _idx(s) -> np.ndarray:
