@@ -208,13 +208,14 @@ def spread(extent: tuple[int, int], n: int, fraction: float) -> tuple[tuple[int,
     return tuple((int(t0 + k * part), int(t0 + k * part) + length) for k in range(n))
 
 
-def write_sample(cap: Capture, sample: Sample, out: Path, spans: pl.Series | None = None
-                 ) -> Sample:
+def write_sample(cap: Capture, sample: Sample, out: Path, spans: pl.Series | None = None,
+                 opened_before: bool = True) -> Sample:
     """Copy ``sample``'s slices of ``cap`` into a capture at ``out``, a part of a slice in
     memory at a time (at most a :data:`SLICES`-th of the sample's time, however few and long
     its slices); the sample with its rows counted and its slices' shifts. ``spans``: only
     the spans of these stacks, and no ranges (a first copy to find the steps in:
-    :func:`step_stacks`)."""
+    :func:`step_stacks`). ``opened_before`` False: the first slice without the spans and
+    ranges that start before it (a part of the capture's time, :func:`capture_part`)."""
     counts = dict.fromkeys(SAMPLED_TABLES, 0)
     piece = max(1, sum(b - a for a, b in sample.slices) // SLICES)
     with CaptureWriter(out, cap.meta) as w:
@@ -227,8 +228,9 @@ def write_sample(cap: Capture, sample: Sample, out: Path, spans: pl.Series | Non
             shifts.append(shift)
             end = b + shift  # (its end, or where its last call or GPU operation ends)
             for lo in range(a, b, piece):
-                parts = _slice(cap, lo, min(b, lo + piece), first=k == 0 and lo == a,
-                               by_call=sample.capture_rows["call"] > 0, spans=spans)
+                parts = _slice(cap, lo, min(b, lo + piece), spans=spans,
+                               first=opened_before and k == 0 and lo == a,
+                               by_call=sample.capture_rows["call"] > 0)
                 for table, df in parts.items():
                     if df.height:
                         df = df.with_columns(pl.col("ts_ns") + shift)
@@ -336,6 +338,34 @@ def _slice(cap: Capture, a: int, b: int, by_call: bool = True, first: bool = Fal
             spans.implode())).collect(), "call": calls, "gpu": gpu}
     return {"span": starting("span", since, b).collect(),
             "range": starting("range", since, b).collect(), "call": calls, "gpu": gpu}
+
+
+def capture_part(cap: Capture, spec: str) -> Path:
+    """A temporary capture (removed when the process exits) of the part ``spec`` (``FROM:TO``
+    from the capture's start, as ``--window``) of ``cap``: the calls that start in it with the
+    GPU work they launched, and the spans and ranges that start in it, in the capture's own
+    clock; read a part at a time, so its memory is that of the part, whatever the capture's
+    size (a timeline export of a part: ``zym export --window FROM:TO``)."""
+    from .phases import Phases, parse_window
+
+    got = _row_groups(cap)
+    rows, extent = got if got is not None else _scanned(cap)
+    rows = {t: int(rows.get(t, 0)) for t in SAMPLED_TABLES}
+    clock = extent.get("call") or extent.get("gpu")
+    if clock is None:
+        from zym.schemas.errors import InputError
+
+        raise InputError(f"{display(cap.path)}: no CUDA call nor GPU work to take a part of")
+    whole = (clock[0], clock[1] + 1)
+    t0, t1 = parse_window(spec, Phases(window=whole))
+    part = Sample(0, 0, (t1 - t0) / max(1, whole[1] - whole[0]), ((t0, t1),), rows, {},
+                  extent=whole)
+    folder = Path(tempfile.mkdtemp(prefix="zym-part-"))
+    atexit.register(shutil.rmtree, folder, True)
+    out = folder / "part.parquet"
+    write_sample(cap, part, out, opened_before=False)
+    release_freed_memory(LARGE_ROWS)
+    return out
 
 
 def sampled(cap: Capture, budget: int, progress: Callable[[str], None] | None = None

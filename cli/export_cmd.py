@@ -72,7 +72,8 @@ def export(
                                                 "track (perfetto).")] = True,
     window: Annotated[str, typer.Option("--window", "-w", help=(
         "The part flamegraphs weigh and findings come from: steady, all, FROM:TO or "
-        "steps:A:B (as zym analyze); a Perfetto timeline shows the whole capture."))] = "steady",
+        "steps:A:B (as zym analyze); a Perfetto timeline shows the whole capture, or with "
+        "FROM:TO on a zym capture that part only (read a part at a time: any size)."))] = "steady",
     force: Annotated[bool, typer.Option("--force", help="Overwrite OUTPUT if it exists.")] = False,
     progress: Annotated[bool, typer.Option(help="Show progress on stderr.")] = True,
 ) -> None:
@@ -82,6 +83,7 @@ def export(
 
     Example: zym export trace.parquet --format pprof -o gpu.pb.gz
     """
+    from zym.schemas.io import is_parquet
     from zym.schemas.output import atomic_output, display
 
     from .progress import stage_progress
@@ -94,7 +96,14 @@ def export(
             from zym.analysis.export.perfetto import export_perfetto
             from zym.analysis.export.source import load_export_source
 
-            src = load_export_source(file, say, with_findings=findings, window=window)
+            source = file
+            if _time_range(window) and is_parquet(file):  # that part only, read a part at a time
+                from zym.analysis.budget import capture_part
+                from zym.schemas.io import open_capture
+
+                say("reading the part of the capture")
+                source, window = capture_part(open_capture(file), window), "all"
+            src = load_export_source(source, say, with_findings=findings, window=window)
             say("writing Perfetto trace")
             stats = export_perfetto(src, tmp)
             summary = f"{stats.events:,} events, {stats.bytes / 1e6:.1f} MB"
@@ -119,6 +128,12 @@ def export(
                 summary = f"{n:,} stacks"
                 hint = "open it at https://www.speedscope.app"
     typer.echo(f"wrote {display(out)} ({summary}); {hint}")
+
+
+def _time_range(window: str) -> bool:
+    """Whether ``--window`` names times (``FROM:TO``), not steps nor a phase."""
+    spec = window.strip()
+    return ":" in spec and not spec.startswith("steps:")
 
 
 def register(app: typer.Typer) -> None:

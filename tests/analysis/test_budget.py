@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -553,3 +554,35 @@ def test_cut_slices_lie_in_their_slices_between_step_starts(seed):
     assert cut.cut_at_steps == kept
     total = sum(b - a for a, b in slices)
     assert cut.fraction == pytest.approx(0.3 * sum(b - a for a, b in cut.slices) / total)
+
+
+def test_a_timeline_export_of_a_part_holds_that_part_only(tmp_path):
+    """`zym export --window FROM:TO` of a zym capture: the Perfetto timeline of the calls,
+    spans and ranges that start in that part, with the GPU work of those calls, in the
+    capture's own clock (read from the file a part at a time); counted against the capture's
+    rows read with pyarrow."""
+    from zym.analysis.export.check import check_trace
+
+    path = _with_ranges(_server(tmp_path / "c.parquet", requests=60), tmp_path / "r.parquet")
+    out = tmp_path / "part.pftrace"
+    got = _zym("export", str(path), "--window", "4ms:9ms", "-o", str(out), "--no-progress",
+               code=APP)
+    assert got.returncode == 0, got.stderr
+    rows = pq.read_table(path, columns=["record", "pid", "ts_ns", "correlation_id"]).to_pylist()
+    start = min(r["ts_ns"] for r in rows if r["record"] == "call")
+    t0, t1 = start + 4_000_000, start + 9_000_000
+    calls = {(r["pid"], r["correlation_id"]) for r in rows
+             if r["record"] == "call" and t0 <= r["ts_ns"] < t1}
+    gpu = [r for r in rows if r["record"] == "gpu" and (r["pid"], r["correlation_id"]) in calls]
+    spans = [r for r in rows if r["record"] == "span" and t0 <= r["ts_ns"] < t1]
+    ranges = [r for r in rows if r["record"] == "range" and t0 <= r["ts_ns"] < t1]
+    slices = [s for track in check_trace(out.read_bytes()).slices.values() for s in track]
+    kinds = Counter(s.category for s in slices)
+    assert kinds["cuda_api"] == len(calls) > 0 and kinds["python_function"] == len(spans) > 0
+    assert kinds["kernel"] + kinds["gpu_memcpy"] == len(gpu) > 0
+    assert sum(n for k, n in kinds.items() if "nvtx" in k) == len(ranges) > 0
+    assert min(s.ts_ns for s in slices) >= t0
+    whole = tmp_path / "whole.pftrace"
+    assert _zym("export", str(path), "-o", str(whole), "--no-progress", code=APP).returncode == 0
+    assert Counter(s.category for track in check_trace(whole.read_bytes()).slices.values()
+                   for s in track)["cuda_api"] > len(calls)
