@@ -372,10 +372,11 @@ def parse_window(spec: str, phases: Phases) -> tuple[int, int]:
         raise InputError(f"--window {spec}: use steady, all, FROM:TO (e.g. 1.5s:3s) or "
                          "steps:A:B")
     t0 = lo + _duration(a, spec) if a else lo
-    t1 = lo + _duration(b, spec) if b else hi
+    t1 = min(lo + _duration(b, spec) if b else hi, hi)
     if t1 <= t0:
-        raise InputError(f"--window {spec}: the window is empty")
-    return t0, min(t1, hi)
+        raise InputError(f"--window {spec}: the window is empty (the capture lasts "
+                         f"{(hi - lo) / 1e9:.3f} s)")
+    return t0, t1
 
 
 def _duration(text: str, spec: str) -> int:
