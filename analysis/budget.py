@@ -140,6 +140,17 @@ def fitting_fraction(rows: dict[str, int], budget: int) -> float:
     return lo
 
 
+def rows_and_time(cap: Capture) -> tuple[dict[str, int], tuple[int, int] | None]:
+    """The rows of each sampled table of ``cap`` and the ``[start, end)`` of its calls' starts
+    (else its GPU operations'), from the file's metadata where it can (:func:`_row_groups`);
+    None where it has neither."""
+    got = _row_groups(cap)
+    rows, extent = got if got is not None else _scanned(cap)
+    clock = extent.get("call") or extent.get("gpu")
+    return ({t: int(rows.get(t, 0)) for t in SAMPLED_TABLES},
+            None if clock is None else (int(clock[0]), int(clock[1]) + 1))
+
+
 def _row_groups(cap: Capture) -> tuple[dict[str, int], dict[str, tuple[int, int]]] | None:
     """From the file's metadata alone: rows per table and each table's time extent (its row
     groups' ``ts_ns`` statistics); None where a row group holds several tables or lacks
@@ -184,19 +195,15 @@ def plan(cap: Capture, budget: int) -> Sample | None:
     everything = pl.scan_parquet(cap.path).select(pl.len()).collect().item()  # (the footer's)
     if estimate_bytes({"call": everything}) <= budget:  # fits, whatever its tables
         return None
-    got = _row_groups(cap)
-    rows, extent = got if got is not None else _scanned(cap)
-    rows = {t: int(rows.get(t, 0)) for t in SAMPLED_TABLES}
+    rows, clock = rows_and_time(cap)
     estimate = estimate_bytes(rows)
     if estimate <= budget:
         return None
-    clock = extent.get("call") or extent.get("gpu")
     if clock is None:
         return None  # no calls nor GPU work: nothing to sample by time
     fraction = fitting_fraction(rows, budget)
-    extent = (clock[0], clock[1] + 1)
-    return Sample(budget, estimate, fraction, spread(extent, SLICES, fraction), rows, {},
-                  extent=extent)
+    return Sample(budget, estimate, fraction, spread(clock, SLICES, fraction), rows, {},
+                  extent=clock)
 
 
 def spread(extent: tuple[int, int], n: int, fraction: float) -> tuple[tuple[int, int], ...]:
@@ -348,18 +355,14 @@ def capture_part(cap: Capture, spec: str) -> Path:
     size (a timeline export of a part: ``zym export --window FROM:TO``)."""
     from .phases import Phases, parse_window
 
-    got = _row_groups(cap)
-    rows, extent = got if got is not None else _scanned(cap)
-    rows = {t: int(rows.get(t, 0)) for t in SAMPLED_TABLES}
-    clock = extent.get("call") or extent.get("gpu")
+    rows, clock = rows_and_time(cap)
     if clock is None:
         from zym.schemas.errors import InputError
 
         raise InputError(f"{display(cap.path)}: no CUDA call nor GPU work to take a part of")
-    whole = (clock[0], clock[1] + 1)
-    t0, t1 = parse_window(spec, Phases(window=whole))
-    part = Sample(0, 0, (t1 - t0) / max(1, whole[1] - whole[0]), ((t0, t1),), rows, {},
-                  extent=whole)
+    t0, t1 = parse_window(spec, Phases(window=clock))
+    part = Sample(0, 0, (t1 - t0) / max(1, clock[1] - clock[0]), ((t0, t1),), rows, {},
+                  extent=clock)
     folder = Path(tempfile.mkdtemp(prefix="zym-part-"))
     atexit.register(shutil.rmtree, folder, True)
     out = folder / "part.parquet"

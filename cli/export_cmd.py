@@ -97,12 +97,19 @@ def export(
             from zym.analysis.export.source import load_export_source
 
             source = file
-            if _time_range(window) and is_parquet(file):  # that part only, read a part at a time
-                from zym.analysis.budget import capture_part
+            if is_parquet(file):
                 from zym.schemas.io import open_capture
 
-                say("reading the part of the capture")
-                source, window = capture_part(open_capture(file), window), "all"
+                cap = open_capture(file)
+                if _time_range(window):  # that part only, read a part at a time
+                    from zym.analysis.budget import capture_part
+
+                    say("reading the part of the capture")
+                    source, window = capture_part(cap, window), "all"
+                else:  # one line, not a process killed for memory
+                    from zym.analysis.export.perfetto import check_timeline_fits
+
+                    check_timeline_fits(cap, "export a part of it with --window FROM:TO")
             src = load_export_source(source, say, with_findings=findings, window=window)
             say("writing Perfetto trace")
             stats = export_perfetto(src, tmp)

@@ -47,7 +47,13 @@ def view(
         if not is_perfetto_trace(file):
             from zym.analysis.export.perfetto import export_perfetto
             from zym.analysis.export.source import load_export_source
+            from zym.schemas.io import is_parquet, open_capture
 
+            if is_parquet(file):  # one line, not a process killed for memory
+                from zym.analysis.export.perfetto import check_timeline_fits
+
+                check_timeline_fits(open_capture(file), "export a part of it (zym export FILE "
+                                    "--window FROM:TO -o part.pftrace) and view that")
             with stage_progress(progress) as say:
                 src = load_export_source(file, say, with_findings=findings)
                 say("writing Perfetto trace")

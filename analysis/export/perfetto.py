@@ -56,6 +56,11 @@ from .source import ExportSource
 
 COUNTER = 4  # TrackEvent.TYPE_COUNTER
 CHUNK_EVENTS = 1 << 20  # events encoded and written per step
+# What the export of a capture's whole timeline holds at its peak, a call, GPU operation, span
+# or range of the capture (the bundled trace x60's capture, 8.6 M of them, 17.4 M events in
+# the trace: 3.57 GiB, ~445 B a row with the process; docs/benchmarks.md, thirty-seventh round).
+TIMELINE_ROW_BYTES = 480
+TIMELINE_FIXED_BYTES = 300 << 20
 CATEGORY = {"python": "python_function", "native": "python_function", "torch_op": "cpu_op",
             "nvtx": "nvtx",
             "kernel": "kernel", "copy": "gpu_memcpy", "memset": "gpu_memset", "sync": "cuda_sync"}
@@ -69,6 +74,29 @@ class PerfettoStats:
     bytes: int
     seconds: float
     overlap_tracks: int  # extra tracks opened for work that did not nest
+
+
+def check_timeline_fits(cap, then: str) -> None:
+    """A one-line error where the whole timeline of the zym capture ``cap`` would take more
+    memory than is available now (estimated from its rows, :data:`TIMELINE_ROW_BYTES`): it
+    names the capture's length and ``then``, what to do instead (export a part of it)."""
+    from zym.schemas.errors import InputError
+    from zym.schemas.memory import available_bytes
+    from zym.schemas.output import display
+
+    from ..budget import rows_and_time
+
+    available = available_bytes()
+    rows, clock = rows_and_time(cap)
+    events = sum(rows.values())  # (the capture's rows)
+    need = TIMELINE_FIXED_BYTES + TIMELINE_ROW_BYTES * events
+    if available is None or need <= available:
+        return
+    lasts = f" (it lasts {(clock[1] - clock[0]) / 1e9:.1f} s)" if clock else ""
+    raise InputError(f"{display(cap.path)}: its whole timeline ({events:,} calls, GPU operations, "
+                     f"spans and ranges) would take "
+                     f"~{need / 1e9:.1f} GB, more than the {available / 1e9:.1f} GB available: "
+                     f"{then}{lasts}")
 
 
 def export_perfetto(src: ExportSource, out: str | Path, chunk_events: int = CHUNK_EVENTS

@@ -135,3 +135,32 @@ def test_busy_port_is_a_clear_error(sample_pftrace):
     with TraceServer(sample_pftrace, port=0) as first, \
             pytest.raises(InputError, match="cannot listen on 127.0.0.1"):
         TraceServer(sample_pftrace, port=first.port)
+
+
+def test_a_timeline_too_large_for_memory_is_one_line_not_a_killed_process(sample_capture,
+                                                                          tmp_path,
+                                                                          monkeypatch):
+    """Where a zym capture's whole timeline would take more memory than is available (its
+    rows at TIMELINE_ROW_BYTES each, here with less memory made available than the sample
+    needs), export and view refuse with one line that says how to export a part; a part
+    exports."""
+    from zym.analysis.export import perfetto
+    from zym.schemas import memory
+    from zym.schemas.io import open_capture
+
+    cap = open_capture(sample_capture)
+    rows = sum(cap.rows(t) for t in ("call", "gpu", "span", "range"))
+    need = perfetto.TIMELINE_FIXED_BYTES + perfetto.TIMELINE_ROW_BYTES * rows
+    monkeypatch.setattr(memory, "available_bytes", lambda: need - 1)
+    out = tmp_path / "t.pftrace"
+    got = run("export", str(sample_capture), "-o", str(out))
+    assert got.exit_code == 2 and not out.exists()
+    line = got.stderr.strip()
+    assert "\n" not in line and f"({rows:,} calls, GPU operations, spans and ranges)" in line
+    assert "--window FROM:TO" in line and "it lasts" in line
+    viewed = run("view", str(sample_capture), "--no-browser")
+    assert viewed.exit_code == 2 and "zym export FILE --window FROM:TO" in viewed.stderr
+    part = run("export", str(sample_capture), "--window", "100ms:200ms", "-o", str(out))
+    assert part.exit_code == 0 and out.exists()
+    monkeypatch.setattr(memory, "available_bytes", lambda: need)  # it fits: exported whole
+    assert run("export", str(sample_capture), "-o", str(out), "--force").exit_code == 0
