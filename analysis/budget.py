@@ -31,10 +31,8 @@ size.
 """
 from __future__ import annotations
 
-import atexit
 import re
 import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -45,7 +43,7 @@ import polars as pl
 from zym.schemas.errors import OutputError
 from zym.schemas.io import Capture, CaptureWriter
 from zym.schemas.memory import LARGE_ROWS, release_freed_memory
-from zym.schemas.output import display
+from zym.schemas.output import display, process_temp_folder
 
 if TYPE_CHECKING:
     from .phases import Steps
@@ -192,7 +190,7 @@ def _scanned(cap: Capture) -> tuple[dict[str, int], dict[str, tuple[int, int]]]:
 
 def plan(cap: Capture, budget: int) -> Sample | None:
     """The sample of ``cap`` that fits ``budget`` bytes, or None where the whole fits."""
-    everything = pl.scan_parquet(cap.path).select(pl.len()).collect().item()  # (the footer's)
+    everything = cap.file_rows()
     if estimate_bytes({"call": everything}) <= budget:  # fits, whatever its tables
         return None
     rows, clock = rows_and_time(cap)
@@ -363,12 +361,25 @@ def capture_part(cap: Capture, spec: str) -> Path:
     t0, t1 = parse_window(spec, Phases(window=clock))
     part = Sample(0, 0, (t1 - t0) / max(1, clock[1] - clock[0]), ((t0, t1),), rows, {},
                   extent=clock)
-    folder = Path(tempfile.mkdtemp(prefix="zym-part-"))
-    atexit.register(shutil.rmtree, folder, True)
+    folder = process_temp_folder("zym-part-")
     out = folder / "part.parquet"
-    write_sample(cap, part, out, opened_before=False)
+    try:
+        write_sample(cap, part, out, opened_before=False)
+    except OutputError as e:
+        raise _unwritable(cap, folder, e, "its part") from None
     release_freed_memory(LARGE_ROWS)
     return out
+
+
+def _unwritable(cap: Capture, folder: Path, e: OutputError, what: str) -> OutputError:
+    """The one line for a copy of ``cap`` that cannot be written in the temporary ``folder``
+    (the writer's names a temporary file the user never saw), the folder removed."""
+    shutil.rmtree(folder, True)
+    said = re.search(r"cannot write \((.*?)\);", str(e))
+    why = said[1] if said else str(e)
+    return OutputError(f"{display(cap.path)}: {what} cannot be written in "
+                       f"{display(folder.parent)} ({why}): free space there, set TMPDIR, or give "
+                       "a larger --memory-budget")
 
 
 def sampled(cap: Capture, budget: int, progress: Callable[[str], None] | None = None
@@ -380,8 +391,7 @@ def sampled(cap: Capture, budget: int, progress: Callable[[str], None] | None = 
         return None
     if progress:
         progress(f"sampling {sample.fraction:.1%} of the capture (memory budget)")
-    folder = Path(tempfile.mkdtemp(prefix="zym-sample-"))
-    atexit.register(shutil.rmtree, folder, True)
+    folder = process_temp_folder("zym-sample-")
     out = folder / "sample.parquet"
     try:
         # The steps are found in a first copy (of the spans, only those they are found from:
@@ -403,12 +413,7 @@ def sampled(cap: Capture, budget: int, progress: Callable[[str], None] | None = 
             sample = cut if cut.cut_at_steps else sample
         if partial or sample is not first:
             sample = write_sample(cap, sample, out)
-    except OutputError as e:  # (the writer's one line names a temporary file the user never saw)
-        shutil.rmtree(folder, True)
-        found = re.search(r"cannot write \((.*?)\);", str(e))
-        why = found[1] if found else str(e)
-        raise OutputError(f"{display(cap.path)}: its sample for the memory budget cannot be "
-                          f"written in {display(folder.parent)} ({why}): free space there, "
-                          "set TMPDIR, or give a larger --memory-budget") from None
+    except OutputError as e:
+        raise _unwritable(cap, folder, e, "its sample for the memory budget") from None
     release_freed_memory(LARGE_ROWS)  # the slices' columns: not counted again at the peak
     return out, replace(sample, path=out)

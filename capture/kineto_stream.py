@@ -34,7 +34,6 @@ imports it this way into a temporary capture, and analyses that.
 """
 from __future__ import annotations
 
-import atexit
 import os
 import re
 import shutil
@@ -49,7 +48,13 @@ from zym.schemas.errors import InputError
 from zym.schemas.io import CaptureWriter, write_capture
 from zym.schemas.memory import release_freed_memory, reset_peak, resident_mb
 from zym.schemas.meta import CaptureMeta
-from zym.schemas.output import check_target, display, terminate_as_exception, write_error
+from zym.schemas.output import (
+    check_target,
+    display,
+    process_temp_folder,
+    terminate_as_exception,
+    write_error,
+)
 from zym.schemas.validate import check_tables
 
 from .kineto import (
@@ -506,8 +511,7 @@ def load_or_import(path: str | Path, progress: Progress | None = None,
         if not isinstance(got, _SpillingAccumulator):
             return got
         try:
-            folder = Path(tempfile.mkdtemp(prefix="zym-analyze-"))
-            atexit.register(shutil.rmtree, folder, True)
+            folder = process_temp_folder("zym-analyze-")
             return _write_windows(got, path, folder / "capture.parquet", say,
                                   DEFAULT_BUDGET if budget is None else budget, True)
         finally:

@@ -263,6 +263,10 @@ class Capture:
         except (pl.exceptions.PolarsError, OSError) as e:
             raise self.unreadable(table, e) from e
 
+    def file_rows(self) -> int:
+        """How many rows the file holds, every table together (its footer's count alone)."""
+        return int(pl.scan_parquet(self.path).select(pl.len()).collect().item())
+
     def rows(self, table: str) -> int:
         """How many rows ``table`` has (only the file's ``record`` column read)."""
         return int(self._extent(table)[2])

@@ -47,6 +47,18 @@ def display(path: str | os.PathLike) -> str:
     return printable(raw.decode("utf-8", "backslashreplace"))
 
 
+def process_temp_folder(prefix: str) -> Path:
+    """A new folder in ``$TMPDIR`` for this process's own temporary files (a capture imported or
+    sampled for one analysis), removed with what it holds when the process exits."""
+    import atexit
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
+
+
 def temp_name(target: Path) -> str:
     """The temporary file for ``target``: short (any target name fits NAME_MAX) and tied to the
     target by a hash of its name, so writers of one output find each other's."""
