@@ -366,20 +366,22 @@ def capture_part(cap: Capture, spec: str) -> Path:
     try:
         write_sample(cap, part, out, opened_before=False)
     except OutputError as e:
-        raise _unwritable(cap, folder, e, "its part") from None
+        raise _unwritable(cap, folder, e, "its part", "export a shorter one") from None
     release_freed_memory(LARGE_ROWS)
     return out
 
 
-def _unwritable(cap: Capture, folder: Path, e: OutputError, what: str) -> OutputError:
+def _unwritable(cap: Capture, folder: Path, e: OutputError, what: str, smaller: str
+                ) -> OutputError:
     """The one line for a copy of ``cap`` that cannot be written in the temporary ``folder``
-    (the writer's names a temporary file the user never saw), the folder removed."""
+    (the writer's names a temporary file the user never saw), the folder removed; ``smaller``:
+    how to ask for a smaller copy."""
     shutil.rmtree(folder, True)
     said = re.search(r"cannot write \((.*?)\);", str(e))
     why = said[1] if said else str(e)
     return OutputError(f"{display(cap.path)}: {what} cannot be written in "
-                       f"{display(folder.parent)} ({why}): free space there, set TMPDIR, or give "
-                       "a larger --memory-budget")
+                       f"{display(folder.parent)} ({why}): free space there, set TMPDIR, or "
+                       f"{smaller}")
 
 
 def sampled(cap: Capture, budget: int, progress: Callable[[str], None] | None = None
@@ -414,6 +416,7 @@ def sampled(cap: Capture, budget: int, progress: Callable[[str], None] | None = 
         if partial or sample is not first:
             sample = write_sample(cap, sample, out)
     except OutputError as e:
-        raise _unwritable(cap, folder, e, "its sample for the memory budget") from None
+        raise _unwritable(cap, folder, e, "its sample for the memory budget",
+                          "give a larger --memory-budget") from None
     release_freed_memory(LARGE_ROWS)  # the slices' columns: not counted again at the peak
     return out, replace(sample, path=out)

@@ -494,6 +494,7 @@ def test_a_part_that_cannot_be_written_is_one_line_and_leaves_nothing(tmp_path, 
     message = str(got.value)
     assert "\n" not in message and str(path) in message and str(folder) in message
     assert "its part cannot be written" in message and "part.parquet" not in message
+    assert "export a shorter one" in message and "--memory-budget" not in message
     assert not list(folder.iterdir())
 
 
