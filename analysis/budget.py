@@ -34,14 +34,14 @@ from __future__ import annotations
 import re
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
 from zym.schemas.errors import OutputError
-from zym.schemas.io import Capture, CaptureWriter
+from zym.schemas.io import Capture, CaptureWriter, open_capture
 from zym.schemas.memory import LARGE_ROWS, release_freed_memory
 from zym.schemas.output import display, process_temp_folder
 
@@ -95,6 +95,10 @@ class Sample:
     shifts: tuple[int, ...] = ()  # per slice, added to its times in the sample (once written)
     cut_at_steps: int = 0  # slices cut at the starts of the capture's steps (:func:`at_steps`)
     path: Path | None = None  # the sample's capture (a temporary file, once written)
+    # per stack, the calls that sync or copy, in the capture and in its sample
+    # (:func:`zym.analysis.census.sync_copy_census`; once written)
+    census: pl.DataFrame | None = field(default=None, compare=False, repr=False)
+    held: pl.DataFrame | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict:
         return {"budget_bytes": self.budget, "estimated_bytes": self.estimate,
@@ -419,4 +423,9 @@ def sampled(cap: Capture, budget: int, progress: Callable[[str], None] | None = 
         raise _unwritable(cap, folder, e, "its sample for the memory budget",
                           "give a larger --memory-budget") from None
     release_freed_memory(LARGE_ROWS)  # the slices' columns: not counted again at the peak
-    return out, replace(sample, path=out)
+    # every line that syncs or copies, also those outside the slices (the report names them)
+    from .census import sync_copy_census
+
+    census, held = sync_copy_census(cap), sync_copy_census(open_capture(out))
+    release_freed_memory(LARGE_ROWS)
+    return out, replace(sample, path=out, census=census, held=held)

@@ -141,7 +141,7 @@ def profile_of(analysis: Analysis, findings: list[dict] | None = None) -> Profil
         unit_count=len(starts), window_ns=int(analysis.facts.window_ns), steps_function=step_fn,
         sites=sites, kernels=kernels, units=units,
         findings=_findings_with_sites(findings or [], facts.sites),
-        sample=analysis.sample.to_dict() if analysis.sample is not None else None)
+        sample=analysis.sample_facts())
 
 
 def _moments(df: pl.LazyFrame, keys: list[str], measures: list[str]) -> pl.LazyFrame:

@@ -72,6 +72,21 @@ class Analysis:
         (:class:`zym.analysis.budget.Sample`), or None: the whole capture."""
         return self.whole.data.sample
 
+    def sample_facts(self) -> dict | None:
+        """How the capture was sampled (:meth:`zym.analysis.budget.Sample.to_dict`) and, in
+        ``sync_copy_lines``, the capture's lines that sync or copy: how many, how many its
+        sample holds, and those outside it with the whole capture's counts
+        (:func:`zym.analysis.census.lines_outside`); None: the whole capture."""
+        sample = self.sample
+        if sample is None:
+            return None
+        facts = sample.to_dict()
+        if sample.census is not None and sample.held is not None:
+            from .census import lines_outside
+
+            facts["sync_copy_lines"] = lines_outside(self.whole, sample.census, sample.held)
+        return facts
+
     @property
     def utilization(self) -> dict:
         """The window and each GPU's busy and idle time within it."""
@@ -141,7 +156,8 @@ class Analysis:
         if top is not None:
             by_gpu, by_blocked, kernels = by_gpu.head(top), by_blocked.head(top), kernels[:top]
         ops = self._gpu_ops_by_path()
-        sampled = {"sample": self.sample.to_dict()} if self.sample is not None else {}
+        sample = self.sample_facts()
+        sampled = {"sample": sample} if sample is not None else {}
         return sampled | {
             "capture": self.capture_facts(),
             "phases": self.phase_facts(),

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.text import Text
 from zym.analysis.export.summary import (
     capture_sample_line,
+    outside_sample_line,
     phase_line,
     plural,
     rest_line,
@@ -64,6 +65,8 @@ def render_summary(report: dict, console: Console) -> None:
           + f" · {who}", 4, "  ")
     if report.get("sample"):
         _wrap(console, capture_sample_line(report["sample"]), 4, "  ", style="bold yellow")
+        if outside := outside_sample_line(report["sample"]):
+            _wrap(console, outside, 4, "  ", style="yellow")
     _wrap(console, phase_line(ph), 4, "  ")
     ops = (f"{cap['gpu_ops']:,} GPU ops ({cap['kernels']:,} kernels, {cap['copies']:,} copies, "
            f"{cap['memsets']:,} memsets)")
@@ -329,6 +332,8 @@ def render_markdown(report: dict, top: int | None = None) -> str:
            "", _md(phase_line(ph)), ""]
     if report.get("sample"):
         out[-1:-1] = ["", f"**{_md(capture_sample_line(report['sample']))}**"]
+        if outside := outside_sample_line(report["sample"]):
+            out[-1:-1] = ["", _md(outside)]
     findings = report.get("findings", [])
     shown = findings if top is None else findings[:top]
     together = report.get("fixes_together") or {}

@@ -83,7 +83,13 @@ def _summary_html(d: dict) -> str:
     gpus = ", ".join(f"GPU {x.get('id')}: {x.get('name')}" for x in c.get("gpus") or []) or "—"
     busy = "; ".join(f"GPU {x['device_id']} busy {x['busy_pct']:.1f}% ({_ms(x['busy_ns'])}), "
                      f"idle {_ms(x['idle_ns'])}" for x in g.get("devices", [])) or "no GPU work"
-    from .summary import capture_sample_line, phase_line, rest_line, sample_line
+    from .summary import (
+        capture_sample_line,
+        outside_sample_line,
+        phase_line,
+        rest_line,
+        sample_line,
+    )
 
     together = d.get("fixes_together") or {}
     saving = ("—" if together.get("saving_ns") is None else
@@ -102,6 +108,8 @@ def _summary_html(d: dict) -> str:
             ("All fixes together save", saving)]
     if d.get("sample"):  # a capture too large for the memory budget: said first
         rows.insert(1, ("Sampled", capture_sample_line(d["sample"])))
+        if outside := outside_sample_line(d["sample"]):
+            rows.insert(2, ("Outside the sample", outside))
     sample = (d.get("replay") or {}).get("sample")
     if sample:
         rows.append(("Fixes replayed on", sample_line(sample)))

@@ -67,6 +67,26 @@ def capture_sample_line(sample: dict) -> str:
             "the sample's (--memory-budget SIZE to widen it)")
 
 
+def outside_sample_line(sample: dict, shown: int = 3) -> str | None:
+    """The lines that sync or copy in a sampled capture but not in its sample, the costliest
+    ``shown`` by name, with the whole capture's counts (the report's
+    ``sample.sync_copy_lines``); None where the sample holds every such line."""
+    lines = (sample.get("sync_copy_lines") or {}).get("outside") or []
+    if not lines:
+        return None
+
+    def counts(line: dict) -> str:
+        return "; ".join(f"{line[n]:,} {one if line[n] == 1 else n}, {fmt_ns(line[ns])}"
+                         for n, ns, one in (("syncs", "sync_ns", "sync"),
+                                            ("copies", "copy_ns", "copy")) if line[n])
+
+    named = ", ".join(f"{line['site']} ({counts(line)})" for line in lines[:shown])
+    more = f", and {len(lines) - shown:,} more" if len(lines) > shown else ""
+    return (f"the capture has {plural(len(lines), 'line')} that "
+            f"{'syncs or copies' if len(lines) == 1 else 'sync or copy'} outside the sample (in "
+            f"no figure below; the whole capture's counts): {named}{more}")
+
+
 def _cut(sample: dict) -> str:
     """How many of a sample's slices were cut at the starts of steps (none: nothing said)."""
     n, cut = len(sample["slices"]), sample.get("slices_cut_at_steps", 0)

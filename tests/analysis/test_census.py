@@ -1,0 +1,159 @@
+"""A sampled analysis names every line of the capture that syncs or copies, also those outside
+its slices (``zym.analysis.census``), with the whole capture's counts."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from console import console
+from zym.analysis import analyze
+from zym.analysis import budget as B
+from zym.rules.testing import CaptureBuilder
+from zym.schemas.io import open_capture, write_capture
+from zym.schemas.meta import CaptureMeta
+
+BATCH = [("python", "serve", "srv.py", 5), ("python", "handle_batch", "srv.py", 30)]
+REQUESTS = 240
+# request 1 lies in the first slice; request 111 at 0.7 of the fourth of eight equal parts,
+# past the slice at its start (30% of the part), and a cut at the steps only shortens a slice
+RARE = (1, 111)
+
+
+def _server(path: Path) -> Path:
+    """A decode server whose requests all read a scalar back at srv.py:41, and two of them
+    also copy a tensor to the host at a line of their own (``log<request>``)."""
+    b = CaptureBuilder()
+    for r in range(REQUESTS):
+        with b.enclosing(BATCH):
+            for _ in range(6):
+                b.kernel(BATCH + [("python", "forward", "model.py", 12),
+                                  ("torch_op", "aten::mm")], "gemm", gpu_us=40)
+            b.scalar_readback(BATCH + [("python", "decode", "srv.py", 41)])
+            if r in RARE:
+                b.copy(BATCH + [("python", f"log{r}", "srv.py", 90 + r)], "DtoH", nbytes=4096)
+            b.tick(30)
+        b.tick(60)
+    return b.write(path)
+
+
+def _raw_lines(path: Path) -> dict[str, dict]:
+    """Per user function at the leaf of a call's Python frames, read with pyarrow (not zym's
+    reader nor its stack walk): calls by API name with their summed durations, and the times
+    the calls start."""
+    rows = pq.read_table(path, columns=["record", "frame_id", "kind", "name", "stack_id",
+                                        "parent_id", "ts_ns", "dur_ns"]).to_pylist()
+    frames = {r["frame_id"]: r for r in rows if r["record"] == "frame"}
+    stacks = {r["stack_id"]: r for r in rows if r["record"] == "stack"}
+
+    def user_function(stack_id):
+        found, node = None, stacks.get(stack_id)
+        while node is not None:  # leaf to root: the innermost Python frame wins
+            frame = frames[node["frame_id"]]
+            if found is None and frame["kind"] == "python":
+                found = frame["name"]
+            node = stacks.get(node["parent_id"])
+        return found
+
+    out: dict[str, dict] = {}
+    for r in rows:
+        if r["record"] == "call":
+            line = out.setdefault(user_function(r["stack_id"]),
+                                  {"calls": Counter(), "ns": Counter(), "ts": []})
+            line["calls"][r["name"]] += 1
+            line["ns"][r["name"]] += r["dur_ns"]
+            line["ts"].append(r["ts_ns"])
+    return out
+
+
+def test_a_sampled_analysis_names_the_lines_outside_its_sample(tmp_path):
+    path = _server(tmp_path / "c.parquet")
+    cap = open_capture(path)
+    rows = {t: cap.rows(t) for t in B.SAMPLED_TABLES}
+    a = analyze(path, budget=B.estimate_bytes({t: n * 0.3 for t, n in rows.items()}))
+    assert a.sample is not None
+    raw = _raw_lines(path)
+    slices = a.sample.slices
+
+    def inside(ts):
+        return any(lo <= t < hi for t in ts for lo, hi in slices)
+
+    # the premise: one rare line's calls lie in a slice, the other's in none
+    assert inside(raw["log1"]["ts"]) and not inside(raw["log111"]["ts"])
+    lines = a.sample_facts()["sync_copy_lines"]
+    # three lines sync or copy (the scalar read-back's and the two rare ones); the sample
+    # holds two of them
+    assert (lines["capture"], lines["sample"]) == (3, 2)
+    (out,) = lines["outside"]
+    assert (out["site"], out["file"], out["line"], out["function"]) == (
+        "srv.py:201 log111", "srv.py", 201, "log111")
+    calls, ns = raw["log111"]["calls"], raw["log111"]["ns"]
+    assert calls == Counter({"cudaMemcpyAsync": 1, "cudaStreamSynchronize": 1})
+    assert (out["copies"], out["copy_ns"]) == (1, ns["cudaMemcpyAsync"])
+    assert (out["syncs"], out["sync_ns"]) == (1, ns["cudaStreamSynchronize"])
+    # the whole capture's analysis has no such section; its own findings name the line
+    whole = analyze(path)
+    assert whole.sample_facts() is None and "sample" not in whole.to_dict()
+
+
+def test_every_output_names_the_lines_outside_the_sample(tmp_path):
+    path = _server(tmp_path / "c.parquet")
+    raw = _raw_lines(path)
+    args = ("analyze", str(path), "--memory-budget", "1K", "--no-progress")
+    report = json.loads(console((), *args, "--format", "json").stdout)
+    lines = report["sample"]["sync_copy_lines"]
+    # a sample of a thousandth of the time holds none of them: every one is named, the
+    # costliest first, with the capture's counts
+    assert lines["sample"] == 0 and lines["capture"] == 3
+    assert [x["function"] for x in lines["outside"]] == ["decode", "log111", "log1"]
+    decode = lines["outside"][0]
+    assert decode["syncs"] == raw["decode"]["calls"]["cudaStreamSynchronize"] == REQUESTS
+    assert decode["copies"] == raw["decode"]["calls"]["cudaMemcpyAsync"] == REQUESTS
+    assert decode["sync_ns"] == raw["decode"]["ns"]["cudaStreamSynchronize"]
+    text = " ".join(console((), *args).stdout.split())
+    assert ("the capture has 3 lines that sync or copy outside the sample (in no figure below; "
+            "the whole capture's counts): srv.py:41 decode (240 syncs, ") in text
+    assert "srv.py:201 log111 (1 sync, 2 µs; 1 copy, 4 µs)" in text
+    md = console((), *args, "-f", "markdown").stdout
+    assert "srv\\.py:201 log111 \\(1 sync, 2 µs; 1 copy, 4 µs\\)" in md
+    page = tmp_path / "r.html"
+    got = console((), "report", str(path), "--memory-budget", "1K", "-o", str(page), "--no-progress")
+    assert got.returncode == 0, got.stderr
+    assert "<th>Outside the sample</th><td>the capture has 3 lines" in page.read_text()
+    # the whole capture: nothing said
+    assert "outside the sample" not in console((), "analyze", str(path), "--no-progress").stdout
+
+
+@pytest.mark.parametrize("shown", [1, 3])
+def test_the_line_names_the_costliest_and_counts_the_rest(shown):
+    from zym.analysis.export.summary import outside_sample_line
+
+    def line(name, syncs, copies):
+        return {"site": name, "syncs": syncs, "sync_ns": 1000 * syncs, "copies": copies,
+                "copy_ns": 2000 * copies}
+
+    sample = {"sync_copy_lines": {"capture": 4, "sample": 1, "outside": [
+        line("a.py:1 f", 2, 0), line("b.py:2 g", 0, 1), line("c.py:3 h", 1, 3)]}}
+    said = outside_sample_line(sample, shown)
+    assert said.startswith("the capture has 3 lines that sync or copy outside the sample")
+    assert "a.py:1 f (2 syncs, 2 µs)" in said
+    assert ("b.py:2 g (1 copy, 2 µs)" in said) == (shown == 3)
+    assert said.endswith(", and 2 more") == (shown == 1)
+    assert outside_sample_line({"sync_copy_lines": {"capture": 1, "sample": 1,
+                                                    "outside": []}}) is None
+    assert outside_sample_line({}) is None
+
+
+def test_a_capture_without_calls_has_no_line_to_name(tmp_path):
+    b = CaptureBuilder()
+    for _ in range(300):
+        b.kernel(BATCH, "gemm", gpu_us=40)
+        b.tick(20)
+    t = b.tables()
+    path = write_capture(tmp_path / "gpu.parquet", t | {"call": t["call"].clear()},
+                         CaptureMeta(producer="test"))
+    a = analyze(path, budget=B.estimate_bytes({"gpu": 300 * 0.25}))
+    assert a.sample is not None
+    assert a.sample_facts()["sync_copy_lines"] == {"capture": 0, "sample": 0, "outside": []}
