@@ -45,6 +45,19 @@ def sync_copy_census(cap: Capture) -> pl.DataFrame:
             .with_columns(pl.col(c).cast(pl.Int64) for c in COUNTS).sort("stack_id"))
 
 
+def launch_census(cap: Capture) -> pl.DataFrame:
+    """Per kernel and grid (``name``, ``grid_x``, ``grid_y``, ``grid_z``) of ``cap``'s GPU
+    operations, how many times the capture ran it (``launches``), in one streaming pass over
+    five columns: whether a step that a sample holds once repeats elsewhere in the capture
+    (:func:`zym.rules.savings.repeating_steps`)."""
+    return (cap.scan("gpu", codes=("name", "kind"))
+            .select("name", "kind", "grid_x", "grid_y", "grid_z")
+            .filter(pl.col("kind") == "kernel")
+            .group_by("name", "grid_x", "grid_y", "grid_z").agg(pl.len().alias("launches"))
+            .collect(engine="streaming")
+            .with_columns(pl.col("name").cast(pl.String), pl.col("launches").cast(pl.Int64)))
+
+
 def by_line(facts: Facts, census: pl.DataFrame) -> pl.DataFrame:
     """``census`` per line (``site``: ``file:line function`` of the stack's user frame, as the
     analysis labels it), with the line's ``file``, ``line`` and ``function``; the costliest

@@ -43,6 +43,8 @@ from zym.analysis.replay import Fix, sorted_unique
 from zym.schemas.lookup import first_row_of
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from zym.analysis import Analysis
 
 MODELS = ("batch", "remove", "unblock", "pin", "async", "speedup", "shorten-gaps", "cuda-graph",
@@ -399,7 +401,8 @@ def _cuda_graph(relation: str, rows: pl.DataFrame, analysis: Analysis) -> Fix | 
                          "then capture again")
     rel = analysis.relations
     c = analysis.facts.calls.with_columns(rel.call_steps())
-    steps = repeating_steps(c, analysis.facts.gpu, set(rows["step"].drop_nulls().to_list()))
+    steps = repeating_steps(c, analysis.facts.gpu, set(rows["step"].drop_nulls().to_list()),
+                            lambda: analysis.capture_launches)
     if not steps:
         raise NoEstimate("no two steps launch the same kernels with the same grids (shapes "
                          "change from step to step); a CUDA graph needs fixed shapes first")
@@ -429,13 +432,23 @@ def _cuda_graph(relation: str, rows: pl.DataFrame, analysis: Analysis) -> Fix | 
                    f"({where}) and {GRAPH_NODE_NS:g} ns of GPU between its kernels"))
 
 
-def repeating_steps(calls: pl.DataFrame, gpu: pl.DataFrame, steps: set[int]) -> set[int]:
+def repeating_steps(calls: pl.DataFrame, gpu: pl.DataFrame, steps: set[int],
+                    capture: Callable[[], pl.DataFrame | None] | None = None) -> set[int]:
     """The steps among ``steps`` whose launches repeat another step's exactly (same kernels
     and grids, in order): what a CUDA graph captured once can replay. Steps whose shapes
     change from step to step launch other grids and are left out. Not the call sites: a
     profiler's stacks of one code path differ now and then (torch.profiler dropped a
     ``forward`` frame in 18 of the H200 sidecar trace's 24 identical steps, which left them
-    out and the graph's saving at a third of the measured one)."""
+    out and the graph's saving at a third of the measured one).
+
+    ``capture``: where the analysis is of a sample of a capture (:mod:`zym.analysis.budget`),
+    the whole capture's launches per kernel and grid
+    (:attr:`zym.analysis.report.Analysis.capture_launches`), asked for only where some step's
+    launches are not repeated in the sample: a step the sample holds once may repeat outside
+    it (a sample of a tenth of a trace whose batch sizes vary holds most sizes once, and
+    replayed as a graph only a third of the steps the whole capture does). Such a step counts
+    as repeating where the capture runs each of its kernels with its grid at least twice as
+    often as the step does (:func:`_repeat_elsewhere`)."""
     c = calls.select("call_idx", "step", "kind").filter(
         pl.col("step").is_in(list(steps)) & (pl.col("kind") == "launch"))
     if c.height == 0:
@@ -455,7 +468,32 @@ def repeating_steps(calls: pl.DataFrame, gpu: pl.DataFrame, steps: set[int]) -> 
            .group_by("step", maintain_order=True).agg("launch")
            .select("step", pl.col("launch").hash().alias("sig")))
     counts = sig.group_by("sig").len()
-    return set(sig.join(counts.filter(pl.col("len") >= 2), on="sig")["step"].to_list())
+    repeated = set(sig.join(counts.filter(pl.col("len") >= 2), on="sig")["step"].to_list())
+    once = set(sig["step"].to_list()) - repeated
+    if not once or capture is None or (whole := capture()) is None:
+        return repeated
+    at = first_row_of(work["call_idx"], c["call_idx"])
+    launched = c.select("step").hstack(work.select(
+        pl.col("name").cast(pl.String), "grid_x", "grid_y", "grid_z")[at])
+    return repeated | _repeat_elsewhere(launched.filter(pl.col("step").is_in(list(once))),
+                                        whole)
+
+
+def _repeat_elsewhere(launched: pl.DataFrame, capture: pl.DataFrame) -> set[int]:
+    """The steps of ``launched`` (a step's launches: ``step``, and the kernel's ``name`` and
+    grid) each of whose kernels, with its grid, ``capture`` (per kernel and grid, its
+    ``launches``) ran at least twice as often as the step did: room for another step that
+    launches the same (a necessary condition for a repeat, checked without the capture's
+    steps). A launch without its kernel (no GPU side) does not count against its step."""
+    key = ["name", "grid_x", "grid_y", "grid_z"]
+    grids = [pl.col(k).cast(pl.Int64) for k in key[1:]]
+    per = (launched.filter(pl.col("name").is_not_null()).with_columns(grids)
+           .group_by("step", *key).len()
+           .join(capture.with_columns(grids), on=key, how="left", nulls_equal=True)
+           .group_by("step").agg((pl.col("launches").fill_null(0) >= 2 * pl.col("len")).all()
+                                 .alias("room")))
+    steps = set(launched["step"].unique().to_list())
+    return steps - set(per.filter(~pl.col("room"))["step"].to_list())
 
 
 def _graph_launch_cost(analysis: Analysis) -> tuple[int, int, str]:

@@ -3,6 +3,7 @@ its slices (``zym.analysis.census``), with the whole capture's counts."""
 from __future__ import annotations
 
 import json
+import random
 from collections import Counter
 from pathlib import Path
 
@@ -157,3 +158,51 @@ def test_a_capture_without_calls_has_no_line_to_name(tmp_path):
     a = analyze(path, budget=B.estimate_bytes({"gpu": 300 * 0.25}))
     assert a.sample is not None
     assert a.sample_facts()["sync_copy_lines"] == {"capture": 0, "sample": 0, "outside": []}
+
+
+def _varied_shapes(path: Path, steps: int = 240, repeats: int = 4) -> Path:
+    """A launch-bound server whose batch shape varies: each of ``steps / repeats`` grids is
+    launched by ``repeats`` steps, in a shuffled order, and every tenth step has a shape of its
+    own (a grid no other step launches)."""
+    grids = [1 + i // repeats for i in range(steps)]
+    random.Random(0).shuffle(grids)
+    b = CaptureBuilder()
+    for i in range(steps):
+        grid = 1000 + i if i % 10 == 5 else grids[i]
+        with b.enclosing(BATCH):
+            for _ in range(24):
+                b.kernel(BATCH + [("python", "forward", "model.py", 12)], "gemm", gpu_us=2,
+                         grid=grid)
+            b.scalar_readback(BATCH + [("python", "decode", "srv.py", 41)])
+        b.tick(20)
+    return b.write(path)
+
+
+def _graph_share(analysis) -> float:
+    from zym.rules import evaluate, load_packs
+
+    (f,) = [f for f in evaluate(analysis, load_packs(()), ())
+            if f.rule_id == "compute.launch-bound-step"]
+    return f.saving_ns / analysis.facts.window_ns
+
+
+def test_a_samples_graph_estimate_counts_the_shapes_the_capture_repeats(tmp_path, monkeypatch):
+    """A sample holds most of the capture's shapes once; the CUDA-graph estimate replays a step
+    as a graph where the whole capture repeats its shape (its kernels' grids run at least
+    twice as often as in the step), not only where the sample does: the sample's share of the
+    window saved is the whole's, where counting repeats in the sample alone gave much less."""
+    from zym.analysis.report import Analysis
+
+    path = _varied_shapes(tmp_path / "c.parquet")
+    cap = open_capture(path)
+    rows = {t: cap.rows(t) for t in B.SAMPLED_TABLES}
+    budget = B.estimate_bytes({t: n * 0.3 for t, n in rows.items()})
+    whole = _graph_share(analyze(path))
+    sampled = analyze(path, budget=budget)
+    assert sampled.sample is not None and sampled.phases.steps.count >= 40
+    assert _graph_share(sampled) == pytest.approx(whole, rel=0.1)
+    # the shapes held once in the sample but repeated in the capture are most of the sample:
+    # without the capture's counts the estimate falls far short of the whole's
+    monkeypatch.setattr(Analysis, "capture_launches", property(lambda self: None))
+    alone = _graph_share(analyze(path, budget=budget))
+    assert alone < 0.8 * whole

@@ -74,3 +74,40 @@ def test_graph_launch_cost_is_the_captures_own_graph_launches():
     base, per_node, where = _graph_launch_cost(analysis)
     assert base == int(launches["dur_ns"].median()) and per_node == 0
     assert where.startswith(f"this capture's {launches.height:,} graph launches")
+
+
+def capture_counts(launches: dict[tuple[str, int], int]) -> pl.DataFrame:
+    """A whole capture's launches per kernel and grid (as ``Analysis.capture_launches``)."""
+    return pl.DataFrame([{"name": n, "grid_x": g, "grid_y": 1, "grid_z": 1, "launches": k}
+                         for (n, g), k in launches.items()])
+
+
+def test_a_step_a_sample_holds_once_repeats_where_the_capture_has_room_for_another():
+    """In a sample, a step whose launches the sample holds once counts as repeating where the
+    whole capture ran each of its kernels with its grid at least twice as often as the step
+    does; the capture is asked for only where some step is held once."""
+    a = [("gemv", 128), ("gelu", 4), ("gemv", 128)]  # held twice: repeats in the sample
+    b = [("gemv", 256), ("gelu", 8), ("gemv", 256)]  # held once; the capture: 4 gemv-256
+    c = [("gemv", 512), ("gelu", 16), ("gemv", 512)]  # held once; the capture: 3 gemv-512
+    d = [("gemv", 128), ("topk", 7)]  # held once; its topk-7 runs once in the capture
+    calls, gpu = steps_of({0: [(1, n, g) for n, g in a], 1: [(1, n, g) for n, g in a],
+                           2: [(1, n, g) for n, g in b], 3: [(1, n, g) for n, g in c],
+                           4: [(1, n, g) for n, g in d]})
+    whole = capture_counts({("gemv", 128): 40, ("gelu", 4): 20, ("gemv", 256): 4,
+                            ("gelu", 8): 2, ("gemv", 512): 3, ("gelu", 16): 9, ("topk", 7): 1})
+    asked = []
+
+    def capture():
+        asked.append(1)
+        return whole
+
+    # b: 4 >= 2x2 and 2 >= 2x1; c: 3 < 2x2 gemv-512; d: 1 < 2x1 topk-7
+    assert repeating_steps(calls, gpu, {0, 1, 2, 3, 4}, capture) == {0, 1, 2}
+    assert repeating_steps(calls, gpu, {0, 1, 2, 3, 4}) == {0, 1}
+    assert len(asked) == 1
+    assert repeating_steps(calls, gpu, {0, 1}, capture) == {0, 1} and len(asked) == 1
+    # a whole capture (no sample): nothing to ask
+    assert repeating_steps(calls, gpu, {2}, lambda: None) == set()
+    # a kernel the capture never ran with that grid: no room
+    assert repeating_steps(calls, gpu, {2}, lambda: whole.filter(
+        pl.col("grid_x") != 8)) == set()
