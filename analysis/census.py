@@ -71,11 +71,14 @@ def by_line(facts: Facts, census: pl.DataFrame) -> pl.DataFrame:
             .sort(pl.col("sync_ns") + pl.col("copy_ns"), "site", descending=[True, False]))
 
 
-def lines_outside(facts: Facts, capture: pl.DataFrame, sample: pl.DataFrame) -> dict:
+def lines_outside(facts: Facts, capture: pl.DataFrame, sample: pl.DataFrame,
+                  capture_ns: int) -> dict:
     """What the report says of the lines that sync or copy in a sampled capture: how many the
     capture has (``capture``: its census) and its sample holds (``sample``: the sample's), and
-    each line the sample does not hold, with the capture's counts (``outside``)."""
+    each line the sample does not hold, with the capture's counts (``outside``); and how long
+    the capture is (``capture_ns``: its calls' and GPU work's extent), what their times are
+    shares of."""
     whole, held = by_line(facts, capture), by_line(facts, sample)
     outside = whole.join(held.select("site"), on="site", how="anti", maintain_order="left")
-    return {"capture": whole.height, "sample": held.height,
+    return {"capture": whole.height, "sample": held.height, "capture_ns": capture_ns,
             "outside": outside.to_dicts()}

@@ -84,7 +84,8 @@ class Analysis:
         if sample.census is not None and sample.held is not None:
             from .census import lines_outside
 
-            facts["sync_copy_lines"] = lines_outside(self.whole, sample.census, sample.held)
+            facts["sync_copy_lines"] = lines_outside(self.whole, sample.census, sample.held,
+                                                     sample.extent[1] - sample.extent[0])
         return facts
 
     @cached_property

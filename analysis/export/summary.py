@@ -71,14 +71,18 @@ def outside_sample_line(sample: dict, shown: int = 3) -> str | None:
     """The lines that sync or copy in a sampled capture but not in its sample, the costliest
     ``shown`` by name, with the whole capture's counts (the report's
     ``sample.sync_copy_lines``); None where the sample holds every such line."""
-    lines = (sample.get("sync_copy_lines") or {}).get("outside") or []
-    if not lines:
-        return None
+    said = sample.get("sync_copy_lines") or {}
+    lines, capture_ns = said.get("outside") or [], said.get("capture_ns") or 0
 
     def counts(line: dict) -> str:
+        share = (f": {100 * (line['sync_ns'] + line['copy_ns']) / capture_ns:.2g}% of the "
+                 "capture's time" if capture_ns else "")
         return "; ".join(f"{line[n]:,} {one if line[n] == 1 else n}, {fmt_ns(line[ns])}"
                          for n, ns, one in (("syncs", "sync_ns", "sync"),
-                                            ("copies", "copy_ns", "copy")) if line[n])
+                                            ("copies", "copy_ns", "copy")) if line[n]) + share
+
+    if not lines:
+        return None
 
     named = ", ".join(f"{line['site']} ({counts(line)})" for line in lines[:shown])
     more = f", and {len(lines) - shown:,} more" if len(lines) > shown else ""

@@ -116,9 +116,15 @@ def test_every_output_names_the_lines_outside_the_sample(tmp_path):
     text = " ".join(console((), *args).stdout.split())
     assert ("the capture has 3 lines that sync or copy outside the sample (in no figure below; "
             "the whole capture's counts): srv.py:41 decode (240 syncs, ") in text
-    assert "srv.py:201 log111 (1 sync, 2 µs; 1 copy, 4 µs)" in text
+    # its time as a share of the capture's (the span of its calls' starts), from the raw rows
+    starts = [t for line in raw.values() for t in line["ts"]]
+    assert lines["capture_ns"] == max(starts) - min(starts) + 1
+    share = 100 * (raw["log111"]["ns"]["cudaStreamSynchronize"]
+                   + raw["log111"]["ns"]["cudaMemcpyAsync"]) / lines["capture_ns"]
+    said = f"srv.py:201 log111 (1 sync, 2 µs; 1 copy, 4 µs: {share:.2g}% of the capture's time)"
+    assert said in text
     md = console((), *args, "-f", "markdown").stdout
-    assert "srv\\.py:201 log111 \\(1 sync, 2 µs; 1 copy, 4 µs\\)" in md
+    assert said.replace(".", "\\.").replace("(", "\\(").replace(")", "\\)") in md
     page = tmp_path / "r.html"
     got = console((), "report", str(path), "--memory-budget", "1K", "-o", str(page), "--no-progress")
     assert got.returncode == 0, got.stderr
@@ -142,6 +148,10 @@ def test_the_line_names_the_costliest_and_counts_the_rest(shown):
     assert "a.py:1 f (2 syncs, 2 µs)" in said
     assert ("b.py:2 g (1 copy, 2 µs)" in said) == (shown == 3)
     assert said.endswith(", and 2 more") == (shown == 1)
+    # with the capture's length: each line's time as a share of it
+    sample["sync_copy_lines"]["capture_ns"] = 1_000_000
+    assert "c.py:3 h (1 sync, 1 µs; 3 copies, 6 µs: 0.7% of the capture's time)" in \
+        outside_sample_line(sample, 3)
     assert outside_sample_line({"sync_copy_lines": {"capture": 1, "sample": 1,
                                                     "outside": []}}) is None
     assert outside_sample_line({}) is None
@@ -157,7 +167,8 @@ def test_a_capture_without_calls_has_no_line_to_name(tmp_path):
                          CaptureMeta(producer="test"))
     a = analyze(path, budget=B.estimate_bytes({"gpu": 300 * 0.25}))
     assert a.sample is not None
-    assert a.sample_facts()["sync_copy_lines"] == {"capture": 0, "sample": 0, "outside": []}
+    lines = a.sample_facts()["sync_copy_lines"]
+    assert (lines["capture"], lines["sample"], lines["outside"]) == (0, 0, [])
 
 
 def _varied_shapes(path: Path, steps: int = 240, repeats: int = 4) -> Path:
