@@ -155,30 +155,24 @@ def rows_and_time(cap: Capture) -> tuple[dict[str, int], tuple[int, int] | None]
 
 
 def _row_groups(cap: Capture) -> tuple[dict[str, int], dict[str, tuple[int, int]]] | None:
-    """From the file's metadata alone: rows per table and each table's time extent (its row
-    groups' ``ts_ns`` statistics); None where a row group holds several tables or lacks
-    statistics (the rows are then counted by a scan, :func:`_scanned`)."""
-    import pyarrow.parquet as pq
-
-    meta = pq.ParquetFile(cap.path).metadata
-    names = [meta.schema.column(i).name for i in range(meta.num_columns)]
-    rec, ts = names.index("record"), names.index("ts_ns")
+    """From the file's metadata alone (:meth:`zym.schemas.io.Capture.row_groups`): rows per
+    table and each table's time extent (its row groups' ``ts_ns`` statistics); None where a
+    row group holds several tables or lacks statistics (the rows are then counted by a scan,
+    :func:`_scanned`)."""
+    groups = cap.row_groups()
+    if groups is None:
+        return None
     rows: dict[str, int] = {}
     extent: dict[str, tuple[int, int]] = {}
-    for g in range(meta.num_row_groups):
-        group = meta.row_group(g)
-        if group.num_rows == 0:
+    for kind, n, t in groups:
+        if not n:
             continue
-        kind = group.column(rec).statistics
-        if kind is None or not kind.has_min_max or kind.min != kind.max:
-            return None
-        rows[kind.min] = rows.get(kind.min, 0) + group.num_rows
-        if kind.min in SAMPLED_TABLES:
-            t = group.column(ts).statistics
-            if t is None or not t.has_min_max:
+        rows[kind] = rows.get(kind, 0) + n
+        if kind in SAMPLED_TABLES:
+            if t is None:
                 return None
-            lo, hi = extent.get(kind.min, (t.min, t.max))
-            extent[kind.min] = (min(lo, t.min), max(hi, t.max))
+            lo, hi = extent.get(kind, t)
+            extent[kind] = (min(lo, t[0]), max(hi, t[1]))
     return rows, extent
 
 

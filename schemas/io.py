@@ -12,7 +12,7 @@ import sys
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -186,8 +186,9 @@ class Capture:
     meta: CaptureMeta
     version: int = SCHEMA_VERSION
     absent: frozenset[str] = frozenset()   # columns added after this file's version
-    # per table: its first and last file row and its row count (``_extent``)
-    _extents: dict[str, tuple] = field(default_factory=dict, repr=False, compare=False)
+    # per table: its first and last file row and its row count (``_extent``); "groups": the
+    # footer's row groups (``row_groups``)
+    _extents: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def scan(self, table: str, codes: Collection[str] = (), skip: Collection[str] = (),
              rows: tuple[int, int] | None = None) -> pl.LazyFrame:
@@ -206,15 +207,71 @@ class Capture:
             lf = lf.slice(*rows)
         return lf.filter(pl.col("record") == table).select(cols)
 
-    def slices(self, table: str, skip: Collection[str] = (), rows: int = ROW_GROUP_ROWS
-               ) -> Iterator[pl.LazyFrame]:
+    def slices(self, table: str, skip: Collection[str] = (), rows: int = ROW_GROUP_ROWS,
+               codes: Collection[str] = ()) -> Iterator[pl.LazyFrame]:
         """The table as queries over successive ``rows``-row slices of the file (from its
         first row to its last: a windowed import interleaves tables), each run alone: a
         table read in bounded memory, whatever its size (polars' streaming batches run ahead
-        of a slower reader and hold what they made)."""
+        of a slower reader and hold what they made). ``codes``: as :meth:`scan`'s."""
         first, last, _ = self._extent(table)
         for at in range(first, last + 1, rows) if first is not None else ():
-            yield self.scan(table, skip=skip, rows=(at, min(rows, last + 1 - at)))
+            yield self.scan(table, codes=codes, skip=skip, rows=(at, min(rows, last + 1 - at)))
+
+    def runs(self, table: str, codes: Collection[str] = (), skip: Collection[str] = (),
+             rows: int = ROW_GROUP_ROWS) -> Iterator[pl.LazyFrame]:
+        """The table as queries over successive parts of its time, each about ``rows`` rows
+        (runs of its row groups, by the ``ts_ns`` statistics of the file's footer; a row group
+        that spans two parts is read by both, each row counted in one), each run alone: a
+        table read in bounded memory without reading the other tables' rows, however they
+        interleave (:meth:`slices` read the bundled trace x600's calls through its spans,
+        2.5 s; a query per row group re-read the footer 600 times, 12 s; pyarrow's reader
+        kept ~50 MB once done). :meth:`slices` where a row group holds several tables or its
+        statistics are missing. ``codes``, ``skip``: as :meth:`scan`'s."""
+        groups = self.row_groups()
+        mine = None if groups is None else [(t, n) for kind, n, t in groups if kind == table]
+        if mine is None or any(t is None for t, _ in mine):
+            yield from self.slices(table, skip, rows, codes)
+            return
+        starts, held = [], 0
+        for (lo, _), n in sorted(mine):
+            if not starts or held + n > rows:
+                starts.append(lo)
+                held = 0
+            held += n
+        ts = pl.col("ts_ns")
+        for k, lo in enumerate(starts):
+            hi = starts[k + 1] if k + 1 < len(starts) else None
+            keep = (ts >= lo) if k else pl.lit(True)
+            yield self.scan(table, codes, skip).filter(keep if hi is None else keep & (ts < hi))
+
+    def row_groups(self) -> list[tuple[str, int, tuple | None]] | None:
+        """Each row group's table ("" where it is empty), rows, and ``(min, max)`` of its
+        ``ts_ns`` (None where the footer has no statistics of it), from the footer alone
+        (decoded once: the bundled trace x600's, 1,802 row groups, takes ~50 MB to decode);
+        None where a row group holds several tables or its ``record`` column has no
+        statistics."""
+        if "groups" not in self._extents:
+            self._extents["groups"] = self._row_groups()
+        return self._extents["groups"]
+
+    def _row_groups(self) -> list[tuple[str, int, tuple | None]] | None:
+        import pyarrow.parquet as pq
+
+        meta = pq.ParquetFile(self.path).metadata
+        names = [meta.schema.column(i).name for i in range(meta.num_columns)]
+        rec, ts = names.index("record"), names.index("ts_ns")
+        out = []
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            if group.num_rows == 0:
+                out.append(("", 0, None))
+                continue
+            kind, t = group.column(rec).statistics, group.column(ts).statistics
+            if kind is None or not kind.has_min_max or kind.min != kind.max:
+                return None
+            out.append((kind.min, group.num_rows,
+                        (t.min, t.max) if t is not None and t.has_min_max else None))
+        return out
 
     def _extent(self, table: str) -> tuple[int | None, int | None, int]:
         """The file rows of ``table``: its first and last (None: no rows) and how many (the
