@@ -360,6 +360,10 @@ def test_a_capture_of_the_gpu_side_alone_is_sampled_by_its_operations(tmp_path):
     assert sample.sample_rows["gpu"] == expected > 0
     got = pl.read_parquet(tmp_path / "s.parquet").filter(pl.col("record") == "gpu")
     assert got.height == expected
+    # no call: no line that syncs or copies to name (zym.analysis.census)
+    a = analyze(path, budget=B.estimate_bytes({"gpu": 300 * 0.25}))
+    lines = a.sample_facts()["sync_copy_lines"]
+    assert (lines["capture"], lines["sample"], lines["outside"]) == (0, 0, [])
 
 
 def test_zym_diff_compares_samples_per_step_and_says_so(tmp_path):

@@ -13,8 +13,7 @@ from console import console
 from zym.analysis import analyze
 from zym.analysis import budget as B
 from zym.rules.testing import CaptureBuilder
-from zym.schemas.io import open_capture, write_capture
-from zym.schemas.meta import CaptureMeta
+from zym.schemas.io import open_capture
 
 BATCH = [("python", "serve", "srv.py", 5), ("python", "handle_batch", "srv.py", 30)]
 REQUESTS = 240
@@ -155,20 +154,6 @@ def test_the_line_names_the_costliest_and_counts_the_rest(shown):
     assert outside_sample_line({"sync_copy_lines": {"capture": 1, "sample": 1,
                                                     "outside": []}}) is None
     assert outside_sample_line({}) is None
-
-
-def test_a_capture_without_calls_has_no_line_to_name(tmp_path):
-    b = CaptureBuilder()
-    for _ in range(300):
-        b.kernel(BATCH, "gemm", gpu_us=40)
-        b.tick(20)
-    t = b.tables()
-    path = write_capture(tmp_path / "gpu.parquet", t | {"call": t["call"].clear()},
-                         CaptureMeta(producer="test"))
-    a = analyze(path, budget=B.estimate_bytes({"gpu": 300 * 0.25}))
-    assert a.sample is not None
-    lines = a.sample_facts()["sync_copy_lines"]
-    assert (lines["capture"], lines["sample"], lines["outside"]) == (0, 0, [])
 
 
 def _varied_shapes(path: Path, steps: int = 240, repeats: int = 4) -> Path:
