@@ -99,7 +99,8 @@ class Sample:
     # (:func:`zym.analysis.census.sync_copy_census`; once written)
     census: pl.DataFrame | None = field(default=None, compare=False, repr=False)
     held: pl.DataFrame | None = field(default=None, compare=False, repr=False)
-    source: Path | None = None  # the capture sampled
+    # the capture sampled, opened (checked once: its content hash reads the whole file)
+    source: Capture | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict:
         return {"budget_bytes": self.budget, "estimated_bytes": self.estimate,
@@ -423,4 +424,4 @@ def sampled(cap: Capture, budget: int, progress: Callable[[str], None] | None = 
 
     census, held = sync_copy_census(cap), sync_copy_census(open_capture(out))
     release_freed_memory(LARGE_ROWS)
-    return out, replace(sample, path=out, census=census, held=held, source=cap.path)
+    return out, replace(sample, path=out, census=census, held=held, source=cap)

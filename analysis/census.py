@@ -5,11 +5,12 @@ its slices hold: a line that syncs or copies once every few hundred steps can li
 every slice, and the report would never name it. The census counts, per stack, the calls
 that wait for the GPU (a sync, or a call that blocks by its API:
 :func:`zym.schemas.apis.is_blocking_api`; a copy is counted as a copy) and the copies, from the
-capture's file in one pass over four columns of its calls, a run of row groups at a time
+capture's file in one pass over four columns of its calls, a part of its time at a time
 (grouped by stack, API name and kind before anything is tested: the names are few, the calls
-millions), so its memory is a run's, not the capture's. The analysis of the sample gives each stack its line
-(:meth:`zym.analysis.facts.Facts.site_of`: the sample holds every stack of the capture) and says
-which of the capture's lines its sample does not hold (:func:`lines_outside`).
+millions), so its memory is a part's, not the capture's. The analysis of the sample gives each
+stack its line (:meth:`zym.analysis.facts.Facts.site_of`: the sample holds every stack of the
+capture) and says which of the capture's lines its sample does not hold
+(:func:`lines_outside`).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 from zym.schemas.apis import is_blocking_api
+from zym.schemas.tables import polars_schema
 
 if TYPE_CHECKING:
     from zym.schemas.io import Capture
@@ -31,13 +33,14 @@ def _grouped(cap: Capture, table: str, keys: list[str], measures: list[pl.Expr],
              codes: tuple[str, ...]) -> pl.DataFrame:
     """``measures`` of ``cap``'s ``table`` per ``keys`` (sums and counts), a part of its
     time at a time (:meth:`zym.schemas.io.Capture.runs`), the parts' sums added: memory of a
-    run and of the groups, whatever the capture's size (polars' streaming engine held 0.5 GB
+    part and of the groups, whatever the capture's size (polars' streaming engine held 0.5 GB
     of read-ahead at 10 M calls)."""
     columns = keys + sorted({c for m in measures for c in m.meta.root_names()} - set(keys))
     parts = [part.select(columns).group_by(keys).agg(measures).collect()
              for part in cap.runs(table, codes)]
     if not parts:
-        return pl.DataFrame(schema={**{k: pl.String for k in keys},
+        types = polars_schema(table)
+        return pl.DataFrame(schema={**{k: pl.String if k in codes else types[k] for k in keys},
                                     **{m.meta.output_name(): pl.Int64 for m in measures}})
     names = [m.meta.output_name() for m in measures]
     return (pl.concat(parts).group_by(keys).agg(pl.col(n).sum() for n in names)

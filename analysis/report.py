@@ -91,16 +91,15 @@ class Analysis:
     @cached_property
     def capture_launches(self) -> pl.DataFrame | None:
         """Where the analysis is of a sample: per kernel and grid, how many times the whole
-        capture ran it (:func:`zym.analysis.census.launch_census`, one streaming pass over the
-        capture's GPU operations, made where first asked for); None: the whole capture."""
+        capture ran it (:func:`zym.analysis.census.launch_census`, one pass over the capture's
+        GPU operations, a part of its time at a time, made where first asked for); None: the
+        whole capture."""
         sample = self.sample
         if sample is None or sample.source is None:
             return None
-        from zym.schemas.io import open_capture
-
         from .census import launch_census
 
-        return launch_census(open_capture(sample.source))
+        return launch_census(sample.source)
 
     @property
     def utilization(self) -> dict:

@@ -445,8 +445,8 @@ def repeating_steps(calls: pl.DataFrame, gpu: pl.DataFrame, steps: set[int],
     the whole capture's launches per kernel and grid
     (:attr:`zym.analysis.report.Analysis.capture_launches`), asked for only where some step's
     launches are not repeated in the sample: a step the sample holds once may repeat outside
-    it (a sample of a tenth of a trace whose batch sizes vary holds most sizes once, and
-    replayed as a graph only a third of the steps the whole capture does). Such a step counts
+    it (a sample of a tenth of a trace whose batch sizes vary holds most sizes once: its graph
+    estimate fell from 26.4% to 17.0% of the window, 24.8% with this). Such a step counts
     as repeating where the capture runs each of its kernels with its grid at least twice as
     often as the step does (:func:`_repeat_elsewhere`)."""
     c = calls.select("call_idx", "step", "kind").filter(
