@@ -87,14 +87,30 @@ def by_line(facts: Facts, census: pl.DataFrame) -> pl.DataFrame:
             .sort(pl.col("sync_ns") + pl.col("copy_ns"), "site", descending=[True, False]))
 
 
+# A line the sample holds is said to be held short where the share of the capture's time its
+# syncs and copies take is at least this many times their share of the sample's time, and
+# larger by at least MIN_GAP of the capture's time (a sample's own spread is not named).
+SHORT = 2.0
+MIN_GAP = 0.001
+
+
 def lines_outside(facts: Facts, capture: pl.DataFrame, sample: pl.DataFrame,
-                  capture_ns: int) -> dict:
+                  capture_ns: int, sample_ns: int) -> dict:
     """What the report says of the lines that sync or copy in a sampled capture: how many the
-    capture has (``capture``: its census) and its sample holds (``sample``: the sample's), and
-    each line the sample does not hold, with the capture's counts (``outside``); and how long
-    the capture is (``capture_ns``: its calls' and GPU work's extent), what their times are
-    shares of."""
+    capture has (``capture``: its census) and its sample holds (``sample``: the sample's);
+    each line the sample does not hold, with the capture's counts (``outside``); each line it
+    holds short (``short``: see :data:`SHORT`), with the capture's counts and the sample's
+    (``sample_syncs``, ``sample_copies``, ``sample_ns``); and how long the capture and the
+    sample are (``capture_ns``: the extent of the capture's calls, ``sample_ns``: the
+    slices' time together), what their times are shares of."""
     whole, held = by_line(facts, capture), by_line(facts, sample)
     outside = whole.join(held.select("site"), on="site", how="anti", maintain_order="left")
+    theirs = held.select("site", pl.col("syncs").alias("sample_syncs"),
+                         pl.col("copies").alias("sample_copies"),
+                         (pl.col("sync_ns") + pl.col("copy_ns")).alias("sample_ns"))
+    share = (pl.col("sync_ns") + pl.col("copy_ns")) / max(capture_ns, 1)
+    in_sample = pl.col("sample_ns") / max(sample_ns, 1)
+    short = (whole.join(theirs, on="site", how="inner", maintain_order="left")
+             .filter((share >= SHORT * in_sample) & (share - in_sample >= MIN_GAP)))
     return {"capture": whole.height, "sample": held.height, "capture_ns": capture_ns,
-            "outside": outside.to_dicts()}
+            "sample_ns": sample_ns, "outside": outside.to_dicts(), "short": short.to_dicts()}

@@ -75,8 +75,8 @@ class Analysis:
     def sample_facts(self) -> dict | None:
         """How the capture was sampled (:meth:`zym.analysis.budget.Sample.to_dict`) and, in
         ``sync_copy_lines``, the capture's lines that sync or copy: how many, how many its
-        sample holds, and those outside it with the whole capture's counts
-        (:func:`zym.analysis.census.lines_outside`); None: the whole capture."""
+        sample holds, those outside it and those it holds short, with the whole capture's
+        counts (:func:`zym.analysis.census.lines_outside`); None: the whole capture."""
         sample = self.sample
         if sample is None:
             return None
@@ -84,8 +84,9 @@ class Analysis:
         if sample.census is not None and sample.held is not None:
             from .census import lines_outside
 
-            facts["sync_copy_lines"] = lines_outside(self.whole, sample.census, sample.held,
-                                                     sample.extent[1] - sample.extent[0])
+            facts["sync_copy_lines"] = lines_outside(
+                self.whole, sample.census, sample.held, sample.extent[1] - sample.extent[0],
+                sum(b - a for a, b in sample.slices))
         return facts
 
     @cached_property

@@ -89,6 +89,7 @@ def _summary_html(d: dict) -> str:
         phase_line,
         rest_line,
         sample_line,
+        short_sample_line,
     )
 
     together = d.get("fixes_together") or {}
@@ -110,6 +111,8 @@ def _summary_html(d: dict) -> str:
         rows.insert(1, ("Sampled", capture_sample_line(d["sample"])))
         if outside := outside_sample_line(d["sample"]):
             rows.insert(2, ("Outside the sample", outside))
+        if short := short_sample_line(d["sample"]):
+            rows.insert(2 + (outside is not None), ("Held short by the sample", short))
     sample = (d.get("replay") or {}).get("sample")
     if sample:
         rows.append(("Fixes replayed on", sample_line(sample)))

@@ -72,23 +72,50 @@ def outside_sample_line(sample: dict, shown: int = 3) -> str | None:
     ``shown`` by name, with the whole capture's counts (the report's
     ``sample.sync_copy_lines``); None where the sample holds every such line."""
     said = sample.get("sync_copy_lines") or {}
-    lines, capture_ns = said.get("outside") or [], said.get("capture_ns") or 0
-
-    def counts(line: dict) -> str:
-        share = (f": {100 * (line['sync_ns'] + line['copy_ns']) / capture_ns:.2g}% of the "
-                 "capture's time" if capture_ns else "")
-        return "; ".join(f"{line[n]:,} {one if line[n] == 1 else n}, {fmt_ns(line[ns])}"
-                         for n, ns, one in (("syncs", "sync_ns", "sync"),
-                                            ("copies", "copy_ns", "copy")) if line[n]) + share
-
+    lines = said.get("outside") or []
     if not lines:
         return None
-
-    named = ", ".join(f"{line['site']} ({counts(line)})" for line in lines[:shown])
+    named = ", ".join(f"{line['site']} ({_counts(line, said.get('capture_ns'))})"
+                      for line in lines[:shown])
     more = f", and {len(lines) - shown:,} more" if len(lines) > shown else ""
     return (f"the capture has {plural(len(lines), 'line')} that "
             f"{'syncs or copies' if len(lines) == 1 else 'sync or copy'} outside the sample (in "
             f"no figure below; the whole capture's counts): {named}{more}")
+
+
+def short_sample_line(sample: dict, shown: int = 3) -> str | None:
+    """The lines whose syncs and copies take a larger share of the capture's time than of its
+    sample's (``sample.sync_copy_lines.short``: :data:`zym.analysis.census.SHORT`), the
+    costliest ``shown`` by name, with the capture's and the sample's counts; None where
+    none."""
+    said = sample.get("sync_copy_lines") or {}
+    lines = said.get("short") or []
+    if not lines:
+        return None
+    def held(line: dict) -> str:
+        counts = "; ".join(f"{n:,} {one if n == 1 else many}" for n, one, many in (
+            (line["sample_syncs"], "sync", "syncs"), (line["sample_copies"], "copy", "copies"))
+            if n)
+        share = 100 * line["sample_ns"] / max(said.get("sample_ns") or 0, 1)
+        return f"{counts}, {fmt_ns(line['sample_ns'])}: {share:.2g}% of its time"
+
+    named = ", ".join(f"{line['site']} (the capture: {_counts(line, said.get('capture_ns'))}; "
+                      f"the sample: {held(line)})" for line in lines[:shown])
+    more = f", and {len(lines) - shown:,} more" if len(lines) > shown else ""
+    return (f"the sample holds {plural(len(lines), 'line')} short: "
+            f"{'its' if len(lines) == 1 else 'their'} syncs and copies take a larger share of "
+            f"the capture's time than of the sample's (the figures below say less of "
+            f"{'it' if len(lines) == 1 else 'them'}): {named}{more}")
+
+
+def _counts(line: dict, capture_ns: int | None) -> str:
+    """A line's syncs and copies in the whole capture, their times and (``capture_ns``, the
+    capture's length) their share of its time."""
+    share = (f": {100 * (line['sync_ns'] + line['copy_ns']) / capture_ns:.2g}% of the "
+             "capture's time" if capture_ns else "")
+    return "; ".join(f"{line[n]:,} {one if line[n] == 1 else n}, {fmt_ns(line[ns])}"
+                     for n, ns, one in (("syncs", "sync_ns", "sync"),
+                                        ("copies", "copy_ns", "copy")) if line[n]) + share
 
 
 def _cut(sample: dict) -> str:

@@ -202,3 +202,67 @@ def test_a_samples_graph_estimate_counts_the_shapes_the_capture_repeats(tmp_path
     monkeypatch.setattr(Analysis, "capture_launches", property(lambda self: None))
     alone = _graph_share(analyze(path, budget=budget))
     assert alone < 0.8 * whole
+
+
+def _bursty(path: Path) -> Path:
+    """``_server``'s requests without the rare copies; a flush line (``flush``) that syncs
+    once after request 1 and ten times after each of requests 108-111, each after a kernel it
+    waits for: the burst lies between two slices of a sample of 30% (the fourth's end and the
+    fifth's start)."""
+    b = CaptureBuilder()
+    for r in range(REQUESTS):
+        with b.enclosing(BATCH):
+            for _ in range(6):
+                b.kernel(BATCH + [("python", "forward", "model.py", 12),
+                                  ("torch_op", "aten::mm")], "gemm", gpu_us=40)
+            b.scalar_readback(BATCH + [("python", "decode", "srv.py", 41)])
+            if r == 1 or 108 <= r <= 111:
+                for _ in range(1 if r == 1 else 10):
+                    b.kernel(BATCH + [("python", "flush", "srv.py", 70)], "drain", gpu_us=50)
+                    b.call(BATCH + [("python", "flush", "srv.py", 71)],
+                           "cudaDeviceSynchronize", "sync", until_ns=b.now + 50_000)
+            b.tick(30)
+        b.tick(60)
+    return b.write(path)
+
+
+def test_a_line_the_sample_holds_short_is_named_with_both_counts(tmp_path):
+    path = _bursty(tmp_path / "c.parquet")
+    cap = open_capture(path)
+    rows = {t: cap.rows(t) for t in B.SAMPLED_TABLES}
+    a = analyze(path, budget=B.estimate_bytes({t: n * 0.3 for t, n in rows.items()}))
+    raw = _raw_lines(path)
+    slices = a.sample.slices
+
+    def inside(t):
+        return any(lo <= t < hi for lo, hi in slices)
+
+    flush = raw["flush"]
+    held = [t for t in flush["ts"] if inside(t)]
+    # the premise: the sample holds the flush after request 1 and none of the burst
+    assert 0 < len(held) < 0.2 * len(flush["ts"])
+    lines = a.sample_facts()["sync_copy_lines"]
+    assert lines["outside"] == []
+    (short,) = lines["short"]
+    assert short["site"] == "srv.py:71 flush"
+    assert short["syncs"] == flush["calls"]["cudaDeviceSynchronize"] == 41
+    assert short["sync_ns"] == flush["ns"]["cudaDeviceSynchronize"]
+    assert short["sample_syncs"] == len(held) // 2  # (each flush: a launch and a sync)
+    assert lines["sample_ns"] == sum(hi - lo for lo, hi in slices)
+    from zym.analysis.export.summary import short_sample_line
+
+    said = short_sample_line(a.sample_facts())
+    assert said.startswith("the sample holds 1 line short: its syncs and copies take a larger "
+                           "share of the capture's time than of the sample's")
+    assert "srv.py:71 flush (the capture: 41 syncs, " in said
+    # the decode line, in every request, is held in proportion: not named
+    assert "decode" not in said
+    # every output says it
+    budget = str(B.estimate_bytes({t: n * 0.3 for t, n in rows.items()}))
+    args = ("analyze", str(path), "--memory-budget", budget, "--no-progress")
+    assert "the sample holds 1 line short" in " ".join(console((), *args).stdout.split())
+    assert "the sample holds 1 line short" in console((), *args, "-f", "markdown").stdout
+    page = tmp_path / "r.html"
+    console((), "report", str(path), "--memory-budget", budget, "-o", str(page), "--no-progress")
+    assert "<th>Held short by the sample</th><td>the sample holds 1 line short" in \
+        page.read_text()
