@@ -22,9 +22,12 @@ REQUESTS = 240
 RARE = (1, 111)
 
 
-def _server(path: Path) -> Path:
-    """A decode server whose requests all read a scalar back at srv.py:41, and two of them
-    also copy a tensor to the host at a line of their own (``log<request>``)."""
+def _server(path: Path, copies: tuple[int, ...] = RARE,
+            flushes: dict[int, int] | None = None) -> Path:
+    """A decode server whose requests all read a scalar back at srv.py:41; the requests of
+    ``copies`` also copy a tensor to the host at a line of their own (``log<request>``), and
+    each request of ``flushes`` runs a kernel and waits for it (``cudaDeviceSynchronize``, at
+    srv.py:71 ``flush``) as many times as it says."""
     b = CaptureBuilder()
     for r in range(REQUESTS):
         with b.enclosing(BATCH):
@@ -32,8 +35,12 @@ def _server(path: Path) -> Path:
                 b.kernel(BATCH + [("python", "forward", "model.py", 12),
                                   ("torch_op", "aten::mm")], "gemm", gpu_us=40)
             b.scalar_readback(BATCH + [("python", "decode", "srv.py", 41)])
-            if r in RARE:
+            if r in copies:
                 b.copy(BATCH + [("python", f"log{r}", "srv.py", 90 + r)], "DtoH", nbytes=4096)
+            for _ in range((flushes or {}).get(r, 0)):
+                b.kernel(BATCH + [("python", "flush", "srv.py", 70)], "drain", gpu_us=50)
+                b.call(BATCH + [("python", "flush", "srv.py", 71)], "cudaDeviceSynchronize",
+                       "sync", until_ns=b.now + 50_000)
             b.tick(30)
         b.tick(60)
     return b.write(path)
@@ -204,30 +211,13 @@ def test_a_samples_graph_estimate_counts_the_shapes_the_capture_repeats(tmp_path
     assert alone < 0.8 * whole
 
 
-def _bursty(path: Path) -> Path:
-    """``_server``'s requests without the rare copies; a flush line (``flush``) that syncs
-    once after request 1 and ten times after each of requests 108-111, each after a kernel it
-    waits for: the burst lies between two slices of a sample of 30% (the fourth's end and the
-    fifth's start)."""
-    b = CaptureBuilder()
-    for r in range(REQUESTS):
-        with b.enclosing(BATCH):
-            for _ in range(6):
-                b.kernel(BATCH + [("python", "forward", "model.py", 12),
-                                  ("torch_op", "aten::mm")], "gemm", gpu_us=40)
-            b.scalar_readback(BATCH + [("python", "decode", "srv.py", 41)])
-            if r == 1 or 108 <= r <= 111:
-                for _ in range(1 if r == 1 else 10):
-                    b.kernel(BATCH + [("python", "flush", "srv.py", 70)], "drain", gpu_us=50)
-                    b.call(BATCH + [("python", "flush", "srv.py", 71)],
-                           "cudaDeviceSynchronize", "sync", until_ns=b.now + 50_000)
-            b.tick(30)
-        b.tick(60)
-    return b.write(path)
+# a flush that syncs once after request 1 and ten times after each of requests 108-111: the
+# burst lies between two slices of a sample of 30% (the fourth's end and the fifth's start)
+BURST = {1: 1} | dict.fromkeys(range(108, 112), 10)
 
 
 def test_a_line_the_sample_holds_short_is_named_with_both_counts(tmp_path):
-    path = _bursty(tmp_path / "c.parquet")
+    path = _server(tmp_path / "c.parquet", copies=(), flushes=BURST)
     cap = open_capture(path)
     rows = {t: cap.rows(t) for t in B.SAMPLED_TABLES}
     a = analyze(path, budget=B.estimate_bytes({t: n * 0.3 for t, n in rows.items()}))
