@@ -92,6 +92,7 @@ def short_sample_line(sample: dict, shown: int = 3) -> str | None:
     lines = said.get("short") or []
     if not lines:
         return None
+
     def held(line: dict) -> str:
         counts = "; ".join(f"{n:,} {one if n == 1 else many}" for n, one, many in (
             (line["sample_syncs"], "sync", "syncs"), (line["sample_copies"], "copy", "copies"))
