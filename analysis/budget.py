@@ -385,9 +385,10 @@ def _unwritable(cap: Capture, folder: Path, e: OutputError, what: str, smaller: 
 
 
 def sampled(cap: Capture, budget: int, progress: Callable[[str], None] | None = None
-            ) -> tuple[Path, Sample] | None:
+            ) -> tuple[Capture, Sample] | None:
     """Where the analysis of ``cap`` would exceed ``budget`` bytes: a temporary capture of a
-    sample that fits (removed when the process exits), and how it was sampled; else None."""
+    sample that fits (removed when the process exits), opened, and how it was sampled; else
+    None."""
     sample = plan(cap, budget)
     if sample is None:
         return None
@@ -422,6 +423,7 @@ def sampled(cap: Capture, budget: int, progress: Callable[[str], None] | None = 
     # every line that syncs or copies, also those outside the slices (the report names them)
     from .census import sync_copy_census
 
-    census, held = sync_copy_census(cap), sync_copy_census(open_capture(out))
+    mine = open_capture(out)  # (checked once: its hash reads the whole file)
+    census, held = sync_copy_census(cap), sync_copy_census(mine)
     release_freed_memory(LARGE_ROWS)
-    return out, replace(sample, path=out, census=census, held=held, source=cap)
+    return mine, replace(sample, path=out, census=census, held=held, source=cap)

@@ -526,7 +526,8 @@ def test_the_sample_holds_every_span_of_its_slices_not_only_the_steps(tmp_path, 
         monkeypatch.setattr(B, "steps_of", lambda out: None)
     cap = open_capture(path)
     rows = {t: cap.rows(t) for t in B.SAMPLED_TABLES}
-    out, sample = B.sampled(cap, B.estimate_bytes({t: n * 0.5 for t, n in rows.items()}))
+    opened, sample = B.sampled(cap, B.estimate_bytes({t: n * 0.5 for t, n in rows.items()}))
+    out = opened.path
     sampled_rows, source_rows = _source_rows(out), _source_rows(path)
     got, src = sampled_rows["span"], source_rows["span"]
     (_, b0), rest = sample.slices[0], sample.slices[1:]
