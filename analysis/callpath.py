@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
+from .sites import NO_USER_FRAME
 from .trie import NONE, Trie, take_rows, values_at
 from .usercode import compiled_frames, is_user_frame
 
@@ -143,7 +144,7 @@ def _paths(calls: pl.DataFrame, gpu_ops: pl.DataFrame, sites: pl.DataFrame) -> p
             .with_columns(pl.col("api").fill_null("(unknown: no CUDA call captured)"),
                           pl.when(pl.col("stack_id") == UNKNOWN_STACK)
                           .then(pl.lit("(unknown stack)")).otherwise(
-                              pl.col("site").fill_null("(no user frame)")).alias("site"))
+                              pl.col("site").fill_null(NO_USER_FRAME)).alias("site"))
             .rename({"stack_id": "path_id"})
             .sort("gpu_ns", "cpu_blocked_ns", "path_id", descending=[True, True, False]))
 

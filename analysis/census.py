@@ -10,7 +10,7 @@ capture's file in one pass over four columns of its calls, a part of its time at
 millions), so its memory is a part's, not the capture's. The analysis of the sample gives each
 stack its line (:meth:`zym.analysis.facts.Facts.site_of`: the sample holds every stack of the
 capture) and says which of the capture's lines its sample does not hold
-(:func:`lines_outside`).
+(:func:`sync_copy_lines`).
 """
 from __future__ import annotations
 
@@ -20,13 +20,14 @@ import polars as pl
 from zym.schemas.apis import is_blocking_api
 from zym.schemas.tables import polars_schema
 
+from .sites import NO_USER_FRAME
+
 if TYPE_CHECKING:
     from zym.schemas.io import Capture
 
     from .facts import Facts
 
 COUNTS = ("syncs", "sync_ns", "copies", "copy_ns")
-NO_LINE = "(no user frame)"
 
 
 def _grouped(cap: Capture, table: str, keys: list[str], measures: list[pl.Expr],
@@ -80,7 +81,7 @@ def by_line(facts: Facts, census: pl.DataFrame) -> pl.DataFrame:
     first (time in syncs and copies together)."""
     site, file, line, function = facts.site_of(
         census["stack_id"], ("site", "user_file", "user_line", "user_function"))
-    return (census.with_columns(site.fill_null(NO_LINE), file.alias("file"), line.alias("line"),
+    return (census.with_columns(site.fill_null(NO_USER_FRAME), file.alias("file"), line.alias("line"),
                                 function.alias("function"))
             .group_by("site", "file", "line", "function")
             .agg(pl.col(c).sum() for c in COUNTS)
@@ -94,7 +95,7 @@ SHORT = 2.0
 MIN_GAP = 0.001
 
 
-def lines_outside(facts: Facts, capture: pl.DataFrame, sample: pl.DataFrame,
+def sync_copy_lines(facts: Facts, capture: pl.DataFrame, sample: pl.DataFrame,
                   capture_ns: int, sample_ns: int) -> dict:
     """What the report says of the lines that sync or copy in a sampled capture: how many the
     capture has (``capture``: its census) and its sample holds (``sample``: the sample's);

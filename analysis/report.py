@@ -76,15 +76,15 @@ class Analysis:
         """How the capture was sampled (:meth:`zym.analysis.budget.Sample.to_dict`) and, in
         ``sync_copy_lines``, the capture's lines that sync or copy: how many, how many its
         sample holds, those outside it and those it holds short, with the whole capture's
-        counts (:func:`zym.analysis.census.lines_outside`); None: the whole capture."""
+        counts (:func:`zym.analysis.census.sync_copy_lines`); None: the whole capture."""
         sample = self.sample
         if sample is None:
             return None
         facts = sample.to_dict()
         if sample.census is not None and sample.held is not None:
-            from .census import lines_outside
+            from .census import sync_copy_lines
 
-            facts["sync_copy_lines"] = lines_outside(
+            facts["sync_copy_lines"] = sync_copy_lines(
                 self.whole, sample.census, sample.held, sample.extent[1] - sample.extent[0],
                 sum(b - a for a, b in sample.slices))
         return facts

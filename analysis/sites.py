@@ -92,8 +92,12 @@ def own_code_caller(frames: list[dict]) -> str | None:
     return f"{short.get(f['file'], f['file'])}:{f['line']} {f['name']}"
 
 
+# The label of a site without a user frame (no Python line above its calls).
+NO_USER_FRAME = "(no user frame)"
+
+
 def site_label(function: str | None, file: str | None, line: int | None,
-               module: str | None = None, fallback: str = "(no user frame)") -> str:
+               module: str | None = None, fallback: str = NO_USER_FRAME) -> str:
     """``file:line function``; ``Module.forward`` inside an ``nn.Module``; ``fallback`` when
     there is no user frame."""
     if function is None:
@@ -103,7 +107,7 @@ def site_label(function: str | None, file: str | None, line: int | None,
     return f"{file}:{line} {function}" if line is not None else f"{file} {function}"
 
 
-def site_label_expr(prefix: str = "user_", fallback: str = "(no user frame)") -> pl.Expr:
+def site_label_expr(prefix: str = "user_", fallback: str = NO_USER_FRAME) -> pl.Expr:
     """:func:`site_label` as an expression over ``{prefix}function/_short_file/line/module``."""
     fn = pl.col(f"{prefix}function")
     shown = (pl.when((pl.col(f"{prefix}module").is_not_null()) & (fn == "forward"))

@@ -570,6 +570,8 @@ def _finding(rule: Rule, row: dict, occ: Any, cost: str, constants: dict,
 
 def site_text(labels: dict) -> str:
     """The site of a group as users read it (:func:`zym.analysis.sites.site_label`)."""
+    from zym.analysis.sites import NO_USER_FRAME, site_label
+
     if labels.get("site") is not None and labels.get("user_function") is not None:
         return labels["site"]
     if labels.get("user_function") is None:
@@ -577,8 +579,7 @@ def site_text(labels: dict) -> str:
             return "(whole window)"
         if labels.get("stack_id") is None:
             return "(call not captured)"
-        return "(no user frame)"
-    from zym.analysis.sites import site_label
+        return NO_USER_FRAME
 
     return site_label(labels["user_function"], labels.get("user_file"), labels.get("user_line"),
                       labels.get("user_module"))
