@@ -15,13 +15,12 @@ from rich.console import Console
 from rich.text import Text
 from zym.analysis.export.summary import (
     capture_sample_line,
-    outside_sample_line,
     phase_line,
     plural,
     rest_line,
     sample_line,
+    sample_notes,
     saving_text,
-    short_sample_line,
 )
 from zym.analysis.units import fmt_bytes, fmt_ns
 from zym.schemas.text import md_code, md_text, printable
@@ -66,9 +65,8 @@ def render_summary(report: dict, console: Console) -> None:
           + f" · {who}", 4, "  ")
     if report.get("sample"):
         _wrap(console, capture_sample_line(report["sample"]), 4, "  ", style="bold yellow")
-        for said in (outside_sample_line(report["sample"]), short_sample_line(report["sample"])):
-            if said:
-                _wrap(console, said, 4, "  ", style="yellow")
+        for _, said in sample_notes(report["sample"]):
+            _wrap(console, said, 4, "  ", style="yellow")
     _wrap(console, phase_line(ph), 4, "  ")
     ops = (f"{cap['gpu_ops']:,} GPU ops ({cap['kernels']:,} kernels, {cap['copies']:,} copies, "
            f"{cap['memsets']:,} memsets)")
@@ -334,9 +332,8 @@ def render_markdown(report: dict, top: int | None = None) -> str:
            "", _md(phase_line(ph)), ""]
     if report.get("sample"):
         out[-1:-1] = ["", f"**{_md(capture_sample_line(report['sample']))}**"]
-        for said in (outside_sample_line(report["sample"]), short_sample_line(report["sample"])):
-            if said:
-                out[-1:-1] = ["", _md(said)]
+        for _, said in sample_notes(report["sample"]):
+            out[-1:-1] = ["", _md(said)]
     findings = report.get("findings", [])
     shown = findings if top is None else findings[:top]
     together = report.get("fixes_together") or {}

@@ -85,11 +85,10 @@ def _summary_html(d: dict) -> str:
                      f"idle {_ms(x['idle_ns'])}" for x in g.get("devices", [])) or "no GPU work"
     from .summary import (
         capture_sample_line,
-        outside_sample_line,
         phase_line,
         rest_line,
         sample_line,
-        short_sample_line,
+        sample_notes,
     )
 
     together = d.get("fixes_together") or {}
@@ -109,10 +108,7 @@ def _summary_html(d: dict) -> str:
             ("All fixes together save", saving)]
     if d.get("sample"):  # a capture too large for the memory budget: said first
         rows.insert(1, ("Sampled", capture_sample_line(d["sample"])))
-        if outside := outside_sample_line(d["sample"]):
-            rows.insert(2, ("Outside the sample", outside))
-        if short := short_sample_line(d["sample"]):
-            rows.insert(2 + (outside is not None), ("Held short by the sample", short))
+        rows[2:2] = sample_notes(d["sample"])
     sample = (d.get("replay") or {}).get("sample")
     if sample:
         rows.append(("Fixes replayed on", sample_line(sample)))

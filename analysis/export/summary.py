@@ -109,6 +109,15 @@ def short_sample_line(sample: dict, shown: int = 3) -> str | None:
             f"{'it' if len(lines) == 1 else 'them'}): {named}{more}")
 
 
+def sample_notes(sample: dict) -> list[tuple[str, str]]:
+    """What a sampled report says of the lines that sync or copy, below how it sampled: each
+    note a title (HTML's row) and its text (:func:`outside_sample_line`,
+    :func:`short_sample_line`), those that have something to say."""
+    notes = (("Outside the sample", outside_sample_line(sample)),
+             ("Held short by the sample", short_sample_line(sample)))
+    return [(title, text) for title, text in notes if text]
+
+
 def _counts(line: dict, capture_ns: int | None) -> str:
     """A line's syncs and copies in the whole capture, their times and (``capture_ns``, the
     capture's length) their share of its time."""
