@@ -256,3 +256,26 @@ def test_a_line_the_sample_holds_short_is_named_with_both_counts(tmp_path):
     console((), "report", str(path), "--memory-budget", budget, "-o", str(page), "--no-progress")
     assert "<th>Held short by the sample</th><td>the sample holds 1 line short" in \
         page.read_text()
+
+
+def test_a_sampled_analysis_checks_each_file_once(tmp_path, monkeypatch):
+    """The capture is opened (its content hashed: the whole file read) once, and the sample
+    once after its last copy, also where the census and the graph estimate read them again
+    (the sample's first copy, which the steps are found in, is opened before it is copied
+    again)."""
+    from zym.schemas import io
+
+    path = _server(tmp_path / "c.parquet", copies=(), flushes=BURST)
+    cap = open_capture(path)
+    rows = {t: cap.rows(t) for t in B.SAMPLED_TABLES}
+    seen: list[str] = []
+    checked, copied = io.verify, B.write_sample
+    monkeypatch.setattr(io, "verify", lambda p, v: (seen.append(Path(p).name),
+                                                    checked(p, v))[1])
+    monkeypatch.setattr(B, "write_sample", lambda *a, **k: (seen.append("copy"),
+                                                            copied(*a, **k))[1])
+    a = analyze(path, budget=B.estimate_bytes({t: n * 0.3 for t, n in rows.items()}))
+    a.sample_facts()
+    assert a.capture_launches is not None  # (the capture read again, not opened again)
+    last = len(seen) - seen[::-1].index("copy")
+    assert seen.count("c.parquet") == 1 and seen[last:] == ["sample.parquet"]
