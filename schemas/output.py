@@ -47,16 +47,56 @@ def display(path: str | os.PathLike) -> str:
     return printable(raw.decode("utf-8", "backslashreplace"))
 
 
+# This process's temporary folders, each with the process that made it: a forked child
+# inherits the list, and removes only its own (a parent's are the parent's to remove).
+_temp_folders: list[tuple[int, Path]] = []
+_CLEANED_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
 def process_temp_folder(prefix: str) -> Path:
     """A new folder in ``$TMPDIR`` for this process's own temporary files (a capture imported or
-    sampled for one analysis), removed with what it holds when the process exits."""
+    sampled for one analysis), removed with what it holds when the process exits: at a normal
+    exit, and on SIGTERM or SIGHUP where they would end it at once (their default action: the
+    folders are removed, then the signal ends the process as it would have). A forked child
+    that leaves with ``os._exit`` calls :func:`remove_temp_folders` itself."""
     import atexit
-    import shutil
     import tempfile
 
+    if not _temp_folders:
+        atexit.register(remove_temp_folders)
+        _remove_on_signals()
     folder = Path(tempfile.mkdtemp(prefix=prefix))
-    atexit.register(shutil.rmtree, folder, True)
+    _temp_folders.append((os.getpid(), folder))
     return folder
+
+
+def remove_temp_folders() -> None:
+    """Remove the temporary folders this process made (:func:`process_temp_folder`), not those
+    of the process it was forked from."""
+    import shutil
+
+    me = os.getpid()
+    for pid, folder in [t for t in _temp_folders if t[0] == me]:
+        shutil.rmtree(folder, True)
+        _temp_folders.remove((pid, folder))
+
+
+def _remove_then_end(signum: int, frame: object) -> None:
+    """A signal whose default action ends the process: the temporary folders removed first."""
+    remove_temp_folders()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def _remove_on_signals() -> None:
+    """:func:`_remove_then_end` for SIGTERM and SIGHUP where they have their default action
+    (a handler someone else set is left alone), from the main thread only (the only one that
+    may set one; from another, the folders are removed at a normal exit only)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in _CLEANED_SIGNALS:
+        if signal.getsignal(sig) is signal.SIG_DFL:
+            signal.signal(sig, _remove_then_end)
 
 
 def temp_name(target: Path) -> str:
@@ -244,9 +284,12 @@ def _publish(tmp: Path, path: Path, force: bool) -> None:
 def terminate_as_exception() -> Iterator[None]:
     """Inside: SIGTERM raises ``Terminated`` (so ``finally`` blocks clean up) instead of ending
     the process at once. Only from the main thread, and only where SIGTERM had its default
-    action (a capture session's own handler is left alone)."""
+    action, or the temporary folders' (:func:`process_temp_folder`: a ``Terminated`` ends the
+    process through its normal exit, which removes them); a capture session's own handler
+    is left alone."""
+    previous = signal.getsignal(signal.SIGTERM)
     if (threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+            or previous not in (signal.SIG_DFL, _remove_then_end)):
         yield
         return
 
@@ -257,4 +300,4 @@ def terminate_as_exception() -> Iterator[None]:
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, previous)

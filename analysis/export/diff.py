@@ -17,6 +17,8 @@ import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from zym.schemas.output import remove_temp_folders
+
 from ..diff import HOST_FLOOR, Diff, Noise, Profile, compare, profile_of
 from ..units import fmt_bytes, fmt_ns
 from .summary import capture_sample_line
@@ -211,6 +213,7 @@ def start_profile(path: str | Path, jobs: int = 1, **args) -> Pending:
             with os.fdopen(write_fd, "wb") as out:
                 out.write(data)
         finally:
+            remove_temp_folders()  # its sample's (os._exit runs no exit handler)
             os._exit(code)
     os.close(write_fd)
     kineto_prefetch.handed_over(path)  # the child reads what was decoded ahead for it
