@@ -134,3 +134,13 @@ def test_a_graph_replays_a_run_of_launches_with_one_launch():
     before = a.timeline.baseline.end_ns - a.facts.window[0]
     assert before == 40 * 9 * US - US  # the last call ends at 359 us, its kernel at 358
     assert a.timeline.saving(fix) == before - 81 * US
+
+
+def test_in_sorted_is_membership_in_a_sorted_array():
+    """``replay.in_sorted`` (the chained replay's waits taken away before) against numpy's
+    ``isin``: empty arrays, values below, between, equal to and past every one."""
+    rng = np.random.default_rng(3)
+    for n, m in ((0, 5), (5, 0), (1, 4), (40, 100), (1000, 300)):
+        values = np.unique(rng.integers(-50, 2000, n))
+        x = rng.integers(-100, 2100, m)
+        assert np.array_equal(replay.in_sorted(values, x), np.isin(x, values)), (n, m)
