@@ -36,7 +36,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import polars as pl
@@ -46,6 +46,7 @@ from zym.schemas.memory import LARGE_ROWS, release_freed_memory
 from zym.schemas.output import display, process_temp_folder
 
 if TYPE_CHECKING:
+    from .load import CaptureData
     from .phases import Steps
 
 # What the analysis holds at its peak (rules on), by rows, set a little above what was
@@ -223,7 +224,7 @@ def write_sample(cap: Capture, sample: Sample, out: Path, spans: pl.Series | Non
     ranges that start before it (a part of the capture's time, :func:`capture_part`)."""
     counts = dict.fromkeys(SAMPLED_TABLES, 0)
     piece = max(1, sum(b - a for a, b in sample.slices) // SLICES)
-    with CaptureWriter(out, cap.meta) as w:
+    with CaptureWriter(out, cap.meta, temporary=True) as w:
         for table in ("frame", "stack"):
             w.write(table, cap.scan(table).collect())
         end = None  # where the slice before ended, shifted
@@ -300,23 +301,25 @@ def step_stacks(cap: Capture) -> pl.Series:
                                     )["stack_id"]
 
 
-def steps_of(path: Path) -> tuple[Steps, np.ndarray] | None:
-    """The steps of the capture at ``path`` as its analysis finds them
-    (:func:`zym.analysis.phases.find_steps`), and the start of every call on their thread
-    (sorted); None where it has no repeated step."""
+def steps_of(cap: Capture) -> tuple[tuple[Steps, np.ndarray] | None, CaptureData]:
+    """The steps of the capture ``cap`` as its analysis finds them
+    (:func:`zym.analysis.phases.find_steps`) and the start of every call on their thread
+    (sorted), or None where it has no repeated step; and its tables, read as the analysis
+    reads them (:func:`zym.analysis.load.load_opened`, codes, ``UNREAD`` left out)."""
     from .callpath import stack_nodes
     from .facts import Facts
-    from .load import UNREAD, api_codes, load_capture
+    from .load import UNREAD, api_codes, load_opened
     from .phases import find_steps
 
-    data = api_codes(load_capture(path, codes=True, skip=UNREAD))
+    loaded = load_opened(cap, cap.path, True, UNREAD)
+    data = api_codes(loaded)
     nodes = stack_nodes(data.frames, data.stacks)
     facts = Facts(data, nodes)
     steps = find_steps(facts.calls, facts.gpu, nodes, data.span_table)
     if steps is None:
-        return None
+        return None, loaded
     mine = facts.calls.filter(pl.col("_thread") == steps.thread)["ts_ns"].sort()
-    return steps, mine.to_numpy()
+    return (steps, mine.to_numpy()), loaded
 
 
 def _slice(cap: Capture, a: int, b: int, by_call: bool = True, first: bool = False,
@@ -384,16 +387,47 @@ def _unwritable(cap: Capture, folder: Path, e: OutputError, what: str, smaller: 
                        f"{smaller}")
 
 
+class Sampled(NamedTuple):
+    """A capture's sample for the memory budget (:func:`sampled`)."""
+
+    capture: Capture  # the sample's temporary capture, opened
+    sample: Sample  # how it was sampled
+    # its tables as the analysis reads them, where they were read already (the steps were
+    # found in the copy analysed: :func:`zym.analysis.load.load_opened`, codes, ``UNREAD``
+    # left out); else None
+    loaded: CaptureData | None
+
+
 def sampled(cap: Capture, budget: int, progress: Callable[[str], None] | None = None
-            ) -> tuple[Capture, Sample] | None:
+            ) -> Sampled | None:
     """Where the analysis of ``cap`` would exceed ``budget`` bytes: a temporary capture of a
-    sample that fits (removed when the process exits), opened, and how it was sampled; else
-    None."""
+    sample that fits (removed when the process exits), and how it was sampled; else None."""
     sample = plan(cap, budget)
     if sample is None:
         return None
     if progress:
         progress(f"sampling {sample.fraction:.1%} of the capture (memory budget)")
+    # every line that syncs or copies, also those outside the slices (the report names
+    # them): counted on a thread of its own while the slices are copied (both mostly in
+    # polars and pyarrow, which leave the interpreter)
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .census import sync_copy_census
+
+    with ThreadPoolExecutor(1, thread_name_prefix="zym-census") as pool:
+        counted = pool.submit(sync_copy_census, cap)
+        mine, sample, loaded = _written(cap, sample)
+        census = counted.result()
+    held = sync_copy_census(mine)
+    release_freed_memory(LARGE_ROWS)
+    return Sampled(mine, replace(sample, path=mine.path, census=census, held=held, source=cap),
+                   loaded)
+
+
+def _written(cap: Capture, sample: Sample) -> Sampled:
+    """``sample`` of ``cap`` copied into a temporary capture (removed when the process
+    exits), cut at the capture's steps where it has them; opened, how it was copied, and its
+    tables where the steps were found in this copy."""
     folder = process_temp_folder("zym-sample-")
     out = folder / "sample.parquet"
     try:
@@ -402,28 +436,27 @@ def sampled(cap: Capture, budget: int, progress: Callable[[str], None] | None = 
         # stay as they are); its slices made to hold whole steps, then cut at their starts.
         partial = sample.capture_rows["span"] + sample.capture_rows["range"] > 0
         spans = step_stacks(cap) if partial else None
-        first = sample = write_sample(cap, sample, out, spans)
-        found = steps_of(out)
-        release_freed_memory(LARGE_ROWS)
+        copied = sample = write_sample(cap, sample, out, spans)
+        opened = open_capture(out)  # (checked: its hash reads the whole file)
+        found, loaded = steps_of(opened)
         if found is not None:
             longer = longer_slices(sample, float(np.median(found[0].durations())))
             if longer is not None:
-                sample = write_sample(cap, longer, out, spans)
-                found = steps_of(out)
+                del loaded
                 release_freed_memory(LARGE_ROWS)
+                copied = sample = write_sample(cap, longer, out, spans)
+                opened = open_capture(out)
+                found, loaded = steps_of(opened)
         if found is not None:
             cut = at_steps(sample, found[0].start_ns, found[1])
             sample = cut if cut.cut_at_steps else sample
-        if partial or sample is not first:
+        if partial or sample is not copied:  # (not a copy of these slices with every span)
+            del loaded
+            release_freed_memory(LARGE_ROWS)
             sample = write_sample(cap, sample, out)
+            opened, loaded = open_capture(out), None
     except OutputError as e:
         raise _unwritable(cap, folder, e, "its sample for the memory budget",
                           "give a larger --memory-budget") from None
     release_freed_memory(LARGE_ROWS)  # the slices' columns: not counted again at the peak
-    # every line that syncs or copies, also those outside the slices (the report names them)
-    from .census import sync_copy_census
-
-    mine = open_capture(out)  # (checked once: its hash reads the whole file)
-    census, held = sync_copy_census(cap), sync_copy_census(mine)
-    release_freed_memory(LARGE_ROWS)
-    return mine, replace(sample, path=out, census=census, held=held, source=cap)
+    return Sampled(opened, sample, loaded)

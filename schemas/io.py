@@ -70,6 +70,13 @@ def write_capture(path: str | Path, tables: Mapping[str, pl.DataFrame], meta: Ca
     return Path(path)
 
 
+# How capture files are encoded: those kept (checked by any Parquet reader that reads page
+# checksums, statistics for any query engine), and a process's own temporary ones.
+_KEPT = {"compression": "zstd", "write_statistics": True, "write_page_checksum": True}
+_TEMPORARY = {"compression": "lz4", "write_statistics": ["record", "ts_ns"],
+              "write_page_checksum": False}
+
+
 class CaptureWriter:
     """A capture file written a part at a time (an import window by window): each
     :meth:`write` adds one record kind's rows as row groups of their own (row groups stay
@@ -81,12 +88,20 @@ class CaptureWriter:
     the next (pyarrow leaves the interpreter meanwhile): one row group in flight at a time,
     so at most one more is held. An import out of core spent ~45% of its windows writing.
 
+    ``temporary``: a file this process writes to read it back itself (a sample for the memory
+    budget, a part of a capture) and then removes: encoded for speed (lz4, statistics only
+    of the columns zym's readers prune row groups by, ``record`` and ``ts_ns``, no page
+    checksums; still sealed), not for keeping: the sample of a span-heavy trace was written
+    in ~60% of the time.
+
     >>> with CaptureWriter("out.parquet", meta) as w:   # doctest: +SKIP
     ...     w.write("call", calls)
     """
 
-    def __init__(self, path: str | Path, meta: CaptureMeta, force: bool = True) -> None:
+    def __init__(self, path: str | Path, meta: CaptureMeta, force: bool = True,
+                 temporary: bool = False) -> None:
         self.path, self.meta, self.force = Path(path), meta, force
+        self.temporary = temporary
 
     def __enter__(self) -> CaptureWriter:  # noqa: PYI034 (Self: Python 3.11+)
         from concurrent.futures import ThreadPoolExecutor
@@ -100,8 +115,8 @@ class CaptureWriter:
         self._output = atomic_output(self.path, force=self.force)
         self._tmp = self._output.__enter__()
         try:
-            self._writer = pq.ParquetWriter(self._tmp, self._schema, compression="zstd",
-                                            write_statistics=True, write_page_checksum=True)
+            self._writer = pq.ParquetWriter(self._tmp, self._schema, **(
+                _TEMPORARY if self.temporary else _KEPT))
         except BaseException:
             self._output.__exit__(*sys.exc_info())
             raise

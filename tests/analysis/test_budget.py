@@ -523,10 +523,10 @@ def test_the_sample_holds_every_span_of_its_slices_not_only_the_steps(tmp_path, 
     where no step is found (its slices as planned: copied again all the same)."""
     path = _capture("bundled trace", tmp_path)
     if not steps:
-        monkeypatch.setattr(B, "steps_of", lambda out: None)
+        monkeypatch.setattr(B, "steps_of", lambda cap: (None, None))
     cap = open_capture(path)
     rows = {t: cap.rows(t) for t in B.SAMPLED_TABLES}
-    opened, sample = B.sampled(cap, B.estimate_bytes({t: n * 0.5 for t, n in rows.items()}))
+    opened, sample, _ = B.sampled(cap, B.estimate_bytes({t: n * 0.5 for t, n in rows.items()}))
     out = opened.path
     sampled_rows, source_rows = _source_rows(out), _source_rows(path)
     got, src = sampled_rows["span"], source_rows["span"]
@@ -627,3 +627,38 @@ def test_a_timeline_export_of_a_part_holds_that_part_only(tmp_path, kind, window
     assert _zym("export", str(path), "-o", str(whole), "--no-progress", code=APP).returncode == 0
     assert Counter(s.category for track in check_trace(whole.read_bytes()).slices.values()
                    for s in track)["cuda_api"] > len(calls)
+
+
+def test_the_copy_the_steps_were_found_in_is_not_read_again(tmp_path, monkeypatch):
+    """A capture without spans whose slices stay as planned (no steps found in it) is
+    copied once: the analysis takes the tables its steps were looked for in (read once), and
+    reports what reading the copy again gives."""
+    from zym.analysis import load
+    from zym.schemas.io import write_capture
+    from zym.schemas.meta import CaptureMeta
+
+    b = CaptureBuilder()
+    for _ in range(200):
+        for _ in range(4):
+            b.kernel(BATCH + [("python", "forward", "model.py", 12)], "gemm", gpu_us=40)
+        b.scalar_readback(BATCH + [("python", "decode", "srv.py", 41)])
+        b.tick(50)
+    tables = b.tables()
+    tables.pop("span")
+    path = write_capture(tmp_path / "c.parquet", tables, CaptureMeta(producer="test"))
+    cap = open_capture(path)
+    budget = B.estimate_bytes({t: cap.rows(t) * 0.3 for t in B.SAMPLED_TABLES})
+    found = B.steps_of
+    monkeypatch.setattr(B, "steps_of", lambda c: (None, found(c)[1]))
+    reads: list[Path] = []
+    read = load.load_opened
+    monkeypatch.setattr(load, "load_opened", lambda c, *a, **k: (reads.append(c.path),
+                                                                  read(c, *a, **k))[1])
+    once = analyze(path, budget=budget)
+    assert once.sample is not None and once.sample.sample_rows["call"] > 0
+    assert len(reads) == 1 and reads[0].name == "sample.parquet"
+    written = B._written
+    monkeypatch.setattr(B, "_written", lambda c, s: B.Sampled(*written(c, s)[:2], None))
+    again = analyze(path, budget=budget)
+    assert len(reads) == 3   # the steps' read, then the analysis's own
+    assert json.dumps(once.to_dict(), default=str) == json.dumps(again.to_dict(), default=str)
