@@ -16,14 +16,15 @@ text): its figures are those of the sample (durations, counts, savings of its wi
 and per-step figures stand for the capture where its steps are alike.
 
 No seam cuts a step. The capture's steps are found in a first copy of the slices as the
-analysis finds them (:func:`zym.analysis.phases.find_steps`; of the spans, only those they are
-found from: :func:`step_stacks`); where its slices are too short to hold
-:data:`STEPS_A_SLICE` of them, they are made fewer and longer (:func:`longer_slices`) and
-their steps found again; then each slice is cut at the starts of the steps in it (from its
-first step's start to its last's: :func:`at_steps`) and the sample copied whole. A seam then
-joins two whole steps, not the parts of two (one long step, the first calls after it taken
-for those of the step before). A capture without spans or ranges whose slices stay as
-planned (no repeated steps) is copied once.
+analysis finds them (:func:`zym.analysis.phases.find_steps`), held in memory with only the
+spans they are found from (:func:`held_sample`, :func:`step_stacks`); where its slices are
+too short to hold :data:`STEPS_A_SLICE` of them, they are made fewer and longer
+(:func:`longer_slices`) and their steps found again; then each slice is cut at the starts of
+the steps in it (from its first step's start to its last's: :func:`at_steps`) and the sample
+copied whole. A seam then joins two whole steps, not the parts of two (one long step, the
+first calls after it taken for those of the step before). A capture without spans or ranges
+is copied into its file first, and the steps found in that copy; where its slices stay as
+planned (no repeated steps) it is copied once, and read once.
 
 Slices are read a part at a time by their row groups' time ranges (the capture's Parquet
 statistics), so the copy's memory is that of an eighth of the sample, whatever the capture's
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -214,38 +215,64 @@ def spread(extent: tuple[int, int], n: int, fraction: float) -> tuple[tuple[int,
     return tuple((int(t0 + k * part), int(t0 + k * part) + length) for k in range(n))
 
 
-def write_sample(cap: Capture, sample: Sample, out: Path, spans: pl.Series | None = None,
-                 opened_before: bool = True) -> Sample:
-    """Copy ``sample``'s slices of ``cap`` into a capture at ``out``, a part of a slice in
-    memory at a time (at most a :data:`SLICES`-th of the sample's time, however few and long
-    its slices); the sample with its rows counted and its slices' shifts. ``spans``: only
-    the spans of these stacks, and no ranges (a first copy to find the steps in:
-    :func:`step_stacks`). ``opened_before`` False: the first slice without the spans and
-    ranges that start before it (a part of the capture's time, :func:`capture_part`)."""
-    counts = dict.fromkeys(SAMPLED_TABLES, 0)
-    piece = max(1, sum(b - a for a, b in sample.slices) // SLICES)
+def write_sample(cap: Capture, sample: Sample, out: Path, opened_before: bool = True
+                 ) -> Sample:
+    """Copy ``sample``'s slices of ``cap`` into a capture at ``out`` (:func:`_copy_slices`);
+    the sample with its rows counted and its slices' shifts. ``opened_before`` False: the
+    first slice without the spans and ranges that start before it (a part of the capture's
+    time, :func:`capture_part`)."""
     with CaptureWriter(out, cap.meta, temporary=True) as w:
         for table in ("frame", "stack"):
             w.write(table, cap.scan(table).collect())
-        end = None  # where the slice before ended, shifted
-        shifts = []
-        for k, (a, b) in enumerate(sample.slices):
-            shift = 0 if end is None else end - a
-            shifts.append(shift)
-            end = b + shift  # (its end, or where its last call or GPU operation ends)
-            for lo in range(a, b, piece):
-                parts = _slice(cap, lo, min(b, lo + piece), spans=spans,
-                               first=opened_before and k == 0 and lo == a,
-                               by_call=sample.capture_rows["call"] > 0)
-                for table, df in parts.items():
-                    if df.height:
-                        df = df.with_columns(pl.col("ts_ns") + shift)
-                        if table in ("call", "gpu"):
-                            end = max(end, int((df["ts_ns"] + df["dur_ns"].fill_null(0)).max()))
-                    w.write(table, df)
-                    counts[table] += df.height
-                del parts, df
-                release_freed_memory(LARGE_ROWS)  # (the part's rows and their row groups)
+        return _copy_slices(cap, sample, w.write, opened_before=opened_before)
+
+
+def held_sample(cap: Capture, sample: Sample, spans: pl.Series) -> tuple[CaptureData, Sample]:
+    """``sample``'s slices of ``cap`` with only the spans of the stacks ``spans``
+    (:func:`step_stacks`), read as the analysis reads a capture and held in memory, for the
+    steps to be found in (:func:`steps_of`): a first copy that is never written (for the
+    bundled trace x600 at 1G, ~1.6 M spans, ~1.7 s written and read back); the sample with
+    its rows counted and its slices' shifts."""
+    from .load import UNREAD, load_held, read_codes
+
+    parts: dict[str, list[pl.DataFrame]] = {t: [] for t in SAMPLED_TABLES}
+    copied = _copy_slices(cap, sample, lambda table, rows: parts[table].append(rows), spans,
+                          codes=read_codes, skip=UNREAD)
+    return load_held(cap, {t: pl.concat(parts[t]) for t in ("call", "gpu", "span")}), copied
+
+
+def _copy_slices(cap: Capture, sample: Sample, put: Callable[[str, pl.DataFrame], None],
+                 spans: pl.Series | None = None, opened_before: bool = True,
+                 codes: Callable[[str], Collection[str]] | None = None,
+                 skip: Mapping[str, Collection[str]] | None = None) -> Sample:
+    """``sample``'s slices of ``cap``, each shifted to start where the one before ended, given
+    to ``put`` a part of a slice at a time (at most a :data:`SLICES`-th of the sample's time,
+    however few and long its slices); the sample with its rows counted and its slices'
+    shifts. ``spans``: only the spans of these stacks, and no ranges (a first copy to find the
+    steps in: :func:`step_stacks`). ``opened_before`` False: the first slice without the
+    spans and ranges that start before it. ``codes``, ``skip``: each table's columns read as
+    codes and left out (:meth:`Capture.scan`)."""
+    counts = dict.fromkeys(SAMPLED_TABLES, 0)
+    piece = max(1, sum(b - a for a, b in sample.slices) // SLICES)
+    end = None  # where the slice before ended, shifted
+    shifts = []
+    for k, (a, b) in enumerate(sample.slices):
+        shift = 0 if end is None else end - a
+        shifts.append(shift)
+        end = b + shift  # (its end, or where its last call or GPU operation ends)
+        for lo in range(a, b, piece):
+            parts = _slice(cap, lo, min(b, lo + piece), spans=spans,
+                           first=opened_before and k == 0 and lo == a,
+                           by_call=sample.capture_rows["call"] > 0, codes=codes, skip=skip)
+            for table, df in parts.items():
+                if df.height:
+                    df = df.with_columns(pl.col("ts_ns") + shift)
+                    if table in ("call", "gpu"):
+                        end = max(end, int((df["ts_ns"] + df["dur_ns"].fill_null(0)).max()))
+                put(table, df)
+                counts[table] += df.height
+            del parts, df
+            release_freed_memory(LARGE_ROWS)  # (the part's rows and their row groups)
     return replace(sample, sample_rows=counts, shifts=tuple(shifts))
 
 
@@ -301,29 +328,29 @@ def step_stacks(cap: Capture) -> pl.Series:
                                     )["stack_id"]
 
 
-def steps_of(cap: Capture) -> tuple[tuple[Steps, np.ndarray] | None, CaptureData]:
-    """The steps of the capture ``cap`` as its analysis finds them
-    (:func:`zym.analysis.phases.find_steps`) and the start of every call on their thread
-    (sorted), or None where it has no repeated step; and its tables, read as the analysis
-    reads them (:func:`zym.analysis.load.load_opened`, codes, ``UNREAD`` left out)."""
+def steps_of(data: CaptureData) -> tuple[Steps, np.ndarray] | None:
+    """The steps of the capture ``data`` holds as its analysis finds them
+    (:func:`zym.analysis.phases.find_steps`), and the start of every call on their thread
+    (sorted); None where it has no repeated step."""
     from .callpath import stack_nodes
     from .facts import Facts
-    from .load import UNREAD, api_codes, load_opened
+    from .load import api_codes
     from .phases import find_steps
 
-    loaded = load_opened(cap, cap.path, True, UNREAD)
-    data = api_codes(loaded)
+    data = api_codes(data)
     nodes = stack_nodes(data.frames, data.stacks)
     facts = Facts(data, nodes)
     steps = find_steps(facts.calls, facts.gpu, nodes, data.span_table)
     if steps is None:
-        return None, loaded
+        return None
     mine = facts.calls.filter(pl.col("_thread") == steps.thread)["ts_ns"].sort()
-    return (steps, mine.to_numpy()), loaded
+    return steps, mine.to_numpy()
 
 
 def _slice(cap: Capture, a: int, b: int, by_call: bool = True, first: bool = False,
-           spans: pl.Series | None = None) -> dict[str, pl.DataFrame]:
+           spans: pl.Series | None = None,
+           codes: Callable[[str], Collection[str]] | None = None,
+           skip: Mapping[str, Collection[str]] | None = None) -> dict[str, pl.DataFrame]:
     """The rows of one slice ``[a, b)``: the calls, spans and ranges that start in it, and the
     GPU operations those calls launched (by process and correlation id; ``by_call`` False, a
     capture of the GPU side alone: the GPU operations that start in it). The ``first`` slice
@@ -331,7 +358,8 @@ def _slice(cap: Capture, a: int, b: int, by_call: bool = True, first: bool = Fal
     first call). ``spans``: only the spans of these stacks, and no ranges."""
     def starting(table: str, lo: int | None, hi: int) -> pl.LazyFrame:
         ts = pl.col("ts_ns")
-        return cap.scan(table).filter((ts < hi) if lo is None else (ts >= lo) & (ts < hi))
+        read = cap.scan(table, codes(table) if codes else (), (skip or {}).get(table, ()))
+        return read.filter((ts < hi) if lo is None else (ts >= lo) & (ts < hi))
 
     calls = starting("call", a, b).collect()
     if by_call:
@@ -428,29 +456,38 @@ def _written(cap: Capture, sample: Sample) -> Sampled:
     """``sample`` of ``cap`` copied into a temporary capture (removed when the process
     exits), cut at the capture's steps where it has them; opened, how it was copied, and its
     tables where the steps were found in this copy."""
+    from .load import UNREAD, load_opened
+
     folder = process_temp_folder("zym-sample-")
     out = folder / "sample.parquet"
-    try:
-        # The steps are found in a first copy (of the spans, only those they are found from:
-        # copied whole, a capture without spans or ranges needs no second copy if its slices
-        # stay as they are); its slices made to hold whole steps, then cut at their starts.
-        partial = sample.capture_rows["span"] + sample.capture_rows["range"] > 0
-        spans = step_stacks(cap) if partial else None
-        copied = sample = write_sample(cap, sample, out, spans)
+    # The steps are found in a first copy: of a capture with spans or ranges, held in memory
+    # with only the spans they are found from, and copied whole after; of one without, the
+    # copy analysed where its slices stay as they are (no repeated steps). Its slices are made
+    # to hold whole steps, then cut at their starts.
+    partial = sample.capture_rows["span"] + sample.capture_rows["range"] > 0
+    spans = step_stacks(cap) if partial else None
+
+    def first_copy(sample: Sample) -> tuple[CaptureData, Sample, Capture | None]:
+        if partial:
+            return (*held_sample(cap, sample, spans), None)
+        sample = write_sample(cap, sample, out)
         opened = open_capture(out)  # (checked: its hash reads the whole file)
-        found, loaded = steps_of(opened)
+        return load_opened(opened, opened.path, True, UNREAD), sample, opened
+
+    try:
+        loaded, copied, opened = first_copy(sample)
+        sample, found = copied, steps_of(loaded)
         if found is not None:
             longer = longer_slices(sample, float(np.median(found[0].durations())))
             if longer is not None:
                 del loaded
                 release_freed_memory(LARGE_ROWS)
-                copied = sample = write_sample(cap, longer, out, spans)
-                opened = open_capture(out)
-                found, loaded = steps_of(opened)
+                loaded, copied, opened = first_copy(longer)
+                sample, found = copied, steps_of(loaded)
         if found is not None:
             cut = at_steps(sample, found[0].start_ns, found[1])
             sample = cut if cut.cut_at_steps else sample
-        if partial or sample is not copied:  # (not a copy of these slices with every span)
+        if opened is None or sample is not copied:  # (not a copy of these slices, whole)
             del loaded
             release_freed_memory(LARGE_ROWS)
             sample = write_sample(cap, sample, out)

@@ -298,13 +298,38 @@ def _load_file(path: Path, source: Path, progress: Callable[[str], None] | None,
     return load_opened(cap, source, codes, skip, sample)
 
 
+def read_codes(table: str) -> tuple[str, ...]:
+    """The columns of ``table`` an analysis reads as categorical codes: the enum columns and
+    the names (:data:`CODED`)."""
+    return ENUM_COLUMNS + CODED.get(table, ())
+
+
+def load_held(cap: Capture, held: Mapping[str, pl.DataFrame]) -> CaptureData:
+    """The capture ``cap`` as :func:`load_opened` reads it for an analysis (codes, ``UNREAD``
+    left out), its calls, GPU operations and spans the rows ``held`` (read from it with
+    :func:`read_codes` and ``UNREAD``: a sample's first copy, kept in memory), every row
+    checked as a read of the file checks it; the spans held, not read from a file."""
+    from zym.schemas.output import display
+    from zym.schemas.validate import check_refs, check_table
+
+    shown = display(cap.path)
+    frames, stacks = (_compact(cap.load(t, read_codes(t), UNREAD.get(t, ())))
+                      for t in ("frame", "stack"))
+    rows = {}
+    for table in ("call", "gpu", "span"):
+        rows[table] = check_table(table, held[table], shown)
+        check_refs(table, rows[table], stacks["stack_id"], shown)
+    return CaptureData(cap.path, cap.meta, frames, stacks, _compact(rows["call"]),
+                       _compact(rows["gpu"]), rows["span"])
+
+
 def load_opened(cap: Capture, source: Path, codes: bool, skip: Mapping[str, Collection[str]],
                 sample: Sample | None = None) -> CaptureData:
     """The tables of the opened capture ``cap`` (``source``, ``codes``, ``skip``: as
     :func:`_load_file`'s; ``sample``: how ``cap`` samples the capture ``source`` names)."""
     # enum columns (and names, with ``codes``) cast to categories as each row group is
     # read: the text is never held whole (~0.6 s less at 10 M GPU operations)
-    tables = {t: _compact(cap.load(t, ENUM_COLUMNS + (CODED.get(t, ()) if codes else ()),
+    tables = {t: _compact(cap.load(t, read_codes(t) if codes else ENUM_COLUMNS,
                                    skip.get(t, ()))) for t in ANALYSIS_TABLES}
     # the spans are read from the file by each query, never held whole
     spans = SpanTable(capture=cap, skip=skip.get("span", ()))

@@ -523,7 +523,7 @@ def test_the_sample_holds_every_span_of_its_slices_not_only_the_steps(tmp_path, 
     where no step is found (its slices as planned: copied again all the same)."""
     path = _capture("bundled trace", tmp_path)
     if not steps:
-        monkeypatch.setattr(B, "steps_of", lambda cap: (None, None))
+        monkeypatch.setattr(B, "steps_of", lambda data: None)
     cap = open_capture(path)
     rows = {t: cap.rows(t) for t in B.SAMPLED_TABLES}
     opened, sample, _ = B.sampled(cap, B.estimate_bytes({t: n * 0.5 for t, n in rows.items()}))
@@ -648,8 +648,7 @@ def test_the_copy_the_steps_were_found_in_is_not_read_again(tmp_path, monkeypatc
     path = write_capture(tmp_path / "c.parquet", tables, CaptureMeta(producer="test"))
     cap = open_capture(path)
     budget = B.estimate_bytes({t: cap.rows(t) * 0.3 for t in B.SAMPLED_TABLES})
-    found = B.steps_of
-    monkeypatch.setattr(B, "steps_of", lambda c: (None, found(c)[1]))
+    monkeypatch.setattr(B, "steps_of", lambda data: None)
     reads: list[Path] = []
     read = load.load_opened
     monkeypatch.setattr(load, "load_opened", lambda c, *a, **k: (reads.append(c.path),
