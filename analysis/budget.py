@@ -227,18 +227,23 @@ def write_sample(cap: Capture, sample: Sample, out: Path, opened_before: bool = 
         return _copy_slices(cap, sample, w.write, opened_before=opened_before)
 
 
-def held_sample(cap: Capture, sample: Sample, spans: pl.Series) -> tuple[CaptureData, Sample]:
-    """``sample``'s slices of ``cap`` with only the spans of the stacks ``spans``
-    (:func:`step_stacks`), read as the analysis reads a capture and held in memory, for the
-    steps to be found in (:func:`steps_of`): a first copy that is never written (for the
-    bundled trace x600 at 1G, ~1.6 M spans, ~1.7 s written and read back); the sample with
-    its rows counted and its slices' shifts."""
+def held_sample(cap: Capture, sample: Sample, spans: pl.Series | None = None,
+                codes: bool = True, skip: Mapping[str, Collection[str]] | None = None
+                ) -> tuple[CaptureData, Sample]:
+    """``sample``'s slices of ``cap`` held in memory, read as the analysis reads a capture
+    (:func:`zym.analysis.load.load_held`: ``codes``, ``skip``, default ``UNREAD``); the
+    sample with its rows counted and its slices' shifts. ``spans``: only the spans of these
+    stacks, and no ranges (:func:`step_stacks`: a first copy that the steps are found in,
+    never written: for the bundled trace x600 at 1G, ~1.6 M spans, ~1.7 s written and read
+    back)."""
     from .load import UNREAD, load_held, read_codes
 
+    skip = UNREAD if skip is None else skip
     parts: dict[str, list[pl.DataFrame]] = {t: [] for t in SAMPLED_TABLES}
     copied = _copy_slices(cap, sample, lambda table, rows: parts[table].append(rows), spans,
-                          codes=read_codes, skip=UNREAD)
-    return load_held(cap, {t: pl.concat(parts[t]) for t in ("call", "gpu", "span")}), copied
+                          codes=lambda table: read_codes(table, codes), skip=skip)
+    return load_held(cap, {t: pl.concat(parts[t]) for t in ("call", "gpu", "span")}, codes,
+                     skip), copied
 
 
 def _copy_slices(cap: Capture, sample: Sample, put: Callable[[str, pl.DataFrame], None],
@@ -418,18 +423,20 @@ def _unwritable(cap: Capture, folder: Path, e: OutputError, what: str, smaller: 
 class Sampled(NamedTuple):
     """A capture's sample for the memory budget (:func:`sampled`)."""
 
-    capture: Capture  # the sample's temporary capture, opened
+    capture: Capture | None  # the sample's temporary capture, opened (None: held, not written)
     sample: Sample  # how it was sampled
-    # its tables as the analysis reads them, where they were read already (the steps were
-    # found in the copy analysed: :func:`zym.analysis.load.load_opened`, codes, ``UNREAD``
-    # left out); else None
+    # its tables as the analysis reads them, where they are held (a capture without spans
+    # or ranges: :func:`held_sample`); else None (read from ``capture``)
     loaded: CaptureData | None
 
 
-def sampled(cap: Capture, budget: int, progress: Callable[[str], None] | None = None
+def sampled(cap: Capture, budget: int, progress: Callable[[str], None] | None = None,
+            codes: bool = True, skip: Mapping[str, Collection[str]] | None = None
             ) -> Sampled | None:
-    """Where the analysis of ``cap`` would exceed ``budget`` bytes: a temporary capture of a
-    sample that fits (removed when the process exits), and how it was sampled; else None."""
+    """Where the analysis of ``cap`` would exceed ``budget`` bytes: a sample that fits, held
+    in memory (a capture without spans or ranges: its tables read as ``codes`` and ``skip``
+    say, :func:`zym.analysis.load.load_held`) or in a temporary capture (removed when the
+    process exits), and how it was sampled; else None."""
     sample = plan(cap, budget)
     if sample is None:
         return None
@@ -444,56 +451,57 @@ def sampled(cap: Capture, budget: int, progress: Callable[[str], None] | None = 
 
     with ThreadPoolExecutor(1, thread_name_prefix="zym-census") as pool:
         counted = pool.submit(sync_copy_census, cap)
-        mine, sample, loaded = _written(cap, sample)
+        mine, sample, loaded = _copied(cap, sample, codes, skip)
         census = counted.result()
-    held = sync_copy_census(mine)
+    held = sync_copy_census(mine if mine is not None else loaded.calls)
     release_freed_memory(LARGE_ROWS)
-    return Sampled(mine, replace(sample, path=mine.path, census=census, held=held, source=cap),
-                   loaded)
+    return Sampled(mine, replace(sample, path=mine.path if mine is not None else None,
+                                 census=census, held=held, source=cap), loaded)
 
 
-def _written(cap: Capture, sample: Sample) -> Sampled:
-    """``sample`` of ``cap`` copied into a temporary capture (removed when the process
-    exits), cut at the capture's steps where it has them; opened, how it was copied, and its
-    tables where the steps were found in this copy."""
-    from .load import UNREAD, load_opened
-
-    folder = process_temp_folder("zym-sample-")
-    out = folder / "sample.parquet"
-    # The steps are found in a first copy: of a capture with spans or ranges, held in memory
-    # with only the spans they are found from, and copied whole after; of one without, the
-    # copy analysed where its slices stay as they are (no repeated steps). Its slices are made
-    # to hold whole steps, then cut at their starts.
+def _copied(cap: Capture, sample: Sample, codes: bool,
+            skip: Mapping[str, Collection[str]] | None) -> Sampled:
+    """``sample`` of ``cap`` copied, cut at the capture's steps where it has them: held in
+    memory (a capture without spans or ranges) or written into a temporary capture (removed
+    when the process exits); that capture opened, or the held tables; and how it was
+    copied."""
+    # The steps are found in a first copy held in memory (of a capture with spans or ranges,
+    # with only the spans they are found from, the sample then written whole; of one
+    # without, the sample itself, never written); its slices are made to hold whole steps,
+    # then cut at their starts.
     partial = sample.capture_rows["span"] + sample.capture_rows["range"] > 0
     spans = step_stacks(cap) if partial else None
 
-    def first_copy(sample: Sample) -> tuple[CaptureData, Sample, Capture | None]:
-        if partial:
-            return (*held_sample(cap, sample, spans), None)
-        sample = write_sample(cap, sample, out)
-        opened = open_capture(out)  # (checked: its hash reads the whole file)
-        return load_opened(opened, opened.path, True, UNREAD), sample, opened
+    def first_copy(sample: Sample) -> tuple[CaptureData, Sample]:
+        if partial:  # (read as the steps are found: codes, UNREAD)
+            return held_sample(cap, sample, spans)
+        return held_sample(cap, sample, None, codes, skip)
 
-    try:
-        loaded, copied, opened = first_copy(sample)
-        sample, found = copied, steps_of(loaded)
-        if found is not None:
-            longer = longer_slices(sample, float(np.median(found[0].durations())))
-            if longer is not None:
-                del loaded
-                release_freed_memory(LARGE_ROWS)
-                loaded, copied, opened = first_copy(longer)
-                sample, found = copied, steps_of(loaded)
-        if found is not None:
-            cut = at_steps(sample, found[0].start_ns, found[1])
-            sample = cut if cut.cut_at_steps else sample
-        if opened is None or sample is not copied:  # (not a copy of these slices, whole)
+    loaded, copied = first_copy(sample)
+    sample, found = copied, steps_of(loaded)
+    if found is not None:
+        longer = longer_slices(sample, float(np.median(found[0].durations())))
+        if longer is not None:
             del loaded
             release_freed_memory(LARGE_ROWS)
-            sample = write_sample(cap, sample, out)
-            opened, loaded = open_capture(out), None
+            loaded, copied = first_copy(longer)
+            sample, found = copied, steps_of(loaded)
+    if found is not None:
+        cut = at_steps(sample, found[0].start_ns, found[1])
+        sample = cut if cut.cut_at_steps else sample
+    if not partial and sample is copied:  # held as the analysis reads it
+        return Sampled(None, sample, loaded)
+    del loaded
+    release_freed_memory(LARGE_ROWS)
+    if not partial:  # held again, cut at the steps
+        loaded, sample = held_sample(cap, sample, None, codes, skip)
+        return Sampled(None, sample, loaded)
+    folder = process_temp_folder("zym-sample-")
+    out = folder / "sample.parquet"
+    try:
+        sample = write_sample(cap, sample, out)
     except OutputError as e:
         raise _unwritable(cap, folder, e, "its sample for the memory budget",
                           "give a larger --memory-budget") from None
     release_freed_memory(LARGE_ROWS)  # the slices' columns: not counted again at the peak
-    return Sampled(opened, sample, loaded)
+    return Sampled(open_capture(out), sample, None)  # (checked: its hash reads it whole)

@@ -30,15 +30,15 @@ if TYPE_CHECKING:
 COUNTS = ("syncs", "sync_ns", "copies", "copy_ns")
 
 
-def _grouped(cap: Capture, table: str, keys: list[str], measures: list[pl.Expr],
-             codes: tuple[str, ...]) -> pl.DataFrame:
+def _grouped(cap: Capture | pl.DataFrame, table: str, keys: list[str],
+             measures: list[pl.Expr], codes: tuple[str, ...]) -> pl.DataFrame:
     """``measures`` of ``cap``'s ``table`` per ``keys`` (sums and counts), a part of its
     time at a time (:meth:`zym.schemas.io.Capture.runs`), the parts' sums added: memory of a
     part and of the groups, whatever the capture's size (polars' streaming engine held 0.5 GB
-    of read-ahead at 10 M calls)."""
+    of read-ahead at 10 M calls); or of the rows ``cap`` (a sample held in memory)."""
     columns = keys + sorted({c for m in measures for c in m.meta.root_names()} - set(keys))
-    parts = [part.select(columns).group_by(keys).agg(measures).collect()
-             for part in cap.runs(table, codes)]
+    runs = [cap.lazy()] if isinstance(cap, pl.DataFrame) else cap.runs(table, codes)
+    parts = [part.select(columns).group_by(keys).agg(measures).collect() for part in runs]
     if not parts:
         types = polars_schema(table)
         return pl.DataFrame(schema={**{k: pl.String if k in codes else types[k] for k in keys},
@@ -48,9 +48,10 @@ def _grouped(cap: Capture, table: str, keys: list[str], measures: list[pl.Expr],
             .with_columns(pl.col(c).cast(pl.String) for c in codes if c in keys))
 
 
-def sync_copy_census(cap: Capture) -> pl.DataFrame:
-    """Per stack (``stack_id``) of ``cap``'s calls that sync or copy: ``syncs`` (calls that wait
-    for the GPU, copies apart) and ``sync_ns`` (their time), ``copies`` and ``copy_ns``."""
+def sync_copy_census(cap: Capture | pl.DataFrame) -> pl.DataFrame:
+    """Per stack (``stack_id``) of ``cap``'s calls (or the calls ``cap``) that sync or copy:
+    ``syncs`` (calls that wait for the GPU, copies apart) and ``sync_ns`` (their time),
+    ``copies`` and ``copy_ns``."""
     per = _grouped(cap, "call", ["stack_id", "name", "kind"],
                    [pl.len().alias("n"), pl.col("dur_ns").fill_null(0).sum().alias("ns")],
                    ("name", "kind"))

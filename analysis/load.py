@@ -290,30 +290,31 @@ def _load_file(path: Path, source: Path, progress: Callable[[str], None] | None,
     if budget is not None:
         from .budget import sampled
 
-        got = sampled(cap, budget, progress)
-        if got is not None:  # the sample, in a capture of its own
+        got = sampled(cap, budget, progress, codes, skip)
+        if got is not None:  # the sample: held, or in a capture of its own
             cap, sample, loaded = got
-            if loaded is not None and codes and skip == UNREAD:  # (read as this would)
+            if loaded is not None:  # (read as this reads it)
                 return replace(loaded, source=source, sample=sample)
     return load_opened(cap, source, codes, skip, sample)
 
 
-def read_codes(table: str) -> tuple[str, ...]:
-    """The columns of ``table`` an analysis reads as categorical codes: the enum columns and
-    the names (:data:`CODED`)."""
-    return ENUM_COLUMNS + CODED.get(table, ())
+def read_codes(table: str, codes: bool = True) -> tuple[str, ...]:
+    """The columns of ``table`` read as categorical codes: the enum columns, and with
+    ``codes`` the names (:data:`CODED`)."""
+    return ENUM_COLUMNS + (CODED.get(table, ()) if codes else ())
 
 
-def load_held(cap: Capture, held: Mapping[str, pl.DataFrame]) -> CaptureData:
-    """The capture ``cap`` as :func:`load_opened` reads it for an analysis (codes, ``UNREAD``
-    left out), its calls, GPU operations and spans the rows ``held`` (read from it with
-    :func:`read_codes` and ``UNREAD``: a sample's first copy, kept in memory), every row
-    checked as a read of the file checks it; the spans held, not read from a file."""
+def load_held(cap: Capture, held: Mapping[str, pl.DataFrame], codes: bool = True,
+              skip: Mapping[str, Collection[str]] = UNREAD) -> CaptureData:
+    """The capture ``cap`` as :func:`load_opened` reads it (``codes``, ``skip``), its calls,
+    GPU operations and spans the rows ``held`` (read from it as ``read_codes(table, codes)``
+    and ``skip`` say: a sample kept in memory), every row checked as a read of the file
+    checks it; the spans held, not read from a file."""
     from zym.schemas.output import display
     from zym.schemas.validate import check_refs, check_table
 
     shown = display(cap.path)
-    frames, stacks = (_compact(cap.load(t, read_codes(t), UNREAD.get(t, ())))
+    frames, stacks = (_compact(cap.load(t, read_codes(t, codes), skip.get(t, ())))
                       for t in ("frame", "stack"))
     rows = {}
     for table in ("call", "gpu", "span"):
@@ -329,8 +330,8 @@ def load_opened(cap: Capture, source: Path, codes: bool, skip: Mapping[str, Coll
     :func:`_load_file`'s; ``sample``: how ``cap`` samples the capture ``source`` names)."""
     # enum columns (and names, with ``codes``) cast to categories as each row group is
     # read: the text is never held whole (~0.6 s less at 10 M GPU operations)
-    tables = {t: _compact(cap.load(t, read_codes(t) if codes else ENUM_COLUMNS,
-                                   skip.get(t, ()))) for t in ANALYSIS_TABLES}
+    tables = {t: _compact(cap.load(t, read_codes(t, codes), skip.get(t, ())))
+              for t in ANALYSIS_TABLES}
     # the spans are read from the file by each query, never held whole
     spans = SpanTable(capture=cap, skip=skip.get("span", ()))
     return CaptureData(source, cap.meta, tables["frame"], tables["stack"], tables["call"],

@@ -63,7 +63,9 @@ def load_export_source(path: str | Path, progress: Progress | None = None,
 
         found = evaluate(analysis, progress=progress)
     findings = findings_of(analysis, found) if found is not None else []
-    ranges = _load_ranges(held) if with_spans else _conformed("range", pl.DataFrame())
+    # (a sample held in memory has no file: a capture without spans or ranges)
+    ranges = (_load_ranges(held) if with_spans and held is not None
+              else _conformed("range", pl.DataFrame()))
     return ExportSource(analysis, spans, findings, reconstructed, found, ranges)
 
 
@@ -80,13 +82,13 @@ def _conformed(table: str, df: pl.DataFrame) -> pl.DataFrame:
     return conform(table, df).drop("record")
 
 
-def _spans_of(data, path: Path) -> pl.DataFrame:
+def _spans_of(data, path: Path | None) -> pl.DataFrame:
     """The capture's span table: from ``CaptureData.spans()`` where the loader offers it, else
     read from the file."""
     getter = getattr(data, "spans", None)
     spans = getter() if callable(getter) else None
     if spans is None:
-        return _load_spans(path)
+        return _load_spans(path) if path is not None else _conformed("span", pl.DataFrame())
     return _conformed("span", spans)
 
 

@@ -629,10 +629,12 @@ def test_a_timeline_export_of_a_part_holds_that_part_only(tmp_path, kind, window
                    for s in track)["cuda_api"] > len(calls)
 
 
-def test_the_copy_the_steps_were_found_in_is_not_read_again(tmp_path, monkeypatch):
-    """A capture without spans whose slices stay as planned (no steps found in it) is
-    copied once: the analysis takes the tables its steps were looked for in (read once), and
-    reports what reading the copy again gives."""
+def test_a_capture_without_spans_is_sampled_in_memory(tmp_path, monkeypatch):
+    """A capture without spans or ranges is sampled in memory: no file is written, the
+    tables are read once, and the analysis is that of the same slices written into a sample
+    capture and read back (the copy that captures with spans get)."""
+    import tempfile
+
     from zym.analysis import load
     from zym.schemas.io import write_capture
     from zym.schemas.meta import CaptureMeta
@@ -648,16 +650,26 @@ def test_the_copy_the_steps_were_found_in_is_not_read_again(tmp_path, monkeypatc
     path = write_capture(tmp_path / "c.parquet", tables, CaptureMeta(producer="test"))
     cap = open_capture(path)
     budget = B.estimate_bytes({t: cap.rows(t) * 0.3 for t in B.SAMPLED_TABLES})
-    monkeypatch.setattr(B, "steps_of", lambda data: None)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
     reads: list[Path] = []
     read = load.load_opened
     monkeypatch.setattr(load, "load_opened", lambda c, *a, **k: (reads.append(c.path),
                                                                   read(c, *a, **k))[1])
-    once = analyze(path, budget=budget)
-    assert once.sample is not None and once.sample.sample_rows["call"] > 0
-    assert len(reads) == 1 and reads[0].name == "sample.parquet"
-    written = B._written
-    monkeypatch.setattr(B, "_written", lambda c, s: B.Sampled(*written(c, s)[:2], None))
+    held = analyze(path, budget=budget)
+    assert held.sample is not None and held.sample.sample_rows["call"] > 0
+    assert held.sample.cut_at_steps > 0   # (its steps found, its slices cut: held again)
+    assert reads == [] and list(temp.iterdir()) == []
+    copied = B._copied
+
+    def written(cap, sample, codes, skip):
+        got = copied(cap, sample, codes, skip)
+        out = tmp_path / "sample.parquet"
+        sample = B.write_sample(cap, got.sample, out)
+        return B.Sampled(open_capture(out), sample, None)
+
+    monkeypatch.setattr(B, "_copied", written)
     again = analyze(path, budget=budget)
-    assert len(reads) == 3   # the steps' read, then the analysis's own
-    assert json.dumps(once.to_dict(), default=str) == json.dumps(again.to_dict(), default=str)
+    assert reads == [tmp_path / "sample.parquet"]
+    assert json.dumps(held.to_dict(), default=str) == json.dumps(again.to_dict(), default=str)
