@@ -23,12 +23,13 @@ too short to hold :data:`STEPS_A_SLICE` of them, they are made fewer and longer
 the steps in it (from its first step's start to its last's: :func:`at_steps`) and the sample
 copied whole. A seam then joins two whole steps, not the parts of two (one long step, the
 first calls after it taken for those of the step before). A capture without spans or ranges
-is copied into its file first, and the steps found in that copy; where its slices stay as
-planned (no repeated steps) it is copied once, and read once.
+is sampled in memory and never written: its slices are read as the analysis reads a capture,
+the steps found in them, and the analysis given those tables (read again only where the
+slices were cut at the steps).
 
 Slices are read a part at a time by their row groups' time ranges (the capture's Parquet
-statistics), so the copy's memory is that of an eighth of the sample, whatever the capture's
-size.
+statistics), so a written copy's memory is that of an eighth of the sample, whatever the
+capture's size (a sample held in memory is what its analysis holds).
 """
 from __future__ import annotations
 
