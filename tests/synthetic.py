@@ -1,5 +1,5 @@
 """The synthetic capture ``bench/make_synthetic.py`` writes (seeded: a size makes the same
-file), for tests that need thousands of syncs."""
+file), for tests that need thousands of syncs; a small decode server built call by call."""
 from __future__ import annotations
 
 import importlib.util
@@ -18,3 +18,25 @@ def make_synthetic(ops: int, path: Path, **shape: int) -> Path:
     sys.modules[spec.name] = module  # (its dataclass looks its module up)
     spec.loader.exec_module(module)
     return module.make(ops, path, shape=module.Shape(**shape))
+
+
+SERVE = [("python", "serve", "srv.py", 5)]
+BATCH = SERVE + [("python", "handle_batch", "srv.py", 30)]
+
+
+def decode_server(path: Path, requests: int = 240, gemm_us: float = 40) -> Path:
+    """A decode server, every request alike (``zym.rules.testing.CaptureBuilder``): launches,
+    a scalar read back, a pageable copy back and host work between requests."""
+    from zym.rules.testing import CaptureBuilder
+
+    b = CaptureBuilder()
+    for _ in range(requests):
+        with b.enclosing(BATCH):
+            for _ in range(6):
+                b.kernel(BATCH + [("python", "forward", "model.py", 12),
+                                  ("torch_op", "aten::mm")], "gemm", gpu_us=gemm_us)
+            b.scalar_readback(BATCH + [("python", "decode", "srv.py", 41)])
+            b.copy(BATCH + [("python", "strip", "srv.py", 44)], "DtoH", nbytes=4096)
+            b.tick(30)
+        b.tick(60)
+    return b.write(path)

@@ -14,6 +14,7 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
+from synthetic import BATCH, SERVE, decode_server
 from zym.analysis import analyze
 from zym.analysis import budget as B
 from zym.analysis.export.summary import build_report, capture_sample_line
@@ -21,25 +22,6 @@ from zym.rules import evaluate, load_packs
 from zym.rules.testing import CaptureBuilder
 from zym.schemas.integrity import HASH_KEY, HASH_PLACEHOLDER, seal
 from zym.schemas.io import open_capture
-
-SERVE = [("python", "serve", "srv.py", 5)]
-BATCH = SERVE + [("python", "handle_batch", "srv.py", 30)]
-
-
-def _server(path, requests: int = 240, gemm_us: float = 40):
-    """A decode server, every request alike: launches, a scalar read back, a pageable copy
-    back and host work between requests."""
-    b = CaptureBuilder()
-    for _ in range(requests):
-        with b.enclosing(BATCH):
-            for _ in range(6):
-                b.kernel(BATCH + [("python", "forward", "model.py", 12),
-                                  ("torch_op", "aten::mm")], "gemm", gpu_us=gemm_us)
-            b.scalar_readback(BATCH + [("python", "decode", "srv.py", 41)])
-            b.copy(BATCH + [("python", "strip", "srv.py", 44)], "DtoH", nbytes=4096)
-            b.tick(30)
-        b.tick(60)
-    return b.write(path)
 
 
 def _source_rows(path):
@@ -50,7 +32,7 @@ def _source_rows(path):
 
 
 def test_the_whole_capture_when_it_fits(tmp_path):
-    path = _server(tmp_path / "c.parquet", requests=40)
+    path = decode_server(tmp_path / "c.parquet", requests=40)
     assert B.plan(open_capture(path), 1 << 40) is None
     whole, budgeted = analyze(path), analyze(path, budget=1 << 40)
     assert budgeted.sample is None and "sample" not in budgeted.to_dict()
@@ -90,7 +72,7 @@ def _capture(kind: str, tmp_path: Path) -> Path:
     """A capture to sample: the builder's server, the bundled zym capture (eBPF + CUPTI on the
     H200), or the bundled torch.profiler trace imported (with its spans)."""
     if kind == "builder":
-        return _server(tmp_path / "c.parquet")
+        return decode_server(tmp_path / "c.parquet")
     if kind == "bundled capture":
         return REPO / "sample_traces" / "gpt_decode_server.parquet"
     from zym.capture.kineto import import_kineto
@@ -142,7 +124,7 @@ def test_the_sample_is_every_call_of_its_slices_with_its_gpu_work(tmp_path, kind
 
 
 def test_a_sampled_analysis_says_what_the_whole_says(tmp_path):
-    path = _server(tmp_path / "c.parquet")
+    path = decode_server(tmp_path / "c.parquet")
     cap = open_capture(path)
     rows = {t: cap.rows(t) for t in B.SAMPLED_TABLES}
     budget = B.estimate_bytes({t: n * 0.3 for t, n in rows.items()})
@@ -170,7 +152,7 @@ def test_a_sampled_analysis_says_what_the_whole_says(tmp_path):
 
 
 def _lines_server(path, requests: int = 40):
-    """``_server`` as eBPF records it: no spans, the executing line of every frame (a request
+    """``decode_server`` as eBPF records it: no spans, the executing line of every frame (a request
     starts where ``handle_batch`` goes back to its first line)."""
     b = CaptureBuilder()
     for _ in range(requests):
@@ -191,7 +173,8 @@ def test_no_seam_cuts_a_step(tmp_path, kind):
     """Slices are cut at the steps' starts: every step of the sample is one of the capture's,
     whole (a seam that cut one would join its two parts into one longer step, and its first
     steps would look like warm-up)."""
-    path = (_server if kind == "spans" else _lines_server)(tmp_path / "c.parquet", requests=120)
+    build = decode_server if kind == "spans" else _lines_server
+    path = build(tmp_path / "c.parquet", requests=120)
     cap = open_capture(path)
     rows = {t: cap.rows(t) for t in B.SAMPLED_TABLES}
     whole = analyze(path)
@@ -241,7 +224,7 @@ def test_slices_too_short_for_the_steps_are_fewer_and_longer():
 
 
 def test_row_counts_from_the_metadata_agree_with_a_scan(tmp_path):
-    path = _server(tmp_path / "c.parquet", requests=30)
+    path = decode_server(tmp_path / "c.parquet", requests=30)
     cap = open_capture(path)
     assert B._row_groups(cap) == B._scanned(cap)
     # the same file as one row group of every table: read by the scan
@@ -268,7 +251,7 @@ def _zym(*args, code=ENTRY):
 
 
 def test_the_cli_says_it_sampled_and_refuses_a_bad_size(tmp_path):
-    path = _server(tmp_path / "c.parquet", requests=60)
+    path = decode_server(tmp_path / "c.parquet", requests=60)
     out = _zym("analyze", str(path), "--memory-budget", "1K", "--no-progress")
     assert out.returncode == 0, out.stderr
     assert "SAMPLED to fit the memory budget" in out.stdout
@@ -369,8 +352,8 @@ def test_a_capture_of_the_gpu_side_alone_is_sampled_by_its_operations(tmp_path):
 def test_zym_diff_compares_samples_per_step_and_says_so(tmp_path):
     """`zym diff --memory-budget`: each capture whose analysis would not fit its half of the
     budget (two analyses at once) is sampled; per-step figures compare as the whole ones do."""
-    before = _server(tmp_path / "before.parquet")
-    after = _server(tmp_path / "after.parquet", gemm_us=60)  # each GEMM 50% longer
+    before = decode_server(tmp_path / "before.parquet")
+    after = decode_server(tmp_path / "after.parquet", gemm_us=60)  # each GEMM 50% longer
     cap = open_capture(before)
     rows = {t: cap.rows(t) for t in B.SAMPLED_TABLES}
     budget = 2 * B.estimate_bytes({t: n * 0.3 for t, n in rows.items()})
@@ -403,7 +386,7 @@ def test_a_sample_that_cannot_be_written_is_one_line_and_leaves_nothing(tmp_path
     from zym.schemas.errors import OutputError
     from zym.schemas.output import write_error
 
-    path = _server(tmp_path / "c.parquet", requests=30)
+    path = decode_server(tmp_path / "c.parquet", requests=30)
     folder = tmp_path / "tmp"
     folder.mkdir()
     monkeypatch.setattr("tempfile.tempdir", str(folder))
@@ -442,7 +425,7 @@ def test_an_export_of_a_sample_holds_the_samples_ranges(tmp_path):
     never the whole capture's; without spans (the HTML report), none are read."""
     from zym.analysis.export.source import load_export_source
 
-    path = _with_ranges(_server(tmp_path / "c.parquet"), tmp_path / "r.parquet")
+    path = _with_ranges(decode_server(tmp_path / "c.parquet"), tmp_path / "r.parquet")
     cap = open_capture(path)
     rows = {t: cap.rows(t) for t in B.SAMPLED_TABLES}
     src = load_export_source(path, budget=B.estimate_bytes({t: n * 0.3 for t, n in rows.items()}))
@@ -459,7 +442,7 @@ def test_an_export_of_a_sample_holds_the_samples_ranges(tmp_path):
 
 
 def test_zym_report_says_it_sampled_and_refuses_a_bad_size(tmp_path):
-    path = _server(tmp_path / "c.parquet", requests=60)
+    path = decode_server(tmp_path / "c.parquet", requests=60)
     pages = {}
     for name, extra in (("whole", []), ("sampled", ["--memory-budget", "1K"])):
         out = tmp_path / f"{name}.html"
@@ -483,7 +466,7 @@ def test_a_part_that_cannot_be_written_is_one_line_and_leaves_nothing(tmp_path, 
     from zym.schemas.errors import OutputError
     from zym.schemas.output import write_error
 
-    path = _server(tmp_path / "c.parquet", requests=30)
+    path = decode_server(tmp_path / "c.parquet", requests=30)
     folder = tmp_path / "tmp"
     folder.mkdir()
     monkeypatch.setattr("tempfile.tempdir", str(folder))
@@ -507,7 +490,7 @@ def test_the_mcp_tools_analyse_in_the_default_budget(tmp_path, monkeypatch):
     (here made small), a sample, and the report says so."""
     from zym.analysis.export import agent
 
-    path = _server(tmp_path / "c.parquet", requests=60)
+    path = decode_server(tmp_path / "c.parquet", requests=60)
     assert "sample" not in agent.analyze_tool(str(path))
     monkeypatch.setattr(B, "available_budget", lambda: 1024)
     monkeypatch.setattr(agent, "_cache", agent._Cache())
@@ -600,7 +583,7 @@ def test_a_timeline_export_of_a_part_holds_that_part_only(tmp_path, kind, window
     eBPF + CUPTI capture (its spans rebuilt from the calls' stacks, not counted)."""
     from zym.analysis.export.check import check_trace
 
-    path = (_with_ranges(_server(tmp_path / "c.parquet", requests=60), tmp_path / "r.parquet")
+    path = (_with_ranges(decode_server(tmp_path / "c.parquet", requests=60), tmp_path / "r.parquet")
             if kind == "builder" else _capture(kind, tmp_path))
     out = tmp_path / "part.pftrace"
     got = _zym("export", str(path), "--window", window, "-o", str(out), "--no-progress",

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
+from synthetic import decode_server
 from zym.analysis import budget as B
-from zym.rules.testing import CaptureBuilder
 from zym.schemas.io import open_capture
 
 ENTRY = "import sys; sys.argv[0] = 'zym'; from zym.cli.entry import main; main()"
@@ -105,28 +105,11 @@ def test_terminated_inside_an_output_write_still_raises_and_cleans(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-_BATCH = [("python", "serve", "srv.py", 5), ("python", "handle_batch", "srv.py", 30)]
-
-
-def _capture(path: Path, requests: int = 120) -> Path:
-    """A server whose requests each launch GEMMs, read a scalar back and copy out."""
-    b = CaptureBuilder()
-    for _ in range(requests):
-        with b.enclosing(_BATCH):
-            for _ in range(6):
-                b.kernel(_BATCH + [("python", "forward", "model.py", 12),
-                                   ("torch_op", "aten::mm")], "gemm", gpu_us=40)
-            b.scalar_readback(_BATCH + [("python", "decode", "srv.py", 41)])
-            b.copy(_BATCH + [("python", "strip", "srv.py", 44)], "DtoH", nbytes=4096)
-            b.tick(30)
-        b.tick(60)
-    return b.write(path)
-
-
 def test_zym_diff_in_a_budget_leaves_no_sample_behind(tmp_path):
     """`zym diff --memory-budget`: the baseline is sampled in a forked child (``os._exit``),
     the other side here; neither sample's folder is left."""
-    before, after = _capture(tmp_path / "a.parquet"), _capture(tmp_path / "b.parquet", 140)
+    before = decode_server(tmp_path / "a.parquet", 120)
+    after = decode_server(tmp_path / "b.parquet", 140)
     cap = open_capture(before)
     budget = 2 * B.estimate_bytes({t: cap.rows(t) * 0.3 for t in B.SAMPLED_TABLES})
     tmp = tmp_path / "tmp"
@@ -142,7 +125,7 @@ def test_zym_diff_in_a_budget_leaves_no_sample_behind(tmp_path):
 def test_zym_analyze_ended_by_sigterm_leaves_no_sample_behind(tmp_path):
     """SIGTERM once the sample is written (the analysis goes on for a while after it): the
     process ends as SIGTERM ends it, and its sample's folder is gone."""
-    path = _capture(tmp_path / "c.parquet", requests=3000)
+    path = decode_server(tmp_path / "c.parquet", requests=3000)
     cap = open_capture(path)
     budget = B.estimate_bytes({t: cap.rows(t) * 0.3 for t in B.SAMPLED_TABLES})
     tmp = tmp_path / "tmp"
