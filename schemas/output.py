@@ -50,6 +50,7 @@ def display(path: str | os.PathLike) -> str:
 # This process's temporary folders, each with the process that made it: a forked child
 # inherits the list, and removes only its own (a parent's are the parent's to remove).
 _temp_folders: list[tuple[int, Path]] = []
+_removal_set: list[int] = []  # the processes that set their removal up (a fork inherits it)
 _CLEANED_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
@@ -62,7 +63,8 @@ def process_temp_folder(prefix: str) -> Path:
     import atexit
     import tempfile
 
-    if not _temp_folders:
+    if os.getpid() not in _removal_set:
+        _removal_set.append(os.getpid())
         atexit.register(remove_temp_folders)
         _remove_on_signals()
     folder = Path(tempfile.mkdtemp(prefix=prefix))
