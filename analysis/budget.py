@@ -343,7 +343,7 @@ def steps_of(data: CaptureData) -> tuple[Steps, np.ndarray] | None:
     from .load import api_codes
     from .phases import find_steps
 
-    data = api_codes(data)
+    data = api_codes(replace(data))  # (its own tables: ``data`` may be the analysis's, as read)
     nodes = stack_nodes(data.frames, data.stacks)
     facts = Facts(data, nodes)
     steps = find_steps(facts.calls, facts.gpu, nodes, data.span_table)

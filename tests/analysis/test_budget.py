@@ -656,3 +656,38 @@ def test_a_capture_without_spans_is_sampled_in_memory(tmp_path, monkeypatch):
     again = analyze(path, budget=budget)
     assert reads == [tmp_path / "sample.parquet"]
     assert json.dumps(held.to_dict(), default=str) == json.dumps(again.to_dict(), default=str)
+
+
+@pytest.mark.parametrize("steps", [True, False])
+def test_a_sample_held_in_memory_is_read_as_its_caller_reads_a_capture(tmp_path, monkeypatch,
+                                                                        steps):
+    """Held in memory (no spans nor ranges), a sample's tables are those the caller asked
+    for: an export's (``codes`` False, every column) keeps the names as text and the columns
+    the analysis leaves out, after its steps were looked for in the same tables (none found:
+    the tables held are those given to the caller) or its slices cut at them (held again)."""
+    from zym.analysis import phases
+    from zym.analysis.load import UNREAD, load_capture
+
+    if not steps:
+        monkeypatch.setattr(phases, "find_steps", lambda *a: None)
+    from zym.schemas.io import write_capture
+    from zym.schemas.meta import CaptureMeta
+
+    tables = CaptureBuilder()
+    for _ in range(100):
+        tables.kernel(BATCH + [("python", "forward", "model.py", 12)], "gemm", gpu_us=40)
+        tables.scalar_readback(BATCH + [("python", "decode", "srv.py", 41)])
+    held = tables.tables()
+    held.pop("span")
+    path = write_capture(tmp_path / "c.parquet", held, CaptureMeta(producer="test"))
+    cap = open_capture(path)
+    budget = B.estimate_bytes({t: cap.rows(t) * 0.3 for t in B.SAMPLED_TABLES})
+    export = load_capture(path, budget=budget)
+    analysis = load_capture(path, codes=True, skip=UNREAD, budget=budget)
+    assert export.sample is not None and analysis.sample is not None
+    assert (export.sample.cut_at_steps > 0) == steps
+    assert export.calls["name"].dtype == pl.String and export.gpu["name"].dtype == pl.String
+    assert analysis.calls["name"].dtype == pl.Categorical
+    assert set(UNREAD["call"]) <= set(export.calls.columns)
+    assert not set(UNREAD["call"]) & set(analysis.calls.columns)
+    assert export.calls.height == analysis.calls.height > 0
