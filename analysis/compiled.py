@@ -12,9 +12,18 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     import numpy as np
 
 _SETTING = threading.Lock()  # held while numba's cache folder is set to the private one
+
+# numba's array functions look for a BLAS as they load, by importing scipy.linalg (~0.13 s
+# where scipy is installed, as it often is beside torch), and use a plain loop for the one
+# function the answer gates; zym's loops make no BLAS call. A process that has no other use
+# for numba (the CLI: :func:`skip_blas_check`) loads numba without that look.
+_BLAS_CHECK = True
+_LOADING = threading.Lock()
 
 # What a progress display shows while numba compiles one of zym's loops: a first analysis of
 # a large capture on this machine (or after an upgrade) spends seconds there, once.
@@ -30,9 +39,8 @@ def njit(*loops: Callable, inline: bool = False) -> tuple[Callable, ...] | None:
     helpers, inlined into the compiled loops that call them (numba's ``inline="always"``).
     A loop marked with :func:`writes` is called with every other array argument read-only
     (:func:`reading_read_only`)."""
-    try:
-        import numba
-    except ImportError:
+    numba = _numba()
+    if numba is None:
         return None
     _listen()
     options = {"nogil": True, **({"inline": "always"} if inline else {})}
@@ -40,6 +48,32 @@ def njit(*loops: Callable, inline: bool = False) -> tuple[Callable, ...] | None:
     if inline:  # (called from compiled code, where a Python wrapper cannot be)
         return tuple(compiled)
     return tuple(reading_read_only(loop, fast) for loop, fast in zip(loops, compiled))
+
+
+def skip_blas_check() -> None:
+    """Load numba, when a loop first needs it, without its look for a BLAS (for a process
+    whose numba is zym's alone: the CLI)."""
+    global _BLAS_CHECK
+    _BLAS_CHECK = False
+
+
+def _numba() -> ModuleType | None:
+    """numba, or None where it cannot be imported; without its look for a BLAS where
+    :func:`skip_blas_check` asked (scipy.linalg seen as absent while numba's array functions
+    load, unless something imported it already)."""
+    try:
+        import numba
+    except ImportError:
+        return None
+    with _LOADING:
+        if _BLAS_CHECK or "numba.np.arraymath" in sys.modules or "scipy.linalg" in sys.modules:
+            return numba
+        sys.modules["scipy.linalg"] = None  # (an import of it raises ImportError)
+        try:
+            import numba.np.arraymath
+        finally:
+            del sys.modules["scipy.linalg"]
+    return numba
 
 
 def writes(*params: str) -> Callable[[Callable], Callable]:

@@ -195,6 +195,9 @@ def _answer(args: list[str]) -> None:
         if code is not None:
             sys.stdout.flush()
             sys.exit(code)
+    from zym.analysis.compiled import skip_blas_check
+
+    skip_blas_check()  # (numba is zym's alone in this process)
     if args[:1] in (["analyze"], ["diff"]):
         from .fast import run as run_fast
 

@@ -3,6 +3,7 @@ order, giving what they give interpreted; None where numba cannot be imported.""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -316,3 +317,55 @@ def test_the_progress_display_says_a_loop_is_compiling():
                           check=True)
     assert f"estimating: {COMPILING}…" in done.stderr
     assert done.stderr.index(f"estimating: {COMPILING}…") < done.stderr.rindex("writing…")
+
+
+_LOADS_NUMBA = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+from zym.analysis import compiled
+if sys.argv[2] == "cli":
+    compiled.skip_blas_check()
+
+def total(x):
+    s = 0
+    for v in x:
+        s += v
+    return s
+
+(loop,) = compiled.njit(total)
+print(loop(np.arange(10, dtype=np.int64)), "scipy.linalg" in sys.modules,
+      "seen" if hasattr(sys.modules.get("scipy"), "linalg_seen") else "not seen")
+"""
+
+
+@pytest.mark.parametrize("process", ["library", "cli"])
+def test_the_cli_loads_numba_without_its_look_for_a_blas(tmp_path, process):
+    """numba's array functions import scipy.linalg as they load (to see whether a BLAS is
+    there: ~0.13 s where scipy is installed); the CLI (``skip_blas_check``) loads them
+    without it, and its loops give the same. A stand-in scipy that records being imported
+    shows the look, scipy installed or not; a library user's numba keeps it."""
+    fake = tmp_path / "scipy"
+    (fake / "linalg").mkdir(parents=True)
+    (fake / "__init__.py").write_text('__version__ = "1.17.0"\n')  # (numba checks it)
+    (fake / "linalg" / "__init__.py").write_text(
+        "import sys\nsys.modules['scipy'].linalg_seen = True\n")
+    got = subprocess.run([sys.executable, "-c", _LOADS_NUMBA, str(tmp_path), process],
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert got[0] == "45"
+    if process == "cli":
+        assert got[1:] == ["False", "not", "seen"]
+    else:
+        assert got[2] == "seen"   # (numba's look, as it is for a library user)
+
+
+def test_the_console_script_skips_the_look():
+    """`zym` itself (cli/entry.py) asks for it before any command runs."""
+    code = ("import sys; sys.argv = ['zym', 'rules', 'list']\n"
+            "from zym.analysis import compiled\n"
+            "from zym.cli import entry\n"
+            "try:\n    entry.main()\nexcept SystemExit:\n    pass\n"
+            "print(compiled._BLAS_CHECK)")
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=False)
+    assert got.stdout.strip().splitlines()[-1] == "False", got.stderr
