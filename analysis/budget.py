@@ -505,4 +505,6 @@ def _copied(cap: Capture, sample: Sample, codes: bool,
         raise _unwritable(cap, folder, e, "its sample for the memory budget",
                           "give a larger --memory-budget") from None
     release_freed_memory(LARGE_ROWS)  # the slices' columns: not counted again at the peak
-    return Sampled(open_capture(out), sample, None)  # (checked: its hash reads it whole)
+    opened = open_capture(out)  # (checked: its hash reads it whole)
+    opened.shown = f"{cap.name} (its sample)"  # (a row it refuses is the capture's)
+    return Sampled(opened, sample, None)

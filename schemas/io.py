@@ -204,6 +204,13 @@ class Capture:
     # per table: its first and last file row and its row count (``_extent``); "groups": the
     # footer's row groups (``row_groups``)
     _extents: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    # what its errors name: the file (None), or the capture a temporary copy was made of
+    shown: str | None = field(default=None, compare=False)
+
+    @property
+    def name(self) -> str:
+        """The capture as its errors name it (one printable line)."""
+        return self.shown if self.shown is not None else display(self.path)
 
     def scan(self, table: str, codes: Collection[str] = (), skip: Collection[str] = (),
              rows: tuple[int, int] | None = None) -> pl.LazyFrame:
@@ -311,11 +318,11 @@ class Capture:
         text columns read as categorical codes; ``skip``: columns not read (see ``scan``)."""
         from .validate import check_refs, check_stacks, check_table
 
-        df = check_table(table, self._read(table, codes=codes, skip=skip), display(self.path))
+        df = check_table(table, self._read(table, codes=codes, skip=skip), self.name)
         if table == "stack":
-            check_stacks(df, self._keys("frame", "frame_id"), display(self.path))
+            check_stacks(df, self._keys("frame", "frame_id"), self.name)
         elif table in ("call", "span", "range"):
-            check_refs(table, df, self._keys("stack", "stack_id"), display(self.path))
+            check_refs(table, df, self._keys("stack", "stack_id"), self.name)
         return df
 
     def parts(self, table: str, skip: Collection[str] = (), rows: int = ROW_GROUP_ROWS
@@ -328,9 +335,9 @@ class Capture:
         keys = self._keys("stack", "stack_id") if table in ("call", "span", "range") else None
         try:
             for query in self.slices(table, skip, rows):
-                part = check_table(table, query.collect(), display(self.path))
+                part = check_table(table, query.collect(), self.name)
                 if keys is not None:
-                    check_refs(table, part, keys, display(self.path))
+                    check_refs(table, part, keys, self.name)
                 yield part
         except (pl.exceptions.PolarsError, OSError) as e:
             raise self.unreadable(table, e) from e
@@ -353,7 +360,7 @@ class Capture:
 
     def unreadable(self, table: str, e: BaseException) -> InputError:
         """The one-line error for ``table`` of this file failing to read (``e``)."""
-        return InputError(f"{display(self.path)}: cannot read the {table} table "
+        return InputError(f"{self.name}: cannot read the {table} table "
                           f"({first_line(e)})")
 
     def _keys(self, table: str, column: str) -> pl.Series:

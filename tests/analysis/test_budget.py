@@ -693,24 +693,29 @@ def test_a_sample_held_in_memory_is_read_as_its_caller_reads_a_capture(tmp_path,
     assert export.calls.height == analysis.calls.height > 0
 
 
-def test_a_bad_row_in_a_sample_is_named_by_the_capture_the_user_gave(tmp_path):
-    """A row the checks refuse, in a sample held in memory: the one-line error (exit 2) names
-    the user's capture, not a temporary copy of it (which it named before)."""
+@pytest.mark.parametrize("table", ["call", "span"])
+def test_a_bad_row_in_a_sample_is_named_by_the_capture_the_user_gave(tmp_path, table):
+    """A row the checks refuse, in a sample (a call: held in memory; a span of a capture
+    with spans: in the sample written): the one-line error (exit 2) names the user's capture,
+    not the temporary copy of it (which it named before)."""
     from zym.schemas.io import write_capture
     from zym.schemas.meta import CaptureMeta
 
     b = CaptureBuilder()
     for _ in range(300):
-        b.kernel(BATCH + [("python", "forward", "model.py", 12)], "gemm", gpu_us=40)
-        b.scalar_readback(BATCH + [("python", "decode", "srv.py", 41)])
+        with b.enclosing(BATCH):
+            b.kernel(BATCH + [("python", "forward", "model.py", 12)], "gemm", gpu_us=40)
+            b.scalar_readback(BATCH + [("python", "decode", "srv.py", 41)])
     tables = b.tables()
-    tables.pop("span")
+    if table == "call":
+        tables.pop("span")
     first = pl.int_range(pl.len()) < 3   # (the first slice starts where the capture does)
-    tables["call"] = tables["call"].with_columns(
+    tables[table] = tables[table].with_columns(
         pl.when(first).then(99_999).otherwise(pl.col("stack_id")).alias("stack_id"))
     path = write_capture(tmp_path / "c.parquet", tables, CaptureMeta(producer="test"))
     cap = open_capture(path)
     budget = B.estimate_bytes({t: cap.rows(t) * 0.3 for t in B.SAMPLED_TABLES})
     got = _zym("analyze", str(path), "--memory-budget", str(budget), "--no-progress")
     assert got.returncode == 2 and got.stderr.count("\n") == 1, got.stderr
-    assert f"{path}: call table: 3 row(s) whose stack_id is not in the stack table" in got.stderr
+    assert f"{path}" in got.stderr and "zym-sample" not in got.stderr, got.stderr
+    assert f"{table} table: 3 row(s) whose stack_id is not in the stack table" in got.stderr
