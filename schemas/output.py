@@ -301,5 +301,6 @@ def terminate_as_exception() -> Iterator[None]:
     signal.signal(signal.SIGTERM, handler)
     try:
         yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    finally:  # (a temporary folder made inside keeps its removal on SIGTERM after it)
+        made = previous is signal.SIG_DFL and os.getpid() in _removal_set
+        signal.signal(signal.SIGTERM, _remove_then_end if made else previous)

@@ -105,6 +105,27 @@ def test_terminated_inside_an_output_write_still_raises_and_cleans(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_folder_made_inside_an_output_write_keeps_its_removal_after_it(tmp_path):
+    """`zym analyze` of a trace too large for memory imports it into a temporary capture inside
+    a block that turns SIGTERM into ``Terminated``; after the block, SIGTERM still removes the
+    folder before it ends the process (the block gave back the default action before)."""
+    code = textwrap.dedent("""
+        import signal, sys, time
+        from zym.schemas.output import process_temp_folder, terminate_as_exception
+        with terminate_as_exception():
+            folder = process_temp_folder("zym-analyze-")
+        print(folder, flush=True)
+        time.sleep(60)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            env=_env(tmp_path))
+    assert Path(proc.stdout.readline().strip()).is_dir()
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGTERM
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_zym_diff_in_a_budget_leaves_no_sample_behind(tmp_path):
     """`zym diff --memory-budget`: the baseline is sampled in a forked child (``os._exit``),
     the other side here; neither sample's folder is left."""
