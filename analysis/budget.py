@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import threading
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -421,6 +422,32 @@ def _unwritable(cap: Capture, folder: Path, e: OutputError, what: str, smaller: 
                        f"{smaller}")
 
 
+class _Background:
+    """``work(*args)`` (a census) on a daemon thread of its own: where the caller stops first
+    (an error, Ctrl-C), the process does not wait for it to end (the census of a 100 M
+    capture takes seconds), as it would for an executor's thread."""
+
+    def __init__(self, work: Callable[..., pl.DataFrame], *args: object) -> None:
+        self._got: tuple = ()
+        self._thread = threading.Thread(target=self._run, args=(work, *args),
+                                        name="zym-census", daemon=True)
+        self._thread.start()
+
+    def _run(self, work: Callable, *args: object) -> None:
+        try:
+            self._got = (work(*args), None)
+        except BaseException as e:  # noqa: BLE001 (raised again in the caller's thread)
+            self._got = (None, e)
+
+    def result(self) -> pl.DataFrame:
+        """What ``work`` returned (its exception raised here), once it has ended."""
+        self._thread.join()
+        value, error = self._got
+        if error is not None:
+            raise error
+        return value
+
+
 class Sampled(NamedTuple):
     """A capture's sample for the memory budget (:func:`sampled`)."""
 
@@ -446,14 +473,11 @@ def sampled(cap: Capture, budget: int, progress: Callable[[str], None] | None = 
     # every line that syncs or copies, also those outside the slices (the report names
     # them): counted on a thread of its own while the slices are copied (both mostly in
     # polars and pyarrow, which leave the interpreter)
-    from concurrent.futures import ThreadPoolExecutor
-
     from .census import sync_copy_census
 
-    with ThreadPoolExecutor(1, thread_name_prefix="zym-census") as pool:
-        counted = pool.submit(sync_copy_census, cap)
-        mine, sample, loaded = _copied(cap, sample, codes, skip)
-        census = counted.result()
+    counted = _Background(sync_copy_census, cap)
+    mine, sample, loaded = _copied(cap, sample, codes, skip)
+    census = counted.result()
     held = sync_copy_census(mine if mine is not None else loaded.calls)
     release_freed_memory(LARGE_ROWS)
     return Sampled(mine, replace(sample, path=mine.path if mine is not None else None,

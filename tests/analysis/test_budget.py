@@ -719,3 +719,31 @@ def test_a_bad_row_in_a_sample_is_named_by_the_capture_the_user_gave(tmp_path, t
     assert got.returncode == 2 and got.stderr.count("\n") == 1, got.stderr
     assert f"{path}" in got.stderr and "zym-sample" not in got.stderr, got.stderr
     assert f"{table} table: 3 row(s) whose stack_id is not in the stack table" in got.stderr
+
+
+def test_a_sampling_that_stops_does_not_wait_for_the_census(tmp_path, monkeypatch):
+    """The whole capture's census runs beside the sampling (seconds on a 100 M capture): where
+    the sampling stops first (an error here; Ctrl-C alike), its error comes at once, not once
+    the census ends (an executor's thread was waited for)."""
+    import threading
+    import time
+
+    from zym.analysis import census
+    from zym.schemas.errors import InputError
+
+    path = decode_server(tmp_path / "c.parquet", requests=40)
+    cap = open_capture(path)
+    released = threading.Event()
+    monkeypatch.setattr(census, "sync_copy_census", lambda c: released.wait(60))
+
+    def fails(*_):
+        raise InputError("stopped")
+
+    monkeypatch.setattr(B, "_copied", fails)
+    t = time.monotonic()
+    try:
+        with pytest.raises(InputError, match="stopped"):
+            B.sampled(cap, B.estimate_bytes({t: cap.rows(t) * 0.3 for t in B.SAMPLED_TABLES}))
+        assert time.monotonic() - t < 30   # (the census is held for 60 s)
+    finally:
+        released.set()
