@@ -64,3 +64,52 @@ def test_packed_and_two_key_orders_agree():
     far = iv.with_columns(pl.when(pl.col("group") == 1).then(pl.col(c) + (1 << 58))
                           .otherwise(c).alias(c) for c in ("ts_ns", "end_ns"))
     _replay(far, assign_lanes(far))  # too long a span to pack: the two-key sort
+
+
+def _random_intervals(rng, n: int, groups: int, span: int, longest: int) -> pl.DataFrame:
+    """``n`` intervals on ``groups`` tracks: overlapping, nested, zero-length and identical
+    ones (a few starts and lengths repeat)."""
+    start = rng.integers(0, span, n)
+    length = np.where(rng.random(n) < 0.1, 0, rng.integers(1, longest, n))
+    twin = rng.random(n) < 0.05  # copies of the previous interval, on its group
+    group = rng.integers(0, groups, n)
+    for a in (start, length, group):
+        a[1:][twin[1:]] = a[:-1][twin[1:]]
+    return pl.DataFrame({"group": group.astype(np.uint32), "row": np.arange(n, dtype=np.uint32),
+                         "ts_ns": start, "end_ns": start + length})
+
+
+def test_compiled_nesting_check_finds_the_groups_the_numpy_passes_find(monkeypatch):
+    from zym.analysis.export import lanes
+
+    rng = np.random.default_rng(7)
+    found = []
+    for groups, longest in ((3, 50), (12, 3), (40, 6), (2000, 40), (5, 2)):
+        iv = _random_intervals(rng, 4000, groups, 20_000, longest)
+        events = ordered_events(iv)
+        monkeypatch.setattr(lanes, "JIT_MIN_EVENTS", 1 << 62)
+        numpy_way = nesting_violations(events)
+        monkeypatch.setattr(lanes, "JIT_MIN_EVENTS", 0)
+        compiled = nesting_violations(events)
+        assert compiled.tolist() == numpy_way.tolist()
+        found.append(len(numpy_way) / groups)
+    # every group overlapping, some (few tracks and many), none (intervals of 0 or 1 ns)
+    assert found[0] == 1 and 0 < found[1] < 1 and 0 < found[2] < 1 and 0 < found[3] < 1
+    assert found[4] == 0
+
+
+def test_compiled_first_fit_gives_the_lanes_of_the_segment_pass(monkeypatch):
+    """Compiled, every interval of an overlapping group goes through first-fit (no segments):
+    the same lanes as the segments that nest kept on lane 0 and first-fit over the rest."""
+    from zym.analysis.export import lanes
+
+    rng = np.random.default_rng(8)
+    for groups, longest in ((2, 40), (30, 8), (500, 30)):
+        iv = _random_intervals(rng, 5000, groups, 30_000, longest)
+        monkeypatch.setattr(lanes, "JIT_MIN_EVENTS", 1 << 62)
+        python_way = assign_lanes(iv).sort("row")
+        monkeypatch.setattr(lanes, "JIT_MIN_EVENTS", 0)
+        compiled = assign_lanes(iv).sort("row")
+        assert python_way["lane"].max() > 0  # (some work did overlap)
+        assert compiled.equals(python_way)
+        _replay(iv, compiled)
