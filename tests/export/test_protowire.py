@@ -14,13 +14,25 @@ from zym.analysis.export import protowire as pw
 K = pw.tag
 
 
+@pytest.fixture(params=["numpy", "compiled"])
+def writes(request, monkeypatch):
+    """Each test's fields written both ways: the numpy passes, and the compiled loops (numba,
+    a dependency) that write columns of at least ``JIT_MIN_ROWS`` rows."""
+    if request.param == "compiled":
+        assert pw._compiled_writes() is not None
+        monkeypatch.setattr(pw, "JIT_MIN_ROWS", 0)
+    else:
+        monkeypatch.setattr(pw, "JIT_MIN_ROWS", 1 << 62)
+    return request.param
+
+
 @pytest.mark.parametrize("value", [0, 1, 127, 128, 300, 2**32, 2**63 - 1, -1, -(2**40)])
-def test_varint_matches_protobuf(value):
+def test_varint_matches_protobuf(value, writes):
     got = pw.encode(1, [pw.Varint(K(DebugAnnotation, "int_value"), np.array([value]))])
     assert got.data.tobytes() == DebugAnnotation(int_value=value).SerializeToString()
 
 
-def test_nested_messages_optional_and_repeated_fields_round_trip():
+def test_nested_messages_optional_and_repeated_fields_round_trip(writes):
     n = 6
     rng = np.random.default_rng(7)
     ts = rng.integers(0, 2**62, n)
@@ -55,9 +67,41 @@ def test_nested_messages_optional_and_repeated_fields_round_trip():
             assert not e.HasField("callstack_weight")
 
 
-def test_ragged_take_and_bytes_field():
+def test_ragged_take_and_bytes_field(writes):
     r = pw.Ragged.from_list([b"a", b"", b"xyz"])
     assert r.take(np.array([2, 0])).to_list() == [b"xyz", b"a"]
     got = pw.encode(3, [pw.Bytes(K(DebugAnnotation, "string_value"), r)])
     assert got.to_list() == [DebugAnnotation(string_value=s).SerializeToString()
                              for s in ("a", "", "xyz")]
+
+
+def _packets(n: int, rng) -> list:
+    """Packets of every field kind over ``n`` rows: varints of every size (negative ones:
+    ten bytes), optional fields, strings (some empty), repeated fixed64, nested messages."""
+    big = rng.integers(0, 2**63 - 1, n, dtype=np.int64) >> rng.integers(0, 63, n)
+    sign = np.where(rng.random(n) < 0.1, -1, 1)
+    present = rng.random(n) < 0.7
+    words = [b"", b"a", b"kernel_name" * 3, bytes(range(200))]
+    text = pw.Ragged.from_list([words[i] if present[k] else b""
+                                for k, i in enumerate(rng.integers(0, 4, n))])
+    counts = rng.integers(0, 3, n)
+    ann = pw.Message(K(TrackEvent, "debug_annotations"), [
+        pw.Const(K(DebugAnnotation, "name_iid") + pw.varint_bytes(300), present),
+        pw.Bytes(K(DebugAnnotation, "string_value"), text, present)], present)
+    te = pw.Message(K(TracePacket, "track_event"), [
+        ann, pw.Varint(K(TrackEvent, "track_uuid"), big * sign),
+        pw.RepeatedFixed64(K(TrackEvent, "flow_ids"), counts,
+                           rng.integers(1, 2**63, int(counts.sum())).astype(np.uint64)),
+        pw.Fixed64(K(TrackEvent, "callstack_weight"), rng.random(n) * 1e9, present)])
+    return [pw.Message(K(Trace, "packet"), [pw.Varint(K(TracePacket, "timestamp"), big), te])]
+
+
+def test_compiled_writes_give_the_bytes_of_the_numpy_passes(monkeypatch):
+    rng = np.random.default_rng(11)
+    fields = _packets(5000, rng)
+    monkeypatch.setattr(pw, "JIT_MIN_ROWS", 1 << 62)
+    numpy_way = pw.encode(5000, fields).data.tobytes()
+    monkeypatch.setattr(pw, "JIT_MIN_ROWS", 0)
+    compiled = pw.encode(5000, fields).data.tobytes()
+    assert compiled == numpy_way
+    assert Trace.FromString(compiled).SerializeToString() == compiled
