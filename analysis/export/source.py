@@ -122,7 +122,7 @@ def spans_from_call_stacks(calls: pl.DataFrame, stacks: pl.DataFrame,
         pl.col("kind") == "cuda_api")["stack_id"]
     chain = chain.filter(~pl.col("node").is_in(api_nodes.implode()))
     c = (calls.filter(pl.col("stack_id").is_not_null())
-         .sort("pid", "tid", "ts_ns").with_row_index("seq")
+         .sort("pid", "tid", "ts_ns", maintain_order=True).with_row_index("seq")
          .select("seq", "pid", "tid", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"),
                  "stack_id"))
     out = []
@@ -142,11 +142,16 @@ def spans_from_call_stacks(calls: pl.DataFrame, stacks: pl.DataFrame,
                 .filter(pl.col("calls") >= MIN_RUN_CALLS))
         out.append(runs.select("pid", "tid", "ts_ns",
                                (pl.col("end") - pl.col("ts_ns")).alias("dur_ns"),
-                               pl.col("node").alias("stack_id")))
+                               pl.col("node").alias("stack_id"),
+                               pl.lit(depth, pl.Int32).alias("depth")))
+    # in time order, and a frame before its callees where they start together: a frame and
+    # its callee over the same calls are the same interval, which the timeline nests in row
+    # order (with the rows in no set order, the callee was at times drawn as the caller, and
+    # two exports of a capture differed)
     spans = (pl.concat(out) if out else pl.DataFrame(
         schema={"pid": pl.Int64, "tid": pl.Int64, "ts_ns": pl.Int64, "dur_ns": pl.Int64,
-                "stack_id": pl.Int64})).sort("pid", "tid", "ts_ns")
-    return _conformed("span", spans)
+                "stack_id": pl.Int64, "depth": pl.Int32})).sort("pid", "tid", "ts_ns", "depth")
+    return _conformed("span", spans.drop("depth"))
 
 
 def _ancestors(stacks: pl.DataFrame) -> pl.DataFrame:

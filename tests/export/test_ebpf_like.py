@@ -100,3 +100,24 @@ def test_ids_beyond_int32_still_export(tmp_path):
     checked = check_trace(perfetto_bytes(load_export_source(path, with_findings=False)))
     names = {t["name"] for t in checked.tracks.values()}
     assert f"thread {(1 << 40) + 5}" in names and f"Stream {1 << 45}" in names
+
+
+def test_a_frame_and_its_callee_over_the_same_calls_nest_caller_first(tmp_path):
+    """A frame and its callee that span the same calls are the same interval: the caller is
+    the outer slice, in every run (their order once depended on how rows were grouped)."""
+    b = CaptureBuilder()
+    for i in range(40):
+        for _ in range(3):
+            b.kernel(SERVE + [("python", f"forward_{i}", "/srv/model.py", 5),
+                              ("torch_op", "aten::mm")], "gemm", gpu_us=20)
+        b.tick(50)
+    path = b.write(tmp_path / "same.parquet")
+    for _ in range(3):
+        checked = check_trace(perfetto_bytes(load_export_source(path, with_findings=False)))
+        thread = next(u for u, t in checked.tracks.items() if t["kind"] == "thread")
+        depth = {}
+        for s in checked.slices[thread]:
+            depth.setdefault(s.name.split(" (")[0], set()).add(s.depth)
+        assert depth["serve"] == {0} and depth["step"] == {1}
+        assert all(depth[f"forward_{i}"] == {2} for i in range(40))
+        assert depth["aten::mm"] == {3}
