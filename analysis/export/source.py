@@ -115,42 +115,63 @@ def spans_from_call_stacks(calls: pl.DataFrame, stacks: pl.DataFrame,
     pass through the same trie node (same node: same frame with the same callers). Runs of a
     single call are left out: that frame is already on the call's callstack, and keeping them
     would add one span per frame per call. The call's own API frame is the call's own slice.
-    Work is one pass per stack depth over the calls, so memory stays at the size of the calls.
+    Work is a few numpy passes per stack depth over the calls (each call's node at that depth
+    read from a table of the distinct stacks' paths), so memory stays at the size of the calls.
     """
+    import numpy as np
+
     chain = _ancestors(stacks)  # stack_id, node, depth: every node on the path of a stack
     api_nodes = stacks.join(frames.select("frame_id", "kind"), on="frame_id").filter(
         pl.col("kind") == "cuda_api")["stack_id"]
     chain = chain.filter(~pl.col("node").is_in(api_nodes.implode()))
     c = (calls.filter(pl.col("stack_id").is_not_null())
-         .sort("pid", "tid", "ts_ns", maintain_order=True).with_row_index("seq")
-         .select("seq", "pid", "tid", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"),
-                 "stack_id"))
+         .sort("pid", "tid", "ts_ns", maintain_order=True))
+    empty = pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "ts_ns": pl.Int64,
+                                 "dur_ns": pl.Int64, "stack_id": pl.Int64, "depth": pl.Int32})
     out = []
-    for depth in range(int(chain["depth"].max()) + 1 if chain.height else 0):
-        at = chain.filter(pl.col("depth") == depth).select("stack_id", "node")
-        level = c.join(at, on="stack_id", how="inner", maintain_order="left")
-        if level.height == 0:
-            continue
-        new_run = ((pl.col("node") != pl.col("node").shift(1))
-                   | (pl.col("seq") != pl.col("seq").shift(1) + 1)
-                   | (pl.col("tid") != pl.col("tid").shift(1))
-                   | (pl.col("pid") != pl.col("pid").shift(1))).fill_null(True)
-        runs = (level.with_columns(new_run.cum_sum().alias("run"))
-                .group_by("run").agg(pl.col("pid").first(), pl.col("tid").first(),
-                                     pl.col("node").first(), pl.col("ts_ns").min(),
-                                     pl.col("end").max(), pl.len().alias("calls"))
-                .filter(pl.col("calls") >= MIN_RUN_CALLS))
-        out.append(runs.select("pid", "tid", "ts_ns",
-                               (pl.col("end") - pl.col("ts_ns")).alias("dur_ns"),
-                               pl.col("node").alias("stack_id"),
-                               pl.lit(depth, pl.Int32).alias("depth")))
+    if chain.height and c.height:
+        # the path of each distinct stack: its node at each depth (-1: none, or its API frame)
+        ids = np.unique(chain["stack_id"].to_numpy())
+        paths = np.full((len(ids), int(chain["depth"].max()) + 1), -1, np.int64)
+        paths[np.searchsorted(ids, chain["stack_id"].to_numpy()), chain["depth"].to_numpy()] = \
+            chain["node"].to_numpy()
+        sid = c["stack_id"].to_numpy()
+        if ids[0] >= 0 and ids[-1] < 4 * len(ids) + 1024:  # small ids: a table by id
+            by_id = np.full(int(ids[-1]) + 2, -1, np.int64)  # (the last: ids past them)
+            by_id[ids] = np.arange(len(ids))
+            row = by_id[np.clip(sid, 0, len(by_id) - 1)]
+            known = (row >= 0) & (sid >= 0) & (sid <= ids[-1])
+            row = np.maximum(row, 0)
+        else:
+            row = np.minimum(np.searchsorted(ids, sid), len(ids) - 1)
+            known = ids[row] == sid
+        pid, tid = c["pid"].to_numpy(), c["tid"].to_numpy()
+        ts = c["ts_ns"].to_numpy()
+        end = np.r_[ts + c["dur_ns"].to_numpy(), 0]  # (one more: reduceat's last bound)
+        same_thread = (pid[1:] == pid[:-1]) & (tid[1:] == tid[:-1])
+        for depth in range(paths.shape[1]):
+            node = np.where(known, paths[row, depth], -1)
+            held = node >= 0
+            # a run goes on from one call to the next on its thread through the same node
+            on = held[1:] & held[:-1] & (node[1:] == node[:-1]) & same_thread
+            first = np.flatnonzero(held & ~np.r_[False, on])
+            last = np.flatnonzero(held & ~np.r_[on, False])
+            keep = last - first + 1 >= MIN_RUN_CALLS
+            first, last = first[keep], last[keep]
+            if not len(first):
+                continue
+            bounds = np.empty(2 * len(first), np.int64)
+            bounds[0::2], bounds[1::2] = first, last + 1
+            ends = np.maximum.reduceat(end, bounds)[0::2]  # the latest end within each run
+            out.append(pl.DataFrame({
+                "pid": pid[first], "tid": tid[first], "ts_ns": ts[first],
+                "dur_ns": ends - ts[first], "stack_id": node[first],
+                "depth": np.full(len(first), depth, np.int32)}, schema=empty.schema))
     # in time order, and a frame before its callees where they start together: a frame and
     # its callee over the same calls are the same interval, which the timeline nests in row
     # order (with the rows in no set order, the callee was at times drawn as the caller, and
     # two exports of a capture differed)
-    spans = (pl.concat(out) if out else pl.DataFrame(
-        schema={"pid": pl.Int64, "tid": pl.Int64, "ts_ns": pl.Int64, "dur_ns": pl.Int64,
-                "stack_id": pl.Int64, "depth": pl.Int32})).sort("pid", "tid", "ts_ns", "depth")
+    spans = (pl.concat(out) if out else empty).sort("pid", "tid", "ts_ns", "depth")
     return _conformed("span", spans.drop("depth"))
 
 

@@ -121,3 +121,77 @@ def test_a_frame_and_its_callee_over_the_same_calls_nest_caller_first(tmp_path):
         assert depth["serve"] == {0} and depth["step"] == {1}
         assert all(depth[f"forward_{i}"] == {2} for i in range(40))
         assert depth["aten::mm"] == {3}
+
+
+def _reference_spans(calls, parent, api, min_calls):
+    """The rebuilt spans by their definition, one call at a time: per thread, in time order,
+    each unbroken run of calls whose stacks pass through the same (non-API) node."""
+    def path(sid):
+        nodes = []
+        while sid is not None:
+            nodes.append(sid)
+            sid = parent.get(sid)
+        return [n if n not in api else None for n in reversed(nodes)]
+    out, open_runs = [], {}
+    rows = sorted((r for r in calls if r["stack_id"] is not None),
+                  key=lambda r: (r["pid"], r["tid"], r["ts_ns"]))
+    previous = None
+    for r in rows + [None]:
+        same = (r is not None and previous is not None
+                and (r["pid"], r["tid"]) == (previous["pid"], previous["tid"]))
+        nodes = path(r["stack_id"]) if r is not None and r["stack_id"] in parent else []
+        for depth in list(open_runs):
+            run = open_runs[depth]
+            if same and depth < len(nodes) and nodes[depth] == run["node"]:
+                run["calls"] += 1
+                run["end"] = max(run["end"], r["ts_ns"] + r["dur_ns"])
+                continue
+            if run["calls"] >= min_calls:
+                out.append((run["pid"], run["tid"], run["ts"], run["end"] - run["ts"],
+                            run["node"]))
+            del open_runs[depth]
+        for depth, node in enumerate(nodes):
+            if node is not None and depth not in open_runs:
+                open_runs[depth] = {"node": node, "pid": r["pid"], "tid": r["tid"],
+                                    "ts": r["ts_ns"], "end": r["ts_ns"] + r["dur_ns"],
+                                    "calls": 1}
+        previous = r
+    return sorted(out)
+
+
+def test_rebuilt_spans_match_their_definition_on_random_stacks():
+    """Random stack tries (small ids read through a table, and ids too large for one), calls
+    interleaved on threads, API frames, stacks the trie lacks and calls without a stack."""
+    import numpy as np
+    import polars as pl
+    from zym.analysis.export.source import MIN_RUN_CALLS, spans_from_call_stacks
+
+    rng = np.random.default_rng(3)
+    for base in (0, 1 << 40):
+        parent, depth, kind = {}, {}, {}
+        for sid in range(60):
+            up = int(rng.integers(0, sid)) if sid and rng.random() < 0.85 else None
+            parent[base + sid] = base + up if up is not None else None
+            depth[base + sid] = depth[base + up] + 1 if up is not None else 0
+            kind[base + sid] = "cuda_api" if rng.random() < 0.15 else "python"
+        stacks = pl.DataFrame({"stack_id": list(parent), "frame_id": list(range(60)),
+                               "depth": [depth[s] for s in parent],
+                               "parent_id": [parent[s] for s in parent]},
+                              schema={"stack_id": pl.Int64, "frame_id": pl.Int64,
+                                      "depth": pl.Int32, "parent_id": pl.Int64})
+        frames = pl.DataFrame({"frame_id": list(range(60)), "kind": [kind[s] for s in parent],
+                               "name": [f"f{i}" for i in range(60)]})
+        n = 3000
+        choice = rng.integers(0, 12, n)  # few distinct stacks: runs repeat
+        sids = [None if c == 11 else base + 10_000 if c == 10 else base + int(c) * 5 + 3
+                for c in choice]
+        calls = [{"pid": int(rng.integers(1, 3)), "tid": int(rng.integers(1, 4)),
+                  "ts_ns": i * 10 + int(rng.integers(0, 3)), "dur_ns": int(rng.integers(1, 30)),
+                  "stack_id": sid} for i, sid in enumerate(sids)]
+        df = pl.DataFrame(calls, schema={"pid": pl.Int64, "tid": pl.Int64, "ts_ns": pl.Int64,
+                                         "dur_ns": pl.Int64, "stack_id": pl.Int64})
+        got = spans_from_call_stacks(df, stacks, frames)
+        api = {s for s in parent if kind[s] == "cuda_api"}
+        want = _reference_spans(calls, parent, api, MIN_RUN_CALLS)
+        assert len(want) > 50
+        assert sorted(got.select("pid", "tid", "ts_ns", "dur_ns", "stack_id").iter_rows()) == want
