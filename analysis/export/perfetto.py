@@ -57,9 +57,12 @@ from .source import ExportSource
 COUNTER = 4  # TrackEvent.TYPE_COUNTER
 CHUNK_EVENTS = 1 << 20  # events encoded and written per step
 # What the export of a capture's whole timeline holds at its peak, a call, GPU operation, span
-# or range of the capture (the bundled trace x60's capture, 8.6 M of them, 17.4 M events in
-# the trace: 3.57 GiB, ~445 B a row with the process; docs/benchmarks.md, thirty-seventh round).
-TIMELINE_ROW_BYTES = 480
+# or range of the capture (peak RSS less the fixed part, by rows; docs/benchmarks.md, fortieth
+# round): with spans recorded, the bundled trace x60's capture (8.6 M rows) 434 B; without
+# (eBPF captures: spans rebuilt from the calls' stacks, which the row count does not hold), the
+# synthetic 1 M and 10 M captures 705 and 498 B, the bundled eBPF capture x100 (1.4 M) 1,177 B.
+TIMELINE_ROW_BYTES = 500
+TIMELINE_ROW_BYTES_NO_SPANS = 1_200
 TIMELINE_FIXED_BYTES = 300 << 20
 CATEGORY = {"python": "python_function", "native": "python_function", "torch_op": "cpu_op",
             "nvtx": "nvtx",
@@ -78,7 +81,7 @@ class PerfettoStats:
 
 def check_timeline_fits(cap, then: str) -> None:
     """A one-line error where the whole timeline of the zym capture ``cap`` would take more
-    memory than is available now (estimated from its rows, :data:`TIMELINE_ROW_BYTES`): it
+    memory than is available now (estimated from its rows, :func:`timeline_row_bytes`): it
     names the capture's length and ``then``, what to do instead (export a part of it)."""
     from zym.schemas.errors import InputError
     from zym.schemas.memory import available_bytes
@@ -88,11 +91,12 @@ def check_timeline_fits(cap, then: str) -> None:
 
     available = available_bytes()
     everything = cap.file_rows()
-    if available is None or TIMELINE_FIXED_BYTES + TIMELINE_ROW_BYTES * everything <= available:
+    if available is None or \
+            TIMELINE_FIXED_BYTES + TIMELINE_ROW_BYTES_NO_SPANS * everything <= available:
         return  # (fits, whatever its tables: the row groups' metadata is not read)
     rows, clock = rows_and_time(cap)
     events = sum(rows.values())  # (the capture's rows)
-    need = TIMELINE_FIXED_BYTES + TIMELINE_ROW_BYTES * events
+    need = TIMELINE_FIXED_BYTES + timeline_row_bytes(rows) * events
     if need <= available:
         return
     lasts = f" (it lasts {(clock[1] - clock[0]) / 1e9:.1f} s)" if clock else ""
@@ -100,6 +104,12 @@ def check_timeline_fits(cap, then: str) -> None:
                      f"spans and ranges) would take "
                      f"~{need / 1e9:.1f} GB, more than the {available / 1e9:.1f} GB available: "
                      f"{then}{lasts}")
+
+
+def timeline_row_bytes(rows: dict[str, int]) -> int:
+    """Bytes a row of a capture with ``rows`` rows per table takes in the export of its whole
+    timeline: more where it records no spans (they are rebuilt from the calls' stacks)."""
+    return TIMELINE_ROW_BYTES if rows.get("span") else TIMELINE_ROW_BYTES_NO_SPANS
 
 
 def export_perfetto(src: ExportSource, out: str | Path, chunk_events: int = CHUNK_EVENTS

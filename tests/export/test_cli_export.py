@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import urllib.request
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -150,6 +151,7 @@ def test_a_timeline_too_large_for_memory_is_one_line_not_a_killed_process(sample
 
     cap = open_capture(sample_capture)
     rows = sum(cap.rows(t) for t in ("call", "gpu", "span", "range"))
+    assert cap.rows("span")  # (a capture with spans: their rows' cost)
     need = perfetto.TIMELINE_FIXED_BYTES + perfetto.TIMELINE_ROW_BYTES * rows
     monkeypatch.setattr(memory, "available_bytes", lambda: need - 1)
     out = tmp_path / "t.pftrace"
@@ -164,3 +166,26 @@ def test_a_timeline_too_large_for_memory_is_one_line_not_a_killed_process(sample
     assert part.exit_code == 0 and out.exists()
     monkeypatch.setattr(memory, "available_bytes", lambda: need)  # it fits: exported whole
     assert run("export", str(sample_capture), "-o", str(out), "--force").exit_code == 0
+
+
+def test_a_capture_without_spans_is_estimated_at_its_rebuilt_spans_cost(tmp_path, monkeypatch):
+    """A capture that records no spans (eBPF) costs more a row in a timeline (its spans are
+    rebuilt from the calls' stacks): refused where the cost of a capture with spans would
+    have let it through."""
+    from zym.analysis.export import perfetto
+    from zym.schemas import memory
+    from zym.schemas.io import open_capture
+
+    ebpf = Path(__file__).resolve().parents[2] / "sample_traces" / "gpt_decode_server.ebpf.parquet"
+    cap = open_capture(ebpf)
+    rows = sum(cap.rows(t) for t in ("call", "gpu", "span", "range"))
+    assert cap.rows("span") == 0 and rows
+    as_with_spans = perfetto.TIMELINE_FIXED_BYTES + perfetto.TIMELINE_ROW_BYTES * rows
+    monkeypatch.setattr(memory, "available_bytes", lambda: as_with_spans + 1)
+    out = tmp_path / "t.pftrace"
+    got = run("export", str(ebpf), "-o", str(out))
+    assert got.exit_code == 2 and not out.exists()
+    need = perfetto.TIMELINE_FIXED_BYTES + perfetto.TIMELINE_ROW_BYTES_NO_SPANS * rows
+    assert f"~{need / 1e9:.1f} GB" in got.stderr
+    monkeypatch.setattr(memory, "available_bytes", lambda: need)
+    assert run("export", str(ebpf), "-o", str(out)).exit_code == 0
