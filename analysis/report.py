@@ -148,6 +148,15 @@ class Analysis:
                     None if steps is None else steps.start_ns, threads)
             return tl
 
+    def drop_derived(self) -> None:
+        """Let go of the rules' relations, the replayable timeline and the facts' derived
+        tables (:meth:`Facts.drop_derived`); the capture's tables, call paths and phases stay.
+        Anything dropped is built again if asked for."""
+        for name in ("relations", "timeline", "_timeline"):
+            self.__dict__.pop(name, None)
+        self.facts.drop_derived()
+        self.whole.drop_derived()
+
     @cached_property
     def relations(self) -> Relations:
         """The relations rules read (:mod:`zym.analysis.relations`), one per analysis: the rule

@@ -110,7 +110,8 @@ def export(
                     from zym.analysis.export.perfetto import check_timeline_fits
 
                     check_timeline_fits(cap, "export a part of it with --window FROM:TO")
-            src = load_export_source(source, say, with_findings=findings, window=window)
+            src = load_export_source(source, say, with_findings=findings, window=window,
+                                     timeline_only=True)
             say("writing Perfetto trace")
             stats = export_perfetto(src, tmp)
             summary = f"{stats.events:,} events, {stats.bytes / 1e6:.1f} MB"

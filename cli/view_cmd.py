@@ -55,7 +55,7 @@ def view(
                 check_timeline_fits(open_capture(file), "export a part of it (zym export FILE "
                                     "--window FROM:TO -o part.pftrace) and view that")
             with stage_progress(progress) as say:
-                src = load_export_source(file, say, with_findings=findings)
+                src = load_export_source(file, say, with_findings=findings, timeline_only=True)
                 say("writing Perfetto trace")
                 name = file.name.removesuffix(".gz").removesuffix(".json").removesuffix(".parquet")
                 trace = export_perfetto(src, Path(tmp) / f"{name}.pftrace").path

@@ -36,12 +36,15 @@ class ExportSource:
 def load_export_source(path: str | Path, progress: Progress | None = None,
                        with_findings: bool = True, window: str = "steady",
                        budget: int | None = None, budget_import: bool = True,
-                       with_spans: bool = True) -> ExportSource:
+                       with_spans: bool = True, timeline_only: bool = False) -> ExportSource:
     """Load ``path`` (zym capture or Kineto trace), analyze it (:func:`analyze_data`), and
     gather spans and findings. ``budget``, ``budget_import``: as
     :func:`zym.analysis.report.analyze`'s (a capture past the budget: a sample of it, its
     spans and ranges the sample's). ``with_spans`` False: no spans nor ranges (an export
-    that draws no timeline, the HTML report: every span held is ~50 bytes)."""
+    that draws no timeline, the HTML report: every span held is ~50 bytes).
+    ``timeline_only``: the caller reads only the capture's tables, call paths, spans, ranges
+    and the findings' dicts (a Perfetto timeline): the rules' state (``found`` is None) and the
+    analysis's derived tables are let go once the findings are taken."""
     from ..report import analyze_data, check_window
 
     path = Path(path)
@@ -63,6 +66,13 @@ def load_export_source(path: str | Path, progress: Progress | None = None,
 
         found = evaluate(analysis, progress=progress)
     findings = findings_of(analysis, found) if found is not None else []
+    if timeline_only:
+        from zym.schemas.memory import release_freed_memory
+
+        found = None
+        analysis.drop_derived()
+        # (freed by polars' allocator, kept by it: given back, for the timeline's numpy)
+        release_freed_memory(data.calls.height + data.gpu.height)
     # (a sample held in memory has no file: a capture without spans or ranges)
     ranges = (_load_ranges(held) if with_spans and held is not None
               else _conformed("range", pl.DataFrame()))

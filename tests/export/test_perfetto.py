@@ -117,6 +117,24 @@ def test_chunked_writing_gives_the_same_trace(export_source, sample_pftrace, tmp
     assert out.read_bytes() == sample_pftrace.read_bytes()
 
 
+def test_a_timeline_only_source_lets_the_derived_tables_go_and_writes_the_same_trace(
+        sample_capture, sample_pftrace, tmp_path):
+    """`zym export` and `zym view` load with ``timeline_only``: the rules' state and the
+    analysis's derived tables are let go before the timeline is built, and the trace is the
+    one the full source writes."""
+    from zym.analysis.export.source import load_export_source
+
+    src = load_export_source(sample_capture, timeline_only=True)
+    assert src.found is None and src.findings
+    for facts in (src.analysis.facts, src.analysis.whole):
+        assert set(facts.__dict__) <= {"data", "nodes", "window"}
+    assert not {"relations", "timeline", "_timeline"} & set(src.analysis.__dict__)
+    out = tmp_path / "timeline_only.pftrace"
+    export_perfetto(src, out)
+    assert out.read_bytes() == sample_pftrace.read_bytes()
+    assert src.analysis.facts.gpu_ns > 0  # (a dropped fact is built again where asked for)
+
+
 def _shifted(src, **changes):
     src = copy.copy(src)
     src.analysis = copy.copy(src.analysis)
