@@ -58,11 +58,12 @@ COUNTER = 4  # TrackEvent.TYPE_COUNTER
 CHUNK_EVENTS = 1 << 20  # events encoded and written per step
 # What the export of a capture's whole timeline holds at its peak, a call, GPU operation, span
 # or range of the capture (peak RSS less the fixed part, by rows; docs/benchmarks.md, fortieth
-# round): with spans recorded, the bundled trace x60's capture (8.6 M rows) 434 B; without
+# round): with spans recorded, the bundled trace x60's capture (8.6 M rows) 389 B; without
 # (eBPF captures: spans rebuilt from the calls' stacks, which the row count does not hold), the
-# synthetic 1 M and 10 M captures 705 and 498 B, the bundled eBPF capture x100 (1.4 M) 1,177 B.
+# synthetic 1 M capture 515 B, the bundled eBPF capture x100 (1.4 M rows, long kernel names)
+# 847 B (the round before: 1,177 B, where 480 B was assumed for every capture).
 TIMELINE_ROW_BYTES = 500
-TIMELINE_ROW_BYTES_NO_SPANS = 1_200
+TIMELINE_ROW_BYTES_NO_SPANS = 900
 TIMELINE_FIXED_BYTES = 300 << 20
 CATEGORY = {"python": "python_function", "native": "python_function", "torch_op": "cpu_op",
             "nvtx": "nvtx",
