@@ -93,7 +93,7 @@ def export(
     out = output or default_output(file, format)
     with exit_on_error(), atomic_output(out, force) as tmp, stage_progress(progress) as say:
         if format is ExportFormat.perfetto:
-            from zym.analysis.export.perfetto import export_perfetto
+            from zym.analysis.export.perfetto import export_perfetto, ui_size_note
             from zym.analysis.export.source import load_export_source
 
             source = file
@@ -115,7 +115,7 @@ def export(
             say("writing Perfetto trace")
             stats = export_perfetto(src, tmp)
             summary = f"{stats.events:,} events, {stats.bytes / 1e6:.1f} MB"
-            hint = f"open it with: zym view {display(out)}"
+            hint = ui_size_note(stats.bytes, display(out)) or f"open it with: zym view {display(out)}"
         else:
             from zym.analysis import analyze
             from zym.analysis.export.flamegraph import write_folded, write_speedscope

@@ -59,6 +59,12 @@ def view(
                 say("writing Perfetto trace")
                 name = file.name.removesuffix(".gz").removesuffix(".json").removesuffix(".parquet")
                 trace = export_perfetto(src, Path(tmp) / f"{name}.pftrace").path
+        from zym.analysis.export.perfetto import ui_size_note
+
+        if (note := ui_size_note(trace.stat().st_size, display(trace))) is not None:
+            kept = "" if trace == file else (
+                " (this one is a temporary export: zym export FILE -o trace.pftrace keeps it)")
+            typer.echo(note + kept, err=True)
         server = TraceServer(trace, port=port)
         typer.echo(f"serving {trace.name} on {server.trace_url} (loopback only); Ctrl-C to stop")
         if browser and webbrowser.open_new_tab(server.ui_url):

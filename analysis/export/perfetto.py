@@ -65,6 +65,10 @@ CHUNK_EVENTS = 1 << 20  # events encoded and written per step
 TIMELINE_ROW_BYTES = 500
 TIMELINE_ROW_BYTES_NO_SPANS = 900
 TIMELINE_FIXED_BYTES = 300 << 20
+# The Perfetto UI in a browser holds a trace in ~2 GB of memory, taking 2-4x the trace's size
+# (perfetto.dev/docs/visualization/large-traces): a larger trace than this seldom opens there;
+# Perfetto's trace_processor --httpd opens any size for the same UI.
+UI_TRACE_BYTES = 1 << 30
 CATEGORY = {"python": "python_function", "native": "python_function", "torch_op": "cpu_op",
             "nvtx": "nvtx",
             "kernel": "kernel", "copy": "gpu_memcpy", "memset": "gpu_memset", "sync": "cuda_sync"}
@@ -105,6 +109,17 @@ def check_timeline_fits(cap, then: str) -> None:
                      f"spans and ranges) would take "
                      f"~{need / 1e9:.1f} GB, more than the {available / 1e9:.1f} GB available: "
                      f"{then}{lasts}")
+
+
+def ui_size_note(size: int, name: str) -> str | None:
+    """What to do with a trace of ``size`` bytes (file ``name``) too large for the Perfetto UI
+    in a browser (:data:`UI_TRACE_BYTES`); None for one it opens."""
+    if size <= UI_TRACE_BYTES:
+        return None
+    return (f"{name} is {size / 1e9:.1f} GB: more than the Perfetto UI opens in a browser "
+            f"(~{UI_TRACE_BYTES / 1e9:.1f} GB; it holds 2-4x a trace's size in ~2 GB). Open it "
+            f"with Perfetto's trace_processor --httpd {name} (ui.perfetto.dev then uses it), "
+            "or export a part: zym export CAPTURE --window FROM:TO")
 
 
 def timeline_row_bytes(rows: dict[str, int]) -> int:

@@ -189,3 +189,32 @@ def test_a_capture_without_spans_is_estimated_at_its_rebuilt_spans_cost(tmp_path
     assert f"~{need / 1e9:.1f} GB" in got.stderr
     monkeypatch.setattr(memory, "available_bytes", lambda: need)
     assert run("export", str(ebpf), "-o", str(out)).exit_code == 0
+
+
+def test_a_trace_too_large_for_the_browser_ui_says_how_to_open_it(sample_capture, tmp_path,
+                                                                  monkeypatch):
+    """Past what the Perfetto UI opens in a browser, export and view say how to open the trace
+    (trace_processor --httpd) or export a part, instead of pointing at a UI that fails."""
+    from zym.analysis.export import perfetto, serve
+
+    out = tmp_path / "t.pftrace"
+    small = run("export", str(sample_capture), "-o", str(out))
+    assert small.exit_code == 0 and "open it with: zym view" in small.stdout
+    assert out.stat().st_size < perfetto.UI_TRACE_BYTES
+    monkeypatch.setattr(perfetto, "UI_TRACE_BYTES", out.stat().st_size - 1)
+    large = run("export", str(sample_capture), "-o", str(out), "--force")
+    assert large.exit_code == 0 and "zym view" not in large.stdout
+    assert f"trace_processor --httpd {out}" in large.stdout
+    assert "--window FROM:TO" in large.stdout
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(serve.TraceServer, "serve_forever", interrupted)
+    viewed = run("view", str(out), "--no-browser")
+    assert viewed.exit_code == 0 and "trace_processor --httpd" in viewed.stderr
+    assert "temporary export" not in viewed.stderr
+    from_capture = run("view", str(sample_capture), "--no-browser")
+    assert "trace_processor --httpd" in from_capture.stderr
+    assert "temporary export: zym export FILE -o trace.pftrace keeps it" in from_capture.stderr
+    monkeypatch.setattr(perfetto, "UI_TRACE_BYTES", out.stat().st_size)
+    assert "trace_processor" not in run("view", str(out), "--no-browser").stderr
