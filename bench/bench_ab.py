@@ -2,14 +2,16 @@
 
 Each round runs ``zym analyze INPUT --format json --no-progress`` (rules on unless
 ``--no-rules``) with A's and B's console script, fresh processes, in alternating order, and
-checks that the two reports are the same (every key). Wall time is the whole process; CPU
+checks that the two reports are the same (every key); with ``--command export``, ``zym export
+INPUT -o OUT.pftrace --no-progress --force`` (a Perfetto timeline, findings on), and whether
+the two traces are the same bytes. Wall time is the whole process; CPU
 time the user + system seconds of its process tree; peak memory the summed RSS of its process
 tree, sampled every 20 ms (bench_scale.run_measured). Reported: each side's median (min-max),
 and B/A per pair (median, min-max).
 
     python bench/bench_ab.py --a /path/venv-main/bin/zym --b /path/venv-branch/bin/zym \\
         INPUT [--pairs 7] [--no-rules] [--json out.json] [--env-a N=V] [--env-b N=V] \\
-        [--arg-a ARG] [--arg-b ARG]
+        [--arg-a ARG] [--arg-b ARG] [--command analyze|export]
 """
 from __future__ import annotations
 
@@ -27,10 +29,16 @@ from bench_scale import compile_bytecode, run_measured, write_json
 
 def one(zym: str, args: argparse.Namespace, out: Path, env: list[str],
         extra: list[str] = ()) -> dict:
-    cmd = [zym, "analyze", str(args.input), "--format", "json", "--no-progress", *extra]
+    if args.command == "export":  # the trace written to ``out``, the one line to /dev/null
+        cmd = [zym, "export", str(args.input), "-o", str(out), "--no-progress", "--force",
+               *extra]
+        to = "/dev/null"
+    else:
+        cmd = [zym, "analyze", str(args.input), "--format", "json", "--no-progress", *extra]
+        to = str(out)
     if args.no_rules:
-        cmd.append("--no-rules")
-    shell = " ".join([*(f"'{e}'" for e in env), *(f"'{c}'" for c in cmd)]) + f" > '{out}'"
+        cmd.append("--no-rules" if args.command == "analyze" else "--no-findings")
+    shell = " ".join([*(f"'{e}'" for e in env), *(f"'{c}'" for c in cmd)]) + f" > '{to}'"
     if env:
         shell = "env " + shell
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -65,6 +73,8 @@ def main() -> None:
     parser.add_argument("--b", required=True, help="zym console script of install B (after)")
     parser.add_argument("--pairs", type=int, default=7)
     parser.add_argument("--no-rules", action="store_true")
+    parser.add_argument("--command", choices=("analyze", "export"), default="analyze",
+                        help="export: a Perfetto timeline of INPUT (zym export), not a report")
     parser.add_argument("--json", type=Path, help="write the raw pairs here")
     parser.add_argument("--env-a", action="append", default=[], metavar="NAME=VALUE",
                         help="an environment variable for A's runs (repeatable): e.g. the same "
@@ -80,14 +90,16 @@ def main() -> None:
         compile_bytecode(str(Path(zym).with_name("python")))
     pairs = []
     with tempfile.TemporaryDirectory() as tmp:
-        outs = {"a": Path(tmp) / "a.json", "b": Path(tmp) / "b.json"}
+        suffix = ".pftrace" if args.command == "export" else ".json"
+        outs = {"a": Path(tmp) / f"a{suffix}", "b": Path(tmp) / f"b{suffix}"}
         for i in range(args.pairs):
             order = ("a", "b") if i % 2 == 0 else ("b", "a")
             pair = {side: one(getattr(args, side), args, outs[side],
                               getattr(args, f"env_{side}"), getattr(args, f"arg_{side}"))
                     for side in order}
-            same = json.loads(outs["a"].read_text()) == json.loads(outs["b"].read_text())
             same_bytes = outs["a"].read_bytes() == outs["b"].read_bytes()
+            same = (same_bytes if args.command == "export" else
+                    json.loads(outs["a"].read_text()) == json.loads(outs["b"].read_text()))
             pairs.append(pair | {"same_report": same, "same_bytes": same_bytes})
             print(f"pair {i + 1}: A {pair['a']['wall_s']:.2f} s ({pair['a']['cpu_s']:.2f} CPU) "
                   f"{pair['a']['tree_mb']:.0f} MB, B {pair['b']['wall_s']:.2f} s "
@@ -100,7 +112,8 @@ def main() -> None:
         write_json(args.json, {"input": str(args.input), "a": args.a, "b": args.b,
                                "env_a": args.env_a, "env_b": args.env_b,
                                "arg_a": args.arg_a, "arg_b": args.arg_b,
-                               "no_rules": args.no_rules, "pairs": pairs})
+                               "no_rules": args.no_rules, "command": args.command,
+                               "pairs": pairs})
 
 
 if __name__ == "__main__":
