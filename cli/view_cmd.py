@@ -64,7 +64,8 @@ def view(
         if (note := ui_size_note(trace.stat().st_size, display(trace))) is not None:
             kept = "" if trace == file else (
                 " (this one is a temporary export: zym export FILE -o trace.pftrace keeps it)")
-            typer.echo(note + kept, err=True)
+            typer.echo(note + kept + "; stop this first: both serve on 127.0.0.1:9001",
+                       err=True)
         server = TraceServer(trace, port=port)
         typer.echo(f"serving {trace.name} on {server.trace_url} (loopback only); Ctrl-C to stop")
         if browser and webbrowser.open_new_tab(server.ui_url):

@@ -8,9 +8,11 @@ begin/end events, in the order the exporter writes them, nest perfectly.
 
 Order of events at one timestamp on a track: ends (innermost first), then zero-length slices
 (written as instants), then begins (outermost first). :func:`emission_keys` computes it and
-:func:`assign_lanes` checks it column-wise: with depth levels from a running sum, a LIFO stream
-at each level alternates begin/end of the same interval, so a mismatch anywhere marks the group
-as overlapping. Only such groups go through the sequential first-fit pass.
+:func:`assign_lanes` checks it: with depth levels from a running count, each end must meet the
+depth its begin opened, so a mismatch anywhere marks the group as overlapping. Only such groups
+go through the first-fit pass. From ``JIT_MIN_EVENTS`` events on, where numba is there, the
+check and the first-fit pass are compiled loops, one pass each; else numpy passes and a Python
+loop, the same results (tests compare them).
 """
 from __future__ import annotations
 
@@ -152,8 +154,10 @@ def lanes_for(iv: pl.DataFrame, groups) -> pl.DataFrame:
     """``row, lane`` for the intervals of ``iv`` in ``groups``: each interval, in begin order,
     on the first lane where it nests inside the open slices.
 
-    A group is first cut into segments where everything before has ended; segments that nest
-    stay on lane 0 wholesale, and only the others take the sequential first-fit pass."""
+    Compiled (numba, ``JIT_MIN_EVENTS`` intervals or more), first-fit runs over every
+    interval. Else a group is first cut into segments where everything before has ended;
+    segments that nest stay on lane 0 wholesale, and only the others take the first-fit loop
+    in Python (the same lanes: first-fit keeps a segment that nests on lane 0)."""
     sub = begin_order(iv.filter(pl.col("group").is_in(pl.Series(list(groups)).implode())))
     if sub.height >= JIT_MIN_EVENTS and _compiled_first_fit() is not None:
         # compiled, the first-fit pass over every interval of the groups costs less than
