@@ -116,3 +116,25 @@ def test_flamegraph_search_and_zoom_in_chromium(report_html, tmp_path):
     status = re.search(r'id="flame-status">([^<]*)<', dom.stdout).group(1)
     assert status.startswith("zoomed: ") and "matches: 88.2% of 340.27 ms" in status
     assert dom.stdout.count('class="fr hit"') >= 3
+
+
+def test_the_report_reads_the_capture_as_the_analysis_does(sample_capture):
+    """`zym report` draws no timeline: its capture is read as `zym analyze` reads it (names
+    as codes, the columns no analysis reads left out), and the page's data is the same as
+    from the capture read whole, with text."""
+    import polars as pl
+    from zym.analysis.export.html_report import report_data
+    from zym.analysis.export.source import load_export_source
+    from zym.analysis.load import UNREAD
+
+    narrow = load_export_source(sample_capture, with_spans=False, as_analysis=True)
+    whole = load_export_source(sample_capture, with_spans=False)
+    assert narrow.data.gpu.schema["name"] == pl.Categorical
+    assert whole.data.gpu.schema["name"] == pl.String
+    assert not set(UNREAD["gpu"]) & set(narrow.data.gpu.columns)
+    assert set(UNREAD["gpu"]) <= set(whole.data.gpu.columns)
+    got, want = report_data(narrow), report_data(whole)
+    got.pop("generated_at"), want.pop("generated_at")
+    assert got == want and got["findings"]
+    with pytest.raises(ValueError, match="with_spans"):
+        load_export_source(sample_capture, as_analysis=True)
