@@ -72,7 +72,7 @@ def load_export_source(path: str | Path, progress: Progress | None = None,
     analysis = analyze_data(data, window)
     reconstructed = False
     if with_spans and spans.height == 0 and data.calls.height:
-        spans, reconstructed = spans_from_call_stacks(data.calls, data.stacks, data.frames), True
+        spans, reconstructed = spans_from_call_stacks(data.calls, analysis.whole.nodes), True
     found = None
     if with_findings:
         from zym.rules import evaluate
@@ -130,50 +130,41 @@ def _load_spans(path: Path) -> pl.DataFrame:
 MIN_RUN_CALLS = 2  # a reconstructed span covers at least this many consecutive calls
 
 
-def spans_from_call_stacks(calls: pl.DataFrame, stacks: pl.DataFrame,
-                           frames: pl.DataFrame) -> pl.DataFrame:
+def spans_from_call_stacks(calls: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
     """CPU spans rebuilt from the stacks of consecutive CUDA calls on a thread (eBPF captures).
 
     A frame is taken to run from the first to the last of an unbroken run of calls whose stacks
     pass through the same trie node (same node: same frame with the same callers). Runs of a
     single call are left out: that frame is already on the call's callstack, and keeping them
     would add one span per frame per call. The call's own API frame is the call's own slice.
-    Work is a few numpy passes per stack depth over the calls (each call's node at that depth
-    read from a table of the distinct stacks' paths), so memory stays at the size of the calls.
+    ``nodes``: the stack nodes (:func:`zym.analysis.callpath.stack_nodes`, the call paths'),
+    whose ancestors at each depth (:class:`zym.analysis.instances.Ancestors`) give each call's
+    node there; work is a few numpy passes per depth over the calls, so memory stays at the
+    size of the calls.
     """
     import numpy as np
 
-    chain = _ancestors(stacks)  # stack_id, node, depth: every node on the path of a stack
-    api_nodes = stacks.join(frames.select("frame_id", "kind"), on="frame_id").filter(
-        pl.col("kind") == "cuda_api")["stack_id"]
-    chain = chain.filter(~pl.col("node").is_in(api_nodes.implode()))
+    from ..instances import Ancestors
+
     c = (calls.filter(pl.col("stack_id").is_not_null())
          .sort("pid", "tid", "ts_ns", maintain_order=True))
     empty = pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "ts_ns": pl.Int64,
                                  "dur_ns": pl.Int64, "stack_id": pl.Int64, "depth": pl.Int32})
     out = []
-    if chain.height and c.height:
-        # the path of each distinct stack: its node at each depth (-1: none, or its API frame)
-        ids = np.unique(chain["stack_id"].to_numpy())
-        paths = np.full((len(ids), int(chain["depth"].max()) + 1), -1, np.int64)
-        paths[np.searchsorted(ids, chain["stack_id"].to_numpy()), chain["depth"].to_numpy()] = \
-            chain["node"].to_numpy()
-        sid = c["stack_id"].to_numpy()
-        if ids[0] >= 0 and ids[-1] < 4 * len(ids) + 1024:  # small ids: a table by id
-            by_id = np.full(int(ids[-1]) + 2, -1, np.int64)  # (the last: ids past them)
-            by_id[ids] = np.arange(len(ids))
-            row = by_id[np.clip(sid, 0, len(by_id) - 1)]
-            known = (row >= 0) & (sid >= 0) & (sid <= ids[-1])
-            row = np.maximum(row, 0)
-        else:
-            row = np.minimum(np.searchsorted(ids, sid), len(ids) - 1)
-            known = ids[row] == sid
+    if nodes.height and c.height:
+        anc = Ancestors(nodes)  # (its rows in the nodes' order)
+        api = (nodes["kind"] == "cuda_api").fill_null(False).to_numpy()
+        ids = anc.trie.ids
+        row = anc.rows(c["stack_id"])  # -1: a stack the capture's table lacks
         pid, tid = c["pid"].to_numpy(), c["tid"].to_numpy()
         ts = c["ts_ns"].to_numpy()
         end = np.r_[ts + c["dur_ns"].to_numpy(), 0]  # (one more: reduceat's last bound)
         same_thread = (pid[1:] == pid[:-1]) & (tid[1:] == tid[:-1])
-        for depth in range(paths.shape[1]):
-            node = np.where(known, paths[row, depth], -1)
+        for depth in range(anc.table.shape[1]):
+            # each stack's node at this depth (none: -1, as for its API frame), then each
+            # call's through its stack's row (-1: the extra last entry)
+            at = np.r_[np.where(api[anc.table[:, depth]], -1, anc.table[:, depth]), -1]
+            node = at[row]
             held = node >= 0
             # a run goes on from one call to the next on its thread through the same node
             on = held[1:] & held[:-1] & (node[1:] == node[:-1]) & same_thread
@@ -188,7 +179,7 @@ def spans_from_call_stacks(calls: pl.DataFrame, stacks: pl.DataFrame,
             ends = np.maximum.reduceat(end, bounds)[0::2]  # the latest end within each run
             out.append(pl.DataFrame({
                 "pid": pid[first], "tid": tid[first], "ts_ns": ts[first],
-                "dur_ns": ends - ts[first], "stack_id": node[first],
+                "dur_ns": ends - ts[first], "stack_id": ids[node[first]],
                 "depth": np.full(len(first), depth, np.int32)}, schema=empty.schema))
     # in time order, and a frame before its callees where they start together: a frame and
     # its callee over the same calls are the same interval, which the timeline nests in row
@@ -196,21 +187,6 @@ def spans_from_call_stacks(calls: pl.DataFrame, stacks: pl.DataFrame,
     # two exports of a capture differed)
     spans = (pl.concat(out) if out else empty).sort("pid", "tid", "ts_ns", "depth")
     return _conformed("span", spans.drop("depth"))
-
-
-def _ancestors(stacks: pl.DataFrame) -> pl.DataFrame:
-    """``stack_id, node, depth`` for every node on the root path of every stack, one join per
-    level (the trie is small: distinct stacks, not events)."""
-    cur = stacks.select("stack_id", pl.col("stack_id").alias("node"), "depth", "parent_id")
-    out = [cur.select("stack_id", "node", "depth")]
-    parents = stacks.select(pl.col("stack_id").alias("parent_id"), pl.col("parent_id").alias("pp"),
-                            pl.col("depth").alias("pdepth"))
-    while cur.height:
-        cur = (cur.filter(pl.col("parent_id").is_not_null()).join(parents, on="parent_id")
-               .select("stack_id", pl.col("parent_id").alias("node"),
-                       pl.col("pdepth").alias("depth"), pl.col("pp").alias("parent_id")))
-        out.append(cur.select("stack_id", "node", "depth"))
-    return pl.concat(out)
 
 
 def findings_of(analysis: Analysis, found=None) -> list[dict]:

@@ -164,6 +164,7 @@ def test_rebuilt_spans_match_their_definition_on_random_stacks():
     interleaved on threads, API frames, stacks the trie lacks and calls without a stack."""
     import numpy as np
     import polars as pl
+    from zym.analysis.callpath import stack_nodes
     from zym.analysis.export.source import MIN_RUN_CALLS, spans_from_call_stacks
 
     rng = np.random.default_rng(3)
@@ -180,7 +181,9 @@ def test_rebuilt_spans_match_their_definition_on_random_stacks():
                               schema={"stack_id": pl.Int64, "frame_id": pl.Int64,
                                       "depth": pl.Int32, "parent_id": pl.Int64})
         frames = pl.DataFrame({"frame_id": list(range(60)), "kind": [kind[s] for s in parent],
-                               "name": [f"f{i}" for i in range(60)]})
+                               "name": [f"f{i}" for i in range(60)],
+                               "file": [f"/srv/m{i}.py" for i in range(60)],
+                               "line": list(range(60))})
         n = 3000
         choice = rng.integers(0, 12, n)  # few distinct stacks: runs repeat
         sids = [None if c == 11 else base + 10_000 if c == 10 else base + int(c) * 5 + 3
@@ -190,8 +193,32 @@ def test_rebuilt_spans_match_their_definition_on_random_stacks():
                   "stack_id": sid} for i, sid in enumerate(sids)]
         df = pl.DataFrame(calls, schema={"pid": pl.Int64, "tid": pl.Int64, "ts_ns": pl.Int64,
                                          "dur_ns": pl.Int64, "stack_id": pl.Int64})
-        got = spans_from_call_stacks(df, stacks, frames)
+        got = spans_from_call_stacks(df, stack_nodes(frames, stacks))
         api = {s for s in parent if kind[s] == "cuda_api"}
         want = _reference_spans(calls, parent, api, MIN_RUN_CALLS)
         assert len(want) > 50
         assert sorted(got.select("pid", "tid", "ts_ns", "dur_ns", "stack_id").iter_rows()) == want
+
+
+def test_rebuilt_spans_of_the_bundled_ebpf_capture_match_their_definition():
+    """The same on real data: the bundled eBPF capture (recorded on the H200, no spans)."""
+    from pathlib import Path
+
+    import polars as pl
+    from zym.analysis.callpath import stack_nodes
+    from zym.analysis.export.source import MIN_RUN_CALLS, _conformed, spans_from_call_stacks
+    from zym.analysis.load import load_capture
+
+    data = load_capture(Path(__file__).parents[2] / "sample_traces"
+                        / "gpt_decode_server.ebpf.parquet")
+    calls = _conformed("call", data.calls)
+    got = spans_from_call_stacks(calls, stack_nodes(data.frames, data.stacks))
+    kinds = dict(data.frames.select("frame_id", "kind").iter_rows())
+    parent = {sid: up for sid, up in data.stacks.select("stack_id", "parent_id").iter_rows()}
+    api = {sid for sid, fid in data.stacks.select("stack_id", "frame_id").iter_rows()
+           if kinds.get(fid) == "cuda_api"}
+    rows = calls.select("pid", "tid", "ts_ns", "dur_ns", "stack_id").to_dicts()
+    want = _reference_spans(rows, parent, api, MIN_RUN_CALLS)
+    assert len(want) > 1000
+    assert sorted(got.select("pid", "tid", "ts_ns", "dur_ns", "stack_id").iter_rows()) == want
+    assert got.schema["stack_id"] == pl.Int64
