@@ -46,7 +46,7 @@ def report(
         budget = budget_bytes(memory_budget, 1 if baseline is None else 2)
         given = memory_budget is not None
         src = load_export_source(file, say, with_findings=findings, budget=budget,
-                                 budget_import=given, with_spans=False, as_analysis=True)
+                                 budget_import=given, with_spans=False)
         diff = None
         if baseline is not None:
             from zym.analysis.export.diff import diff_with_baseline

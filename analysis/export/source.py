@@ -36,25 +36,21 @@ class ExportSource:
 def load_export_source(path: str | Path, progress: Progress | None = None,
                        with_findings: bool = True, window: str = "steady",
                        budget: int | None = None, budget_import: bool = True,
-                       with_spans: bool = True, timeline_only: bool = False,
-                       as_analysis: bool = False) -> ExportSource:
+                       with_spans: bool = True, timeline_only: bool = False) -> ExportSource:
     """Load ``path`` (zym capture or Kineto trace), analyze it (:func:`analyze_data`), and
     gather spans and findings. ``budget``, ``budget_import``: as
     :func:`zym.analysis.report.analyze`'s (a capture past the budget: a sample of it, its
-    spans and ranges the sample's). ``with_spans`` False: no spans nor ranges (an export
-    that draws no timeline, the HTML report: every span held is ~50 bytes).
-    ``timeline_only``: the caller reads only the capture's tables, call paths, spans, ranges
-    and the findings' dicts (a Perfetto timeline): the rules' state (``found`` is None) and the
-    analysis's derived tables are let go once the findings are taken. ``as_analysis``: no
-    timeline (``with_spans`` False): the capture read as ``zym analyze`` reads it, names as
-    codes and the columns no analysis reads left out (the HTML report: at 10 M GPU
-    operations ~1.5 GB less)."""
+    spans and ranges the sample's). ``with_spans`` False: no timeline (the HTML report): no
+    spans nor ranges (every span held is ~50 bytes), and the capture read as ``zym analyze``
+    reads it, names as codes and the columns no analysis reads left out (~1.5 GB less at 10 M
+    GPU operations). ``timeline_only``: the caller reads only the capture's tables, call
+    paths, spans, ranges and the findings' dicts (a Perfetto timeline): the rules' state
+    (``found`` is None) and the analysis's derived tables are let go once the findings are
+    taken."""
     from ..report import analyze_data, check_window
 
     path = Path(path)
-    if as_analysis and with_spans:
-        raise ValueError("as_analysis reads no timeline: with_spans must be False")
-    if as_analysis:
+    if not with_spans:  # (read as the analysis reads it)
         from ..load import UNREAD, api_codes
 
         data = api_codes(load_capture(path, progress, codes=True, skip=UNREAD, budget=budget,
@@ -63,7 +59,7 @@ def load_export_source(path: str | Path, progress: Progress | None = None,
         data = load_capture(path, progress, budget=budget, budget_import=budget_import)
     check_window(data, window)
     held = data.sample.path if data.sample is not None else path  # (what the tables are of)
-    if not as_analysis:  # (a timeline shows every column of the capture's)
+    if with_spans:  # (a timeline shows every column of the capture's)
         data.calls = _conformed("call", data.calls)
         data.gpu = _conformed("gpu", data.gpu)
     spans = _spans_of(data, held) if with_spans else _conformed("span", pl.DataFrame())

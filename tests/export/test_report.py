@@ -127,8 +127,8 @@ def test_the_report_reads_the_capture_as_the_analysis_does(sample_capture):
     from zym.analysis.export.source import load_export_source
     from zym.analysis.load import UNREAD
 
-    narrow = load_export_source(sample_capture, with_spans=False, as_analysis=True)
-    whole = load_export_source(sample_capture, with_spans=False)
+    narrow = load_export_source(sample_capture, with_spans=False)
+    whole = load_export_source(sample_capture)  # (a timeline's read; the page reads no span)
     assert narrow.data.gpu.schema["name"] == pl.Categorical
     assert whole.data.gpu.schema["name"] == pl.String
     assert not set(UNREAD["gpu"]) & set(narrow.data.gpu.columns)
@@ -136,5 +136,3 @@ def test_the_report_reads_the_capture_as_the_analysis_does(sample_capture):
     got, want = report_data(narrow), report_data(whole)
     got.pop("generated_at"), want.pop("generated_at")
     assert got == want and got["findings"]
-    with pytest.raises(ValueError, match="with_spans"):
-        load_export_source(sample_capture, as_analysis=True)
