@@ -19,7 +19,9 @@ A message column is a :class:`Ragged`: ``n`` byte strings stored flat. :func:`en
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -138,7 +140,7 @@ class Field:
 
 
 def _write_key(buf: np.ndarray, pos: np.ndarray, key: bytes) -> None:
-    if len(pos) >= JIT_MIN_ROWS and (compiled := _compiled_writes()) is not None:
+    if (compiled := _compiled_writes(len(pos))) is not None:
         compiled.key(buf, pos, np.frombuffer(key, np.uint8))
         return
     for j, byte in enumerate(key):
@@ -148,7 +150,7 @@ def _write_key(buf: np.ndarray, pos: np.ndarray, key: bytes) -> None:
 def _write_varints(buf: np.ndarray, pos: np.ndarray, v: np.ndarray, n: np.ndarray) -> None:
     if not len(n):
         return
-    if len(n) >= JIT_MIN_ROWS and (compiled := _compiled_writes()) is not None:
+    if (compiled := _compiled_writes(len(n))) is not None:
         compiled.varints(buf, pos, v, n)
         return
     lo, hi = int(n.min()), int(n.max())
@@ -206,7 +208,7 @@ class Fixed64(Field):
         pos = self._pos(cursor)
         _write_key(buf, pos, self.key)
         pos = pos + len(self.key)
-        if len(pos) >= JIT_MIN_ROWS and (compiled := _compiled_writes()) is not None:
+        if (compiled := _compiled_writes(len(pos))) is not None:
             compiled.fixed64(buf, pos, self.raw)
             return
         for j in range(8):
@@ -316,7 +318,7 @@ def _copy_ragged(buf: np.ndarray, dst_starts: np.ndarray, values: Ragged,
         raise ValueError("absent rows of a Ragged column must be empty")
     if not len(values.data):
         return
-    if len(lens) >= JIT_MIN_ROWS and (compiled := _compiled_writes()) is not None:
+    if (compiled := _compiled_writes(len(lens))) is not None:
         compiled.ragged(buf, dst_starts, values.data, lens)
         return
     buf[np.repeat(dst_starts, lens) + _ranges(np.zeros(len(lens), np.int64), lens)] = \
@@ -392,13 +394,20 @@ def _ragged_loop(buf, dst, data, lens) -> None:
         at += lens[i]
 
 
-class _Writes:
-    def __init__(self, key, varints, fixed64, ragged) -> None:
-        self.key, self.varints, self.fixed64, self.ragged = key, varints, fixed64, ragged
+class _Writes(NamedTuple):
+    key: Callable
+    varints: Callable
+    fixed64: Callable
+    ragged: Callable
+
+
+def _compiled_writes(rows: int) -> _Writes | None:
+    """The loops above, for a field of ``rows`` rows: compiled where there are at least
+    ``JIT_MIN_ROWS`` of them and numba is there; else None (the numpy passes then)."""
+    return _loops() if rows >= JIT_MIN_ROWS else None
 
 
 @functools.cache
-def _compiled_writes() -> _Writes | None:
-    """The loops above compiled by numba; None without numba (the numpy passes then)."""
+def _loops() -> _Writes | None:
     compiled = njit(_key_loop, _varint_loop, _fixed64_loop, _ragged_loop)
     return _Writes(*compiled) if compiled else None

@@ -19,7 +19,7 @@ def writes(request, monkeypatch):
     """Each test's fields written both ways: the numpy passes, and the compiled loops (numba,
     a dependency) that write columns of at least ``JIT_MIN_ROWS`` rows."""
     if request.param == "compiled":
-        assert pw._compiled_writes() is not None
+        assert pw._loops() is not None
         monkeypatch.setattr(pw, "JIT_MIN_ROWS", 0)
     else:
         monkeypatch.setattr(pw, "JIT_MIN_ROWS", 1 << 62)
