@@ -6,7 +6,8 @@ so a long capture can need more memory than the machine has. Before anything is 
 analysis's peak is estimated from the capture's rows (:func:`estimate_bytes`: bytes a row of
 each table costs at the peak, measured, and a fixed part); where it exceeds the budget,
 :data:`SLICES` time slices, one at the start of each of as many equal parts of the capture,
-together as long as the budget allows, are copied into a temporary capture (every call that
+together as long as the budget allows (the default budget, half the memory available: as
+:data:`DEFAULT_SAMPLE_BYTES` allows), are copied into a temporary capture (every call that
 starts in a slice, with the GPU operations it launched and the spans and ranges that start in
 it, the first slice also those that start before it; a capture of the GPU side alone, the GPU
 operations that start in it; the frames and stacks whole), each slice shifted to start where
@@ -82,6 +83,14 @@ STEPS_A_SLICE = 4
 GPU_LAG_NS = 1_000_000_000
 # The fraction is never below this: a budget below the fixed part still reads something.
 MIN_FRACTION = 0.001
+# Without --memory-budget, a capture whose analysis would exceed the default budget (half the
+# memory available) is sampled to fit this, not the default budget: a larger sample costs
+# time in proportion and finds the same (the bundled trace x600's capture: the same findings
+# and savings at 1G, 2G and 4G, 5.5-68% of its time, in 5.7, 10.6 and 27.3 s against 15.0 s
+# whole: a large sample of a capture with spans is written, then read back; the synthetic
+# 100 M: the same 159 findings at 0.8%, 7.1% and 23.8% in 7.6, 23.8 and 79.1 s;
+# docs/benchmarks.md, forty-first round).
+DEFAULT_SAMPLE_BYTES = 1 << 30
 SAMPLED_TABLES = ("span", "range", "call", "gpu")
 
 
@@ -89,7 +98,7 @@ SAMPLED_TABLES = ("span", "range", "call", "gpu")
 class Sample:
     """How a capture was sampled: what its report says."""
 
-    budget: int  # bytes
+    budget: int  # bytes the sample was fit to
     estimate: int  # bytes the whole capture's analysis would hold (estimated)
     fraction: float  # of the capture's time the slices cover
     slices: tuple[tuple[int, int], ...]  # [start, end) of each, in the capture's clock (ns)
@@ -105,9 +114,13 @@ class Sample:
     held: pl.DataFrame | None = field(default=None, compare=False, repr=False)
     # the capture sampled, opened (checked once: its content hash reads the whole file)
     source: Capture | None = field(default=None, compare=False, repr=False)
+    # the default budget the whole capture's estimate exceeded, where no budget was given (the
+    # sample then fits :data:`DEFAULT_SAMPLE_BYTES`, or this where less); None: a given budget
+    default_budget: int | None = None
 
     def to_dict(self) -> dict:
-        return {"budget_bytes": self.budget, "estimated_bytes": self.estimate,
+        return {"budget_bytes": self.budget, "default_budget_bytes": self.default_budget,
+                "estimated_bytes": self.estimate,
                 "fraction": round(self.fraction, 6), "slices": [list(s) for s in self.slices],
                 "slices_cut_at_steps": self.cut_at_steps,
                 "capture_rows": self.capture_rows, "sample_rows": self.sample_rows}
@@ -192,8 +205,10 @@ def _scanned(cap: Capture) -> tuple[dict[str, int], dict[str, tuple[int, int]]]:
     return rows, extent
 
 
-def plan(cap: Capture, budget: int) -> Sample | None:
-    """The sample of ``cap`` that fits ``budget`` bytes, or None where the whole fits."""
+def plan(cap: Capture, budget: int, given: bool = True) -> Sample | None:
+    """The sample of ``cap`` that fits ``budget`` bytes, or None where the whole fits.
+    ``given`` False: ``budget`` is the default (no --memory-budget); a capture past it is
+    sampled to fit :data:`DEFAULT_SAMPLE_BYTES` (or ``budget``, where less)."""
     everything = cap.file_rows()
     if estimate_bytes({"call": everything}) <= budget:  # fits, whatever its tables
         return None
@@ -203,9 +218,10 @@ def plan(cap: Capture, budget: int) -> Sample | None:
         return None
     if clock is None:
         return None  # no calls nor GPU work: nothing to sample by time
-    fraction = fitting_fraction(rows, budget)
-    return Sample(budget, estimate, fraction, spread(clock, SLICES, fraction), rows, {},
-                  extent=clock)
+    fit = budget if given else min(budget, DEFAULT_SAMPLE_BYTES)
+    fraction = fitting_fraction(rows, fit)
+    return Sample(fit, estimate, fraction, spread(clock, SLICES, fraction), rows, {},
+                  extent=clock, default_budget=None if given else budget)
 
 
 def spread(extent: tuple[int, int], n: int, fraction: float) -> tuple[tuple[int, int], ...]:
@@ -459,13 +475,14 @@ class Sampled(NamedTuple):
 
 
 def sampled(cap: Capture, budget: int, progress: Callable[[str], None] | None = None,
-            codes: bool = True, skip: Mapping[str, Collection[str]] | None = None
-            ) -> Sampled | None:
-    """Where the analysis of ``cap`` would exceed ``budget`` bytes: a sample that fits, held
+            codes: bool = True, skip: Mapping[str, Collection[str]] | None = None,
+            given: bool = True) -> Sampled | None:
+    """Where the analysis of ``cap`` would exceed ``budget`` bytes: a sample that fits (``given``
+    False, the default budget: one that fits :data:`DEFAULT_SAMPLE_BYTES`; :func:`plan`), held
     in memory (a capture without spans or ranges: its tables read as ``codes`` and ``skip``
     say, :func:`zym.analysis.load.load_held`) or in a temporary capture (removed when the
     process exits), and how it was sampled; else None."""
-    sample = plan(cap, budget)
+    sample = plan(cap, budget, given)
     if sample is None:
         return None
     if progress:

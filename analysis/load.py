@@ -227,16 +227,19 @@ def api_codes(data: CaptureData) -> CaptureData:
 
 def load_capture(path: str | Path, progress: Callable[[str], None] | None = None,
                  codes: bool = False, skip: Mapping[str, Collection[str]] | None = None,
-                 budget: int | None = None, budget_import: bool = True) -> CaptureData:
+                 budget: int | None = None, budget_given: bool = True) -> CaptureData:
     """Load ``path`` (zym Parquet capture, or Kineto ``.json``/``.json.gz``) for analysis.
     ``codes``: a capture file's calls' and GPU operations' names read as categorical codes
     (what :func:`api_codes` makes of them; their text is then never held for every row);
     ``skip``: per table, columns left out (the analysis': :data:`UNREAD`); ``budget``: bytes
     the analysis may hold: a capture file (or a trace imported out of core) whose analysis
-    would hold more is sampled to fit (:mod:`zym.analysis.budget`), and (``budget_import``)
-    a trace past ``budget`` at the in-memory import's cost an event is imported out of core
-    in it (else by the default rule: past half the memory available, at least 8 M events,
-    in the import's default budget). None: no budget (the whole capture)."""
+    would hold more is sampled to fit (:mod:`zym.analysis.budget`). ``budget_given``: the
+    user gave ``budget`` (``--memory-budget``): a trace past it at the in-memory import's cost
+    an event is imported out of core in it, and a sample fits it; False, ``budget`` is the
+    default (half the memory available): a trace is imported out of core by the default
+    rule (past half the memory available, at least 8 M events, in the import's default
+    budget), and a sample fits :data:`zym.analysis.budget.DEFAULT_SAMPLE_BYTES`. None: no
+    budget (the whole capture)."""
     skip = skip or {}
     path = Path(path)
     if not path.exists():
@@ -252,10 +255,10 @@ def load_capture(path: str | Path, progress: Callable[[str], None] | None = None
         if not looks_like_kineto(path):
             raise InputError(f"{path}: neither a zym capture (Parquet) nor a torch.profiler "
                              "trace (JSON, optionally gzipped)")
-        routed = budget if budget_import else None
+        routed = budget if budget_given else None
         got = load_or_import(path, progress, _in_memory_events(routed), routed)
         if isinstance(got, Path):  # a large trace, imported out of core into a capture
-            return _load_file(got, path, progress, codes, skip, budget)
+            return _load_file(got, path, progress, codes, skip, budget, budget_given)
         tables, meta = got
         tables = {t: _compact(tables[t].drop(skip.get(t, ()), strict=False))
                   if t in ANALYSIS_TABLES else tables[t] for t in tables}
@@ -266,7 +269,7 @@ def load_capture(path: str | Path, progress: Callable[[str], None] | None = None
                              + (tables["span"].height if "span" in tables else 0))
         return CaptureData(path, meta, tables["frame"], tables["stack"], tables["call"],
                            tables["gpu"], tables.get("span"))
-    return _load_file(path, path, progress, codes, skip, budget)
+    return _load_file(path, path, progress, codes, skip, budget, budget_given)
 
 
 def _in_memory_events(budget: int | None) -> int | None:
@@ -280,7 +283,8 @@ def _in_memory_events(budget: int | None) -> int | None:
 
 
 def _load_file(path: Path, source: Path, progress: Callable[[str], None] | None, codes: bool,
-               skip: Mapping[str, Collection[str]], budget: int | None = None) -> CaptureData:
+               skip: Mapping[str, Collection[str]], budget: int | None = None,
+               budget_given: bool = True) -> CaptureData:
     """:func:`load_capture` of a capture file (``source``: what the user named: the file, or
     the trace it was imported from)."""
     if progress:
@@ -290,7 +294,7 @@ def _load_file(path: Path, source: Path, progress: Callable[[str], None] | None,
     if budget is not None:
         from .budget import sampled
 
-        got = sampled(cap, budget, progress, codes, skip)
+        got = sampled(cap, budget, progress, codes, skip, budget_given)
         if got is not None:  # the sample: held, or in a capture of its own
             cap, sample, loaded = got
             if loaded is not None:  # (read as this reads it)

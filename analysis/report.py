@@ -484,14 +484,14 @@ def restrict(data: CaptureData, whole: Facts, t0: int, t1: int) -> CaptureData:
 
 
 def analyze(path: str | Path, progress: Progress | None = None, window: str = "steady",
-            budget: int | None = None, budget_import: bool = True) -> Analysis:
+            budget: int | None = None, budget_given: bool = True) -> Analysis:
     """Load a capture (or Kineto trace), find its phases, and analyze ``window`` of it
     (``steady``: steady state; ``all``; ``FROM:TO``; ``steps:A:B``: see
     :func:`zym.analysis.phases.parse_window`). ``budget``: bytes the analysis may hold; a
     capture that would take more is sampled to fit (:mod:`zym.analysis.budget`); None: no
-    budget. ``budget_import``: see :func:`zym.analysis.load.load_capture`."""
+    budget. ``budget_given``: see :func:`zym.analysis.load.load_capture`."""
     data = api_codes(load_capture(path, progress, codes=True, skip=UNREAD, budget=budget,
-                                  budget_import=budget_import))
+                                  budget_given=budget_given))
     check_window(data, window)
     if progress:
         progress("attributing GPU work to call paths")

@@ -98,8 +98,8 @@ def _analyze(file: Path, fmt: str, top: int | None, window: str, what_if: Sequen
         raise InputError("--what-if needs the rules (finding numbers, fix models): drop "
                          "--no-rules")
     with stage_progress(progress) as say:
-        # (the default budget samples a capture that would not fit; which traces are
-        # imported out of core stays the default rule unless a budget was given)
+        # (the default budget samples a capture that would not fit, in at most 1 GiB; which
+        # traces are imported out of core stays the default rule unless a budget was given)
         result = run_analysis(file, say, window, budget, memory_budget is not None)
         findings = None
         if packs is not None:
@@ -151,7 +151,7 @@ def diff(before: Path, after: Path, fmt: str = "text", top: int | None = None,
         return exit_code(e)
     args = {"window": window, "rules": not no_rules, "rule_paths": tuple(rules),
             "disabled": tuple(disable), "budget": budget,
-            "budget_import": memory_budget is not None}
+            "budget_given": memory_budget is not None}
     try:
         # The baseline goes to a forked child first, before the spinner starts a thread (the
         # rule packs are loaded once, before the fork).

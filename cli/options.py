@@ -12,4 +12,5 @@ def memory_budget_option(use: str, says: str, each: bool = False):
         "--memory-budget", metavar="SIZE", show_default=False,
         help=f"Memory {use}: a capture whose analysis would take more is analysed on evenly "
              f"spread slices of its time that fit, and {says} says so [default: half the "
-             f"memory available{' for each' if each else ''}].")
+             f"memory available{' for each' if each else ''}; a capture past it: slices that "
+             f"fit 1 GiB].")

@@ -46,14 +46,14 @@ def report(
         budget = budget_bytes(memory_budget, 1 if baseline is None else 2)
         given = memory_budget is not None
         src = load_export_source(file, say, with_findings=findings, budget=budget,
-                                 budget_import=given, with_spans=False)
+                                 budget_given=given, with_spans=False)
         diff = None
         if baseline is not None:
             from zym.analysis.export.diff import diff_with_baseline
 
             say("comparing with the baseline")
             diff = diff_with_baseline(src, baseline, budget=budget,
-                                      budget_import=given).to_dict(top)
+                                      budget_given=given).to_dict(top)
         say("writing report")
         size = write_report(src, tmp, top, diff)
     typer.echo(f"wrote {display(output)} ({size / 1e3:.0f} kB, {len(src.findings)} findings); "

@@ -60,7 +60,7 @@ class _Cache:
             return self.items[key]
         # as `zym analyze` by default: sampled where the analysis would take more than half
         # the memory available (the report then says so)
-        analysis = analyze(p, None, window, available_budget(), budget_import=False)
+        analysis = analyze(p, None, window, available_budget(), budget_given=False)
         value = (analysis, evaluate(analysis))
         self.items[key] = value
         while len(self.items) > self.size:

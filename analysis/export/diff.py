@@ -29,7 +29,7 @@ Progress = Callable[[str], None]
 def load_profile(path: str | Path, window: str = "steady", rules: bool = True,
                  rule_paths: Sequence[str | Path] = (), disabled: Sequence[str] = (),
                  progress: Progress | None = None, packs: Sequence | None = None,
-                 budget: int | None = None, budget_import: bool = True) -> Profile:
+                 budget: int | None = None, budget_given: bool = True) -> Profile:
     """Analyze a capture (``zym analyze``'s analysis and rules: the built-in packs, plugins
     and ``rule_paths``, or ``packs`` already loaded from them; in ``budget`` bytes, see
     :func:`zym.analysis.report.analyze`) and reduce it to its profile."""
@@ -39,7 +39,7 @@ def load_profile(path: str | Path, window: str = "steady", rules: bool = True,
         from zym.rules import load_packs
 
         packs = load_packs(rule_paths)
-    analysis = analyze(path, progress, window, budget, budget_import)
+    analysis = analyze(path, progress, window, budget, budget_given)
     found = None
     if rules:
         from zym.rules import evaluate

@@ -35,10 +35,10 @@ class ExportSource:
 
 def load_export_source(path: str | Path, progress: Progress | None = None,
                        with_findings: bool = True, window: str = "steady",
-                       budget: int | None = None, budget_import: bool = True,
+                       budget: int | None = None, budget_given: bool = True,
                        with_spans: bool = True, timeline_only: bool = False) -> ExportSource:
     """Load ``path`` (zym capture or Kineto trace), analyze it (:func:`analyze_data`), and
-    gather spans and findings. ``budget``, ``budget_import``: as
+    gather spans and findings. ``budget``, ``budget_given``: as
     :func:`zym.analysis.report.analyze`'s (a capture past the budget: a sample of it, its
     spans and ranges the sample's). ``with_spans`` False: no timeline (the HTML report): no
     spans nor ranges (every span held is ~50 bytes), and the capture read as ``zym analyze``
@@ -54,9 +54,9 @@ def load_export_source(path: str | Path, progress: Progress | None = None,
         from ..load import UNREAD, api_codes
 
         data = api_codes(load_capture(path, progress, codes=True, skip=UNREAD, budget=budget,
-                                      budget_import=budget_import))
+                                      budget_given=budget_given))
     else:
-        data = load_capture(path, progress, budget=budget, budget_import=budget_import)
+        data = load_capture(path, progress, budget=budget, budget_given=budget_given)
     check_window(data, window)
     held = data.sample.path if data.sample is not None else path  # (what the tables are of)
     if with_spans:  # (a timeline shows every column of the capture's)

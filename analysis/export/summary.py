@@ -59,8 +59,13 @@ def capture_sample_line(sample: dict) -> str:
     :class:`zym.analysis.budget.Sample`)."""
     rows = sum(sample["sample_rows"].get(t, 0) for t in ("call", "gpu"))
     whole = sum(sample["capture_rows"].get(t, 0) for t in ("call", "gpu"))
-    return (f"SAMPLED to fit the memory budget ({fmt_bytes(sample['budget_bytes'])}; the whole "
-            f"capture would take ~{fmt_bytes(sample['estimated_bytes'])}): "
+    default = sample.get("default_budget_bytes")
+    fit = (f"SAMPLED to fit the memory budget ({fmt_bytes(sample['budget_bytes'])}; the whole "
+           f"capture would take ~{fmt_bytes(sample['estimated_bytes'])})" if default is None else
+           f"SAMPLED in {fmt_bytes(sample['budget_bytes'])} of memory (the whole capture "
+           f"would take ~{fmt_bytes(sample['estimated_bytes'])}, more than the default "
+           f"budget, half the memory available: {fmt_bytes(default)})")
+    return (f"{fit}: "
             f"{len(sample['slices'])} slices spread evenly{_cut(sample)}, "
             f"{100 * sample['fraction']:.1f}% of "
             f"its time ({rows:,} of {whole:,} CUDA calls and GPU ops); every figure below is "

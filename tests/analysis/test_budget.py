@@ -250,6 +250,47 @@ def _zym(*args, code=ENTRY):
                           check=False)
 
 
+@pytest.mark.parametrize("kind", ["builder", "bundled capture"])
+def test_past_the_default_budget_the_sample_fits_the_default_sample_size(tmp_path, monkeypatch,
+                                                                          kind):
+    """Without --memory-budget (``given`` False), the whole capture is analysed where its
+    estimate fits the default budget; past it, the sample is the one a given budget of
+    DEFAULT_SAMPLE_BYTES makes (or of the default budget itself, where that is less)."""
+    cap = open_capture(_capture(kind, tmp_path))
+    rows = {t: cap.rows(t) for t in B.SAMPLED_TABLES}
+    whole = B.estimate_bytes(rows)
+    small = B.estimate_bytes({t: n * 0.2 for t, n in rows.items()})
+    monkeypatch.setattr(B, "DEFAULT_SAMPLE_BYTES", small)
+    assert B.plan(cap, whole, given=False) is None       # fits the default: whole
+    default = (whole + small) // 2                        # past it
+    got, given = B.plan(cap, default, given=False), B.plan(cap, small)
+    assert got is not None and 0.15 < got.fraction < 0.25
+    assert (got.budget, got.default_budget) == (small, default) and given.default_budget is None
+    assert (got.fraction, got.slices) == (given.fraction, given.slices)
+    # a budget given samples to fit all of it, more than the default's sample
+    assert B.plan(cap, default).fraction > 2 * got.fraction
+    # a default budget below the default sample size: the sample fits the budget
+    tiny = B.plan(cap, small // 2, given=False)
+    assert (tiny.fraction, tiny.slices) == (B.plan(cap, small // 2).fraction,
+                                            B.plan(cap, small // 2).slices)
+    # the report says which budget the whole exceeded and what the sample fits
+    line = capture_sample_line(got.to_dict())
+    assert "more than the default budget" in line and "SAMPLED in" in line
+    assert "more than the default" not in capture_sample_line(given.to_dict())
+    analysis = analyze(cap.path, budget=default, budget_given=False)
+    said = analysis.to_dict()["sample"]
+    assert (said["budget_bytes"], said["default_budget_bytes"]) == (small, default)
+    by_size = analyze(cap.path, budget=small).to_dict()["sample"]  # (cut at the steps alike)
+    assert (said["fraction"], said["slices"]) == (by_size["fraction"], by_size["slices"])
+
+
+def test_the_help_names_the_default_sample_size():
+    from zym.cli.options import memory_budget_option
+
+    text = memory_budget_option("the analysis may use", "the report").help
+    assert f"fit {B.DEFAULT_SAMPLE_BYTES >> 30} GiB" in text
+
+
 def test_the_cli_says_it_sampled_and_refuses_a_bad_size(tmp_path):
     path = decode_server(tmp_path / "c.parquet", requests=60)
     out = _zym("analyze", str(path), "--memory-budget", "1K", "--no-progress")
@@ -283,7 +324,7 @@ from zym.capture import kineto_stream
 kineto_stream.window_events = lambda budget: 20_000  # (the import's windows: a few)
 said = []
 result = analyze(sys.argv[1], said.append, budget=int(sys.argv[2]),
-                 budget_import=sys.argv[3] == "1")
+                 budget_given=sys.argv[3] == "1")
 print(json.dumps({"sample": result.to_dict().get("sample"), "said": said,
                   "source": str(result.data.source)}))
 """
@@ -301,9 +342,9 @@ def test_a_trace_past_the_budget_is_imported_out_of_core_then_sampled(tmp_path):
                                              (1 << 30) // ANALYZE_BYTES_PER_EVENT)
     trace = Path(__file__).parents[2] / "sample_traces" / "gpt_decode_server.trace.json.gz"
     budget = 10 << 20  # 10 MB: ~75 k events in memory (the trace has 165 k); nor its analysis
-    def run(budget_import: bool) -> dict:
+    def run(budget_given: bool) -> dict:
         done = subprocess.run([sys.executable, "-c", SAMPLED_TRACE, str(trace), str(budget),
-                               "1" if budget_import else "0"], capture_output=True, text=True,
+                               "1" if budget_given else "0"], capture_output=True, text=True,
                               check=True, env={**os.environ, "TMPDIR": str(tmp_path)})
         return json.loads(done.stdout)
 
@@ -496,6 +537,7 @@ def test_the_mcp_tools_analyse_in_the_default_budget(tmp_path, monkeypatch):
     monkeypatch.setattr(agent, "_cache", agent._Cache())
     got = agent.analyze_tool(str(path))
     assert got["sample"]["budget_bytes"] == 1024 and got["sample"]["fraction"] < 0.01
+    assert got["sample"]["default_budget_bytes"] == 1024  # (the default's, less than 1 GiB)
 
 
 @pytest.mark.parametrize("steps", [True, False])
