@@ -118,6 +118,14 @@ class Sample:
     # sample then fits :data:`DEFAULT_SAMPLE_BYTES`, or this where less); None: a given budget
     default_budget: int | None = None
 
+    def in_sample_clock(self) -> tuple[tuple[int, int], ...]:
+        """Each slice's part of the sample's clock, end to end: from its start (shifted) to
+        the next slice's (the last: to the end of time); () before the slices are copied."""
+        if not self.slices or len(self.shifts) != len(self.slices):
+            return ()
+        starts = [a + shift for (a, _), shift in zip(self.slices, self.shifts, strict=True)]
+        return tuple(zip(starts, [*starts[1:], int(np.iinfo(np.int64).max)], strict=True))
+
     def to_dict(self) -> dict:
         return {"budget_bytes": self.budget, "default_budget_bytes": self.default_budget,
                 "estimated_bytes": self.estimate,

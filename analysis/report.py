@@ -143,9 +143,11 @@ class Analysis:
                     self.window_spec.startswith("steps:") else None
                 threads = None if steps is None else functools.cache(
                     lambda: step_threads(self.facts.calls, self.facts.nodes, steps))
+                sample = self.sample  # (a capture's sample: replayed in two halves)
                 tl = self.__dict__["_timeline"] = window_timeline(
                     self.facts, capture_overhead(self),
-                    None if steps is None else steps.start_ns, threads)
+                    None if steps is None else steps.start_ns, threads,
+                    sample.in_sample_clock() if sample is not None else None)
             return tl
 
     def drop_derived(self) -> None:

@@ -19,6 +19,12 @@ is never replayed whole.
 Only above ``SAMPLE_ABOVE`` calls and GPU operations in the window (``ZYM_REPLAY_SAMPLE``:
 ``all`` replays every step however long the window; a number sets the threshold): below it
 every report is the whole window's replay, as before.
+
+A capture analysed on a sample of its time (:mod:`zym.analysis.budget`: slices spread
+through it, end to end) is replayed in two halves too, its alternate slices
+(:func:`slice_sample`): every fix on each half apart, the estimate their sum, and each
+estimate gives what each half alone gives, so that a figure of the sample says how far its
+own parts agree on it.
 """
 from __future__ import annotations
 
@@ -51,6 +57,9 @@ class Sample:
     steps: int
     of_steps: int
     window_ns: int
+    # the runs are the slices of the capture's sample (:func:`slice_sample`), not runs of a
+    # long window
+    of_capture: bool = False
 
     def half_ns(self, half: int) -> int:
         return sum(t1 - t0 for t0, t1 in self.ranges[half::2])
@@ -61,6 +70,7 @@ class Sample:
 
     def to_dict(self) -> dict:
         return {"runs": len(self.ranges), "steps": self.steps, "of_steps": self.of_steps,
+                "of_capture_sample": self.of_capture,
                 "sampled_ns": self.sampled_ns, "window_ns": self.window_ns,
                 "sampled_pct": round(100 * self.sampled_ns / self.window_ns, 2)
                 if self.window_ns else None}
@@ -70,6 +80,18 @@ def share_text(sample: dict) -> str:
     """What a sample (``Sample.to_dict``) holds of its window, as reports say it."""
     return (f"{sample['steps']:,} of its {sample['of_steps']:,} steps" if sample["steps"]
             else f"{sample['sampled_pct']:.3g}% of its time")
+
+
+def slice_sample(window: tuple[int, int], slices: tuple[tuple[int, int], ...]
+                 ) -> Sample | None:
+    """The halves of a capture's sample: its ``slices`` (``[start, end)`` in the sample's
+    clock, in time order) within ``window``, the even ones one half and the odd ones the
+    other; None where fewer than two slices meet the window (no halves)."""
+    lo, hi = window
+    ranges = tuple((max(a, lo), min(b, hi)) for a, b in slices if min(b, hi) > max(a, lo))
+    if len(ranges) < 2 or hi <= lo:
+        return None
+    return Sample(ranges, 0, 0, hi - lo, of_capture=True)
 
 
 def sample_threshold() -> int | None:
@@ -311,11 +333,17 @@ def _map_fix(fix: Fix, calls: np.ndarray, gpu: np.ndarray) -> Fix:
 
 
 def window_timeline(facts, overhead_ns: np.ndarray, starts: np.ndarray | None,
-                    step_threads: Callable[[], np.ndarray] | None) -> Timeline | SampledTimeline:
+                    step_threads: Callable[[], np.ndarray] | None,
+                    slices: tuple[tuple[int, int], ...] | None = None
+                    ) -> Timeline | SampledTimeline:
     """The window's replayable timeline; where the window is long (:func:`choose_sample`)
-    and has GPU work to replay, the one whose fixes are replayed on a sample of it."""
+    and has GPU work to replay, the one whose fixes are replayed on a sample of it; else,
+    where ``slices`` (a capture's sample: its slices in the sample's clock), the one whose
+    fixes are replayed on its two halves (:func:`slice_sample`)."""
     events = facts.calls.height + facts.gpu.height
     sample = choose_sample(facts.window, events, starts, sample_threshold())
+    if sample is None and slices:
+        sample = slice_sample(facts.window, slices)
     if sample is None or not facts.calls.height or not facts.gpu["work"].any():
         return Timeline(facts, overhead_ns, step_threads=step_threads)
     return SampledTimeline(facts, overhead_ns, sample,

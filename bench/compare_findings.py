@@ -4,7 +4,10 @@ windows: a capture against a sample of it (`--memory-budget`), or against a slic
 Windows of different lengths say the same where each finding's cost and saving take the same
 share of its window. Printed: the windows, the findings and sites of each, every fix's saving
 together, each GPU's busy share, per rule (findings, summed cost and saving as % of the
-window), then per finding (rule, site) its saving, cost and occurrences in each.
+window), then per finding (rule, site) its saving, cost and occurrences in each; where the
+second report gives each saving's two halves (a sample replayed in two halves:
+``saving_halves_ns``), each finding's halves as % of the window, and how many of the first
+report's savings lie between them.
 
     python bench/compare_findings.py WHOLE.json SAMPLED.json
 """
@@ -29,6 +32,19 @@ def read(path: Path) -> dict:
     except (OSError, ValueError, KeyError, TypeError) as e:
         fail(f"{path}: not a zym analyze JSON report ({e})")
     return report
+
+
+def halves(report: dict) -> dict:
+    """Per (rule, site) its saving's two halves as % of the window, where the report has
+    them."""
+    window = report["gpu"]["window_ns"] or 1
+    return {(f["rule_id"], f["site"]): tuple(100 * h / window for h in f["saving_halves_ns"])
+            for f in report["findings"] if f.get("saving_halves_ns")}
+
+
+def within(a: float, pair: tuple[float, float], slack: float = 0.0005) -> bool:
+    """``a`` between the two halves (to half a thousandth of a point: the rounding)."""
+    return min(pair) - slack <= a <= max(pair) + slack
 
 
 def shares(report: dict) -> tuple[dict, dict]:
@@ -71,9 +87,21 @@ def main() -> None:
 
     def cell(v: tuple | None) -> str:
         return "—" if v is None else f"{v[0]:7.3f} {v[1]:7.3f} {v[2]:>9,}"
+    hb = halves(b)
     for key in sorted(set(sa) | set(sb), key=str):
+        h = hb.get(key)
+        both = "" if h is None else (f" | halves {h[0]:7.3f} {h[1]:7.3f}"
+                                     + (" (within)" if key in sa and within(sa[key][0], h) else ""))
         print(f"{key[0][:32]:32} {str(key[1])[:40]:40} | {cell(sa.get(key)):>27} | "
-              f"{cell(sb.get(key)):>27}")
+              f"{cell(sb.get(key)):>27}{both}")
+    if hb:
+        common = [k for k in hb if k in sa]
+        inside = sum(within(sa[k][0], hb[k]) for k in common)
+        gaps = sorted(abs(sb[k][0] - sa[k][0]) for k in common)
+        print(f"\nthe first report's saving lies between the second's halves for {inside} of "
+              f"{len(common)} findings; |difference| of the savings, points of the window: "
+              f"median {gaps[len(gaps) // 2] if gaps else 0:.3f}, max "
+              f"{gaps[-1] if gaps else 0:.3f}")
 
 
 if __name__ == "__main__":

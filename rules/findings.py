@@ -98,6 +98,9 @@ class Finding:
     saving_ns: int | None = None
     saving_how: str = ""
     saving_incremental_ns: int | None = None
+    # where the fixes were replayed on two halves (a long window's sample, or a capture's
+    # sample: zym.analysis.sample), the saving as each half alone gives it, scaled alike
+    saving_halves_ns: tuple[int, int] | None = None
     also: list[str] = field(default_factory=list)  # other rules whose fix is the same edit
     # Builds this finding's occurrences on first use (exports ask; text reports never do).
     occurrence_source: Callable[[], pl.DataFrame] | None = field(default=None, repr=False)
@@ -184,6 +187,8 @@ class Finding:
             "saving_per_step_ns": (self.saving_ns // steps
                                    if self.saving_ns is not None and steps else None),
             "saving_incremental_ns": self.saving_incremental_ns,
+            "saving_halves_ns": (list(self.saving_halves_ns)
+                                 if self.saving_halves_ns is not None else None),
             "saving_how": self.saving_how, "saving_model": self.saving_model,
             "cost_ns": self.cost_ns, "evidence": self.evidence,
             "fix": self.fix, "also": self.also, "occurrence_count": self.occurrence_count,

@@ -46,9 +46,13 @@ def plural(n: int, word: str) -> str:
 
 
 def sample_line(sample: dict) -> str:
-    """How the fixes of a long window were replayed (``zym.analysis.sample``)."""
+    """How the fixes of a long window, or of a capture's sample, were replayed
+    (``zym.analysis.sample``)."""
     from zym.analysis.sample import share_text
 
+    if sample.get("of_capture_sample"):
+        return (f"the capture's sample: each fix replayed on each half of its {sample['runs']} "
+                "slices (alternate ones) apart; each estimate gives both halves")
     return (f"a long window: each fix replayed on {share_text(sample)} ({sample['runs']} runs "
             "spread evenly, in two halves), scaled to the window; each estimate gives both "
             "halves")

@@ -151,6 +151,63 @@ def test_a_sampled_analysis_says_what_the_whole_says(tmp_path):
     assert busy[1] == pytest.approx(busy[0], abs=2.0)
 
 
+@pytest.mark.parametrize("kind", ["builder", "bundled capture", "bundled trace"])
+def test_a_sampled_capture_is_replayed_in_two_halves_of_alternate_slices(tmp_path, kind):
+    """The fixes of a capture's sample are replayed on two halves, its even and its odd
+    slices; each finding with an estimate gives both, and the estimate is their sum (the
+    halves' time is the window's). The halves hold the calls of their slices: counted in
+    the capture itself (pyarrow, the capture's clock) for the slices of each parity."""
+    from zym.analysis.sample import SampledTimeline
+
+    path = _capture(kind, tmp_path)
+    cap = open_capture(path)
+    rows = {t: cap.rows(t) for t in B.SAMPLED_TABLES}
+    budget = B.estimate_bytes({t: n * 0.4 for t, n in rows.items()})
+    a = analyze(path, None, "all", budget=budget)
+    sample, tl = a.sample, a.timeline
+    assert sample is not None
+    if kind == "bundled trace":  # a few long steps: one slice of them, no halves
+        assert len(sample.slices) == 1 and not isinstance(tl, SampledTimeline)
+        assert all(f.saving_halves_ns is None for f in evaluate(a, load_packs(()), ()))
+        return
+    assert isinstance(tl, SampledTimeline) and tl.sample.of_capture
+    assert len(tl.sample.ranges) == len(sample.slices)
+    calls = pq.read_table(path, columns=["record", "ts_ns"]).to_pydict()
+    ts = [t for r, t in zip(calls["record"], calls["ts_ns"], strict=True) if r == "call"]
+    for half in (0, 1):
+        want = sum(1 for t in ts for lo, hi in sample.slices[half::2] if lo <= t < hi)
+        assert tl.halves[half].n_calls == want > 0
+    findings = evaluate(a, load_packs(()), ())
+    estimated = [f for f in findings if f.edit is not None and f.saving_ns is not None]
+    assert estimated
+    for f in estimated:
+        h0, h1 = f.saving_halves_ns
+        assert "each half of the capture's sample" in f.saving_how
+        n0, n1 = tl.sample.half_ns(0), tl.sample.half_ns(1)
+        assert abs(f.saving_ns - (h0 * n0 + h1 * n1) / (n0 + n1)) <= 2
+        assert f.to_dict()["saving_halves_ns"] == [h0, h1]
+    report = build_report(a, findings, None, 0, None)
+    assert report["replay"]["sample"]["of_capture_sample"] is True
+    whole = analyze(path, None, "all")
+    assert not isinstance(whole.timeline, SampledTimeline)
+    assert all(f.saving_halves_ns is None for f in evaluate(whole, load_packs(()), ()))
+
+
+def test_the_halves_of_a_capture_sample_lie_in_the_window():
+    from zym.analysis.sample import slice_sample
+
+    slices = ((0, 100), (100, 250), (250, 400), (400, 2**62))
+    got = slice_sample((50, 300), slices)
+    assert got.ranges == ((50, 100), (100, 250), (250, 300)) and got.of_capture
+    assert (got.half_ns(0), got.half_ns(1)) == (50 + 50, 150) and got.window_ns == 250
+    assert slice_sample((120, 240), slices) is None  # one slice meets it: no halves
+    assert slice_sample((0, 0), slices) is None
+    sample = B.Sample(1, 2, 0.5, ((0, 10), (100, 110), (200, 210)), {}, {},
+                      shifts=(0, -80, -160))
+    assert sample.in_sample_clock() == ((0, 20), (20, 40), (40, 2**63 - 1))
+    assert B.Sample(1, 2, 0.5, ((0, 10),), {}, {}).in_sample_clock() == ()
+
+
 def _lines_server(path, requests: int = 40):
     """``decode_server`` as eBPF records it: no spans, the executing line of every frame (a request
     starts where ``handle_batch`` goes back to its first line)."""

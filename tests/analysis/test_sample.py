@@ -218,6 +218,7 @@ def test_the_reports_say_the_fixes_were_replayed_on_a_sample(monkeypatch):
     sampled = analyze(EBPF_SAMPLE, None, "steady")
     report = build_report(sampled, _findings(sampled), None, 0)
     assert report["replay"]["sample"] == {"runs": 2, "steps": 0, "of_steps": 0,
+                                          "of_capture_sample": False,
                                           "sampled_ns": hi - lo, "window_ns": hi - lo,
                                           "sampled_pct": 100.0}
     out = io.StringIO()
@@ -228,6 +229,8 @@ def test_the_reports_say_the_fixes_were_replayed_on_a_sample(monkeypatch):
     assert line in _summary_html(report)
     assert all("(replayed on 100% of its time in 2 runs and scaled to the window: its two "
                "halves give" in f["saving_how"] for f in report["findings"]
+               if f["saving_ns"] is not None)
+    assert all(len(f["saving_halves_ns"]) == 2 for f in report["findings"]
                if f["saving_ns"] is not None)
 
 
