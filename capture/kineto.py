@@ -28,7 +28,7 @@ import polars as pl
 from zym.schemas.apis import api_copy_kind, api_kind
 from zym.schemas.errors import InputError, first_line
 from zym.schemas.lookup import first_row_of
-from zym.schemas.memory import release_freed_memory
+from zym.schemas.memory import release_freed_memory as free_memory
 from zym.schemas.meta import CaptureMeta
 from zym.schemas.output import display
 from zym.schemas.stacks import CyclicStacksError, intern_frames, intern_rows, row_type
@@ -56,8 +56,8 @@ class TimeRangeError(ValueError):
 
 
 def events_to_tables(groups: dict[str, pl.DataFrame], timed: bool = False,
-                     links: dict | None = None, issuers: pl.DataFrame | None = None
-                     ) -> dict[str, pl.DataFrame]:
+                     links: dict | None = None, issuers: pl.DataFrame | None = None,
+                     purge: bool = True) -> dict[str, pl.DataFrame]:
     """Turn the event groups (python, op, call, gpu, and the names and shapes their ids refer
     to) into the capture tables.
 
@@ -70,7 +70,13 @@ def events_to_tables(groups: dict[str, pl.DataFrame], timed: bool = False,
     row's parent row (``parent_row``, python, op, call rows in order; the sentinel ``n`` at a
     root); ``issuers``, earlier calls (``pid, correlation_id``) that GPU operations may belong
     to, and the GPU operations no call claims keep a null pid (the caller fills it in).
+    ``purge`` False: between stages, polars' freed memory is left to polars (its next stage
+    reuses it), the C library's given back (a whole trace built in memory: its peak is the
+    analysis's, not the import's; ``release_freed_memory``).
     """
+    def free(rows: int) -> None:
+        free_memory(rows, polars=purge)
+
     names, shapes = groups.pop("names"), groups.pop("shapes")
     # GPU operations' names as categorical codes while the CPU side is built: a few hundred
     # distinct kernel names, ~200 bytes each, repeated on every row (~110 MB of text at 570 k
@@ -83,15 +89,16 @@ def events_to_tables(groups: dict[str, pl.DataFrame], timed: bool = False,
     cpu = []
     for g in ("python", "op", "call"):
         cpu.append(groups.pop(g) if timed else in_ns(groups.pop(g)))
-        release_freed_memory(n)
+        free(n)
     cpu[2] = drop_nested_driver_calls(cpu[2])
     py, op, call = _numbered(cpu)
     del cpu
     n = py.height + op.height + call.height
-    release_freed_memory(n)
+    free(n)
     frames, py, op, call = _with_frames(names, py, op, call)
-    parents = _parents(py, pl.concat([g.select("node", "tid", "ts_ns", "dur_ns") for g in (op, call)]))
-    release_freed_memory(n)
+    parents = _parents(py, pl.concat([g.select("node", "tid", "ts_ns", "dur_ns") for g in (op, call)]),
+                       purge)
+    free(n)
     # ``parents`` names each node once: the forest by position (a scatter into rows, a root's
     # parent the sentinel row n), not by a join on the node.
     parent_row = np.full(n, n, dtype=row_type(n))
@@ -105,10 +112,10 @@ def events_to_tables(groups: dict[str, pl.DataFrame], timed: bool = False,
     op = op.select("pid", "tid", "ts_ns", "dur_ns", "external_id", "shape_id", "dtypes_id")
     call = call.select("pid", "tid", "ts_ns", "dur_ns", "name_id", "correlation_id", "cbid",
                        "external_id")
-    release_freed_memory(n)
+    free(n)
     node_stack_ids, stacks = intern_rows(frame_of_row, parent_row)
     del parent_row, frame_of_row
-    release_freed_memory(n)
+    free(n)
     stack_ids = pl.Series("stack_id", node_stack_ids)  # python, op, call rows in order
     del node_stack_ids
     py = py.with_columns(stack_ids.slice(0, py.height))
@@ -116,7 +123,7 @@ def events_to_tables(groups: dict[str, pl.DataFrame], timed: bool = False,
     call = call.with_columns(stack_ids.slice(py.height + op.height, call.height))
     calls = _calls(call, op, names, shapes)
     del call, stack_ids
-    release_freed_memory(n)
+    free(n)
     tables = {
         "frame": frames.select("frame_id", "kind", "name", "file", "line"),
         "stack": stacks,
@@ -125,7 +132,7 @@ def events_to_tables(groups: dict[str, pl.DataFrame], timed: bool = False,
         "gpu": _gpu(groups.pop("gpu") if timed else in_ns(groups.pop("gpu")), calls, issuers),
     }
     del py, op
-    release_freed_memory(n)
+    free(n)
     return tables
 
 
@@ -230,7 +237,7 @@ def drop_nested_driver_calls(calls: pl.DataFrame) -> pl.DataFrame:
     return calls.with_row_index("_row").filter(~pl.col("_row").is_in(inside.implode())).drop("_row")
 
 
-def _parents(py: pl.DataFrame, nested: pl.DataFrame) -> pl.DataFrame:
+def _parents(py: pl.DataFrame, nested: pl.DataFrame, purge: bool = True) -> pl.DataFrame:
     """Parent node of every CPU event.
 
     Python frames (``py``): their ``Python parent id``. Torch ops and CUDA calls (``nested``:
@@ -240,17 +247,18 @@ def _parents(py: pl.DataFrame, nested: pl.DataFrame) -> pl.DataFrame:
     ``record_function`` block, torch.profiler's ``ProfilerStep#N`` opened by ``prof.step()``
     and running until the next one, an op calling back into Python) is not the parent of what
     that code issues: an op or call inside it whose innermost Python frame began after the op
-    did has that frame as its parent (:func:`_frame_inside_op`).
+    did has that frame as its parent (:func:`_frame_inside_op`). ``purge``: as
+    :func:`events_to_tables`'.
     """
     parent_row = first_row_of(py["python_id"], py["python_parent_id"])
     py_parent = py.select("node", py["node"].gather(parent_row).alias("parent"))
     op_parent = nested.select("node", "tid", "ts_ns", nest_intervals(nested))
-    release_freed_memory(py.height + nested.height)  # the nesting's arrays, at once
+    free_memory(py.height + nested.height, polars=purge)  # the nesting's arrays, at once
     py_iv = py.select("node", "tid", "ts_ns", "dur_ns")
     roots = op_parent.filter(pl.col("parent").is_null()).drop("parent")
     root_parent = innermost_enclosing(roots, py_iv, py_parent)
     del roots
-    release_freed_memory(py.height + nested.height)
+    free_memory(py.height + nested.height, polars=purge)
     spanning = _python_inside(nested, py_iv)
     inner = op_parent.filter(pl.col("parent").is_in(spanning.implode())) if spanning.len() else None
     op_parent = op_parent.filter(pl.col("parent").is_not_null()).select("node", "parent")
@@ -619,7 +627,7 @@ def load_kineto(path: str | Path, progress: Progress | None = None
 def build_tables(groups: dict[str, pl.DataFrame], say: Progress) -> dict[str, pl.DataFrame]:
     """The capture tables of a whole trace's decoded groups (consumed)."""
     say("building call stacks")
-    return events_to_tables(groups)
+    return events_to_tables(groups, purge=False)
 
 
 @contextmanager

@@ -4,6 +4,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+from pathlib import Path
 
 import pytest
 from zym.schemas import memory
@@ -107,6 +108,30 @@ def test_release_purges_polars_only_after_large_stages(monkeypatch):
     assert purged == []
     memory.release_freed_memory(memory.LARGE_ROWS)
     assert purged == [1]
+    trimmed = []
+    monkeypatch.setattr(memory, "_trim", lambda: trimmed.append)
+    memory.release_freed_memory(memory.LARGE_ROWS, polars=False)  # the C library's alone
+    assert purged == [1] and trimmed == [0]
+
+
+def test_a_whole_trace_built_in_memory_leaves_polars_its_freed_pages(monkeypatch):
+    """``build_tables`` (a whole trace in memory) does not purge polars' allocator between
+    its stages; an import window by window (``events_to_tables`` as the stream calls it)
+    does, and both give the C library's freed pages back."""
+    from zym.capture import kineto
+    from zym.capture.kineto_json import read_events
+
+    calls = []
+    monkeypatch.setattr(memory, "LARGE_ROWS", 1)
+    monkeypatch.setattr(kineto, "free_memory",
+                        lambda rows, polars=True: calls.append(polars))
+    trace = Path(__file__).parents[2] / "sample_traces" / "gpt_decode_server.trace.json.gz"
+    whole = kineto.build_tables(read_events(trace)[0], lambda _: None)
+    assert calls and not any(calls)
+    calls.clear()
+    again = kineto.events_to_tables(read_events(trace)[0])
+    assert calls and all(calls)
+    assert all(whole[t].equals(again[t]) for t in whole)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc and ELF files")
