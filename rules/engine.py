@@ -164,16 +164,15 @@ def _sampled_how(analysis: Analysis, findings: list[Finding]) -> None:
     from zym.analysis.sample import share_text
     from zym.analysis.units import fmt_ns
 
-    how = ("replayed on each half of the capture's sample apart (alternate slices)"
+    how = ("each half of the capture's sample, its alternate slices, replayed apart gives"
            if sampled.get("of_capture_sample") else
            f"replayed on {share_text(sampled)} in {sampled['runs']} runs and scaled to the "
-           "window")
+           "window: its two halves give")
     for f in findings:
         halves = analysis.timeline.spread(f.edit) if f.edit is not None else None
         if halves is not None:
             f.saving_halves_ns = halves
-            f.saving_how += (f" ({how}: its two halves give ~{fmt_ns(halves[0])} and "
-                             f"~{fmt_ns(halves[1])})")
+            f.saving_how += f" ({how} ~{fmt_ns(halves[0])} and ~{fmt_ns(halves[1])})"
 
 
 def _fits_gpus(want: dict, analysis: Analysis) -> bool:

@@ -158,6 +158,7 @@ def test_a_sampled_capture_is_replayed_in_two_halves_of_alternate_slices(tmp_pat
     halves' time is the window's). The halves hold the calls of their slices: counted in
     the capture itself (pyarrow, the capture's clock) for the slices of each parity."""
     from zym.analysis.sample import SampledTimeline
+    from zym.analysis.units import fmt_ns
 
     path = _capture(kind, tmp_path)
     cap = open_capture(path)
@@ -182,7 +183,8 @@ def test_a_sampled_capture_is_replayed_in_two_halves_of_alternate_slices(tmp_pat
     assert estimated
     for f in estimated:
         h0, h1 = f.saving_halves_ns
-        assert "each half of the capture's sample" in f.saving_how
+        assert (f"(each half of the capture's sample, its alternate slices, replayed apart "
+                f"gives ~{fmt_ns(h0)} and ~{fmt_ns(h1)})") in f.saving_how
         n0, n1 = tl.sample.half_ns(0), tl.sample.half_ns(1)
         assert abs(f.saving_ns - (h0 * n0 + h1 * n1) / (n0 + n1)) <= 2
         assert f.to_dict()["saving_halves_ns"] == [h0, h1]
