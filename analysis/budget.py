@@ -88,8 +88,8 @@ MIN_FRACTION = 0.001
 # time in proportion and finds the same (the bundled trace x600's capture: the same findings
 # and savings at 1G, 2G and 4G, 5.5-68% of its time, in 5.7, 10.6 and 27.3 s against 15.0 s
 # whole: a large sample of a capture with spans is written, then read back; the synthetic
-# 100 M: the same 159 findings at 0.8%, 7.1% and 23.8% in 7.6, 23.8 and 79.1 s;
-# docs/benchmarks.md, forty-first round).
+# 100 M by default: the same 159 findings at 0.65% in 8.8 s and 0.8 GB as at 23.9% (the
+# default budget's sample) in 41 s and 9.1 GB; docs/benchmarks.md, forty-first round).
 DEFAULT_SAMPLE_BYTES = 1 << 30
 SAMPLED_TABLES = ("span", "range", "call", "gpu")
 

@@ -507,7 +507,9 @@ def load_or_import(path: str | Path, progress: Progress | None = None,
     say = progress or (lambda _stage: None)
     path = Path(path)
     with terminate_as_exception():
-        got = _read(path, say, Path(tempfile.gettempdir()), events, path)
+        # (no budget given: the tables' stages leave polars its freed memory, which the
+        # next stage reuses; a budget's in-memory share was measured with it given back)
+        got = _read(path, say, Path(tempfile.gettempdir()), events, path, budget is not None)
         if not isinstance(got, _SpillingAccumulator):
             return got
         try:
@@ -518,12 +520,12 @@ def load_or_import(path: str | Path, progress: Progress | None = None,
             got.remove()
 
 
-def _read(path: Path, say: Progress, parent: Path, rows: int, out: Path
+def _read(path: Path, say: Progress, parent: Path, rows: int, out: Path, purge: bool = True
           ) -> tuple[dict[str, pl.DataFrame], CaptureMeta] | _SpillingAccumulator:
     """Decode ``path``: its tables and metadata when its events stayed under ``rows``, else
     the accumulator that spilled them into a folder in ``parent`` (its ``meta`` set; the
     caller removes the folder; ``out``: what a failed spill's error names). On an error
-    nothing is left in ``parent``."""
+    nothing is left in ``parent``. ``purge``: as :func:`zym.capture.kineto.build_tables`'."""
     shown = display(path)
     if path.exists() and path.stat().st_size == 0:
         raise InputError(f"{shown}: empty file")
@@ -542,7 +544,7 @@ def _read(path: Path, say: Progress, parent: Path, rows: int, out: Path
             meta = capture_meta(top, path)
             acc = made[-1] if made else None
             if acc is None or not acc.spilled:
-                return check_tables(build_tables(groups, say), shown), meta
+                return check_tables(build_tables(groups, say, purge), shown), meta
     except BaseException:
         for old in made:
             old.remove()

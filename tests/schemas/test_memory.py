@@ -114,24 +114,27 @@ def test_release_purges_polars_only_after_large_stages(monkeypatch):
     assert purged == [1] and trimmed == [0]
 
 
-def test_a_whole_trace_built_in_memory_leaves_polars_its_freed_pages(monkeypatch):
-    """``build_tables`` (a whole trace in memory) does not purge polars' allocator between
-    its stages; an import window by window (``events_to_tables`` as the stream calls it)
-    does, and both give the C library's freed pages back."""
-    from zym.capture import kineto
-    from zym.capture.kineto_json import read_events
+def test_an_analysis_in_no_given_budget_leaves_polars_its_freed_pages(monkeypatch):
+    """A trace's tables built in memory for an analysis with no budget given do not purge
+    polars' allocator between their stages; with a budget given (its in-memory share was
+    measured with purges), for `zym import`, and window by window, they do; the C library's
+    freed pages are given back every time; the tables are the same."""
+    from zym.capture import kineto, kineto_stream
 
     calls = []
     monkeypatch.setattr(memory, "LARGE_ROWS", 1)
     monkeypatch.setattr(kineto, "free_memory",
                         lambda rows, polars=True: calls.append(polars))
     trace = Path(__file__).parents[2] / "sample_traces" / "gpt_decode_server.trace.json.gz"
-    whole = kineto.build_tables(read_events(trace)[0], lambda _: None)
+    default = kineto_stream.load_or_import(trace)[0]
     assert calls and not any(calls)
     calls.clear()
-    again = kineto.events_to_tables(read_events(trace)[0])
+    given = kineto_stream.load_or_import(trace, None, None, 1 << 30)[0]
     assert calls and all(calls)
-    assert all(whole[t].equals(again[t]) for t in whole)
+    calls.clear()
+    imported = kineto.load_kineto(trace)[0]
+    assert calls and all(calls)
+    assert all(default[t].equals(given[t]) and default[t].equals(imported[t]) for t in default)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc and ELF files")
