@@ -27,7 +27,7 @@ import numpy as np
 import polars as pl
 from zym.schemas.apis import api_copy_kind, api_kind
 from zym.schemas.errors import InputError, first_line
-from zym.schemas.lookup import dense_codes, first_row_of
+from zym.schemas.lookup import first_row_of
 from zym.schemas.memory import release_freed_memory as free_memory
 from zym.schemas.meta import CaptureMeta
 from zym.schemas.output import display
@@ -442,8 +442,9 @@ def innermost_enclosing(points: pl.DataFrame, iv: pl.DataFrame,
     if m == 0 or n == 0:
         return pl.DataFrame({"node": points["node"],
                              "parent": pl.repeat(None, m, dtype=pl.Int64, eager=True)})
-    thread = dense_codes(np.concatenate([iv["tid"].fill_null(-1).to_numpy(),
-                                         points["tid"].fill_null(-1).to_numpy()]))
+    thread = np.unique(np.concatenate([iv["tid"].fill_null(-1).to_numpy(),
+                                       points["tid"].fill_null(-1).to_numpy()]),
+                       return_inverse=True)[1].astype(np.int64)
     ts, pts = iv["ts_ns"].to_numpy(), points["ts_ns"].to_numpy()
     end = ts + iv["dur_ns"].to_numpy()
     node = iv["node"].to_numpy()

@@ -171,22 +171,3 @@ def distinct_text(column: pl.Series) -> pl.Series:
     # categorical codes: first seen order, polars' faster path for them (~40 against ~85 ms
     # at 10 M rows); text: the default (keeping the order is the slower there)
     return values.unique(maintain_order=values.dtype == pl.Categorical).cast(pl.String)
-
-
-# Up to this many distinct values, :func:`dense_codes` searches them (log2 of them a row);
-# past it, one sort of every row is the cheaper.
-FEW_DISTINCT = 4096
-
-
-def dense_codes(values: np.ndarray) -> np.ndarray:
-    """Each value's rank among the distinct values (``np.unique``'s inverse, int64): where
-    they are few (threads, processes), found by hashing and searched for, not by sorting
-    every row (6.6 M thread ids: ~0.1 s against ~0.5 s).
-
-    >>> dense_codes(np.array([40, 7, 40, -1])).tolist()
-    [2, 1, 2, 0]
-    """
-    distinct = pl.Series(values).unique()
-    if distinct.len() > FEW_DISTINCT:
-        return np.unique(values, return_inverse=True)[1].astype(np.int64).reshape(-1)
-    return np.searchsorted(np.sort(distinct.to_numpy()), values).astype(np.int64)

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import random
 
-import numpy as np
 import polars as pl
 import pytest
 from zym.schemas.lookup import distinct_text, first_row_of, per_distinct
@@ -98,17 +97,3 @@ def test_per_distinct_is_the_value_of_each_rows_text(dtype, nulls, table, monkey
     assert ends.to_list() == [None if v is None else v.endswith("7") for v in values]
     upper = per_distinct(pl.Series("c", values, dtype=dtype), lambda t: t.str.to_uppercase())
     assert upper.to_list() == [None if v is None else v.upper() for v in values]
-
-
-@pytest.mark.parametrize("distinct", [1, 3, 4096, 4097, 50_000])
-def test_dense_codes_are_numpys_unique_inverse(distinct):
-    """Few distinct values (searched) or many (sorted): the same codes as ``np.unique``'s."""
-    from zym.schemas.lookup import dense_codes
-
-    rng = np.random.default_rng(distinct)
-    pool = rng.permutation(np.unique(rng.integers(-(1 << 40), 1 << 40, 2 * distinct)))[:distinct]
-    values = rng.choice(pool, size=100_000)
-    got = dense_codes(values)
-    assert got.dtype == np.int64
-    assert np.array_equal(got, np.unique(values, return_inverse=True)[1])
-    assert dense_codes(np.array([], np.int64)).tolist() == []
