@@ -225,6 +225,17 @@ def api_codes(data: CaptureData) -> CaptureData:
     return data
 
 
+def cut_short(meta) -> dict | None:
+    """Where a torch.profiler trace was cut short (its writer killed, a full disk, a copy
+    stopped): ``text_bytes_read``, ``gzip_cut``, ``lost`` (``"an event"``, ``"nothing"``:
+    the text ends between events, ``"the keys after its events"``) and
+    ``complete_until_ns`` (every event group whole up to there; events after it are left
+    out); None for a whole trace or a capture."""
+    extra = meta.extra if isinstance(meta.extra, dict) else {}
+    got = extra.get("cut_short")
+    return got if isinstance(got, dict) else None
+
+
 def load_capture(path: str | Path, progress: Callable[[str], None] | None = None,
                  codes: bool = False, skip: Mapping[str, Collection[str]] | None = None,
                  budget: int | None = None, budget_given: bool = True) -> CaptureData:

@@ -24,7 +24,7 @@ then split the capture into phases:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import polars as pl
@@ -313,11 +313,18 @@ def _descendants(nodes: pl.DataFrame, roots: pl.Series) -> pl.Series:
 
 
 def find_phases(calls: pl.DataFrame, gpu: pl.DataFrame, nodes: pl.DataFrame,
-                spans: SpanTable | pl.DataFrame | None, window: tuple[int, int]) -> Phases:
-    """Steps, warm-up, startup and the steady-state window of a capture."""
+                spans: SpanTable | pl.DataFrame | None, window: tuple[int, int],
+                whole_until: int | None = None) -> Phases:
+    """Steps, warm-up, startup and the steady-state window of a capture. ``whole_until``: a
+    trace cut short is whole up to there (:func:`zym.analysis.load.cut_short`): a step that
+    ends after it is not a step (what ran in it after the cut is missing)."""
     if isinstance(spans, pl.DataFrame):
         spans = SpanTable(held=spans)
     steps = find_steps(calls, gpu, nodes, spans)
+    if steps is not None and whole_until is not None:
+        whole = steps.end_ns <= whole_until
+        steps = (replace(steps, start_ns=steps.start_ns[whole],
+                                     end_ns=steps.end_ns[whole]) if whole.any() else None)
     phases = Phases(window=window, steps=steps)
     n, first, last = compile_activity(calls, nodes)
     if n:

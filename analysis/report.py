@@ -23,7 +23,7 @@ from zym.schemas.memory import release_freed_memory
 from .callpath import UNKNOWN_STACK, CallPaths, build_call_paths, stack_nodes
 from .facts import Facts
 from .instances import UserFrameSpans
-from .load import UNREAD, CaptureData, api_codes, load_capture
+from .load import UNREAD, CaptureData, api_codes, cut_short, load_capture
 from .phases import Phases, Steps, find_phases, parse_window, step_threads
 from .replay import GapCounter, Timeline
 from .sample import SampledTimeline, window_timeline
@@ -229,6 +229,9 @@ class Analysis:
             "clock_domain": m.clock_domain, "dropped": m.dropped,
             **counts, "paths": self.call_paths.paths.height,
         }
+        cut = cut_short(m)
+        if cut:
+            out["cut_short"] = cut
         cost = capture_cost(m)
         if cost:
             # what the estimate adds up to over the analyzed window (the run-wide
@@ -530,7 +533,9 @@ def analyze_data(data: CaptureData, window: str = "steady") -> Analysis:
             user_spans.add(part)
     if spans is not None:
         spans.check()
-    phases = find_phases(whole.calls, whole.gpu, nodes, data.span_table, whole.window)
+    cut = cut_short(data.meta)
+    phases = find_phases(whole.calls, whole.gpu, nodes, data.span_table, whole.window,
+                         cut.get("complete_until_ns") if cut else None)
     t0, t1 = parse_window(window, phases)
     if (t0, t1) == whole.window or (t0 <= whole.window[0] and t1 >= whole.window[1]):
         facts, part = whole, data

@@ -604,7 +604,8 @@ def capture_meta(top: _TraceFile, path: Path) -> CaptureMeta:
         cupti_version=str(top.cupti_version or ""),
         extra={"line": "first line of the function (Kineto records no call-site line)",
                "with_stack": bool(top.with_stack), "record_shapes": bool(top.record_shapes),
-               "base_time_ns": top.baseTimeNanoseconds},
+               "base_time_ns": top.baseTimeNanoseconds,
+               **({"cut_short": top.cut_short} if top.cut_short else {})},
     )
 
 

@@ -19,6 +19,7 @@ building objects, and only one batch of Python objects is alive.
 """
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 import re
@@ -203,6 +204,9 @@ class _TraceFile(msgspec.Struct):
     baseTimeNanoseconds: int | None = None
     with_stack: int | None = None
     record_shapes: int | None = None
+    # Set by the reader (its JSON key no writer uses): where the text was cut short
+    # (:func:`_finish_cut`), None when the trace is whole.
+    cut_short: dict | None = msgspec.field(default=None, name="zym: set by the reader")
 
 
 def read_events(path: Path, accumulator: Callable[[Path], GroupAccumulator] | None = None
@@ -294,7 +298,13 @@ def _pieces(f: BinaryIO, path: Path) -> Iterator[bytes]:
             yield d.decompress(chunk, _PIECE_CAP)
     except isal_zlib.error as e:
         raise InputError(f"{path}: corrupt gzip data ({e})") from e
-    raise InputError(f"{path}: truncated gzip file: the trace was cut short")
+    raise _GzipCut(f"{path}: truncated gzip file: the trace was cut short")
+
+
+class _GzipCut(InputError):
+    """A gzip stream that ends before its end (a file cut short), raised once its text so far
+    is yielded: the streaming reader decodes the events that are whole
+    (:func:`_finish_cut`); a reader of the whole text refuses the file."""
 
 
 # Where the events start: the ``traceEvents`` key of the top object (wherever it is among the
@@ -321,30 +331,37 @@ def _decode_streaming(pieces: Iterator[bytes], path: Path, workers: _Workers | N
     buf, header, bare = start
     acc = (make or GroupAccumulator)(path)
     retry_at, batch, done = _DECODE_BATCH, _DECODE_BATCH, 0
-    for piece in pieces:
-        buf += piece
-        done += len(piece)
-        if len(buf) < retry_at:
-            continue
-        if workers is not None and workers.started(done):
-            batch = workers.batch
-            if workers.has_room() and (rest := workers.submit(buf, acc)) is not None:
-                buf = buf[rest:]  # (a thread reads the batch in place: ``buf`` is its own now)
-                retry_at = batch
+    read = len(header) + 1 + len(buf)  # text read (with the array's "["): told of a cut
+    gzip_cut = False
+    try:
+        for piece in pieces:
+            buf += piece
+            done += len(piece)
+            if len(buf) < retry_at:
                 continue
-        rest = _cut_and_decode(buf, acc)
-        if rest is None:  # no whole event yet, or no cut that decodes: try a larger batch
-            if workers is not None and workers.pool is not None:
-                raise _BadCut  # or a worker's batch was cut inside an event
-            if len(buf) > HEADER_LIMIT:
-                return None
-            retry_at = 2 * len(buf)
-            continue
-        del buf[:rest]
-        retry_at = batch
-    result = _finish(buf, acc, header, bare)
+            if workers is not None and workers.started(done):
+                batch = workers.batch
+                if workers.has_room() and (rest := workers.submit(buf, acc)) is not None:
+                    buf = buf[rest:]  # (a thread reads the batch in place: ``buf`` is its own)
+                    retry_at = batch
+                    continue
+            rest = _cut_and_decode(buf, acc)
+            if rest is None:  # no whole event yet, or no cut that decodes: a larger batch
+                if workers is not None and workers.pool is not None:
+                    raise _BadCut  # or a worker's batch was cut inside an event
+                if len(buf) > HEADER_LIMIT:
+                    return None
+                retry_at = 2 * len(buf)
+                continue
+            del buf[:rest]
+            retry_at = batch
+    except _GzipCut:
+        gzip_cut = True
+    result = None if gzip_cut else _finish(buf, acc, header, bare)
     if result is None and workers is not None and workers.pool is not None:
-        raise _BadCut
+        raise _BadCut  # (decoded again in this thread alone, which then finds the cut)
+    if result is None:
+        result = _finish_cut(buf, acc, header, bare, read + done, gzip_cut)
     return result
 
 
@@ -386,6 +403,100 @@ def _finish(buf: bytearray, acc: GroupAccumulator, header: bytes, bare: bool
         if acc.add_text(buf, close):
             return acc.groups(), top
     return None
+
+
+def _finish_cut(buf: bytearray, acc: GroupAccumulator, header: bytes, bare: bool,
+                read: int, gzip_cut: bool) -> tuple[dict[str, pl.DataFrame], _TraceFile] | None:
+    """The last events of a text cut short (a trace whose writer was killed while it wrote,
+    a full disk, a copy or download stopped; ``gzip_cut``: its gzip stream ends early), and
+    the top-level keys before the events: every event that is whole, where the text after
+    the last of them is the start of JSON, cut (a part of an event, or of the keys after the
+    array), not text that is wrong. The top's ``cut_short`` says so (``read``: bytes of text
+    read), except for a bare array whose events all ended: the trace event format lets the
+    JSON Array Format's closing ``]`` be left out. None when the text is not cut but wrong
+    (the whole-text reader names the problem)."""
+    try:
+        top = (_TraceFile(traceEvents=[]) if bare
+               else msgspec.json.decode(header + b"[]}", type=_TraceFile))
+    except msgspec.MsgspecError:
+        return None
+    lost = None
+    if not bare:  # the events whole, the array closed, and the keys after it cut short?
+        close = len(buf)
+        for _ in range(CUT_TRIES):
+            close = buf.rfind(b"]", 0, close)
+            if close < 0:
+                break
+            if (_is_cut(header + b"[]" + bytes(buf[close + 1:]))
+                    and acc.add_text(buf, close)):
+                lost = "the keys after its events"
+                break
+    if lost is None:
+        rest = _cut_and_decode(buf, acc) or 0  # every event up to the last that is whole
+        tail = bytes(buf[rest:]).rstrip()
+        if tail.endswith(b","):
+            tail = tail[:-1].rstrip()
+        if not tail.strip():
+            lost = "nothing"
+        elif _is_cut(tail):
+            lost = "an event"
+        elif acc.add_text(bytearray(tail), len(tail)):  # the last event ends the text
+            lost = "nothing"
+        else:
+            return None
+    if not acc.has_events():
+        raise InputError(f"{acc.path}: the trace was cut short before its first whole event")
+    groups = acc.groups()
+    if bare and lost == "nothing" and not gzip_cut:
+        return groups, top
+    top.cut_short = {"text_bytes_read": read, "gzip_cut": gzip_cut, "lost": lost}
+    if groups and lost != "the keys after its events":  # (every event whole: nothing to
+        # clip; in memory: a trace spilled out of core is clipped as its windows are built)
+        groups, until = clip_at_cut(groups)
+        top.cut_short["complete_until_ns"] = None if until is None else us_to_ns(until)
+    return groups, top
+
+
+def us_to_ns(us: float) -> int:
+    """A Kineto time in µs as the tables' integer ns (as :func:`zym.capture.kineto.in_ns`:
+    the whole µs and the fraction apart)."""
+    whole = math.floor(us)
+    return int(whole) * 1000 + round((us - whole) * 1000)
+
+
+# The groups of events, each written in (about) time order by Kineto, one after another:
+# the CPU ops, the Python functions, then the CUDA calls and GPU work interleaved.
+TIMED_GROUPS = ("python", "op", "call", "gpu")
+
+
+def cut_frontier(ends: Iterable[float | None]) -> float | None:
+    """Where a trace cut short is known whole: the earliest of its groups' last starts
+    (``ends``; None for a group without events). A writer that writes its events group by
+    group, each in time order (Kineto), wrote every group whole up to there; past it, the
+    group being written when the text was cut lacks what came later, and the groups after it
+    lack everything. None where no group has an event."""
+    known = [t for t in ends if t is not None]
+    return min(known) if known else None
+
+
+def clip_at_cut(groups: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFrame], float | None]:
+    """``groups`` without the events that start after :func:`cut_frontier`, and that time
+    (µs): a report of what is there does not count the time past it as idle, nor its steps."""
+    until = cut_frontier(g["ts_us"].max() if (g := groups.get(name)) is not None and g.height
+                         else None for name in TIMED_GROUPS)
+    if until is None:
+        return groups, None
+    return ({name: (g.filter(pl.col("ts_us") <= until) if name in TIMED_GROUPS else g)
+             for name, g in groups.items()}, until)
+
+
+def _is_cut(text: bytes) -> bool:
+    """Whether ``text`` is the start of a JSON value, cut before its end."""
+    try:
+        msgspec.json.decode(text)
+    except msgspec.DecodeError as e:
+        return str(e).startswith("Input data was truncated")
+    return False
 
 
 # Both cores. With the compiled decoder, batches of _THREAD_BATCH go to threads from the
@@ -564,6 +675,10 @@ class GroupAccumulator:
 
     def add_events(self, events: list) -> None:
         self.batches.append(_group_frames(events, self.names, self.shapes))
+
+    def has_events(self) -> bool:
+        """Whether any batch was decoded (each holds at least one event)."""
+        return bool(self.batches)
 
     def add_future(self, future: Future) -> None:
         self.batches.append(future)

@@ -66,7 +66,7 @@ from .kineto import (
     in_ns,
     input_errors,
 )
-from .kineto_json import GROUP_SCHEMAS, GroupAccumulator, read_events
+from .kineto_json import GROUP_SCHEMAS, GroupAccumulator, cut_frontier, read_events
 
 # The memory an import may use, by default: the decoded events held before they are spilled,
 # and a window's events with the tables built from them.
@@ -207,6 +207,9 @@ class _SpillingAccumulator(GroupAccumulator):
                              "cpu_op, cuda_runtime, kernel...): not a Kineto trace")
         return {}
 
+    def has_events(self) -> bool:
+        return self.spilled or super().has_events()
+
     def spill_files(self, group: str) -> list[Path]:
         return sorted(self.folder.glob(f"{group}-*.parquet")) if self.spilled else []
 
@@ -291,8 +294,10 @@ def _empty(group: str) -> pl.DataFrame:
     return in_ns(pl.DataFrame(schema=GROUP_SCHEMAS[group]))
 
 
-def _read_window(files: list[Path], group: str, lo: int | None, hi: int | None
-                 ) -> pl.DataFrame:
+def _read_window(files: list[Path], group: str, lo: int | None, hi: int | None,
+                 until: int | None = None) -> pl.DataFrame:
+    """The spilled rows of ``group`` that start in ``[lo, hi)`` and at or before ``until``
+    (a trace cut short: :func:`_cut_until`)."""
     if not files:
         return _empty(group)
     rows = pl.scan_parquet(files)
@@ -300,7 +305,26 @@ def _read_window(files: list[Path], group: str, lo: int | None, hi: int | None
         rows = rows.filter(pl.col("ts_ns") >= lo)
     if hi is not None:
         rows = rows.filter(pl.col("ts_ns") < hi)
+    if until is not None:
+        rows = rows.filter(pl.col("ts_ns") <= until)
     return rows.collect()
+
+
+def _cut_until(acc: _SpillingAccumulator) -> int | None:
+    """For a spilled trace cut short inside its events, where every group is whole
+    (:func:`zym.capture.kineto_json.cut_frontier`, from the spill files), recorded in its
+    ``cut_short``; None for a whole trace."""
+    cut = acc.meta.extra.get("cut_short")
+    if cut is None or cut.get("lost") == "the keys after its events":
+        return None
+
+    def last_start(group: str) -> int | None:
+        files = acc.spill_files(group)
+        return (pl.scan_parquet(files).select(pl.col("ts_ns").max()).collect().item()
+                if files else None)
+
+    cut["complete_until_ns"] = until = cut_frontier(last_start(g) for g in GROUPS)
+    return until
 
 
 def _carried(inputs: dict[str, pl.DataFrame], parent_row: np.ndarray, hi: int
@@ -383,10 +407,10 @@ class _Sizer:
         return max(n, 1)
 
 
-def _windows(acc: _SpillingAccumulator, shown: str, say: Progress, budget: int
-             ) -> Iterator[tuple[str, pl.DataFrame]]:
+def _windows(acc: _SpillingAccumulator, shown: str, say: Progress, budget: int,
+             until: int | None = None) -> Iterator[tuple[str, pl.DataFrame]]:
     """The tables of the spilled trace, a window at a time: ``(record, rows)``, frames and
-    stacks last."""
+    stacks last; only the events that start at or before ``until`` (:func:`_cut_until`)."""
     names, shapes = acc.names_table(), acc.shapes_table()
     files = {g: acc.spill_files(g) for g in GROUPS}
     edges, sub_events = acc.edges(max(1, acc.rows // SUB_WINDOWS))
@@ -409,10 +433,10 @@ def _windows(acc: _SpillingAccumulator, shown: str, say: Progress, budget: int
             f"({100 * sum(sub_events[:first + take]) // max(total, 1)}% of the events)")
         first += take
         sizer.begin()
-        inputs = {g: pl.concat([carry[g], _read_window(files[g], g, lo, hi)])
+        inputs = {g: pl.concat([carry[g], _read_window(files[g], g, lo, hi, until)])
                   for g in CPU_GROUPS}
         inputs["call"] = drop_nested_driver_calls(inputs["call"])
-        gpu_in = _read_window(files["gpu"], "gpu", lo, hi)
+        gpu_in = _read_window(files["gpu"], "gpu", lo, hi, until)
         events = sum(df.height for df in inputs.values()) + gpu_in.height
         links: dict = {}
         tables = check_tables(events_to_tables(
@@ -559,8 +583,9 @@ def _write_windows(acc: _SpillingAccumulator, path: Path, out: Path, say: Progre
     meta = acc.meta
     meta.extra["imported_in_windows"] = {"events": sum(acc.counts.values()),
                                          "budget_bytes": budget}
+    until = _cut_until(acc)
     with input_errors(shown), CaptureWriter(out, meta, force) as writer:
-        for record, rows in _windows(acc, shown, say, budget):
+        for record, rows in _windows(acc, shown, say, budget, until):
             writer.write(record, rows)
     return out
 

@@ -49,6 +49,7 @@ def import_trace(
             with stage_progress(progress) as say:
                 out = import_kineto(traces[0], output, say, force=force, budget=budget)
             size = out.stat().st_size
+            _say_cut_short([out])
             typer.echo(f"wrote {display(out)} ({size / 1e6:.1f} MB); next: zym analyze "
                        f"{display(out)}")
             return
@@ -56,9 +57,24 @@ def import_trace(
 
         with stage_progress(progress) as say:
             outs = import_many(traces, output, say, force=force, budget=budget)
+        _say_cut_short(outs)
     size = sum(o.stat().st_size for o in outs)
     typer.echo(f"wrote {len(outs)} captures into {display(output)} ({size / 1e6:.1f} MB); "
                f"next: zym analyze {display(outs[0])}")
+
+
+def _say_cut_short(outs: list) -> None:
+    """A warning on stderr for each capture whose trace was cut short (its report says so
+    too)."""
+    from zym.analysis.export.summary import cut_short_line
+    from zym.analysis.load import cut_short
+    from zym.schemas.io import open_capture
+    from zym.schemas.output import display
+
+    for out in outs:
+        cut = cut_short(open_capture(out).meta)
+        if cut:
+            typer.echo(f"zym: warning: {display(out)}: {cut_short_line(cut)}", err=True)
 
 
 def register(app: typer.Typer) -> None:

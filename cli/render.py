@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.text import Text
 from zym.analysis.export.summary import (
     capture_sample_line,
+    cut_short_line,
     phase_line,
     plural,
     rest_line,
@@ -63,6 +64,8 @@ def render_summary(report: dict, console: Console) -> None:
     who = f"{plural(cap['processes'], 'process')}, {plural(cap['threads'], 'thread')}"
     _wrap(console, f"{cap['producer']} · {gpus}" + (f" ({versions})" if versions else "")
           + f" · {who}", 4, "  ")
+    if cap.get("cut_short"):
+        _wrap(console, cut_short_line(cap["cut_short"]), 4, "  ", style="bold yellow")
     if report.get("sample"):
         _wrap(console, capture_sample_line(report["sample"]), 4, "  ", style="bold yellow")
         for _, said in sample_notes(report["sample"]):
@@ -330,6 +333,8 @@ def render_markdown(report: dict, top: int | None = None) -> str:
            f"GPU ops · window {fmt_ns(gpu['window_ns'])}"
            + "".join(f" · GPU {d['device_id']} busy {d['busy_pct']:.1f}%" for d in gpu["devices"]),
            "", _md(phase_line(ph)), ""]
+    if cap.get("cut_short"):
+        out[-1:-1] = ["", f"**{_md(cut_short_line(cap['cut_short']))}**"]
     if report.get("sample"):
         out[-1:-1] = ["", f"**{_md(capture_sample_line(report['sample']))}**"]
         for _, said in sample_notes(report["sample"]):

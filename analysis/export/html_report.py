@@ -85,6 +85,7 @@ def _summary_html(d: dict) -> str:
                      f"idle {_ms(x['idle_ns'])}" for x in g.get("devices", [])) or "no GPU work"
     from .summary import (
         capture_sample_line,
+        cut_short_line,
         phase_line,
         rest_line,
         sample_line,
@@ -109,6 +110,8 @@ def _summary_html(d: dict) -> str:
     if d.get("sample"):  # a capture too large for the memory budget: said first
         rows.insert(1, ("Sampled", capture_sample_line(d["sample"])))
         rows[2:2] = sample_notes(d["sample"])
+    if c.get("cut_short"):  # a trace cut short: said before anything else
+        rows.insert(1, ("Cut short", cut_short_line(c["cut_short"])))
     sample = (d.get("replay") or {}).get("sample")
     if sample:
         rows.append(("Fixes replayed on", sample_line(sample)))

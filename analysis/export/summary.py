@@ -41,6 +41,24 @@ def build_report(analysis: Analysis, findings: Findings | None, top: int | None 
     return report
 
 
+_CUT_WHERE = {"an event": "inside an event", "nothing": "between two events",
+              "the keys after its events": "after its events (the keys after them are lost)"}
+
+
+def cut_short_line(cut: dict) -> str:
+    """What a report says first of a trace cut short (``capture.cut_short``)."""
+    where = _CUT_WHERE.get(cut.get("lost"), "")
+    gz = "; its gzip stream ends early" if cut.get("gzip_cut") else ""
+    read = cut.get("text_bytes_read")
+    size = f" after {fmt_bytes(read)} of JSON text" if read else ""
+    said = (f"CUT SHORT: the trace ends {where}{size}{gz} (a writer stopped, a full disk, a "
+            "copy interrupted): its whole events are read")
+    if cut.get("complete_until_ns") is not None:
+        said += (", up to where every kind of event is still recorded; what ran after that "
+                 "is missing, and a step it cut is left out")
+    return said
+
+
 def plural(n: int, word: str) -> str:
     return f"{n:,} {word}" + ("" if n == 1 else ("es" if word.endswith("ss") else "s"))
 

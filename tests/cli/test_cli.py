@@ -57,6 +57,7 @@ def test_import_then_refuses_to_overwrite(tmp_path, sample_trace):
 
 def _bad_inputs(tmp_path, sample_trace, sample_capture) -> dict[str, bytes]:
     trace = sample_trace.read_bytes()
+    text = gzip.decompress(trace)
     other = tmp_path / "other.parquet"
     pq.write_table(pa.table({"x": [1]}), other)
     v9 = tmp_path / "v9.parquet"
@@ -64,7 +65,9 @@ def _bad_inputs(tmp_path, sample_trace, sample_capture) -> dict[str, bytes]:
     pq.write_table(t.replace_schema_metadata({"zym.schema_version": "9"}), v9)
     return {
         "empty": b"",
-        "truncated gzip": trace[: len(trace) // 3],
+        # cut short before its first whole event (a cut later is read up to its last one:
+        # tests/importer/test_cut_short.py)
+        "cut before any event": gzip.compress(text[:text.index(b'"traceEvents"') + 40]),
         "not kineto": gzip.compress(json.dumps({"hello": "world"}).encode()),
         "not json": b"\x00\x01binary junk",
         "foreign parquet": other.read_bytes(),
@@ -77,7 +80,7 @@ def _bad_inputs(tmp_path, sample_trace, sample_capture) -> dict[str, bytes]:
     }
 
 
-@pytest.mark.parametrize("case", ["empty", "truncated gzip", "not kineto", "not json",
+@pytest.mark.parametrize("case", ["empty", "cut before any event", "not kineto", "not json",
                                   "foreign parquet", "other version", "truncated parquet",
                                   "looping python ids"])
 def test_unusable_input_is_one_line_and_exit_2(tmp_path, sample_trace, sample_capture, case):

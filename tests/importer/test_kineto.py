@@ -209,7 +209,9 @@ def test_import_writes_a_capture_the_reader_accepts(tmp_path):
 
 @pytest.mark.parametrize("content, message", [
     (b"", "empty file"),
-    (b"{\"traceEvents\": [", "not valid JSON"),
+    (b"{\"traceEvents\": [", "cut short before its first whole event"),
+    (b"{\"traceEvents\": [{\"ph\": \"X\"", "cut short before its first whole event"),
+    (b"{\"traceEvents\": [{\"ph\": \"X\"}] garbage", "not valid JSON"),
     (b"[1, 2, 3]", "not a torch.profiler"),
     (b"{\"foo\": 1}", "not a torch.profiler"),
     (b"{\"traceEvents\": [{\"ph\": \"M\", \"name\": \"x\"}]}", "no torch.profiler events"),
@@ -226,9 +228,12 @@ def test_bad_json_inputs_are_one_line_input_errors(tmp_path, content, message):
 def test_truncated_and_corrupt_gzip(tmp_path, sample_trace):
     data = sample_trace.read_bytes()
     cut = tmp_path / "cut.json.gz"
-    cut.write_bytes(data[: len(data) // 2])
-    with pytest.raises(InputError, match="truncated gzip"):
-        load_kineto(cut)
+    cut.write_bytes(data[: len(data) // 2])  # read up to its last whole event, and said
+    assert load_kineto(cut)[1].extra["cut_short"]["gzip_cut"]  # (test_cut_short.py)
+    early = tmp_path / "early.json.gz"
+    early.write_bytes(data[:200])
+    with pytest.raises(InputError, match="truncated gzip|cut short before its first"):
+        load_kineto(early)
     corrupt = tmp_path / "corrupt.json.gz"
     corrupt.write_bytes(data[:100] + bytes(200) + data[300:])
     with pytest.raises(InputError, match="corrupt gzip|truncated gzip|not valid JSON"):

@@ -236,7 +236,7 @@ def test_concatenated_gzip_members_and_an_empty_event_array(tmp_path):
 
 @pytest.mark.parametrize("damage, message", [
     (lambda t: t.replace(b'"ts":', b'"ts": "soon", "x":', 1), "malformed trace event"),
-    (lambda t: t[: len(t) * 2 // 3], "not valid JSON"),
+    (lambda t: t + b"\n}garbage", "not valid JSON"),
     (lambda t: t.replace(b"},", b"}},", 1), "not valid JSON"),
 ])
 def test_damage_anywhere_is_a_one_line_input_error(tmp_path, batch_sizes, damage, message):
@@ -369,3 +369,37 @@ def test_zym_analyze_takes_a_bare_event_array(tmp_path):
     got = [{k: r["capture"][k] for k in keys} for r in reports]
     assert got[0] == got[1] and got[0]["kernels"] == kernels > 0
     assert reports[0]["gpu"] == reports[1]["gpu"]
+
+
+def _whole_before(text: bytes, cut: int) -> list[dict]:
+    """The events whose text ends before ``cut``: the stdlib's decoder, one object at a
+    time from the events' ``[`` (not zym's cuts)."""
+    s = text.decode("latin-1")
+    at = s.index("[", s.index('"traceEvents"')) + 1
+    out, decoder = [], json.JSONDecoder()
+    while True:
+        while s[at] in " \t\r\n,":
+            at += 1
+        if s[at] != "{":
+            return out
+        event, end = decoder.raw_decode(s, at)
+        if end > cut:
+            return out
+        out.append(json.loads(s[at:end].encode("latin-1")))
+        at = end
+
+
+@pytest.mark.parametrize("seed", [5, 6])
+@pytest.mark.parametrize("at", [0.4, 2 / 3, 0.9])
+def test_a_cut_trace_reads_its_whole_events_to_the_frontier(tmp_path, batch_sizes, seed, at):
+    """Cut anywhere, in any batch size, with names holding the text between two events: the
+    groups are those of the whole events before the cut (found by the stdlib's decoder), up
+    to the earliest of the groups' last starts."""
+    text = json.dumps(trace_of(random_events(seed)), indent=1).encode()
+    cut = int(len(text) * at)
+    path = tmp_path / "cut.json"
+    path.write_bytes(text[:cut])
+    want = expected_groups(_whole_before(text, cut))
+    until = min(max(r["ts_us"] for r in rows) for rows in want.values() if rows)
+    want = {g: [r for r in rows if r["ts_us"] <= until] for g, rows in want.items()}
+    assert decoded_groups(path) == want
