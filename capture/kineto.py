@@ -42,6 +42,7 @@ from .kineto_json import (
     _TraceFile,
     read_events,
 )
+from .kineto_text import starts_like_json
 
 try:  # nest_intervals' compiled half (_nesting.c), built by pip where a C compiler is
     from zym.capture import _nesting
@@ -677,4 +678,4 @@ def looks_like_kineto(path: str | Path) -> bool:
                 head = g.read(64)
         except (OSError, EOFError, zlib.error):
             return True  # gzip that fails: let the importer report it
-    return head.lstrip()[:1] in (b"{", b"[")
+    return starts_like_json(head)

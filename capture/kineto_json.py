@@ -36,7 +36,13 @@ import msgspec
 import numpy as np
 import polars as pl
 from isal import isal_zlib
-from zym.capture.kineto_text import BETWEEN_EVENTS, CUT_TRIES, HEADER_LIMIT, read_header
+from zym.capture.kineto_text import (
+    BETWEEN_EVENTS,
+    CUT_TRIES,
+    HEADER_LIMIT,
+    read_header,
+    without_bom,
+)
 from zym.schemas.errors import InputError
 
 try:  # the compiled columnar decoder (capture/_kineto_scan.c), built by pip install
@@ -266,7 +272,7 @@ def _read_streaming(path: Path, parallel: bool,
             parallel = kineto_prefetch.threads_wanted(path)
         workers = kind(path, lambda: f.tell() / size) if parallel else None
         try:
-            return _decode_streaming(_pieces(f, path), path, workers, make)
+            return _decode_streaming(without_bom(_pieces(f, path)), path, workers, make)
         finally:
             if workers is not None:
                 workers.close()
@@ -763,7 +769,7 @@ def read_json_bytes(path: Path) -> bytearray:
     bytes (an ``InputError`` past that, before more is read)."""
     text = bytearray()
     with open(path, "rb") as f:
-        for piece in _pieces(f, path):
+        for piece in without_bom(_pieces(f, path)):
             if not text.strip():  # until the text starts: JSON or not?
                 start = (text + piece).lstrip()[:1]
                 if start and start not in b"{[":

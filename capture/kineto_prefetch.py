@@ -33,7 +33,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from zym.capture.kineto_text import BETWEEN_EVENTS, CUT_TRIES, read_header
+from zym.capture.kineto_text import (
+    BETWEEN_EVENTS,
+    CUT_TRIES,
+    read_header,
+    starts_like_json,
+    without_bom,
+)
 
 # Only traces whose whole text is a few seconds of one core at most are decoded ahead: past
 # this the usual reader (threads, bounded batches) is the faster and the leaner.
@@ -96,7 +102,7 @@ def small(path: str | Path) -> bool:
         return False
     if head[:2] == b"\x1f\x8b":
         return st.st_size <= GZ_LIMIT
-    return head.lstrip()[:1] in (b"{", b"[") and st.st_size <= TEXT_LIMIT
+    return starts_like_json(head) and st.st_size <= TEXT_LIMIT
 
 
 def core_free(looks: int = 3) -> bool:
@@ -222,7 +228,7 @@ def decode(path: str | Path) -> tuple[tuple[int, int, int, int], Decoded] | None
 
     with open(path, "rb") as f:
         ident = _identity(os.fstat(f.fileno()))
-        pieces = _pieces(f)
+        pieces = without_bom(_pieces(f))
         start = read_header(pieces)
         if start is None:
             return None

@@ -13,6 +13,36 @@ HEADER_LIMIT = 1 << 24  # text before the events; past this, decoded whole (MAX_
 CUT_TRIES = 16  # candidate cuts tried before the batch is taken as not JSON
 
 
+# A UTF-8 byte order mark: JSON text must not begin with one, but a reader may ignore it
+# (RFC 8259, 8.1), and an editor or a Windows tool that saved the trace may have written it.
+BOM = b"\xef\xbb\xbf"
+
+
+def without_bom(pieces: Iterator[bytes | None]) -> Iterator[bytes | None]:
+    """``pieces`` with a byte order mark at the start of the text left out."""
+    head = b""
+    for piece in pieces:
+        if piece is None or len(head) + len(piece) >= len(BOM):
+            text = head + piece if piece is not None else head
+            if text:
+                yield text.removeprefix(BOM)
+            if piece is None:
+                yield None
+            break
+        head += piece
+    else:
+        if head:
+            yield head.removeprefix(BOM)
+        return
+    yield from pieces
+
+
+def starts_like_json(head: bytes) -> bool:
+    """Whether text starts like a JSON object or array (after a byte order mark and
+    whitespace)."""
+    return head.removeprefix(BOM).lstrip()[:1] in (b"{", b"[")
+
+
 def events_start(buf: bytearray) -> int | None:
     """Offset of the ``[`` that opens the events (a bare array's own, or the value of
     ``traceEvents``), None while not known yet."""

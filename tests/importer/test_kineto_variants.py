@@ -275,3 +275,36 @@ def test_epoch_microsecond_times_are_exact_and_keep_nesting(tmp_path, decoder):
         chain.append(frames[frame_of[sid]])
         sid = parent[sid]
     assert chain[::-1] == ["aten::copy_", "cudaMemcpyAsync"]
+
+
+def test_a_byte_order_mark_is_ignored(tmp_path):
+    """A UTF-8 byte order mark before the JSON (RFC 8259 lets a reader ignore it; a tool on
+    Windows that saved the trace may write one): the same tables, plain or gzip, read by the
+    forked decoder or by this process."""
+    import gzip
+    from pathlib import Path
+
+    from zym.capture import kineto_prefetch
+    from zym.capture.kineto_text import BOM, without_bom
+
+    text = gzip.decompress((Path(__file__).resolve().parents[2] / "sample_traces"
+                            / "gpt_decode_server.trace.json.gz").read_bytes())
+    whole, _ = load_kineto(_write(tmp_path / "t.json", text))
+    for name, data in (("bom.json", BOM + text), ("bom.json.gz", gzip.compress(BOM + text))):
+        path = _write(tmp_path / name, data)
+        for ahead in (False, True):
+            if ahead:
+                kineto_prefetch.start(path)
+            tables, _ = load_kineto(path)
+            assert {t: tables[t].height for t in tables} == {t: whole[t].height for t in whole}
+            assert tables["gpu"].equals(whole["gpu"]) and tables["call"].equals(whole["call"])
+    # the mark split across pieces, or the whole text shorter than it
+    pieces = [BOM[:1], BOM[1:2], BOM[2:] + b"{", b"}"]
+    assert b"".join(without_bom(iter(pieces))) == b"{}"
+    assert list(without_bom(iter([b"{"]))) == [b"{"]
+    assert b"".join(p for p in without_bom(iter([BOM[:2], None])) if p) == BOM[:2]
+
+
+def _write(path, data: bytes):
+    path.write_bytes(data)
+    return path

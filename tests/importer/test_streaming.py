@@ -382,7 +382,7 @@ def _whole_before(text: bytes, cut: int) -> list[dict]:
             at += 1
         if s[at] != "{":
             return out
-        event, end = decoder.raw_decode(s, at)
+        _, end = decoder.raw_decode(s, at)
         if end > cut:
             return out
         out.append(json.loads(s[at:end].encode("latin-1")))
