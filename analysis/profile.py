@@ -20,6 +20,7 @@ import numpy as np
 import polars as pl
 
 from .callpath import UNKNOWN_STACK
+from .load import cut_short
 from .trie import Trie
 
 if TYPE_CHECKING:
@@ -61,12 +62,15 @@ class Profile:
     findings: list[dict] = field(default_factory=list)
     # how the capture was sampled to fit the memory budget (``Sample.to_dict``), or None
     sample: dict | None = None
+    # where its trace was cut short (:func:`zym.analysis.load.cut_short`), or None
+    cut_short: dict | None = None
 
     def describe(self) -> dict:
         sampled = {"sample": self.sample} if self.sample is not None else {}
+        cut = {"cut_short": self.cut_short} if self.cut_short is not None else {}
         return {"source": self.source, "producer": self.producer, "unit": self.unit,
                 "units": self.unit_count, "window_ns": self.window_ns,
-                "steps_function": self.steps_function} | sampled
+                "steps_function": self.steps_function} | sampled | cut
 
 
 # -- one capture -------------------------------------------------------------------------------
@@ -141,7 +145,7 @@ def profile_of(analysis: Analysis, findings: list[dict] | None = None) -> Profil
         unit_count=len(starts), window_ns=int(analysis.facts.window_ns), steps_function=step_fn,
         sites=sites, kernels=kernels, units=units,
         findings=_findings_with_sites(findings or [], facts.sites),
-        sample=analysis.sample_facts())
+        sample=analysis.sample_facts(), cut_short=cut_short(meta))
 
 
 def _moments(df: pl.LazyFrame, keys: list[str], measures: list[str]) -> pl.LazyFrame:

@@ -21,7 +21,7 @@ from zym.schemas.output import remove_temp_folders
 
 from ..diff import HOST_FLOOR, Diff, Noise, Profile, compare, profile_of
 from ..units import fmt_bytes, fmt_ns
-from .summary import capture_sample_line
+from .summary import capture_sample_line, cut_short_line
 
 Progress = Callable[[str], None]
 
@@ -286,9 +286,11 @@ def headline(d: dict) -> list[str]:
         return f"{p['source']} ({p['producer'] or 'unknown producer'}; {units})"
 
     again = [f"repeat: {side(d['repeat'])}"] if d.get("repeat") else []
-    sampled = [f"{name}: {capture_sample_line(p['sample'])}"
-               for name, p in (("before", b), ("after", a), ("repeat", d.get("repeat")))
+    sides = (("before", b), ("after", a), ("repeat", d.get("repeat")))
+    sampled = [f"{name}: {capture_sample_line(p['sample'])}" for name, p in sides
                if p and p.get("sample")]
+    sampled += [f"{name}: {cut_short_line(p['cut_short'])}" for name, p in sides
+                if p and p.get("cut_short")]
     m = d["matched"]
     how = ", ".join(f"{n} by {k}" for k, n in m.items() if k not in ("appeared", "disappeared"))
     return [f"before: {side(b)}", f"after:  {side(a)}", *again,

@@ -191,3 +191,19 @@ def test_zym_analyze_says_so_and_leaves_out_the_step_it_cut(tmp_path, sample):
                              catch_exceptions=False)
     assert text_out.exit_code == 0 and "CUT SHORT: the trace ends inside an event" in \
         text_out.stdout
+
+
+def test_zym_diff_of_a_cut_trace_names_the_cut_and_its_steps_match(tmp_path, sample):
+    """A cut trace against its whole: the diff says which side was cut, and its per-step
+    GPU time is the whole's within noise (the cut keeps whole steps only)."""
+    text, _ = sample
+    whole = _write(tmp_path / "whole.json", text)
+    cut = _write(tmp_path / "cut.json", text[:int(len(text) * 0.93)])
+    got = CliRunner().invoke(app, ["diff", str(whole), str(cut), "--format", "json",
+                                   "--no-progress"], catch_exceptions=False)
+    assert got.exit_code == 0, got.stderr
+    d = json.loads(got.stdout)
+    assert "cut_short" not in d["before"] and d["after"]["cut_short"]["lost"] == "an event"
+    totals = {t["measure"]: t for t in d["totals"]}
+    assert not totals["gpu_ns"]["above_noise"] and not totals["calls"]["above_noise"], totals
+    assert abs(totals["gpu_ns"]["delta_pct"]) < 2, totals["gpu_ns"]
