@@ -323,8 +323,8 @@ def find_phases(calls: pl.DataFrame, gpu: pl.DataFrame, nodes: pl.DataFrame,
     steps = find_steps(calls, gpu, nodes, spans)
     if steps is not None and whole_until is not None:
         whole = steps.end_ns <= whole_until
-        steps = (replace(steps, start_ns=steps.start_ns[whole],
-                                     end_ns=steps.end_ns[whole]) if whole.any() else None)
+        steps = (replace(steps, start_ns=steps.start_ns[whole], end_ns=steps.end_ns[whole])
+                 if whole.any() else None)
     phases = Phases(window=window, steps=steps)
     n, first, last = compile_activity(calls, nodes)
     if n:

@@ -58,7 +58,11 @@ def _bad_inputs(tmp_path, sample_trace):
     return {
         "empty.json": b"",
         "png.pftrace": b"\x89PNG\r\n\x1a\n" + b"\0" * 64,
-        "truncated.json.gz": sample_trace.read_bytes()[:5000],
+        # cut short before its first whole event (cut later, it is read up to its last one:
+        # tests/importer/test_cut_short.py)
+        "cut-before-events.json.gz": gzip.compress(
+            (text := gzip.decompress(sample_trace.read_bytes()))[
+                :text.index(b'"traceEvents"') + 40]),
         "notjson.json": b"{ this is not json",
         "foreign.json": b'{"hello": [1, 2, 3]}',
         "corrupt.parquet": b"PAR1" + os.urandom(200) + b"PAR1",

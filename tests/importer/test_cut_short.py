@@ -207,3 +207,18 @@ def test_zym_diff_of_a_cut_trace_names_the_cut_and_its_steps_match(tmp_path, sam
     totals = {t["measure"]: t for t in d["totals"]}
     assert not totals["gpu_ns"]["above_noise"] and not totals["calls"]["above_noise"], totals
     assert abs(totals["gpu_ns"]["delta_pct"]) < 2, totals["gpu_ns"]
+
+
+def test_export_and_report_of_a_cut_trace(tmp_path, sample):
+    """`zym export` writes what was read; `zym report`'s page says the trace was cut."""
+    text, _ = sample
+    cut = _write(tmp_path / "cut.json", text[:int(len(text) * 0.93)])
+    runner = CliRunner()
+    out = runner.invoke(app, ["export", str(cut), "-o", str(tmp_path / "t.pftrace"),
+                              "--no-progress"], catch_exceptions=False)
+    assert out.exit_code == 0 and (tmp_path / "t.pftrace").stat().st_size > 0, out.stderr
+    page = runner.invoke(app, ["report", str(cut), "-o", str(tmp_path / "r.html"),
+                               "--no-progress"], catch_exceptions=False)
+    assert page.exit_code == 0, page.stderr
+    assert "Cut short</th><td>CUT SHORT: the trace ends inside an event" in \
+        (tmp_path / "r.html").read_text()
