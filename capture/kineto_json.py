@@ -411,6 +411,11 @@ def _finish(buf: bytearray, acc: GroupAccumulator, header: bytes, bare: bool
     return None
 
 
+# What a cut lost (``cut_short["lost"]``): part of an event; nothing (the text ends between
+# two events); the top-level keys after the events (every event whole).
+LOST_EVENT, LOST_NOTHING, LOST_KEYS = "an event", "nothing", "the keys after its events"
+
+
 def _finish_cut(buf: bytearray, acc: GroupAccumulator, header: bytes, bare: bool,
                 read: int, gzip_cut: bool) -> tuple[dict[str, pl.DataFrame], _TraceFile] | None:
     """The last events of a text cut short (a trace whose writer was killed while it wrote,
@@ -435,7 +440,7 @@ def _finish_cut(buf: bytearray, acc: GroupAccumulator, header: bytes, bare: bool
                 break
             if (_is_cut(header + b"[]" + bytes(buf[close + 1:]))
                     and acc.add_text(buf, close)):
-                lost = "the keys after its events"
+                lost = LOST_KEYS
                 break
     if lost is None:
         rest = _cut_and_decode(buf, acc) or 0  # every event up to the last that is whole
@@ -443,20 +448,20 @@ def _finish_cut(buf: bytearray, acc: GroupAccumulator, header: bytes, bare: bool
         if tail.endswith(b","):
             tail = tail[:-1].rstrip()
         if not tail.strip():
-            lost = "nothing"
+            lost = LOST_NOTHING
         elif _is_cut(tail):
-            lost = "an event"
+            lost = LOST_EVENT
         elif acc.add_text(bytearray(tail), len(tail)):  # the last event ends the text
-            lost = "nothing"
+            lost = LOST_NOTHING
         else:
             return None
     if not acc.has_events():
         raise InputError(f"{acc.path}: the trace was cut short before its first whole event")
     groups = acc.groups()
-    if bare and lost == "nothing" and not gzip_cut:
+    if bare and lost == LOST_NOTHING and not gzip_cut:
         return groups, top
     top.cut_short = {"text_bytes_read": read, "gzip_cut": gzip_cut, "lost": lost}
-    if groups and lost != "the keys after its events":  # (every event whole: nothing to
+    if groups and lost != LOST_KEYS:  # (every event whole: nothing to
         # clip; in memory: a trace spilled out of core is clipped as its windows are built)
         groups, until = clip_at_cut(groups)
         top.cut_short["complete_until_ns"] = None if until is None else us_to_ns(until)

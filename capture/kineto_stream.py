@@ -66,7 +66,13 @@ from .kineto import (
     in_ns,
     input_errors,
 )
-from .kineto_json import GROUP_SCHEMAS, GroupAccumulator, cut_frontier, read_events
+from .kineto_json import (
+    GROUP_SCHEMAS,
+    LOST_KEYS,
+    GroupAccumulator,
+    cut_frontier,
+    read_events,
+)
 
 # The memory an import may use, by default: the decoded events held before they are spilled,
 # and a window's events with the tables built from them.
@@ -315,7 +321,7 @@ def _cut_until(acc: _SpillingAccumulator) -> int | None:
     (:func:`zym.capture.kineto_json.cut_frontier`, from the spill files), recorded in its
     ``cut_short``; None for a whole trace."""
     cut = acc.meta.extra.get("cut_short")
-    if cut is None or cut.get("lost") == "the keys after its events":
+    if cut is None or cut.get("lost") == LOST_KEYS:
         return None
 
     def last_start(group: str) -> int | None:

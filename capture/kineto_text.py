@@ -19,21 +19,21 @@ BOM = b"\xef\xbb\xbf"
 
 
 def without_bom(pieces: Iterator[bytes | None]) -> Iterator[bytes | None]:
-    """``pieces`` with a byte order mark at the start of the text left out."""
+    """``pieces`` with a byte order mark at the start of the text left out (a None piece, a
+    source that is not whole, passed on)."""
+    pieces = iter(pieces)
     head = b""
     for piece in pieces:
-        if piece is None or len(head) + len(piece) >= len(BOM):
-            text = head + piece if piece is not None else head
-            if text:
-                yield text.removeprefix(BOM)
-            if piece is None:
-                yield None
-            break
+        if piece is None:
+            if head:
+                yield head.removeprefix(BOM)
+            yield None
+            return
         head += piece
-    else:
-        if head:
-            yield head.removeprefix(BOM)
-        return
+        if len(head) >= len(BOM):
+            break
+    if head:
+        yield head.removeprefix(BOM)
     yield from pieces
 
 
