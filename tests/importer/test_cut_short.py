@@ -222,3 +222,23 @@ def test_export_and_report_of_a_cut_trace(tmp_path, sample):
     assert page.exit_code == 0, page.stderr
     assert "Cut short</th><td>CUT SHORT: the trace ends inside an event" in \
         (tmp_path / "r.html").read_text()
+
+
+def test_zym_import_warns_and_markdown_says_it(tmp_path, sample):
+    """`zym import` of a cut trace writes the capture and warns on stderr, once; the
+    capture keeps where it was cut, and the Markdown report opens with it."""
+    text, _ = sample
+    cut = _write(tmp_path / "cut.json", text[:int(len(text) * 0.93)])
+    out = tmp_path / "cut.parquet"
+    runner = CliRunner()
+    got = runner.invoke(app, ["import", str(cut), "-o", str(out), "--no-progress"],
+                        catch_exceptions=False)
+    assert got.exit_code == 0, got.stderr
+    assert got.stderr.count("zym: warning:") == 1 and "CUT SHORT" in got.stderr
+    assert open_capture(out).meta.extra["cut_short"]["lost"] == "an event"
+    whole = runner.invoke(app, ["import", str(_write(tmp_path / "w.json", text)), "-o",
+                                str(tmp_path / "w.parquet"), "--no-progress"])
+    assert whole.exit_code == 0 and "warning" not in whole.stderr
+    md = runner.invoke(app, ["analyze", str(out), "--format", "markdown", "--no-progress"],
+                       catch_exceptions=False)
+    assert md.exit_code == 0 and "**CUT SHORT: the trace ends inside an event" in md.stdout
