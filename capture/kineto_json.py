@@ -30,7 +30,7 @@ from concurrent.futures.process import BrokenProcessPool
 from itertools import compress, repeat
 from operator import attrgetter, eq
 from pathlib import Path
-from typing import BinaryIO, Literal, NamedTuple, Union
+from typing import TYPE_CHECKING, BinaryIO, Literal, NamedTuple, Union
 
 import msgspec
 import numpy as np
@@ -44,6 +44,9 @@ from zym.capture.kineto_text import (
     without_bom,
 )
 from zym.schemas.errors import InputError
+
+if TYPE_CHECKING:
+    from zym.capture.kineto_prefetch import Rest
 
 try:  # the compiled columnar decoder (capture/_kineto_scan.c), built by pip install
     from zym.capture import _kineto_scan
@@ -246,18 +249,37 @@ def _decoded_ahead(path: Path) -> tuple[dict[str, pl.DataFrame], _TraceFile] | N
     decoded = kineto_prefetch.take(path)
     if decoded is None:
         return None
-    try:
-        top = (_TraceFile(traceEvents=[]) if decoded.bare else
-               msgspec.json.decode(decoded.header + b"[]" + decoded.trailer, type=_TraceFile))
-    except msgspec.MsgspecError:
-        return None  # the reader below tries the ``]`` before this one, or says what is wrong
+    top = None
+    if decoded.rest is None:
+        try:
+            top = (_TraceFile(traceEvents=[]) if decoded.bare else
+                   msgspec.json.decode(decoded.header + b"[]" + decoded.trailer,
+                                       type=_TraceFile))
+        except msgspec.MsgspecError:
+            return None  # the reader below tries the ``]`` before this one, or says what is wrong
     acc = GroupAccumulator(path)
     for scanned in decoded.batches:
         frames = _scanned_frames(scanned, acc.names, acc.shapes)
         if frames is None:
             return None
         acc.batches.append(frames)
-    return acc.groups(), top
+    if top is not None:
+        return acc.groups(), top
+    return _finish_ahead(acc, decoded.header, decoded.bare, decoded.rest)
+
+
+def _finish_ahead(acc: GroupAccumulator, header: bytes, bare: bool, rest: Rest
+                  ) -> tuple[dict[str, pl.DataFrame], _TraceFile] | None:
+    """The end of a text the forked process did not find whole (``rest``: the text after its
+    last batch), decoded here as :func:`_decode_streaming` decodes a text's end: the events'
+    end and the keys after them, else what a text cut short holds. None where neither (the
+    usual reader then reads the file, and says what is wrong)."""
+    buf = bytearray(rest.text)
+    try:
+        got = None if rest.gzip_cut else _finish(buf, acc, header, bare)
+        return got or _finish_cut(buf, acc, header, bare, rest.read, rest.gzip_cut)
+    except InputError:
+        return None
 
 
 def _read_streaming(path: Path, parallel: bool,
@@ -298,10 +320,14 @@ def _pieces(f: BinaryIO, path: Path) -> Iterator[bytes]:
                 continue
             # Small reads: Kineto's text compresses ~15:1, so a piece is about _READ_CHUNK; the
             # cap only bounds a bomb, and leaves no unconsumed tail (a copy) in the usual case.
+            # ISA-L takes all the input it is given and holds back the text past the cap
+            # (text that compresses more than 256:1, e.g. long runs of whitespace): with no
+            # input left, it is asked for that text; none held back and no end: cut short.
             chunk = d.unconsumed_tail or f.read(_GZ_READ)
-            if not chunk:
+            piece = d.decompress(chunk, _PIECE_CAP)
+            if not piece and not chunk and not d.eof:
                 break
-            yield d.decompress(chunk, _PIECE_CAP)
+            yield piece
     except isal_zlib.error as e:
         raise InputError(f"{path}: corrupt gzip data ({e})") from e
     raise _GzipCut(f"{path}: truncated gzip file: the trace was cut short")

@@ -52,15 +52,28 @@ SCAN_CATS = (b"python_function", b"cpu_op", b"user_annotation", b"cuda_runtime",
              b"Operator", b"Runtime", b"Kernel", b"Memcpy", b"Memset")
 
 
+class Rest(NamedTuple):
+    """The text after the child's last batch, where it did not find the events' end as a
+    whole trace has it (a trace cut short, or last events the compiled decoder refuses): this
+    process decodes it as the usual reader decodes a text's end (``kineto_json._finish``, then
+    ``_finish_cut``), so a cut trace is not read a second time."""
+
+    text: bytes
+    read: int  # bytes of text read (the array's "[" and the text before it included)
+    gzip_cut: bool  # the gzip stream ended before its end
+
+
 class Decoded(NamedTuple):
     """What the child hands over: the text around the events, and the compiled decoder's
     result (``_kineto_scan.scan``'s tuple) for each batch of events, in file order; its
-    buffers are views of the memory file the child wrote."""
+    buffers are views of the memory file the child wrote. ``rest``: None where the events'
+    end was found (``trailer``: the text after their "]"); else the text left to decode."""
 
     header: bytes  # the text before the events' "["
     bare: bool  # a bare array of events (no top object)
     trailer: bytes  # the text after the events' "]"
     batches: list[tuple]
+    rest: Rest | None = None
 
 
 class _Child(NamedTuple):
@@ -223,21 +236,25 @@ def decode(path: str | Path) -> tuple[tuple[int, int, int, int], Decoded] | None
     """The file's identity and its events decoded, or None where the usual reader would not
     take the same path (then it reads the file itself). The text is gunzipped a piece at a
     time and decoded in batches cut between two events, as the usual reader does, so the
-    same memory serves every batch."""
+    same memory serves every batch. Where the events' end is not found as a whole trace has
+    it (a trace cut short), the text after the last batch is handed over (``Rest``)."""
     from zym.capture import _kineto_scan
 
     with open(path, "rb") as f:
         ident = _identity(os.fstat(f.fileno()))
-        pieces = without_bom(_pieces(f))
+        ended = _Ended()
+        pieces = without_bom(_pieces(f, ended))
         start = read_header(pieces)
         if start is None:
             return None
         buf, header, bare = start
+        read = len(header) + 1 + len(buf)  # as the usual reader counts it (``_finish_cut``)
         batches = []
         for piece in pieces:
             if piece is None:
                 return None  # not whole gzip, or too much text
             buf += piece
+            read += len(piece)
             if len(buf) < _BATCH:
                 continue
             cut = _last_cut(buf)
@@ -248,14 +265,20 @@ def decode(path: str | Path) -> tuple[tuple[int, int, int, int], Decoded] | None
                 return None
             batches.append(scanned)
             del buf[:cut.end() - 1]
-    last = _last_events(buf, header, bare)
+    last = None if ended.gzip_cut else _last_events(buf, header, bare)
     if last is None:
-        return None
+        return ident, Decoded(header, bare, b"", batches, Rest(bytes(buf), read, ended.gzip_cut))
     trailer, scanned = last
     batches.append(scanned)
     if sum(b[0] for b in batches) == 0:
         return None
     return ident, Decoded(header, bare, trailer, batches)
+
+
+class _Ended:
+    """How ``_pieces``' text ended: ``gzip_cut``, its gzip stream before its end."""
+
+    gzip_cut = False
 
 
 def _last_events(buf: bytearray, header: bytes, bare: bool) -> tuple[bytes, tuple] | None:
@@ -294,9 +317,10 @@ def _last_cut(buf: bytearray) -> re.Match | None:
     return found
 
 
-def _pieces(f) -> Iterator[bytes | None]:
+def _pieces(f, ended: _Ended) -> Iterator[bytes | None]:
     """The file's text a piece at a time, gunzipped when gzip; None (last) where the gzip is
-    not whole or the text passes TEXT_LIMIT."""
+    corrupt or the text passes TEXT_LIMIT; where the gzip stream ends before its end (a file
+    cut short), the text up to there, and ``ended.gzip_cut`` set."""
     gz = f.read(2) == b"\x1f\x8b"
     f.seek(0)
     if not gz:
@@ -312,15 +336,16 @@ def _pieces(f) -> Iterator[bytes | None]:
             if not rest:
                 return
             d = isal_zlib.decompressobj(wbits=31)
-        else:
+        else:  # (ISA-L takes all the input it is given, and holds back the text past
+            # ``_PIECE``: with no input left, it is asked for that text, b"" at the end)
             rest = d.unconsumed_tail or f.read(1 << 16)
-            if not rest:
-                yield None  # truncated
-                return
         try:
             piece = d.decompress(rest, _PIECE)
         except isal_zlib.error:
             yield None
+            return
+        if not piece and not rest and not d.eof:  # no input left, no text held back
+            ended.gzip_cut = True
             return
         size += len(piece)
         if size > TEXT_LIMIT:

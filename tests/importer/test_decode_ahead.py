@@ -120,6 +120,63 @@ def test_bad_files_are_left_to_the_usual_reader_which_names_the_problem(tmp_path
         kineto_json.read_events(path)
 
 
+def _cuts(text: bytes, gz: bool) -> dict[str, bytes]:
+    """The trace ``text`` cut short where a killed writer or a stopped copy leaves it: inside
+    its events (early, late), in the keys after them, and (gzip) its stream cut."""
+    data = gzip.compress(text) if gz else text
+    cuts = {f"at{int(f * 100)}": data[:int(len(data) * f)] for f in (0.31, 0.77, 0.97)}
+    after = text.rfind(b'"after"')
+    if not gz and after > text.find(b'"traceEvents"') >= 0:  # keys written after the events
+        cuts["in-keys"] = text[:text.index(b"{", after)]
+    return cuts
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gzip"])
+def test_a_cut_trace_decoded_ahead_gives_what_the_usual_reader_gives(tmp_path, gz,
+                                                                     batch_sizes):
+    """A trace cut short: the child hands over its batches and the text after them, and the
+    end is decoded here as the usual reader decodes it (the same groups, frontier and
+    ``cut_short``), so the file is not read a second time."""
+    events = random_events(12, tricky=False)
+    taken = 0
+    for name, text in layouts(trace_of(events)).items():
+        for cut, data in _cuts(text, gz).items():
+            path = tmp_path / f"{name}-{cut}.json{'.gz' if gz else ''}"
+            path.write_bytes(data)
+            got = ahead(path)
+            try:
+                usual = kineto_json._read_streaming(path, parallel=False)
+            except InputError:  # cut before its first whole event: left to the usual reader
+                assert got is None, (name, cut)
+                continue
+            assert (got is None) == (usual is None), (name, cut)
+            if usual is None:  # no events in the text (whole-text reader names it)
+                continue
+            taken += 1
+            assert got[1] == usual[1], (name, cut)
+            # (a bare array whose text ends between two events is whole: its "]" may be left out)
+            assert got[1].cut_short is not None or name == "bare", (name, cut)
+            for group, frame in usual[0].items():
+                assert got[0][group].equals(frame), (name, cut, group)
+    assert taken >= 12
+
+
+def test_a_cut_trace_decoded_ahead_is_not_read_again(tmp_path, monkeypatch):
+    text = json.dumps(trace_of(random_events(13, tricky=False))).encode()
+    path = tmp_path / "cut.json.gz"
+    whole = gzip.compress(text)
+    path.write_bytes(whole[:len(whole) * 4 // 5])
+    assert kineto_prefetch.start(path)
+
+    def second_read(*args, **kwargs):
+        raise AssertionError("the file was read again")
+
+    monkeypatch.setattr(kineto_json, "_read_streaming", second_read)
+    groups, top = kineto_json.read_events(path)
+    assert top.cut_short["gzip_cut"] and top.cut_short["lost"] == "an event"
+    assert groups["gpu"].height > 0
+
+
 def test_a_file_changed_after_the_child_read_it_is_read_again(tmp_path):
     first = trace_of(random_events(9, tricky=False))
     second = trace_of(random_events(10, tricky=False))

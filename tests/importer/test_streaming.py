@@ -234,6 +234,24 @@ def test_concatenated_gzip_members_and_an_empty_event_array(tmp_path):
         load_kineto(empty)
 
 
+def test_text_the_gunzip_holds_back_is_read_before_a_cut(tmp_path, monkeypatch):
+    """ISA-L can take all the input it is given and hold back the text past a piece's cap:
+    at the end of a gzip stream cut short, that text is asked for before the stream is taken
+    as ending there (pieces of at most 97 bytes here: the last input holds text back), so
+    the same events are read as with the default pieces."""
+    text = json.dumps(trace_of(random_events(16, tricky=False))).encode()
+    data = gzip.compress(text)
+    path = tmp_path / "cut.json.gz"
+    path.write_bytes(data[:len(data) * 3 // 4])
+    usual = kineto_json._read_streaming(path, parallel=False)
+    assert usual is not None and usual[1].cut_short["gzip_cut"]
+    monkeypatch.setattr(kineto_json, "_PIECE_CAP", 97)
+    small = kineto_json._read_streaming(path, parallel=False)
+    assert small is not None and small[1] == usual[1]
+    for group, frame in usual[0].items():
+        assert small[0][group].equals(frame), group
+
+
 @pytest.mark.parametrize("damage, message", [
     (lambda t: t.replace(b'"ts":', b'"ts": "soon", "x":', 1), "malformed trace event"),
     (lambda t: t + b"\n}garbage", "not valid JSON"),
