@@ -168,6 +168,15 @@ COLUMNS: dict[str, dict[str, str]] = {
                     "data preparation, an op planning before its launch: what graphs do not "
                     "shorten)",
         "quiet_frac": "quiet_ns / dur_ns",
+        "quiet_idx": "the call that ended the step's longest stretch without a CUDA call (joins "
+                     "the calls relation; null where the stretch runs to the step's end and no "
+                     "call follows in the window)",
+        "quiet_py_ns": "that stretch's time outside torch ops (Python and library work, not an "
+                       "op planning before its launch), from the spans (Kineto); without spans, "
+                       "the whole stretch",
+        "quiet_where": "where that time went, from the spans (Kineto): the site (file:line "
+                       "function) of the innermost span outside the ops, on the step's thread, "
+                       "that covers half of it or more; null without spans",
     },
     "windows": {
         "device_id": "device", "ts_ns": "window start", "dur_ns": "window length",
@@ -690,7 +699,8 @@ class Relations:
                   "launches": pl.Int64, "calls": pl.Int64, "syncs": pl.Int64,
                   "size_syncs": pl.Int64, "blocked_ns": pl.Int64, "cpu_call_ns": pl.Int64, "gpu_ns": pl.Int64,
                   "busy_ns": pl.Int64, "busy_frac": pl.Float64, "quiet_ns": pl.Int64,
-                  "quiet_frac": pl.Float64}
+                  "quiet_frac": pl.Float64, "quiet_idx": pl.Int64, "quiet_py_ns": pl.Int64,
+                  "quiet_where": pl.String}
         if steps is None or not steps.count:
             return pl.DataFrame(schema=schema)
         calls = self.calls_table().with_columns(self.call_steps())
@@ -720,29 +730,113 @@ class Relations:
               .with_columns(pl.col("launches", "calls", "syncs", "size_syncs", "blocked_ns",
                                    "cpu_call_ns", "gpu_ns").fill_null(0))
               .with_columns((pl.col("busy_ns") / pl.col("dur_ns")).alias("busy_frac")))
-        if want & {"quiet_ns", "quiet_frac"}:
+        if want & {"quiet_ns", "quiet_frac", "quiet_idx", "quiet_py_ns", "quiet_where"}:
             df = df.join(self._quiet(calls, df), on="step", how="left").with_columns(
-                pl.col("quiet_ns").fill_null(pl.col("dur_ns")))
+                pl.col("quiet_ns").fill_null(pl.col("dur_ns")),
+                pl.col("quiet_end").fill_null(pl.col("end_ns")))
             df = df.with_columns((pl.col("quiet_ns") / pl.col("dur_ns")).alias("quiet_frac"))
+            if want & {"quiet_py_ns", "quiet_where"}:
+                df = df.with_columns(self._quiet_spans(df, steps.thread))
         return df.select([c for c in schema if c in want or c == "step"])
 
-    @staticmethod
-    def _quiet(calls: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
-        """Per step, its longest stretch with no CUDA call on the step's thread: between two
-        calls, or from the step's start to its first call, or from its last call to its end."""
+    def _quiet_spans(self, steps: pl.DataFrame, thread: int) -> list[pl.Series]:
+        """Per step, of its longest stretch without a CUDA call (``quiet_ns``, ending at
+        ``quiet_end``), from the spans on the steps' ``thread`` (Kineto): the time outside
+        torch ops (``quiet_py_ns``: Python and library work, not an op planning before its
+        launch; the whole stretch without spans), and where it went (``quiet_where``: the site
+        of the innermost span outside the ops that covers half of that time or more; null
+        where none does, or without spans)."""
+        q1 = steps["quiet_end"].to_numpy()
+        q0 = q1 - steps["quiet_ns"].to_numpy()
+        py = pl.Series("quiet_py_ns", q1 - q0)
+        none = pl.repeat(None, steps.height, dtype=pl.String, eager=True).alias("quiet_where")
+        spans = self.analysis.data.span_table
+        calls = self.calls_table()
+        on = np.flatnonzero(calls["_thread"].to_numpy() == thread)
+        if spans is None or spans.height == 0 or not len(on) or not len(q0):
+            return [py, none]
+        pid, tid = (int(calls[c][int(on[0])]) for c in ("pid", "tid"))
+        near = spans.collect(spans.lazy().filter(
+            (pl.col("pid") == pid) & (pl.col("tid") == tid)
+            & (pl.col("ts_ns") < int(q1.max())) & (pl.col("ts_ns") + pl.col("dur_ns") > int(q0.min())))
+            .select("ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"), "stack_id",
+                    pl.col("op_id").is_not_null().alias("op")))
+        # The ops' time in each stretch: the outermost ops (the spans of one thread nest), each
+        # clipped to the stretches it overlaps (those start in time order: the steps' order).
+        ops = near.filter("op").sort("ts_ns")
+        o0, o1 = ops["ts_ns"].to_numpy(), ops["end"].to_numpy()
+        outer = np.ones(len(o0), bool)
+        outer[1:] = o0[1:] >= np.maximum.accumulate(o1)[:-1]
+        o0, o1 = o0[outer], o1[outer]
+        in_ops = np.zeros(len(q0), np.int64)
+        k = np.searchsorted(q0, o0, side="right") - 1
+        for at in (k, k + 1):  # an op that starts before a stretch can reach into it
+            ok = (at >= 0) & (at < len(q0))
+            a = at[ok]
+            np.add.at(in_ops, a, np.clip(np.minimum(o1[ok], q1[a]) - np.maximum(o0[ok], q0[a]),
+                                         0, None))
+        py = pl.Series("quiet_py_ns", np.clip(q1 - q0 - in_ops, 0, None))
+        # the innermost span outside the ops that covers half of that time or more
+        half = np.clip(q1 - q0 - in_ops, 0, None) // 2
+        long = near.filter(~pl.col("op") & (pl.col("end") - pl.col("ts_ns") >= max(int(
+            half[half > 0].min()) if (half > 0).any() else 1, 1)))
+        if long.height == 0:
+            return [py, none]
+        depth = (long.join(self.analysis.data.stacks.select("stack_id", "depth"), on="stack_id",
+                           how="left", maintain_order="left")["depth"].fill_null(0).to_numpy())
+        ts, end = long["ts_ns"].to_numpy(), long["end"].to_numpy()
+        best = np.full(len(q0), -1)
+        for k in np.flatnonzero(half > 0):  # the steps' stretches: few, as the long spans
+            got = np.flatnonzero(np.minimum(end, q1[k]) - np.maximum(ts, q0[k]) >= half[k])
+            if len(got):
+                best[k] = got[np.argmax(depth[got])]
+        found = np.flatnonzero(best >= 0)
+        if not len(found):
+            return [py, none]
+        label = self.site_of(long["stack_id"].gather(best[found]), ("site",))[0]
+        return [py, none.scatter(found, label.cast(pl.String))]
+
+    def _quiet(self, calls: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+        """Per step, its longest stretch with no CUDA call on the step's thread (``quiet_ns``):
+        between two calls, or from the step's start to its first call, or from its last call
+        to its end; and the call that ended it (``quiet_idx``: the later call, the first call,
+        or the first call after the step on its thread; null where none follows)."""
         c = (calls.filter(pl.col("step").is_not_null())
-             .select("step", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"))
+             .select("step", "call_idx", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"))
              .sort("step", "ts_ns"))
         inner = (c.with_columns((pl.col("ts_ns") - pl.col("end").cum_max().shift(1).over("step"))
                                 .alias("gap"))
                  .group_by("step").agg(pl.col("gap").max().alias("inner"),
+                                       pl.col("call_idx").sort_by("gap", descending=True,
+                                                                  nulls_last=True).first()
+                                       .alias("inner_idx"),
                                        pl.col("ts_ns").min().alias("first"),
+                                       pl.col("call_idx").first().alias("first_idx"),
+                                       pl.col("call_idx").last().alias("last_idx"),
                                        pl.col("end").max().alias("last")))
-        return (steps.select("step", pl.col("ts_ns").alias("s0"), pl.col("end_ns").alias("s1"))
-                .join(inner, on="step", how="inner")
-                .select("step", pl.max_horizontal(
-                    pl.col("inner").fill_null(0), pl.col("first") - pl.col("s0"),
-                    pl.col("s1") - pl.col("last"), pl.lit(0)).cast(pl.Int64).alias("quiet_ns")))
+        parts = (steps.select("step", pl.col("ts_ns").alias("s0"), pl.col("end_ns").alias("s1"))
+                 .join(inner, on="step", how="inner")
+                 .with_columns(pl.col("inner").fill_null(0),
+                               (pl.col("first") - pl.col("s0")).alias("head"),
+                               (pl.col("s1") - pl.col("last")).alias("tail"))
+                 .sort("step"))
+        # the tail's stretch ends at the next call on the steps' thread after the step's last
+        mine = np.flatnonzero(self.calls_table()["_thread"].to_numpy()
+                              == self.analysis.steps_in_window().thread)  # in time order
+        last = parts["last_idx"].to_numpy()
+        at = np.searchsorted(mine, last, side="right")
+        after = pl.Series(np.where(at < len(mine), mine[np.minimum(at, len(mine) - 1)], -1))
+        after = after.set(after < 0, None)
+        quiet = pl.max_horizontal("inner", "head", "tail", pl.lit(0)).cast(pl.Int64)
+        inner = pl.col("inner") >= pl.max_horizontal("head", "tail")
+        head = pl.col("head") >= pl.col("tail")
+        ended_at = calls["ts_ns"].gather(parts["inner_idx"].fill_null(0))  # the inner's end
+        return parts.select(
+            "step", quiet.alias("quiet_ns"),
+            pl.when(inner).then("inner_idx").when(head).then("first_idx")
+            .otherwise(after).cast(pl.Int64).alias("quiet_idx"),
+            pl.when(inner).then(ended_at).when(head).then("first").otherwise("s1")
+            .cast(pl.Int64).alias("quiet_end"))
 
     def _build_windows(self, want: set[str], wheres: list[dict] | None = None) -> pl.DataFrame:
         data = self.analysis.data

@@ -268,7 +268,7 @@ def _rule(raw: dict, pack: str, source: str) -> Rule:
 SAVING_RELATIONS = {
     "batch": ("calls",), "remove": ("calls",), "unblock": ("calls", "gaps"),
     "pin": ("calls",), "async": ("calls",), "speedup": ("gpu",),
-    "shorten-gaps": ("gaps", "calls"), "cuda-graph": ("steps",),
+    "shorten-gaps": ("gaps", "calls"), "cpu-work": ("steps",), "cuda-graph": ("steps",),
     "none": ("calls", "gpu", "gaps", "paths", "steps", "windows"),
 }
 

@@ -26,6 +26,9 @@ Models (``saving: {model: NAME, ...}``):
   :mod:`zym.analysis.throughput`), or ``factor: MEASURE`` times faster.
 * ``shorten-gaps``: the CPU work before each launch that ended a GPU idle gap shrinks to the
   median CPU time before calls of the same site.
+* ``cpu-work``: the CPU work of each of the finding's steps' longest stretch without a CUDA
+  call leaves the step (an upper bound: the work done on the GPU, or ahead of time in another
+  thread or process): the CPU time before the call that ended the stretch shrinks by it.
 * ``cuda-graph``: the finding's steps run their launches as CUDA graphs: each run of
   consecutive launches costs one graph launch on the CPU, and each kernel ``GRAPH_NODE_NS``
   more on the GPU.
@@ -47,8 +50,8 @@ if TYPE_CHECKING:
 
     from zym.analysis import Analysis
 
-MODELS = ("batch", "remove", "unblock", "pin", "async", "speedup", "shorten-gaps", "cuda-graph",
-          "none")
+MODELS = ("batch", "remove", "unblock", "pin", "async", "speedup", "shorten-gaps", "cpu-work",
+          "cuda-graph", "none")
 # CPU cost of one async copy call, when the capture has no pinned copy to measure it from;
 # and of one graph replay (its cost grows with the graph's kernels) and the GPU time each
 # graph node adds, when it has no graph launch. Measured on the H200 by
@@ -103,6 +106,8 @@ def fix_for(model: dict, relation: str, rows: pl.DataFrame, analysis: Analysis,
         return _speedup(model, relation, rows, analysis, measures)
     if name == "shorten-gaps":
         return _shorten_gaps(calls, analysis)
+    if name == "cpu-work":
+        return _cpu_work(rows, analysis)
     if name == "cuda-graph":
         return _cuda_graph(relation, rows, analysis)
     raise ValueError(f"unknown saving model {name!r}")
@@ -386,6 +391,34 @@ def _shorten_gaps(calls: np.ndarray, analysis: Analysis) -> Fix | None:
     return Fix(gap_calls=calls, gap_ns=target, describe=(
         f"replayed with the CPU time before these {len(calls):,} launches ({before / 1e6:.3g} ms"
         f" in all) cut to the median before calls of the same site"))
+
+
+def _cpu_work(rows: pl.DataFrame, analysis: Analysis) -> Fix | None:
+    """Each step's longest stretch without a CUDA call, its time outside torch ops
+    (``quiet_py_ns``), taken out of the CPU time before the call that ended it
+    (``quiet_idx``)."""
+    if "quiet_idx" not in rows.columns:
+        return None
+    ended = (rows.filter(pl.col("quiet_idx").is_not_null() & (pl.col("quiet_py_ns") > 0))
+             .group_by("quiet_idx").agg(pl.col("quiet_py_ns").max()).sort("quiet_idx"))
+    if ended.height == 0:
+        raise NoEstimate("no call ends these stretches inside the window")
+    calls = ended["quiet_idx"].to_numpy().astype(np.int64)
+    work = ended["quiet_py_ns"].to_numpy().astype(np.int64)
+    tl = analysis.timeline
+    gap = tl.gap[calls]
+    left = np.clip(gap - work, 0, None)
+    # The replay leaves out what recording the capture cost (torch.profiler's cost of each
+    # event it recorded, Python calls included): that part of the work is not counted.
+    recorded = np.clip(gap - tl.overhead_ns[calls], 0, None) - left
+    recording = int(work.sum() - np.clip(recorded, 0, None).sum())
+    note = (f"; ~{recording / 1e6:.3g} ms of it is what recording its events cost the capture "
+            "(torch.profiler's cost per event), not counted" if recording > 0.1 * work.sum()
+            else "")
+    return Fix(gap_calls=calls, gap_ns=left, describe=(
+        f"replayed with the CPU work of {len(calls):,} steps' longest stretches without a CUDA "
+        f"call ({work.sum() / 1e6:.3g} ms in all, outside torch ops) taken out{note}: an upper "
+        "bound, as if that work ran on the GPU or ahead of time in another thread or process"))
 
 
 def _cuda_graph(relation: str, rows: pl.DataFrame, analysis: Analysis) -> Fix | None:

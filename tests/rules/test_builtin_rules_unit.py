@@ -9,7 +9,7 @@ import pytest
 from event_loops import event_pipeline
 from zym.rules import load_packs
 from zym.rules.engine import evaluate_rules
-from zym.rules.testing import CaptureBuilder
+from zym.rules.testing import CaptureBuilder, Frame
 
 RULES = {r.id: r for p in load_packs(plugins=False) for r in p.rules}
 MAIN = ("python", "main", "app.py", 1)
@@ -713,6 +713,65 @@ def test_idle_before_launch__silent_when_launches_keep_up():
     b = CaptureBuilder()
     _think_then_launch(b, 10)
     assert fired(b, "utilization.idle-before-launch") == []
+
+
+def _prepare_then_run(b: CaptureBuilder, prepare_us: float, steps: int = 6,
+                      inside: Frame | None = None, op_id: int | None = None,
+                      gpu_first_us: float = 0) -> None:
+    """Steps that prepare their input on the CPU (``prepare_us``, inside a span of ``inside``
+    where given: a Python function, or a torch op with ``op_id``), then run four small kernels
+    and read the answer back (the GPU drained at each step's end). ``gpu_first_us``: a kernel
+    queued before the preparation, which the GPU runs meanwhile."""
+    for _ in range(steps):
+        with b.enclosing(STEP):
+            if gpu_first_us:
+                b.kernel(STEP + [TORCH, ("torch_op", "aten::mm")], "mm", gpu_us=gpu_first_us)
+            if inside is None:
+                b.tick(prepare_us)
+            else:
+                with b.enclosing(STEP + [inside], op_id=op_id):
+                    b.tick(prepare_us)
+            for _ in range(4):
+                b.kernel(STEP + [TORCH, ("torch_op", "aten::add")], "add", gpu_us=20)
+            b.scalar_readback(STEP)
+
+
+TOKENIZE = ("python", "tokenize", "app.py", 30)
+
+
+def test_cpu_bound_step__fires_with_the_work_and_what_removing_it_saves():
+    b = CaptureBuilder()
+    _prepare_then_run(b, 3000, inside=TOKENIZE)
+    [f] = fired(b, "utilization.cpu-bound-step")
+    steps = f.evidence["count"]  # the steps of the window (the last ends the capture: 5)
+    assert f.site == "each step: app.py step" and steps >= 5
+    # each step's longest stretch without a CUDA call is its 3 ms of preparation (+ the
+    # builder's 1-2 µs around calls and spans), and the GPU idles through it: taking it out
+    # of the steps saves about 3 ms each
+    assert 3_000_000 <= f.evidence["work_per_step"] <= 3_005_000
+    assert 0.97 * steps * 3_000_000 <= f.saving_ns <= steps * 3_010_000
+    assert f.evidence["where"] == "app.py:30 tokenize"
+    assert "most of it in app.py:30 tokenize" in " ".join(f.message.split())
+
+
+def test_cpu_bound_step__silent_when_the_time_is_an_op_planning():
+    """Time inside a torch op before its launch (cuDNN planning, compilation) is
+    utilization.idle-before-launch's, not Python work."""
+    b = CaptureBuilder()
+    _prepare_then_run(b, 3000, inside=("torch_op", "aten::_cudnn_attention_forward"), op_id=7)
+    assert fired(b, "utilization.cpu-bound-step") == []
+
+
+def test_cpu_bound_step__silent_when_the_gpu_works_meanwhile():
+    b = CaptureBuilder()
+    _prepare_then_run(b, 3000, inside=TOKENIZE, gpu_first_us=4000)
+    assert fired(b, "utilization.cpu-bound-step") == []
+
+
+def test_cpu_bound_step__silent_on_short_preparation():
+    b = CaptureBuilder()
+    _prepare_then_run(b, 20, inside=TOKENIZE)
+    assert fired(b, "utilization.cpu-bound-step") == []
 
 
 def test_low_utilization__fires_on_a_mostly_idle_gpu():
