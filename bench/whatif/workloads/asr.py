@@ -26,7 +26,7 @@ VARIANTS = {
 
 def mel_filters() -> np.ndarray:
     """Triangular mel filters, (NFFT // 2 + 1, MELS)."""
-    mel = lambda f: 2595 * np.log10(1 + f / 700)  # noqa: E731
+    mel = lambda f: 2595 * np.log10(1 + f / 700)
     edges = 700 * (10 ** (np.linspace(mel(0), mel(RATE / 2), MELS + 2) / 2595) - 1)
     bins = np.linspace(0, RATE / 2, NFFT // 2 + 1)
     lo, mid, hi = edges[:-2, None], edges[1:-1, None], edges[2:, None]
