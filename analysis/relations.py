@@ -174,6 +174,8 @@ COLUMNS: dict[str, dict[str, str]] = {
         "quiet_py_ns": "that stretch's time outside torch ops (Python and library work, not an "
                        "op planning before its launch), from the spans (Kineto); without spans, "
                        "the whole stretch",
+        "quiet_until": "the site (file:line function) of the call that ended that stretch: "
+                       "the work ran before it",
         "quiet_where": "where that time went, from the spans (Kineto): the site (file:line "
                        "function) of the innermost span outside the ops, on the step's thread, "
                        "that covers half of it or more; null without spans",
@@ -700,7 +702,7 @@ class Relations:
                   "size_syncs": pl.Int64, "blocked_ns": pl.Int64, "cpu_call_ns": pl.Int64, "gpu_ns": pl.Int64,
                   "busy_ns": pl.Int64, "busy_frac": pl.Float64, "quiet_ns": pl.Int64,
                   "quiet_frac": pl.Float64, "quiet_idx": pl.Int64, "quiet_py_ns": pl.Int64,
-                  "quiet_where": pl.String}
+                  "quiet_until": pl.String, "quiet_where": pl.String}
         if steps is None or not steps.count:
             return pl.DataFrame(schema=schema)
         calls = self.calls_table().with_columns(self.call_steps())
@@ -730,13 +732,19 @@ class Relations:
               .with_columns(pl.col("launches", "calls", "syncs", "size_syncs", "blocked_ns",
                                    "cpu_call_ns", "gpu_ns").fill_null(0))
               .with_columns((pl.col("busy_ns") / pl.col("dur_ns")).alias("busy_frac")))
-        if want & {"quiet_ns", "quiet_frac", "quiet_idx", "quiet_py_ns", "quiet_where"}:
+        if want & {"quiet_ns", "quiet_frac", "quiet_idx", "quiet_py_ns", "quiet_until",
+                   "quiet_where"}:
             df = df.join(self._quiet(calls, df), on="step", how="left").with_columns(
                 pl.col("quiet_ns").fill_null(pl.col("dur_ns")),
                 pl.col("quiet_end").fill_null(pl.col("end_ns")))
             df = df.with_columns((pl.col("quiet_ns") / pl.col("dur_ns")).alias("quiet_frac"))
             if want & {"quiet_py_ns", "quiet_where"}:
                 df = df.with_columns(self._quiet_spans(df, steps.thread))
+            if "quiet_until" in want:
+                at = df["quiet_idx"]
+                stack = calls["stack_id"].gather(at.fill_null(0)).set(at.is_null(), None)
+                df = df.with_columns(self.site_of(stack, ("site",))[0].cast(pl.String)
+                                     .alias("quiet_until"))
         return df.select([c for c in schema if c in want or c == "step"])
 
     def _quiet_spans(self, steps: pl.DataFrame, thread: int) -> list[pl.Series]:

@@ -751,7 +751,10 @@ def test_cpu_bound_step__fires_with_the_work_and_what_removing_it_saves():
     assert 3_000_000 <= f.evidence["work_per_step"] <= 3_005_000
     assert 0.97 * steps * 3_000_000 <= f.saving_ns <= steps * 3_010_000
     assert f.evidence["where"] == "app.py:30 tokenize"
-    assert "most of it in app.py:30 tokenize" in " ".join(f.message.split())
+    # the stretch ends at the step's first kernel launch, at the step's own line
+    assert f.evidence["until"] == "app.py:20 step"
+    assert ("without any CUDA call or torch op, most of it in app.py:30 tokenize (until "
+            "app.py:20 step called CUDA)") in " ".join(f.message.split())
 
 
 def test_cpu_bound_step__silent_when_the_time_is_an_op_planning():
