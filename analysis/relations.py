@@ -171,14 +171,14 @@ COLUMNS: dict[str, dict[str, str]] = {
         "quiet_idx": "the call that ended the step's longest stretch without a CUDA call (joins "
                      "the calls relation; null where the stretch runs to the step's end and no "
                      "call follows in the window)",
-        "quiet_py_ns": "that stretch's time outside torch ops (Python and library work, not an "
-                       "op planning before its launch), from the spans (Kineto); without spans, "
-                       "the whole stretch",
+        "quiet_py_ns": "that stretch's time before the torch op whose CUDA call ended it began "
+                       "(the CPU's own work, not that op planning or compiling before its "
+                       "launch), from the spans (Kineto); without spans, the whole stretch",
         "quiet_until": "the site (file:line function) of the call that ended that stretch: "
                        "the work ran before it",
         "quiet_where": "where that time went, from the spans (Kineto): the site (file:line "
-                       "function) of the innermost span outside the ops, on the step's thread, "
-                       "that covers half of it or more; null without spans",
+                       "function) of the innermost span, outside torch ops, on the step's "
+                       "thread, that covers half of it or more; null without spans",
     },
     "windows": {
         "device_id": "device", "ts_ns": "window start", "dur_ns": "window length",
@@ -749,11 +749,13 @@ class Relations:
 
     def _quiet_spans(self, steps: pl.DataFrame, thread: int) -> list[pl.Series]:
         """Per step, of its longest stretch without a CUDA call (``quiet_ns``, ending at
-        ``quiet_end``), from the spans on the steps' ``thread`` (Kineto): the time outside
-        torch ops (``quiet_py_ns``: Python and library work, not an op planning before its
-        launch; the whole stretch without spans), and where it went (``quiet_where``: the site
-        of the innermost span outside the ops that covers half of that time or more; null
-        where none does, or without spans)."""
+        ``quiet_end`` with the call ``quiet_idx``), from the spans (Kineto): the time before
+        the torch op whose CUDA call ended it began (``quiet_py_ns``: the CPU's own work, not
+        that op planning or compiling before its launch; the whole stretch without spans),
+        and where it went (``quiet_where``: the site of the innermost span, on the steps'
+        ``thread`` and outside the ops, that covers half of that time or more; null where
+        none does, or without spans). Two small queries of the spans: the ops that ended the
+        stretches, and the spans long enough to cover half of one."""
         q1 = steps["quiet_end"].to_numpy()
         q0 = q1 - steps["quiet_ns"].to_numpy()
         py = pl.Series("quiet_py_ns", q1 - q0)
@@ -764,38 +766,35 @@ class Relations:
         if spans is None or spans.height == 0 or not len(on) or not len(q0):
             return [py, none]
         pid, tid = (int(calls[c][int(on[0])]) for c in ("pid", "tid"))
-        near = spans.collect(spans.lazy().filter(
-            (pl.col("pid") == pid) & (pl.col("tid") == tid)
+        mine = (pl.col("pid") == pid) & (pl.col("tid") == tid)
+        # the op whose CUDA call ended each stretch: from its start on, the time is that op's
+        at = steps["quiet_idx"]
+        op = calls["op_id"].gather(at.fill_null(0)).set(at.is_null(), None)
+        if op.null_count() < len(op):
+            starts = spans.collect(spans.lazy().filter(mine & pl.col("op_id").is_in(
+                op.drop_nulls().unique().implode())).group_by("op_id").agg(
+                pl.col("ts_ns").min().alias("op_ts")))
+            op_ts = (pl.DataFrame({"op_id": op}).join(starts, on="op_id", how="left",
+                                                      maintain_order="left")["op_ts"]
+                     .fill_null(q1.max() + 1).to_numpy())
+            py = pl.Series("quiet_py_ns", np.clip(np.minimum(op_ts, q1) - q0, 0, None))
+        work = py.to_numpy()
+        half = work // 2
+        if not (half > 0).any():
+            return [py, none]
+        long = spans.collect(spans.lazy().filter(
+            mine & pl.col("op_id").is_null() & (pl.col("dur_ns") >= int(half[half > 0].min()))
             & (pl.col("ts_ns") < int(q1.max())) & (pl.col("ts_ns") + pl.col("dur_ns") > int(q0.min())))
-            .select("ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"), "stack_id",
-                    pl.col("op_id").is_not_null().alias("op")))
-        # The ops' time in each stretch: the outermost ops (the spans of one thread nest), each
-        # clipped to the stretches it overlaps (those start in time order: the steps' order).
-        ops = near.filter("op").sort("ts_ns")
-        o0, o1 = ops["ts_ns"].to_numpy(), ops["end"].to_numpy()
-        outer = np.ones(len(o0), bool)
-        outer[1:] = o0[1:] >= np.maximum.accumulate(o1)[:-1]
-        o0, o1 = o0[outer], o1[outer]
-        in_ops = np.zeros(len(q0), np.int64)
-        k = np.searchsorted(q0, o0, side="right") - 1
-        for at in (k, k + 1):  # an op that starts before a stretch can reach into it
-            ok = (at >= 0) & (at < len(q0))
-            a = at[ok]
-            np.add.at(in_ops, a, np.clip(np.minimum(o1[ok], q1[a]) - np.maximum(o0[ok], q0[a]),
-                                         0, None))
-        py = pl.Series("quiet_py_ns", np.clip(q1 - q0 - in_ops, 0, None))
-        # the innermost span outside the ops that covers half of that time or more
-        half = np.clip(q1 - q0 - in_ops, 0, None) // 2
-        long = near.filter(~pl.col("op") & (pl.col("end") - pl.col("ts_ns") >= max(int(
-            half[half > 0].min()) if (half > 0).any() else 1, 1)))
+            .select("ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"), "stack_id"))
         if long.height == 0:
             return [py, none]
         depth = (long.join(self.analysis.data.stacks.select("stack_id", "depth"), on="stack_id",
                            how="left", maintain_order="left")["depth"].fill_null(0).to_numpy())
         ts, end = long["ts_ns"].to_numpy(), long["end"].to_numpy()
         best = np.full(len(q0), -1)
+        w1 = q0 + work  # the work's end: the stretch's, or where the op that ended it began
         for k in np.flatnonzero(half > 0):  # the steps' stretches: few, as the long spans
-            got = np.flatnonzero(np.minimum(end, q1[k]) - np.maximum(ts, q0[k]) >= half[k])
+            got = np.flatnonzero(np.minimum(end, w1[k]) - np.maximum(ts, q0[k]) >= half[k])
             if len(got):
                 best[k] = got[np.argmax(depth[got])]
         found = np.flatnonzero(best >= 0)

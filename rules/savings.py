@@ -394,9 +394,9 @@ def _shorten_gaps(calls: np.ndarray, analysis: Analysis) -> Fix | None:
 
 
 def _cpu_work(rows: pl.DataFrame, analysis: Analysis) -> Fix | None:
-    """Each step's longest stretch without a CUDA call, its time outside torch ops
-    (``quiet_py_ns``), taken out of the CPU time before the call that ended it
-    (``quiet_idx``)."""
+    """Each step's longest stretch without a CUDA call, its CPU work (``quiet_py_ns``: before
+    the torch op that ended it began), taken out of the CPU time before the call that ended
+    it (``quiet_idx``)."""
     if "quiet_idx" not in rows.columns:
         return None
     ended = (rows.filter(pl.col("quiet_idx").is_not_null() & (pl.col("quiet_py_ns") > 0))
@@ -417,7 +417,7 @@ def _cpu_work(rows: pl.DataFrame, analysis: Analysis) -> Fix | None:
             else "")
     return Fix(gap_calls=calls, gap_ns=left, describe=(
         f"replayed with the CPU work of {len(calls):,} steps' longest stretches without a CUDA "
-        f"call ({work.sum() / 1e6:.3g} ms in all, outside torch ops) taken out{note}: an upper "
+        f"call ({work.sum() / 1e6:.3g} ms in all) taken out{note}: an upper "
         "bound, as if that work ran on the GPU or ahead of time in another thread or process"))
 
 

@@ -753,16 +753,32 @@ def test_cpu_bound_step__fires_with_the_work_and_what_removing_it_saves():
     assert f.evidence["where"] == "app.py:30 tokenize"
     # the stretch ends at the step's first kernel launch, at the step's own line
     assert f.evidence["until"] == "app.py:20 step"
-    assert ("without any CUDA call or torch op, most of it in app.py:30 tokenize (until "
-            "app.py:20 step called CUDA)") in " ".join(f.message.split())
+    assert ("without any CUDA call, most of it in app.py:30 tokenize (until app.py:20 step "
+            "called CUDA)") in " ".join(f.message.split())
 
 
 def test_cpu_bound_step__silent_when_the_time_is_an_op_planning():
-    """Time inside a torch op before its launch (cuDNN planning, compilation) is
-    utilization.idle-before-launch's, not Python work."""
+    """Time inside the torch op whose launch ends the stretch (cuDNN planning, compilation)
+    is utilization.idle-before-launch's, not the CPU's own work; a CPU-side torch op that
+    launches nothing (torch on CPU tensors) is the CPU's own work."""
+    attn = STEP + [("torch_op", "aten::_cudnn_attention_forward")]
+
+    def plan_then_launch(b: CaptureBuilder, op_id: int) -> None:
+        for _ in range(6):
+            with b.enclosing(STEP):
+                with b.enclosing(attn, op_id=op_id):
+                    b.tick(3000)  # planning inside the op, then its launch
+                    b.call(attn, "cudaLaunchKernel", "launch",
+                           gpu={"kind": "kernel", "name": "attn", "dur_us": 20}, op_id=op_id)
+                b.scalar_readback(STEP)
+
     b = CaptureBuilder()
-    _prepare_then_run(b, 3000, inside=("torch_op", "aten::_cudnn_attention_forward"), op_id=7)
+    plan_then_launch(b, op_id=7)
     assert fired(b, "utilization.cpu-bound-step") == []
+    b = CaptureBuilder()  # the same time in a CPU op before the step's first launch
+    _prepare_then_run(b, 3000, inside=("torch_op", "aten::stft"), op_id=9)
+    [f] = fired(b, "utilization.cpu-bound-step")
+    assert f.evidence["work_per_step"] >= 3_000_000
 
 
 def test_cpu_bound_step__silent_when_the_gpu_works_meanwhile():
