@@ -3,22 +3,16 @@ saw them (vision, moe, detect), zym's findings on a capture and a torch.profiler
 baseline, against every variant's measured saving (docs/benchmarks.md, "A blind round")."""
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import pytest
+from whatif_compare import compare
 
 ROOT = Path(__file__).resolve().parents[2]
 BLIND = ROOT / "bench" / "whatif" / "results" / "h200-blind"
 WORKLOADS = ROOT / "bench" / "whatif" / "workloads"
 REQUESTS = {"vision": 8, "moe": 6, "detect": 6, "hf_generate": 4, "churn": 6}   # len(requests)
-_spec = importlib.util.spec_from_file_location("whatif_compare",
-                                               ROOT / "bench" / "whatif" / "compare.py")
-compare = importlib.util.module_from_spec(_spec)
-sys.modules["whatif_compare"] = compare
-_spec.loader.exec_module(compare)
 
 
 @pytest.fixture(scope="module")

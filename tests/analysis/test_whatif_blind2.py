@@ -4,22 +4,16 @@ a torch.profiler trace of each baseline, against every variant's measured saving
 (docs/benchmarks.md, "A second blind round")."""
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import pytest
+from whatif_compare import compare
 
 ROOT = Path(__file__).resolve().parents[2]
 BLIND2 = ROOT / "bench" / "whatif" / "results" / "h100-blind2"
 WORKLOADS = ROOT / "bench" / "whatif" / "workloads"
 REQUESTS = {"recsys": 12, "beam": 6, "asr": 6}   # len(Service.requests) of each workload
-_spec = importlib.util.spec_from_file_location("whatif_compare2",
-                                               ROOT / "bench" / "whatif" / "compare.py")
-compare = importlib.util.module_from_spec(_spec)
-sys.modules["whatif_compare2"] = compare
-_spec.loader.exec_module(compare)
 
 
 @pytest.fixture(scope="module")

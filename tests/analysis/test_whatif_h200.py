@@ -3,18 +3,12 @@ and checked against what applying each fix measured there (docs/benchmarks.md, "
 a finding saves")."""
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+from whatif_compare import compare
 
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("whatif_compare",
-                                               ROOT / "bench" / "whatif" / "compare.py")
-compare = importlib.util.module_from_spec(_spec)
-sys.modules["whatif_compare"] = compare  # dataclasses look their module up
-_spec.loader.exec_module(compare)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,23 @@
+"""``bench/whatif/compare.py`` (predicted vs measured savings) as a module, loaded once, for the
+tests that check its tables against docs/benchmarks.md."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load() -> ModuleType:
+    name = "whatif_compare_bench"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / "whatif" / "compare.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # (dataclasses look their module up)
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+compare = _load()
