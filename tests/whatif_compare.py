@@ -21,3 +21,10 @@ def _load() -> ModuleType:
 
 
 compare = _load()
+
+
+def docs_table(marker: str) -> str:
+    """The table docs/benchmarks.md holds between ``<!-- MARKER -->`` and ``<!-- /MARKER -->``
+    (what ``compare.py --markdown`` printed when the doc was written)."""
+    doc = (ROOT / "docs" / "benchmarks.md").read_text()
+    return doc.split(f"<!-- {marker} -->\n", 1)[1].split(f"<!-- /{marker} -->", 1)[0]

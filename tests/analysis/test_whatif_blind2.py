@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from whatif_compare import compare
+from whatif_compare import compare, docs_table
 
 ROOT = Path(__file__).resolve().parents[2]
 BLIND2 = ROOT / "bench" / "whatif" / "results" / "h100-blind2"
@@ -22,10 +22,7 @@ def rows():
 
 
 def test_docs_table_is_what_the_traces_give_today(rows):
-    doc = (ROOT / "docs" / "benchmarks.md").read_text()
-    table = doc.split("<!-- whatif-blind2-table -->\n", 1)[1].split(
-        "<!-- /whatif-blind2-table -->", 1)[0]
-    assert table == compare.markdown(rows), (
+    assert docs_table("whatif-blind2-table") == compare.markdown(rows), (
         "docs/benchmarks.md is stale: python bench/whatif/compare.py "
         "bench/whatif/results/h100-blind2 --requests recsys=12,beam=6,asr=6 --markdown")
 
