@@ -137,6 +137,10 @@ def aggregation(name: str, spec: dict, sites: pl.DataFrame | None = None,
         expr = mask.sum() if mask is not None else pl.len()
         return expr.cast(pl.Int64).alias(name)
     col = pl.col(spec["of"])
+    if spec["agg"] == "top":  # the value of the row with the largest ``by`` (nulls skipped)
+        by = pl.col(spec["by"])
+        col, by = (col.filter(mask), by.filter(mask)) if mask is not None else (col, by)
+        return col.sort_by(by, descending=True, nulls_last=True).drop_nulls().first().alias(name)
     if mask is not None:
         col = col.filter(mask)
     return _AGG[spec["agg"]](col).alias(name)

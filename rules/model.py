@@ -233,6 +233,11 @@ def _rule(raw: dict, pack: str, source: str) -> Rule:
                 raise fail(where, f"agg {spec['agg']} needs 'of: COLUMN'")
             if "of" in spec and spec["of"] not in columns:
                 raise fail(f"{where}.of", _unknown_column(spec["of"], relation))
+            if (spec["agg"] == "top") != ("by" in spec):
+                raise fail(where, "agg top needs 'by: COLUMN' (the row whose value is largest), "
+                                  "and only top takes 'by'")
+            if "by" in spec and spec["by"] not in columns:
+                raise fail(f"{where}.by", _unknown_column(spec["by"], relation))
             _check_where(spec.get("where", {}), columns, f"{where}.where", fail)
         else:
             operands = spec.get("div") or spec.get("mul") or spec.get("sub") or [spec.get("rel")]

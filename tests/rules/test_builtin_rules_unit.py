@@ -757,6 +757,17 @@ def test_cpu_bound_step__fires_with_the_work_and_what_removing_it_saves():
             "called CUDA)") in " ".join(f.message.split())
 
 
+def test_cpu_bound_step__names_where_the_longest_stretch_went():
+    """Five steps tokenize for 1 ms, one loads audio for 8 ms: the place named is the one the
+    longest stretch went to (the most time), not the one most steps used."""
+    b = CaptureBuilder()
+    load = ("python", "load_audio", "app.py", 40)
+    for prepare_us, inside in [(1000, TOKENIZE)] * 3 + [(8000, load)] + [(1000, TOKENIZE)] * 3:
+        _prepare_then_run(b, prepare_us, steps=1, inside=inside)
+    [f] = fired(b, "utilization.cpu-bound-step")
+    assert f.evidence["where"] == "app.py:40 load_audio"
+
+
 def test_cpu_bound_step__silent_when_the_time_is_an_op_planning():
     """Time inside the torch op whose launch ends the stretch (cuDNN planning, compilation)
     is utilization.idle-before-launch's, not the CPU's own work; a CPU-side torch op that

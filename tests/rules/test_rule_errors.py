@@ -76,6 +76,12 @@ def test_the_good_pack_loads():
      "field measures.share", "needs 'of: COLUMN'"),
     (bad("share: {div: [gpu_ns, total_gpu_ns]}", "share: {agg: sum, of: nope}"),
      "field measures.share.of", "unknown column 'nope'"),
+    (bad("share: {div: [gpu_ns, total_gpu_ns]}", "share: {agg: top, of: name}"),
+     "field measures.share", "agg top needs 'by: COLUMN'"),
+    (bad("share: {div: [gpu_ns, total_gpu_ns]}", "share: {agg: max, of: dur_ns, by: dur_ns}"),
+     "field measures.share", "only top takes 'by'"),
+    (bad("share: {div: [gpu_ns, total_gpu_ns]}", "share: {agg: top, of: name, by: nope}"),
+     "field measures.share.by", "unknown column 'nope'"),
 ])
 def test_malformed_rule_names_file_rule_and_field(text, field, words):
     message = error_of(text)
