@@ -27,8 +27,6 @@ _AGG = {
     "min": lambda c: c.min(), "median": lambda c: c.median(),
     "p90": lambda c: c.quantile(0.9, "linear"), "p99": lambda c: c.quantile(0.99, "linear"),
     "n_unique": lambda c: c.drop_nulls().n_unique(),
-    # the most frequent value (of the first seen among equals; null where all are null)
-    "mode": lambda c: c.drop_nulls().mode(maintain_order=True).first(),
 }
 
 
