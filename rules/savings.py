@@ -28,7 +28,7 @@ Models (``saving: {model: NAME, ...}``):
   median CPU time before calls of the same site.
 * ``cpu-work``: the CPU work of each of the finding's steps' longest stretch without a CUDA
   call leaves the step (an upper bound: the work done on the GPU, or ahead of time in another
-  thread or process): the CPU time before the call that ended the stretch shrinks by it.
+  process): the CPU time before the call that ended the stretch shrinks by it.
 * ``cuda-graph``: the finding's steps run their launches as CUDA graphs: each run of
   consecutive launches costs one graph launch on the CPU, and each kernel ``GRAPH_NODE_NS``
   more on the GPU.
@@ -418,7 +418,7 @@ def _cpu_work(rows: pl.DataFrame, analysis: Analysis) -> Fix | None:
     return Fix(gap_calls=calls, gap_ns=left, describe=(
         f"replayed with the CPU work of {len(calls):,} steps' longest stretches without a CUDA "
         f"call ({work.sum() / 1e6:.3g} ms in all) taken out{note}: an upper "
-        "bound, as if that work ran on the GPU or ahead of time in another thread or process"))
+        "bound, as if that work ran on the GPU or ahead of time in another process"))
 
 
 def _cuda_graph(relation: str, rows: pl.DataFrame, analysis: Analysis) -> Fix | None:
