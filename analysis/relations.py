@@ -178,7 +178,8 @@ COLUMNS: dict[str, dict[str, str]] = {
                        "the work ran before it",
         "quiet_where": "where that time went, from the spans (Kineto): the site (file:line "
                        "function) of the innermost span, outside torch ops, on the step's "
-                       "thread, that covers half of it or more; null without spans",
+                       "thread, that covers half of it or more; null without spans, or for "
+                       "under 100 µs of work",
     },
     "windows": {
         "device_id": "device", "ts_ns": "window start", "dur_ns": "window length",
@@ -188,6 +189,9 @@ COLUMNS: dict[str, dict[str, str]] = {
 }
 RELATIONS = tuple(COLUMNS)
 WINDOWS = 50  # the `windows` relation cuts the capture into this many windows
+# A step's CPU work shorter than this is not placed in a function (``quiet_where`` null): the
+# spans long enough to cover half of shorter work are most of a thread's.
+WHERE_MIN_NS = 100_000
 
 # Standard measures every rule on a relation gets in its evidence (rules may add their own).
 # ``cost_ns`` is the observed cost (what findings show beside the saving) unless a rule names
@@ -734,12 +738,13 @@ class Relations:
               .with_columns((pl.col("busy_ns") / pl.col("dur_ns")).alias("busy_frac")))
         if want & {"quiet_ns", "quiet_frac", "quiet_idx", "quiet_py_ns", "quiet_until",
                    "quiet_where"}:
-            df = df.join(self._quiet(calls, df), on="step", how="left").with_columns(
+            on = np.flatnonzero(calls["_thread"].to_numpy() == steps.thread)  # in time order
+            df = df.join(self._quiet(calls, df, on), on="step", how="left").with_columns(
                 pl.col("quiet_ns").fill_null(pl.col("dur_ns")),
                 pl.col("quiet_end").fill_null(pl.col("end_ns")))
             df = df.with_columns((pl.col("quiet_ns") / pl.col("dur_ns")).alias("quiet_frac"))
             if want & {"quiet_py_ns", "quiet_where"}:
-                df = df.with_columns(self._quiet_spans(df, steps.thread))
+                df = df.with_columns(self._quiet_spans(df, calls, on))
             if "quiet_until" in want:
                 at = df["quiet_idx"]
                 stack = calls["stack_id"].gather(at.fill_null(0)).set(at.is_null(), None)
@@ -747,22 +752,22 @@ class Relations:
                                      .alias("quiet_until"))
         return df.select([c for c in schema if c in want or c == "step"])
 
-    def _quiet_spans(self, steps: pl.DataFrame, thread: int) -> list[pl.Series]:
+    def _quiet_spans(self, steps: pl.DataFrame, calls: pl.DataFrame, on: np.ndarray
+                     ) -> list[pl.Series]:
         """Per step, of its longest stretch without a CUDA call (``quiet_ns``, ending at
         ``quiet_end`` with the call ``quiet_idx``), from the spans (Kineto): the time before
         the torch op whose CUDA call ended it began (``quiet_py_ns``: the CPU's own work, not
         that op planning or compiling before its launch; the whole stretch without spans),
         and where it went (``quiet_where``: the site of the innermost span, on the steps'
-        ``thread`` and outside the ops, that covers half of that time or more; null where
-        none does, or without spans). Two small queries of the spans: the ops that ended the
-        stretches, and the spans long enough to cover half of one."""
+        thread (``on``: its calls) and outside the ops, that covers half of that time or more;
+        null where none does, for work under :data:`WHERE_MIN_NS`, or without spans). Two
+        small queries of the spans: the ops that ended the stretches, and the spans long
+        enough to cover half of one."""
         q1 = steps["quiet_end"].to_numpy()
         q0 = q1 - steps["quiet_ns"].to_numpy()
         py = pl.Series("quiet_py_ns", q1 - q0)
         none = pl.repeat(None, steps.height, dtype=pl.String, eager=True).alias("quiet_where")
         spans = self.analysis.data.span_table
-        calls = self.calls_table()
-        on = np.flatnonzero(calls["_thread"].to_numpy() == thread)
         if spans is None or spans.height == 0 or not len(on) or not len(q0):
             return [py, none]
         pid, tid = (int(calls[c][int(on[0])]) for c in ("pid", "tid"))
@@ -779,31 +784,41 @@ class Relations:
                      .fill_null(q1.max() + 1).to_numpy())
             py = pl.Series("quiet_py_ns", np.clip(np.minimum(op_ts, q1) - q0, 0, None))
         work = py.to_numpy()
-        half = work // 2
-        if not (half > 0).any():
+        named = np.flatnonzero(work >= WHERE_MIN_NS)
+        if not len(named):
             return [py, none]
+        # A span that covers half of an interval or more holds its midpoint: each step's
+        # candidates are the spans, outside the ops and at least half its work long, that hold
+        # its work's midpoint (a chain of nested calls), the deepest of them named.
+        lo, hi = q0[named], q0[named] + work[named]
+        mid, half = lo + (hi - lo) // 2, (hi - lo) // 2
         long = spans.collect(spans.lazy().filter(
-            mine & pl.col("op_id").is_null() & (pl.col("dur_ns") >= int(half[half > 0].min()))
-            & (pl.col("ts_ns") < int(q1.max())) & (pl.col("ts_ns") + pl.col("dur_ns") > int(q0.min())))
+            mine & pl.col("op_id").is_null() & (pl.col("dur_ns") >= int(half.min()))
+            & (pl.col("ts_ns") <= int(mid.max()))
+            & (pl.col("ts_ns") + pl.col("dur_ns") > int(mid.min())))
             .select("ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"), "stack_id"))
         if long.height == 0:
             return [py, none]
+        ts, end = long["ts_ns"].to_numpy(), long["end"].to_numpy()
+        order = np.argsort(mid, kind="stable")  # the midpoints each span holds: a range of them
+        first = np.searchsorted(mid[order], ts, side="left")
+        stop = np.searchsorted(mid[order], end, side="left")
+        count = np.clip(stop - first, 0, None)
+        span = np.repeat(np.arange(long.height), count)
+        starts = np.repeat(first - (np.cumsum(count) - count), count)  # each range's offset
+        k = order[np.arange(len(span)) + starts]
+        covers = np.minimum(end[span], hi[k]) - np.maximum(ts[span], lo[k]) >= half[k]
+        span, k = span[covers], k[covers]
+        if not len(span):
+            return [py, none]
         depth = (long.join(self.analysis.data.stacks.select("stack_id", "depth"), on="stack_id",
                            how="left", maintain_order="left")["depth"].fill_null(0).to_numpy())
-        ts, end = long["ts_ns"].to_numpy(), long["end"].to_numpy()
-        best = np.full(len(q0), -1)
-        w1 = q0 + work  # the work's end: the stretch's, or where the op that ended it began
-        for k in np.flatnonzero(half > 0):  # the steps' stretches: few, as the long spans
-            got = np.flatnonzero(np.minimum(end, w1[k]) - np.maximum(ts, q0[k]) >= half[k])
-            if len(got):
-                best[k] = got[np.argmax(depth[got])]
-        found = np.flatnonzero(best >= 0)
-        if not len(found):
-            return [py, none]
-        label = self.site_of(long["stack_id"].gather(best[found]), ("site",))[0]
-        return [py, none.scatter(found, label.cast(pl.String))]
+        deepest = (pl.DataFrame({"k": k, "span": span, "depth": depth[span]})
+                   .sort("depth", descending=True).unique("k", keep="first"))
+        label = self.site_of(long["stack_id"].gather(deepest["span"]), ("site",))[0]
+        return [py, none.scatter(named[deepest["k"].to_numpy()], label.cast(pl.String))]
 
-    def _quiet(self, calls: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    def _quiet(self, calls: pl.DataFrame, steps: pl.DataFrame, on: np.ndarray) -> pl.DataFrame:
         """Per step, its longest stretch with no CUDA call on the step's thread (``quiet_ns``):
         between two calls, or from the step's start to its first call, or from its last call
         to its end; and the call that ended it (``quiet_idx``: the later call, the first call,
@@ -827,12 +842,11 @@ class Relations:
                                (pl.col("first") - pl.col("s0")).alias("head"),
                                (pl.col("s1") - pl.col("last")).alias("tail"))
                  .sort("step"))
-        # the tail's stretch ends at the next call on the steps' thread after the step's last
-        mine = np.flatnonzero(self.calls_table()["_thread"].to_numpy()
-                              == self.analysis.steps_in_window().thread)  # in time order
+        # the tail's stretch ends at the next call on the steps' thread (``on``, in time order)
+        # after the step's last
         last = parts["last_idx"].to_numpy()
-        at = np.searchsorted(mine, last, side="right")
-        after = pl.Series(np.where(at < len(mine), mine[np.minimum(at, len(mine) - 1)], -1))
+        at = np.searchsorted(on, last, side="right")
+        after = pl.Series(np.where(at < len(on), on[np.minimum(at, len(on) - 1)], -1))
         after = after.set(after < 0, None)
         quiet = pl.max_horizontal("inner", "head", "tail", pl.lit(0)).cast(pl.Int64)
         inner = pl.col("inner") >= pl.max_horizontal("head", "tail")
