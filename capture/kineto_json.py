@@ -40,6 +40,8 @@ from zym.capture.kineto_text import (
     BETWEEN_EVENTS,
     CUT_TRIES,
     HEADER_LIMIT,
+    GzipCut,
+    gunzip,
     read_header,
     without_bom,
 )
@@ -308,29 +310,14 @@ def _pieces(f: BinaryIO, path: Path) -> Iterator[bytes]:
         while piece := f.read(_READ_CHUNK):
             yield piece
         return
-    d = isal_zlib.decompressobj(wbits=31)  # ISA-L: zlib's format, about 3x the speed
+    # Small reads: Kineto's text compresses ~15:1, so a piece is about _READ_CHUNK; the cap
+    # only bounds a bomb, and leaves no unconsumed tail (a copy) in the usual case.
     try:
-        while True:
-            if d.eof:  # a gzip file may hold several members, one after another (RFC 1952)
-                rest = d.unused_data or f.read(_GZ_READ)
-                if not rest:
-                    return
-                d = isal_zlib.decompressobj(wbits=31)
-                yield d.decompress(rest, _PIECE_CAP)
-                continue
-            # Small reads: Kineto's text compresses ~15:1, so a piece is about _READ_CHUNK; the
-            # cap only bounds a bomb, and leaves no unconsumed tail (a copy) in the usual case.
-            # ISA-L takes all the input it is given and holds back the text past the cap
-            # (text that compresses more than 256:1, e.g. long runs of whitespace): with no
-            # input left, it is asked for that text; none held back and no end: cut short.
-            chunk = d.unconsumed_tail or f.read(_GZ_READ)
-            piece = d.decompress(chunk, _PIECE_CAP)
-            if not piece and not chunk and not d.eof:
-                break
-            yield piece
+        yield from gunzip(f, _GZ_READ, _PIECE_CAP)
     except isal_zlib.error as e:
         raise InputError(f"{path}: corrupt gzip data ({e})") from e
-    raise _GzipCut(f"{path}: truncated gzip file: the trace was cut short")
+    except GzipCut:
+        raise _GzipCut(f"{path}: truncated gzip file: the trace was cut short") from None
 
 
 class _GzipCut(InputError):

@@ -36,6 +36,8 @@ from typing import NamedTuple
 from zym.capture.kineto_text import (
     BETWEEN_EVENTS,
     CUT_TRIES,
+    GzipCut,
+    gunzip,
     read_header,
     starts_like_json,
     without_bom,
@@ -329,29 +331,18 @@ def _pieces(f, ended: _Ended) -> Iterator[bytes | None]:
         return
     from isal import isal_zlib
 
-    d, size = isal_zlib.decompressobj(wbits=31), 0
-    while True:
-        if d.eof:
-            rest = d.unused_data or f.read(1 << 16)
-            if not rest:
+    size = 0
+    try:
+        for piece in gunzip(f, 1 << 16, _PIECE):
+            size += len(piece)
+            if size > TEXT_LIMIT:
+                yield None
                 return
-            d = isal_zlib.decompressobj(wbits=31)
-        else:  # (ISA-L takes all the input it is given, and holds back the text past
-            # ``_PIECE``: with no input left, it is asked for that text, b"" at the end)
-            rest = d.unconsumed_tail or f.read(1 << 16)
-        try:
-            piece = d.decompress(rest, _PIECE)
-        except isal_zlib.error:
-            yield None
-            return
-        if not piece and not rest and not d.eof:  # no input left, no text held back
-            ended.gzip_cut = True
-            return
-        size += len(piece)
-        if size > TEXT_LIMIT:
-            yield None
-            return
-        yield piece
+            yield piece
+    except isal_zlib.error:
+        yield None
+    except GzipCut:
+        ended.gzip_cut = True
 
 
 def _write(fd: int, payload: tuple | None) -> int:
