@@ -168,11 +168,14 @@ COLUMNS: dict[str, dict[str, str]] = {
                     "data preparation, an op planning before its launch: what graphs do not "
                     "shorten)",
         "quiet_frac": "quiet_ns / dur_ns",
-        "quiet_idx": "the call that ended the step's longest stretch without a CUDA call (joins "
-                     "the calls relation; null where the stretch runs to the step's end and no "
-                     "call follows in the window)",
+        "quiet_idx": "the call that ended the step's longest stretch without a CUDA call that "
+                     "its own work fills: before or between its calls where steps are found from "
+                     "spans (the time after its last call also holds any wait for the next "
+                     "step), also after them where a step starts at a line (eBPF stacks, "
+                     "profiler steps: its work before its first call falls there); joins the "
+                     "calls relation, null where no call follows in the window",
         "quiet_py_ns": "that stretch's time before the torch op whose CUDA call ended it began "
-                       "(the CPU's own work, not that op planning or compiling before its "
+                       "(the step's own CPU work, not that op planning or compiling before its "
                        "launch), from the spans (Kineto); without spans, the whole stretch",
         "quiet_until": "the site (file:line function) of the call that ended that stretch: "
                        "the work ran before it",
@@ -739,8 +742,10 @@ class Relations:
         if want & {"quiet_ns", "quiet_frac", "quiet_idx", "quiet_py_ns", "quiet_until",
                    "quiet_where"}:
             on = np.flatnonzero(calls["_thread"].to_numpy() == steps.thread)  # in time order
-            df = df.join(self._quiet(calls, df, on), on="step", how="left").with_columns(
+            df = df.join(self._quiet(calls, df, on, steps.source != "spans"), on="step",
+                         how="left").with_columns(
                 pl.col("quiet_ns").fill_null(pl.col("dur_ns")),
+                pl.col("_stretch_ns").fill_null(pl.col("dur_ns")),
                 pl.col("quiet_end").fill_null(pl.col("end_ns")))
             df = df.with_columns((pl.col("quiet_ns") / pl.col("dur_ns")).alias("quiet_frac"))
             if want & {"quiet_py_ns", "quiet_where"}:
@@ -754,8 +759,9 @@ class Relations:
 
     def _quiet_spans(self, steps: pl.DataFrame, calls: pl.DataFrame, on: np.ndarray
                      ) -> list[pl.Series]:
-        """Per step, of its longest stretch without a CUDA call (``quiet_ns``, ending at
-        ``quiet_end`` with the call ``quiet_idx``), from the spans (Kineto): the time before
+        """Per step, of its longest stretch without a CUDA call before or between its calls
+        (``_stretch_ns``, ending at ``quiet_end`` with the call ``quiet_idx``), from the spans
+        (Kineto): the time before
         the torch op whose CUDA call ended it began (``quiet_py_ns``: the CPU's own work, not
         that op planning or compiling before its launch; the whole stretch without spans),
         and where it went (``quiet_where``: the site of the innermost span, on the steps'
@@ -764,7 +770,7 @@ class Relations:
         small queries of the spans: the ops that ended the stretches, and the spans long
         enough to cover half of one."""
         q1 = steps["quiet_end"].to_numpy()
-        q0 = q1 - steps["quiet_ns"].to_numpy()
+        q0 = q1 - steps["_stretch_ns"].to_numpy()
         py = pl.Series("quiet_py_ns", q1 - q0)
         none = pl.repeat(None, steps.height, dtype=pl.String, eager=True).alias("quiet_where")
         spans = self.analysis.data.span_table
@@ -818,11 +824,17 @@ class Relations:
         label = self.site_of(long["stack_id"].gather(deepest["span"]), ("site",))[0]
         return [py, none.scatter(named[deepest["k"].to_numpy()], label.cast(pl.String))]
 
-    def _quiet(self, calls: pl.DataFrame, steps: pl.DataFrame, on: np.ndarray) -> pl.DataFrame:
+    @staticmethod
+    def _quiet(calls: pl.DataFrame, steps: pl.DataFrame, on: np.ndarray, tail: bool
+               ) -> pl.DataFrame:
         """Per step, its longest stretch with no CUDA call on the step's thread (``quiet_ns``):
         between two calls, or from the step's start to its first call, or from its last call
-        to its end; and the call that ended it (``quiet_idx``: the later call, the first call,
-        or the first call after the step on its thread; null where none follows)."""
+        to its end. And the longest that the step's own work fills (``_stretch_ns``): before or
+        between its calls where the steps start where the step function does (spans); the
+        time after its last call, which also holds any wait for the next step, only where a
+        step starts at a line (``tail``: eBPF stacks, profiler steps), whose work before its
+        first call falls there. The call that ended it (``quiet_idx``: the later call, the
+        first call, or the next call on the thread, ``on``) and when (``quiet_end``)."""
         c = (calls.filter(pl.col("step").is_not_null())
              .select("step", "call_idx", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"))
              .sort("step", "ts_ns"))
@@ -832,6 +844,9 @@ class Relations:
                                        pl.col("call_idx").sort_by("gap", descending=True,
                                                                   nulls_last=True).first()
                                        .alias("inner_idx"),
+                                       pl.col("ts_ns").sort_by("gap", descending=True,
+                                                               nulls_last=True).first()
+                                       .alias("inner_end"),
                                        pl.col("ts_ns").min().alias("first"),
                                        pl.col("call_idx").first().alias("first_idx"),
                                        pl.col("call_idx").last().alias("last_idx"),
@@ -840,23 +855,21 @@ class Relations:
                  .join(inner, on="step", how="inner")
                  .with_columns(pl.col("inner").fill_null(0),
                                (pl.col("first") - pl.col("s0")).alias("head"),
-                               (pl.col("s1") - pl.col("last")).alias("tail"))
-                 .sort("step"))
-        # the tail's stretch ends at the next call on the steps' thread (``on``, in time order)
-        # after the step's last
-        last = parts["last_idx"].to_numpy()
-        at = np.searchsorted(on, last, side="right")
+                               (pl.col("s1") - pl.col("last")).alias("tail")))
+        # the tail ends at the next call on the steps' thread after the step's last (if any)
+        at = np.searchsorted(on, parts["last_idx"].to_numpy(), side="right")
         after = pl.Series(np.where(at < len(on), on[np.minimum(at, len(on) - 1)], -1))
         after = after.set(after < 0, None)
-        quiet = pl.max_horizontal("inner", "head", "tail", pl.lit(0)).cast(pl.Int64)
-        inner = pl.col("inner") >= pl.max_horizontal("head", "tail")
-        head = pl.col("head") >= pl.col("tail")
-        ended_at = calls["ts_ns"].gather(parts["inner_idx"].fill_null(0))  # the inner's end
+        own = pl.max_horizontal("inner", "head", *(["tail"] if tail else []))
+        inside = pl.col("inner") >= own
+        head = pl.col("head") >= own
         return parts.select(
-            "step", quiet.alias("quiet_ns"),
-            pl.when(inner).then("inner_idx").when(head).then("first_idx")
-            .otherwise(after).cast(pl.Int64).alias("quiet_idx"),
-            pl.when(inner).then(ended_at).when(head).then("first").otherwise("s1")
+            "step", pl.max_horizontal("inner", "head", "tail", pl.lit(0)).cast(pl.Int64)
+            .alias("quiet_ns"),
+            pl.max_horizontal(own, pl.lit(0)).cast(pl.Int64).alias("_stretch_ns"),
+            pl.when(inside).then("inner_idx").when(head).then("first_idx").otherwise(after)
+            .cast(pl.Int64).alias("quiet_idx"),
+            pl.when(inside).then("inner_end").when(head).then("first").otherwise("s1")
             .cast(pl.Int64).alias("quiet_end"))
 
     def _build_windows(self, want: set[str], wheres: list[dict] | None = None) -> pl.DataFrame:

@@ -798,6 +798,16 @@ def test_cpu_bound_step__silent_when_the_gpu_works_meanwhile():
     assert fired(b, "utilization.cpu-bound-step") == []
 
 
+def test_cpu_bound_step__silent_when_the_steps_wait_between_them():
+    """A service idle between requests (waiting on its queue): the time after a step's last
+    CUDA call, up to the next step, is not the step's CPU work."""
+    b = CaptureBuilder()
+    for _ in range(6):
+        _prepare_then_run(b, 20, steps=1, inside=TOKENIZE)
+        b.tick(3000)  # waiting for the next request, outside the step function
+    assert fired(b, "utilization.cpu-bound-step") == []
+
+
 def test_cpu_bound_step__silent_on_short_preparation():
     b = CaptureBuilder()
     _prepare_then_run(b, 20, inside=TOKENIZE)
