@@ -52,13 +52,14 @@ def sync(device: str) -> None:
 
 @contextlib.contextmanager
 def active(svc):
-    """While ``svc`` serves: inference mode, and TF32 matmuls if the variant turns them on."""
+    """While ``svc`` serves: inference mode (autograd on instead where the service says
+    ``grad``: one that never turns it off), and TF32 matmuls if the variant turns them on."""
     import torch
 
     before = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = getattr(svc, "tf32", False)
     try:
-        with torch.inference_mode():
+        with torch.enable_grad() if getattr(svc, "grad", False) else torch.inference_mode():
             yield
     finally:
         torch.backends.cuda.matmul.allow_tf32 = before
