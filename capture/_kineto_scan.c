@@ -31,7 +31,7 @@
 
 /* Integer columns, in the order they are returned. */
 enum { I_PID, I_TID, I_EXT, I_PYID, I_PYPARENT, I_CORR, I_CBID, I_DEVICE, I_STREAM, I_BYTES,
-       I_GRAPH, I_GRID_X, I_GRID_Y, I_GRID_Z, I_BLOCK_X, I_BLOCK_Y, I_BLOCK_Z, N_INT };
+       I_GRAPH, I_GRID_X, I_GRID_Y, I_GRID_Z, I_BLOCK_X, I_BLOCK_Y, I_BLOCK_Z, I_SEQ, N_INT };
 enum { F_TS, F_DUR, N_FLOAT };
 enum { S_NAME, S_DIMS, S_TYPES, N_STR };
 
@@ -686,6 +686,7 @@ static int args_field(Scanner *s, Row *row, const char *key, size_t len, uint32_
     else if (KEY_IS("stream")) col = I_STREAM;
     else if (KEY_IS("bytes")) col = I_BYTES;
     else if (KEY_IS("graph id")) col = I_GRAPH;
+    else if (KEY_IS("Sequence number")) col = I_SEQ;
     else if (KEY_IS("grid") || KEY_IS("block")) {
         col = key[0] == 'g' ? I_GRID_X : I_BLOCK_X;
         return once(seen, col) ? FAIL : read_dim3(s, row, col);

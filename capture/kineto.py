@@ -110,7 +110,8 @@ def events_to_tables(groups: dict[str, pl.DataFrame], timed: bool = False,
     frame_of_row = np.concatenate([g["frame_id"].to_numpy() for g in (py, op, call)])
     # Only what the tables take from here on (ids, names and categories are used up).
     py = py.select("pid", "tid", "ts_ns", "dur_ns")
-    op = op.select("pid", "tid", "ts_ns", "dur_ns", "external_id", "shape_id", "dtypes_id")
+    op = op.select("pid", "tid", "ts_ns", "dur_ns", "external_id", "shape_id", "dtypes_id",
+                   "sequence")
     call = call.select("pid", "tid", "ts_ns", "dur_ns", "name_id", "correlation_id", "cbid",
                        "external_id")
     free(n)
@@ -505,11 +506,13 @@ def _spans(py: pl.DataFrame, op: pl.DataFrame, shapes: pl.DataFrame) -> pl.DataF
     cols = ["pid", "tid", "ts_ns", "dur_ns", "stack_id"]
     py_spans = py.select(*cols, pl.lit(None, pl.Int64).alias("op_id"),
                          pl.lit(None, pl.String).alias("op_shapes"),
-                         pl.lit(None, pl.String).alias("op_dtypes"))
+                         pl.lit(None, pl.String).alias("op_dtypes"),
+                         pl.lit(None, pl.Int64).alias("op_seq"))
     # One op span per torch op (millions on a large trace) repeats a few hundred shape texts:
     # held as categorical codes, 4 bytes a row (the capture file's schema casts them back).
     op_spans = _with_shapes(op, shapes, pl.Categorical).select(
-        *cols, pl.col("external_id").alias("op_id"), "op_shapes", "op_dtypes")
+        *cols, pl.col("external_id").alias("op_id"), "op_shapes", "op_dtypes",
+        pl.col("sequence").alias("op_seq"))
     py_spans = py_spans.with_columns(pl.col("op_shapes", "op_dtypes").cast(pl.Categorical))
     return pl.concat([py_spans, op_spans])
 

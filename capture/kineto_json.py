@@ -95,6 +95,8 @@ class _PythonArgs(msgspec.Struct, gc=False):
 
 class _OpArgs(msgspec.Struct, gc=False):
     external_id: int | None = msgspec.field(default=None, name="External id")
+    # Autograd's sequence number: the op ran with autograd recording it (grad mode on).
+    sequence: int | None = msgspec.field(default=None, name="Sequence number")
     # Kept as JSON text: shapes nest to varying depth (tensor lists), and only rules read them.
     input_dims: msgspec.Raw = msgspec.field(default=_EMPTY_RAW, name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=_EMPTY_RAW, name="Input type")
@@ -943,6 +945,7 @@ _ARG_ATTR = {"external_id": "external_id", "correlation_id": "correlation",
              "python_id": "python_id", "python_parent_id": "python_parent_id",
              "device_id": "device", "stream_id": "stream", "size_bytes": "bytes", "cbid": "cbid",
              "graph_id": "graph_id", "shape_id": "input_dims", "dtypes_id": "input_type",
+             "sequence": "sequence",
              **{f"{d}_{axis}": f"{d}.{axis}" for d in ("grid", "block") for axis in "xyz"}}
 CAT_TYPE = pl.Enum([*_CATS])
 _CAT_VALUE = {cat: pl.Series("cat", [cat], dtype=CAT_TYPE) for cat in _CATS}  # repeated per batch
@@ -951,7 +954,8 @@ _COMMON = {"cat": CAT_TYPE, "pid": pl.Int64, "tid": pl.Int64, "ts_us": pl.Float6
 _CPU = _COMMON | {"name_id": pl.UInt32}
 GROUP_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
     "python": _CPU | {"python_id": pl.Int64, "python_parent_id": pl.Int64},
-    "op": _CPU | {"external_id": pl.Int64, "shape_id": pl.UInt32, "dtypes_id": pl.UInt32},
+    "op": _CPU | {"external_id": pl.Int64, "shape_id": pl.UInt32, "dtypes_id": pl.UInt32,
+                  "sequence": pl.Int64},
     "call": _CPU | {"external_id": pl.Int64, "correlation_id": pl.Int64, "cbid": pl.Int32},
     "gpu": _COMMON | {"name": pl.String, "external_id": pl.Int64, "correlation_id": pl.Int64,
                       "device_id": pl.Int32, "stream_id": pl.Int64, "size_bytes": pl.Int64,
@@ -1081,7 +1085,7 @@ def _loose_columns(args: list, fields: list[str], schema: dict[str, pl.DataType]
 _SCAN_CATS = tuple(c.encode() for c in (*_CATS, *CAT_ALIASES))
 _SCAN_INTS = ("pid", "tid", "external_id", "python_id", "python_parent_id", "correlation_id",
               "cbid", "device_id", "stream_id", "size_bytes", "graph_id",
-              "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+              "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "sequence")
 _SCAN_FLOATS = ("ts_us", "dur_us")
 _SCAN_TEXTS = ("name", "shape_id", "dtypes_id")
 _GROUP_OF_CODE = np.array([_GROUPS.index(_GROUP_OF[c]) for c in _CATS], dtype=np.uint8)

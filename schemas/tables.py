@@ -57,6 +57,9 @@ COLUMNS: dict[str, Column] = {c.name: c for c in [
     _C("op_id", "int64", "torch op id (Kineto External id) of the innermost op"),
     _C("op_shapes", "string", "input shapes of the innermost torch op, JSON"),
     _C("op_dtypes", "string", "input dtypes of the innermost torch op, JSON"),
+    _C("op_seq", "int64", "autograd sequence number of a torch op's span: the op ran with "
+                          "autograd recording it (grad mode on); null: not recorded "
+                          "(inference or no-grad mode), not an op, or not said"),
     _C("frame_id", "int64", "frame id (frame table)"),
     _C("parent_id", "int64", "parent stack node; null at a root"),
     _C("depth", "int32", "depth of a stack node; roots are 0. range: nesting depth on its "
@@ -78,7 +81,7 @@ TABLES: dict[str, tuple[str, ...]] = {
     "frame": ("record", "frame_id", "kind", "name", "file", "line", "source"),
     "stack": ("record", "stack_id", "parent_id", "frame_id", "depth"),
     "span": ("record", "pid", "tid", "ts_ns", "dur_ns", "stack_id", "op_id",
-             "op_shapes", "op_dtypes"),
+             "op_shapes", "op_dtypes", "op_seq"),
     "range": ("record", "pid", "tid", "ts_ns", "dur_ns", "name", "kind", "domain", "clipped",
               "stack_id", "depth"),
     "call": ("record", "pid", "tid", "ts_ns", "dur_ns", "name", "kind", "correlation_id",

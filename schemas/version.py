@@ -12,8 +12,11 @@ Changelog
    clipped, stack_id, depth``) with the new columns ``domain`` and ``clipped``, and the frame
    kind ``nvtx`` (a range as a layer of a call's stack). A v1 or v2 file reads with no range
    rows and ``domain``/``clipped`` all null.
+4: ``span.op_seq``, autograd's sequence number of a torch op's span (Kineto's ``Sequence
+   number``: the op ran with autograd recording it). A v1-v3 file reads with ``op_seq`` all
+   null.
 """
-SCHEMA_VERSION = 3
-READABLE_VERSIONS = frozenset({1, 2, 3})
+SCHEMA_VERSION = 4
+READABLE_VERSIONS = frozenset({1, 2, 3, 4})
 # Columns a file of an older version may lack: they read as nulls.
-ADDED_IN: dict[str, int] = {"source": 2, "domain": 3, "clipped": 3}
+ADDED_IN: dict[str, int] = {"source": 2, "domain": 3, "clipped": 3, "op_seq": 4}

@@ -50,10 +50,14 @@ class KinetoBuilder:
         ev["dur"] = round(self.now - ev["ts"], 3)
 
     @contextlib.contextmanager
-    def op(self, name: str, dims: list | None = None, types: list | None = None) -> Iterator[None]:
+    def op(self, name: str, dims: list | None = None, types: list | None = None,
+           seq: int | None = None) -> Iterator[None]:
+        """A torch op; ``seq``: autograd's sequence number (the op ran with autograd on)."""
         ext = self._next_ext
         self._next_ext += 1
         args = {"External id": ext}
+        if seq is not None:
+            args["Sequence number"] = seq
         if dims is not None:
             args["Input Dims"] = dims
         if types is not None:

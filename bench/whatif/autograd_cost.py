@@ -53,7 +53,8 @@ def traced_ops(model, x, mode: str) -> dict:
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "t.json")
         prof.export_chrome_trace(path)
-        events = json.load(open(path))["traceEvents"]
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
     ops = [e for e in events if e.get("cat") == "cpu_op"]
     seq = [e for e in ops if "Sequence number" in e.get("args", {})]
     return {"cpu_ops": len(ops), "with_sequence_number": len(seq),
@@ -88,7 +89,8 @@ def main() -> None:
            "grad_minus_no_grad_ns_per_op": (med["grad"] - med["no_grad"]) / ITERS
            / ops_per_loop * 1e9,
            "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__}
-    json.dump(out, open(a.out, "w"), indent=1)
+    with open(a.out, "w") as f:
+        json.dump(out, f, indent=1)
     print(json.dumps({k: out[k] for k in ("ns_per_traced_op", "grad_minus_inference_ns_per_op",
                                           "grad_minus_no_grad_ns_per_op")}))
     print({m: (t["cpu_ops"], t["with_sequence_number"]) for m, t in trace.items()})

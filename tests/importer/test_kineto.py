@@ -612,6 +612,22 @@ def test_shapes_past_the_limits_are_dropped_in_spans_and_calls(tmp_path):
     assert sorted(stored["op_shapes"].drop_nulls().to_list()) == ["[[4], [4, 8]]"]
 
 
+def test_autograd_sequence_numbers_reach_the_op_spans(tmp_path):
+    """Kineto's ``Sequence number`` (an op autograd recorded) is the op span's ``op_seq``;
+    Python spans and ops without one have none."""
+    b = KinetoBuilder()
+    with b.py("app.py(1): main"):
+        with b.op("aten::linear", seq=41), b.op("aten::addmm", seq=42):
+            b.launch("cudaLaunchKernel", kernel="gemm", gpu_us=2.0)
+        with b.op("aten::empty"):
+            b.launch("cudaMemsetAsync", kernel=None)
+    tables, _ = load_kineto(b.write(tmp_path / "t.json"))
+    spans = tables["span"].sort("ts_ns")
+    assert spans["op_seq"].to_list() == [None, 41, 42, None]
+    stored = open_capture(import_kineto(tmp_path / "t.json", tmp_path / "t.parquet")).load("span")
+    assert stored.sort("ts_ns")["op_seq"].to_list() == [None, 41, 42, None]
+
+
 @pytest.mark.parametrize(("name", "host"), [
     ("gpu-node-17_41234.1701234567890.pt.trace.json.gz", "gpu-node-17"),  # ms since the epoch
     ("node1.cluster.local_7.1701234567890123456.pt.trace.json", "node1.cluster.local"),  # ns

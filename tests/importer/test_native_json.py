@@ -66,6 +66,7 @@ def odd_events(seed: int, n: int = 600) -> list[dict]:
                       "correlation": i, "cbid": rng.choice([211, None]),
                       "device": 0, "stream": rng.choice([7, None]), "bytes": 4096,
                       "graph id": rng.choice([None, 3]),
+                      "Sequence number": rng.choice([i, 0, None, 2**40]),
                       "grid": rng.choice([[i % 9 + 1, 1, 1], [2], [], [None, 2, 3]]),
                       "block": [128, 1, 1],
                       "Input Dims": rng.choice([[[4, 8], [8]], [[[1], [2]], [], [3]], [], None]),
@@ -107,7 +108,8 @@ def expected_rows(events: list[dict]) -> dict[str, list[dict]]:
         if group == "python":
             row |= {"python_id": a.get("Python id"), "python_parent_id": a.get("Python parent id")}
         elif group == "op":
-            row |= {"external_id": a.get("External id"), "shape": a.get("Input Dims", "absent"),
+            row |= {"external_id": a.get("External id"), "sequence": a.get("Sequence number"),
+                    "shape": a.get("Input Dims", "absent"),
                     "dtypes": a.get("Input type", "absent")}
         elif group == "call":
             row |= {"external_id": a.get("External id"), "correlation_id": a.get("correlation"),

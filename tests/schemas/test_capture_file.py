@@ -112,10 +112,34 @@ def test_foreign_parquet_is_refused(tmp_path):
 
 def test_other_schema_version_is_refused(capture_file, tmp_path):
     t = pq.read_table(capture_file)
-    path = tmp_path / "v4.parquet"
-    _write_raw(path, t.replace_schema_metadata({VERSION_KEY: "4", META_KEY: "{}"}))
-    with pytest.raises(SchemaError, match="schema version 4; this zym reads version"):
+    later = SCHEMA_VERSION + 1
+    path = tmp_path / f"v{later}.parquet"
+    _write_raw(path, t.replace_schema_metadata({VERSION_KEY: str(later), META_KEY: "{}"}))
+    with pytest.raises(SchemaError, match=f"schema version {later}; this zym reads version"):
         open_capture(path)
+
+
+def test_version_3_files_read_with_op_seq_null(tmp_path):
+    # a v3 file is a v4 file without the spans' autograd sequence numbers (op_seq)
+    tables = small_tables() | {"span": pl.DataFrame(
+        {"pid": [1, 1], "tid": [1, 1], "ts_ns": [0, 10], "dur_ns": [5, 5], "stack_id": [1, 1],
+         "op_id": [3, 4], "op_seq": [17, None]})}
+    capture_file = write_capture(tmp_path / "t.parquet", tables, CaptureMeta(producer="test"))
+    assert open_capture(capture_file).load("span")["op_seq"].to_list() == [17, None]
+    t = pq.read_table(capture_file)
+    v3 = t.drop_columns(["op_seq"]).replace_schema_metadata(
+        {**t.schema.metadata, VERSION_KEY.encode(): b"3", HASH_KEY.encode(): HASH_PLACEHOLDER.encode()})
+    _write_raw(tmp_path / "v3.parquet", v3)
+    seal(tmp_path / "v3.parquet")
+    spans = open_capture(tmp_path / "v3.parquet").load("span")
+    assert spans.height == pq.read_table(capture_file, filters=[("record", "=", "span")]).num_rows
+    assert spans["op_seq"].null_count() == spans.height
+    with pytest.raises(SchemaError):  # a v4 file must have it
+        v4 = t.drop_columns(["op_seq"]).replace_schema_metadata(
+            {**t.schema.metadata, HASH_KEY.encode(): HASH_PLACEHOLDER.encode()})
+        _write_raw(tmp_path / "v4.parquet", v4)
+        seal(tmp_path / "v4.parquet")
+        open_capture(tmp_path / "v4.parquet")
 
 
 def test_version_2_files_read_without_ranges(capture_file, tmp_path):
