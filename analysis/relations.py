@@ -183,6 +183,17 @@ COLUMNS: dict[str, dict[str, str]] = {
                        "function) of the innermost span, outside torch ops, on the step's "
                        "thread, that covers half of it or more; null without spans, or for "
                        "under 100 µs of work",
+        "torch_ops": "torch op spans that start in the step, any thread (Kineto; 0 without "
+                     "spans)",
+        "grad_ops": "those autograd recorded (a sequence number: grad mode was on)",
+        "backward_ops": "those of a backward pass (the autograd engine's, a ...Backward "
+                        "node's): a training step",
+        "grad_cpu_ns": "what autograd's recording cost the step's CPU: grad_ops times "
+                       "zym.analysis.training.AUTOGRAD_NS_PER_OP (measured, not read)",
+        "dropout_kernels": "dropout kernels the step launched (a dropout op above the kernel, "
+                           "or a dropout kernel's name where no op is known: a module left in "
+                           "training mode)",
+        "dropout_gpu_ns": "their GPU time",
     },
     "windows": {
         "device_id": "device", "ts_ns": "window start", "dur_ns": "window length",
@@ -709,7 +720,9 @@ class Relations:
                   "size_syncs": pl.Int64, "blocked_ns": pl.Int64, "cpu_call_ns": pl.Int64, "gpu_ns": pl.Int64,
                   "busy_ns": pl.Int64, "busy_frac": pl.Float64, "quiet_ns": pl.Int64,
                   "quiet_frac": pl.Float64, "quiet_idx": pl.Int64, "quiet_py_ns": pl.Int64,
-                  "quiet_until": pl.String, "quiet_where": pl.String}
+                  "quiet_until": pl.String, "quiet_where": pl.String, "torch_ops": pl.Int64,
+                  "grad_ops": pl.Int64, "backward_ops": pl.Int64, "grad_cpu_ns": pl.Int64,
+                  "dropout_kernels": pl.Int64, "dropout_gpu_ns": pl.Int64}
         if steps is None or not steps.count:
             return pl.DataFrame(schema=schema)
         calls = self.calls_table().with_columns(self.call_steps())
@@ -755,6 +768,25 @@ class Relations:
                 stack = calls["stack_id"].gather(at.fill_null(0)).set(at.is_null(), None)
                 df = df.with_columns(self.site_of(stack, ("site",))[0].cast(pl.String)
                                      .alias("quiet_until"))
+        if want & {"torch_ops", "grad_ops", "backward_ops", "grad_cpu_ns"}:
+            from .training import AUTOGRAD_NS_PER_OP, op_counts
+
+            ops = ("torch_ops", "grad_ops", "backward_ops")
+            df = (df.join(op_counts(self.analysis, steps.start_ns, steps.end_ns), on="step",
+                          how="left").with_columns(pl.col(*ops).fill_null(0))
+                  .with_columns((pl.col("grad_ops") * AUTOGRAD_NS_PER_OP).alias("grad_cpu_ns")))
+        if want & {"dropout_kernels", "dropout_gpu_ns"}:
+            from .training import is_dropout
+
+            chain = self.site_of(gpu["stack_id"], ("op_chain",))[0]
+            drop = gpu.select("call_idx", "dur_ns", "name", "kind", chain).filter(is_dropout())
+            drop = (pl.DataFrame({"step": calls["step"].gather(drop["call_idx"]),
+                                  "dur_ns": drop["dur_ns"]})
+                    .filter(pl.col("step").is_not_null())
+                    .group_by("step").agg(pl.len().cast(pl.Int64).alias("dropout_kernels"),
+                                          pl.col("dur_ns").sum().alias("dropout_gpu_ns")))
+            df = (df.join(drop.cast({"step": pl.Int64}), on="step", how="left")
+                  .with_columns(pl.col("dropout_kernels", "dropout_gpu_ns").fill_null(0)))
         return df.select([c for c in schema if c in want or c == "step"])
 
     def _quiet_spans(self, steps: pl.DataFrame, calls: pl.DataFrame, on: np.ndarray

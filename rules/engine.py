@@ -39,7 +39,8 @@ _SITE_LABELS = ("user_node", "user_function", "user_file", "user_line", "user_mo
 # Event columns each saving model reads (besides the relation's row key).
 _MODEL_COLUMNS = {"speedup": ("dur_ns", "precision", "op_class", "flops"),
                   "cpu-work": ("quiet_idx", "quiet_py_ns"),
-                  "cuda-graph": ("step", "size_syncs"), "batch": ("call_instance",)}
+                  "cuda-graph": ("step", "size_syncs"), "batch": ("call_instance",),
+                  "autograd-off": ("step",), "eval-mode": ("step",)}
 
 
 def evaluate_rules(analysis: Analysis, rules: Sequence[Rule],

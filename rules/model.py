@@ -274,6 +274,7 @@ SAVING_RELATIONS = {
     "batch": ("calls",), "remove": ("calls",), "unblock": ("calls", "gaps"),
     "pin": ("calls",), "async": ("calls",), "speedup": ("gpu",),
     "shorten-gaps": ("gaps", "calls"), "cpu-work": ("steps",), "cuda-graph": ("steps",),
+    "autograd-off": ("steps",), "eval-mode": ("steps",),
     "none": ("calls", "gpu", "gaps", "paths", "steps", "windows"),
 }
 

@@ -32,6 +32,11 @@ Models (``saving: {model: NAME, ...}``):
 * ``cuda-graph``: the finding's steps run their launches as CUDA graphs: each run of
   consecutive launches costs one graph launch on the CPU, and each kernel ``GRAPH_NODE_NS``
   more on the GPU.
+* ``autograd-off``: the finding's steps run without autograd (``torch.inference_mode()``):
+  the CPU time before each call shrinks by what recording the torch ops autograd recorded in
+  it costs (:data:`zym.analysis.training.AUTOGRAD_NS_PER_OP` each, measured).
+* ``eval-mode``: the finding's steps run their modules in eval mode: the dropout kernels
+  they launched go, with their launches and the CPU time their ops spent before each launch.
 * ``none``: no estimate (the finding is context, e.g. a utilization summary).
 """
 from __future__ import annotations
@@ -51,7 +56,7 @@ if TYPE_CHECKING:
     from zym.analysis import Analysis
 
 MODELS = ("batch", "remove", "unblock", "pin", "async", "speedup", "shorten-gaps", "cpu-work",
-          "cuda-graph", "none")
+          "cuda-graph", "autograd-off", "eval-mode", "none")
 # CPU cost of one async copy call, when the capture has no pinned copy to measure it from;
 # and of one graph replay (its cost grows with the graph's kernels) and the GPU time each
 # graph node adds, when it has no graph launch. Measured on the H200 by
@@ -110,6 +115,10 @@ def fix_for(model: dict, relation: str, rows: pl.DataFrame, analysis: Analysis,
         return _cpu_work(rows, analysis)
     if name == "cuda-graph":
         return _cuda_graph(relation, rows, analysis)
+    if name == "autograd-off":
+        return _autograd_off(rows, analysis)
+    if name == "eval-mode":
+        return _eval_mode(rows, analysis)
     raise ValueError(f"unknown saving model {name!r}")
 
 
@@ -419,6 +428,54 @@ def _cpu_work(rows: pl.DataFrame, analysis: Analysis) -> Fix | None:
         f"replayed with the CPU work of {len(calls):,} steps' longest stretches without a CUDA "
         f"call ({work.sum() / 1e6:.3g} ms in all) taken out{note}: an upper "
         "bound, as if that work ran on the GPU or ahead of time in another process"))
+
+
+def _deflated_gap(calls: np.ndarray, analysis: Analysis) -> np.ndarray:
+    """The CPU time before each of ``calls`` as the replay runs it: without what recording
+    the capture cost."""
+    tl = analysis.timeline
+    return np.clip(tl.gap[calls] - tl.overhead_ns[calls], 0, None)
+
+
+def _autograd_off(rows: pl.DataFrame, analysis: Analysis) -> Fix | None:
+    """The CPU time before each call of the finding's steps, less what autograd's recording
+    of the ops in it cost."""
+    from zym.analysis.training import AUTOGRAD_NS_PER_OP, grad_ops_before_calls
+
+    if "step" not in rows.columns:
+        return None
+    ops = grad_ops_before_calls(analysis)
+    step = analysis.relations.call_steps()
+    mine = step.is_in(rows["step"].cast(step.dtype).implode()).fill_null(False).to_numpy()
+    calls = np.flatnonzero(mine & (ops > 0)).astype(np.int64)
+    if not len(calls):
+        raise NoEstimate("no call of these steps follows an op autograd recorded")
+    cut = ops[calls] * AUTOGRAD_NS_PER_OP
+    return Fix(gap_calls=calls, gap_ns=np.clip(_deflated_gap(calls, analysis) - cut, 0, None),
+               describe=(f"replayed with the CPU time before {len(calls):,} calls cut by what "
+                         f"autograd's recording of their {int(ops[calls].sum()):,} ops cost "
+                         f"({AUTOGRAD_NS_PER_OP / 1e3:.2f} µs an op, measured on an H100 "
+                         "host: another host's CPU differs)"))
+
+
+def _eval_mode(rows: pl.DataFrame, analysis: Analysis) -> Fix | None:
+    """The finding's steps without their dropout kernels: their launches go (and the kernels
+    with them), and the CPU time before each launch loses the time its op spent before it."""
+    from zym.analysis.training import dropout_launches
+
+    if "step" not in rows.columns:
+        return None
+    drop = dropout_launches(analysis, rows["step"].to_numpy())
+    if drop.height == 0:
+        raise NoEstimate("no dropout kernel of these steps has its launch in the window")
+    calls = drop["call_idx"].to_numpy().astype(np.int64)
+    in_op = drop["in_op_ns"].to_numpy()
+    note = ("" if in_op.any() else " (the capture has no op spans: the dropout ops' own CPU "
+            "time before each launch stays)")
+    return Fix(remove_calls=calls, gap_calls=calls,
+               gap_ns=np.clip(_deflated_gap(calls, analysis) - in_op, 0, None),
+               describe=(f"replayed without {len(calls):,} dropout kernels, their launches and "
+                         f"their ops' CPU time before each launch{note}"))
 
 
 def _cuda_graph(relation: str, rows: pl.DataFrame, analysis: Analysis) -> Fix | None:

@@ -68,17 +68,18 @@ class CaptureBuilder:
         return parent
 
     @contextlib.contextmanager
-    def enclosing(self, frames: Sequence[Frame], op_id: int | None = None) -> Iterator[None]:
+    def enclosing(self, frames: Sequence[Frame], op_id: int | None = None,
+                  seq: int | None = None) -> Iterator[None]:
         """A span of the innermost frame of ``frames`` around what runs inside (one call of a
         user function, as Kineto records python_function spans; ``op_id``: a torch op's span,
-        as Kineto records cpu_op spans)."""
+        as Kineto records cpu_op spans; ``seq``: the op's autograd sequence number)."""
         start = self.now
         self.now += 500
         yield
         self.now += 500
         self.spans.append({"pid": self.pid, "tid": self.tid, "ts_ns": start,
                            "dur_ns": self.now - start, "stack_id": self.stack(frames),
-                           "op_id": op_id})
+                           "op_id": op_id, "op_seq": seq})
 
     def tick(self, us: float) -> None:
         self.now += int(us * 1000)

@@ -660,6 +660,101 @@ def test_launch_bound_step__silent_when_gpu_bound():
     assert fired(b, "compute.launch-bound-step") == []
 
 
+BACKWARD = "autograd::engine::evaluate_function: "
+
+
+def _serve(b: CaptureBuilder, steps: int = 6, ops: int = 10, seq: bool = True,
+           backward: bool = False, cpu_us: float = 20) -> None:
+    """Steps of ``ops`` torch ops (CPU-bound: ``cpu_us`` of CPU before each 2 µs kernel),
+    every other one recorded by autograd (``seq``), as a service with grad mode on records
+    a composite op and not its view ops; ``backward``: each step also runs a backward node."""
+    op = iter(range(1, 10**6))
+    for _ in range(steps):
+        with b.enclosing(STEP):
+            for i in range(ops):
+                b.tick(cpu_us)
+                frames = STEP + [TORCH, ("torch_op", "aten::linear")]
+                with b.enclosing(frames, op_id=next(op), seq=i if seq and i % 2 == 0 else None):
+                    b.kernel(frames, "gemm", gpu_us=2)
+            if backward:
+                node = STEP + [("torch_op", BACKWARD + "AddmmBackward0")]
+                with b.enclosing(node, op_id=next(op), seq=1):
+                    b.kernel(node, "gemm", gpu_us=2)
+            b.scalar_readback(STEP)
+
+
+def test_autograd_in_inference__fires_and_saves_what_recording_cost():
+    from zym.analysis.training import AUTOGRAD_NS_PER_OP
+
+    b = CaptureBuilder()
+    _serve(b)
+    [f] = fired(b, "compute.autograd-in-inference")
+    steps = f.evidence["count"]
+    assert f.site == "each step: app.py step" and steps >= 5
+    # 5 of each step's 10 ops were recorded, less the first step's first op (its span
+    # starts before the window, which starts at the first CUDA call)
+    assert f.evidence["grad_ops"] == 5 * steps - 1 and f.evidence["torch_ops"] == 10 * steps - 1
+    # CPU-bound steps (20 µs of CPU before each 2 µs kernel): each recorded op's cost comes
+    # off the CPU time before its launch, and the step ends that much sooner
+    assert 0.98 <= f.saving_ns / ((5 * steps - 1) * AUTOGRAD_NS_PER_OP) <= 1.02
+
+
+def test_autograd_in_inference__silent_in_training_or_without_records():
+    for kwargs in ({"backward": True}, {"seq": False}):
+        b = CaptureBuilder()
+        _serve(b, **kwargs)
+        assert fired(b, "compute.autograd-in-inference") == [], kwargs
+
+
+def _dropout_steps(b: CaptureBuilder, steps: int = 6, train: bool = True,
+                   ops: bool = True, backward: bool = False) -> None:
+    """GPU-bound steps: a 200 µs matmul, then dropout (in training mode a 50 µs mask kernel
+    under aten::dropout > aten::native_dropout; in eval mode aten::dropout launches nothing),
+    then .item(). ``ops``: the capture names torch ops (else the kernels' names only)."""
+    op = iter(range(1, 10**6))
+    lin = STEP + [TORCH, ("torch_op", "aten::linear")] if ops else STEP
+    drop = (STEP + [("torch_op", "aten::dropout"), ("torch_op", "aten::native_dropout")]
+            if ops else STEP)
+    for _ in range(steps):
+        with b.enclosing(STEP):
+            b.kernel(lin, "gemm", gpu_us=200)
+            with b.enclosing(drop[:len(STEP) + 1], op_id=next(op) if ops else None):
+                b.tick(8)
+                if train:
+                    b.kernel(drop, "void at::native::(anonymous namespace)::"
+                                   "fused_dropout_kernel_vec<float>", gpu_us=50)
+            if backward:
+                node = STEP + [("torch_op", BACKWARD + "NativeDropoutBackward0")]
+                with b.enclosing(node, op_id=next(op)):
+                    b.kernel(node, "masked_scale", gpu_us=5)
+            b.scalar_readback(STEP)
+
+
+def test_train_mode_dropout__fires_and_saves_the_kernels():
+    b = CaptureBuilder()
+    _dropout_steps(b)
+    [f] = fired(b, "compute.train-mode-dropout")
+    steps = f.evidence["count"]
+    assert f.site == "each step: app.py step" and steps >= 5
+    assert f.evidence["per_step"] == 1 and f.evidence["ns_per_step"] == 50_000
+    # the GPU is the bound: each step ends 50 µs sooner without the mask kernel
+    assert 0.98 <= f.saving_ns / (steps * 50_000) <= 1.05
+
+
+def test_train_mode_dropout__found_by_kernel_name_where_no_op_is_named():
+    b = CaptureBuilder()
+    _dropout_steps(b, ops=False)
+    [f] = fired(b, "compute.train-mode-dropout")
+    assert f.evidence["per_step"] == 1
+
+
+def test_train_mode_dropout__silent_in_eval_mode_or_training():
+    for kwargs in ({"train": False}, {"backward": True}):
+        b = CaptureBuilder()
+        _dropout_steps(b, **kwargs)
+        assert fired(b, "compute.train-mode-dropout") == [], kwargs
+
+
 # -- utilization ---------------------------------------------------------------------------------
 
 def _sync_then_think(b: CaptureBuilder, think_us: float) -> None:

@@ -1,0 +1,133 @@
+"""Facts of a service that serves in training mode: torch ops autograd recorded (grad mode on:
+no ``torch.inference_mode()``/``torch.no_grad()``), dropout that still runs (no
+``model.eval()``), and a backward pass (a training capture, where both belong).
+
+Autograd's records come from the spans' ``op_seq`` (Kineto's ``Sequence number``); dropout
+from the torch ops above each kernel (``op_chain``), or the kernel's name where the capture
+names no op (eBPF stacks without the torch op frames); a backward pass from the spans' op
+names (the autograd engine's, or a ``...Backward`` node's).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import polars as pl
+
+if TYPE_CHECKING:
+    from .load import CaptureData
+    from .report import Analysis
+
+# CPU time autograd's recording adds to each torch op it records (an op span with a sequence
+# number): the loop of small ops of bench/whatif/autograd_cost.py (linear, GELU, layer norm,
+# add; trained weights, an input that needs no grad) on the H100 host, autograd on against
+# torch.inference_mode(): 856 ns per traced op, half of them recorded (1,713 ns each); against
+# torch.no_grad() 714 ns (1,428). bench/whatif/results/h100-grad/autograd_cost.json.
+AUTOGRAD_NS_PER_OP = 1_713
+# Torch ops that draw a dropout mask (a module in training mode; in eval mode ``aten::dropout``
+# returns its input and launches nothing), in ``op_chain``'s ';op;...;' form.
+DROPOUT_CHAIN = (r";aten::(?:native_dropout|_?fused_dropout|bernoulli_?|"
+                 r"(?:feature_)?(?:alpha_)?dropout);")
+# ... and the kernels' names where no op is known (PyTorch's fused dropout kernel, and the
+# Bernoulli draws of the unfused forms).
+DROPOUT_KERNEL = r"(?i)fused_dropout|dropout_kernel|bernoulli"
+# An op of the backward pass: the autograd engine's node evaluation, or a node's own name.
+BACKWARD_OP = r"^autograd::engine::evaluate_function|Backward\d*$"
+
+
+def span_op_names(data: CaptureData, stack_id: pl.Series) -> pl.Series:
+    """The name of each span's own frame (an op span's: its torch op), by its stack id."""
+    from zym.schemas.lookup import first_row_of
+
+    stack, frame = data.stacks, data.frames
+    frame_id = stack["frame_id"].gather(first_row_of(stack["stack_id"], stack_id.cast(pl.Int64)))
+    return frame["name"].gather(first_row_of(frame["frame_id"], frame_id)).cast(pl.String)
+
+
+def op_counts(analysis: Analysis, start_ns: np.ndarray, end_ns: np.ndarray) -> pl.DataFrame:
+    """Per interval ``[start_ns[i], end_ns[i])`` (sorted, not overlapping: the steps), the
+    torch op spans that start in it (``torch_ops``), those autograd recorded (``grad_ops``)
+    and those of a backward pass (``backward_ops``): ``step`` (the interval's index) and the
+    three counts, for the intervals with ops. One query of the op spans between the first
+    start and the last end; none without spans."""
+    schema = {"step": pl.Int64, "torch_ops": pl.Int64, "grad_ops": pl.Int64,
+              "backward_ops": pl.Int64}
+    spans = analysis.data.span_table
+    if spans is None or not len(start_ns) or "op_id" not in spans.columns:
+        return pl.DataFrame(schema=schema)
+    grad = (pl.col("op_seq").is_not_null() if "op_seq" in spans.columns else pl.lit(False))
+    got = spans.collect(spans.lazy().filter(
+        pl.col("op_id").is_not_null() & (pl.col("ts_ns") >= int(start_ns[0]))
+        & (pl.col("ts_ns") < int(end_ns[-1])))
+        .select("ts_ns", "stack_id", grad.alias("grad")))
+    ts = got["ts_ns"].to_numpy()
+    step = np.searchsorted(start_ns, ts, side="right") - 1
+    inside = (step >= 0) & (ts < end_ns[np.maximum(step, 0)])
+    if not inside.any():
+        return pl.DataFrame(schema=schema)
+    got = got.filter(pl.Series(inside)).with_columns(step=pl.Series(step[inside]))
+    backward = span_op_names(analysis.data, got["stack_id"]).str.contains(BACKWARD_OP)
+    return (got.with_columns(backward=backward.fill_null(False))
+            .group_by("step").agg(pl.len().cast(pl.Int64).alias("torch_ops"),
+                                  pl.col("grad").sum().cast(pl.Int64).alias("grad_ops"),
+                                  pl.col("backward").sum().cast(pl.Int64).alias("backward_ops"))
+            .cast(schema))
+
+
+def grad_ops_before_calls(analysis: Analysis) -> np.ndarray:
+    """Per call of the window (``Facts.calls`` order), the torch ops autograd recorded that
+    started on its thread in the CPU time before it (after the thread's previous call
+    started: :class:`~zym.analysis.replay.GapCounter`)."""
+    from .replay import GapCounter
+
+    calls = analysis.facts.calls
+    out_len = calls.height
+    spans = analysis.data.span_table
+    if spans is None or "op_seq" not in spans.columns or not out_len:
+        return np.zeros(out_len, np.int64)
+    t0, t1 = analysis.window
+    counter = GapCounter(calls)
+    counter.add(spans.collect(spans.lazy().filter(
+        pl.col("op_seq").is_not_null() & (pl.col("ts_ns") >= t0) & (pl.col("ts_ns") < t1))
+        .select("pid", "tid", "ts_ns")))
+    return counter.total
+
+
+def is_dropout() -> pl.Expr:
+    """Of GPU rows (``op_chain``, ``name``, ``kind``), the dropout kernels: a dropout op above
+    the kernel, or, where the capture names no op, a dropout kernel's name."""
+    by_op = pl.col("op_chain").cast(pl.String).str.contains(DROPOUT_CHAIN)
+    by_name = pl.col("name").cast(pl.String).str.contains(DROPOUT_KERNEL)
+    named = pl.col("op_chain").is_not_null() & (pl.col("op_chain").cast(pl.String) != "")
+    return (pl.col("kind") == "kernel") & pl.when(named).then(by_op).otherwise(
+        by_name).fill_null(False)
+
+
+def dropout_launches(analysis: Analysis, steps: np.ndarray) -> pl.DataFrame:
+    """The calls (``call_idx``) that launched the dropout kernels of the window's ``steps``
+    (:func:`is_dropout`), and the CPU time each spent inside its torch op before it
+    (``in_op_ns``: from the op's span, 0 without spans): what the dropout costs the CPU
+    besides its launch."""
+    rel = analysis.relations
+    gpu = analysis.facts.gpu
+    chain = rel.site_of(gpu["stack_id"], ("op_chain",))[0]
+    drop = (gpu.select("call_idx", "name", "kind", chain).filter(is_dropout())
+            .filter(pl.col("call_idx").is_not_null()))
+    call_idx = drop["call_idx"].cast(pl.Int64)
+    step = rel.call_steps().gather(call_idx)
+    call_idx = call_idx.filter(step.is_in(pl.Series(steps).implode()).fill_null(False)).unique()
+    calls = analysis.facts.calls
+    out = pl.DataFrame({"call_idx": call_idx.sort(),
+                        "in_op_ns": pl.repeat(0, len(call_idx), dtype=pl.Int64, eager=True)})
+    spans = analysis.data.span_table
+    op_id = calls["op_id"].gather(out["call_idx"]) if "op_id" in calls.columns else None
+    if spans is None or op_id is None or op_id.null_count() == len(op_id):
+        return out
+    started = spans.collect(spans.lazy().filter(pl.col("op_id").is_in(op_id.drop_nulls()
+                                                                      .implode()))
+                            .group_by("op_id").agg(pl.col("ts_ns").min()))
+    from zym.schemas.lookup import first_row_of
+
+    at = started["ts_ns"].gather(first_row_of(started["op_id"], op_id))
+    before = (calls["ts_ns"].gather(out["call_idx"]) - at).fill_null(0).clip(0)
+    return out.with_columns(before.cast(pl.Int64).alias("in_op_ns"))
