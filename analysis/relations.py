@@ -776,10 +776,10 @@ class Relations:
                           how="left").with_columns(pl.col(*ops).fill_null(0))
                   .with_columns((pl.col("grad_ops") * AUTOGRAD_NS_PER_OP).alias("grad_cpu_ns")))
         if want & {"dropout_kernels", "dropout_gpu_ns"}:
-            from .training import is_dropout
+            from .training import dropout_kernels
 
-            chain = self.site_of(gpu["stack_id"], ("op_chain",))[0]
-            drop = gpu.select("call_idx", "dur_ns", "name", "kind", chain).filter(is_dropout())
+            drop = self.gpu_table().select("call_idx", "dur_ns").filter(
+                dropout_kernels(self.analysis))
             drop = (pl.DataFrame({"step": calls["step"].gather(drop["call_idx"]),
                                   "dur_ns": drop["dur_ns"]})
                     .filter(pl.col("step").is_not_null())

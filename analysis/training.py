@@ -49,29 +49,32 @@ def op_counts(analysis: Analysis, start_ns: np.ndarray, end_ns: np.ndarray) -> p
     torch op spans that start in it (``torch_ops``), those autograd recorded (``grad_ops``)
     and those of a backward pass (``backward_ops``): ``step`` (the interval's index) and the
     three counts, for the intervals with ops. One query of the op spans between the first
-    start and the last end; none without spans."""
+    start and the last end, counted per interval and stack as it is read (the names of the
+    distinct stacks only are read); none without spans."""
     schema = {"step": pl.Int64, "torch_ops": pl.Int64, "grad_ops": pl.Int64,
               "backward_ops": pl.Int64}
     spans = analysis.data.span_table
     if spans is None or not len(start_ns) or "op_id" not in spans.columns:
         return pl.DataFrame(schema=schema)
     grad = (pl.col("op_seq").is_not_null() if "op_seq" in spans.columns else pl.lit(False))
+    starts, ends = pl.lit(pl.Series(start_ns)), pl.lit(pl.Series(end_ns))
     got = spans.collect(spans.lazy().filter(
         pl.col("op_id").is_not_null() & (pl.col("ts_ns") >= int(start_ns[0]))
         & (pl.col("ts_ns") < int(end_ns[-1])))
-        .select("ts_ns", "stack_id", grad.alias("grad")))
-    ts = got["ts_ns"].to_numpy()
-    step = np.searchsorted(start_ns, ts, side="right") - 1
-    inside = (step >= 0) & (ts < end_ns[np.maximum(step, 0)])
-    if not inside.any():
+        .select("ts_ns", "stack_id", grad.alias("grad"))
+        .with_columns((starts.search_sorted(pl.col("ts_ns"), side="right").cast(pl.Int64) - 1)
+                      .alias("step"))
+        .filter(pl.col("ts_ns") < ends.gather(pl.col("step")))
+        .group_by("step", "stack_id").agg(pl.len().alias("n"), pl.col("grad").sum().alias("g")))
+    if got.height == 0:
         return pl.DataFrame(schema=schema)
-    got = got.filter(pl.Series(inside)).with_columns(step=pl.Series(step[inside]))
-    backward = span_op_names(analysis.data, got["stack_id"]).str.contains(BACKWARD_OP)
-    return (got.with_columns(backward=backward.fill_null(False))
-            .group_by("step").agg(pl.len().cast(pl.Int64).alias("torch_ops"),
-                                  pl.col("grad").sum().cast(pl.Int64).alias("grad_ops"),
-                                  pl.col("backward").sum().cast(pl.Int64).alias("backward_ops"))
-            .cast(schema))
+    stacks = got["stack_id"].unique()
+    backward = stacks.filter(span_op_names(analysis.data, stacks).str.contains(BACKWARD_OP)
+                             .fill_null(False))
+    return (got.group_by("step").agg(
+        pl.col("n").sum().alias("torch_ops"), pl.col("g").sum().alias("grad_ops"),
+        pl.col("n").filter(pl.col("stack_id").is_in(backward.implode())).sum()
+        .alias("backward_ops")).cast(schema))
 
 
 def grad_ops_before_calls(analysis: Analysis) -> np.ndarray:
@@ -93,25 +96,32 @@ def grad_ops_before_calls(analysis: Analysis) -> np.ndarray:
     return counter.total
 
 
-def is_dropout() -> pl.Expr:
-    """Of GPU rows (``op_chain``, ``name``, ``kind``), the dropout kernels: a dropout op above
-    the kernel, or, where the capture names no op, a dropout kernel's name."""
-    by_op = pl.col("op_chain").cast(pl.String).str.contains(DROPOUT_CHAIN)
-    by_name = pl.col("name").cast(pl.String).str.contains(DROPOUT_KERNEL)
-    named = pl.col("op_chain").is_not_null() & (pl.col("op_chain").cast(pl.String) != "")
-    return (pl.col("kind") == "kernel") & pl.when(named).then(by_op).otherwise(
-        by_name).fill_null(False)
+def dropout_kernels(analysis: Analysis) -> pl.Series:
+    """Per GPU operation (``Facts.gpu`` rows), whether it is a dropout kernel: a dropout op
+    above it (:data:`DROPOUT_CHAIN`), or, where the capture names no op above it, a dropout
+    kernel's name (:data:`DROPOUT_KERNEL`). Judged once per distinct stack and name."""
+    gpu = analysis.facts.gpu
+    stacks = gpu["stack_id"].drop_nulls().unique()
+    chain = analysis.relations.site_of(stacks, ("op_chain",))[0].cast(pl.String)
+    named = chain.is_not_null() & (chain != "")
+    by_op = stacks.filter(named & chain.str.contains(DROPOUT_CHAIN).fill_null(False))
+    unnamed = stacks.filter(~named.fill_null(False))
+    names = gpu["name"].cast(pl.String).unique().drop_nulls()
+    by_name = names.filter(names.str.contains(DROPOUT_KERNEL))
+    stack = pl.col("stack_id")
+    return gpu.select((pl.col("kind") == "kernel") & (
+        stack.is_in(by_op.implode()) | (stack.is_in(unnamed.implode())
+                                        & pl.col("name").cast(pl.String).is_in(by_name.implode()))
+    ).fill_null(False)).to_series()
 
 
 def dropout_launches(analysis: Analysis, steps: np.ndarray) -> pl.DataFrame:
     """The calls (``call_idx``) that launched the dropout kernels of the window's ``steps``
-    (:func:`is_dropout`), and the CPU time each spent inside its torch op before it
+    (:func:`dropout_kernels`), and the CPU time each spent inside its torch op before it
     (``in_op_ns``: from the op's span, 0 without spans): what the dropout costs the CPU
     besides its launch."""
     rel = analysis.relations
-    gpu = analysis.facts.gpu
-    chain = rel.site_of(gpu["stack_id"], ("op_chain",))[0]
-    drop = (gpu.select("call_idx", "name", "kind", chain).filter(is_dropout())
+    drop = (analysis.facts.gpu.select("call_idx").filter(dropout_kernels(analysis))
             .filter(pl.col("call_idx").is_not_null()))
     call_idx = drop["call_idx"].cast(pl.Int64)
     step = rel.call_steps().gather(call_idx)
