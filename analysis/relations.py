@@ -190,10 +190,11 @@ COLUMNS: dict[str, dict[str, str]] = {
                         "node's): a training step",
         "grad_cpu_ns": "what autograd's recording cost the step's CPU: grad_ops times "
                        "zym.analysis.training.AUTOGRAD_NS_PER_OP (measured, not read)",
-        "dropout_kernels": "dropout kernels the step launched (a dropout op above the kernel, "
-                           "or a dropout kernel's name where no op is known: a module left in "
-                           "training mode)",
-        "dropout_gpu_ns": "their GPU time",
+        "train_kernels": "kernels the step launched that modules run only in training mode "
+                         "(dropout: a dropout op above the kernel, or a dropout kernel's name "
+                         "where no op is known; batch norm's batch statistics and counter, "
+                         "cuDNN's training batch norm): a model not put in eval mode",
+        "train_gpu_ns": "their GPU time",
     },
     "windows": {
         "device_id": "device", "ts_ns": "window start", "dur_ns": "window length",
@@ -722,7 +723,7 @@ class Relations:
                   "quiet_frac": pl.Float64, "quiet_idx": pl.Int64, "quiet_py_ns": pl.Int64,
                   "quiet_until": pl.String, "quiet_where": pl.String, "torch_ops": pl.Int64,
                   "grad_ops": pl.Int64, "backward_ops": pl.Int64, "grad_cpu_ns": pl.Int64,
-                  "dropout_kernels": pl.Int64, "dropout_gpu_ns": pl.Int64}
+                  "train_kernels": pl.Int64, "train_gpu_ns": pl.Int64}
         if steps is None or not steps.count:
             return pl.DataFrame(schema=schema)
         calls = self.calls_table().with_columns(self.call_steps())
@@ -775,18 +776,18 @@ class Relations:
             df = (df.join(op_counts(self.analysis, steps.start_ns, steps.end_ns), on="step",
                           how="left").with_columns(pl.col(*ops).fill_null(0))
                   .with_columns((pl.col("grad_ops") * AUTOGRAD_NS_PER_OP).alias("grad_cpu_ns")))
-        if want & {"dropout_kernels", "dropout_gpu_ns"}:
-            from .training import dropout_kernels
+        if want & {"train_kernels", "train_gpu_ns"}:
+            from .training import train_mode_kernels
 
             drop = self.gpu_table().select("call_idx", "dur_ns").filter(
-                dropout_kernels(self.analysis))
+                train_mode_kernels(self.analysis)["found"])
             drop = (pl.DataFrame({"step": calls["step"].gather(drop["call_idx"]),
                                   "dur_ns": drop["dur_ns"]})
                     .filter(pl.col("step").is_not_null())
-                    .group_by("step").agg(pl.len().cast(pl.Int64).alias("dropout_kernels"),
-                                          pl.col("dur_ns").sum().alias("dropout_gpu_ns")))
+                    .group_by("step").agg(pl.len().cast(pl.Int64).alias("train_kernels"),
+                                          pl.col("dur_ns").sum().alias("train_gpu_ns")))
             df = (df.join(drop.cast({"step": pl.Int64}), on="step", how="left")
-                  .with_columns(pl.col("dropout_kernels", "dropout_gpu_ns").fill_null(0)))
+                  .with_columns(pl.col("train_kernels", "train_gpu_ns").fill_null(0)))
         return df.select([c for c in schema if c in want or c == "step"])
 
     def _quiet_spans(self, steps: pl.DataFrame, calls: pl.DataFrame, on: np.ndarray

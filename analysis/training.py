@@ -1,11 +1,13 @@
 """Facts of a service that serves in training mode: torch ops autograd recorded (grad mode on:
-no ``torch.inference_mode()``/``torch.no_grad()``), dropout that still runs (no
-``model.eval()``), and a backward pass (a training capture, where both belong).
+no ``torch.inference_mode()``/``torch.no_grad()``), modules that still run as in training (no
+``model.eval()``: dropout draws masks, batch norm normalises by the batch's own statistics
+and updates its running ones), and a backward pass (a training capture, where both belong).
 
 Autograd's records come from the spans' ``op_seq`` (Kineto's ``Sequence number``); dropout
 from the torch ops above each kernel (``op_chain``), or the kernel's name where the capture
-names no op (eBPF stacks without the torch op frames); a backward pass from the spans' op
-names (the autograd engine's, or a ``...Backward`` node's).
+names no op (eBPF stacks without the torch op frames); batch norm's training work from its
+kernels' names and the module the launch ran in; a backward pass from the spans' op names
+(the autograd engine's, or a ``...Backward`` node's).
 """
 from __future__ import annotations
 
@@ -31,6 +33,16 @@ DROPOUT_CHAIN = (r";aten::(?:native_dropout|_?fused_dropout|bernoulli_?|"
 # ... and the kernels' names where no op is known (PyTorch's fused dropout kernel, and the
 # Bernoulli draws of the unfused forms).
 DROPOUT_KERNEL = r"(?i)fused_dropout|dropout_kernel|bernoulli"
+# Batch norm in training mode: PyTorch's kernels that gather the batch's statistics (eval mode
+# reads the running ones instead, with one small kernel that update_stats' stands for here),
+# and the running-statistics counter (num_batches_tracked += 1: an add_ in a BatchNorm
+# module); removed by the estimate. cuDNN's batch norm does all of it in one kernel
+# (bn_fw_tr_... in training, bn_fw_inf_... in eval): found, not removed (what its eval-mode
+# kernel takes is not known here).
+BN_STATS_KERNEL = r"batch_norm_collect_statistics|batch_norm_reduce_statistics"
+BN_FUSED_TRAIN_KERNEL = r"bn_fw_tr_"
+BN_MODULE = r"BatchNorm"
+BN_COUNTER_OP = "aten::add_"
 # An op of the backward pass: the autograd engine's node evaluation, or a node's own name.
 BACKWARD_OP = r"^autograd::engine::evaluate_function|Backward\d*$"
 
@@ -96,32 +108,49 @@ def grad_ops_before_calls(analysis: Analysis) -> np.ndarray:
     return counter.total
 
 
-def dropout_kernels(analysis: Analysis) -> pl.Series:
-    """Per GPU operation (``Facts.gpu`` rows), whether it is a dropout kernel: a dropout op
-    above it (:data:`DROPOUT_CHAIN`), or, where the capture names no op above it, a dropout
-    kernel's name (:data:`DROPOUT_KERNEL`). Judged once per distinct stack and name."""
+def train_mode_kernels(analysis: Analysis) -> pl.DataFrame:
+    """Per GPU operation (``Facts.gpu`` rows): ``found``, a kernel a module runs only in
+    training mode (dropout: a dropout op above it, :data:`DROPOUT_CHAIN`, or, where the
+    capture names no op above it, a dropout kernel's name, :data:`DROPOUT_KERNEL`; batch
+    norm's statistics, its counter, cuDNN's training kernel), and ``removable``, those eval
+    mode does without (all but cuDNN's, whose eval-mode form is another kernel). Judged once
+    per distinct stack and kernel name."""
+    from zym.schemas.lookup import first_row_of
+
     gpu = analysis.facts.gpu
     stacks = gpu["stack_id"].drop_nulls().unique()
-    chain = analysis.relations.site_of(stacks, ("op_chain",))[0].cast(pl.String)
+    chain, op = (c.cast(pl.String) for c in analysis.relations.site_of(
+        stacks, ("op_chain", "torch_op")))
+    nodes = analysis.facts.nodes
+    module = nodes["module"].gather(first_row_of(nodes["stack_id"], stacks)).cast(pl.String)
     named = chain.is_not_null() & (chain != "")
-    by_op = stacks.filter(named & chain.str.contains(DROPOUT_CHAIN).fill_null(False))
+    dropout_op = stacks.filter(named & chain.str.contains(DROPOUT_CHAIN).fill_null(False))
     unnamed = stacks.filter(~named.fill_null(False))
+    counter = stacks.filter((op == BN_COUNTER_OP).fill_null(False)
+                            & module.str.contains(BN_MODULE).fill_null(False))
     names = gpu["name"].cast(pl.String).unique().drop_nulls()
-    by_name = names.filter(names.str.contains(DROPOUT_KERNEL))
-    stack = pl.col("stack_id")
-    return gpu.select((pl.col("kind") == "kernel") & (
-        stack.is_in(by_op.implode()) | (stack.is_in(unnamed.implode())
-                                        & pl.col("name").cast(pl.String).is_in(by_name.implode()))
-    ).fill_null(False)).to_series()
+
+    def named_like(pattern: str) -> pl.Series:
+        return names.filter(names.str.contains(pattern)).implode()
+
+    stack, name = pl.col("stack_id"), pl.col("name").cast(pl.String)
+    fused = name.is_in(named_like(BN_FUSED_TRAIN_KERNEL))
+    found = (stack.is_in(dropout_op.implode())
+             | (stack.is_in(unnamed.implode()) & name.is_in(named_like(DROPOUT_KERNEL)))
+             | name.is_in(named_like(BN_STATS_KERNEL)) | stack.is_in(counter.implode()) | fused)
+    kernel = pl.col("kind") == "kernel"
+    return gpu.select((kernel & found).fill_null(False).alias("found"),
+                      (kernel & found & ~fused).fill_null(False).alias("removable"))
 
 
-def dropout_launches(analysis: Analysis, steps: np.ndarray) -> pl.DataFrame:
-    """The calls (``call_idx``) that launched the dropout kernels of the window's ``steps``
-    (:func:`dropout_kernels`), and the CPU time each spent inside its torch op before it
-    (``in_op_ns``: from the op's span, 0 without spans): what the dropout costs the CPU
-    besides its launch."""
+def train_mode_launches(analysis: Analysis, steps: np.ndarray) -> pl.DataFrame:
+    """The calls (``call_idx``) that launched the removable training-mode kernels of the
+    window's ``steps`` (:func:`train_mode_kernels`), and the CPU time each spent inside its
+    torch op before it (``in_op_ns``: from the op's span, 0 without spans): what the work
+    costs the CPU besides its launch."""
     rel = analysis.relations
-    drop = (analysis.facts.gpu.select("call_idx").filter(dropout_kernels(analysis))
+    drop = (analysis.facts.gpu.select("call_idx")
+            .filter(train_mode_kernels(analysis)["removable"])
             .filter(pl.col("call_idx").is_not_null()))
     call_idx = drop["call_idx"].cast(pl.Int64)
     step = rel.call_steps().gather(call_idx)

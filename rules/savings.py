@@ -35,8 +35,9 @@ Models (``saving: {model: NAME, ...}``):
 * ``autograd-off``: the finding's steps run without autograd (``torch.inference_mode()``):
   the CPU time before each call shrinks by what recording the torch ops autograd recorded in
   it costs (:data:`zym.analysis.training.AUTOGRAD_NS_PER_OP` each, measured).
-* ``eval-mode``: the finding's steps run their modules in eval mode: the dropout kernels
-  they launched go, with their launches and the CPU time their ops spent before each launch.
+* ``eval-mode``: the finding's steps run their modules in eval mode: the training-mode
+  kernels eval mode does without (dropout's, batch norm's statistics and counter) go, with
+  their launches and the CPU time their ops spent before each launch.
 * ``none``: no estimate (the finding is context, e.g. a utilization summary).
 """
 from __future__ import annotations
@@ -459,23 +460,26 @@ def _autograd_off(rows: pl.DataFrame, analysis: Analysis) -> Fix | None:
 
 
 def _eval_mode(rows: pl.DataFrame, analysis: Analysis) -> Fix | None:
-    """The finding's steps without their dropout kernels: their launches go (and the kernels
-    with them), and the CPU time before each launch loses the time its op spent before it."""
-    from zym.analysis.training import dropout_launches
+    """The finding's steps without the training-mode kernels eval mode does without: their
+    launches go (and the kernels with them), and the CPU time before each launch loses the
+    time its op spent before it."""
+    from zym.analysis.training import train_mode_launches
 
     if "step" not in rows.columns:
         return None
-    drop = dropout_launches(analysis, rows["step"].to_numpy())
+    drop = train_mode_launches(analysis, rows["step"].to_numpy())
     if drop.height == 0:
-        raise NoEstimate("no dropout kernel of these steps has its launch in the window")
+        raise NoEstimate("no kernel eval mode does without (dropout's, batch norm's "
+                         "statistics) has its launch in these steps")
     calls = drop["call_idx"].to_numpy().astype(np.int64)
     in_op = drop["in_op_ns"].to_numpy()
-    note = ("" if in_op.any() else " (the capture has no op spans: the dropout ops' own CPU "
-            "time before each launch stays)")
+    note = ("" if in_op.any() else " (the capture has no op spans: the ops' own CPU time "
+            "before each launch stays)")
     return Fix(remove_calls=calls, gap_calls=calls,
                gap_ns=np.clip(_deflated_gap(calls, analysis) - in_op, 0, None),
-               describe=(f"replayed without {len(calls):,} dropout kernels, their launches and "
-                         f"their ops' CPU time before each launch{note}"))
+               describe=(f"replayed without {len(calls):,} kernels eval mode does without "
+                         f"(dropout's, batch norm's statistics), their launches and their ops' "
+                         f"CPU time before each launch{note}"))
 
 
 def _cuda_graph(relation: str, rows: pl.DataFrame, analysis: Analysis) -> Fix | None:

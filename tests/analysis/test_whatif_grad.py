@@ -1,6 +1,6 @@
 """The inference-mode round (bench/whatif/results/h100-grad; on an H100: the device tool lent
-one): services that serve with autograd on (encoder, graddecode) and one whose model was never
-put in eval mode (encoder), zym's findings on a torch.profiler trace of each baseline, against
+one): services that serve with autograd on (encoder, graddecode, gradvision) and whose model
+was never put in eval mode (encoder: dropout; gradvision: batch norm and dropout), zym's findings on a torch.profiler trace of each baseline, against
 every variant's measured saving (docs/benchmarks.md, "Services left in training mode")."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from whatif_compare import compare, docs_table
 ROOT = Path(__file__).resolve().parents[2]
 GRAD = ROOT / "bench" / "whatif" / "results" / "h100-grad"
 WORKLOADS = ROOT / "bench" / "whatif" / "workloads"
-REQUESTS = {"encoder": 6, "graddecode": 6}   # len(Service.requests) each
+REQUESTS = {"encoder": 6, "graddecode": 6, "gradvision": 6}   # len(Service.requests) each
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,8 @@ def _row(rows, workload: str, variant: str):
 def test_docs_table_is_what_the_traces_give_today(rows):
     assert docs_table("whatif-grad-table") == compare.markdown(rows), (
         "docs/benchmarks.md is stale: python bench/whatif/compare.py "
-        "bench/whatif/results/h100-grad --requests encoder=6,graddecode=6 --markdown")
+        "bench/whatif/results/h100-grad --requests encoder=6,graddecode=6,gradvision=6 "
+        "--markdown")
 
 
 def test_autograd_left_on_in_a_launch_bound_loop_is_priced_within_30pct(rows):
@@ -43,8 +44,36 @@ def test_autograd_left_on_in_a_launch_bound_loop_is_priced_within_30pct(rows):
 
 def test_dropout_in_training_mode_is_first_and_within_30pct(rows):
     r = _row(rows, "encoder", "eval")
-    assert r.rule_id == "compute.train-mode-dropout" and r.rank == 1
+    assert r.rule_id == "compute.train-mode-modules" and r.rank == 1
     assert not r.noise and r.agrees, r
+
+
+@pytest.mark.parametrize("variant", ["eval", "no_grad", "all"])
+def test_a_cnn_left_in_training_mode_is_priced_within_30pct(rows, variant):
+    """gradvision: eval mode saved ~0.39 ms of a ~1.9 ms request (batch norm's statistics
+    and counter, dropout), inference mode ~0.32, both ~0.64, measured."""
+    r = _row(rows, "gradvision", variant)
+    assert r.rank is not None and not r.noise and r.agrees, r
+
+
+def test_every_batch_norm_layer_of_the_cnn_is_counted():
+    """Per request, each batch norm layer (the stem's and two per block) gathers its batch's
+    statistics and counts the batch, and the head's dropout draws a mask: counted from the
+    workload's source, against the kernels the finding counts a step."""
+    from zym.analysis import analyze
+    from zym.rules import evaluate
+
+    source = (WORKLOADS / "gradvision.py").read_text()
+    blocks = int(re.search(r"^BLOCKS, .*? = (\d+),", source, re.MULTILINE).group(1))
+    norms = len(re.findall(r"nn\.BatchNorm2d\(", source))  # the stem's, and a block's two
+    dropouts = len(re.findall(r"nn\.Dropout\(", source))
+    layers = (norms - 2) + 2 * blocks
+    [f] = [f for f in evaluate(analyze(GRAD / "kineto" / "gradvision.parquet"))
+           if f.rule_id == "compute.train-mode-modules"]
+    assert layers == 17 and f.evidence["per_step"] == 2 * layers + dropouts
+    evaluated = {f.rule_id for f in evaluate(analyze(GRAD / "kineto" / "gradvision-eval.parquet"))}
+    assert "compute.train-mode-modules" not in evaluated  # model.eval(), autograd still on
+    assert "compute.autograd-in-inference" in evaluated
 
 
 def test_orders_hold(rows):
@@ -63,7 +92,7 @@ def test_every_dropout_layer_of_the_model_is_counted():
     uses = len(re.findall(r"self\.drop\(", source)) - 1  # the encoder's own, once a request
     per_layer = uses + len(re.findall(r"nn\.Dropout\(P\)\)", source))  # + the ff block's
     [f] = [f for f in evaluate(analyze(GRAD / "kineto" / "encoder.parquet"))
-           if f.rule_id == "compute.train-mode-dropout"]
+           if f.rule_id == "compute.train-mode-modules"]
     assert per_layer == 3 and f.evidence["per_step"] == layers * per_layer + 1
 
 
@@ -74,7 +103,7 @@ def test_the_fixed_service_has_neither_finding():
     from zym.rules import evaluate
 
     fixed = {f.rule_id for f in evaluate(analyze(GRAD / "kineto" / "encoder-all.parquet"))}
-    assert not fixed & {"compute.train-mode-dropout", "compute.autograd-in-inference"}
+    assert not fixed & {"compute.train-mode-modules", "compute.autograd-in-inference"}
 
 
 def test_the_cost_per_op_is_the_one_measured():

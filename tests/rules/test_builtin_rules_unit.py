@@ -730,10 +730,10 @@ def _dropout_steps(b: CaptureBuilder, steps: int = 6, train: bool = True,
             b.scalar_readback(STEP)
 
 
-def test_train_mode_dropout__fires_and_saves_the_kernels():
+def test_train_mode_modules__fires_and_saves_the_kernels():
     b = CaptureBuilder()
     _dropout_steps(b)
-    [f] = fired(b, "compute.train-mode-dropout")
+    [f] = fired(b, "compute.train-mode-modules")
     steps = f.evidence["count"]
     assert f.site == "each step: app.py step" and steps >= 5
     assert f.evidence["per_step"] == 1 and f.evidence["ns_per_step"] == 50_000
@@ -741,18 +741,61 @@ def test_train_mode_dropout__fires_and_saves_the_kernels():
     assert 0.98 <= f.saving_ns / (steps * 50_000) <= 1.05
 
 
-def test_train_mode_dropout__found_by_kernel_name_where_no_op_is_named():
+def test_train_mode_modules__found_by_kernel_name_where_no_op_is_named():
     b = CaptureBuilder()
     _dropout_steps(b, ops=False)
-    [f] = fired(b, "compute.train-mode-dropout")
+    [f] = fired(b, "compute.train-mode-modules")
     assert f.evidence["per_step"] == 1
 
 
-def test_train_mode_dropout__silent_in_eval_mode_or_training():
+def test_train_mode_modules__silent_in_eval_mode_or_training():
     for kwargs in ({"train": False}, {"backward": True}):
         b = CaptureBuilder()
         _dropout_steps(b, **kwargs)
-        assert fired(b, "compute.train-mode-dropout") == [], kwargs
+        assert fired(b, "compute.train-mode-modules") == [], kwargs
+
+
+def _batch_norm_steps(b: CaptureBuilder, steps: int = 6, cudnn: bool = False) -> None:
+    """GPU-bound steps: a 200 µs convolution, then batch norm in training mode (PyTorch's:
+    a 40 µs statistics kernel, a 40 µs normalising one, and the running-statistics counter's
+    3 µs add_ in the module; cuDNN's: one 60 µs training kernel), then .item()."""
+    op = iter(range(1, 10**6))
+    module = STEP + [("python", "nn.Module: BatchNorm2d_0")]
+    bn = module + [("torch_op", "aten::batch_norm"), ("torch_op", "aten::native_batch_norm")]
+    for _ in range(steps):
+        with b.enclosing(STEP):
+            b.kernel(STEP + [TORCH, ("torch_op", "aten::cudnn_convolution")], "conv", gpu_us=200)
+            with b.enclosing(bn, op_id=next(op)):
+                if cudnn:
+                    b.kernel(bn, "void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, 512>", gpu_us=60)
+                else:
+                    b.kernel(bn, "void at::native::batch_norm_collect_statistics_kernel<float>",
+                             gpu_us=40)
+                    b.kernel(bn, "void at::native::batch_norm_transform_input_kernel<float>",
+                             gpu_us=40)
+            if not cudnn:
+                counter = module + [("torch_op", "aten::add_")]
+                with b.enclosing(counter, op_id=next(op)):
+                    b.kernel(counter, "vectorized_elementwise_kernel", gpu_us=3)
+            b.scalar_readback(STEP)
+
+
+def test_train_mode_modules__prices_batch_norm_s_statistics_and_counter():
+    b = CaptureBuilder()
+    _batch_norm_steps(b)
+    [f] = fired(b, "compute.train-mode-modules")
+    steps = f.evidence["count"]
+    # the statistics kernel and the counter's: eval mode normalises by the running
+    # statistics (the normalising kernel stays), and counts nothing
+    assert f.evidence["per_step"] == 2 and f.evidence["ns_per_step"] == 43_000
+    assert 0.98 <= f.saving_ns / (steps * 43_000) <= 1.05
+
+
+def test_train_mode_modules__finds_cudnn_s_training_kernel_without_pricing_it():
+    b = CaptureBuilder()
+    _batch_norm_steps(b, cudnn=True)
+    [f] = fired(b, "compute.train-mode-modules")
+    assert f.evidence["per_step"] == 1 and f.saving_ns is None
 
 
 # -- utilization ---------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from torch import nn
 LAYERS, WIDTH, HEADS, FF, VOCAB, BATCH, SEQ, REQUESTS, P = 6, 768, 12, 3072, 30522, 32, 256, 6, 0.1
 VARIANTS = {
     "base": "as written",
-    "eval": "compute.train-mode-dropout: model.eval() once after loading (no dropout)",
+    "eval": "compute.train-mode-modules: model.eval() once after loading (no dropout)",
     "no_grad": "compute.autograd-in-inference: the forward pass under torch.inference_mode()",
     "all": "eval + no_grad",
 }

@@ -16,7 +16,7 @@ from torch import nn
 BLOCKS, WIDTH, BATCH, SIZE, CLASSES, REQUESTS = 8, 96, 32, 160, 1000, 6
 VARIANTS = {
     "base": "as written",
-    "eval": "compute.train-mode-dropout: model.eval() once after loading (batch norm on its "
+    "eval": "compute.train-mode-modules: model.eval() once after loading (batch norm on its "
             "running statistics, no dropout)",
     "no_grad": "compute.autograd-in-inference: the forward pass under torch.inference_mode()",
     "all": "eval + no_grad",
