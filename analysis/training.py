@@ -128,16 +128,22 @@ def train_mode_kernels(analysis: Analysis) -> pl.DataFrame:
     unnamed = stacks.filter(~named.fill_null(False))
     counter = stacks.filter((op == BN_COUNTER_OP).fill_null(False)
                             & module.str.contains(BN_MODULE).fill_null(False))
-    names = gpu["name"].cast(pl.String).unique().drop_nulls()
+    names = gpu["name"].unique().drop_nulls().cast(pl.String)
 
     def named_like(pattern: str) -> pl.Series:
-        return names.filter(names.str.contains(pattern)).implode()
+        return names.filter(names.str.contains(pattern))
 
+    dropout_name, stats, fused_name = (named_like(p) for p in (
+        DROPOUT_KERNEL, BN_STATS_KERNEL, BN_FUSED_TRAIN_KERNEL))
+    if not (len(dropout_op) or len(counter) or len(stats) or len(fused_name)
+            or (len(unnamed) and len(dropout_name))):  # (a service in eval mode: no row read)
+        none = pl.repeat(False, gpu.height, dtype=pl.Boolean, eager=True)
+        return pl.DataFrame({"found": none, "removable": none})
     stack, name = pl.col("stack_id"), pl.col("name").cast(pl.String)
-    fused = name.is_in(named_like(BN_FUSED_TRAIN_KERNEL))
+    fused = name.is_in(fused_name.implode())
     found = (stack.is_in(dropout_op.implode())
-             | (stack.is_in(unnamed.implode()) & name.is_in(named_like(DROPOUT_KERNEL)))
-             | name.is_in(named_like(BN_STATS_KERNEL)) | stack.is_in(counter.implode()) | fused)
+             | (stack.is_in(unnamed.implode()) & name.is_in(dropout_name.implode()))
+             | name.is_in(stats.implode()) | stack.is_in(counter.implode()) | fused)
     kernel = pl.col("kind") == "kernel"
     return gpu.select((kernel & found).fill_null(False).alias("found"),
                       (kernel & found & ~fused).fill_null(False).alias("removable"))
