@@ -271,7 +271,7 @@ def _rule(raw: dict, pack: str, source: str) -> Rule:
 
 # Which relations each saving model can read its events from (zym.rules.savings).
 SAVING_RELATIONS = {
-    "batch": ("calls",), "remove": ("calls",), "unblock": ("calls", "gaps"),
+    "batch": ("calls",), "remove": ("calls", "gpu"), "unblock": ("calls", "gaps"),
     "pin": ("calls",), "async": ("calls",), "speedup": ("gpu",),
     "shorten-gaps": ("gaps", "calls"), "cpu-work": ("steps",), "cuda-graph": ("steps",),
     "autograd-off": ("steps",), "eval-mode": ("steps",),

@@ -798,6 +798,43 @@ def test_train_mode_modules__finds_cudnn_s_training_kernel_without_pricing_it():
     assert f.evidence["per_step"] == 1 and f.saving_ns is None
 
 
+def _nchw_convolutions(b: CaptureBuilder, steps: int = 6, convert: bool = True) -> None:
+    """GPU-bound steps of two convolutions, each (in NCHW: ``convert``) with cuDNN's
+    conversions of its input and weights to NHWC (12 µs each) and of its output back (10 µs)
+    around a 100 µs kernel, then .item()."""
+    conv = STEP + [TORCH, ("torch_op", "aten::cudnn_convolution")]
+    to_nhwc = "void cudnn::engines_precompiled::nchwToNhwcKernel<__nv_bfloat16>"
+    to_nchw = "void cudnn::engines_precompiled::nhwcToNchwKernel<__nv_bfloat16>"
+    for _ in range(steps):
+        with b.enclosing(STEP):
+            for _ in range(2):
+                if convert:
+                    b.kernel(conv, to_nhwc, gpu_us=12)
+                    b.kernel(conv, to_nhwc, gpu_us=12)
+                b.kernel(conv, "sm90_xmma_fprop_implicit_gemm_bf16_nhwc", gpu_us=100)
+                if convert:
+                    b.kernel(conv, to_nchw, gpu_us=10)
+            b.scalar_readback(STEP)
+
+
+def test_conv_layout_conversions__fires_and_saves_the_conversions():
+    b = CaptureBuilder()
+    _nchw_convolutions(b)
+    [f] = fired(b, "compute.conv-layout-conversions")
+    # 6 conversions a step (34 µs a convolution); the GPU is the bound: each step ends
+    # 68 µs sooner without them, less the first step's first 12 µs (its launches stay where
+    # they were: the window's first kernel cannot start sooner)
+    steps = f.evidence["count"] / 6
+    assert steps >= 5 and f.evidence["gpu_ns"] == steps * 68_000
+    assert f.saving_ns == steps * 68_000 - 12_000
+
+
+def test_conv_layout_conversions__silent_in_channels_last():
+    b = CaptureBuilder()
+    _nchw_convolutions(b, convert=False)
+    assert fired(b, "compute.conv-layout-conversions") == []
+
+
 # -- utilization ---------------------------------------------------------------------------------
 
 def _sync_then_think(b: CaptureBuilder, think_us: float) -> None:
