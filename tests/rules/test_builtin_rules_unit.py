@@ -5,6 +5,8 @@ the GPU), so stalls and idle gaps arise as on hardware. Each test runs only its 
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from event_loops import event_pipeline
 from zym.rules import load_packs
@@ -14,6 +16,7 @@ from zym.rules.testing import CaptureBuilder, Frame
 RULES = {r.id: r for p in load_packs(plugins=False) for r in p.rules}
 MAIN = ("python", "main", "app.py", 1)
 SERVE = [MAIN, ("python", "serve", "app.py", 10)]
+ROOT = Path(__file__).resolve().parents[2]
 STEP = SERVE + [("python", "step", "app.py", 20)]
 TORCH = ("python", "forward", "torch/nn/modules/linear.py", 120)  # framework frame
 
@@ -558,6 +561,36 @@ def test_fp32_matmul_no_tf32__silent_on_a_gpu_without_tf32():
     b = CaptureBuilder(gpus=V100)
     _matmuls(b, ffn_us=100)
     assert fired(b, "compute.fp32-matmul-no-tf32") == []
+
+
+def test_tf32_matmul_could_be_bf16__fires_on_tf32_gemms_and_prices_bf16():
+    import yaml
+
+    b = CaptureBuilder(gpus=[{"id": 0, "name": "NVIDIA H200"}])
+    for _ in range(3):
+        with b.enclosing(STEP):
+            for _ in range(4):
+                b.kernel(STEP + [TORCH, ("torch_op", "aten::addmm")],
+                         "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32", gpu_us=600)
+            b.scalar_readback(STEP)
+    [f] = fired(b, "compute.tf32-matmul-could-be-bf16")
+    assert f.evidence["count"] == 12 and f.site == "app.py:20 step"
+    # a 600 µs TF32 GEMM is larger than the largest size measured (its rate there, flat past
+    # it: the time of the largest measured GEMM is shorter), so it runs at the ratio of the
+    # two largest measured rates in bf16; the GPU is the bound: the window ends that much
+    # sooner for each
+    rates = yaml.safe_load((ROOT / "analysis" / "gemm_rates.yaml").read_text())
+    [h200] = [g for g in rates["gpus"] if g["match"] == "H200"]
+    (gflop, tf32), bf16 = h200["tf32"][-1], h200["bf16"][-1][1]
+    assert gflop / tf32 * 1e3 < 600  # GFLOP / (TFLOP/s) = ms; in µs: past the measured end
+    new_us = 600 * tf32 / bf16
+    assert 0.98 <= f.saving_ns / (12 * (600 - new_us) * 1e3) <= 1.02
+
+
+def test_tf32_matmul_could_be_bf16__silent_on_bf16_and_small_shares():
+    b = CaptureBuilder()
+    decode_loop(b)  # half-precision-free small kernels
+    assert fired(b, "compute.tf32-matmul-could-be-bf16") == []
 
 
 def test_fp32_matmul_no_tensor_cores__fires_on_a_gpu_without_tf32():
