@@ -114,7 +114,13 @@ def train_mode_kernels(analysis: Analysis) -> pl.DataFrame:
     capture names no op above it, a dropout kernel's name, :data:`DROPOUT_KERNEL`; batch
     norm's statistics, its counter, cuDNN's training kernel), and ``removable``, those eval
     mode does without (all but cuDNN's, whose eval-mode form is another kernel). Judged once
-    per distinct stack and kernel name."""
+    per distinct stack and kernel name, once per analysis (the steps relation and the
+    estimate read it)."""
+    return analysis.relations.shared("train_mode_kernels",
+                                     lambda: _train_mode_kernels(analysis))
+
+
+def _train_mode_kernels(analysis: Analysis) -> pl.DataFrame:
     from zym.schemas.lookup import first_row_of
 
     gpu = analysis.facts.gpu
