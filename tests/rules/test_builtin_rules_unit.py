@@ -696,6 +696,13 @@ def test_launch_bound_step__silent_when_gpu_bound():
 BACKWARD = "autograd::engine::evaluate_function: "
 
 
+def _backward_node(b: CaptureBuilder, op_id: int, node: str) -> None:
+    """A backward pass's node (``node``: its name) run by the autograd engine, one kernel."""
+    frames = STEP + [("torch_op", BACKWARD + node)]
+    with b.enclosing(frames, op_id=op_id, seq=1):
+        b.kernel(frames, "backward_kernel", gpu_us=2)
+
+
 def _serve(b: CaptureBuilder, steps: int = 6, ops: int = 10, seq: bool = True,
            backward: bool = False, cpu_us: float = 20) -> None:
     """Steps of ``ops`` torch ops (CPU-bound: ``cpu_us`` of CPU before each 2 µs kernel),
@@ -710,9 +717,7 @@ def _serve(b: CaptureBuilder, steps: int = 6, ops: int = 10, seq: bool = True,
                 with b.enclosing(frames, op_id=next(op), seq=i if seq and i % 2 == 0 else None):
                     b.kernel(frames, "gemm", gpu_us=2)
             if backward:
-                node = STEP + [("torch_op", BACKWARD + "AddmmBackward0")]
-                with b.enclosing(node, op_id=next(op), seq=1):
-                    b.kernel(node, "gemm", gpu_us=2)
+                _backward_node(b, next(op), "AddmmBackward0")
             b.scalar_readback(STEP)
 
 
@@ -757,9 +762,7 @@ def _dropout_steps(b: CaptureBuilder, steps: int = 6, train: bool = True,
                     b.kernel(drop, "void at::native::(anonymous namespace)::"
                                    "fused_dropout_kernel_vec<float>", gpu_us=50)
             if backward:
-                node = STEP + [("torch_op", BACKWARD + "NativeDropoutBackward0")]
-                with b.enclosing(node, op_id=next(op)):
-                    b.kernel(node, "masked_scale", gpu_us=5)
+                _backward_node(b, next(op), "NativeDropoutBackward0")
             b.scalar_readback(STEP)
 
 
