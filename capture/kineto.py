@@ -504,17 +504,21 @@ def innermost_enclosing(points: pl.DataFrame, iv: pl.DataFrame,
 
 def _spans(py: pl.DataFrame, op: pl.DataFrame, shapes: pl.DataFrame) -> pl.DataFrame:
     cols = ["pid", "tid", "ts_ns", "dur_ns", "stack_id"]
+    # autograd's sequence numbers: none at all in a trace of inference (grad mode off), then
+    # one null stored once (a scalar column) rather than a column of nulls a span long
+    seq = op["sequence"].null_count() < op.height
     py_spans = py.select(*cols, pl.lit(None, pl.Int64).alias("op_id"),
                          pl.lit(None, pl.String).alias("op_shapes"),
                          pl.lit(None, pl.String).alias("op_dtypes"),
-                         pl.lit(None, pl.Int64).alias("op_seq"))
+                         *([pl.lit(None, pl.Int64).alias("op_seq")] if seq else []))
     # One op span per torch op (millions on a large trace) repeats a few hundred shape texts:
     # held as categorical codes, 4 bytes a row (the capture file's schema casts them back).
     op_spans = _with_shapes(op, shapes, pl.Categorical).select(
         *cols, pl.col("external_id").alias("op_id"), "op_shapes", "op_dtypes",
-        pl.col("sequence").alias("op_seq"))
+        *([pl.col("sequence").alias("op_seq")] if seq else []))
     py_spans = py_spans.with_columns(pl.col("op_shapes", "op_dtypes").cast(pl.Categorical))
-    return pl.concat([py_spans, op_spans])
+    spans = pl.concat([py_spans, op_spans])
+    return spans if seq else spans.with_columns(pl.lit(None, pl.Int64).alias("op_seq"))
 
 
 def _calls(call: pl.DataFrame, op: pl.DataFrame, names: pl.DataFrame, shapes: pl.DataFrame
