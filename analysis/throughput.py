@@ -7,8 +7,11 @@ Two sources, both data:
   faster precision grows with size (on the H200, fp32 -> tf32 is ~1x at 0.1 GFLOP, ~3.4x at
   8.6 GFLOP and ~7.4x at 137 GFLOP). A GPU without its own measurements uses the measured
   curves scaled by the datasheet peaks (``gpus.yaml``) of that GPU over the measured one's.
-* ``gpus.yaml``: datasheet peaks, for kernels that are not GEMMs (attention, convolution):
-  the same share of the peak in the new precision.
+* ``gpus.yaml``: datasheet peaks, for compute-bound kernels that are not GEMMs (attention,
+  convolution): the same share of the peak in the new precision.
+* Memory-bound kernels (element-wise, norms, softmax, reductions, copies, indexing): the
+  bytes they move, in proportion to the size of an element (``ELEMENT_BYTES``): float32 to
+  bfloat16 halves them.
 
 A GEMM's size comes from its recorded input shapes (torch.profiler ``record_shapes``); without
 shapes (``zym capture``) it is the size whose measured fp32 time matches the kernel's duration
@@ -24,6 +27,10 @@ import numpy as np
 
 FLOOR_NS = 2_500
 MATH = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
+# Kernels whose time is the bytes they move, and the bytes of an element in each precision
+# (tf32 tensors are float32 in memory).
+MEMORY_BOUND = ("elementwise", "norm", "softmax", "reduction", "copy", "index")
+ELEMENT_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
 MEASURED = ("fp32", "tf32", "fp16", "bf16")
 
 
@@ -143,6 +150,12 @@ def speedup_durations(dur_ns: np.ndarray, precision: str, target: str, gpu: str 
         how = (f"{target} GEMMs run {mean:.1f}x faster than {precision} at these sizes "
                f"(achieved TFLOP/s {new_c[2]}; kernels {how_size})")
         return new.astype(np.int64), how
+    if op_class in MEMORY_BOUND and precision in ELEMENT_BYTES and target in ELEMENT_BYTES:
+        ratio = ELEMENT_BYTES[precision] / ELEMENT_BYTES[target]
+        new = np.maximum(dur / ratio, np.minimum(dur, FLOOR_NS))
+        return new.astype(np.int64), (
+            f"{op_class} kernels move {ratio:g}x fewer bytes in {target} than in {precision} "
+            "(memory-bound: time in proportion to the bytes)")
     spec, own = gpu_spec(gpu)
     old_peak, new_peak = spec.get(precision), spec.get(target)
     if not old_peak or not new_peak:

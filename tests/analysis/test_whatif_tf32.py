@@ -25,27 +25,28 @@ def test_docs_table_is_what_the_traces_give_today(rows):
         "bench/whatif/results/h100-tf32 --requests tf32mlp=6 --markdown")
 
 
-def test_bf16_is_first_and_its_gemm_only_estimate_a_lower_bound(rows):
-    """The estimate prices the GEMMs alone; bfloat16 also sped up attention and the layers
-    between the GEMMs: it is under the measured saving, and more than half of it."""
+def test_bf16_is_first_and_within_30pct_below_the_measured(rows):
+    """The estimate prices the line's GEMMs and memory-bound kernels, not attention (which
+    bfloat16 also sped up, 7x): within 30% of the measured saving, and under it."""
     [r] = [r for r in rows if r.variant == "bf16"]
     assert r.rule_id == "compute.tf32-matmul-could-be-bf16" and r.rank == 1
-    assert not r.noise and 0.5 * r.measured_ms < r.predicted_ms < r.measured_ms, r
+    assert not r.noise and r.agrees and r.predicted_ms < r.measured_ms, r
 
 
-def test_gemms_alone_are_what_the_estimate_prices():
-    """From the two traces: the GEMMs' GPU time a request in float32/TF32 and in bfloat16;
-    the estimate is within 30% of that difference (the step is GPU-bound)."""
+def test_the_estimate_is_what_the_bfloat16_trace_shows_for_the_kernels_it_prices():
+    """From the two traces: the GPU time a request of the kernel classes the rule prices
+    (GEMMs, element-wise, norms) in float32/TF32 and in bfloat16; the estimate is within 30%
+    of that difference (the step is GPU-bound)."""
     import polars as pl
     from zym.analysis import analyze
     from zym.rules import evaluate
 
-    def gemm_ms(path: Path) -> float:
+    def priced_ms(path: Path) -> float:
         a = analyze(path)
-        g = a.facts.gpu.filter(pl.col("op_class") == "gemm")
+        g = a.facts.gpu.filter(pl.col("op_class").is_in(["gemm", "elementwise", "norm"]))
         return g["dur_ns"].sum() / a.steps_in_window().count / 1e6
 
-    gained = gemm_ms(TF32 / "kineto" / "tf32mlp.parquet") - gemm_ms(
+    gained = priced_ms(TF32 / "kineto" / "tf32mlp.parquet") - priced_ms(
         TF32 / "kineto" / "tf32mlp-bf16.parquet")
     a = analyze(TF32 / "kineto" / "tf32mlp.parquet")
     [f] = [f for f in evaluate(a) if f.rule_id == "compute.tf32-matmul-could-be-bf16"]

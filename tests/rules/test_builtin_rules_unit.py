@@ -563,9 +563,8 @@ def test_fp32_matmul_no_tf32__silent_on_a_gpu_without_tf32():
     assert fired(b, "compute.fp32-matmul-no-tf32") == []
 
 
-def test_tf32_matmul_could_be_bf16__fires_on_tf32_gemms_and_prices_bf16():
-    import yaml
-
+def _tf32_gemms() -> CaptureBuilder:
+    """Three GPU-bound steps of four 600 µs TF32 GEMMs (on an H200)."""
     b = CaptureBuilder(gpus=[{"id": 0, "name": "NVIDIA H200"}])
     for _ in range(3):
         with b.enclosing(STEP):
@@ -573,7 +572,13 @@ def test_tf32_matmul_could_be_bf16__fires_on_tf32_gemms_and_prices_bf16():
                 b.kernel(STEP + [TORCH, ("torch_op", "aten::addmm")],
                          "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32", gpu_us=600)
             b.scalar_readback(STEP)
-    [f] = fired(b, "compute.tf32-matmul-could-be-bf16")
+    return b
+
+
+def test_tf32_matmul_could_be_bf16__fires_on_tf32_gemms_and_prices_bf16():
+    import yaml
+
+    [f] = fired(_tf32_gemms(), "compute.tf32-matmul-could-be-bf16")
     assert f.evidence["count"] == 12 and f.site == "app.py:20 step"
     # a 600 µs TF32 GEMM is larger than the largest size measured (its rate there, flat past
     # it: the time of the largest measured GEMM is shorter), so it runs at the ratio of the
@@ -585,6 +590,32 @@ def test_tf32_matmul_could_be_bf16__fires_on_tf32_gemms_and_prices_bf16():
     assert gflop / tf32 * 1e3 < 600  # GFLOP / (TFLOP/s) = ms; in µs: past the measured end
     new_us = 600 * tf32 / bf16
     assert 0.98 <= f.saving_ns / (12 * (600 - new_us) * 1e3) <= 1.02
+
+
+def test_tf32_matmul_could_be_bf16__prices_the_layers_float32_kernels_by_their_bytes():
+    """A float32 layer: a TF32 GEMM and a float32 element-wise kernel at the same line, and a
+    line of float32 element-wise work alone (no TF32 GEMM: not this rule's). In bfloat16 the
+    element-wise kernel moves half the bytes: the finding's saving is the GEMM's plus half of
+    the element-wise kernel's time."""
+    b = CaptureBuilder(gpus=[{"id": 0, "name": "NVIDIA H200"}])
+    other = SERVE + [("python", "postprocess", "app.py", 40)]
+    for _ in range(3):
+        with b.enclosing(STEP):
+            for _ in range(4):
+                b.kernel(STEP + [TORCH, ("torch_op", "aten::addmm")],
+                         "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32", gpu_us=600)
+                b.kernel(STEP + [TORCH, ("torch_op", "aten::gelu")],
+                         "void at::native::vectorized_elementwise_kernel<4, at::native::"
+                         "GeluCUDAKernelImpl::{lambda(float)#1}>", gpu_us=200)
+            b.kernel(other + [("torch_op", "aten::add")],
+                     "void at::native::vectorized_elementwise_kernel<4, AddFunctor<float>>",
+                     gpu_us=300)
+            b.scalar_readback(STEP)
+    [f] = fired(b, "compute.tf32-matmul-could-be-bf16")
+    assert f.site == "app.py:20 step" and f.evidence["count"] == 24
+    [gemm_only] = fired(_tf32_gemms(), "compute.tf32-matmul-could-be-bf16")
+    # the same 12 GEMMs priced alone (test above), plus 12 element-wise kernels at half time
+    assert 0.98 <= (f.saving_ns - gemm_only.saving_ns) / (12 * 100_000) <= 1.02
 
 
 def test_tf32_matmul_could_be_bf16__silent_on_bf16_and_small_shares():

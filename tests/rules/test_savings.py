@@ -112,6 +112,20 @@ def test_speedup_sizes_small_gemms_as_memory_bound():
     assert new[0] == pytest.approx(big_ns * rate_at(fp32, 8.59) / rate_at(tf32, 8.59), rel=0.01)
 
 
+def test_speedup_of_memory_bound_kernels_is_their_bytes():
+    """Element-wise and norm kernels move bytes: float32 to bfloat16 halves their time (not
+    the datasheet's compute ratio, ~15x on an H200); fp16 to fp8 halves it again; a kernel
+    already at the floor keeps its time."""
+    dur = np.array([80_000, 40_000, 2_000])
+    for op_class in ("elementwise", "norm", "softmax", "reduction"):
+        new, how = speedup_durations(dur, "fp32", "bf16", "NVIDIA H200", op_class=op_class)
+        assert new.tolist() == [40_000, 20_000, 2_000] and "fewer bytes" in how
+    new, _ = speedup_durations(dur, "fp16", "fp8", "NVIDIA H200", op_class="elementwise")
+    assert new.tolist() == [40_000, 20_000, 2_000]
+    new, how = speedup_durations(dur, "fp32", "bf16", "NVIDIA H200", op_class="attention")
+    assert new[0] < 20_000 and "datasheet" in how  # compute-bound: the peaks' ratio
+
+
 def test_speedup_sizes_each_kernel_by_its_shapes_else_by_its_time():
     """Kernels of known FLOPs and of unknown mixed: each gets what it gets alone (by its
     shapes, or sized from its time), whichever others are beside it."""
