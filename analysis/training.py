@@ -27,12 +27,12 @@ if TYPE_CHECKING:
 # torch.no_grad() 714 ns (1,428). bench/whatif/results/h100-grad/autograd_cost.json.
 AUTOGRAD_NS_PER_OP = 1_713
 # Torch ops that draw a dropout mask (a module in training mode; in eval mode ``aten::dropout``
-# returns its input and launches nothing), in ``op_chain``'s ';op;...;' form.
-DROPOUT_CHAIN = (r";aten::(?:native_dropout|_?fused_dropout|bernoulli_?|"
-                 r"(?:feature_)?(?:alpha_)?dropout);")
-# ... and the kernels' names where no op is known (PyTorch's fused dropout kernel, and the
-# Bernoulli draws of the unfused forms).
-DROPOUT_KERNEL = r"(?i)fused_dropout|dropout_kernel|bernoulli"
+# returns its input and launches nothing), in ``op_chain``'s ';op;...;' form: the unfused
+# forms' Bernoulli draws run under one of these too (a Bernoulli draw alone is a service's
+# own sampling, not dropout).
+DROPOUT_CHAIN = r";aten::(?:native_dropout|_?fused_dropout|(?:feature_)?(?:alpha_)?dropout);"
+# ... and the kernels' names where no op is known (PyTorch's fused dropout kernel).
+DROPOUT_KERNEL = r"(?i)fused_dropout|dropout_kernel"
 # Batch norm in training mode: PyTorch's kernels that gather the batch's statistics (eval mode
 # reads the running ones instead, with one small kernel that update_stats' stands for here),
 # and the running-statistics counter (num_batches_tracked += 1: an add_ in a BatchNorm

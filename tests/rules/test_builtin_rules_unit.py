@@ -822,6 +822,19 @@ def test_train_mode_modules__silent_in_eval_mode_or_training():
         assert fired(b, "compute.train-mode-modules") == [], kwargs
 
 
+def test_train_mode_modules__silent_on_a_service_s_own_bernoulli_draws():
+    """torch.bernoulli in a service's own code (sampling) is not a dropout layer."""
+    b = CaptureBuilder()
+    sample = STEP + [("torch_op", "aten::bernoulli"), ("torch_op", "aten::bernoulli_")]
+    for _ in range(6):
+        with b.enclosing(STEP):
+            b.kernel(STEP + [TORCH, ("torch_op", "aten::linear")], "gemm", gpu_us=200)
+            b.kernel(sample, "void at::native::(anonymous namespace)::"
+                             "distribution_elementwise_grid_stride_kernel<bernoulli>", gpu_us=20)
+            b.scalar_readback(STEP)
+    assert fired(b, "compute.train-mode-modules") == []
+
+
 def _batch_norm_steps(b: CaptureBuilder, steps: int = 6, cudnn: bool = False) -> None:
     """GPU-bound steps: a 200 µs convolution, then batch norm in training mode (PyTorch's:
     a 40 µs statistics kernel, a 40 µs normalising one, and the running-statistics counter's
