@@ -779,14 +779,14 @@ class Relations:
         if want & {"train_kernels", "train_gpu_ns"}:
             from .training import train_mode_kernels
 
-            drop = self.gpu_table().select("call_idx", "dur_ns").filter(
+            train = self.gpu_table().select("call_idx", "dur_ns").filter(
                 train_mode_kernels(self.analysis)["found"])
-            drop = (pl.DataFrame({"step": calls["step"].gather(drop["call_idx"]),
-                                  "dur_ns": drop["dur_ns"]})
-                    .filter(pl.col("step").is_not_null())
-                    .group_by("step").agg(pl.len().cast(pl.Int64).alias("train_kernels"),
-                                          pl.col("dur_ns").sum().alias("train_gpu_ns")))
-            df = (df.join(drop.cast({"step": pl.Int64}), on="step", how="left")
+            train = (pl.DataFrame({"step": calls["step"].gather(train["call_idx"]),
+                                   "dur_ns": train["dur_ns"]})
+                     .filter(pl.col("step").is_not_null())
+                     .group_by("step").agg(pl.len().cast(pl.Int64).alias("train_kernels"),
+                                           pl.col("dur_ns").sum().alias("train_gpu_ns")))
+            df = (df.join(train.cast({"step": pl.Int64}), on="step", how="left")
                   .with_columns(pl.col("train_kernels", "train_gpu_ns").fill_null(0)))
         return df.select([c for c in schema if c in want or c == "step"])
 

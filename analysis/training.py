@@ -17,7 +17,6 @@ import numpy as np
 import polars as pl
 
 if TYPE_CHECKING:
-    from .load import CaptureData
     from .report import Analysis
 
 # CPU time autograd's recording adds to each torch op it records (an op span with a sequence
@@ -47,22 +46,13 @@ BN_COUNTER_OP = "aten::add_"
 BACKWARD_OP = r"^autograd::engine::evaluate_function|Backward\d*$"
 
 
-def span_op_names(data: CaptureData, stack_id: pl.Series) -> pl.Series:
-    """The name of each span's own frame (an op span's: its torch op), by its stack id."""
-    from zym.schemas.lookup import first_row_of
-
-    stack, frame = data.stacks, data.frames
-    frame_id = stack["frame_id"].gather(first_row_of(stack["stack_id"], stack_id.cast(pl.Int64)))
-    return frame["name"].gather(first_row_of(frame["frame_id"], frame_id)).cast(pl.String)
-
-
 def op_counts(analysis: Analysis, start_ns: np.ndarray, end_ns: np.ndarray) -> pl.DataFrame:
     """Per interval ``[start_ns[i], end_ns[i])`` (sorted, not overlapping: the steps), the
     torch op spans that start in it (``torch_ops``), those autograd recorded (``grad_ops``)
     and those of a backward pass (``backward_ops``): ``step`` (the interval's index) and the
     three counts, for the intervals with ops. One query of the op spans between the first
-    start and the last end, counted per interval and stack as it is read (the names of the
-    distinct stacks only are read); none without spans."""
+    start and the last end, counted per interval and stack as it is read; a backward op is
+    one whose stack node names one (:data:`BACKWARD_OP`); none without spans."""
     schema = {"step": pl.Int64, "torch_ops": pl.Int64, "grad_ops": pl.Int64,
               "backward_ops": pl.Int64}
     spans = analysis.data.span_table
@@ -80,9 +70,9 @@ def op_counts(analysis: Analysis, start_ns: np.ndarray, end_ns: np.ndarray) -> p
         .group_by("step", "stack_id").agg(pl.len().alias("n"), pl.col("grad").sum().alias("g")))
     if got.height == 0:
         return pl.DataFrame(schema=schema)
-    stacks = got["stack_id"].unique()
-    backward = stacks.filter(span_op_names(analysis.data, stacks).str.contains(BACKWARD_OP)
-                             .fill_null(False))
+    nodes = analysis.facts.nodes  # (every stack node, the spans' too: the op's own frame)
+    backward = nodes.filter((pl.col("kind") == "torch_op")
+                            & pl.col("name").str.contains(BACKWARD_OP))["stack_id"]
     return (got.group_by("step").agg(
         pl.col("n").sum().alias("torch_ops"), pl.col("g").sum().alias("grad_ops"),
         pl.col("n").filter(pl.col("stack_id").is_in(backward.implode())).sum()
@@ -161,10 +151,8 @@ def train_mode_launches(analysis: Analysis, steps: np.ndarray) -> pl.DataFrame:
     torch op before it (``in_op_ns``: from the op's span, 0 without spans): what the work
     costs the CPU besides its launch."""
     rel = analysis.relations
-    drop = (analysis.facts.gpu.select("call_idx")
-            .filter(train_mode_kernels(analysis)["removable"])
-            .filter(pl.col("call_idx").is_not_null()))
-    call_idx = drop["call_idx"].cast(pl.Int64)
+    call_idx = (analysis.facts.gpu["call_idx"].filter(train_mode_kernels(analysis)["removable"])
+                .drop_nulls().cast(pl.Int64))
     step = rel.call_steps().gather(call_idx)
     call_idx = call_idx.filter(step.is_in(pl.Series(steps).implode()).fill_null(False)).unique()
     calls = analysis.facts.calls
