@@ -10,7 +10,7 @@ GPU, interleaved, and time what users feel (one pass over the workload's request
 
 WORKLOAD is a module of bench/whatif/workloads/ (gpt_decode, rerank, decode_loop). Each builds
 a ``Service`` per variant: ``requests`` and ``handle(request)`` (the step zym finds), and
-``tf32`` (a process-wide switch, set only while that service runs, under inference mode). ``serve`` and ``trace`` run a
+``tf32`` (a process-wide switch, set only while that service runs, under inference mode, or with autograd on where the service says ``grad``). ``serve`` and ``trace`` run a
 warm-up pass, then ``--passes`` passes over the same requests, as a service in steady state
 does; ``measure`` builds every variant, warms each up, then times one pass of each variant per
 round in a shuffled order, ``--rounds`` times, and writes every time to OUT.json; ``paired``
