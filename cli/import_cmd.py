@@ -24,7 +24,7 @@ def import_trace(
         help="Memory the import may use (e.g. 512M, 2G): a trace whose events do not fit is "
              "spilled to disk beside the output and imported window by window.")] = "1G",
 ) -> None:
-    """Convert a torch.profiler (Kineto) trace into one zym capture file (schema v3); several
+    """Convert a torch.profiler (Kineto) trace into one zym capture file (schema v4); several
     traces (or a folder of per-rank traces) into one capture each, in the folder OUTPUT.
 
     Example: zym import sample_traces/gpt_decode_server.trace.json.gz -o trace.parquet

@@ -1,4 +1,4 @@
-"""zym's capture file: schema v3 as code, with validated reading and atomic writing.
+"""zym's capture file: schema v4 as code, with validated reading and atomic writing.
 
 See README.md beside this module for the layout and why it was chosen.
 """
