@@ -129,6 +129,7 @@ class Sample:
     def to_dict(self) -> dict:
         return {"budget_bytes": self.budget, "default_budget_bytes": self.default_budget,
                 "estimated_bytes": self.estimate,
+                "least_bytes": least_bytes(self.capture_rows),
                 "fraction": round(self.fraction, 6), "slices": [list(s) for s in self.slices],
                 "slices_cut_at_steps": self.cut_at_steps,
                 "capture_rows": self.capture_rows, "sample_rows": self.sample_rows}
@@ -154,6 +155,12 @@ def estimate_bytes(rows: dict[str, float]) -> int:
     fixed = FIXED_BYTES + (NUMBA_BYTES if rows.get("call", 0) >= JIT_MIN_CALLS else 0)
     return int(fixed + HEADROOM * (cost(events, *ROW_COST["events"])
                                    + cost(rows.get("span", 0), *ROW_COST["span"])))
+
+
+def least_bytes(rows: dict[str, int]) -> int:
+    """The estimated peak of the least sample of a capture of ``rows`` rows per table
+    (:data:`MIN_FRACTION` of each): below it, a budget fits no sample, and the least is read."""
+    return estimate_bytes({t: n * MIN_FRACTION for t, n in rows.items()})
 
 
 def fitting_fraction(rows: dict[str, int], budget: int) -> float:

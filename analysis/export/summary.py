@@ -82,11 +82,20 @@ def capture_sample_line(sample: dict) -> str:
     rows = sum(sample["sample_rows"].get(t, 0) for t in ("call", "gpu"))
     whole = sum(sample["capture_rows"].get(t, 0) for t in ("call", "gpu"))
     default = sample.get("default_budget_bytes")
-    fit = (f"SAMPLED to fit the memory budget ({fmt_bytes(sample['budget_bytes'])}; the whole "
-           f"capture would take ~{fmt_bytes(sample['estimated_bytes'])})" if default is None else
-           f"SAMPLED in {fmt_bytes(sample['budget_bytes'])} of memory (the whole capture "
-           f"would take ~{fmt_bytes(sample['estimated_bytes'])}, more than the default "
-           f"budget, half the memory available: {fmt_bytes(default)})")
+    least = sample.get("least_bytes")
+    if least is not None and least > sample["budget_bytes"]:  # no sample fits: the least read
+        fit = (f"SAMPLED at the least: the memory budget ({fmt_bytes(sample['budget_bytes'])}"
+               f"{'' if default is None else ', half the memory available'}) is below what "
+               f"even the least sample holds (~{fmt_bytes(least)}: the interpreter and "
+               f"libraries with its rows; the whole capture would take "
+               f"~{fmt_bytes(sample['estimated_bytes'])})")
+    elif default is None:
+        fit = (f"SAMPLED to fit the memory budget ({fmt_bytes(sample['budget_bytes'])}; the "
+               f"whole capture would take ~{fmt_bytes(sample['estimated_bytes'])})")
+    else:
+        fit = (f"SAMPLED in {fmt_bytes(sample['budget_bytes'])} of memory (the whole capture "
+               f"would take ~{fmt_bytes(sample['estimated_bytes'])}, more than the default "
+               f"budget, half the memory available: {fmt_bytes(default)})")
     return (f"{fit}: "
             f"{len(sample['slices'])} slices spread evenly{_cut(sample)}, "
             f"{100 * sample['fraction']:.1f}% of "
