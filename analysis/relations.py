@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
+from .concat import CONCAT_COLUMNS, CONCAT_OPS, with_append_factor
 from .facts import EVENT_SITE_COLUMNS, conformed, per_name, take
 from .load import constant_columns
 from .matmul import MATMUL_COLUMNS, MATMUL_OPS, with_flops
@@ -125,6 +126,9 @@ COLUMNS: dict[str, dict[str, str]] = {
         "flops": "floating-point operations of a matmul-family op (null when unknown)",
         "dims_aligned8": "every matmul dimension of the op's inputs is a multiple of 8",
         "intensity": "matmul FLOPs per byte of its inputs and output (arithmetic intensity)",
+        "append_factor": "a concatenation's (torch.cat) output elements over those of its "
+                         "inputs but the largest: ~1,000 where a 1,024-long tensor gains one "
+                         "position (zym.analysis.concat; null without recorded shapes)",
         "launch_wait_ns": "GPU idle gap this op ended, when the GPU was waiting for its launch",
         "step": "index of the step of the launching call",
         **SITE_DOC, **OP_DOC,
@@ -352,13 +356,24 @@ class Relations:
     def _matmul_columns(self, call_idx: pl.Series) -> list[pl.Series | pl.Expr]:
         """:data:`MATMUL_COLUMNS` of the calls ``call_idx`` (null where a call is no matmul,
         or null): constants where the capture has no matmul with shapes."""
-        mm = self._matmuls()
-        if mm.height == 0:
-            return [pl.lit(None, mm.schema[c]).alias(c) for c in MATMUL_COLUMNS]
+        return self._op_columns(self._matmuls(), MATMUL_COLUMNS, call_idx)
+
+    def _concat_columns(self, call_idx: pl.Series) -> list[pl.Series | pl.Expr]:
+        """:data:`CONCAT_COLUMNS` of the calls ``call_idx`` (null where a call is no
+        concatenation, or null): constants where the capture has none with shapes."""
+        return self._op_columns(self._shaped_calls(CONCAT_OPS, with_append_factor,
+                                                   CONCAT_COLUMNS), CONCAT_COLUMNS, call_idx)
+
+    def _op_columns(self, facts: pl.DataFrame, columns: tuple[str, ...], call_idx: pl.Series
+                    ) -> list[pl.Series | pl.Expr]:
+        """``columns`` of ``facts`` (one row per call, ``call_idx``) for the calls
+        ``call_idx``, null for the others; constants where ``facts`` is empty."""
+        if facts.height == 0:
+            return [pl.lit(None, facts.schema[c]).alias(c) for c in columns]
         pos = pl.repeat(None, self.calls_table().height, dtype=pl.Int64, eager=True).scatter(
-            mm["call_idx"], pl.int_range(mm.height, eager=True).cast(pl.Int64))
+            facts["call_idx"], pl.int_range(facts.height, eager=True).cast(pl.Int64))
         at = pos.gather(call_idx)
-        return [mm[c].gather(at) for c in MATMUL_COLUMNS]
+        return [facts[c].gather(at) for c in columns]
 
     def get(self, name: str) -> pl.DataFrame:
         """A whole relation with its site columns joined (for inspection and tests)."""
@@ -387,14 +402,20 @@ class Relations:
 
     def _matmuls(self) -> pl.DataFrame:
         """FLOPs, arithmetic intensity and 8-alignment per matmul-family call (``call_idx``)."""
-        stacks = self.sites.filter(pl.col("torch_op").is_in(list(MATMUL_OPS)))["stack_id"]
+        return self._shaped_calls(MATMUL_OPS, with_flops, MATMUL_COLUMNS)
+
+    def _shaped_calls(self, ops: tuple[str, ...], facts, columns: tuple[str, ...]
+                      ) -> pl.DataFrame:
+        """``facts`` (a function of the calls' ``op_shapes``, ``op_dtypes``, ``torch_op``)
+        of the calls of ``ops`` whose shapes were recorded: ``call_idx`` and ``columns``."""
+        stacks = self.sites.filter(pl.col("torch_op").is_in(list(ops)))["stack_id"]
         raw = conformed(self.analysis.data, "call")
         calls = self.calls_table().filter(pl.col("stack_id").is_in(stacks.implode()))
         calls = (calls.select("call_idx", "stack_id", *[raw[c].gather(calls["_orig"])
                                                         for c in ("op_shapes", "op_dtypes")])
                  .filter(pl.col("op_shapes").is_not_null())
                  .join(self.sites.select("stack_id", "torch_op"), on="stack_id", how="left"))
-        return with_flops(calls).select("call_idx", *MATMUL_COLUMNS)
+        return facts(calls).select("call_idx", *columns)
 
     def call_steps(self) -> pl.Series:
         """Per call (``call_idx``), the step of the window it ran in, or null."""
@@ -686,6 +707,8 @@ class Relations:
             # otherwise keeps every kernel until they are added (at 10 M operations 5 M rows,
             # each kept column copied twice)
             frame = frame.with_columns(self._matmul_columns(frame["call_idx"]))
+        if want & set(CONCAT_COLUMNS):  # (the same, for a rule on concatenations)
+            frame = frame.with_columns(self._concat_columns(frame["call_idx"]))
         rows = self._keep(frame, wheres, gpu["call_idx"].is_not_null() & gpu["work"])
         calls = self.calls_table()
         idx = rows["call_idx"]
