@@ -276,6 +276,7 @@ def _names(rule: Rule) -> set[str]:
                 cols.add(key)
 
     walk(rule.where)
+    cols |= _where_columns(rule.saving.get("only", {}))
     for spec in rule.measures.values():
         walk(spec.get("where", {}))
         if "of" in spec:
@@ -477,10 +478,25 @@ def event_columns(rule: Rule, keys: list[str], columns: list[str]) -> list[str]:
     (At 10 M GPU operations, the pinned-memory rule's 2.5 M events with every column the
     calls rules read were 0.5 GB, held beside the first replays.)"""
     want = {*keys, ROW_KEY[rule.relation], "call_idx",
-            *_MODEL_COLUMNS.get(rule.saving.get("model", "none"), ())}
+            *_MODEL_COLUMNS.get(rule.saving.get("model", "none"), ()),
+            *_where_columns(rule.saving.get("only", {}))}
     for expr in OCCURRENCE[rule.relation]:
         want.update(expr.meta.root_names())
     return [c for c in columns if c in want]
+
+
+def _where_columns(where: dict) -> set[str]:
+    """The columns a ``where`` mapping names."""
+    cols: set[str] = set()
+    for key, cond in where.items():
+        if key == "any_of":
+            for w in cond:
+                cols |= _where_columns(w)
+        elif key == "not":
+            cols |= _where_columns(cond)
+        else:
+            cols.add(key)
+    return cols
 
 
 def _findings(plan: dict, fired: pl.DataFrame, rel: Relations,

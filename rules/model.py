@@ -256,6 +256,10 @@ def _rule(raw: dict, pack: str, source: str) -> Rule:
         raise fail("cost", f"unknown measure {cost!r}")
     saving = raw.get("saving", {"model": "none"})
     _check_saving(saving, relation, known, fail)
+    if "only" in saving:
+        if not isinstance(saving["only"], dict) or not saving["only"]:
+            raise fail("saving.only", "only takes a where mapping (the events the fix edits)")
+        _check_where(saving["only"], columns, "saving.only", fail)
     names = known | set(LABELS) | set(group_by)
     for key in ("message", "fix", "title"):
         _check_template(raw[key], names, lambda msg, key=key: fail(key, msg))

@@ -2,6 +2,9 @@
 model turns the finding's events into an edit of the capture's timeline
 (:class:`zym.analysis.replay.Fix`), and the replay says how much sooner the window ends.
 
+Every model takes ``only: WHERE``: the fix edits only the finding's events that match it (an
+attention's softmax and scaling go, its matmuls stay).
+
 Models (``saving: {model: NAME, ...}``):
 
 * ``batch``: one call per enclosing call (or step) instead of many: in each instance the
@@ -78,6 +81,10 @@ def fix_for(model: dict, relation: str, rows: pl.DataFrame, analysis: Analysis,
     """The timeline edit of one finding (``rows``: its events, with the relation's row key),
     or None when its model makes no estimate."""
     name = model.get("model", "none")
+    if name != "none" and model.get("only"):  # the fix edits only these of the events
+        from .compile import where_expr
+
+        rows = rows.filter(where_expr(model["only"]))
     if name == "none" or rows.height == 0:
         return None
     calls = _call_rows(relation, rows, analysis)

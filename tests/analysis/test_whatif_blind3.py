@@ -94,3 +94,38 @@ def test_what_zym_prices_near_zero_here_saved_12pct(rows):
     [r] = [r for r in rows if (r.workload, r.variant) == ("diffusion", "timesteps_once")]
     assert not r.noise and r.measured_pct > 10
     assert r.predicted_ms is not None and r.predicted_ms < 0.05 * r.measured_ms
+
+
+def test_the_hand_written_attention_is_found_with_every_softmax():
+    """diffusion writes attention out (softmax of q @ k^T, then @ v) in each of its
+    transformer blocks' two attentions (self, cross); every UNet pass runs each once."""
+    import re
+
+    from zym.analysis import analyze
+    from zym.rules import evaluate
+
+    source = (WORKLOADS / "diffusion.py").read_text()
+    blocks = len(re.findall(r"Transformer\((?:c|2 \* c)\)", source))  # in the UNet
+    attentions = len(re.findall(r"= nn\.LayerNorm\(dim\), Attention\(", source))
+    assert (blocks, attentions) == (4, 2)
+    [f] = [f for f in evaluate(analyze(BLIND3 / "kineto" / "diffusion.parquet"))
+           if f.rule_id == "compute.unfused-attention"]
+    assert f.evidence["softmaxes"] == STEPS["diffusion"] * blocks * attentions
+    assert f.evidence["bmms"] == 2 * f.evidence["softmaxes"]   # q @ k^T and (...) @ v
+    # (a torch.profiler trace's Python frames carry their function's first line)
+    lines = source.splitlines()
+    start = lines.index("class Attention(nn.Module):")
+    forward = next(i for i in range(start, len(lines)) if lines[i].strip().startswith(
+        "def forward(")) + 1
+    assert (f.evidence["user_file"], f.evidence["user_line"]) == ("diffusion.py", forward)
+
+
+def test_an_attention_called_through_sdpa_is_not_found():
+    """kvcache and embedsvc call F.scaled_dot_product_attention: no finding."""
+    from zym.analysis import analyze
+    from zym.rules import evaluate
+
+    for w in ("kvcache", "embedsvc"):
+        assert "scaled_dot_product_attention" in (WORKLOADS / f"{w}.py").read_text()
+        found = {f.rule_id for f in evaluate(analyze(BLIND3 / "kineto" / f"{w}.parquet"))}
+        assert "compute.unfused-attention" not in found, w
