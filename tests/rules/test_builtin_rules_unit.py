@@ -1166,3 +1166,87 @@ def test_explicit_sync_in_loop__a_handler_s_first_sync_keeps_the_idle_time_befor
     assert f.evidence["count"] == 2 * requests
     assert f.saving_ns is not None and 0 < f.saving_ns <= requests * 5_000
     assert "the first call of their enclosing call" in f.saving_how
+
+
+# -- compute.unfused-attention and compute.growing-concat (GPU-bound steps: a fix saves the
+# GPU time it takes away; CaptureBuilder times) -------------------------------------------------
+ATTEND = STEP + [("python", "attend", "model.py", 30)]
+SAMPLE = STEP + [("python", "sample", "model.py", 60)]
+BF16_GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1"
+SOFTMAX = "void at::native::cunn_SoftMaxForward<8, c10::BFloat16, float, c10::BFloat16>"
+SCALE = "void at::native::vectorized_elementwise_kernel<8, at::native::MulFunctor<float>>"
+STEPS, PER_STEP = 6, 4
+US = 1_000
+
+
+def op(frames, name):
+    return list(frames) + [("torch_op", name)]
+
+
+def attention(b: CaptureBuilder, softmax_us: float = 80, scale_us: float = 50,
+              bmm: str = "aten::bmm") -> None:
+    """softmax(q @ k^T * scale) @ v as four kernels."""
+    b.kernel(op(ATTEND, bmm), BF16_GEMM, gpu_us=100, cpu_us=5)
+    b.kernel(op(ATTEND, "aten::mul"), SCALE, gpu_us=scale_us, cpu_us=5)
+    b.kernel(op(ATTEND, "aten::_softmax"), SOFTMAX, gpu_us=softmax_us, cpu_us=5)
+    b.kernel(op(ATTEND, bmm), BF16_GEMM, gpu_us=100, cpu_us=5)
+
+
+def _found(b: CaptureBuilder, rule_id: str):
+    return fired(b, rule_id)
+
+
+def test_unfused_attention__priced_at_its_softmax_and_scaling_not_its_matmuls():
+    b = CaptureBuilder()
+    for _ in range(STEPS):
+        with b.enclosing(STEP):
+            for _ in range(PER_STEP):
+                attention(b)
+            b.kernel(op(SAMPLE, "aten::_softmax"), SOFTMAX, gpu_us=10, cpu_us=5)  # no matmul
+    [f] = _found(b, "compute.unfused-attention")
+    n = STEPS * PER_STEP
+    assert (f.evidence["softmaxes"], f.evidence["bmms"]) == (n, 2 * n)  # not the sampler's
+    assert f.evidence["user_function"] == "attend"
+    # GPU-bound before and after (per attention: 330 us of GPU, 24 us of launches; after:
+    # 200 us), so the saving is the softmax's and the scaling's GPU time; the matmuls stay
+    removed = n * (80 + 50) * US
+    assert f.saving_ns == pytest.approx(removed, rel=0.05)
+    assert "these 48 calls" in f.saving_how  # the softmaxes and scalings, not the 96 bmms
+
+
+def test_unfused_attention__silent_without_batched_matmuls():
+    b = CaptureBuilder()
+    for _ in range(STEPS):
+        with b.enclosing(STEP):
+            for _ in range(PER_STEP):
+                attention(b, bmm="aten::mm")  # 2-D products: a projection, then a softmax
+    assert not _found(b, "compute.unfused-attention")
+
+
+def test_growing_concat__priced_as_writing_only_the_new_part():
+    b = CaptureBuilder()
+    length = 100
+    for _ in range(STEPS):
+        with b.enclosing(STEP):
+            for _ in range(PER_STEP):
+                b.kernel(op(ATTEND, "aten::mm"), BF16_GEMM, gpu_us=50, cpu_us=5)
+                b.kernel(op(ATTEND, "aten::cat"), "CatArrayBatchedCopy", gpu_us=100, cpu_us=5,
+                         shapes=[[[8, length, 64], [8, 1, 64]], []])
+                length += 1
+    [f] = _found(b, "compute.growing-concat")
+    assert f.evidence["count"] == STEPS * PER_STEP
+    median_length = 100 + (STEPS * PER_STEP - 1) / 2
+    assert f.evidence["append_factor"] == pytest.approx(median_length + 1)
+    # each concatenation's 100 us become 100 / (its median factor) us: GPU-bound throughout
+    assert f.saving_ns == pytest.approx(
+        STEPS * PER_STEP * (100 - 100 / (median_length + 1)) * US, rel=0.05)
+
+
+def test_growing_concat__silent_for_alike_tensors():
+    b = CaptureBuilder()
+    for _ in range(STEPS):
+        with b.enclosing(STEP):
+            for _ in range(PER_STEP):
+                b.kernel(op(ATTEND, "aten::cat"), "CatArrayBatchedCopy", gpu_us=100, cpu_us=5,
+                         shapes=[[[4, 256, 32, 32], [4, 256, 32, 32]], []])
+    assert not _found(b, "compute.growing-concat")
