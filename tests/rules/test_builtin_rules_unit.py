@@ -1192,10 +1192,6 @@ def attention(b: CaptureBuilder, softmax_us: float = 80, scale_us: float = 50,
     b.kernel(op(ATTEND, bmm), BF16_GEMM, gpu_us=100, cpu_us=5)
 
 
-def _found(b: CaptureBuilder, rule_id: str):
-    return fired(b, rule_id)
-
-
 def test_unfused_attention__priced_at_its_softmax_and_scaling_not_its_matmuls():
     b = CaptureBuilder()
     for _ in range(STEPS):
@@ -1203,7 +1199,7 @@ def test_unfused_attention__priced_at_its_softmax_and_scaling_not_its_matmuls():
             for _ in range(PER_STEP):
                 attention(b)
             b.kernel(op(SAMPLE, "aten::_softmax"), SOFTMAX, gpu_us=10, cpu_us=5)  # no matmul
-    [f] = _found(b, "compute.unfused-attention")
+    [f] = fired(b, "compute.unfused-attention")
     n = STEPS * PER_STEP
     assert (f.evidence["softmaxes"], f.evidence["bmms"]) == (n, 2 * n)  # not the sampler's
     assert f.evidence["user_function"] == "attend"
@@ -1220,7 +1216,7 @@ def test_unfused_attention__silent_without_batched_matmuls():
         with b.enclosing(STEP):
             for _ in range(PER_STEP):
                 attention(b, bmm="aten::mm")  # 2-D products: a projection, then a softmax
-    assert not _found(b, "compute.unfused-attention")
+    assert not fired(b, "compute.unfused-attention")
 
 
 def test_growing_concat__priced_as_writing_only_the_new_part():
@@ -1233,7 +1229,7 @@ def test_growing_concat__priced_as_writing_only_the_new_part():
                 b.kernel(op(ATTEND, "aten::cat"), "CatArrayBatchedCopy", gpu_us=100, cpu_us=5,
                          shapes=[[[8, length, 64], [8, 1, 64]], []])
                 length += 1
-    [f] = _found(b, "compute.growing-concat")
+    [f] = fired(b, "compute.growing-concat")
     assert f.evidence["count"] == STEPS * PER_STEP
     median_length = 100 + (STEPS * PER_STEP - 1) / 2
     assert f.evidence["append_factor"] == pytest.approx(median_length + 1)
@@ -1249,4 +1245,4 @@ def test_growing_concat__silent_for_alike_tensors():
             for _ in range(PER_STEP):
                 b.kernel(op(ATTEND, "aten::cat"), "CatArrayBatchedCopy", gpu_us=100, cpu_us=5,
                          shapes=[[[4, 256, 32, 32], [4, 256, 32, 32]], []])
-    assert not _found(b, "compute.growing-concat")
+    assert not fired(b, "compute.growing-concat")
