@@ -265,20 +265,9 @@ def _names(rule: Rule) -> set[str]:
     for expr in [*standard, *OCCURRENCE[rule.relation]]:
         cols.update(expr.meta.root_names())
 
-    def walk(where: dict) -> None:
-        for key, cond in where.items():
-            if key == "any_of":
-                for w in cond:
-                    walk(w)
-            elif key == "not":
-                walk(cond)
-            else:
-                cols.add(key)
-
-    walk(rule.where)
-    cols |= _where_columns(rule.saving.get("only", {}))
+    cols |= _where_columns(rule.where) | _where_columns(rule.saving.get("only", {}))
     for spec in rule.measures.values():
-        walk(spec.get("where", {}))
+        cols |= _where_columns(spec.get("where", {}))
         if "of" in spec:
             cols.add(spec["of"])
     for text in (rule.title, rule.message, rule.fix):
@@ -477,9 +466,10 @@ def event_columns(rule: Rule, keys: list[str], columns: list[str]) -> list[str]:
     for the call models, ``_MODEL_COLUMNS`` for the others) and the occurrences' columns.
     (At 10 M GPU operations, the pinned-memory rule's 2.5 M events with every column the
     calls rules read were 0.5 GB, held beside the first replays.)"""
+    only = _where_columns(rule.saving.get("only", {}))  # (a site column: through stack_id)
     want = {*keys, ROW_KEY[rule.relation], "call_idx",
             *_MODEL_COLUMNS.get(rule.saving.get("model", "none"), ()),
-            *_where_columns(rule.saving.get("only", {}))}
+            *only, *(("stack_id",) if only else ())}
     for expr in OCCURRENCE[rule.relation]:
         want.update(expr.meta.root_names())
     return [c for c in columns if c in want]

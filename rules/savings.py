@@ -84,7 +84,8 @@ def fix_for(model: dict, relation: str, rows: pl.DataFrame, analysis: Analysis,
     if name != "none" and model.get("only"):  # the fix edits only these of the events
         from .compile import where_expr
 
-        rows = rows.filter(where_expr(model["only"]))
+        sites = analysis.relations.sites if "stack_id" in rows.columns else None
+        rows = rows.filter(where_expr(model["only"], sites))
     if name == "none" or rows.height == 0:
         return None
     calls = _call_rows(relation, rows, analysis)
