@@ -28,3 +28,17 @@ def docs_table(marker: str) -> str:
     (what ``compare.py --markdown`` printed when the doc was written)."""
     doc = (ROOT / "docs" / "benchmarks.md").read_text()
     return doc.split(f"<!-- {marker} -->\n", 1)[1].split(f"<!-- /{marker} -->", 1)[0]
+
+
+def check_docs_table(marker: str, rows: list, results: Path | None = None,
+                     requests: dict[str, int] | None = None) -> None:
+    """The table under ``marker`` in docs/benchmarks.md is ``rows``' (``compare.py``'s rows of
+    ``results``, per ``requests``; the defaults: compare.py's own); else the command that
+    prints it again."""
+    command = "python bench/whatif/compare.py"
+    if results is not None:
+        command += f" {results.relative_to(ROOT)}"
+    if requests:
+        command += " --requests " + ",".join(f"{w}={n}" for w, n in requests.items())
+    assert docs_table(marker) == compare.markdown(rows), (
+        f"docs/benchmarks.md is stale: {command} --markdown")

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from whatif_compare import compare, docs_table
+from whatif_compare import check_docs_table, compare
 
 ROOT = Path(__file__).resolve().parents[2]
 BLIND = ROOT / "bench" / "whatif" / "results" / "h200-blind"
@@ -107,9 +107,7 @@ def test_single_fixes_beyond_noise_are_found(rows):
 
 
 def test_docs_table_is_what_the_captures_give_today(rows):
-    assert docs_table("whatif-blind-table") == compare.markdown(rows), (
-        "docs/benchmarks.md is stale: python bench/whatif/compare.py "
-        "bench/whatif/results/h200-blind --requests vision=8,moe=6,detect=6,hf_generate=4,churn=6 --markdown")
+    check_docs_table("whatif-blind-table", rows, BLIND, REQUESTS)
 
 
 def test_the_size_sync_estimate_removes_the_ops_own_calls():

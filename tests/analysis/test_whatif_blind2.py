@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from whatif_compare import compare, docs_table
+from whatif_compare import check_docs_table, compare
 
 ROOT = Path(__file__).resolve().parents[2]
 BLIND2 = ROOT / "bench" / "whatif" / "results" / "h100-blind2"
@@ -22,9 +22,7 @@ def rows():
 
 
 def test_docs_table_is_what_the_traces_give_today(rows):
-    assert docs_table("whatif-blind2-table") == compare.markdown(rows), (
-        "docs/benchmarks.md is stale: python bench/whatif/compare.py "
-        "bench/whatif/results/h100-blind2 --requests recsys=12,beam=6,asr=6,preproc=8 --markdown")
+    check_docs_table("whatif-blind2-table", rows, BLIND2, REQUESTS)
 
 
 def test_the_cpu_work_that_took_most_of_asr_s_step_is_named_first_within_30pct(rows):

@@ -10,7 +10,7 @@ import ast
 from pathlib import Path
 
 import pytest
-from whatif_compare import compare, docs_table
+from whatif_compare import check_docs_table, compare
 
 ROOT = Path(__file__).resolve().parents[2]
 BLIND3 = ROOT / "bench" / "whatif" / "results" / "h100-blind3"
@@ -41,10 +41,7 @@ def _constants(workload: str) -> dict[str, object]:
 
 
 def test_docs_table_is_what_the_traces_give_today(rows):
-    assert docs_table("whatif-blind3-table") == compare.markdown(rows), (
-        "docs/benchmarks.md is stale: python bench/whatif/compare.py "
-        "bench/whatif/results/h100-blind3 --requests diffusion=30,kvcache=96,embedsvc=8 "
-        "--markdown")
+    check_docs_table("whatif-blind3-table", rows, BLIND3, STEPS)
 
 
 def test_the_steps_are_what_the_sources_make():

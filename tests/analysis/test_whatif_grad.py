@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from whatif_compare import compare, docs_table
+from whatif_compare import check_docs_table, compare
 
 ROOT = Path(__file__).resolve().parents[2]
 GRAD = ROOT / "bench" / "whatif" / "results" / "h100-grad"
@@ -28,10 +28,7 @@ def _row(rows, workload: str, variant: str):
 
 
 def test_docs_table_is_what_the_traces_give_today(rows):
-    assert docs_table("whatif-grad-table") == compare.markdown(rows), (
-        "docs/benchmarks.md is stale: python bench/whatif/compare.py "
-        "bench/whatif/results/h100-grad --requests encoder=6,graddecode=6,gradvision=6 "
-        "--markdown")
+    check_docs_table("whatif-grad-table", rows, GRAD, REQUESTS)
 
 
 def test_autograd_left_on_in_a_launch_bound_loop_is_priced_within_30pct(rows):

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from whatif_compare import compare, docs_table
+from whatif_compare import check_docs_table, compare
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYOUT = ROOT / "bench" / "whatif" / "results" / "h100-layout"
@@ -22,9 +22,7 @@ def rows():
 
 
 def test_docs_table_is_what_the_traces_give_today(rows):
-    assert docs_table("whatif-layout-table") == compare.markdown(rows), (
-        "docs/benchmarks.md is stale: python bench/whatif/compare.py "
-        "bench/whatif/results/h100-layout --requests convlayout=6 --markdown")
+    check_docs_table("whatif-layout-table", rows, LAYOUT, REQUESTS)
 
 
 def test_channels_last_is_priced_within_30pct(rows):

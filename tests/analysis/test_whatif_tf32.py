@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from whatif_compare import compare, docs_table
+from whatif_compare import check_docs_table, compare
 
 ROOT = Path(__file__).resolve().parents[2]
 TF32 = ROOT / "bench" / "whatif" / "results" / "h100-tf32"
@@ -20,9 +20,7 @@ def rows():
 
 
 def test_docs_table_is_what_the_traces_give_today(rows):
-    assert docs_table("whatif-tf32-table") == compare.markdown(rows), (
-        "docs/benchmarks.md is stale: python bench/whatif/compare.py "
-        "bench/whatif/results/h100-tf32 --requests tf32mlp=6 --markdown")
+    check_docs_table("whatif-tf32-table", rows, TF32, REQUESTS)
 
 
 def test_bf16_is_first_and_within_30pct_below_the_measured(rows):
