@@ -24,17 +24,10 @@ def with_append_factor(calls: polars.DataFrame) -> polars.DataFrame:
     different ranks; an empty input). Worked out once per distinct shape list."""
     import polars as pl
 
-    null = pl.lit(None, pl.Float64).alias("append_factor")
-    if calls.height == 0:
-        return calls.with_columns(null)
-    groups = (calls.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_r"), "op_shapes")
-              .group_by("op_shapes").agg("_r"))
-    try:
-        per = _factor_of(groups)
-    except pl.exceptions.PolarsError:  # shapes of an unexpected form: unknown
-        return calls.with_columns(null)
-    back = per.select("_r", "append_factor").explode("_r").sort("_r").drop("_r")
-    return calls.with_columns(back.get_columns())
+    from .matmul import by_distinct
+
+    return by_distinct(calls, ("op_shapes",), _factor_of, CONCAT_COLUMNS,
+                       [pl.lit(None, pl.Float64).alias("append_factor")])
 
 
 def _factor_of(shapes: polars.DataFrame) -> polars.DataFrame:

@@ -40,17 +40,27 @@ def with_flops(calls: polars.DataFrame) -> polars.DataFrame:
 
     nulls = [pl.lit(None, pl.Int64).alias("flops"), pl.lit(None, pl.Boolean).alias("dims_aligned8"),
              pl.lit(None, pl.Float64).alias("intensity")]
+    return by_distinct(calls, ("op_shapes", "op_dtypes"), _flops_of,
+                       ("dtype", "flops", "dims_aligned8", "intensity"), nulls)
+
+
+def by_distinct(calls: polars.DataFrame, keys: tuple[str, ...], facts, columns: tuple[str, ...],
+                nulls: list[polars.Expr]) -> polars.DataFrame:
+    """``calls`` with ``columns``, worked out by ``facts`` once per distinct value of ``keys``
+    (a frame of those distinct rows, each with ``_r``: the rows it stands for) and given to
+    each call by its group; ``nulls`` instead where there are no calls, or where ``facts``
+    meets shapes of an unexpected form (a polars error)."""
+    import polars as pl
+
     if calls.height == 0:
         return calls.with_columns(nulls)
-    groups = (calls.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_r"), "op_shapes",
-                           "op_dtypes")
-              .group_by("op_shapes", "op_dtypes").agg("_r"))
+    groups = (calls.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_r"), *keys)
+              .group_by(*keys).agg("_r"))
     try:
-        per = _flops_of(groups)
-    except pl.exceptions.PolarsError:  # shapes of an unexpected form: FLOPs stay unknown
+        per = facts(groups)
+    except pl.exceptions.PolarsError:  # shapes of an unexpected form: the facts stay unknown
         return calls.with_columns(nulls)
-    back = (per.select("_r", "dtype", "flops", "dims_aligned8", "intensity")
-            .explode("_r").sort("_r").drop("_r"))
+    back = per.select("_r", *columns).explode("_r").sort("_r").drop("_r")
     return calls.with_columns(back.get_columns())
 
 
