@@ -76,36 +76,6 @@ def _numba() -> ModuleType | None:
     return numba
 
 
-_WARMING: list[threading.Thread] = []  # the one load_in_background started, if any
-
-
-def load_in_background() -> None:
-    """Load numba on a daemon thread, once per process: its import and its CPU target's
-    registries (what the first compiled loop, even one read from the cache, otherwise loads
-    first: ~0.8-1.3 s on a 2-core machine, most of it imports). For an analysis large enough
-    for the compiled loops (:data:`zym.analysis.instances.JIT_MIN_CALLS` calls), started
-    before its polars work, which leaves the interpreter free for most of that time. Nothing
-    where numba is absent or already loaded; a failure here is left to the first loop's own
-    load to meet and report."""
-    with _LOADING:
-        if _WARMING or "numba.core.registry" in sys.modules and "numba.np.arraymath" in sys.modules:
-            return
-        thread = threading.Thread(target=_load_numba, name="zym-numba-load", daemon=True)
-        _WARMING.append(thread)
-    thread.start()
-
-
-def _load_numba() -> None:
-    with contextlib.suppress(Exception):
-        if _numba() is None:
-            return
-        from numba.core.compiler_lock import global_compiler_lock
-        from numba.core.registry import cpu_target
-
-        with global_compiler_lock:  # (what a loop's compile or cache load holds to refresh)
-            cpu_target.target_context.refresh()
-
-
 def writes(*params: str) -> Callable[[Callable], Callable]:
     """Mark a loop for :func:`njit` with the parameters it writes into; the others it only
     reads (a loop that writes one of those fails to compile: numba refuses a read-only

@@ -21,9 +21,8 @@ from zym.schemas.errors import InputError
 from zym.schemas.memory import release_freed_memory
 
 from .callpath import UNKNOWN_STACK, CallPaths, build_call_paths, stack_nodes
-from .compiled import load_in_background
 from .facts import Facts
-from .instances import JIT_MIN_CALLS, UserFrameSpans
+from .instances import UserFrameSpans
 from .load import UNREAD, CaptureData, api_codes, cut_short, load_capture
 from .phases import Phases, Steps, find_phases, parse_window, step_threads
 from .replay import GapCounter, Timeline
@@ -499,8 +498,6 @@ def analyze(path: str | Path, progress: Progress | None = None, window: str = "s
     data = api_codes(load_capture(path, progress, codes=True, skip=UNREAD, budget=budget,
                                   budget_given=budget_given))
     check_window(data, window)
-    if data.calls.height >= JIT_MIN_CALLS:  # its compiled loops will need numba: loaded
-        load_in_background()                 # while the polars work below runs
     if progress:
         progress("attributing GPU work to call paths")
     analysis = analyze_data(data, window)

@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,9 +16,6 @@ from zym.analysis.compiled import (
     private_cache_dir,
     writes,
 )
-from zym.analysis.instances import JIT_MIN_CALLS
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _running_total(x, out) -> None:
@@ -373,61 +369,3 @@ def test_the_console_script_skips_the_look():
     got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=False)
     assert got.stdout.strip().splitlines()[-1] == "False", got.stderr
-
-
-_LOADS_AHEAD = r"""
-import sys
-sys.path.insert(0, sys.argv[1])  # the stand-in scipy
-from zym.analysis import compiled
-compiled.skip_blas_check()
-compiled.load_in_background()
-compiled.load_in_background()  # (once per process)
-threads = list(compiled._WARMING)
-for t in threads:
-    t.join()
-from numba.core.registry import cpu_target
-print(len(threads), threads[0].daemon, "numba.np.arraymath" in sys.modules,
-      bool(cpu_target.target_context._registries),
-      "seen" if hasattr(sys.modules.get("scipy"), "linalg_seen") else "not seen")
-"""
-
-
-def test_numba_loaded_ahead_once_on_a_daemon_thread_without_the_blas_look(tmp_path):
-    """``load_in_background``: one daemon thread a process, which leaves numba imported
-    and its CPU target's registries loaded (what a first compiled loop otherwise loads on
-    the analysis's own thread), the CLI's skipped look for a BLAS kept."""
-    pytest.importorskip("numba", reason="numba not installed (a zym dependency: pip install -e .)")
-    fake = tmp_path / "scipy"
-    (fake / "linalg").mkdir(parents=True)
-    (fake / "__init__.py").write_text('__version__ = "1.17.0"\n')
-    (fake / "linalg" / "__init__.py").write_text(
-        "import sys\nsys.modules['scipy'].linalg_seen = True\n")
-    got = subprocess.run([sys.executable, "-c", _LOADS_AHEAD, str(tmp_path)],
-                         capture_output=True, text=True, check=True).stdout.split()
-    assert got == ["1", "True", "True", "True", "not", "seen"]
-
-
-_ANALYZES = r"""
-import sys
-from zym.analysis import report
-started = []
-report.load_in_background = lambda: started.append(True)
-if len(sys.argv) > 2:
-    report.JIT_MIN_CALLS = int(sys.argv[2])
-a = report.analyze(sys.argv[1])
-print(a.data.calls.height, bool(started), "numba" in sys.modules)
-"""
-
-
-@pytest.mark.parametrize("threshold", [None, 1000])
-def test_an_analysis_loads_numba_ahead_only_where_its_loops_will_run(threshold):
-    """The bundled sample (fewer calls than ``JIT_MIN_CALLS``) is analysed without numba;
-    with the threshold below its calls, the analysis starts the load before its work."""
-    sample = REPO / "sample_traces" / "gpt_decode_server.parquet"
-    args = [sys.executable, "-c", _ANALYZES, str(sample)] + ([str(threshold)] if threshold else [])
-    calls, started, loaded = subprocess.run(args, capture_output=True, text=True,
-                                            check=True).stdout.split()
-    if threshold is None:
-        assert int(calls) < JIT_MIN_CALLS and (started, loaded) == ("False", "False")
-    else:
-        assert int(calls) >= threshold and started == "True"
