@@ -3,8 +3,7 @@
 # gnnserve, ttsvoc; bench/whatif/workloads/): each variant checked against the baseline on one
 # request (bench/whatif/blind4_equiv.py), every variant measured (harness.py measure, 15
 # rounds interleaved in one process), a torch.profiler trace (stacks and shapes) of each
-# baseline; then, as time allows, torch.profiler traces of gpt_decode's baseline and its tf32
-# variant (does the traced CPU time per call change when the GPU gets faster?). Results: $OUT
+# baseline. Results: $OUT
 # (kept in bench/whatif/results/h100-blind4/ or h200-blind4/, the card lent). Run from the
 # repository root; no carry.
 DEADLINE=${DEADLINE:-560}
@@ -16,10 +15,6 @@ for w in ${WORKLOADS:-segserve gnnserve ttsvoc}; do
 done
 for w in ${WORKLOADS:-segserve gnnserve ttsvoc}; do
     run 90 $H "$w" trace "$OUT/$w.trace.json" --passes 1 && gzip -1 "$OUT/$w.trace.json"
-done
-for v in base tf32; do
-    run 60 $H gpt_decode trace "$OUT/gpt_decode-$v.trace.json" --passes 1 --variant "$v" \
-        && gzip -1 "$OUT/gpt_decode-$v.trace.json"
 done
 ls -la "$OUT"
 echo "total ${SECONDS}s"
