@@ -16,6 +16,7 @@ from rich.text import Text
 from zym.analysis.export.summary import (
     capture_sample_line,
     cut_short_line,
+    instead_text,
     phase_line,
     plural,
     rest_line,
@@ -195,6 +196,9 @@ def render_findings(report: dict, console: Console, limit: int | None = None) ->
             _wrap(console, f"estimate: {f['saving_how']}.{after}", 6, style="dim")
         elif f.get("saving_how"):
             _wrap(console, f["saving_how"], 6, style="dim")
+        if instead_text(f):
+            _wrap(console, f"{instead_text(f)}; estimate: {f['saving_instead']['saving_how']}.",
+                  6, style="dim")
         if f.get("also"):
             _wrap(console, "also: " + "; ".join(f["also"]), 6, style="dim")
         _wrap(console, f"fix: {f['fix']}  [{f['rule_id']}]", 6, style="green")
@@ -367,8 +371,11 @@ def render_markdown(report: dict, top: int | None = None) -> str:
                 out += [f"Line: {md_code(f['source'])}", ""]
             if f.get("called_from"):
                 out += [f"Called from your code at {md_code(f['called_from'])}", ""]
-            out += [_md(f["message"]), "", f"*{_md(saving_text(f))}:* {_md(f['saving_how'])}", "",
-                    f"*Fix:* {_md(f['fix'])}", ""]
+            out += [_md(f["message"]), "", f"*{_md(saving_text(f))}:* {_md(f['saving_how'])}", ""]
+            if instead_text(f):
+                out += [(f"*{_md(_sentence(instead_text(f)))}:* "
+                         f"{_md(f['saving_instead']['saving_how'])}"), ""]
+            out += [f"*Fix:* {_md(f['fix'])}", ""]
             if f["user_chain"]:
                 out += ["<details><summary>call chain</summary>", "",
                         *[f"{'  ' * d}- {md_code(frame)}" for d, frame in enumerate(f["user_chain"])],

@@ -125,7 +125,8 @@ def rank(analysis: Analysis, findings: list[Finding], together: bool = True,
     # from the unfixed replay or its own last one: the same outcome, tests compare them).
     saving = analysis.timeline.saving if findings else None  # built ahead (evaluate_rules)
     pool = ThreadPoolExecutor(max_workers=replay_threads(), thread_name_prefix="zym-replay")
-    tally = Tally(progress, "estimating each finding's fix", len(findings))
+    tally = Tally(progress, "estimating each finding's fix",
+                  len(findings) + sum("instead" in f.saving_model for f in findings))
 
     def replay(fix):   # each finding's own fix: no later replay on its thread starts from it
         done = pool.submit(saving, fix, alone=True)
@@ -137,12 +138,14 @@ def rank(analysis: Analysis, findings: list[Finding], together: bool = True,
             f.estimate(analysis, fix_for, replay)
             if not callable(f.saving_ns):  # no replay (no estimate): done now
                 tally.tick()
+            if "instead" in f.saving_model and not (
+                    f.saving_instead is not None and callable(f.saving_instead["saving_ns"])):
+                tally.tick()  # (its second fix: none replayed)
             after = findings[i + 1].release_events if i + 1 < len(findings) else None
             if f.release_events is not None and f.release_events != after:  # its rule's last
                 f.release_events()
         for f in findings:
-            if callable(f.saving_ns):
-                f.saving_ns = f.saving_ns()
+            f.resolve()
         _sampled_how(analysis, findings)
     except BaseException:  # Ctrl-C or an error: the replays not yet started are dropped
         pool.shutdown(wait=True, cancel_futures=True)

@@ -101,6 +101,9 @@ class Finding:
     # where the fixes were replayed on two halves (a long window's sample, or a capture's
     # sample: zym.analysis.sample), the saving as each half alone gives it, scaled alike
     saving_halves_ns: tuple[int, int] | None = None
+    # the second fix the rule offers (its saving model's ``instead``), estimated the same way
+    # from the same events: ``label``, ``saving_ns``, ``saving_how`` (None: the rule offers none)
+    saving_instead: dict | None = None
     also: list[str] = field(default_factory=list)  # other rules whose fix is the same edit
     # Builds this finding's occurrences on first use (exports ask; text reports never do).
     occurrence_source: Callable[[], pl.DataFrame] | None = field(default=None, repr=False)
@@ -110,6 +113,7 @@ class Finding:
     # Drops what ``event_source`` holds beyond the occurrences (after the estimates).
     release_events: Callable[[], None] | None = field(default=None, repr=False)
     edit: Fix | None = field(default=None, repr=False)
+    edit_instead: Fix | None = field(default=None, repr=False)  # the second fix's edit
     _frame: pl.DataFrame | None = field(default=None, repr=False)
     _occurrences: list[dict] | None = field(default=None, repr=False)
 
@@ -163,6 +167,39 @@ class Finding:
         self.saving_ns = (analysis.timeline.saving(self.edit) if replay is None
                           else replay(self.edit))
         self.saving_how = self.edit.describe
+        if "instead" in self.saving_model:
+            self._estimate_instead(analysis, fix_for, replay, rows)
+
+    def _estimate_instead(self, analysis: Analysis, fix_for: Callable,
+                          replay: Callable[[Fix], Callable[[], int]] | None,
+                          rows: pl.DataFrame) -> None:
+        """The rule's second fix (``saving_model["instead"]``) from the same events: sets
+        ``saving_instead`` (its ``saving_ns`` a callable while ``replay`` runs it, as the
+        first fix's)."""
+        from .savings import NoEstimate
+
+        model = {k: v for k, v in self.saving_model["instead"].items() if k != "label"}
+        out = {"label": self.saving_model["instead"]["label"], "saving_ns": None}
+        try:
+            fix = fix_for(model, self.relation, rows, analysis, self.measures)
+        except NoEstimate as why:
+            fix, out["saving_how"] = None, f"no estimate: {why}"
+        if fix is not None and not fix.is_empty():
+            self.edit_instead = fix
+            out["saving_ns"] = (analysis.timeline.saving(fix) if replay is None
+                                else replay(fix))
+            out["saving_how"] = fix.describe
+        else:
+            out.setdefault("saving_how", f"no estimate ({model['model']}: nothing to edit)")
+        self.saving_instead = out
+
+    def resolve(self) -> None:
+        """The replays' results in place of the callables :meth:`estimate` left (the rules
+        replay one finding's fixes while the next one's are built)."""
+        if callable(self.saving_ns):
+            self.saving_ns = self.saving_ns()
+        if self.saving_instead is not None and callable(self.saving_instead["saving_ns"]):
+            self.saving_instead["saving_ns"] = self.saving_instead["saving_ns"]()
 
     def fix_key(self) -> tuple | None:
         """Identifies the timeline edit: two findings with the same key fix the same thing."""
@@ -190,10 +227,25 @@ class Finding:
             "saving_halves_ns": (list(self.saving_halves_ns)
                                  if self.saving_halves_ns is not None else None),
             "saving_how": self.saving_how, "saving_model": self.saving_model,
+            "saving_instead": self._instead_dict(window_ns, steps),
             "cost_ns": self.cost_ns, "evidence": self.evidence,
             "fix": self.fix, "also": self.also, "occurrence_count": self.occurrence_count,
             "examples": self.examples(examples) if examples else [],
         }
+
+
+    def _instead_dict(self, window_ns: int, steps: int) -> dict | None:
+        """``saving_instead`` as the reports give it: its label, saving (also as a share of
+        the window and per step) and how it was estimated."""
+        inst = self.saving_instead
+        if inst is None:
+            return None
+        ns = inst["saving_ns"]
+        return {"label": inst["label"], "saving_ns": ns,
+                "saving_pct_of_window": (round(100 * ns / window_ns, 2)
+                                         if ns is not None and window_ns else None),
+                "saving_per_step_ns": ns // steps if ns is not None and steps else None,
+                "saving_how": inst["saving_how"]}
 
 
 class Tally:

@@ -256,10 +256,13 @@ def _rule(raw: dict, pack: str, source: str) -> Rule:
         raise fail("cost", f"unknown measure {cost!r}")
     saving = raw.get("saving", {"model": "none"})
     _check_saving(saving, relation, known, fail)
-    if "only" in saving:
-        if not isinstance(saving["only"], dict) or not saving["only"]:
-            raise fail("saving.only", "only takes a where mapping (the events the fix edits)")
-        _check_where(saving["only"], columns, "saving.only", fail)
+    _check_only(saving, columns, "saving", fail)
+    if "instead" in saving:
+        instead = saving["instead"]
+        if saving["model"] == "none":
+            raise fail("saving.instead", "a second fix needs a first: model none estimates none")
+        _check_saving(instead, relation, known, fail, "saving.instead")
+        _check_only(instead, columns, "saving.instead", fail)
     names = known | set(LABELS) | set(group_by)
     for key in ("message", "fix", "title"):
         _check_template(raw[key], names, lambda msg, key=key: fail(key, msg))
@@ -283,19 +286,28 @@ SAVING_RELATIONS = {
 }
 
 
-def _check_saving(saving: dict, relation: str, measures: set[str], fail) -> None:
+def _check_saving(saving: dict, relation: str, measures: set[str], fail,
+                  path: str = "saving") -> None:
     model = saving["model"]
     if relation not in SAVING_RELATIONS[model]:
-        raise fail("saving.model", f"{model} replays events of relation "
-                                   f"{' or '.join(SAVING_RELATIONS[model])}, not {relation}")
+        raise fail(f"{path}.model", f"{model} replays events of relation "
+                                    f"{' or '.join(SAVING_RELATIONS[model])}, not {relation}")
     if model == "speedup" and ("to" in saving) == ("factor" in saving):
-        raise fail("saving", "speedup takes one of to: PRECISION or factor: MEASURE")
+        raise fail(path, "speedup takes one of to: PRECISION or factor: MEASURE")
     if "factor" in saving and saving["factor"] not in measures:
-        raise fail("saving.factor", f"unknown measure {saving['factor']!r}")
+        raise fail(f"{path}.factor", f"unknown measure {saving['factor']!r}")
     for key, only in (("keep", "batch"), ("alone", "batch"), ("to", "speedup"),
                       ("factor", "speedup"), ("work", "remove")):
         if key in saving and model != only:
-            raise fail(f"saving.{key}", f"{key} applies to model {only} only")
+            raise fail(f"{path}.{key}", f"{key} applies to model {only} only")
+
+
+def _check_only(saving: dict, columns: dict, path: str, fail) -> None:
+    """A saving model's ``only``: a where mapping over the relation's columns."""
+    if "only" in saving:
+        if not isinstance(saving["only"], dict) or not saving["only"]:
+            raise fail(f"{path}.only", "only takes a where mapping (the events the fix edits)")
+        _check_where(saving["only"], columns, f"{path}.only", fail)
 
 
 def _unknown_column(col: str, relation: str) -> str:

@@ -124,7 +124,7 @@ def _summary_html(d: dict) -> str:
 def _findings_html(findings: list[dict]) -> str:
     if not findings:
         return '<p class="none">No findings: no rule fired on this capture.</p>'
-    from .summary import saving_text
+    from .summary import instead_text, saving_text
 
     out = []
     for i, f in enumerate(findings):
@@ -141,6 +141,8 @@ def _findings_html(findings: list[dict]) -> str:
             + (f'<pre class="source">{escape(f["source"])}</pre>' if f.get("source") else "")
             + f'<p>{escape(f["message"] or "")}</p>'
             + f'<p class="estimate">{escape(f.get("saving_how") or "")}</p>'
+            + (f'<p class="estimate">{escape(instead_text(f))}: '
+               f'{escape(f["saving_instead"]["saving_how"])}</p>' if instead_text(f) else "")
             + (f'<p class="fix"><b>Fix:</b> {escape(f["fix"])}</p>' if f.get("fix") else "")
             + (f'<details><summary>Evidence and call chain</summary>'
                f'<p class="chain">{chain}</p><table class="kv">{ev}</table></details>')

@@ -7,7 +7,9 @@ RESULTS_DIR (default ``bench/whatif/results/h200``) holds, per workload W:
 
 * ``W.measure.json``: interleaved timed passes of every variant (``harness.py W measure``);
   a variant's ``fix`` text starts with the rule id whose fix it applies
-  (``"compute.fp32-matmul-no-tf32: ..."``, optionally ``"rule (HtoD): ..."``);
+  (``"compute.fp32-matmul-no-tf32: ..."``, optionally ``"rule (HtoD): ..."``, or
+  ``"rule (instead): ..."`` where the variant applies the second fix the finding prices,
+  its ``saving_instead``);
 * ``captures/W.parquet``: a ``zym capture`` of the baseline (eBPF + CUPTI);
 * ``kineto/W.trace.json.gz``: a torch.profiler trace of the baseline, where there is one
   (``kineto/W.parquet``: the trace as `zym import` wrote it, kept in its place for size).
@@ -139,13 +141,17 @@ def compare(results: Path = RESULTS, requests_of: dict[str, int] | None = None) 
                     pred = None if saving is None else saving / steps / 1e6
                 else:
                     ranked = [(i, f) for i, f in enumerate(findings, 1) if f["rule_id"] == rule]
-                    if qualifier:  # e.g. HtoD: the finding whose words name it
+                    if qualifier and qualifier != "instead":  # e.g. HtoD: the finding
+                        # whose words name it
                         ranked = [(i, f) for i, f in ranked
                                   if qualifier in f["message"] + f["title"]] or ranked
                     rank, f = ranked[0] if ranked else (None, None)
+                    if qualifier == "instead":  # the variant is the finding's second fix
+                        f = f and f.get("saving_instead")
                     pred = (f["saving_ns"] / steps / 1e6
                             if f is not None and f["saving_ns"] is not None else None)
-                rows.append(Row(w, source, variant, rule, rank, pred,
+                rows.append(Row(w, source, variant,
+                                rule + (" (instead)" if qualifier == "instead" else ""), rank, pred,
                                 None if pred is None else 100 * pred / step_ms,
                                 m["ms"], m["lo"], m["hi"], 100 * m["ms"] / base_ms, base_ms,
                                 step_ms))
