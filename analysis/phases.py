@@ -66,6 +66,9 @@ class Steps:
     source: str  # "spans" (Kineto), "lines" (executing lines of eBPF stacks) or
     # "profiler steps" (Kineto's ProfilerStep#N ranges, where no step function is found)
     thread: int  # _thread key of the main thread
+    # where each step's function returned (its span's end: steps from spans); None where the
+    # capture does not say (a step then ends where the next begins)
+    returns_ns: np.ndarray | None = None
 
     @property
     def count(self) -> int:
@@ -185,9 +188,10 @@ def find_steps(calls: pl.DataFrame, gpu: pl.DataFrame, nodes: pl.DataFrame,
                     key=lambda x: (-x[0], -depth[x[1]], x[1]))
     have_spans = spans is not None and spans.height > 0
     for _, (file, name) in ranked:
+        returns = None
         if have_spans:
             ids = nodes.filter((pl.col("file") == file) & (pl.col("name") == name))["stack_id"]
-            starts, ends = _span_steps(spans, ids, mine)
+            starts, ends, returns = _span_steps(spans, ids, mine)
             source = "spans"
         else:
             starts, ends = _line_steps(mine, trie, nodes, file, name)
@@ -197,7 +201,7 @@ def find_steps(calls: pl.DataFrame, gpu: pl.DataFrame, nodes: pl.DataFrame,
 
             shown = short_paths(nodes.filter(pl.col("is_user"))["file"]).get(file, file)
             return Steps(function=f"{shown} {name}", file=file, name=name, start_ns=starts,
-                         end_ns=ends, source=source, thread=thread)
+                         end_ns=ends, source=source, thread=thread, returns_ns=returns)
     return _profiler_steps(spans, nodes, mine, thread) if have_spans else None
 
 
@@ -211,7 +215,7 @@ def _profiler_steps(spans: SpanTable, nodes: pl.DataFrame, mine: pl.DataFrame, t
                        & pl.col("name").str.contains(PROFILER_STEP))["stack_id"]
     if ids.len() == 0:
         return None
-    starts, ends = _span_steps(spans, ids, mine)
+    starts, ends, _ = _span_steps(spans, ids, mine)
     if len(starts) < MIN_STEPS:
         return None
     return Steps(function="ProfilerStep#N", file="", name="ProfilerStep#N", start_ns=starts,
@@ -246,26 +250,31 @@ def _line_steps(mine: pl.DataFrame, trie: Trie, nodes: pl.DataFrame, file: str, 
 
 
 def _span_steps(spans: SpanTable, ids: pl.Series, mine: pl.DataFrame
-                ) -> tuple[np.ndarray, np.ndarray]:
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The spans of the stack nodes ``ids`` (a step function's frames, or ProfilerStep ops) on
-    the main thread, outermost only (a recursive call is part of its caller's step)."""
+    the main thread, outermost only (a recursive call is part of its caller's step): each
+    step's start, its end (the next one's start; the last: its span's end) and where its
+    span ended (the function returned)."""
     pid, tid = mine["pid"][0], mine["tid"][0]
     sp = spans.collect(spans.lazy().filter(pl.col("stack_id").is_in(ids.implode())
                                            & (pl.col("pid") == pid) & (pl.col("tid") == tid))
                        .select("ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"))
                        ).sort("ts_ns")
     if sp.height == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
     if sp["ts_ns"].null_count() == 0 and sp["end"].null_count() == 0:  # one numpy pass
         ts, end = sp["ts_ns"].to_numpy(), sp["end"].to_numpy()
         reach = np.concatenate([[-(1 << 62)], np.maximum.accumulate(end)[:-1]])
-        starts, last = ts[ts >= reach], end[ts >= reach][-1]
-        return starts.astype(np.int64), np.append(starts[1:], last).astype(np.int64)
+        starts, returns = ts[ts >= reach], end[ts >= reach]
+        return (starts.astype(np.int64), np.append(starts[1:], returns[-1]).astype(np.int64),
+                returns.astype(np.int64))
     outer = sp["ts_ns"] >= sp["end"].cum_max().shift(1).fill_null(-(1 << 62))
     sp = sp.filter(outer)
     starts = sp["ts_ns"].to_numpy()
     ends = np.append(starts[1:], sp["end"][-1]) if sp.height else starts
-    return starts.astype(np.int64), ends.astype(np.int64)
+    returns = (sp.select(pl.col("end").fill_null(pl.col("ts_ns")))["end"].to_numpy()
+               if sp.height else starts)
+    return starts.astype(np.int64), ends.astype(np.int64), returns.astype(np.int64)
 
 
 def warmup_steps(steps: Steps) -> int:
@@ -323,7 +332,9 @@ def find_phases(calls: pl.DataFrame, gpu: pl.DataFrame, nodes: pl.DataFrame,
     steps = find_steps(calls, gpu, nodes, spans)
     if steps is not None and whole_until is not None:
         whole = steps.end_ns <= whole_until
-        steps = (replace(steps, start_ns=steps.start_ns[whole], end_ns=steps.end_ns[whole])
+        steps = (replace(steps, start_ns=steps.start_ns[whole], end_ns=steps.end_ns[whole],
+                         returns_ns=(steps.returns_ns[whole] if steps.returns_ns is not None
+                                     else None))
                  if whole.any() else None)
     phases = Phases(window=window, steps=steps)
     n, first, last = compile_activity(calls, nodes)

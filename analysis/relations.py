@@ -779,7 +779,9 @@ class Relations:
         if want & {"quiet_ns", "quiet_frac", "quiet_idx", "quiet_py_ns", "quiet_until",
                    "quiet_where"}:
             on = np.flatnonzero(calls["_thread"].to_numpy() == steps.thread)  # in time order
-            df = df.join(self._quiet(calls, df, on, steps.source != "spans"), on="step",
+            frame_q = df if steps.returns_ns is None else df.with_columns(
+                pl.Series("_ret", steps.returns_ns, dtype=pl.Int64))
+            df = df.join(self._quiet(calls, frame_q, on, steps.source != "spans"), on="step",
                          how="left").with_columns(
                 pl.col("quiet_ns").fill_null(pl.col("dur_ns")),
                 pl.col("_stretch_ns").fill_null(pl.col("dur_ns")),
@@ -886,11 +888,14 @@ class Relations:
         """Per step, its longest stretch with no CUDA call on the step's thread (``quiet_ns``):
         between two calls, or from the step's start to its first call, or from its last call
         to its end. And the longest that the step's own work fills (``_stretch_ns``): before or
-        between its calls where the steps start where the step function does (spans); the
-        time after its last call, which also holds any wait for the next step, only where a
-        step starts at a line (``tail``: eBPF stacks, profiler steps), whose work before its
-        first call falls there. The call that ended it (``quiet_idx``: the later call, the
-        first call, or the next call on the thread, ``on``) and when (``quiet_end``)."""
+        between its calls where the steps start where the step function does (spans), and
+        after its last call up to where the function returned (``steps``' ``_ret``, where the
+        spans say: post-processing after the last copy back); the time after its last call,
+        which also holds any wait for the next step, where a step starts at a line (``tail``:
+        eBPF stacks, profiler steps), whose work before its first call falls there. The call
+        that ended it (``quiet_idx``: the later call, the first call, or the next call on the
+        thread, ``on``) and when (``quiet_end``: for the work after the last call, where the
+        function returned, else the step's end)."""
         c = (calls.filter(pl.col("step").is_not_null())
              .select("step", "call_idx", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"))
              .sort("step", "ts_ns"))
@@ -907,16 +912,21 @@ class Relations:
                                        pl.col("call_idx").first().alias("first_idx"),
                                        pl.col("call_idx").last().alias("last_idx"),
                                        pl.col("end").max().alias("last")))
-        parts = (steps.select("step", pl.col("ts_ns").alias("s0"), pl.col("end_ns").alias("s1"))
+        ret = pl.col("_ret") if "_ret" in steps.columns else pl.lit(None, pl.Int64)
+        parts = (steps.select("step", pl.col("ts_ns").alias("s0"), pl.col("end_ns").alias("s1"),
+                              ret.alias("ret"))
                  .join(inner, on="step", how="inner")
                  .with_columns(pl.col("inner").fill_null(0),
                                (pl.col("first") - pl.col("s0")).alias("head"),
-                               (pl.col("s1") - pl.col("last")).alias("tail")))
+                               (pl.col("s1") - pl.col("last")).alias("tail"),
+                               # the function's own work after its last call (spans)
+                               pl.max_horizontal(pl.min_horizontal("ret", "s1") - pl.col("last"),
+                                                 pl.lit(0)).alias("ret_tail")))
         # the tail ends at the next call on the steps' thread after the step's last (if any)
         at = np.searchsorted(on, parts["last_idx"].to_numpy(), side="right")
         after = pl.Series(np.where(at < len(on), on[np.minimum(at, len(on) - 1)], -1))
         after = after.set(after < 0, None)
-        own = pl.max_horizontal("inner", "head", *(["tail"] if tail else []))
+        own = pl.max_horizontal("inner", "head", "tail" if tail else "ret_tail")
         inside = pl.col("inner") >= own
         head = pl.col("head") >= own
         return parts.select(
@@ -925,7 +935,8 @@ class Relations:
             pl.max_horizontal(own, pl.lit(0)).cast(pl.Int64).alias("_stretch_ns"),
             pl.when(inside).then("inner_idx").when(head).then("first_idx").otherwise(after)
             .cast(pl.Int64).alias("quiet_idx"),
-            pl.when(inside).then("inner_end").when(head).then("first").otherwise("s1")
+            pl.when(inside).then("inner_end").when(head).then("first")
+            .otherwise(pl.col("s1") if tail else pl.min_horizontal("ret", "s1"))
             .cast(pl.Int64).alias("quiet_end"))
 
     def _build_windows(self, want: set[str], wheres: list[dict] | None = None) -> pl.DataFrame:

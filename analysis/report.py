@@ -129,7 +129,9 @@ class Analysis:
         if not keep.any():
             return None
         return Steps(steps.function, steps.file, steps.name, np.maximum(steps.start_ns[keep], lo),
-                     np.minimum(steps.end_ns[keep], hi), steps.source, steps.thread)
+                     np.minimum(steps.end_ns[keep], hi), steps.source, steps.thread,
+                     None if steps.returns_ns is None else
+                     np.clip(steps.returns_ns[keep], lo, hi))
 
     @cached_property
     def timeline(self) -> Timeline | SampledTimeline:

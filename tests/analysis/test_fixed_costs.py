@@ -201,9 +201,10 @@ def test_span_steps_are_the_outermost_spans_of_the_function(seed):
             kept.append((t, e))
         reach = e if reach is None else max(reach, e)
     ids = nodes.filter((pl.col("file") == "a.py") & (pl.col("name") == "step"))["stack_id"]
-    starts, ends = _span_steps(SpanTable(held=spans), ids, mine)
+    starts, ends, returns = _span_steps(SpanTable(held=spans), ids, mine)
     assert starts.tolist() == [t for t, _ in kept]
     assert ends.tolist() == [t for t, _ in kept[1:]] + ([kept[-1][1]] if kept else [])
+    assert returns.tolist() == [e for _, e in kept]   # where each step's function returned
 
 
 @pytest.mark.parametrize("calls_ids, spans_ids", [
