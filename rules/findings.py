@@ -233,7 +233,6 @@ class Finding:
             "examples": self.examples(examples) if examples else [],
         }
 
-
     def _instead_dict(self, window_ns: int, steps: int) -> dict | None:
         """``saving_instead`` as the reports give it: its label, saving (also as a share of
         the window and per step) and how it was estimated."""

@@ -1,20 +1,13 @@
 #!/usr/bin/env bash
 # One device call for the fourth blind round (workloads written before zym saw them: segserve,
 # gnnserve, ttsvoc; bench/whatif/workloads/): each variant checked against the baseline on one
-# request (bench/whatif/blind4_equiv.py), every variant measured (harness.py measure, 15
-# rounds interleaved in one process), a torch.profiler trace (stacks and shapes) of each
-# baseline. Results: $OUT
-# (kept in bench/whatif/results/h100-blind4/ or h200-blind4/, the card lent). Run from the
-# repository root; no carry.
-DEADLINE=${DEADLINE:-560}
-RUN_TAIL=12
-source bench/whatif/device_preamble.sh
-run 100 python3 bench/whatif/blind4_equiv.py --device cuda | tee "$OUT/equiv.txt"
-for w in ${WORKLOADS:-segserve gnnserve ttsvoc}; do
-    run 150 $H "$w" measure "$OUT/$w.measure.json" --rounds 15
-done
-for w in ${WORKLOADS:-segserve gnnserve ttsvoc}; do
-    run 90 $H "$w" trace "$OUT/$w.trace.json" --passes 1 && gzip -1 "$OUT/$w.trace.json"
-done
-ls -la "$OUT"
-echo "total ${SECONDS}s"
+# request (bench/whatif/blind4_equiv.py, $OUT/equiv.txt), then the second round's script over
+# these workloads (every variant measured, harness.py measure, 15 rounds interleaved in one
+# process, then a torch.profiler trace, stacks and shapes, of each baseline). Results:
+# bench/whatif/results/h100-blind4/ (the card lent). Run from the repository root; no carry.
+# (Measured with this script's first form: the same stages, its own loop.)
+export PYTHONUNBUFFERED=1
+timeout 100 python3 bench/whatif/blind4_equiv.py --device cuda 2>&1 | tail -20 \
+    | tee "$OUT/equiv.txt"
+WORKLOADS=${WORKLOADS:-segserve gnnserve ttsvoc} DEADLINE=${DEADLINE:-460} \
+    exec bash bench/whatif/device_blind2.sh

@@ -54,25 +54,14 @@ def test_no_second_fix_without_a_first(tmp_path):
 
 
 def _attention(tmp_path, saving: str):
-    """Six steps, GPU-bound throughout: per step four batched matmuls (100 us of GPU each)
-    and four softmaxes (80 us), each launched in 5 us of CPU; a rule over them all."""
+    """A rule over every kernel of hand-written attention (``attention_capture``)."""
+    from attention_capture import attention_analysis
     from zym.rules.engine import evaluate_rules
     from zym.rules.model import load_pack
-    from zym.rules.testing import CaptureBuilder
 
-    gemm = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1"
-    softmax = "void at::native::cunn_SoftMaxForward<8, c10::BFloat16, float, c10::BFloat16>"
-    frames = [("python", "main", "app.py", 1), ("python", "attend", "model.py", 30)]
-    b = CaptureBuilder()
-    for _ in range(6):
-        with b.enclosing(frames[:1]):
-            for _ in range(4):
-                b.kernel(frames + [("torch_op", "aten::bmm")], gemm, gpu_us=100, cpu_us=5)
-                b.kernel(frames + [("torch_op", "aten::_softmax")], softmax, gpu_us=80,
-                         cpu_us=5)
     pack = tmp_path / "mine.yaml"
     pack.write_text(BODY.replace("SAVING", saving))
-    return evaluate_rules(b.analysis(), load_pack(pack).rules)
+    return evaluate_rules(attention_analysis(), load_pack(pack).rules)
 
 
 def test_the_second_fix_is_replayed_from_the_same_events(tmp_path):

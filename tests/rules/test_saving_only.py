@@ -39,25 +39,15 @@ def test_only_may_name_a_site_column(tmp_path):
     """``only: {torch_op: ...}`` (a column of the call's site, read through its stack): the
     fix edits the softmaxes alone; every step GPU-bound before and after (per attention: 180
     us of GPU, 12 us of launches), so it saves their GPU time."""
+    from attention_capture import attention_analysis
     from zym.rules.engine import evaluate_rules
     from zym.rules.model import load_pack
-    from zym.rules.testing import CaptureBuilder
 
-    gemm = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1"
-    softmax = "void at::native::cunn_SoftMaxForward<8, c10::BFloat16, float, c10::BFloat16>"
-    frames = [("python", "main", "app.py", 1), ("python", "attend", "model.py", 30)]
-    b = CaptureBuilder()
-    for _ in range(6):
-        with b.enclosing(frames[:1]):
-            for _ in range(4):
-                b.kernel(frames + [("torch_op", "aten::bmm")], gemm, gpu_us=100, cpu_us=5)
-                b.kernel(frames + [("torch_op", "aten::_softmax")], softmax, gpu_us=80,
-                         cpu_us=5)
     pack = tmp_path / "mine.yaml"
     pack.write_text(BODY.replace("    where: {kind: kernel}\n",
                                  "    where: {kind: kernel}\n    group_by: [user_function]\n")
                     .replace("ONLY", '{torch_op: "aten::_softmax"}'))
-    [f] = evaluate_rules(b.analysis(), load_pack(pack).rules)
+    [f] = evaluate_rules(attention_analysis(), load_pack(pack).rules)
     assert f.evidence["count"] == 48  # the finding holds every kernel of the function
     assert f.saving_ns == pytest.approx(24 * 80_000, rel=0.05)
     assert "these 24 calls" in f.saving_how
