@@ -182,7 +182,8 @@ COLUMNS: dict[str, dict[str, str]] = {
                        "(the step's own CPU work, not that op planning or compiling before its "
                        "launch), from the spans (Kineto); without spans, the whole stretch",
         "quiet_until": "the site (file:line function) of the call that ended that stretch: "
-                       "the work ran before it",
+                       "the work ran before it (null where the step function's return "
+                       "ended it: its work after its last call, from the spans)",
         "quiet_where": "where that time went, from the spans (Kineto): the site (file:line "
                        "function) of the innermost span, outside torch ops, on the step's "
                        "thread, that covers half of it or more; null without spans, or for "
@@ -789,9 +790,10 @@ class Relations:
             df = df.with_columns((pl.col("quiet_ns") / pl.col("dur_ns")).alias("quiet_frac"))
             if want & {"quiet_py_ns", "quiet_where"}:
                 df = df.with_columns(self._quiet_spans(df, calls, on))
-            if "quiet_until" in want:
+            if "quiet_until" in want:  # (none where the function's return ended it)
                 at = df["quiet_idx"]
-                stack = calls["stack_id"].gather(at.fill_null(0)).set(at.is_null(), None)
+                stack = calls["stack_id"].gather(at.fill_null(0)).set(
+                    at.is_null() | df["_at_return"].fill_null(False), None)
                 df = df.with_columns(self.site_of(stack, ("site",))[0].cast(pl.String)
                                      .alias("quiet_until"))
         if want & {"torch_ops", "grad_ops", "backward_ops", "grad_cpu_ns"}:
@@ -937,7 +939,9 @@ class Relations:
             .cast(pl.Int64).alias("quiet_idx"),
             pl.when(inside).then("inner_end").when(head).then("first")
             .otherwise(pl.col("s1") if tail else pl.min_horizontal("ret", "s1"))
-            .cast(pl.Int64).alias("quiet_end"))
+            .cast(pl.Int64).alias("quiet_end"),
+            # the step's own work after its last call: ended by the function's return
+            (~(inside | head) & pl.lit(not tail)).alias("_at_return"))
 
     def _build_windows(self, want: set[str], wheres: list[dict] | None = None) -> pl.DataFrame:
         data = self.analysis.data

@@ -54,6 +54,8 @@ def test_the_work_after_the_last_copy_back_is_the_step_s_own():
     line = 1 + (WORKLOADS / "segserve.py").read_text().splitlines().index(
         "def class_stats(labels: np.ndarray, conf: np.ndarray) -> list[list[dict]]:")
     assert f.evidence["where"] == f"segserve.py:{line} class_stats"
+    assert f.evidence["until"] is None   # (its function's return ended it, not a call)
+    assert "until" not in f.message
     raw = pl.read_parquet(path, columns=["record", "stack_id", "frame_id", "name", "dur_ns"])
     frames = raw.filter(pl.col("record") == "frame").select("frame_id", "name")
     stacks = raw.filter(pl.col("record") == "stack").select("stack_id", "frame_id")
