@@ -173,11 +173,14 @@ COLUMNS: dict[str, dict[str, str]] = {
                     "shorten)",
         "quiet_frac": "quiet_ns / dur_ns",
         "quiet_idx": "the call that ended the step's longest stretch without a CUDA call that "
-                     "its own work fills: before or between its calls where steps are found from "
-                     "spans (the time after its last call also holds any wait for the next "
-                     "step), also after them where a step starts at a line (eBPF stacks, "
-                     "profiler steps: its work before its first call falls there); joins the "
-                     "calls relation, null where no call follows in the window",
+                     "its own work fills: before or between its calls, or after its last one up "
+                     "to where the step function returned, where steps are found from spans "
+                     "(the time after that return also holds any wait for the next step); "
+                     "also after its last call where a step starts at a line (eBPF stacks, "
+                     "profiler steps: its work before its first call falls there); for a "
+                     "stretch after the last call, the next call on the thread (the CPU time "
+                     "before it holds that work); joins the calls relation, null where no "
+                     "call follows in the window",
         "quiet_py_ns": "that stretch's time before the torch op whose CUDA call ended it began "
                        "(the step's own CPU work, not that op planning or compiling before its "
                        "launch), from the spans (Kineto); without spans, the whole stretch",
