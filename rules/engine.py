@@ -260,7 +260,7 @@ def _names(rule: Rule) -> set[str]:
     from .model import template_names
 
     cols = set(rule.group_by) | {"stack_id", *EVENT_SITE_COLUMNS, ROW_KEY[rule.relation],
-                                 *_MODEL_COLUMNS.get(rule.saving.get("model", "none"), ())}
+                                 *_saving_columns(rule)}
     if rule.relation in ("calls", "gaps", "gpu"):
         cols.add("call_idx")
     skip = {"instances"} - _referenced(rule)
@@ -268,7 +268,7 @@ def _names(rule: Rule) -> set[str]:
     for expr in [*standard, *OCCURRENCE[rule.relation]]:
         cols.update(expr.meta.root_names())
 
-    cols |= _where_columns(rule.where) | _where_columns(rule.saving.get("only", {}))
+    cols |= _where_columns(rule.where)
     for spec in rule.measures.values():
         cols |= _where_columns(spec.get("where", {}))
         if "of" in spec:
@@ -469,13 +469,22 @@ def event_columns(rule: Rule, keys: list[str], columns: list[str]) -> list[str]:
     for the call models, ``_MODEL_COLUMNS`` for the others) and the occurrences' columns.
     (At 10 M GPU operations, the pinned-memory rule's 2.5 M events with every column the
     calls rules read were 0.5 GB, held beside the first replays.)"""
-    only = _where_columns(rule.saving.get("only", {}))  # (a site column: through stack_id)
-    want = {*keys, ROW_KEY[rule.relation], "call_idx",
-            *_MODEL_COLUMNS.get(rule.saving.get("model", "none"), ()),
-            *only, *(("stack_id",) if only else ())}
+    want = {*keys, ROW_KEY[rule.relation], "call_idx", *_saving_columns(rule)}
     for expr in OCCURRENCE[rule.relation]:
         want.update(expr.meta.root_names())
     return [c for c in columns if c in want]
+
+
+def _saving_columns(rule: Rule) -> set[str]:
+    """What a rule's fix models read of its events: each model's columns
+    (``_MODEL_COLUMNS``) and what its ``only`` names (a site column: through ``stack_id``),
+    for the first fix and its ``instead``."""
+    cols: set[str] = set()
+    for model in (rule.saving, rule.saving.get("instead", {})):
+        only = _where_columns(model.get("only", {}))
+        cols |= {*_MODEL_COLUMNS.get(model.get("model", "none"), ()), *only,
+                 *(("stack_id",) if only else ())}
+    return cols
 
 
 def _where_columns(where: dict) -> set[str]:

@@ -136,3 +136,13 @@ def test_every_report_shows_the_second_fix(embedsvc):
     assert any(line.startswith("*Or the matmuls in bfloat16") and "saves \\~" in line
                for line in render_markdown(report).splitlines())
     assert said in _findings_html(report["findings"])   # (zym report's HTML)
+
+
+def test_a_second_fix_may_edit_only_events_of_a_site_column(tmp_path):
+    """The second fix's ``only`` names a site column the rule reads nowhere else
+    (``torch_op``): its events keep what it needs (their stacks), and it takes the softmaxes
+    away (24 x 80 us) where the first fix takes every kernel (24 x 180 us)."""
+    [f] = _attention(tmp_path, '{model: remove, work: keep, instead: {label: the softmaxes, '
+                               'model: remove, work: keep, only: {torch_op: "aten::_softmax"}}}')
+    assert f.saving_ns == pytest.approx(48 * 90_000, rel=0.05)
+    assert f.saving_instead["saving_ns"] == pytest.approx(24 * 80_000, rel=0.05)
