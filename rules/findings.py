@@ -213,16 +213,12 @@ class Finding:
         return tuple(parts)
 
     def to_dict(self, examples: int = 5, window_ns: int = 0, steps: int = 0) -> dict:
-        pct = (round(100 * self.saving_ns / window_ns, 2)
-               if self.saving_ns is not None and window_ns else None)
         return {
             "rule_id": self.rule_id, "severity": self.severity, "title": self.title,
             "message": self.message, "site": self.site, "site_id": self.site_id,
             "source": self.source, "called_from": self.called_from,
             "user_chain": self.user_chain,
-            "saving_ns": self.saving_ns, "saving_pct_of_window": pct,
-            "saving_per_step_ns": (self.saving_ns // steps
-                                   if self.saving_ns is not None and steps else None),
+            **_saving_figures(self.saving_ns, window_ns, steps),
             "saving_incremental_ns": self.saving_incremental_ns,
             "saving_halves_ns": (list(self.saving_halves_ns)
                                  if self.saving_halves_ns is not None else None),
@@ -239,12 +235,17 @@ class Finding:
         inst = self.saving_instead
         if inst is None:
             return None
-        ns = inst["saving_ns"]
-        return {"label": inst["label"], "saving_ns": ns,
-                "saving_pct_of_window": (round(100 * ns / window_ns, 2)
-                                         if ns is not None and window_ns else None),
-                "saving_per_step_ns": ns // steps if ns is not None and steps else None,
+        return {"label": inst["label"], **_saving_figures(inst["saving_ns"], window_ns, steps),
                 "saving_how": inst["saving_how"]}
+
+
+def _saving_figures(ns: int | None, window_ns: int, steps: int) -> dict:
+    """A saving as the reports give it: ``saving_ns``, its share of the window (%) and its
+    part per step (null where unknown)."""
+    return {"saving_ns": ns,
+            "saving_pct_of_window": round(100 * ns / window_ns, 2)
+            if ns is not None and window_ns else None,
+            "saving_per_step_ns": ns // steps if ns is not None and steps else None}
 
 
 class Tally:
