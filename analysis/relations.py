@@ -924,9 +924,12 @@ class Relations:
                  .with_columns(pl.col("inner").fill_null(0),
                                (pl.col("first") - pl.col("s0")).alias("head"),
                                (pl.col("s1") - pl.col("last")).alias("tail"),
-                               # the function's own work after its last call (spans)
-                               pl.max_horizontal(pl.min_horizontal("ret", "s1") - pl.col("last"),
-                                                 pl.lit(0)).alias("ret_tail")))
+                               # the function's own work after its last call, where the
+                               # spans say where it returned (none where they do not)
+                               pl.when(pl.col("ret").is_not_null())
+                               .then(pl.max_horizontal(pl.min_horizontal("ret", "s1")
+                                                       - pl.col("last"), pl.lit(0)))
+                               .otherwise(0).alias("ret_tail")))
         # the tail ends at the next call on the steps' thread after the step's last (if any)
         at = np.searchsorted(on, parts["last_idx"].to_numpy(), side="right")
         after = pl.Series(np.where(at < len(on), on[np.minimum(at, len(on) - 1)], -1))
