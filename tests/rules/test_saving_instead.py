@@ -7,24 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from attention_capture import PACK
 
 ROOT = Path(__file__).resolve().parents[2]
-BODY = """pack: mine
-version: 1
-doc: d
-rules:
-  - id: mine.slow
-    title: t
-    severity: warning
-    doc: d
-    relation: gpu
-    where: {kind: kernel}
-    group_by: [user_function]
-    cost: gpu_ns
-    saving: SAVING
-    message: m
-    fix: f
-"""
+
 FIRST = "{model: remove, work: keep, only: {op_class: softmax}"
 
 
@@ -38,7 +24,7 @@ def test_a_second_fix_is_a_labelled_saving_model_checked_as_the_first(tmp_path, 
     from zym.rules.model import RuleError, load_pack
 
     pack = tmp_path / "mine.yaml"
-    pack.write_text(BODY.replace("SAVING", FIRST + f", instead: {instead}}}"))
+    pack.write_text(PACK.replace("SAVING", FIRST + f", instead: {instead}}}"))
     with pytest.raises(RuleError) as e:
         load_pack(pack)
     assert words in str(e.value), str(e.value)
@@ -48,7 +34,7 @@ def test_no_second_fix_without_a_first(tmp_path):
     from zym.rules.model import RuleError, load_pack
 
     pack = tmp_path / "mine.yaml"
-    pack.write_text(BODY.replace("SAVING", "{model: none, instead: {label: x, model: remove}}"))
+    pack.write_text(PACK.replace("SAVING", "{model: none, instead: {label: x, model: remove}}"))
     with pytest.raises(RuleError, match="model none"):
         load_pack(pack)
 
@@ -60,7 +46,7 @@ def _attention(tmp_path, saving: str):
     from zym.rules.model import load_pack
 
     pack = tmp_path / "mine.yaml"
-    pack.write_text(BODY.replace("SAVING", saving))
+    pack.write_text(PACK.replace("SAVING", saving))
     return evaluate_rules(attention_analysis(), load_pack(pack).rules)
 
 

@@ -4,22 +4,9 @@ tests/rules/test_builtin_rules_unit.py.)"""
 from __future__ import annotations
 
 import pytest
+from attention_capture import PACK
 
-BODY = """pack: mine
-version: 1
-doc: d
-rules:
-  - id: mine.slow
-    title: t
-    severity: warning
-    doc: d
-    relation: gpu
-    where: {kind: kernel}
-    cost: gpu_ns
-    saving: {model: remove, work: keep, only: ONLY}
-    message: m
-    fix: f
-"""
+BODY = PACK.replace("SAVING", "{model: remove, work: keep, only: ONLY}")
 
 
 def test_a_saving_model_s_only_must_be_a_where_on_known_columns(tmp_path):
@@ -44,9 +31,7 @@ def test_only_may_name_a_site_column(tmp_path):
     from zym.rules.model import load_pack
 
     pack = tmp_path / "mine.yaml"
-    pack.write_text(BODY.replace("    where: {kind: kernel}\n",
-                                 "    where: {kind: kernel}\n    group_by: [user_function]\n")
-                    .replace("ONLY", '{torch_op: "aten::_softmax"}'))
+    pack.write_text(BODY.replace("ONLY", '{torch_op: "aten::_softmax"}'))
     [f] = evaluate_rules(attention_analysis(), load_pack(pack).rules)
     assert f.evidence["count"] == 48  # the finding holds every kernel of the function
     assert f.saving_ns == pytest.approx(24 * 80_000, rel=0.05)
