@@ -18,6 +18,8 @@ busy periods, gaps and sites the call paths and outputs use: nothing is derived 
 * ``paths``: one row per call path of the analysis (``zym analyze``'s rankings).
 * ``steps``: one row per step of the window (a request, a batch, a decoding step:
   :mod:`zym.analysis.phases`), with its CPU and GPU time and its launches.
+* ``stretches``: one row per stretch of a step's own CPU work with no CUDA call on its
+  thread that the spans place in a function, and each step's longest.
 * ``windows``: the window cut into equal slices, with each device's busy time in each.
 
 ``COLUMNS`` documents each relation's columns; rule validation rejects any other column.
@@ -204,6 +206,27 @@ COLUMNS: dict[str, dict[str, str]] = {
                          "cuDNN's training batch norm): a model not put in eval mode",
         "train_gpu_ns": "their GPU time",
     },
+    "stretches": {
+        "stretch": "row number of the stretch (time order)",
+        "step": "index of its step (joins the steps relation)", "pid": "process id",
+        "tid": "thread id of the steps", "function": "the step function (file function)",
+        "ts_ns": "stretch start", "dur_ns": "stretch length", "end_ns": "stretch end",
+        "longest": "the longest stretch of its step's own work (the steps relation's "
+                   "quiet_idx, quiet_py_ns...)",
+        "quiet_idx": "the call that ended the stretch, as the steps relation's (a stretch "
+                     "after the step's last call: the next call on the thread); joins the "
+                     "calls relation, null where no call follows in the window",
+        "quiet_py_ns": "the stretch's time before the torch op whose CUDA call ended it began "
+                       "(the step's own CPU work), as the steps relation's",
+        "quiet_until": "the site (file:line function) of the call that ended it (null where "
+                       "the step function's return did)",
+        "quiet_where": "where its time went, as the steps relation's (the innermost span "
+                       "outside torch ops on the steps' thread that covers half of it or more)",
+        "step_ns": "its step's length",
+        "steps": "the window's steps (every row: one step function)",
+        "steps_ns": "their time, all together", "steps_busy_ns": "time the GPU was busy in them",
+        "steps_gpu_ns": "GPU time of the work they launched",
+    },
     "windows": {
         "device_id": "device", "ts_ns": "window start", "dur_ns": "window length",
         "end_ns": "window end", "busy_ns": "device busy time in the window",
@@ -215,6 +238,9 @@ WINDOWS = 50  # the `windows` relation cuts the capture into this many windows
 # A step's CPU work shorter than this is not placed in a function (``quiet_where`` null): the
 # spans long enough to cover half of shorter work are most of a thread's.
 WHERE_MIN_NS = 100_000
+# A stretch of a step's own work is a row of the stretches relation if it is the step's
+# longest, or a phase of the step: this share of it or more, and placed (``quiet_where``).
+STRETCH_MIN_SHARE = 0.1
 
 # Standard measures every rule on a relation gets in its evidence (rules may add their own).
 # ``cost_ns`` is the observed cost (what findings show beside the saving) unless a rule names
@@ -242,6 +268,10 @@ STANDARD_MEASURES: dict[str, dict[str, pl.Expr]] = {
     "steps": {"count": pl.len(), "span_ns": pl.col("dur_ns").sum(),
               "busy_ns": pl.col("busy_ns").sum(), "launches": pl.col("launches").sum(),
               "gpu_ns": pl.col("gpu_ns").sum(), "stall_ns": pl.col("blocked_ns").sum()},
+    "stretches": {"count": pl.len(), "work_ns": pl.col("quiet_py_ns").sum(),
+                  "in_steps": pl.col("step").n_unique(), "steps": pl.col("steps").max(),
+                  "span_ns": pl.col("steps_ns").max(), "busy_ns": pl.col("steps_busy_ns").max(),
+                  "gpu_ns": pl.col("steps_gpu_ns").max()},
     "windows": {"count": pl.len(), "span_ns": pl.col("dur_ns").sum(),
                 "busy_ns": pl.col("busy_ns").sum()},
 }
@@ -261,12 +291,14 @@ OCCURRENCE: dict[str, list[pl.Expr]] = {
     "paths": [_NULL.alias(c) for c in ("pid", "tid", "ts_ns", "dur_ns", "correlation_id")],
     "steps": [pl.col("pid"), pl.col("tid"), pl.col("ts_ns"), pl.col("dur_ns"),
               _NULL.alias("correlation_id")],
+    "stretches": [pl.col("pid"), pl.col("tid"), pl.col("ts_ns"), pl.col("dur_ns"),
+                  _NULL.alias("correlation_id")],
     "windows": [_NULL.alias("pid"), _NULL.alias("tid"), pl.col("ts_ns"), pl.col("dur_ns"),
                 _NULL.alias("correlation_id")],
 }
 # The row key of each relation: what a fix model is applied to (see zym.rules.savings).
 ROW_KEY = {"calls": "call_idx", "gpu": "gpu_idx", "gaps": "gap_idx", "paths": "path_id",
-           "steps": "step", "windows": "window_index"}
+           "steps": "step", "stretches": "stretch", "windows": "window_index"}
 
 # Columns that are a function of the call stack: rules filter them on the (small) site table
 # and match events by stack id; they are joined onto events only where a rule groups by them.
@@ -766,11 +798,7 @@ class Relations:
             sizing.sum().cast(pl.Int64).alias("size_syncs"),
             pl.col("dur_ns").filter("blocking").sum().alias("blocked_ns"),
             pl.col("dur_ns").sum().alias("cpu_call_ns")))
-        gpu = self.gpu_table().filter(pl.col("work") & pl.col("call_idx").is_not_null())
-        gpu_per = (pl.DataFrame({"step": calls["step"].gather(gpu["call_idx"]),
-                                 "dur_ns": gpu["dur_ns"]})
-                   .filter(pl.col("step").is_not_null())
-                   .group_by("step").agg(pl.col("dur_ns").sum().alias("gpu_ns")))
+        gpu_per = self._step_gpu(calls)
         frame = pl.DataFrame({"step": pl.int_range(steps.count, eager=True).cast(pl.Int64),
                               "ts_ns": steps.start_ns, "end_ns": steps.end_ns})
         busy = _overlap(frame, self.facts.busy)
@@ -793,12 +821,8 @@ class Relations:
             df = df.with_columns((pl.col("quiet_ns") / pl.col("dur_ns")).alias("quiet_frac"))
             if want & {"quiet_py_ns", "quiet_where"}:
                 df = df.with_columns(self._quiet_spans(df, calls, on))
-            if "quiet_until" in want:  # (none where the function's return ended it)
-                at = df["quiet_idx"]
-                stack = calls["stack_id"].gather(at.fill_null(0)).set(
-                    at.is_null() | df["_at_return"].fill_null(False), None)
-                df = df.with_columns(self.site_of(stack, ("site",))[0].cast(pl.String)
-                                     .alias("quiet_until"))
+            if "quiet_until" in want:
+                df = df.with_columns(self._until(df, calls))
         if want & {"torch_ops", "grad_ops", "backward_ops", "grad_cpu_ns"}:
             from .training import AUTOGRAD_NS_PER_OP, op_counts
 
@@ -819,6 +843,90 @@ class Relations:
             df = (df.join(train.cast({"step": pl.Int64}), on="step", how="left")
                   .with_columns(pl.col("train_kernels", "train_gpu_ns").fill_null(0)))
         return df.select([c for c in schema if c in want or c == "step"])
+
+    def _step_gpu(self, calls: pl.DataFrame) -> pl.DataFrame:
+        """Per step (``calls``' ``step``), the GPU time of the work its calls launched."""
+        gpu = self.gpu_table().filter(pl.col("work") & pl.col("call_idx").is_not_null())
+        return (pl.DataFrame({"step": calls["step"].gather(gpu["call_idx"]),
+                              "dur_ns": gpu["dur_ns"]})
+                .filter(pl.col("step").is_not_null())
+                .group_by("step").agg(pl.col("dur_ns").sum().alias("gpu_ns")))
+
+    def _until(self, stretches: pl.DataFrame, calls: pl.DataFrame) -> pl.Series:
+        """The site of the call that ended each stretch (``quiet_idx``): null where none did
+        or the step function's return did (``_at_return``)."""
+        at = stretches["quiet_idx"]
+        stack = calls["stack_id"].gather(at.fill_null(0)).set(
+            at.is_null() | stretches["_at_return"].fill_null(False), None)
+        return self.site_of(stack, ("site",))[0].cast(pl.String).alias("quiet_until")
+
+    def _build_stretches(self, want: set[str], wheres: list[dict] | None = None
+                         ) -> pl.DataFrame:
+        """One row per stretch of a step's own work with no CUDA call on its thread
+        (:meth:`_stretch_rows`) that is a phase of the step (:data:`STRETCH_MIN_SHARE` of it
+        or more) and that the spans place in a function (``quiet_where``: its work
+        :data:`WHERE_MIN_NS` or more), and each step's longest (placed or not), with the
+        window's steps' totals (one step function: the same in every row)."""
+        steps = self.analysis.steps_in_window()
+        schema = {"stretch": pl.Int64, "step": pl.Int64, "pid": pl.Int64, "tid": pl.Int64,
+                  "function": pl.String, "ts_ns": pl.Int64, "dur_ns": pl.Int64,
+                  "end_ns": pl.Int64, "longest": pl.Boolean, "quiet_idx": pl.Int64,
+                  "quiet_py_ns": pl.Int64, "quiet_until": pl.String, "quiet_where": pl.String,
+                  "step_ns": pl.Int64, "steps": pl.Int64, "steps_ns": pl.Int64,
+                  "steps_busy_ns": pl.Int64, "steps_gpu_ns": pl.Int64}
+        if steps is None or not steps.count:
+            return pl.DataFrame(schema=schema)
+        calls = self.calls_table().with_columns(self.call_steps())
+        frame = pl.DataFrame({"step": pl.int_range(steps.count, eager=True).cast(pl.Int64),
+                              "ts_ns": steps.start_ns, "end_ns": steps.end_ns})
+        on = np.flatnonzero(calls["_thread"].to_numpy() == steps.thread)  # in time order
+        frame_q = frame if steps.returns_ns is None else frame.with_columns(
+            pl.Series("_ret", steps.returns_ns, dtype=pl.Int64))
+        rows = self._stretch_rows(calls, frame_q, on, steps.source != "spans").filter("_own")
+        rank = self._rank()
+        rows = rows.with_columns((pl.int_range(pl.len()).over("step")
+                                  == rank.arg_max().over("step")).alias("longest"))
+        # a phase of the step (a tenth of it or more: its pre-processing, its statistics after
+        # the copy back), not the Python between the launches of its forward
+        step_ns = frame.lazy().select("step", (pl.col("end_ns") - pl.col("ts_ns")).alias("_len"))
+        rows = (rows.join(step_ns, on="step", how="left")
+                .filter(pl.col("longest") | (
+                    (pl.col("_stretch_ns") >= WHERE_MIN_NS)
+                    & (pl.col("_stretch_ns") >= STRETCH_MIN_SHARE * pl.col("_len"))))
+                .collect())
+        # a step without a call: the whole of it, ended by none
+        bare = frame.join(rows.select("step").unique(), on="step", how="anti")
+        rows = pl.concat([rows.select("step", "quiet_end", "_stretch_ns", "quiet_idx",
+                                      "_at_return", "longest"),
+                          bare.select("step", pl.col("end_ns").alias("quiet_end"),
+                                      (pl.col("end_ns") - pl.col("ts_ns")).alias("_stretch_ns"),
+                                      pl.lit(None, pl.Int64).alias("quiet_idx"),
+                                      pl.lit(False).alias("_at_return"),
+                                      pl.lit(True).alias("longest"))]).sort("quiet_end")
+        rows = rows.with_columns(self._quiet_spans(rows, calls, on))
+        rows = rows.filter(pl.col("longest") | pl.col("quiet_where").is_not_null())
+        if "quiet_until" in want:
+            rows = rows.with_columns(self._until(rows, calls))
+        pid, tid = ((int(calls[c][int(on[0])]) for c in ("pid", "tid")) if len(on)
+                    else (None, None))
+        gpu = self._step_gpu(calls)["gpu_ns"].sum()
+        busy = _overlap(frame, self.facts.busy).sum()
+        span = frame.select((pl.col("end_ns") - pl.col("ts_ns")).sum()).item()
+        return (rows.join(frame.select("step", (pl.col("end_ns") - pl.col("ts_ns"))
+                                       .alias("step_ns")), on="step", how="left")
+                .select(pl.int_range(pl.len(), dtype=pl.Int64).alias("stretch"),
+                        "step", pl.lit(pid, pl.Int64).alias("pid"),
+                        pl.lit(tid, pl.Int64).alias("tid"),
+                        pl.lit(steps.function).alias("function"),
+                        (pl.col("quiet_end") - pl.col("_stretch_ns")).alias("ts_ns"),
+                        pl.col("_stretch_ns").alias("dur_ns"), pl.col("quiet_end").alias("end_ns"),
+                        "longest", "quiet_idx", "quiet_py_ns",
+                        *(["quiet_until"] if "quiet_until" in want else []), "quiet_where",
+                        "step_ns", pl.lit(steps.count, pl.Int64).alias("steps"),
+                        pl.lit(span, pl.Int64).alias("steps_ns"),
+                        pl.lit(int(busy), pl.Int64).alias("steps_busy_ns"),
+                        pl.lit(int(gpu or 0), pl.Int64).alias("steps_gpu_ns"))
+                .select([c for c in schema if c in want or c == "stretch"]))
 
     def _quiet_spans(self, steps: pl.DataFrame, calls: pl.DataFrame, on: np.ndarray
                      ) -> list[pl.Series]:
@@ -888,66 +996,88 @@ class Relations:
         return [py, none.scatter(named[deepest["k"].to_numpy()], label.cast(pl.String))]
 
     @staticmethod
-    def _quiet(calls: pl.DataFrame, steps: pl.DataFrame, on: np.ndarray, tail: bool
-               ) -> pl.DataFrame:
-        """Per step, its longest stretch with no CUDA call on the step's thread (``quiet_ns``):
-        between two calls, or from the step's start to its first call, or from its last call
-        to its end. And the longest that the step's own work fills (``_stretch_ns``): before or
-        between its calls where the steps start where the step function does (spans), and
-        after its last call up to where the function returned (``steps``' ``_ret``, where the
-        spans say: post-processing after the last copy back); the time after its last call,
-        which also holds any wait for the next step, where a step starts at a line (``tail``:
-        eBPF stacks, profiler steps), whose work before its first call falls there. The call
-        that ended it (``quiet_idx``: the later call, the first call, or the next call on the
-        thread, ``on``) and when (``quiet_end``: for the work after the last call, where the
-        function returned, else the step's end)."""
-        c = (calls.filter(pl.col("step").is_not_null())
-             .select("step", "call_idx", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"))
-             .sort("step", "ts_ns"))
-        inner = (c.with_columns((pl.col("ts_ns") - pl.col("end").cum_max().shift(1).over("step"))
-                                .alias("gap"))
-                 .group_by("step").agg(pl.col("gap").max().alias("inner"),
-                                       pl.col("call_idx").sort_by("gap", descending=True,
-                                                                  nulls_last=True).first()
-                                       .alias("inner_idx"),
-                                       pl.col("ts_ns").sort_by("gap", descending=True,
-                                                               nulls_last=True).first()
-                                       .alias("inner_end"),
-                                       pl.col("ts_ns").min().alias("first"),
-                                       pl.col("call_idx").first().alias("first_idx"),
-                                       pl.col("call_idx").last().alias("last_idx"),
-                                       pl.col("end").max().alias("last")))
+    def _stretch_rows(calls: pl.DataFrame, steps: pl.DataFrame, on: np.ndarray, tail: bool
+                      ) -> pl.LazyFrame:
+        """Every stretch of each step with no CUDA call on the step's thread (``_stretch_ns``
+        long, ending at ``quiet_end`` with the call ``quiet_idx``), in the step's order:
+        between two calls (``_part`` 0), from the step's start to its first call (1), and from
+        its last call on (2: where a step starts at a line (``tail``: eBPF stacks, profiler
+        steps) up to the step's end, ended by the next call on the thread (``on``), whose
+        work before its first call falls there; where steps are found from spans, up to where
+        the step function returned (``steps``' ``_ret``; none where the spans do not say):
+        post-processing after the last copy back, ``_at_return``). Those are the step's own
+        work (``_own``); where the spans say where the function returned, the rest of the
+        time after its last call, which also holds any wait for the next step, is a row too
+        (3, not its own)."""
+        c = (calls.lazy().filter(pl.col("step").is_not_null())
+             .select("step", "call_idx", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns"))
+                     .alias("end")).sort("step", "ts_ns"))
+        row = ["step", "quiet_end", "_stretch_ns", "quiet_idx", "_at_return", "_own", "_part"]
+        inner = (c.with_columns((pl.col("ts_ns") - pl.col("end").cum_max().shift(1)
+                                 .over("step")).alias("_stretch_ns"))
+                 .filter(pl.col("_stretch_ns").is_not_null())
+                 .select("step", pl.col("ts_ns").alias("quiet_end"), "_stretch_ns",
+                         pl.col("call_idx").alias("quiet_idx"), pl.lit(False).alias("_at_return"),
+                         pl.lit(True).alias("_own"), pl.lit(0, pl.Int8).alias("_part")))
+        ends = c.group_by("step").agg(pl.col("ts_ns").min().alias("first"),
+                                      pl.col("call_idx").first().alias("first_idx"),
+                                      pl.col("call_idx").last().alias("last_idx"),
+                                      pl.col("end").max().alias("last"))
         ret = pl.col("_ret") if "_ret" in steps.columns else pl.lit(None, pl.Int64)
-        parts = (steps.select("step", pl.col("ts_ns").alias("s0"), pl.col("end_ns").alias("s1"),
-                              ret.alias("ret"))
-                 .join(inner, on="step", how="inner")
-                 .with_columns(pl.col("inner").fill_null(0),
-                               (pl.col("first") - pl.col("s0")).alias("head"),
-                               (pl.col("s1") - pl.col("last")).alias("tail"),
-                               # the function's own work after its last call, where the
-                               # spans say where it returned (none where they do not)
-                               pl.when(pl.col("ret").is_not_null())
-                               .then(pl.max_horizontal(pl.min_horizontal("ret", "s1")
-                                                       - pl.col("last"), pl.lit(0)))
-                               .otherwise(0).alias("ret_tail")))
-        # the tail ends at the next call on the steps' thread after the step's last (if any)
+        parts = (steps.lazy().select("step", pl.col("ts_ns").alias("s0"),
+                                     pl.col("end_ns").alias("s1"), ret.alias("ret"))
+                 .join(ends, on="step", how="inner").collect())
+        # the stretch after the last call ends at the next call on the steps' thread (if any)
         at = np.searchsorted(on, parts["last_idx"].to_numpy(), side="right")
-        after = pl.Series(np.where(at < len(on), on[np.minimum(at, len(on) - 1)], -1))
-        after = after.set(after < 0, None)
-        own = pl.max_horizontal("inner", "head", "tail" if tail else "ret_tail")
-        inside = pl.col("inner") >= own
-        head = pl.col("head") >= own
-        return parts.select(
-            "step", pl.max_horizontal("inner", "head", "tail", pl.lit(0)).cast(pl.Int64)
-            .alias("quiet_ns"),
-            pl.max_horizontal(own, pl.lit(0)).cast(pl.Int64).alias("_stretch_ns"),
-            pl.when(inside).then("inner_idx").when(head).then("first_idx").otherwise(after)
-            .cast(pl.Int64).alias("quiet_idx"),
-            pl.when(inside).then("inner_end").when(head).then("first")
-            .otherwise(pl.col("s1") if tail else pl.min_horizontal("ret", "s1"))
-            .cast(pl.Int64).alias("quiet_end"),
-            # the step's own work after its last call: ended by the function's return
-            (~(inside | head) & pl.lit(not tail)).alias("_at_return"))
+        after = pl.Series("after", np.where(at < len(on), on[np.minimum(at, len(on) - 1)], -1))
+        parts = parts.with_columns(after.set(after < 0, None).cast(pl.Int64))
+        head = parts.select("step", pl.col("first").alias("quiet_end"),
+                            (pl.col("first") - pl.col("s0")).alias("_stretch_ns"),
+                            pl.col("first_idx").alias("quiet_idx"),
+                            pl.lit(False).alias("_at_return"), pl.lit(True).alias("_own"),
+                            pl.lit(1, pl.Int8).alias("_part"))
+        # where the spans say where the function returned, its own work after its last call
+        # ends there (none where they do not)
+        own_end = pl.col("s1") if tail else pl.min_horizontal("ret", "s1")
+        own_ns = (pl.col("s1") - pl.col("last") if tail else
+                  pl.when(pl.col("ret").is_not_null())
+                  .then(pl.max_horizontal(own_end - pl.col("last"), pl.lit(0))).otherwise(0))
+        after_last = [parts.select("step", own_end.alias("quiet_end"), own_ns.alias("_stretch_ns"),
+                                   pl.col("after").alias("quiet_idx"),
+                                   pl.lit(not tail).alias("_at_return"),
+                                   pl.lit(True).alias("_own"), pl.lit(2, pl.Int8).alias("_part"))]
+        if not tail:
+            after_last.append(parts.select(
+                "step", pl.col("s1").alias("quiet_end"),
+                (pl.col("s1") - pl.col("last")).alias("_stretch_ns"),
+                pl.col("after").alias("quiet_idx"), pl.lit(False).alias("_at_return"),
+                pl.lit(False).alias("_own"), pl.lit(3, pl.Int8).alias("_part")))
+        cast = {"step": pl.Int64, "quiet_end": pl.Int64, "_stretch_ns": pl.Int64,
+                "quiet_idx": pl.Int64}
+        return pl.concat([inner.cast(cast).select(row),
+                          *[f.lazy().cast(cast).select(row) for f in (head, *after_last)]])
+
+    @staticmethod
+    def _rank() -> pl.Expr:
+        """The order in which a step's own stretches (:meth:`_stretch_rows`) are its longest:
+        by length, then between its calls, from its start, after its last call."""
+        return pl.col("_stretch_ns") * 4 + (3 - pl.col("_part").cast(pl.Int64))
+
+    @classmethod
+    def _quiet(cls, calls: pl.DataFrame, steps: pl.DataFrame, on: np.ndarray, tail: bool
+               ) -> pl.DataFrame:
+        """Per step, its longest stretch with no CUDA call on the step's thread (``quiet_ns``:
+        any of :meth:`_stretch_rows`), and the longest its own work fills (``_stretch_ns``),
+        the call that ended it (``quiet_idx``), when (``quiet_end``) and whether the step
+        function's return did (``_at_return``)."""
+        rows = cls._stretch_rows(calls, steps, on, tail)
+        top = cls._rank().arg_max()
+        own = rows.filter("_own").group_by("step").agg(
+            pl.max_horizontal(pl.col("_stretch_ns").max(), pl.lit(0)).alias("_stretch_ns"),
+            *[pl.col(c).get(top) for c in ("quiet_idx", "quiet_end", "_at_return")])
+        quiet = rows.group_by("step").agg(
+            pl.max_horizontal(pl.col("_stretch_ns").max(), pl.lit(0)).alias("quiet_ns"))
+        return quiet.join(own, on="step", how="left").collect()
 
     def _build_windows(self, want: set[str], wheres: list[dict] | None = None) -> pl.DataFrame:
         data = self.analysis.data

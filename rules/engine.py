@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from zym.analysis import Analysis
 
 DEFAULT_COST = {"calls": "stall_ns", "gpu": "gpu_ns", "gaps": "idle_ns", "paths": "gpu_ns",
-                "steps": "span_ns", "windows": "span_ns"}
+                "steps": "span_ns", "stretches": "work_ns", "windows": "span_ns"}
 # Labels read from the site table, for the group's site (or its first event's stack).
 _SITE_LABELS = ("user_node", "user_function", "user_file", "user_line", "user_module",
                 "user_source", "mechanism", "torch_op", "size_op", "py_api", "site")
@@ -276,7 +276,7 @@ def _names(rule: Rule) -> set[str]:
     for text in (rule.title, rule.message, rule.fix):
         cols.update(template_names(text))
     cols.update(c for c in ("api", "name") if c in COLUMNS[rule.relation])  # "what" fallback
-    if rule.relation == "steps":
+    if rule.relation in ("steps", "stretches"):
         cols.add("function")
     return cols
 
@@ -558,7 +558,8 @@ def _finding(rule: Rule, row: dict, occ: Any, cost: str, constants: dict,
         labels[k] = row[k]
     site_id = labels.get("site_id")
     site = site_text(labels)
-    if "function" in labels and labels.get("user_function") is None and rule.relation == "steps":
+    if "function" in labels and labels.get("user_function") is None and rule.relation in (
+            "steps", "stretches"):
         site = f"each step: {labels['function']}"
     measures = {k: v for k, v in row.items() if not k.startswith("_l_") and k not in rule.group_by}
     evidence = {k: _plain(v) for k, v in measures.items()}

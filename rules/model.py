@@ -280,9 +280,9 @@ def _rule(raw: dict, pack: str, source: str) -> Rule:
 SAVING_RELATIONS = {
     "batch": ("calls",), "remove": ("calls", "gpu"), "unblock": ("calls", "gaps"),
     "pin": ("calls",), "async": ("calls",), "speedup": ("gpu",),
-    "shorten-gaps": ("gaps", "calls"), "cpu-work": ("steps",), "cuda-graph": ("steps",),
+    "shorten-gaps": ("gaps", "calls"), "cpu-work": ("stretches", "steps"), "cuda-graph": ("steps",),
     "autograd-off": ("steps",), "eval-mode": ("steps",),
-    "none": ("calls", "gpu", "gaps", "paths", "steps", "windows"),
+    "none": ("calls", "gpu", "gaps", "paths", "steps", "stretches", "windows"),
 }
 
 

@@ -29,9 +29,10 @@ Models (``saving: {model: NAME, ...}``):
   :mod:`zym.analysis.throughput`), or ``factor: MEASURE`` times faster.
 * ``shorten-gaps``: the CPU work before each launch that ended a GPU idle gap shrinks to the
   median CPU time before calls of the same site.
-* ``cpu-work``: the CPU work of each of the finding's steps' longest stretch without a CUDA
-  call leaves the step (an upper bound: the work done on the GPU, or ahead of time in another
-  process): the CPU time before the call that ended the stretch shrinks by it.
+* ``cpu-work``: the CPU work of each of the finding's stretches without a CUDA call (a step's
+  longest, on the steps relation) leaves the step (an upper bound: the work done on the GPU, or
+  ahead of time in another process): the CPU time before the call that ended the stretch
+  shrinks by it.
 * ``cuda-graph``: the finding's steps run their launches as CUDA graphs: each run of
   consecutive launches costs one graph launch on the CPU, and each kernel ``GRAPH_NODE_NS``
   more on the GPU.
@@ -412,13 +413,15 @@ def _shorten_gaps(calls: np.ndarray, analysis: Analysis) -> Fix | None:
 
 
 def _cpu_work(rows: pl.DataFrame, analysis: Analysis) -> Fix | None:
-    """Each step's longest stretch without a CUDA call, its CPU work (``quiet_py_ns``: before
-    the torch op that ended it began), taken out of the CPU time before the call that ended
-    it (``quiet_idx``)."""
+    """Each stretch without a CUDA call (the stretches relation's rows, or each step's
+    longest: the steps relation's), its CPU work (``quiet_py_ns``: before the torch op that
+    ended it began), taken out of the CPU time before the call that ended it (``quiet_idx``;
+    a step's work after its last call and the next step's before its first both end at that
+    step's first call: their sum)."""
     if "quiet_idx" not in rows.columns:
         return None
     ended = (rows.filter(pl.col("quiet_idx").is_not_null() & (pl.col("quiet_py_ns") > 0))
-             .group_by("quiet_idx").agg(pl.col("quiet_py_ns").max()).sort("quiet_idx"))
+             .group_by("quiet_idx").agg(pl.col("quiet_py_ns").sum()).sort("quiet_idx"))
     if ended.height == 0:
         raise NoEstimate("no call ends these stretches inside the window")
     calls = ended["quiet_idx"].to_numpy().astype(np.int64)
@@ -434,8 +437,8 @@ def _cpu_work(rows: pl.DataFrame, analysis: Analysis) -> Fix | None:
             "(torch.profiler's cost per event), not counted" if recording > 0.1 * work.sum()
             else "")
     return Fix(gap_calls=calls, gap_ns=left, describe=(
-        f"replayed with the CPU work of {len(calls):,} steps' longest stretches without a CUDA "
-        f"call ({work.sum() / 1e6:.3g} ms in all) taken out{note}: an upper "
+        f"replayed with the CPU work of {len(calls):,} stretches without a CUDA call "
+        f"({work.sum() / 1e6:.3g} ms in all) taken out{note}: an upper "
         "bound, as if that work ran on the GPU or ahead of time in another process"))
 
 

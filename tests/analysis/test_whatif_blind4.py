@@ -40,30 +40,39 @@ def test_the_steps_are_what_the_sources_make():
     assert STEPS["ttsvoc"] == 2 * (1 + 8 + 1 + 1)
 
 
-def test_the_work_after_the_last_copy_back_is_the_step_s_own():
-    """segserve computes its statistics with numpy after its last copy back: the stretch
-    from the step's last CUDA call to where handle returned is its own CPU work (the
-    function's span says where it returned), the longest of the step, named in
-    class_stats. Second method: the class_stats spans of the trace, read directly."""
+def test_the_work_before_the_upload_and_after_the_last_copy_back_are_priced_apart():
+    """segserve normalises its tiles with numpy before the upload and computes its statistics
+    with numpy after its last copy back: two places a step's own CPU work went, each its own
+    finding. The stretch from the step's last CUDA call to where handle returned is its own
+    work (the function's span says where it returned), the longest of the step, named in
+    class_stats; the other, ended by the upload, in normalise. Second method: the class_stats
+    and normalise spans of the trace, read directly."""
     from zym.analysis import analyze
     from zym.rules import evaluate
 
     path = BLIND4 / "kineto" / "segserve.parquet"
     found = evaluate(analyze(path))
-    [f] = [f for f in found if f.rule_id == "utilization.cpu-bound-step"]
-    line = 1 + (WORKLOADS / "segserve.py").read_text().splitlines().index(
-        "def class_stats(labels: np.ndarray, conf: np.ndarray) -> list[list[dict]]:")
-    assert f.evidence["where"] == f"segserve.py:{line} class_stats"
-    assert f.evidence["until"] is None   # (its function's return ended it, not a call)
-    assert "until" not in f.message
+    source = (WORKLOADS / "segserve.py").read_text().splitlines()
+    at = {name: 1 + next(i for i, s in enumerate(source) if s.startswith(f"def {name}("))
+          for name in ("class_stats", "normalise")}
+    found = {f.evidence["where"]: f for f in found if f.rule_id == "utilization.cpu-bound-step"}
+    assert set(found) == {f"segserve.py:{at[n]} {n}" for n in at}
+    stats, norm = found[f"segserve.py:{at['class_stats']} class_stats"], \
+        found[f"segserve.py:{at['normalise']} normalise"]
+    assert stats.evidence["until"] is None   # (its function's return ended it, not a call)
+    assert "until" not in stats.message
+    assert norm.evidence["until"] == f"segserve.py:{source.index('    def preprocess(self, tiles: np.ndarray) -> torch.Tensor:') + 1} preprocess"
     raw = pl.read_parquet(path, columns=["record", "stack_id", "frame_id", "name", "dur_ns"])
     frames = raw.filter(pl.col("record") == "frame").select("frame_id", "name")
     stacks = raw.filter(pl.col("record") == "stack").select("stack_id", "frame_id")
     spans = (raw.filter(pl.col("record") == "span").select("stack_id", "dur_ns")
              .join(stacks, on="stack_id").join(frames, on="frame_id"))
-    stats = spans.filter(pl.col("name") == "class_stats")["dur_ns"]
-    assert stats.len() == STEPS["segserve"]   # one call a request in the traced pass
-    assert f.evidence["work_per_step"] == pytest.approx(stats.median(), rel=0.15)
+    for name, f in (("class_stats", stats), ("normalise", norm)):
+        took = spans.filter(pl.col("name") == name)["dur_ns"]
+        assert took.len() == STEPS["segserve"]   # one call a request in the traced pass
+        assert f.evidence["count"] == STEPS["segserve"]
+        assert f.evidence["work_per_step"] == pytest.approx(took.median(), rel=0.15)
+    assert stats.saving_ns > norm.saving_ns > 0
 
 
 def test_orders_hold_where_fixes_are_beyond_noise(rows):

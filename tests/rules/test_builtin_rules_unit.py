@@ -998,8 +998,9 @@ def test_cpu_bound_step__fires_with_the_work_and_what_removing_it_saves():
     b = CaptureBuilder()
     _prepare_then_run(b, 3000, inside=TOKENIZE)
     [f] = fired(b, "utilization.cpu-bound-step")
-    steps = f.evidence["count"]  # the steps of the window (the last ends the capture: 5)
+    steps = f.evidence["steps"]  # the steps of the window (the last ends the capture: 5)
     assert f.site == "each step: app.py step" and steps >= 5
+    assert f.evidence["count"] == f.evidence["in_steps"] == steps  # a stretch a step
     # each step's longest stretch without a CUDA call is its 3 ms of preparation (+ the
     # builder's 1-2 µs around calls and spans), and the GPU idles through it: taking it out
     # of the steps saves about 3 ms each
@@ -1008,19 +1009,81 @@ def test_cpu_bound_step__fires_with_the_work_and_what_removing_it_saves():
     assert f.evidence["where"] == "app.py:30 tokenize"
     # the stretch ends at the step's first kernel launch, at the step's own line
     assert f.evidence["until"] == "app.py:20 step"
-    assert ("without any CUDA call, most of it in app.py:30 tokenize (until app.py:20 step "
-            "called CUDA)") in " ".join(f.message.split())
+    assert ("without any CUDA call, most of it in app.py:30 tokenize (5 stretches in 5 steps; "
+            "the longest until app.py:20 step called CUDA)") in " ".join(f.message.split())
 
 
-def test_cpu_bound_step__names_where_the_longest_stretch_went():
-    """Five steps tokenize for 1 ms, one loads audio for 8 ms: the place named is the one the
-    longest stretch went to (the most time), not the one most steps used."""
+def test_cpu_bound_step__gives_each_place_the_work_went_its_own_finding():
+    """Six steps tokenize for 1 ms, one loads audio for 8 ms: two findings, each with its own
+    work and what removing it saves, the larger first."""
     b = CaptureBuilder()
     load = ("python", "load_audio", "app.py", 40)
     for prepare_us, inside in [(1000, TOKENIZE)] * 3 + [(8000, load)] + [(1000, TOKENIZE)] * 3:
         _prepare_then_run(b, prepare_us, steps=1, inside=inside)
+    audio, tokens = sorted(fired(b, "utilization.cpu-bound-step"), key=lambda f: -f.saving_ns)
+    assert audio.evidence["where"] == "app.py:40 load_audio" and audio.evidence["count"] == 1
+    assert tokens.evidence["where"] == "app.py:30 tokenize"
+    assert 8_000_000 <= audio.evidence["work_ns"] <= 8_010_000
+    # the window: the seven steps but the last (it ends the capture), one of them loading
+    n = tokens.evidence["count"]
+    assert n == tokens.evidence["steps"] - 1 and 1_000_000 * n <= tokens.evidence["work_ns"] \
+        <= 1_005_000 * n
+    assert 0.97 * 8_000_000 <= audio.saving_ns <= 8_010_000
+    assert 0.97 * 1_000_000 * n <= tokens.saving_ns <= 1_005_000 * n
+
+
+POST = ("python", "class_stats", "app.py", 50)
+DISPATCH = ("python", "Block.forward", "app.py", 60)
+
+
+def _two_phases(b: CaptureBuilder, prepare_us: float, post_us: float, between_us: float = 0,
+                steps: int = 6, launches: int = 8) -> None:
+    """Steps that prepare their input in tokenize (``prepare_us``), run small kernels
+    (``between_us`` of Python in Block.forward before each), read the answer back, then work
+    on it in class_stats (``post_us``) before they return."""
+    for _ in range(steps):
+        with b.enclosing(STEP):
+            with b.enclosing(STEP + [TOKENIZE]):
+                b.tick(prepare_us)
+            for _ in range(launches):
+                if between_us:
+                    with b.enclosing(STEP + [DISPATCH]):
+                        b.tick(between_us)
+                b.kernel(STEP + [TORCH, ("torch_op", "aten::add")], "add", gpu_us=20)
+            b.scalar_readback(STEP)
+            with b.enclosing(STEP + [POST]):
+                b.tick(post_us)
+
+
+def test_cpu_bound_step__prices_pre_and_post_processing_apart():
+    """A step with two phases of CPU work (3 ms before its first launch, 2 ms after its
+    readback up to its return): one finding each, each saving its own time a step."""
+    b = CaptureBuilder()
+    _two_phases(b, 3000, 2000)
+    found = {f.evidence["where"]: f for f in fired(b, "utilization.cpu-bound-step")}
+    assert set(found) == {"app.py:30 tokenize", "app.py:50 class_stats"}
+    for where, us in (("app.py:30 tokenize", 3000), ("app.py:50 class_stats", 2000)):
+        f = found[where]
+        # a stretch in each step of the window (the last step, which ends the capture, is
+        # cut before its post-processing), each ended by a call: the next step's first
+        n = f.evidence["count"]
+        assert n == f.evidence["in_steps"] >= f.evidence["steps"] - 1 >= 4
+        assert us * 1000 * n <= f.evidence["work_ns"] <= (us + 5) * 1000 * n
+        assert 0.97 * n * us * 1000 <= f.saving_ns <= n * (us + 10) * 1000
+    assert found["app.py:50 class_stats"].evidence["until"] is None
+
+
+def test_cpu_bound_step__silent_on_python_between_launches():
+    """0.2 ms of Python before each of 20 launches (a forward's module code): 4 ms of a
+    ~4.5 ms step, but no stretch a tenth of the step: not a phase of the step's own CPU work
+    (compute.launch-bound-step's: graphs remove it); each step's longest alone is ~5%."""
+    b = CaptureBuilder()
+    _two_phases(b, 0, 0, between_us=200, launches=20)
+    assert fired(b, "utilization.cpu-bound-step") == []
+    b = CaptureBuilder()   # the same with one phase beside it: only that phase is named
+    _two_phases(b, 3000, 0, between_us=200, launches=20)
     [f] = fired(b, "utilization.cpu-bound-step")
-    assert f.evidence["where"] == "app.py:40 load_audio"
+    assert f.evidence["where"] == "app.py:30 tokenize"
 
 
 def test_cpu_bound_step__silent_when_the_time_is_an_op_planning():
