@@ -811,10 +811,7 @@ class Relations:
         if want & {"quiet_ns", "quiet_frac", "quiet_idx", "quiet_py_ns", "quiet_until",
                    "quiet_where"}:
             on = np.flatnonzero(calls["_thread"].to_numpy() == steps.thread)  # in time order
-            frame_q = df if steps.returns_ns is None else df.with_columns(
-                pl.Series("_ret", steps.returns_ns, dtype=pl.Int64))
-            df = df.join(self._quiet(calls, frame_q, on, steps.source != "spans"), on="step",
-                         how="left").with_columns(
+            df = df.join(self._quiet(), on="step", how="left").with_columns(
                 pl.col("quiet_ns").fill_null(pl.col("dur_ns")),
                 pl.col("_stretch_ns").fill_null(pl.col("dur_ns")),
                 pl.col("quiet_end").fill_null(pl.col("end_ns")))
@@ -880,20 +877,7 @@ class Relations:
         frame = pl.DataFrame({"step": pl.int_range(steps.count, eager=True).cast(pl.Int64),
                               "ts_ns": steps.start_ns, "end_ns": steps.end_ns})
         on = np.flatnonzero(calls["_thread"].to_numpy() == steps.thread)  # in time order
-        frame_q = frame if steps.returns_ns is None else frame.with_columns(
-            pl.Series("_ret", steps.returns_ns, dtype=pl.Int64))
-        rows = self._stretch_rows(calls, frame_q, on, steps.source != "spans").filter("_own")
-        rank = self._rank()
-        rows = rows.with_columns((pl.int_range(pl.len()).over("step")
-                                  == rank.arg_max().over("step")).alias("longest"))
-        # a phase of the step (a tenth of it or more: its pre-processing, its statistics after
-        # the copy back), not the Python between the launches of its forward
-        step_ns = frame.lazy().select("step", (pl.col("end_ns") - pl.col("ts_ns")).alias("_len"))
-        rows = (rows.join(step_ns, on="step", how="left")
-                .filter(pl.col("longest") | (
-                    (pl.col("_stretch_ns") >= WHERE_MIN_NS)
-                    & (pl.col("_stretch_ns") >= STRETCH_MIN_SHARE * pl.col("_len"))))
-                .collect())
+        rows = self._step_stretches().filter("_own")
         # a step without a call: the whole of it, ended by none
         bare = frame.join(rows.select("step").unique(), on="step", how="anti")
         rows = pl.concat([rows.select("step", "quiet_end", "_stretch_ns", "quiet_idx",
@@ -1063,21 +1047,50 @@ class Relations:
         by length, then between its calls, from its start, after its last call."""
         return pl.col("_stretch_ns") * 4 + (3 - pl.col("_part").cast(pl.Int64))
 
-    @classmethod
-    def _quiet(cls, calls: pl.DataFrame, steps: pl.DataFrame, on: np.ndarray, tail: bool
-               ) -> pl.DataFrame:
+    def _step_stretches(self) -> pl.DataFrame:
+        """The stretches of the window's steps (:meth:`_stretch_rows`) the steps and
+        stretches relations read, built once per analysis: each step's own longest
+        (``longest``), the others of its own work that are a phase of it
+        (:data:`STRETCH_MIN_SHARE` of it or more, and :data:`WHERE_MIN_NS`), and the time
+        after its last call that is not its own (where the spans say where it returned)."""
+        def build() -> pl.DataFrame:
+            steps = self.analysis.steps_in_window()
+            calls = self.calls_table().with_columns(self.call_steps())
+            frame = pl.DataFrame({"step": pl.int_range(steps.count, eager=True).cast(pl.Int64),
+                                  "ts_ns": steps.start_ns, "end_ns": steps.end_ns})
+            on = np.flatnonzero(calls["_thread"].to_numpy() == steps.thread)  # in time order
+            if steps.returns_ns is not None:
+                frame = frame.with_columns(pl.Series("_ret", steps.returns_ns, dtype=pl.Int64))
+            rows = self._stretch_rows(calls, frame, on, steps.source != "spans")
+            by = ["step", "_own"]
+            top = pl.int_range(pl.len()).over(by) == self._rank().arg_max().over(by)
+            rows = rows.with_columns((pl.col("_own") & top).alias("longest"))
+            # a phase of the step (a tenth of it or more: its pre-processing, its statistics
+            # after the copy back), not the Python between the launches of its forward
+            length = frame.lazy().select("step", (pl.col("end_ns") - pl.col("ts_ns"))
+                                         .alias("_len"))
+            return (rows.join(length, on="step", how="left")
+                    .filter(~pl.col("_own") | pl.col("longest") | (
+                        (pl.col("_stretch_ns") >= WHERE_MIN_NS)
+                        & (pl.col("_stretch_ns") >= STRETCH_MIN_SHARE * pl.col("_len"))))
+                    .select("step", "quiet_end", "_stretch_ns", "quiet_idx", "_at_return",
+                            "_own", "longest")
+                    .collect())
+
+        return self._once_obj("step stretches", build)
+
+    def _quiet(self) -> pl.DataFrame:
         """Per step, its longest stretch with no CUDA call on the step's thread (``quiet_ns``:
         any of :meth:`_stretch_rows`), and the longest its own work fills (``_stretch_ns``),
         the call that ended it (``quiet_idx``), when (``quiet_end``) and whether the step
         function's return did (``_at_return``)."""
-        rows = cls._stretch_rows(calls, steps, on, tail)
-        top = cls._rank().arg_max()
-        own = rows.filter("_own").group_by("step").agg(
-            pl.max_horizontal(pl.col("_stretch_ns").max(), pl.lit(0)).alias("_stretch_ns"),
-            *[pl.col(c).get(top) for c in ("quiet_idx", "quiet_end", "_at_return")])
+        rows = self._step_stretches()
         quiet = rows.group_by("step").agg(
             pl.max_horizontal(pl.col("_stretch_ns").max(), pl.lit(0)).alias("quiet_ns"))
-        return quiet.join(own, on="step", how="left").collect()
+        own = rows.filter("longest").select(
+            "step", pl.max_horizontal("_stretch_ns", pl.lit(0)).alias("_stretch_ns"),
+            "quiet_idx", "quiet_end", "_at_return")
+        return quiet.join(own, on="step", how="left")
 
     def _build_windows(self, want: set[str], wheres: list[dict] | None = None) -> pl.DataFrame:
         data = self.analysis.data
