@@ -1048,11 +1048,8 @@ class Relations:
         return pl.col("_stretch_ns") * 4 + (3 - pl.col("_part").cast(pl.Int64))
 
     def _step_stretches(self) -> pl.DataFrame:
-        """The stretches of the window's steps (:meth:`_stretch_rows`) the steps and
-        stretches relations read, built once per analysis: each step's own longest
-        (``longest``), the others of its own work that are a phase of it
-        (:data:`STRETCH_MIN_SHARE` of it or more, and :data:`WHERE_MIN_NS`), and the time
-        after its last call that is not its own (where the spans say where it returned)."""
+        """:meth:`_kept_stretches` of the window's steps, built once per analysis (the steps
+        and the stretches relations read them)."""
         def build() -> pl.DataFrame:
             steps = self.analysis.steps_in_window()
             calls = self.calls_table().with_columns(self.call_steps())
@@ -1061,30 +1058,42 @@ class Relations:
             on = np.flatnonzero(calls["_thread"].to_numpy() == steps.thread)  # in time order
             if steps.returns_ns is not None:
                 frame = frame.with_columns(pl.Series("_ret", steps.returns_ns, dtype=pl.Int64))
-            rows = self._stretch_rows(calls, frame, on, steps.source != "spans")
-            by = ["step", "_own"]
-            top = pl.int_range(pl.len()).over(by) == self._rank().arg_max().over(by)
-            rows = rows.with_columns((pl.col("_own") & top).alias("longest"))
-            # a phase of the step (a tenth of it or more: its pre-processing, its statistics
-            # after the copy back), not the Python between the launches of its forward
-            length = frame.lazy().select("step", (pl.col("end_ns") - pl.col("ts_ns"))
-                                         .alias("_len"))
-            return (rows.join(length, on="step", how="left")
-                    .filter(~pl.col("_own") | pl.col("longest") | (
-                        (pl.col("_stretch_ns") >= WHERE_MIN_NS)
-                        & (pl.col("_stretch_ns") >= STRETCH_MIN_SHARE * pl.col("_len"))))
-                    .select("step", "quiet_end", "_stretch_ns", "quiet_idx", "_at_return",
-                            "_own", "longest")
-                    .collect())
+            return self._kept_stretches(calls, frame, on, steps.source != "spans")
 
         return self._once_obj("step stretches", build)
 
+    @classmethod
+    def _kept_stretches(cls, calls: pl.DataFrame, steps: pl.DataFrame, on: np.ndarray,
+                        tail: bool) -> pl.DataFrame:
+        """Of :meth:`_stretch_rows`, those the steps and stretches relations read: each step's
+        own longest (``longest``), the others of its own work that are a phase of it
+        (:data:`STRETCH_MIN_SHARE` of it or more, and :data:`WHERE_MIN_NS`), and the time
+        after its last call that is not its own (where the spans say where it returned)."""
+        rows = cls._stretch_rows(calls, steps, on, tail)
+        by = ["step", "_own"]
+        top = pl.int_range(pl.len()).over(by) == cls._rank().arg_max().over(by)
+        rows = rows.with_columns((pl.col("_own") & top).alias("longest"))
+        # a phase of the step (a tenth of it or more: its pre-processing, its statistics
+        # after the copy back), not the Python between the launches of its forward
+        length = steps.lazy().select("step", (pl.col("end_ns") - pl.col("ts_ns")).alias("_len"))
+        return (rows.join(length, on="step", how="left")
+                .filter(~pl.col("_own") | pl.col("longest") | (
+                    (pl.col("_stretch_ns") >= WHERE_MIN_NS)
+                    & (pl.col("_stretch_ns") >= STRETCH_MIN_SHARE * pl.col("_len"))))
+                .select("step", "quiet_end", "_stretch_ns", "quiet_idx", "_at_return", "_own",
+                        "longest")
+                .collect())
+
     def _quiet(self) -> pl.DataFrame:
+        """:meth:`_quiet_of` the window's steps."""
+        return self._quiet_of(self._step_stretches())
+
+    @staticmethod
+    def _quiet_of(rows: pl.DataFrame) -> pl.DataFrame:
         """Per step, its longest stretch with no CUDA call on the step's thread (``quiet_ns``:
-        any of :meth:`_stretch_rows`), and the longest its own work fills (``_stretch_ns``),
-        the call that ended it (``quiet_idx``), when (``quiet_end``) and whether the step
-        function's return did (``_at_return``)."""
-        rows = self._step_stretches()
+        any of ``rows``, :meth:`_kept_stretches`), and the longest its own work fills
+        (``_stretch_ns``), the call that ended it (``quiet_idx``), when (``quiet_end``) and
+        whether the step function's return did (``_at_return``)."""
         quiet = rows.group_by("step").agg(
             pl.max_horizontal(pl.col("_stretch_ns").max(), pl.lit(0)).alias("quiet_ns"))
         own = rows.filter("longest").select(
