@@ -561,6 +561,8 @@ def _finding(rule: Rule, row: dict, occ: Any, cost: str, constants: dict,
     if "function" in labels and labels.get("user_function") is None and rule.relation in (
             "steps", "stretches"):
         site = f"each step: {labels['function']}"
+        if labels.get("quiet_where"):  # (the place a step's CPU work went, from the spans)
+            site = f"{labels['quiet_where']} ({site})"
     measures = {k: v for k, v in row.items() if not k.startswith("_l_") and k not in rule.group_by}
     evidence = {k: _plain(v) for k, v in measures.items()}
     if rule.relation == "calls" and "instances" in evidence:

@@ -999,7 +999,7 @@ def test_cpu_bound_step__fires_with_the_work_and_what_removing_it_saves():
     _prepare_then_run(b, 3000, inside=TOKENIZE)
     [f] = fired(b, "utilization.cpu-bound-step")
     steps = f.evidence["steps"]  # the steps of the window (the last ends the capture: 5)
-    assert f.site == "each step: app.py step" and steps >= 5
+    assert f.site == "app.py:30 tokenize (each step: app.py step)" and steps >= 5
     assert f.evidence["count"] == f.evidence["in_steps"] == steps  # a stretch a step
     # each step's longest stretch without a CUDA call is its 3 ms of preparation (+ the
     # builder's 1-2 µs around calls and spans), and the GPU idles through it: taking it out
