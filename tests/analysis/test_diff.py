@@ -325,3 +325,37 @@ def test_site_moments_are_the_exact_sums_of_squares():
         mine = [v for s, _, v in rows if s == site]
         assert total == float(sum(mine))
         assert ss == float(sum(v * v for v in mine))
+
+
+def _phases_capture(path: Path, prepare_us: float, post_us: float) -> Path:
+    """Requests that tokenize (``prepare_us``), run four small kernels, read the answer back
+    and then compute statistics (``post_us``, none at 0) before they return."""
+    b = CaptureBuilder()
+    step = [("python", "main", "app.py", 1), ("python", "handle", "app.py", 20)]
+    for _ in range(STEPS):
+        with b.enclosing(step):
+            with b.enclosing(step + [("python", "tokenize", "app.py", 30)]):
+                b.tick(prepare_us)
+            for _ in range(4):
+                b.kernel(step + [("torch_op", "aten::add")], "add", gpu_us=20)
+            b.scalar_readback(step)
+            if post_us:
+                with b.enclosing(step + [("python", "class_stats", "app.py", 50)]):
+                    b.tick(post_us)
+    return b.write(path)
+
+
+def test_a_step_s_two_cpu_bound_places_are_two_findings_across_captures(tmp_path):
+    """Statistics after the readback (4 ms) and tokenization before the first launch (3 ms):
+    two CPU-bound-step findings of the same step. After the statistics moved away, theirs
+    is gone and the tokenization's is still there, not taken for the first one's change."""
+    before = _phases_capture(tmp_path / "before.parquet", 3000, 4000)
+    after = _phases_capture(tmp_path / "after.parquet", 3000, 0)
+    d = diff_captures(before, after).to_dict()["findings"]
+    rule = "utilization.cpu-bound-step"
+    gone = [f["site"] for f in d["disappeared"] if f["rule_id"] == rule]
+    assert gone == ["app.py:50 class_stats (each step: app.py handle)"]
+    assert not [f for f in d["appeared"] if f["rule_id"] == rule]
+    kept = [f for f in d["changed"] + d["unchanged"] if f["rule_id"] == rule]
+    assert [(f["site_before"], f["site"]) for f in kept] == \
+        [("app.py:30 tokenize (each step: app.py handle)",) * 2]
