@@ -63,7 +63,7 @@ def assert_only_the_fix(d: dict, ext: str) -> None:
     assert "syncs.scalar-readback" in gone
 
 
-@pytest.mark.parametrize("ext", ["parquet", "trace.json.gz"])
+@pytest.mark.parametrize("ext", ["parquet", "kineto.parquet"])
 def test_the_planted_fix_is_the_top_improvement(ext):
     d = diff_captures(capture("base-a", ext), capture("tolist", ext)).to_dict()
     assert d["per"] == "step"
@@ -76,7 +76,7 @@ def test_with_a_repeat_of_the_baseline_as_noise():
     assert_only_the_fix(d, "parquet")
 
 
-@pytest.mark.parametrize("ext", ["parquet", "trace.json.gz"])
+@pytest.mark.parametrize("ext", ["parquet", "kineto.parquet"])
 def test_two_runs_of_the_same_code_differ_by_nothing_above_noise(ext):
     d = diff_captures(capture("base-a", ext), capture("base-b", ext)).to_dict()
     assert [t["measure"] for t in d["totals"] if t["above_noise"]] == []
