@@ -914,8 +914,9 @@ class Relations:
 
     def _quiet_spans(self, steps: pl.DataFrame, calls: pl.DataFrame, on: np.ndarray
                      ) -> list[pl.Series]:
-        """Per step, of its longest stretch without a CUDA call before or between its calls
-        (``_stretch_ns``, ending at ``quiet_end`` with the call ``quiet_idx``), from the spans
+        """Per row of ``steps`` (a step's stretch without a CUDA call, its longest for the
+        steps relation: ``_stretch_ns`` long, ending at ``quiet_end`` with the call
+        ``quiet_idx``), from the spans
         (Kineto): the time before
         the torch op whose CUDA call ended it began (``quiet_py_ns``: the CPU's own work, not
         that op planning or compiling before its launch; the whole stretch without spans),
@@ -990,9 +991,9 @@ class Relations:
         work before its first call falls there; where steps are found from spans, up to where
         the step function returned (``steps``' ``_ret``; none where the spans do not say):
         post-processing after the last copy back, ``_at_return``). Those are the step's own
-        work (``_own``); where the spans say where the function returned, the rest of the
-        time after its last call, which also holds any wait for the next step, is a row too
-        (3, not its own)."""
+        work (``_own``); where steps are found from spans, the whole time from the step's
+        last call to its end (its own work up to the return, then any wait for the next
+        step) is a row too (3, not its own)."""
         c = (calls.lazy().filter(pl.col("step").is_not_null())
              .select("step", "call_idx", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns"))
                      .alias("end")).sort("step", "ts_ns"))
