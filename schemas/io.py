@@ -73,6 +73,8 @@ def write_capture(path: str | Path, tables: Mapping[str, pl.DataFrame], meta: Ca
 # How capture files are encoded: those kept (checked by any Parquet reader that reads page
 # checksums, statistics for any query engine), and a process's own temporary ones.
 _KEPT = {"compression": "zstd", "write_statistics": True, "write_page_checksum": True}
+_TEMPORARY = {"compression": "lz4", "write_statistics": ["record", "ts_ns"],
+              "write_page_checksum": False}
 # Columns of kept files written as deltas (DELTA_BINARY_PACKED, not dictionaries): times and
 # the ids that grow with them. A torch.profiler trace of 0.54 M rows (the fifth blind round's
 # lineocr): 2.55 -> 1.56 MB, written in half the time (docs/benchmarks.md, round 47).
@@ -85,8 +87,6 @@ def _kept_encoding(schema) -> dict:
     return _KEPT | {"use_dictionary": [n for n in schema.names if n not in DELTA_COLUMNS],
                     "column_encoding": {c: "DELTA_BINARY_PACKED" for c in DELTA_COLUMNS
                                         if c in schema.names}}
-_TEMPORARY = {"compression": "lz4", "write_statistics": ["record", "ts_ns"],
-              "write_page_checksum": False}
 
 
 class CaptureWriter:
