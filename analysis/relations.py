@@ -799,8 +799,7 @@ class Relations:
             pl.col("dur_ns").filter("blocking").sum().alias("blocked_ns"),
             pl.col("dur_ns").sum().alias("cpu_call_ns")))
         gpu_per = self._step_gpu(calls)
-        frame = pl.DataFrame({"step": pl.int_range(steps.count, eager=True).cast(pl.Int64),
-                              "ts_ns": steps.start_ns, "end_ns": steps.end_ns})
+        frame = _step_frame(steps)
         busy = _overlap(frame, self.facts.busy)
         df = (frame.with_columns((pl.col("end_ns") - pl.col("ts_ns")).alias("dur_ns"),
                                  pl.lit(steps.function).alias("function"), busy.alias("busy_ns"))
@@ -810,7 +809,7 @@ class Relations:
               .with_columns((pl.col("busy_ns") / pl.col("dur_ns")).alias("busy_frac")))
         if want & {"quiet_ns", "quiet_frac", "quiet_idx", "quiet_py_ns", "quiet_until",
                    "quiet_where"}:
-            on = np.flatnonzero(calls["_thread"].to_numpy() == steps.thread)  # in time order
+            on = _on_steps_thread(calls, steps)
             df = df.join(self._quiet(), on="step", how="left").with_columns(
                 pl.col("quiet_ns").fill_null(pl.col("dur_ns")),
                 pl.col("_stretch_ns").fill_null(pl.col("dur_ns")),
@@ -874,9 +873,8 @@ class Relations:
         if steps is None or not steps.count:
             return pl.DataFrame(schema=schema)
         calls = self.calls_table().with_columns(self.call_steps())
-        frame = pl.DataFrame({"step": pl.int_range(steps.count, eager=True).cast(pl.Int64),
-                              "ts_ns": steps.start_ns, "end_ns": steps.end_ns})
-        on = np.flatnonzero(calls["_thread"].to_numpy() == steps.thread)  # in time order
+        frame = _step_frame(steps)
+        on = _on_steps_thread(calls, steps)
         rows = self._step_stretches().filter("_own")
         # a step without a call: the whole of it, ended by none
         bare = frame.join(rows.select("step").unique(), on="step", how="anti")
@@ -1054,9 +1052,8 @@ class Relations:
         def build() -> pl.DataFrame:
             steps = self.analysis.steps_in_window()
             calls = self.calls_table().with_columns(self.call_steps())
-            frame = pl.DataFrame({"step": pl.int_range(steps.count, eager=True).cast(pl.Int64),
-                                  "ts_ns": steps.start_ns, "end_ns": steps.end_ns})
-            on = np.flatnonzero(calls["_thread"].to_numpy() == steps.thread)  # in time order
+            frame = _step_frame(steps)
+            on = _on_steps_thread(calls, steps)
             if steps.returns_ns is not None:
                 frame = frame.with_columns(pl.Series("_ret", steps.returns_ns, dtype=pl.Int64))
             return self._kept_stretches(calls, frame, on, steps.source != "spans")
@@ -1132,6 +1129,18 @@ class Relations:
                         pl.col("busy_ns").fill_null(0))
                 .with_columns((pl.col("busy_ns") / pl.col("dur_ns")).alias("busy_frac"))
                 .sort("device_id", "window_index"))
+
+
+def _step_frame(steps) -> pl.DataFrame:
+    """The window's steps (:class:`~zym.analysis.phases.Steps`) as rows: ``step``, ``ts_ns``,
+    ``end_ns``."""
+    return pl.DataFrame({"step": pl.int_range(steps.count, eager=True).cast(pl.Int64),
+                         "ts_ns": steps.start_ns, "end_ns": steps.end_ns})
+
+
+def _on_steps_thread(calls: pl.DataFrame, steps) -> np.ndarray:
+    """Positions of ``calls`` made on the steps' thread, in time order."""
+    return np.flatnonzero(calls["_thread"].to_numpy() == steps.thread)
 
 
 def _overlap(frame: pl.DataFrame, busy: pl.DataFrame) -> pl.Series:
