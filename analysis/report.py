@@ -392,33 +392,64 @@ def capture_overhead(analysis: Analysis) -> np.ndarray:
     return out
 
 
+def span_costs(data: CaptureData) -> np.ndarray:
+    """What torch.profiler's recording of a span that is not a torch op cost, by its stack
+    node (``stack_id``; the last entry: a span without one): a C built-in call's
+    (``python_builtin``: its frame's name starts with ``KINETO_BUILTIN_PREFIX``), else a
+    Python call's (:data:`~zym.analysis.replay.KINETO_NS_PER_EVENT`). Stack ids are dense."""
+    from .replay import KINETO_BUILTIN_PREFIX
+    from .replay import KINETO_NS_PER_EVENT as COST
+
+    top = int(data.stacks["stack_id"].max() or 0) if data.stacks.height else 0
+    out = np.full(top + 2, COST["python_function"], np.int64)
+    if "name" not in data.frames.columns or not data.stacks.height:
+        return out
+    builtin = data.frames.filter(pl.col("name").cast(pl.String)
+                                 .str.starts_with(KINETO_BUILTIN_PREFIX))["frame_id"]
+    at = data.stacks.filter(pl.col("frame_id").is_in(builtin.implode()))["stack_id"]
+    out[at.to_numpy()] = COST["python_builtin"]
+    return out
+
+
+def _span_cost(part: pl.DataFrame, by_stack: np.ndarray) -> np.ndarray:
+    """Per span of ``part``: what recording it cost (``cpu_op`` for an op, else
+    :func:`span_costs`' figure for its stack node)."""
+    from .replay import KINETO_NS_PER_EVENT as COST
+
+    if "stack_id" in part.columns:
+        stack = part["stack_id"].fill_null(-1).to_numpy()
+        cost = by_stack[np.where((stack >= 0) & (stack < len(by_stack) - 1), stack, -1)]
+    else:
+        cost = np.full(part.height, by_stack[-1], np.int64)
+    if "op_id" in part.columns:
+        cost = np.where(part["op_id"].is_not_null().to_numpy(), COST["cpu_op"], cost)
+    return cost
+
+
 def _events_since_window_start(analysis: Analysis) -> tuple[np.ndarray, np.ndarray]:
     """Each thread's first call in the window (``Facts.calls`` positions), and what the
     profiler's events on its thread from the window's start up to it cost (as
     :func:`recorded_events_ns` counts them). One query of the spans in that stretch, summed
     per thread as they are read (a capture's row groups outside it are skipped)."""
     from .facts import thread_key
-    from .replay import KINETO_NS_PER_EVENT as COST
     from .replay import thread_ids
 
     calls = analysis.facts.calls
     keys, at = np.unique(thread_ids(calls), return_index=True)  # (calls in time order)
     until = calls["ts_ns"].to_numpy()[at]
     spans = analysis.whole.data.span_table  # the whole capture's: not cut to the window
-    cost = (pl.when(pl.col("op_id").is_not_null()).then(COST["cpu_op"])
-            .otherwise(COST["python_function"]) if "op_id" in spans.columns
-            else pl.lit(COST["python_function"]))
+    kinds = [c for c in ("op_id", "stack_id") if c in spans.columns]
     bounds = pl.LazyFrame({"_thread": keys, "_until": until})
     got = spans.collect(
         spans.lazy().filter((pl.col("ts_ns") >= analysis.window[0])
                             & (pl.col("ts_ns") <= int(until.max())))
-        .select(thread_key().fill_null(np.iinfo(np.int64).min), "ts_ns",
-                cost.cast(pl.Int64).alias("_cost"))
-        .join(bounds, on="_thread").filter(pl.col("ts_ns") <= pl.col("_until"))
-        .group_by("_thread").agg(pl.col("_cost").sum()))
+        .select(thread_key().fill_null(np.iinfo(np.int64).min), "ts_ns", *kinds)
+        .join(bounds, on="_thread").filter(pl.col("ts_ns") <= pl.col("_until")))
     ns = np.zeros(len(keys), np.int64)
     if got.height:
-        ns[np.searchsorted(keys, got["_thread"].to_numpy())] = got["_cost"].to_numpy()
+        thread = np.searchsorted(keys, got["_thread"].to_numpy())
+        ns += np.bincount(thread, _span_cost(got, span_costs(analysis.whole.data)),
+                          len(keys)).astype(np.int64)
     return at, ns
 
 
@@ -433,25 +464,20 @@ def recorded_events_ns(data: CaptureData, whole: Facts, also: UserFrameSpans | N
                        ) -> np.ndarray | None:
     """Per call of the whole capture (``whole.calls`` order), what torch.profiler's recording
     of the events that start on its thread in the gap before it (after the thread's previous
-    call started) cost: each span a ``cpu_op``'s (an op: it has an op id) or a
-    ``python_function``'s (:data:`~zym.analysis.replay.KINETO_NS_PER_EVENT`). None without
-    spans. The spans are read once, a part at a time, and checked in the same pass where
+    call started) cost: each span a ``cpu_op``'s (an op: it has an op id), a C built-in
+    call's or a Python call's (:func:`span_costs`). None without spans. The spans are read once, a part at a time, and checked in the same pass where
     they were not yet (:meth:`~zym.analysis.load.SpanTable.each_part`); ``also`` is given
     each part too."""
-    from .replay import KINETO_NS_PER_EVENT as COST
-
     spans = data.span_table
     if spans is None or spans.height == 0:
         return None
     from concurrent.futures import ThreadPoolExecutor
 
     counter = GapCounter(whole.calls)
-    has_op = "op_id" in spans.columns
+    by_stack = span_costs(data)
 
     def count(part: pl.DataFrame) -> None:
-        counter.add(part, np.where(part["op_id"].is_not_null().to_numpy(), COST["cpu_op"],
-                                   COST["python_function"]) if has_op
-                    else COST["python_function"])
+        counter.add(part, _span_cost(part, by_stack))
         if also is not None:
             also.add(part)
 
@@ -460,7 +486,7 @@ def recorded_events_ns(data: CaptureData, whole: Facts, also: UserFrameSpans | N
     # trace x200; one part in flight at a time
     with ThreadPoolExecutor(1, thread_name_prefix="zym-spans") as pool:
         counted = None
-        wanted = {"pid", "tid", "ts_ns", *(("op_id",) if has_op else ()),
+        wanted = {"pid", "tid", "ts_ns", "op_id", "stack_id",
                   *(also.COLUMNS if also is not None else ())}
         for part in spans.each_part([c for c in spans.columns if c in wanted]):
             if counted is not None:

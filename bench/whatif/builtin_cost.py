@@ -1,8 +1,9 @@
 """What torch.profiler (CPU + CUDA activities, with_stack, record_shapes: the harness's trace
 settings) adds per recorded event of a C built-in call that runs no torch op (``str.lower``,
-``dict.get``, ``list.append``), against a Python function's and a Tensor method's, from loops
-timed with and without it, interleaved (``calibrate.plain_and_traced``): each loop's extra
-time over its events of that kind.
+``dict.get``, ``list.append``), against a Python function's, an ``nn.Module`` call's (its
+forward runs no op; 0, 1 and 16 parameters) and a Tensor method's, from loops timed with and
+without it, interleaved (``calibrate.plain_and_traced``): each loop's extra time over its
+events of that kind.
 
     python bench/whatif/builtin_cost.py OUT.json [--n 200000] [--pairs 7]
 
@@ -54,8 +55,27 @@ def loops(n: int) -> dict:
         for _ in range(n // 10):
             a.add(1)
 
+    def module_loop(params: int):
+        class Keep(torch.nn.Module):  # a module whose forward runs no op: its call is timed
+            def __init__(self):
+                super().__init__()
+                for i in range(params):
+                    self.register_parameter(f"w{i}", torch.nn.Parameter(torch.ones(4)))
+
+            def forward(self, x):
+                return x
+
+        m = Keep()
+
+        def run():
+            for w in words[:n // 10]:
+                m(w)
+        return run
+
     return {"str.lower": lower, "dict.get": get, "list.append": append,
-            "python function": python, "Tensor.add (op)": tensor_method}
+            "python function": python, "Tensor.add (op)": tensor_method,
+            "module, no parameter": module_loop(0), "module, 1 parameter": module_loop(1),
+            "module, 16 parameters": module_loop(16)}
 
 
 def main() -> int:
@@ -68,10 +88,11 @@ def main() -> int:
     for name, fn in loops(args.n).items():
         plain, traced, events = plain_and_traced(fn, args.pairs)
         xs = [e for e in events if e.get("ph") == "X"]
-        kinds = {"builtin": sum(1 for e in xs if e.get("cat") == "python_function"
-                                and e.get("name", "").startswith("<built-in")),
-                 "python_function": sum(1 for e in xs if e.get("cat") == "python_function"
-                                        and not e.get("name", "").startswith("<built-in")),
+        py = [e.get("name", "") for e in xs if e.get("cat") == "python_function"]
+        kinds = {"builtin": sum(1 for e in py if e.startswith("<built-in")),
+                 "module": sum(1 for e in py if e.startswith("nn.Module")),
+                 "python_function": sum(1 for e in py if not e.startswith(("<built-in",
+                                                                             "nn.Module"))),
                  "cpu_op": sum(1 for e in xs if e.get("cat") == "cpu_op")}
         extra = (statistics.median(traced) - statistics.median(plain)) * 1e9
         pairs = [(t - q) * 1e9 for q, t in zip(plain, traced)]

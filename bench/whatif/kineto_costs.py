@@ -1,8 +1,9 @@
 """The what-if tables' torch.profiler rows under other per-event costs: every fix measured
 beyond noise, predicted from its torch.profiler trace with ``KINETO_NS_PER_EVENT`` replaced
-(python_function, cpu_op, cuda_runtime, in ns), and how many fall within ±30% of measured.
+(python_function, cpu_op, cuda_runtime and, if given, python_builtin, in ns), and how many
+fall within ±30% of measured.
 
-    python bench/whatif/kineto_costs.py PY,OP,RUNTIME|- OUT.json [RESULTS_DIR=W=N,...]...
+    python bench/whatif/kineto_costs.py PY,OP,RUNTIME[,BUILTIN]|- OUT.json [RESULTS_DIR=W=N,...]...
 
 ``-`` keeps the costs as they are. Each further argument is a results folder and its
 workloads' requests per pass (``compare.py --requests``); by default the three folders of the
@@ -33,12 +34,13 @@ def main() -> None:
     from bench_scale import write_json
 
     if len(sys.argv) < 3:
-        fail("usage: kineto_costs.py PY,OP,RUNTIME|- OUT.json [RESULTS_DIR=W=N,...]...")
+        fail("usage: kineto_costs.py PY,OP,RUNTIME[,BUILTIN]|- OUT.json [RESULTS_DIR=W=N,...]...")
     if sys.argv[1] != "-":
-        names = ("python_function", "cpu_op", "cuda_runtime")
+        names = ("python_function", "cpu_op", "cuda_runtime", "python_builtin")
         costs = sys.argv[1].split(",")
-        if len(costs) != 3 or not all(c.isdigit() for c in costs):
-            fail(f"costs must be three whole numbers of ns (PY,OP,RUNTIME): {sys.argv[1]!r}")
+        if len(costs) not in (3, 4) or not all(c.isdigit() for c in costs):
+            fail("costs must be three or four whole numbers of ns (PY,OP,RUNTIME[,BUILTIN]): "
+                 f"{sys.argv[1]!r}")
         replay.KINETO_NS_PER_EVENT.update(zip(names, map(int, costs)))
     rows = []
     for spec in sys.argv[3:] or DEFAULT:

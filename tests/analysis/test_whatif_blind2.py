@@ -54,11 +54,13 @@ def test_orders_hold_where_fixes_are_beyond_noise(rows):
     assert {w for (w, _), ok in orders.items() if not ok} == {"preproc"}
 
 
-def test_a_tokenizer_traced_with_its_python_calls_is_found_but_not_priced():
+def test_a_tokenizer_traced_with_its_python_calls_is_found_and_priced():
     """preproc tokenizes each request in Python (taking it off the request's path saved 75%
-    of the request, measured): the trace's step is found CPU-bound at the tokenizer, but the
-    replay takes torch.profiler's cost per recorded Python call out of the trace, more than
-    the tokenizer's time, so the estimate is 0, and it says why."""
+    of the request, measured): the trace's step is found CPU-bound at the tokenizer and
+    ranked first. Before the forty-eighth round the replay took a Python call's recording
+    cost off each of the tokenizer's built-in calls (``dict.get``, ``str.lower``), more than
+    the tokenizer's time, and priced it at 0; a built-in's event is now deflated by its own
+    cost, and the estimate is over the measured saving (1.9x: left, docs/benchmarks.md)."""
     from zym.analysis import analyze
     from zym.rules import evaluate
 
@@ -67,7 +69,7 @@ def test_a_tokenizer_traced_with_its_python_calls_is_found_but_not_priced():
     [f] = [f for f in evaluate(analyze(BLIND2 / "kineto" / "preproc.parquet"))
            if f.rule_id == "utilization.cpu-bound-step"]
     assert f.evidence["where"].endswith(" tokenize") and f.evidence["work_share"] > 0.5
-    assert f.saving_ns == 0 and "what recording its events cost the capture" in f.saving_how
+    assert r.rank == 1 and 1.0 < r.predicted_ms / r.measured_ms < 2.5, r
 
 
 def rows_of(workload: str):

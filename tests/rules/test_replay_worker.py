@@ -69,7 +69,7 @@ def test_fixes_are_replayed_by_workers_with_the_savings_of_one_thread(path, monk
 
 
 def test_a_chain_led_by_a_cuda_graph_is_cut_into_runs_whatever_its_length(monkeypatch):
-    """The bundled trace's first-ranked fix is a CUDA graph, so every prefix of the chain is
+    """The bundled capture's first-ranked fix is a CUDA graph, so every prefix of the chain is
     replayed whole: with the default run length (more than its fixes) the chain still goes
     to two threads, and its savings are each prefix's, combined at once and replayed whole."""
     saving = replay.Timeline.saving
@@ -82,7 +82,7 @@ def test_a_chain_led_by_a_cuda_graph_is_cut_into_runs_whatever_its_length(monkey
 
     monkeypatch.setattr(replay.Timeline, "saving", traced)
     monkeypatch.setenv(replay.ENV_REPLAY_THREADS, "2")
-    a = analyze(SAMPLES[1], lambda _stage: None)
+    a = analyze(SAMPLES[0], lambda _stage: None)
     found = evaluate(a, load_packs(()))
     edits = [f.edit for f in found if f.edit is not None]
     assert len(edits[0].graph_first) > 0 and 2 <= len(edits) < findings.MIN_RUN * 2
