@@ -9,7 +9,7 @@ DEADLINE=${DEADLINE:-460}
 RUN_TAIL=8
 source bench/whatif/device_preamble.sh
 WORKLOADS=${WORKLOADS:-ctseg cliptag mottrack}
-run 60 python3 bench/whatif/blind6_equiv.py --device cuda
+RUN_TAIL=30 run 60 python3 bench/whatif/blind6_equiv.py --device cuda
 for w in $WORKLOADS; do
     run "${MEASURE_S:-150}" $H "$w" measure "$OUT/$w.measure.json" --rounds "${ROUNDS:-15}"
 done
