@@ -392,37 +392,34 @@ def capture_overhead(analysis: Analysis) -> np.ndarray:
     return out
 
 
-def span_costs(data: CaptureData) -> np.ndarray:
-    """What torch.profiler's recording of a span that is not a torch op cost, by its stack
-    node (``stack_id``; the last entry: a span without one): a C built-in call's
-    (``python_builtin``: its frame's name starts with ``KINETO_BUILTIN_PREFIX``), else a
-    Python call's (:data:`~zym.analysis.replay.KINETO_NS_PER_EVENT`). Stack ids are dense."""
+def builtin_stacks(data: CaptureData) -> np.ndarray:
+    """The stack nodes (``stack_id``, sorted) whose frame is a C built-in call's: its name
+    starts with :data:`~zym.analysis.replay.KINETO_BUILTIN_PREFIX` (torch.profiler's
+    ``<built-in method lower of str object>``), what :func:`_span_cost` prices as
+    ``python_builtin``."""
     from .replay import KINETO_BUILTIN_PREFIX
-    from .replay import KINETO_NS_PER_EVENT as COST
 
-    top = int(data.stacks["stack_id"].max() or 0) if data.stacks.height else 0
-    out = np.full(top + 2, COST["python_function"], np.int64)
     if "name" not in data.frames.columns or not data.stacks.height:
-        return out
+        return np.zeros(0, np.int64)
     builtin = data.frames.filter(pl.col("name").cast(pl.String)
                                  .str.starts_with(KINETO_BUILTIN_PREFIX))["frame_id"]
-    at = data.stacks.filter(pl.col("frame_id").is_in(builtin.implode()))["stack_id"]
-    out[at.to_numpy()] = COST["python_builtin"]
-    return out
+    return np.sort(data.stacks.filter(pl.col("frame_id").is_in(builtin.implode()))["stack_id"]
+                   .to_numpy().astype(np.int64))
 
 
-def _span_cost(part: pl.DataFrame, by_stack: np.ndarray) -> np.ndarray:
-    """Per span of ``part``: what recording it cost (``cpu_op`` for an op, else
-    :func:`span_costs`' figure for its stack node)."""
+def _span_cost(part: pl.DataFrame, builtin: np.ndarray) -> np.ndarray:
+    """Per span of ``part``: what torch.profiler's recording of it cost
+    (:data:`~zym.analysis.replay.KINETO_NS_PER_EVENT`): a torch op's (it has an op id), a C
+    built-in call's (its stack node is one of ``builtin``, sorted), else a Python call's."""
     from .replay import KINETO_NS_PER_EVENT as COST
 
-    if "stack_id" in part.columns:
+    cost = np.full(part.height, COST["python_function"], np.int64)
+    if len(builtin) and "stack_id" in part.columns:
         stack = part["stack_id"].fill_null(-1).to_numpy()
-        cost = by_stack[np.where((stack >= 0) & (stack < len(by_stack) - 1), stack, -1)]
-    else:
-        cost = np.full(part.height, by_stack[-1], np.int64)
+        at = np.minimum(np.searchsorted(builtin, stack), len(builtin) - 1)
+        cost[builtin[at] == stack] = COST["python_builtin"]
     if "op_id" in part.columns:
-        cost = np.where(part["op_id"].is_not_null().to_numpy(), COST["cpu_op"], cost)
+        cost[part["op_id"].is_not_null().to_numpy()] = COST["cpu_op"]
     return cost
 
 
@@ -448,7 +445,7 @@ def _events_since_window_start(analysis: Analysis) -> tuple[np.ndarray, np.ndarr
     ns = np.zeros(len(keys), np.int64)
     if got.height:
         thread = np.searchsorted(keys, got["_thread"].to_numpy())
-        ns += np.bincount(thread, _span_cost(got, span_costs(analysis.whole.data)),
+        ns += np.bincount(thread, _span_cost(got, builtin_stacks(analysis.whole.data)),
                           len(keys)).astype(np.int64)
     return at, ns
 
@@ -465,7 +462,7 @@ def recorded_events_ns(data: CaptureData, whole: Facts, also: UserFrameSpans | N
     """Per call of the whole capture (``whole.calls`` order), what torch.profiler's recording
     of the events that start on its thread in the gap before it (after the thread's previous
     call started) cost: each span a ``cpu_op``'s (an op: it has an op id), a C built-in
-    call's or a Python call's (:func:`span_costs`). None without spans. The spans are read once, a part at a time, and checked in the same pass where
+    call's or a Python call's (:func:`_span_cost`). None without spans. The spans are read once, a part at a time, and checked in the same pass where
     they were not yet (:meth:`~zym.analysis.load.SpanTable.each_part`); ``also`` is given
     each part too."""
     spans = data.span_table
@@ -474,10 +471,10 @@ def recorded_events_ns(data: CaptureData, whole: Facts, also: UserFrameSpans | N
     from concurrent.futures import ThreadPoolExecutor
 
     counter = GapCounter(whole.calls)
-    by_stack = span_costs(data)
+    builtin = builtin_stacks(data)
 
     def count(part: pl.DataFrame) -> None:
-        counter.add(part, _span_cost(part, by_stack))
+        counter.add(part, _span_cost(part, builtin))
         if also is not None:
             also.add(part)
 
