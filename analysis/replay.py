@@ -64,8 +64,10 @@ if TYPE_CHECKING:
 # method: its event's name starts with ``KINETO_BUILTIN_PREFIX``), any other Python call, a
 # torch op, a CUDA runtime/driver call. A built-in's: the H200 host's loop of Python calls
 # only (bench/whatif/results/h200/calibration2.json: 271 ns a call; 300 implied by the fifth
-# blind round's lexicon of 480 k ``str.lower`` calls on an H100). The others: the H200 host's
-# least-squares fit of three CPU-bound loops and a launch-bound decoding loop
+# blind round's lexicon of 480 k ``str.lower`` calls on an H100; an H100 host's loops: 547 ns
+# a built-in's, 553 a Python call's, results/h100-readback/profiler_kinds.json: in a loop the
+# two cost the same, in a model's code a Python call comes with dearer ops). The others: the
+# H200 host's least-squares fit of three CPU-bound loops and a launch-bound decoding loop
 # (1,402/1,157/2,156 ns; bench/whatif/calibrate.py) times 1.5, the factor that brings the
 # unfixed replay without these costs closest to the measured step (median |log| of the ratio)
 # over the 26 torch.profiler traces of bench/whatif/results/ whose service was also timed

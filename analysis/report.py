@@ -426,8 +426,8 @@ def _span_cost(part: pl.DataFrame, builtin: np.ndarray) -> np.ndarray:
 def _events_since_window_start(analysis: Analysis) -> tuple[np.ndarray, np.ndarray]:
     """Each thread's first call in the window (``Facts.calls`` positions), and what the
     profiler's events on its thread from the window's start up to it cost (as
-    :func:`recorded_events_ns` counts them). One query of the spans in that stretch, summed
-    per thread as they are read (a capture's row groups outside it are skipped)."""
+    :func:`recorded_events_ns` counts them). One query of the spans in that stretch (a
+    capture's row groups outside it are skipped), their costs summed per thread."""
     from .facts import thread_key
     from .replay import thread_ids
 
@@ -462,9 +462,9 @@ def recorded_events_ns(data: CaptureData, whole: Facts, also: UserFrameSpans | N
     """Per call of the whole capture (``whole.calls`` order), what torch.profiler's recording
     of the events that start on its thread in the gap before it (after the thread's previous
     call started) cost: each span a ``cpu_op``'s (an op: it has an op id), a C built-in
-    call's or a Python call's (:func:`_span_cost`). None without spans. The spans are read once, a part at a time, and checked in the same pass where
-    they were not yet (:meth:`~zym.analysis.load.SpanTable.each_part`); ``also`` is given
-    each part too."""
+    call's or a Python call's (:func:`_span_cost`). None without spans. The spans are read
+    once, a part at a time, and checked in the same pass where they were not yet
+    (:meth:`~zym.analysis.load.SpanTable.each_part`); ``also`` is given each part too."""
     spans = data.span_table
     if spans is None or spans.height == 0:
         return None
