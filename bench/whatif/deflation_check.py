@@ -4,12 +4,12 @@ replay of the window with the recording's cost taken out (``Timeline.fidelity``'
 ``uninstrumented_ns``, per step) against the measured baseline request, and the recorded step.
 What every saving of a torch.profiler trace is taken from.
 
-    python bench/whatif/deflation_check.py PY,OP,RUNTIME,BUILTIN|- OUT.json [RESULTS_DIR=W=N,...]...
+    python bench/whatif/deflation_check.py PY,OP,RUNTIME[,BUILTIN]|- OUT.json [RESULTS_DIR=W=N,...]...
 
 ``-`` keeps ``KINETO_NS_PER_EVENT`` as it is; else its python_function, cpu_op, cuda_runtime
-and python_builtin costs in ns. Each further argument is a results folder and its workloads'
-requests per pass (zym's steps in one traced pass); by default every folder of the docs'
-what-if tables. Prints one line per trace and the median |log(replayed / measured)|, and how
+and (optionally) python_builtin costs in ns, as ``kineto_costs.py`` takes them. Each further
+argument is a results folder and its workloads' requests per pass (zym's steps in one traced
+pass); by default every folder of the docs' what-if tables. Prints one line per trace and the median |log(replayed / measured)|, and how
 many are within ±15% and ±30%.
 """
 from __future__ import annotations
@@ -31,37 +31,26 @@ DEFAULT = [f"{R}/h200=gpt_decode=7,rerank=12,decode_loop=6",
            f"{R}/h100-blind5=lineocr=8,tsanomaly=6,shelfscan=6",
            f"{R}/h100-grad=encoder=6,graddecode=6,gradvision=6",
            f"{R}/h100-layout=convlayout=6", f"{R}/h100-tf32=tf32mlp=6"]
-NAMES = ("python_function", "cpu_op", "cuda_runtime", "python_builtin")
-
-
-def fail(message: str) -> None:
-    print(f"deflation_check: {message}", file=sys.stderr)
-    sys.exit(2)
 
 
 def main() -> None:
+    sys.path.insert(0, str(HERE))
+    sys.path.insert(0, str(HERE.parent))
+    from bench_scale import write_json
+    from kineto_costs import fail, folders, set_costs
+
     if len(sys.argv) < 3:
-        fail("usage: deflation_check.py PY,OP,RUNTIME,BUILTIN|- OUT.json [RESULTS_DIR=W=N,...]...")
+        fail("usage: deflation_check.py PY,OP,RUNTIME[,BUILTIN]|- OUT.json "
+             "[RESULTS_DIR=W=N,...]...", "deflation_check")
     from zym.analysis import analyze, replay
 
-    if sys.argv[1] != "-":
-        costs = sys.argv[1].split(",")
-        if len(costs) != 4 or not all(c.isdigit() for c in costs):
-            fail(f"costs must be four whole numbers of ns (PY,OP,RUNTIME,BUILTIN): {sys.argv[1]!r}")
-        replay.KINETO_NS_PER_EVENT.update(zip(NAMES, map(int, costs)))
+    set_costs(sys.argv[1], "deflation_check")
     rows = []
-    for spec in sys.argv[3:] or DEFAULT:
-        folder, _, req = spec.partition("=")
-        if not Path(folder).is_dir():
-            fail(f"{folder}: no such results folder")
-        try:
-            requests = {w: int(n) for w, n in (x.split("=") for x in req.split(",") if x)}
-        except ValueError:
-            fail(f"requests must be W=N,...: {req!r}")
+    for folder, requests in folders(sys.argv[3:] or DEFAULT, "deflation_check"):
         for w, n in requests.items():
-            traces = [p for p in (Path(folder) / "kineto" / f"{w}.parquet",
-                                  Path(folder) / "kineto" / f"{w}.trace.json.gz") if p.exists()]
-            measure = Path(folder) / f"{w}.measure.json"
+            traces = [p for p in (folder / "kineto" / f"{w}.parquet",
+                                  folder / "kineto" / f"{w}.trace.json.gz") if p.exists()]
+            measure = folder / f"{w}.measure.json"
             if not traces or not measure.exists():
                 continue
             a = analyze(traces[0])
@@ -69,7 +58,7 @@ def main() -> None:
             count = len(steps.start_ns) if steps is not None else 1
             fid = a.timeline.fidelity
             real = json.loads(measure.read_text())["variants"]["base"]["median_s"] * 1e3 / n
-            rows.append({"folder": Path(folder).name, "workload": w, "measured_ms": real,
+            rows.append({"folder": folder.name, "workload": w, "measured_ms": real,
                          "recorded_ms": fid["recorded_ns"] / count / 1e6,
                          "replayed_ms": fid["uninstrumented_ns"] / count / 1e6,
                          "taken_ms": fid["profiler_overhead_ns"] / count / 1e6})
@@ -78,7 +67,7 @@ def main() -> None:
                "median_abs_log": statistics.median(errors) if errors else None,
                "within_15pct": sum(e < math.log(1.15) for e in errors),
                "within_30pct": sum(e < math.log(1.3) for e in errors)}
-    Path(sys.argv[2]).write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))
+    write_json(Path(sys.argv[2]), {"summary": summary, "rows": rows})
     for r in rows:
         print(f"{r['folder']:14s} {r['workload']:12s} measured {r['measured_ms']:8.2f} ms  "
               f"recorded {r['recorded_ms']:8.2f}  replayed without the profiler "

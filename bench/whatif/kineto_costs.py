@@ -20,9 +20,40 @@ DEFAULT = [f"{HERE}/results/h200=",
            f"{HERE}/results/h100-readback=readback=6,stopcheck=6"]
 
 
-def fail(message: str) -> None:
-    print(f"kineto_costs: {message}", file=sys.stderr)
+NAMES = ("python_function", "cpu_op", "cuda_runtime", "python_builtin")
+
+
+def fail(message: str, script: str = "kineto_costs") -> None:
+    print(f"{script}: {message}", file=sys.stderr)
     sys.exit(2)
+
+
+def set_costs(arg: str, script: str = "kineto_costs") -> None:
+    """``KINETO_NS_PER_EVENT`` from ``PY,OP,RUNTIME[,BUILTIN]`` (ns); ``-`` leaves it."""
+    from zym.analysis import replay
+
+    if arg == "-":
+        return
+    costs = arg.split(",")
+    if len(costs) not in (3, 4) or not all(c.isdigit() for c in costs):
+        fail("costs must be three or four whole numbers of ns (PY,OP,RUNTIME[,BUILTIN]): "
+             f"{arg!r}", script)
+    replay.KINETO_NS_PER_EVENT.update(zip(NAMES, map(int, costs)))
+
+
+def folders(specs: list[str], script: str = "kineto_costs") -> list[tuple[Path, dict[str, int]]]:
+    """Each ``RESULTS_DIR=W=N,...`` as the folder and its workloads' requests per pass."""
+    out = []
+    for spec in specs:
+        folder, _, req = spec.partition("=")
+        if not Path(folder).is_dir():
+            fail(f"{folder}: no such results folder", script)
+        try:
+            out.append((Path(folder), {w: int(n) for w, n in
+                                       (x.split("=") for x in req.split(",") if x)}))
+        except ValueError:
+            fail(f"requests must be W=N,...: {req!r}", script)
+    return out
 
 
 def main() -> None:
@@ -35,25 +66,12 @@ def main() -> None:
 
     if len(sys.argv) < 3:
         fail("usage: kineto_costs.py PY,OP,RUNTIME[,BUILTIN]|- OUT.json [RESULTS_DIR=W=N,...]...")
-    if sys.argv[1] != "-":
-        names = ("python_function", "cpu_op", "cuda_runtime", "python_builtin")
-        costs = sys.argv[1].split(",")
-        if len(costs) not in (3, 4) or not all(c.isdigit() for c in costs):
-            fail("costs must be three or four whole numbers of ns (PY,OP,RUNTIME[,BUILTIN]): "
-                 f"{sys.argv[1]!r}")
-        replay.KINETO_NS_PER_EVENT.update(zip(names, map(int, costs)))
+    set_costs(sys.argv[1])
     rows = []
-    for spec in sys.argv[3:] or DEFAULT:
-        folder, _, req = spec.partition("=")
-        if not Path(folder).is_dir():
-            fail(f"{folder}: no such results folder")
-        try:
-            requests = {w: int(n) for w, n in (x.split("=") for x in req.split(",") if x)}
-        except ValueError:
-            fail(f"requests must be W=N,...: {req!r}")
-        for r in compare.compare(Path(folder), requests or None):
+    for folder, requests in folders(sys.argv[3:] or DEFAULT):
+        for r in compare.compare(folder, requests or None):
             if r.source == "torch.profiler":
-                rows.append({"folder": Path(folder).name, "workload": r.workload,
+                rows.append({"folder": folder.name, "workload": r.workload,
                              "variant": r.variant, "predicted_ms": r.predicted_ms,
                              "measured_ms": r.measured_ms, "agrees": r.agrees,
                              "noise": r.noise})
