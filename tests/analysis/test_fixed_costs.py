@@ -302,3 +302,24 @@ def test_capture_overhead_counts_each_calls_gap_in_the_whole_capture(trace_name,
     if window == "steady":
         assert got.facts is not got.whole  # a window that starts after the capture's first call
     assert capture_overhead(got).tolist() == _overhead_by_bisect(got)
+
+
+def test_span_costs_by_kind_with_sparse_stack_ids_and_none():
+    """Each span's recording cost: an op's where it has an op id (whatever its stack node), a
+    built-in's where its stack node is a built-in's, a Python call's otherwise, and for a span
+    with no stack node; stack ids far apart (a capture's ids need not be dense) allocate
+    nothing by their size."""
+    from zym.analysis.replay import KINETO_NS_PER_EVENT as COST
+    from zym.analysis.report import _span_cost
+
+    builtin = np.array([7, 1 << 40], np.int64)
+    part = pl.DataFrame({"stack_id": [7, 8, 1 << 40, None, 7, (1 << 40) + 1],
+                         "op_id": [None, None, None, None, 3, None]},
+                        schema={"stack_id": pl.Int64, "op_id": pl.Int64})
+    want = [COST["python_builtin"], COST["python_function"], COST["python_builtin"],
+            COST["python_function"], COST["cpu_op"], COST["python_function"]]
+    assert _span_cost(part, builtin).tolist() == want
+    assert _span_cost(part.drop("stack_id"), builtin).tolist() == [
+        COST["python_function"]] * 4 + [COST["cpu_op"], COST["python_function"]]
+    assert _span_cost(part, np.zeros(0, np.int64)).tolist() == [
+        COST["python_function"]] * 4 + [COST["cpu_op"], COST["python_function"]]
