@@ -10,7 +10,9 @@ the call stacks:
   the line goes back to the first line of the function that issues CUDA work.
 
 The step function is the user function present in the stacks of most calls of the main thread
-(the one that launches most GPU work) that is called at least ``MIN_STEPS`` times. Where the
+(the one that launches most GPU work) that is called at least ``MIN_STEPS`` times (or twice,
+where the function so found takes less than half of such a function's time: a trace of two
+requests that run the model a few times each among work of their own). Where the
 stacks name none (a trace without Python stacks), the ``ProfilerStep#N`` ranges of a trace
 recorded with torch.profiler's ``schedule`` (one per ``prof.step()``) are the steps. The steps
 then split the capture into phases:
@@ -33,6 +35,12 @@ from .load import SpanTable
 from .trie import NONE, Trie, take_rows, values_at
 
 MIN_STEPS = 3
+# A function called twice (a trace of two requests) on the stacks of as many calls as the
+# step function found (called MIN_STEPS times or more: the model, once per window of an
+# image) is the step where the found one's calls take less than this share of its time: the
+# requests' own work around the model is then most of what they do.
+MIN_OUTER_STEPS = 2
+MIN_INNER_SHARE = 0.5
 PROFILER_STEP = r"^ProfilerStep#\d+$"  # the range torch.profiler's prof.step() opens
 MIN_COVERAGE = 0.5  # a step function is on the stack of at least this share of main-thread calls
 WARMUP_FACTOR = 1.25  # a leading step this much slower than the median is warm-up
@@ -187,7 +195,7 @@ def find_steps(calls: pl.DataFrame, gpu: pl.DataFrame, nodes: pl.DataFrame,
     ranked = sorted(((n, (f, fn)) for f, fn, n in covered.select("file", "name", "n").iter_rows()),
                     key=lambda x: (-x[0], -depth[x[1]], x[1]))
     have_spans = spans is not None and spans.height > 0
-    for _, (file, name) in ranked:
+    for n, (file, name) in ranked:
         returns = None
         if have_spans:
             ids = nodes.filter((pl.col("file") == file) & (pl.col("name") == name))["stack_id"]
@@ -197,12 +205,38 @@ def find_steps(calls: pl.DataFrame, gpu: pl.DataFrame, nodes: pl.DataFrame,
             starts, ends = _line_steps(mine, trie, nodes, file, name)
             source = "lines"
         if len(starts) >= MIN_STEPS:
+            if have_spans:
+                outer = _outer_step(spans, nodes, mine, ranked, n, (file, name), starts, returns)
+                if outer is not None:
+                    file, name, starts, ends, returns = outer
             from .sites import short_paths
 
             shown = short_paths(nodes.filter(pl.col("is_user"))["file"]).get(file, file)
             return Steps(function=f"{shown} {name}", file=file, name=name, start_ns=starts,
                          end_ns=ends, source=source, thread=thread, returns_ns=returns)
     return _profiler_steps(spans, nodes, mine, thread) if have_spans else None
+
+
+def _outer_step(spans: SpanTable, nodes: pl.DataFrame, mine: pl.DataFrame,
+                ranked: list[tuple[int, tuple[str, str]]], n: int, chosen: tuple[str, str],
+                starts: np.ndarray, returns: np.ndarray
+                ) -> tuple[str, str, np.ndarray, np.ndarray, np.ndarray] | None:
+    """A function on the stacks of as many calls as the step function ``chosen`` (``n``),
+    called :data:`MIN_OUTER_STEPS` times but fewer than :data:`MIN_STEPS`, whose calls the
+    chosen one's (``starts`` to ``returns``) take less than :data:`MIN_INNER_SHARE` of: the
+    requests of a trace of two, each running the model a few times among its own work
+    (``(file, name, starts, ends, returns)``); None where there is none."""
+    for m, (file, name) in ranked:
+        if m < n or (file, name) == chosen:
+            continue
+        ids = nodes.filter((pl.col("file") == file) & (pl.col("name") == name))["stack_id"]
+        o_starts, o_ends, o_returns = _span_steps(spans, ids, mine)
+        if not MIN_OUTER_STEPS <= len(o_starts) < MIN_STEPS:
+            continue
+        whole = float((o_returns - o_starts).sum())
+        if whole > 0 and float((returns - starts).sum()) < MIN_INNER_SHARE * whole:
+            return file, name, o_starts, o_ends, o_returns
+    return None
 
 
 def _profiler_steps(spans: SpanTable, nodes: pl.DataFrame, mine: pl.DataFrame, thread: int
@@ -278,20 +312,23 @@ def _span_steps(spans: SpanTable, ids: pl.Series, mine: pl.DataFrame
 
 
 def warmup_steps(steps: Steps) -> int:
-    """How many leading steps are warm-up: in the first half, up to the last step slower than
-    ``WARMUP_FACTOR`` x the median of the second half (the steady pace), when such slow steps
-    gather at the start: at least twice as common in the first half as in the second, or
-    their time beyond the pace at least twice as large there (one first request 50x slower
-    than the rest, planning cuDNN's kernels, is warm-up even if a later step is a little
-    slow); steps that are slow now and then all along (a new shape every few requests) are
-    steady state."""
+    """How many leading steps are warm-up: where the first step is slower than
+    ``WARMUP_FACTOR`` x the median of the second half (the steady pace), in the first half up
+    to the last step so slow, when such slow steps gather at the start: at least twice as
+    common in the first half as in the second, or their time beyond the pace at least twice
+    as large there (one first request 50x slower than the rest, planning cuDNN's kernels, is
+    warm-up even if a later step is a little slow); steps that are slow now and then all
+    along (a new shape every few requests), or a slow step after a first one at the pace (a
+    trace of a service already warm), are steady state."""
     d = steps.durations()
     if len(d) < MIN_STEPS:
         return 0
     half = len(d) // 2
     pace = float(np.median(d[half:]))
     slow = d > WARMUP_FACTOR * pace
-    if not half or not slow[:half].any():
+    # first-time work (a first request's cuDNN plans, allocations, lazy loading) slows the
+    # first step: where it is as fast as the pace, a slow step after it is not warm-up
+    if not half or not slow[0]:
         return 0
     excess = np.where(slow, d - pace, 0.0)
     gathers = (slow[:half].mean() > 2 * slow[half:].mean()
