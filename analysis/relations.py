@@ -39,6 +39,7 @@ from .concat import CONCAT_COLUMNS, CONCAT_OPS, with_append_factor
 from .facts import EVENT_SITE_COLUMNS, conformed, per_name, take
 from .load import constant_columns
 from .matmul import MATMUL_COLUMNS, MATMUL_OPS, with_flops
+from .trie import NONE, Trie
 
 if TYPE_CHECKING:
     from .report import Analysis
@@ -239,7 +240,8 @@ WINDOWS = 50  # the `windows` relation cuts the capture into this many windows
 # spans long enough to cover half of shorter work are most of a thread's.
 WHERE_MIN_NS = 100_000
 # A stretch of a step's own work is a row of the stretches relation if it is the step's
-# longest, or a phase of the step: this share of it or more, and placed (``quiet_where``).
+# longest, or placed (``quiet_where``) and a phase of the step (this share of it or more) or
+# spent in a function that makes no CUDA call.
 STRETCH_MIN_SHARE = 0.1
 
 # Standard measures every rule on a relation gets in its evidence (rules may add their own).
@@ -859,10 +861,11 @@ class Relations:
     def _build_stretches(self, want: set[str], wheres: list[dict] | None = None
                          ) -> pl.DataFrame:
         """One row per stretch of a step's own work with no CUDA call on its thread
-        (:meth:`_stretch_rows`) that is a phase of the step (:data:`STRETCH_MIN_SHARE` of it
-        or more) and that the spans place in a function (``quiet_where``: its work
-        :data:`WHERE_MIN_NS` or more), and each step's longest (placed or not), with the
-        window's steps' totals (one step function: the same in every row)."""
+        (:meth:`_stretch_rows`) that the spans place in a function (``quiet_where``: its work
+        :data:`WHERE_MIN_NS` or more) and that is a phase of the step
+        (:data:`STRETCH_MIN_SHARE` of it or more) or is spent in a function that makes no
+        CUDA call, and each step's longest (placed or not), with the window's steps' totals
+        (one step function: the same in every row)."""
         steps = self.analysis.steps_in_window()
         schema = {"stretch": pl.Int64, "step": pl.Int64, "pid": pl.Int64, "tid": pl.Int64,
                   "function": pl.String, "ts_ns": pl.Int64, "dur_ns": pl.Int64,
@@ -879,14 +882,19 @@ class Relations:
         # a step without a call: the whole of it, ended by none
         bare = frame.join(rows.select("step").unique(), on="step", how="anti")
         rows = pl.concat([rows.select("step", "quiet_end", "_stretch_ns", "quiet_idx",
-                                      "_at_return", "longest"),
+                                      "_at_return", "longest", "_phase"),
                           bare.select("step", pl.col("end_ns").alias("quiet_end"),
                                       (pl.col("end_ns") - pl.col("ts_ns")).alias("_stretch_ns"),
                                       pl.lit(None, pl.Int64).alias("quiet_idx"),
                                       pl.lit(False).alias("_at_return"),
-                                      pl.lit(True).alias("longest"))]).sort("quiet_end")
+                                      pl.lit(True).alias("longest"),
+                                      pl.lit(True).alias("_phase"))]).sort("quiet_end")
         rows = rows.with_columns(self._quiet_spans(rows, calls, on))
-        rows = rows.filter(pl.col("longest") | pl.col("quiet_where").is_not_null())
+        # placed: a phase of its step, or spent in a function that makes no CUDA call (the
+        # IoU loop run once a frame between the frame's kernels), not the Python between
+        # the launches of a function that makes them (a forward's, a handler's)
+        rows = rows.filter(pl.col("longest") | (pl.col("quiet_where").is_not_null()
+                                                & (pl.col("_phase") | pl.col("_cpu_only"))))
         if "quiet_until" in want:
             rows = rows.with_columns(self._until(rows, calls))
         pid, tid = ((int(calls[c][int(on[0])]) for c in ("pid", "tid")) if len(on)
@@ -927,9 +935,10 @@ class Relations:
         q0 = q1 - steps["_stretch_ns"].to_numpy()
         py = pl.Series("quiet_py_ns", q1 - q0)
         none = pl.repeat(None, steps.height, dtype=pl.String, eager=True).alias("quiet_where")
+        cpu_only = pl.repeat(False, steps.height, dtype=pl.Boolean, eager=True).alias("_cpu_only")
         spans = self.analysis.data.span_table
         if spans is None or spans.height == 0 or not len(on) or not len(q0):
-            return [py, none]
+            return [py, none, cpu_only]
         pid, tid = (int(calls[c][int(on[0])]) for c in ("pid", "tid"))
         mine = (pl.col("pid") == pid) & (pl.col("tid") == tid)
         # the op whose CUDA call ended each stretch: from its start on, the time is that op's
@@ -946,7 +955,7 @@ class Relations:
         work = py.to_numpy()
         named = np.flatnonzero(work >= WHERE_MIN_NS)
         if not len(named):
-            return [py, none]
+            return [py, none, cpu_only]
         # A span that covers half of an interval or more holds its midpoint: each step's
         # candidates are the spans, outside the ops and at least half its work long, that hold
         # its work's midpoint (a chain of nested calls), the deepest of them named.
@@ -958,7 +967,7 @@ class Relations:
             & (pl.col("ts_ns") + pl.col("dur_ns") > int(mid.min())))
             .select("ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"), "stack_id"))
         if long.height == 0:
-            return [py, none]
+            return [py, none, cpu_only]
         ts, end = long["ts_ns"].to_numpy(), long["end"].to_numpy()
         order = np.argsort(mid, kind="stable")  # the midpoints each span holds: a range of them
         first = np.searchsorted(mid[order], ts, side="left")
@@ -970,13 +979,27 @@ class Relations:
         covers = np.minimum(end[span], hi[k]) - np.maximum(ts[span], lo[k]) >= half[k]
         span, k = span[covers], k[covers]
         if not len(span):
-            return [py, none]
+            return [py, none, cpu_only]
         depth = (long.join(self.analysis.data.stacks.select("stack_id", "depth"), on="stack_id",
                            how="left", maintain_order="left")["depth"].fill_null(0).to_numpy())
         deepest = (pl.DataFrame({"k": k, "span": span, "depth": depth[span]})
                    .sort("depth", descending=True).unique("k", keep="first"))
-        label = self.site_of(long["stack_id"].gather(deepest["span"]), ("site",))[0]
-        return [py, none.scatter(named[deepest["k"].to_numpy()], label.cast(pl.String))]
+        placed = long["stack_id"].gather(deepest["span"])
+        label = self.site_of(placed, ("site",))[0]
+        at = named[deepest["k"].to_numpy()]
+        return [py, none.scatter(at, label.cast(pl.String)),
+                cpu_only.scatter(at, pl.Series(~self._calls_under(placed, calls)))]
+
+    def _calls_under(self, stacks: pl.Series, calls: pl.DataFrame) -> np.ndarray:
+        """Per stack node of ``stacks``: whether any of ``calls`` (a CUDA call) was made at
+        or below it (the function the node is makes CUDA calls, itself or through others)."""
+        trie = Trie.of(self.analysis.data.stacks)
+        made = np.zeros(len(trie), np.int64)
+        rows = trie.rows_of(calls["stack_id"].drop_nulls().unique().cast(pl.Int64).to_numpy())
+        made[rows[rows != NONE]] = 1
+        below = trie.subtree_sums(made) > 0
+        at = trie.rows_of(stacks.fill_null(-1).cast(pl.Int64).to_numpy())
+        return np.where(at != NONE, below[np.maximum(at, 0)], True)   # unknown: as if it did
 
     @staticmethod
     def _stretch_rows(calls: pl.DataFrame, steps: pl.DataFrame, on: np.ndarray, tail: bool
@@ -1064,22 +1087,25 @@ class Relations:
     def _kept_stretches(cls, calls: pl.DataFrame, steps: pl.DataFrame, on: np.ndarray,
                         tail: bool) -> pl.DataFrame:
         """Of :meth:`_stretch_rows`, those the steps and stretches relations read: each step's
-        own longest (``longest``), the others of its own work that are a phase of it
-        (:data:`STRETCH_MIN_SHARE` of it or more, and :data:`WHERE_MIN_NS`), and the time
+        own longest (``longest``), the others of its own work :data:`WHERE_MIN_NS` long or
+        more (``_phase``: :data:`STRETCH_MIN_SHARE` of the step or more), and the time
         after its last call that is not its own (where the spans say where it returned)."""
         rows = cls._stretch_rows(calls, steps, on, tail)
         by = ["step", "_own"]
         top = pl.int_range(pl.len()).over(by) == cls._rank().arg_max().over(by)
         rows = rows.with_columns((pl.col("_own") & top).alias("longest"))
         # a phase of the step (a tenth of it or more: its pre-processing, its statistics
-        # after the copy back), not the Python between the launches of its forward
+        # after the copy back), not the Python between the launches of its forward; shorter
+        # ones long enough to place are kept too (``_phase`` false): the stretches relation
+        # keeps those spent in a function that makes no CUDA call (a loop's CPU-only work)
         length = steps.lazy().select("step", (pl.col("end_ns") - pl.col("ts_ns")).alias("_len"))
         return (rows.join(length, on="step", how="left")
-                .filter(~pl.col("_own") | pl.col("longest") | (
-                    (pl.col("_stretch_ns") >= WHERE_MIN_NS)
-                    & (pl.col("_stretch_ns") >= STRETCH_MIN_SHARE * pl.col("_len"))))
+                .with_columns((pl.col("_stretch_ns") >= STRETCH_MIN_SHARE * pl.col("_len"))
+                              .alias("_phase"))
+                .filter(~pl.col("_own") | pl.col("longest")
+                        | (pl.col("_stretch_ns") >= WHERE_MIN_NS))
                 .select("step", "quiet_end", "_stretch_ns", "quiet_idx", "_at_return", "_own",
-                        "longest")
+                        "longest", "_phase")
                 .collect())
 
     def _quiet(self) -> pl.DataFrame:

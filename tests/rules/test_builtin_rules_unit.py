@@ -1037,17 +1037,24 @@ DISPATCH = ("python", "Block.forward", "app.py", 60)
 
 
 def _two_phases(b: CaptureBuilder, prepare_us: float, post_us: float, between_us: float = 0,
-                steps: int = 6, launches: int = 8) -> None:
+                steps: int = 6, launches: int = 8, between_in: tuple = DISPATCH) -> None:
     """Steps that prepare their input in tokenize (``prepare_us``), run small kernels
-    (``between_us`` of Python in Block.forward before each), read the answer back, then work
-    on it in class_stats (``post_us``) before they return."""
+    (``between_us`` of Python before each: in Block.forward, which makes the launch, or in
+    ``between_in``, a function that makes none), read the answer back, then work on it in
+    class_stats (``post_us``) before they return."""
     for _ in range(steps):
         with b.enclosing(STEP):
             with b.enclosing(STEP + [TOKENIZE]):
                 b.tick(prepare_us)
             for _ in range(launches):
-                if between_us:
+                if between_us and between_in == DISPATCH:   # the module's code, then its launch
                     with b.enclosing(STEP + [DISPATCH]):
+                        b.tick(between_us)
+                        b.kernel(STEP + [DISPATCH, TORCH, ("torch_op", "aten::add")], "add",
+                                 gpu_us=20)
+                    continue
+                if between_us:          # a function that launches nothing, then a launch
+                    with b.enclosing(STEP + [between_in]):
                         b.tick(between_us)
                 b.kernel(STEP + [TORCH, ("torch_op", "aten::add")], "add", gpu_us=20)
             b.scalar_readback(STEP)
@@ -1084,6 +1091,28 @@ def test_cpu_bound_step__silent_on_python_between_launches():
     _two_phases(b, 3000, 0, between_us=200, launches=20)
     [f] = fired(b, "utilization.cpu-bound-step")
     assert f.evidence["where"] == "app.py:30 tokenize"
+
+
+def test_cpu_bound_step__a_loop_s_cpu_only_work_between_launches():
+    """The same 0.2 ms before each of 20 launches, spent in a function that makes no CUDA
+    call (a tracker's IoU of every box pair, once a frame between the frame's kernels): no
+    stretch is a tenth of the step, but together they are the step's CPU work, and the
+    finding names that function and prices each stretch's work (the sixth blind round's
+    tracker: the IoU loop, 27% of a request, had no finding)."""
+    iou = ("python", "iou_loop", "app.py", 70)
+    b = CaptureBuilder()
+    _two_phases(b, 0, 0, between_us=200, launches=20, between_in=iou)
+    [f] = fired(b, "utilization.cpu-bound-step")
+    assert f.evidence["where"] == "app.py:70 iou_loop"
+    n = f.evidence["count"]
+    assert n >= 20 * (f.evidence["steps"] - 1)
+    # each stretch: the 200 µs, the span's own 0.5 µs at each end (CaptureBuilder.enclosing)
+    # and the 1 µs the builder leaves after each call
+    assert 202_000 * n <= f.evidence["work_ns"] <= 202_100 * n
+    # without that work a step's 20 kernels (400 µs of GPU) outlast its launches (20 x 6 µs
+    # of CPU): the readback then waits the difference, which the saving does not include
+    gpu_bound = n / 20 * (400_000 - 20 * 6_000)
+    assert 0.98 <= f.saving_ns / (f.evidence["work_ns"] - gpu_bound) <= 1.01
 
 
 def test_cpu_bound_step__silent_when_the_time_is_an_op_planning():
