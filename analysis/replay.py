@@ -62,19 +62,22 @@ if TYPE_CHECKING:
 # CPU time torch.profiler (CPU + CUDA activities, with_stack=True, record_shapes=True) adds
 # per recorded CPU event, by kind: a call of a C built-in (``str.lower``, ``len``, a Tensor
 # method: its event's name starts with ``KINETO_BUILTIN_PREFIX``), any other Python call, a
-# torch op, a CUDA runtime/driver call. A built-in's: the H200 host's loop of Python calls
-# only (bench/whatif/results/h200/calibration2.json: 271 ns a call; 300 implied by the fifth
-# blind round's lexicon of 480 k ``str.lower`` calls on an H100; an H100 host's loops: 547 ns
-# a built-in's, 553 a Python call's, results/h100-readback/profiler_kinds.json: in a loop the
-# two cost the same, in a model's code a Python call comes with dearer ops). The others: the
-# H200 host's least-squares fit of three CPU-bound loops and a launch-bound decoding loop
-# (1,402/1,157/2,156 ns; bench/whatif/calibrate.py) times 1.5, the factor that brings the
-# unfixed replay without these costs closest to the measured step (median |log| of the ratio)
-# over the 26 torch.profiler traces of bench/whatif/results/ whose service was also timed
-# without the profiler (docs/benchmarks.md, "Forty-eighth round": 0.142 -> 0.081; 12 -> 18 of
-# 26 within ±15%). Traces of other settings or machines are deflated by the same figures.
-KINETO_NS_PER_EVENT = {"python_function": 2_103, "python_builtin": 271, "cpu_op": 1_736,
-                       "cuda_runtime": 3_234}
+# torch op, a CUDA runtime/driver call. A Python call's and a built-in's are what loops of
+# such calls alone measure with and without the profiler: 279 ns a Python call's on an H100's
+# host (bench/whatif/results/h100-costs48/builtin_cost.json; 271-336 a built-in's there), 271
+# on the H200's (results/h200/calibration2.json), 553 on another H100 host
+# (results/h100-readback/profiler_kinds.json). With those fixed, an op's and a runtime call's
+# are the pair (a grid of the H200 host's earlier fit, 1,157 and 2,156 ns, times 2.0-4.0 and
+# 0.8-2.4; bench/whatif/calibrate.py) that brings the unfixed replay without these costs
+# closest to the measured step (median |log| of the ratio) over the 26 torch.profiler traces
+# of bench/whatif/results/ whose service was also timed without the profiler
+# (docs/benchmarks.md, "Forty-ninth round": 0.081 -> 0.060, the forty-eighth round's figures
+# before; each round's traces left out in turn: 0.082). Before, the fit put the ops' cost on
+# the Python calls (2,103 ns each), and a loop of plain Python calls (a tracker's IoU of every
+# box pair) was taken out at 7x what recording it cost. Traces of other settings or machines
+# are deflated by the same figures.
+KINETO_NS_PER_EVENT = {"python_function": 279, "python_builtin": 271, "cpu_op": 3_934,
+                       "cuda_runtime": 2_156}
 KINETO_BUILTIN_PREFIX = "<built-in"
 # Positions of calls and operations (and -1: none) are held as int32 below this count (half
 # the memory of int64), as int64 from it; the margin leaves room for the +1 of running counts.

@@ -242,8 +242,8 @@ def _overhead_by_bisect(analysis) -> list[int]:
     """Per call of the window: torch.profiler's cost of the spans on its thread that start
     after the thread's previous call started, up to its own start (a thread's first call in
     a window: from the window's start; the capture's first: any time before), an op's span
-    1,736 ns, a C built-in call's (its function's name starts "<built-in") 271, any other
-    Python call's 2,103, plus the runtime call's own 3,234 ns."""
+    3,934 ns, a C built-in call's (its function's name starts "<built-in") 271, any other
+    Python call's 279, plus the runtime call's own 2,156 ns."""
     from bisect import bisect_left, bisect_right
 
     spans = analysis.data.spans() if analysis.facts is analysis.whole else None
@@ -258,8 +258,8 @@ def _overhead_by_bisect(analysis) -> list[int]:
             key=lambda r: r[2]):
         s, w = starts.setdefault((pid, tid), ([], []))
         s.append(ts)
-        cost = (1_736 if op is not None
-                else 271 if function.get(node, "").startswith("<built-in") else 2_103)
+        cost = (3_934 if op is not None
+                else 271 if function.get(node, "").startswith("<built-in") else 279)
         w.append((w[-1] if w else 0) + cost)
     previous: dict[tuple, int | None] = {}
     before: dict[int, int | None] = {}
@@ -281,7 +281,7 @@ def _overhead_by_bisect(analysis) -> list[int]:
         else:  # the thread's first call in a window: the gap since the window's start
             lo = bisect_left(s, w0)
         cost = (w[hi - 1] if hi else 0) - (w[lo - 1] if lo else 0)
-        out.append(3_234 + cost)
+        out.append(2_156 + cost)
     return out
 
 

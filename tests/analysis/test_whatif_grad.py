@@ -50,16 +50,18 @@ def test_dropout_in_training_mode_is_first_of_the_measured_fixes_and_within_30pc
     assert "softmax" in source and "scaled_dot_product_attention" not in source
 
 
-@pytest.mark.parametrize("variant, low", [("eval", 0.55), ("no_grad", 0.5), ("all", 0.7)])
+@pytest.mark.parametrize("variant, low", [("eval", 0.55), ("no_grad", 0.45), ("all", 0.6)])
 def test_a_cnn_left_in_training_mode_is_priced_under_what_it_saved(rows, variant, low):
     """gradvision: eval mode saved ~0.39 ms of a ~1.9 ms request (batch norm's statistics
     and counter, dropout), inference mode ~0.32, both ~0.64, measured. Within ±30% each
     until the forty-eighth round; since torch.profiler's per-event costs were raised (x1.5,
     the unfixed replay of this trace 1.19x -> 0.98x the measured request) the two fixes
-    alone are priced under it (0.63x, 0.57x), both together still within ±30%."""
+    alone were priced under it (0.63x, 0.57x), both together within ±30% (0.72x); since the
+    forty-ninth round (a Python call's cost the loops', an op's dearer: 1.05x) eval mode is
+    within (0.73x), inference mode (0.51x) and both (0.66x) under."""
     r = _row(rows, "gradvision", variant)
     assert r.rank is not None and not r.noise and low <= r.predicted_ms / r.measured_ms <= 1.3, r
-    assert r.agrees == (variant == "all"), r
+    assert r.agrees == (variant == "eval"), r
 
 
 def test_every_batch_norm_layer_of_the_cnn_is_counted():

@@ -1,0 +1,140 @@
+"""The per-event costs of torch.profiler's recording that ``KINETO_NS_PER_EVENT`` holds, fitted:
+with a Python call's and a built-in's fixed (what loops of such calls measured), the op's and
+the runtime call's from a grid, the pair whose unfixed replay of each kept torch.profiler
+trace, without those costs, comes closest to its service's measured request (the median
+|log(replayed / measured)|, as ``deflation_check.py`` prints it per trace); and the same
+choice made with each results folder (a round) left out in turn, scored on the folder left
+out.
+
+    python bench/whatif/deflation_fit.py PY,BUILTIN OUT.json [RESULTS_DIR=W=N,...]...
+
+Each trace's events are counted once per kind in the gap before each of the window's calls
+(``GapCounter``, as the replay counts them); each grid point is then one replay of the window
+per trace (``window_timeline``), not a fresh analysis. Folders: as ``deflation_check.py``'s.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+HERE = Path(__file__).resolve().parent
+OP_FACTORS = (2.0, 2.4, 2.8, 3.0, 3.2, 3.4, 3.6, 4.0)      # x the earlier fit's 1,157 ns
+RUNTIME_FACTORS = (0.8, 1.0, 1.2, 1.4, 1.6, 1.8, 2.0, 2.4)  # x its 2,156 ns
+OP_FIT, RUNTIME_FIT = 1_157, 2_156   # the H200 host's least-squares fit (calibrate.py)
+
+
+def _counts(a) -> np.ndarray:
+    """Per call of the window: the spans recorded in the gap before it, by kind (an op's,
+    a built-in's, any other Python call's), as the replay's :class:`GapCounter` counts."""
+    from zym.analysis import analyze
+    from zym.analysis.replay import KINETO_BUILTIN_PREFIX, GapCounter
+
+    d = a.whole.data
+    spans = d.spans() if a.facts is a.whole else analyze(d.source, window="all").data.spans()
+    names = d.frames.select("frame_id", pl.col("name").cast(pl.String))
+    j = (spans.select("pid", "tid", "ts_ns", "op_id", "stack_id")
+         .join(d.stacks.select("stack_id", "frame_id"), on="stack_id", how="left")
+         .join(names, on="frame_id", how="left")
+         .with_columns(pl.when(pl.col("op_id").is_not_null()).then(0)
+                       .when(pl.col("name").str.starts_with(KINETO_BUILTIN_PREFIX)).then(1)
+                       .otherwise(2).alias("k")))
+    out = []
+    for kind in range(3):
+        c = GapCounter(a.whole.calls)
+        c.add(j.filter(pl.col("k") == kind))
+        out.append(c.total)
+    first = int(a.whole.calls["ts_ns"].search_sorted(a.window[0], "left"))
+    n = a.facts.calls.height
+    return np.stack([x[first:first + n] for x in out])
+
+
+def _replayed_ms(t: dict, op: float, builtin: float, py: float, runtime: float) -> float:
+    """The unfixed replay of trace ``t``'s window per step, each call's gap less the costs."""
+    from zym.analysis.sample import window_timeline
+
+    cost = runtime + (np.array([op, builtin, py])[:, None] * t["counts"]).sum(axis=0)
+    a, steps = t["analysis"], t["steps"]
+    tl = window_timeline(a.facts, cost.astype(np.int64),
+                         None if steps is None else steps.start_ns, t["threads"], None)
+    return tl.fidelity["uninstrumented_ns"] / t["count"] / 1e6
+
+
+def main() -> None:
+    sys.path.insert(0, str(HERE))
+    sys.path.insert(0, str(HERE.parent))
+    from bench_scale import write_json
+    from deflation_check import DEFAULT
+    from kineto_costs import fail, folders
+
+    if len(sys.argv) < 3 or len(sys.argv[1].split(",")) != 2:
+        fail("usage: deflation_fit.py PY,BUILTIN OUT.json [RESULTS_DIR=W=N,...]...",
+             "deflation_fit")
+    from zym.analysis import analyze
+    from zym.analysis.phases import step_threads
+
+    py, builtin = (float(x) for x in sys.argv[1].split(","))
+    traces = []
+    for folder, requests in folders(sys.argv[3:] or DEFAULT, "deflation_fit"):
+        for w, n in requests.items():
+            paths = [p for p in (folder / "kineto" / f"{w}.parquet",
+                                 folder / "kineto" / f"{w}.trace.json.gz") if p.exists()]
+            measure = folder / f"{w}.measure.json"
+            if not paths or not measure.exists():
+                continue
+            a = analyze(paths[0])
+            steps = a.steps_in_window()
+            traces.append({
+                "folder": folder.name, "workload": w, "analysis": a, "steps": steps,
+                "count": len(steps.start_ns) if steps is not None else 1,
+                "threads": None if steps is None else step_threads(a.facts.calls, a.facts.nodes,
+                                                                   steps),
+                "counts": _counts(a),
+                "measured_ms": json.loads(measure.read_text())["variants"]["base"]["median_s"]
+                * 1e3 / n})
+    grid = [(OP_FIT * o, RUNTIME_FIT * r) for o, r in
+            itertools.product(OP_FACTORS, RUNTIME_FACTORS)]
+    logs = {g: np.array([math.log(_replayed_ms(t, g[0], builtin, py, g[1]) / t["measured_ms"])
+                         for t in traces]) for g in grid}
+
+    def score(e: np.ndarray) -> float:
+        return float(np.median(np.abs(e)))
+
+    def summary(e: np.ndarray) -> dict:
+        return {"median_abs_log": score(e), "within_15pct": int((np.abs(e) < math.log(1.15)).sum()),
+                "within_30pct": int((np.abs(e) < math.log(1.3)).sum())}
+
+    best = min(grid, key=lambda g: score(logs[g]))
+    names = np.array([t["folder"] for t in traces])
+    held, picks = np.zeros(len(traces)), {}
+    for f in sorted(set(names)):
+        train = names != f
+        g = min(grid, key=lambda g: score(logs[g][train]))
+        picks[str(f)] = {"op": round(g[0]), "runtime": round(g[1])}
+        held[~train] = logs[g][~train]
+    out = {"python_function": py, "python_builtin": builtin,
+           "best": {"op": round(best[0]), "runtime": round(best[1])} | summary(logs[best]),
+           "left_one_folder_out": summary(held) | {"picks": picks},
+           "grid": [{"op": round(g[0]), "runtime": round(g[1])} | summary(logs[g]) for g in grid],
+           "traces": [{"folder": t["folder"], "workload": t["workload"],
+                       "measured_ms": t["measured_ms"],
+                       "replayed_ms": t["measured_ms"] * math.exp(e)}
+                      for t, e in zip(traces, logs[best], strict=True)]}
+    write_json(Path(sys.argv[2]), out)
+    for g in sorted(grid, key=lambda g: score(logs[g]))[:8]:
+        s = summary(logs[g])
+        print(f"op {g[0]:6.0f} ns  runtime {g[1]:6.0f} ns: median |log| {s['median_abs_log']:.3f}"
+              f"  within ±15% {s['within_15pct']}  within ±30% {s['within_30pct']}"
+              f" of {len(traces)}")
+    print("best:", out["best"])
+    print("each folder left out in turn, scored on it:", summary(held))
+    print("picks:", picks)
+
+
+if __name__ == "__main__":
+    main()
