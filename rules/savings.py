@@ -35,7 +35,8 @@ Models (``saving: {model: NAME, ...}``):
   shrinks by it.
 * ``cuda-graph``: the finding's steps run their launches as CUDA graphs: each run of
   consecutive launches costs one graph launch on the CPU, and each kernel ``GRAPH_NODE_NS``
-  more on the GPU.
+  more on the GPU. The steps that repeat another's kernels and grids; where none does, the
+  runs that repeat another run's (a graph captured once for each set of shapes).
 * ``autograd-off``: the finding's steps run without autograd (``torch.inference_mode()``):
   the CPU time before each call shrinks by what recording the torch ops autograd recorded in
   it costs (:data:`zym.analysis.training.AUTOGRAD_NS_PER_OP` each, measured).
@@ -506,24 +507,19 @@ def _cuda_graph(relation: str, rows: pl.DataFrame, analysis: Analysis) -> Fix | 
                          "then capture again")
     rel = analysis.relations
     c = analysis.facts.calls.with_columns(rel.call_steps())
-    steps = repeating_steps(c, analysis.facts.gpu, set(rows["step"].drop_nulls().to_list()),
-                            lambda: analysis.capture_launches)
-    if not steps:
-        raise NoEstimate("no two steps launch the same kernels with the same grids (shapes "
-                         "change from step to step); a CUDA graph needs fixed shapes first")
-    c = (c.select("_thread", "ts_ns", "call_idx", "step", "kind", "blocking")
-         .filter(pl.col("step").is_in(list(steps))).sort("_thread", "ts_ns"))
-    # Launches, memsets and the runtime's own queries (cudaGetDevice...) replay inside a graph;
-    # a blocking call or a copy to or from the host ends a run.
-    graphable = (pl.col("kind").is_in(["launch", "memset", "other"]) & ~pl.col("blocking"))
-    runs = (c.with_columns(graphable.alias("_g"))
-            .with_columns(((pl.col("_g") != pl.col("_g").shift(1))
-                           | (pl.col("step") != pl.col("step").shift(1))).fill_null(True)
-                          .cum_sum().alias("_run"))
-            .filter("_g").group_by("_run").agg(pl.col("call_idx").first().alias("first"),
-                                               pl.col("call_idx").last().alias("last"),
-                                               pl.len().alias("n"))
-            .filter(pl.col("n") >= MIN_GRAPH_RUN))
+    mine = set(rows["step"].drop_nulls().to_list())
+    steps = repeating_steps(c, analysis.facts.gpu, mine, lambda: analysis.capture_launches)
+    runs = _graph_runs(c, steps or mine)
+    per_shape = not steps
+    if per_shape:
+        # no step repeats another: the runs whose launches do (a per-frame model call with
+        # the same number of crops, a per-item update of the same shapes), each a graph
+        # captured once for its shapes (torch.compile's "reduce-overhead" records one a shape)
+        runs = _repeated_runs(runs, c, analysis.facts.gpu)
+        if runs.height == 0:
+            raise NoEstimate("no two steps launch the same kernels with the same grids, nor do "
+                             "any two runs of launches between their waits (shapes change "
+                             "throughout); a CUDA graph needs fixed shapes first")
     if runs.height == 0:
         return None
     base, per_node, where = _graph_launch_cost(analysis)
@@ -534,7 +530,48 @@ def _cuda_graph(relation: str, rows: pl.DataFrame, analysis: Analysis) -> Fix | 
                graph_node_ns=GRAPH_NODE_NS, describe=(
                    f"replayed with {n:,} launches in {runs.height:,} runs as CUDA graph "
                    f"replays, each costing {base / 1e3:.1f} µs + {per_node:g} ns a kernel of CPU "
-                   f"({where}) and {GRAPH_NODE_NS:g} ns of GPU between its kernels"))
+                   f"({where}) and {GRAPH_NODE_NS:g} ns of GPU between its kernels"
+                   + (": no two steps launch the same kernels with the same grids, so only "
+                      "the runs whose launches repeat another run's (a graph captured once "
+                      "for each set of shapes)" if per_shape else "")))
+
+
+def _graph_runs(calls: pl.DataFrame, steps: set[int]) -> pl.DataFrame:
+    """The runs of at least ``MIN_GRAPH_RUN`` consecutive graphable calls of ``steps`` on a
+    thread (``first``, ``last``: their ``call_idx``; ``n``: their calls). Launches, memsets
+    and the runtime's own queries (cudaGetDevice...) replay inside a graph; a blocking call or
+    a copy to or from the host ends a run."""
+    c = (calls.select("_thread", "ts_ns", "call_idx", "step", "kind", "blocking")
+         .filter(pl.col("step").is_in(list(steps))).sort("_thread", "ts_ns"))
+    graphable = (pl.col("kind").is_in(["launch", "memset", "other"]) & ~pl.col("blocking"))
+    return (c.with_columns(graphable.alias("_g"))
+            .with_columns(((pl.col("_g") != pl.col("_g").shift(1))
+                           | (pl.col("step") != pl.col("step").shift(1))).fill_null(True)
+                          .cum_sum().alias("_run"))
+            .filter("_g").group_by("_run").agg(pl.col("call_idx").first().alias("first"),
+                                               pl.col("call_idx").last().alias("last"),
+                                               pl.len().alias("n"))
+            .filter(pl.col("n") >= MIN_GRAPH_RUN).sort("first"))
+
+
+def _repeated_runs(runs: pl.DataFrame, calls: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
+    """The runs of ``runs`` whose launches (each launch's kernel and grid, in order) are
+    another run's too."""
+    if runs.height == 0:
+        return runs
+    c = calls.select("call_idx", "kind").filter(pl.col("kind") == "launch")
+    work = gpu.select("work", "call_idx", "name", "grid_x", "grid_y", "grid_z").filter("work")
+    kernel = work.select(pl.struct(pl.col("name").hash(), "grid_x", "grid_y", "grid_z").hash()
+                         .alias("launch"))[first_row_of(work["call_idx"], c["call_idx"])]
+    idx = c["call_idx"].to_numpy()
+    run = np.searchsorted(runs["first"].to_numpy(), idx, side="right") - 1
+    inside = (run >= 0) & (idx <= runs["last"].to_numpy()[np.maximum(run, 0)])
+    sig = (pl.DataFrame({"run": run[inside]}).hstack(kernel.filter(pl.Series(inside)))
+           .group_by("run", maintain_order=True).agg("launch")
+           .select("run", pl.col("launch").hash().alias("sig")))
+    counts = sig.group_by("sig").len().filter(pl.col("len") >= 2)
+    keep = sig.join(counts, on="sig")["run"].to_numpy()
+    return runs[np.sort(keep)]
 
 
 def repeating_steps(calls: pl.DataFrame, gpu: pl.DataFrame, steps: set[int],

@@ -166,6 +166,40 @@ def test_cuda_graphs_replay_only_steps_that_repeat():
     assert f.saving_ns is None and "shapes change" in f.saving_how
 
 
+def test_cuda_graphs_of_runs_that_repeat_where_no_step_does():
+    """Steps whose shapes differ (a first run of 12 launches with another grid in each step)
+    but with a second run of 10, after a wait, that every step launches the same (a per-item
+    update of fixed shapes): no step repeats another, and the estimate replays the repeated runs
+    alone as graphs (one captured per set of shapes), the differing ones as they are."""
+    at = SERVE + [("python", "step", "app.py", 30)]
+
+    def steps(b: CaptureBuilder, same_second: bool) -> None:
+        for i, g in enumerate([64, 65, 66, 67, 68, 69]):
+            with b.enclosing(at):
+                for _ in range(12):
+                    b.kernel(SERVE + [("python", "step", "app.py", 31)], "tiny", gpu_us=2,
+                             cpu_us=8, grid=g)
+                b.scalar_readback(SERVE + [("python", "step", "app.py", 32)])
+                for _ in range(10):
+                    b.kernel(SERVE + [("python", "step", "app.py", 33)], "update", gpu_us=2,
+                             cpu_us=8, grid=128 if same_second else 128 + i)
+                b.scalar_readback(SERVE + [("python", "step", "app.py", 34)])
+
+    b = CaptureBuilder()
+    steps(b, same_second=True)
+    a = b.analysis()
+    [f] = [f for f in rules.evaluate(a) if f.rule_id == "compute.launch-bound-step"]
+    n = a.steps_in_window().count
+    assert f"replayed with {10 * n} launches in {n} runs" in f.saving_how
+    assert "repeat another run's" in f.saving_how
+    # at most each step's second run's CPU (10 launches of 8 us, 1 us apart) saved
+    assert 0 < f.saving_ns < n * 10 * 9 * US
+    b = CaptureBuilder()
+    steps(b, same_second=False)
+    [f] = [f for f in rules.evaluate(b.analysis()) if f.rule_id == "compute.launch-bound-step"]
+    assert f.saving_ns is None and "shapes change" in f.saving_how
+
+
 def test_no_estimate_without_a_gpu_side():
     """An eBPF-only capture (no CUPTI): waiting and working cannot be told apart."""
     b = CaptureBuilder()
