@@ -24,7 +24,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from harness import active, build, load, sync, timed_pass  # noqa: E402
+from harness import active, build, load, sync, timed_pass
 
 SETTINGS = {"none": {}, "stack": {"with_stack": True}, "shapes": {"record_shapes": True},
             "stack+shapes": {"with_stack": True, "record_shapes": True}}
