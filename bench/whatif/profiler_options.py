@@ -101,9 +101,9 @@ def main() -> int:
         k: (statistics.median(times[k]) - plain) * 1e9 / max(sum(events[k].values()), 1)
         for k in SETTINGS}
     a.out.write_text(json.dumps(doc, indent=1))
-    for k in times:
+    for k, ts in times.items():
         n = sum(events[k].values()) if k in events else 0
-        print(f"{a.workload:10s} {k:13s} median {statistics.median(times[k]) * 1e3:9.2f} ms"
+        print(f"{a.workload:10s} {k:13s} median {statistics.median(ts) * 1e3:9.2f} ms"
               + (f"  events {n:8,d} {events[k]}  extra {doc['extra_ns_per_event'][k]:7.0f} "
                  "ns an event" if k in events else ""))
     return 0
