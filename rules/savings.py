@@ -509,13 +509,13 @@ def _cuda_graph(relation: str, rows: pl.DataFrame, analysis: Analysis) -> Fix | 
     c = analysis.facts.calls.with_columns(rel.call_steps())
     mine = set(rows["step"].drop_nulls().to_list())
     steps = repeating_steps(c, analysis.facts.gpu, mine, lambda: analysis.capture_launches)
-    runs = _graph_runs(c, steps or mine)
+    runs, members = _graph_runs(c, steps or mine)
     per_shape = not steps
     if per_shape:
         # no step repeats another: the runs whose launches do (a per-frame model call with
         # the same number of crops, a per-item update of the same shapes), each a graph
         # captured once for its shapes (torch.compile's "reduce-overhead" records one a shape)
-        runs = _repeated_runs(runs, c, analysis.facts.gpu)
+        runs = _repeated_runs(runs, members, analysis.facts.gpu)
         if runs.height == 0:
             raise NoEstimate("no two steps launch the same kernels with the same grids, nor do "
                              "any two runs of launches between their waits (shapes change "
@@ -536,42 +536,44 @@ def _cuda_graph(relation: str, rows: pl.DataFrame, analysis: Analysis) -> Fix | 
                       "for each set of shapes)" if per_shape else "")))
 
 
-def _graph_runs(calls: pl.DataFrame, steps: set[int]) -> pl.DataFrame:
+def _graph_runs(calls: pl.DataFrame, steps: set[int]) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The runs of at least ``MIN_GRAPH_RUN`` consecutive graphable calls of ``steps`` on a
-    thread (``first``, ``last``: their ``call_idx``; ``n``: their calls). Launches, memsets
-    and the runtime's own queries (cudaGetDevice...) replay inside a graph; a blocking call or
-    a copy to or from the host ends a run."""
+    thread (``_run``; ``first``, ``last``: their ``call_idx``; ``n``: their calls), and each
+    of their calls' run (``call_idx``, ``_run``). Launches, memsets and the runtime's own
+    queries (cudaGetDevice...) replay inside a graph; a blocking call or a copy to or from
+    the host ends a run."""
     c = (calls.select("_thread", "ts_ns", "call_idx", "step", "kind", "blocking")
          .filter(pl.col("step").is_in(list(steps))).sort("_thread", "ts_ns"))
     graphable = (pl.col("kind").is_in(["launch", "memset", "other"]) & ~pl.col("blocking"))
-    return (c.with_columns(graphable.alias("_g"))
-            .with_columns(((pl.col("_g") != pl.col("_g").shift(1))
-                           | (pl.col("step") != pl.col("step").shift(1))).fill_null(True)
-                          .cum_sum().alias("_run"))
-            .filter("_g").group_by("_run").agg(pl.col("call_idx").first().alias("first"),
-                                               pl.col("call_idx").last().alias("last"),
-                                               pl.len().alias("n"))
+    members = (c.with_columns(graphable.alias("_g"))
+               .with_columns(((pl.col("_g") != pl.col("_g").shift(1))
+                              | (pl.col("step") != pl.col("step").shift(1))
+                              | (pl.col("_thread") != pl.col("_thread").shift(1)))
+                             .fill_null(True).cum_sum().alias("_run"))
+               .filter("_g").select("call_idx", "kind", "_run"))
+    runs = (members.group_by("_run").agg(pl.col("call_idx").first().alias("first"),
+                                         pl.col("call_idx").last().alias("last"),
+                                         pl.len().alias("n"))
             .filter(pl.col("n") >= MIN_GRAPH_RUN).sort("first"))
+    return runs, members.join(runs.select("_run"), on="_run", how="semi")
 
 
-def _repeated_runs(runs: pl.DataFrame, calls: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
-    """The runs of ``runs`` whose launches (each launch's kernel and grid, in order) are
-    another run's too."""
+def _repeated_runs(runs: pl.DataFrame, members: pl.DataFrame, gpu: pl.DataFrame
+                   ) -> pl.DataFrame:
+    """The runs of ``runs`` whose launches (each launch's kernel and grid, in order: their
+    ``members``) are another run's too."""
     if runs.height == 0:
         return runs
-    c = calls.select("call_idx", "kind").filter(pl.col("kind") == "launch")
+    launches = members.filter(pl.col("kind") == "launch").sort("call_idx")
     work = gpu.select("work", "call_idx", "name", "grid_x", "grid_y", "grid_z").filter("work")
     kernel = work.select(pl.struct(pl.col("name").hash(), "grid_x", "grid_y", "grid_z").hash()
-                         .alias("launch"))[first_row_of(work["call_idx"], c["call_idx"])]
-    idx = c["call_idx"].to_numpy()
-    run = np.searchsorted(runs["first"].to_numpy(), idx, side="right") - 1
-    inside = (run >= 0) & (idx <= runs["last"].to_numpy()[np.maximum(run, 0)])
-    sig = (pl.DataFrame({"run": run[inside]}).hstack(kernel.filter(pl.Series(inside)))
-           .group_by("run", maintain_order=True).agg("launch")
-           .select("run", pl.col("launch").hash().alias("sig")))
+                         .alias("launch"))[first_row_of(work["call_idx"], launches["call_idx"])]
+    sig = (launches.select("_run").hstack(kernel)
+           .group_by("_run", maintain_order=True).agg("launch")
+           .select("_run", pl.col("launch").hash().alias("sig")))
     counts = sig.group_by("sig").len().filter(pl.col("len") >= 2)
-    keep = sig.join(counts, on="sig")["run"].to_numpy()
-    return runs[np.sort(keep)]
+    keep = sig.join(counts, on="sig", how="semi").select("_run")
+    return runs.join(keep, on="_run", how="semi").sort("first")
 
 
 def repeating_steps(calls: pl.DataFrame, gpu: pl.DataFrame, steps: set[int],

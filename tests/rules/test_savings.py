@@ -317,3 +317,26 @@ def test_opens_instance_marks_each_instances_first_call():
     got = _opens_instance(Rel(), by_row, idx)
     assert got.dtype == bool and want.any() and not want.all()
     assert got.tolist() == want.tolist()
+
+
+def test_graph_runs_end_where_the_thread_changes():
+    """A run of graphable calls is one thread's: two threads' launches of one step, three
+    each, are two runs (each under ``MIN_GRAPH_RUN``: none), not one of six; a blocking call
+    ends a run too."""
+    import polars as pl
+    from zym.rules.savings import MIN_GRAPH_RUN, _graph_runs
+
+    def calls(threads: list[int], kinds: list[str], blocking: list[bool]) -> pl.DataFrame:
+        n = len(threads)
+        return pl.DataFrame({"_thread": threads, "ts_ns": list(range(n)), "call_idx": list(range(n)),
+                             "step": [0] * n, "kind": kinds, "blocking": blocking})
+
+    assert MIN_GRAPH_RUN == 4
+    two = calls([1, 1, 1, 2, 2, 2], ["launch"] * 6, [False] * 6)
+    runs, members = _graph_runs(two, {0})
+    assert runs.height == 0 and members.height == 0
+    one = calls([1] * 9, ["launch"] * 4 + ["sync"] + ["launch"] * 4, [False] * 4 + [True]
+                + [False] * 4)
+    runs, members = _graph_runs(one, {0})
+    assert runs.select("first", "last", "n").rows() == [(0, 3, 4), (5, 8, 4)]
+    assert sorted(members["call_idx"].to_list()) == [0, 1, 2, 3, 5, 6, 7, 8]
