@@ -158,11 +158,19 @@ class Fix:
     graph_last: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     graph_launch_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     graph_node_ns: int = 0
+    # CPU work the fix takes away after the window's last CUDA call (the last step's
+    # post-processing up to where its function returned): outside what the replay runs,
+    # saved outright where the GPU is done by then (:meth:`Timeline.saving`)
+    tail_ns: int = 0
     describe: str = ""
 
-    def is_empty(self) -> bool:
+    def edits_nothing(self) -> bool:
+        """No edit for the replay to make (a tail at most)."""
         return not any(len(getattr(self, f)) for f in (
             "remove_calls", "unblock_calls", "cost_calls", "gap_calls", "gpu_ops", "graph_first"))
+
+    def is_empty(self) -> bool:
+        return self.edits_nothing() and not self.tail_ns
 
     @staticmethod
     def combine(fixes: list[Fix]) -> Fix:
@@ -194,6 +202,8 @@ class Fix:
                    graph_last=cat("graph_last"),
                    graph_launch_ns=cat("graph_launch_ns"),   # one per segment, as graph_first
                    graph_node_ns=max((f.graph_node_ns for f in graphs), default=0),
+                   # one window, one last step: the same tail however many fixes take it
+                   tail_ns=max((f.tail_ns for f in fixes), default=0),
                    describe="; ".join(f.describe for f in fixes if f.describe))
 
 
@@ -222,7 +232,10 @@ class _Chained(Fix):
         self.graph_node_ns = max((f.graph_node_ns for f in parts if len(f.graph_first)),
                                  default=0)
         self.describe = "; ".join(f.describe for f in parts if f.describe)
-        self._empty = first.is_empty() and second.is_empty()  # (first's is known: no recursion)
+        self.tail_ns = max(first.tail_ns, second.tail_ns)
+        # (first's are known: no recursion)
+        self._edits_nothing = first.edits_nothing() and second.edits_nothing()
+        self._empty = self._edits_nothing and not self.tail_ns
 
     def __getattr__(self, name: str):
         if name not in _Chained._LAZY:
@@ -232,6 +245,9 @@ class _Chained(Fix):
 
     def is_empty(self) -> bool:
         return self._empty
+
+    def edits_nothing(self) -> bool:
+        return self._edits_nothing
 
     def _materialise(self) -> None:
         """Every link of the chain not yet combined, from the innermost out (no recursion:
@@ -527,9 +543,16 @@ class Timeline:
         unfixed replay, and its checkpoints not kept (~10 MB a million GPU operations)."""
         if fix.is_empty():
             return 0
-        # first: it builds the state the baseline then comes from
-        fixed = self.replay(fix, reference=reference, alone=alone)
-        return max(self.baseline.end_ns - fixed.end_ns, 0)
+        gain = 0
+        if not fix.edits_nothing():
+            # first: it builds the state the baseline then comes from
+            fixed = self.replay(fix, reference=reference, alone=alone)
+            gain = max(self.baseline.end_ns - fixed.end_ns, 0)
+        if fix.tail_ns:
+            # work after the last call ends the window where the GPU is done before it
+            b = self.baseline
+            gain += max(fix.tail_ns - max(b.gpu_end_ns - b.cpu_end_ns, 0), 0)
+        return gain
 
     def replay(self, fix: Fix, deflate: bool = True, incremental: bool = True,
                reference: bool = False, alone: bool = False) -> Outcome:
@@ -548,7 +571,7 @@ class Timeline:
         """The timeline's arrays with ``fix`` applied (copies): gaps, costs, which calls wait,
         and per operation its duration, launch latency, queue gap, the call it follows and
         whether it is gone (its call removed)."""
-        if fix.is_empty():  # the unfixed replay reads the timeline's own arrays (no copies)
+        if fix.edits_nothing():  # the unfixed replay reads the timeline's own arrays (no copies)
             gap = (np.clip(self.gap - self.overhead_ns, 0, None)
                    if deflate and self.overhead_ns.any() else self.gap)  # gaps are >= 0
             return (gap, self.intrinsic, self.waits, self.op_dur, self.op_lat, self.op_gap,
@@ -1030,7 +1053,7 @@ class _Base:
 
     def replay(self, tl: Timeline, fix: Fix, reference: bool = False, alone: bool = False
                ) -> Outcome:
-        if fix.is_empty():
+        if fix.edits_nothing():
             return self.outcome
         if isinstance(fix, _Chained):
             out = self._replay_chained(tl, fix)

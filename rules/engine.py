@@ -38,7 +38,7 @@ _SITE_LABELS = ("user_node", "user_function", "user_file", "user_line", "user_mo
                 "user_source", "mechanism", "torch_op", "size_op", "py_api", "site")
 # Event columns each saving model reads (besides the relation's row key).
 _MODEL_COLUMNS = {"speedup": ("dur_ns", "precision", "op_class", "flops"),
-                  "cpu-work": ("quiet_idx", "quiet_py_ns"),
+                  "cpu-work": ("quiet_idx", "quiet_py_ns", "end_ns"),
                   "cuda-graph": ("step", "size_syncs"), "batch": ("call_instance",),
                   "autograd-off": ("step",), "eval-mode": ("step",)}
 

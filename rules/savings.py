@@ -418,12 +418,16 @@ def _cpu_work(rows: pl.DataFrame, analysis: Analysis) -> Fix | None:
     longest: the steps relation's), its CPU work (``quiet_py_ns``: before the torch op that
     ended it began), taken out of the CPU time before the call that ended it (``quiet_idx``;
     a step's work after its last call and the next step's before its first both end at that
-    step's first call: their sum)."""
+    step's first call: their sum). A stretch no call ends that lies after the window's last
+    call (the last step's post-processing, up to where its function returned) is the fix's
+    tail (:attr:`Fix.tail_ns`), taken out as the replayed stretches' work is (their share
+    left once what recording them cost is out)."""
     if "quiet_idx" not in rows.columns:
         return None
     ended = (rows.filter(pl.col("quiet_idx").is_not_null() & (pl.col("quiet_py_ns") > 0))
              .group_by("quiet_idx").agg(pl.col("quiet_py_ns").sum()).sort("quiet_idx"))
-    if ended.height == 0:
+    tail = _tail_work(rows, analysis)
+    if ended.height == 0 and not tail:
         raise NoEstimate("no call ends these stretches inside the window")
     calls = ended["quiet_idx"].to_numpy().astype(np.int64)
     work = ended["quiet_py_ns"].to_numpy().astype(np.int64)
@@ -433,14 +437,36 @@ def _cpu_work(rows: pl.DataFrame, analysis: Analysis) -> Fix | None:
     # The replay leaves out what recording the capture cost (torch.profiler's cost of each
     # event it recorded, Python calls included): that part of the work is not counted.
     recorded = np.clip(gap - tl.overhead_ns[calls], 0, None) - left
-    recording = int(work.sum() - np.clip(recorded, 0, None).sum())
+    kept = int(np.clip(recorded, 0, None).sum())
+    recording = int(work.sum() - kept)
+    # the tail: its work less what recording it cost, at the replayed stretches' rate
+    tail_ns = round(tail * kept / work.sum()) if work.sum() else tail
+    recording += tail - tail_ns
+    total = int(work.sum()) + tail
     note = (f"; ~{recording / 1e6:.3g} ms of it is what recording its events cost the capture "
-            "(torch.profiler's cost per event), not counted" if recording > 0.1 * work.sum()
+            "(torch.profiler's cost per event), not counted" if recording > 0.1 * total
             else "")
-    return Fix(gap_calls=calls, gap_ns=left, describe=(
-        f"replayed with the CPU work of {len(calls):,} stretches without a CUDA call "
-        f"({work.sum() / 1e6:.3g} ms in all) taken out{note}: an upper "
+    after = (f", the last step's {tail / 1e6:.3g} ms after the window's last call among them"
+             if tail else "")
+    stretches = len(calls) + bool(tail)
+    return Fix(gap_calls=calls, gap_ns=left, tail_ns=tail_ns, describe=(
+        f"replayed with the CPU work of {stretches:,} stretches without a CUDA call "
+        f"({total / 1e6:.3g} ms in all{after}) taken out{note}: an upper "
         "bound, as if that work ran on the GPU or ahead of time in another process"))
+
+
+def _tail_work(rows: pl.DataFrame, analysis: Analysis) -> int:
+    """The CPU work of the stretches of ``rows`` that no call ends and that end after the
+    window's last CUDA call (the last step's post-processing): 0 where there is none, or
+    where the rows do not say where they end."""
+    if "end_ns" not in rows.columns:
+        return 0
+    calls = analysis.facts.calls
+    if calls.height == 0:
+        return 0
+    last = int(calls.select((pl.col("ts_ns") + pl.col("dur_ns")).max()).item())
+    return int(rows.filter(pl.col("quiet_idx").is_null() & (pl.col("quiet_py_ns") > 0)
+                           & (pl.col("end_ns") >= last))["quiet_py_ns"].sum())
 
 
 def _deflated_gap(calls: np.ndarray, analysis: Analysis) -> np.ndarray:
