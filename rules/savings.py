@@ -535,8 +535,8 @@ def _cuda_graph(relation: str, rows: pl.DataFrame, analysis: Analysis) -> Fix | 
     c = analysis.facts.calls.with_columns(rel.call_steps())
     mine = set(rows["step"].drop_nulls().to_list())
     steps = repeating_steps(c, analysis.facts.gpu, mine, lambda: analysis.capture_launches)
-    runs, members = _graph_runs(c, steps or mine)
     per_shape = not steps
+    runs, members = _graph_runs(c, steps or mine, per_shape)
     if per_shape:
         # no step repeats another: the runs whose launches do (a per-frame model call with
         # the same number of crops, a per-item update of the same shapes), each a graph
@@ -562,12 +562,14 @@ def _cuda_graph(relation: str, rows: pl.DataFrame, analysis: Analysis) -> Fix | 
                       "for each set of shapes)" if per_shape else "")))
 
 
-def _graph_runs(calls: pl.DataFrame, steps: set[int]) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _graph_runs(calls: pl.DataFrame, steps: set[int], with_members: bool = True
+                ) -> tuple[pl.DataFrame, pl.DataFrame | None]:
     """The runs of at least ``MIN_GRAPH_RUN`` consecutive graphable calls of ``steps`` on a
-    thread (``_run``; ``first``, ``last``: their ``call_idx``; ``n``: their calls), and each
-    of their calls' run (``call_idx``, ``_run``). Launches, memsets and the runtime's own
-    queries (cudaGetDevice...) replay inside a graph; a blocking call or a copy to or from
-    the host ends a run."""
+    thread (``_run``; ``first``, ``last``: their ``call_idx``; ``n``: their calls), and
+    (``with_members``; else None: a row a call, not kept where unread) each of their calls'
+    run (``call_idx``, ``kind``, ``_run``). Launches, memsets and the runtime's own queries
+    (cudaGetDevice...) replay inside a graph; a blocking call or a copy to or from the host
+    ends a run."""
     c = (calls.select("_thread", "ts_ns", "call_idx", "step", "kind", "blocking")
          .filter(pl.col("step").is_in(list(steps))).sort("_thread", "ts_ns"))
     graphable = (pl.col("kind").is_in(["launch", "memset", "other"]) & ~pl.col("blocking"))
@@ -581,6 +583,8 @@ def _graph_runs(calls: pl.DataFrame, steps: set[int]) -> tuple[pl.DataFrame, pl.
                                          pl.col("call_idx").last().alias("last"),
                                          pl.len().alias("n"))
             .filter(pl.col("n") >= MIN_GRAPH_RUN).sort("first"))
+    if not with_members:
+        return runs, None
     return runs, members.join(runs.select("_run"), on="_run", how="semi")
 
 
