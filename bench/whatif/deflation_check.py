@@ -33,11 +33,30 @@ DEFAULT = [f"{R}/h200=gpt_decode=7,rerank=12,decode_loop=6",
            f"{R}/h100-layout=convlayout=6", f"{R}/h100-tf32=tf32mlp=6"]
 
 
+def timed_traces(specs: list[str], script: str) -> list[tuple[Path, str, Path, float]]:
+    """Each kept torch.profiler trace of ``specs`` (``RESULTS_DIR=W=N,...``, as
+    ``kineto_costs.folders`` reads them) whose service was also timed without the profiler:
+    ``(folder, workload, trace, measured ms a request)``."""
+    from kineto_costs import folders
+
+    out = []
+    for folder, requests in folders(specs, script):
+        for w, n in requests.items():
+            traces = [p for p in (folder / "kineto" / f"{w}.parquet",
+                                  folder / "kineto" / f"{w}.trace.json.gz") if p.exists()]
+            measure = folder / f"{w}.measure.json"
+            if traces and measure.exists():
+                doc = json.loads(measure.read_text())
+                out.append((folder, w, traces[0],
+                            doc["variants"]["base"]["median_s"] * 1e3 / n))
+    return out
+
+
 def main() -> None:
     sys.path.insert(0, str(HERE))
     sys.path.insert(0, str(HERE.parent))
     from bench_scale import write_json
-    from kineto_costs import fail, folders, set_costs
+    from kineto_costs import fail, set_costs
 
     if len(sys.argv) < 3:
         fail("usage: deflation_check.py PY,OP,RUNTIME[,BUILTIN]|- OUT.json "
@@ -46,22 +65,15 @@ def main() -> None:
 
     set_costs(sys.argv[1], "deflation_check")
     rows = []
-    for folder, requests in folders(sys.argv[3:] or DEFAULT, "deflation_check"):
-        for w, n in requests.items():
-            traces = [p for p in (folder / "kineto" / f"{w}.parquet",
-                                  folder / "kineto" / f"{w}.trace.json.gz") if p.exists()]
-            measure = folder / f"{w}.measure.json"
-            if not traces or not measure.exists():
-                continue
-            a = analyze(traces[0])
-            steps = a.steps_in_window()
-            count = len(steps.start_ns) if steps is not None else 1
-            fid = a.timeline.fidelity
-            real = json.loads(measure.read_text())["variants"]["base"]["median_s"] * 1e3 / n
-            rows.append({"folder": folder.name, "workload": w, "measured_ms": real,
-                         "recorded_ms": fid["recorded_ns"] / count / 1e6,
-                         "replayed_ms": fid["uninstrumented_ns"] / count / 1e6,
-                         "taken_ms": fid["profiler_overhead_ns"] / count / 1e6})
+    for folder, w, trace, real in timed_traces(sys.argv[3:] or DEFAULT, "deflation_check"):
+        a = analyze(trace)
+        steps = a.steps_in_window()
+        count = len(steps.start_ns) if steps is not None else 1
+        fid = a.timeline.fidelity
+        rows.append({"folder": folder.name, "workload": w, "measured_ms": real,
+                     "recorded_ms": fid["recorded_ns"] / count / 1e6,
+                     "replayed_ms": fid["uninstrumented_ns"] / count / 1e6,
+                     "taken_ms": fid["profiler_overhead_ns"] / count / 1e6})
     errors = [abs(math.log(r["replayed_ms"] / r["measured_ms"])) for r in rows]
     summary = {"costs": dict(replay.KINETO_NS_PER_EVENT), "traces": len(rows),
                "median_abs_log": statistics.median(errors) if errors else None,

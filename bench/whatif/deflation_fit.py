@@ -15,7 +15,6 @@ per trace (``window_timeline``), not a fresh analysis. Folders: as ``deflation_c
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import sys
 from pathlib import Path
@@ -69,8 +68,8 @@ def main() -> None:
     sys.path.insert(0, str(HERE))
     sys.path.insert(0, str(HERE.parent))
     from bench_scale import write_json
-    from deflation_check import DEFAULT
-    from kineto_costs import fail, folders
+    from deflation_check import DEFAULT, timed_traces
+    from kineto_costs import fail
 
     if len(sys.argv) < 3 or len(sys.argv[1].split(",")) != 2:
         fail("usage: deflation_fit.py PY,BUILTIN OUT.json [RESULTS_DIR=W=N,...]...",
@@ -80,23 +79,15 @@ def main() -> None:
 
     py, builtin = (float(x) for x in sys.argv[1].split(","))
     traces = []
-    for folder, requests in folders(sys.argv[3:] or DEFAULT, "deflation_fit"):
-        for w, n in requests.items():
-            paths = [p for p in (folder / "kineto" / f"{w}.parquet",
-                                 folder / "kineto" / f"{w}.trace.json.gz") if p.exists()]
-            measure = folder / f"{w}.measure.json"
-            if not paths or not measure.exists():
-                continue
-            a = analyze(paths[0])
-            steps = a.steps_in_window()
-            traces.append({
-                "folder": folder.name, "workload": w, "analysis": a, "steps": steps,
-                "count": len(steps.start_ns) if steps is not None else 1,
-                "threads": None if steps is None else step_threads(a.facts.calls, a.facts.nodes,
-                                                                   steps),
-                "counts": _counts(a),
-                "measured_ms": json.loads(measure.read_text())["variants"]["base"]["median_s"]
-                * 1e3 / n})
+    for folder, w, path, real in timed_traces(sys.argv[3:] or DEFAULT, "deflation_fit"):
+        a = analyze(path)
+        steps = a.steps_in_window()
+        traces.append({
+            "folder": folder.name, "workload": w, "analysis": a, "steps": steps,
+            "count": len(steps.start_ns) if steps is not None else 1,
+            "threads": None if steps is None else step_threads(a.facts.calls, a.facts.nodes,
+                                                               steps),
+            "counts": _counts(a), "measured_ms": real})
     grid = [(OP_FIT * o, RUNTIME_FIT * r) for o, r in
             itertools.product(OP_FACTORS, RUNTIME_FACTORS)]
     logs = {g: np.array([math.log(_replayed_ms(t, g[0], builtin, py, g[1]) / t["measured_ms"])
