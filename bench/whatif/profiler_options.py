@@ -75,6 +75,10 @@ def main() -> int:
     p.add_argument("--device", default="cuda")
     p.add_argument("--requests", type=int, default=None)
     a = p.parse_args()
+    if not (HERE / "workloads" / f"{a.workload}.py").exists():
+        print(f"profiler_options: no workload {a.workload!r} in bench/whatif/workloads/",
+              file=sys.stderr)
+        return 2
     mod = load(a.workload)
     svc = build(mod, "base", a.device, a.requests)
     timed_pass(svc)   # warm-up: every shape seen
@@ -100,7 +104,9 @@ def main() -> int:
     doc["extra_ns_per_event"] = {
         k: (statistics.median(times[k]) - plain) * 1e9 / max(sum(events[k].values()), 1)
         for k in SETTINGS}
-    a.out.write_text(json.dumps(doc, indent=1))
+    tmp = a.out.with_name(a.out.name + ".part")   # whole or not at all (no zym here)
+    tmp.write_text(json.dumps(doc, indent=1))
+    tmp.replace(a.out)
     for k, ts in times.items():
         n = sum(events[k].values()) if k in events else 0
         print(f"{a.workload:10s} {k:13s} median {statistics.median(ts) * 1e3:9.2f} ms"
