@@ -8,7 +8,6 @@ requests, and the tracker's IoU loop, once a frame, was no stretch of its own.""
 from __future__ import annotations
 
 import ast
-import re
 from pathlib import Path
 
 import polars as pl
@@ -94,4 +93,3 @@ def test_the_tracker_s_iou_loop_is_found_and_priced():
     [r] = [r for r in compare.compare(BLIND6, {"mottrack": STEPS["mottrack"]})
            if r.variant == "vector_iou"]
     assert r.rank is not None and r.rank <= 2 and not r.noise and r.agrees, r   # after launches
-    assert re.search(r"^FRAMES = ", source, re.MULTILINE)
