@@ -522,12 +522,27 @@ class Timeline:
         # Without a recording cost to take out, the replay as recorded is the baseline.
         sim = (self.replay(Fix(), deflate=False) if self.overhead_ns.any()
                else self.baseline).end_ns - self.w0
+        # The replay ends with the last call or GPU operation; the window's CPU work after
+        # both (the last step's post-processing) is not a call to replay: it is counted as
+        # recorded, not as the replay's error.
+        after = self.trailing_ns
+        sim += after
         return {"recorded_ns": int(obs), "replayed_ns": int(sim),
                 "error_pct": round(100 * (sim - obs) / obs, 2) if obs else 0.0,
-                "uninstrumented_ns": int(self.baseline.end_ns - self.w0),
+                "uninstrumented_ns": int(self.baseline.end_ns - self.w0 + after),
                 "profiler_overhead_ns": int(self.overhead_ns.sum()),
                 "launch_latency_ns": self.launch_latency_ns, "queue_gap_ns": self.queue_gap_ns,
                 "skewed_ops": self.skewed_ops}
+
+    @property
+    def trailing_ns(self) -> int:
+        """The window's time after its last CUDA call returned and its last GPU operation
+        ended (as recorded): CPU work that ends it, which no call starts (0 where a call or an
+        operation ends the window)."""
+        ends = self.facts.calls["end_ns"]
+        last = max(int(ends.max()) if len(ends) else self.w0,
+                   int((self.op_start + self.op_dur).max()) if len(self.op_dur) else self.w0)
+        return max(self.w1 - last, 0)
 
     @property
     def usable(self) -> bool:

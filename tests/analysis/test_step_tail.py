@@ -53,3 +53,28 @@ def test_the_last_step_s_post_processing_is_priced(tmp_path):
     per = (POST_US + 1.0) * 1_000
     assert 0.97 * REQUESTS * per <= f.saving_ns <= REQUESTS * per
     assert f.saving_ns > (REQUESTS - 1) * per * 1.2
+
+
+def test_the_replay_counts_the_last_step_s_post_processing_as_recorded(tmp_path):
+    """The unfixed replay ends at the window's last call; the last request's post-processing
+    after it is not the replay's error (the CT service's fidelity line said "off by -17.3%":
+    its last request's numpy work after the copy back)."""
+    from zym.analysis import analyze
+
+    a = analyze(_trace(tmp_path))
+    tl = a.timeline
+    f = tl.fidelity
+    # the window ends where the last handle returned: its stats span (POST_US, and the span's
+    # own 1 µs) after the sync that was its last call, whose GPU work had ended before it
+    assert abs(tl.trailing_ns - (POST_US + 1.0) * 1_000) <= 2_000
+    assert f["recorded_ns"] == tl.w1 - tl.w0
+    # one thread, recorded gaps kept: the replay reproduces the calls exactly, the tail added
+    assert abs(f["error_pct"]) < 0.5
+    assert f["replayed_ns"] - (tl.replay(_no_fix(), deflate=False).end_ns - tl.w0) \
+        == tl.trailing_ns
+
+
+def _no_fix():
+    from zym.analysis.replay import Fix
+
+    return Fix()
