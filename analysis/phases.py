@@ -134,6 +134,35 @@ def step_threads(calls: pl.DataFrame, nodes: pl.DataFrame, steps: Steps) -> np.n
     return np.union1d(hit["_thread"].unique().to_numpy(), [steps.thread]).astype(np.int64)
 
 
+def under_step(nodes: pl.DataFrame, steps: Steps) -> tuple[np.ndarray, pl.Series]:
+    """Per stack node (row of ``nodes``), where under the step function it is: its outermost
+    user frame (ancestor-or-self) below the outermost step frame, where it has one (the
+    user's function the step led to, past library wrappers such as a ``torch.no_grad``
+    decorator); else its ancestor-or-self that the step function called (a library
+    function, a module, a built-in or an op it ran itself); NONE outside the step function
+    or at it. And each row's label (``file:line function`` for a frame with a file, its
+    name else)."""
+    from .sites import short_paths
+
+    trie = Trie.of(nodes)
+    n = len(trie)
+    outer = np.r_[trie.outermost(_frame_mask(nodes, steps.file, steps.name)), NONE]
+    parent = trie._up()                      # roots: the extra last slot
+    child = outer[parent] == np.r_[np.arange(n), NONE - 1][parent]
+    below = trie.under(child)
+    user = trie.outermost(below & nodes["is_user"].fill_null(False).to_numpy())
+    short = short_paths(nodes["file"])
+    file = nodes["file"].replace_strict(short, default=None, return_dtype=pl.String)
+    name = pl.when((pl.col("name") == "forward") & pl.col("module").is_not_null()).then(
+        pl.col("module") + ".forward").otherwise(pl.col("name"))   # as site labels show it
+    labels = (pl.DataFrame({"file": file, "line": nodes["line"], "name": nodes["name"],
+                            "module": nodes["module"]})
+              .select(pl.when(pl.col("file").is_not_null() & pl.col("line").is_not_null())
+                      .then(pl.format("{}:{} {}", "file", "line", name))
+                      .otherwise(pl.col("name")).alias("label"))["label"])
+    return np.where(user != NONE, user, trie.outermost(child)), labels
+
+
 def _coverage(trie: Trie, nodes: pl.DataFrame, per_stack: pl.DataFrame) -> pl.DataFrame:
     """Per user function (``file``, ``name``) on the stacks of ``per_stack`` (``stack_id``,
     ``len``: calls): the calls whose stack has it (``n``, each stack counted once however

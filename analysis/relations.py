@@ -164,6 +164,12 @@ COLUMNS: dict[str, dict[str, str]] = {
         "tid": "thread id", "ts_ns": "step start", "dur_ns": "step length", "end_ns": "step end",
         "function": "the step function (file function)",
         "launches": "kernel launches in the step", "calls": "CUDA calls in the step",
+        "launch_from": "what the step function called that launched most of the step's "
+                       "kernels (file:line function, a module or a built-in; the step "
+                       "function's own ops: 'FUNCTION itself'); null without its frames",
+        "launch_from_share": "launch_from's share of the step's launches",
+        "launch_next": "the next source of the step's launches after launch_from",
+        "launch_next_share": "launch_next's share of the step's launches",
         "syncs": "sync calls in the step", "blocked_ns": "CPU time blocked in the step",
         "size_syncs": "sync calls in the step under a torch op whose output size depends on "
                       "the values (size_op): the step's shapes change with its data",
@@ -778,7 +784,9 @@ class Relations:
         steps = self.analysis.steps_in_window()
         schema = {"step": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "ts_ns": pl.Int64,
                   "dur_ns": pl.Int64, "end_ns": pl.Int64, "function": pl.String,
-                  "launches": pl.Int64, "calls": pl.Int64, "syncs": pl.Int64,
+                  "launches": pl.Int64, "launch_from": pl.String,
+                  "launch_from_share": pl.Float64, "launch_next": pl.String,
+                  "launch_next_share": pl.Float64, "calls": pl.Int64, "syncs": pl.Int64,
                   "size_syncs": pl.Int64, "blocked_ns": pl.Int64, "cpu_call_ns": pl.Int64, "gpu_ns": pl.Int64,
                   "busy_ns": pl.Int64, "busy_frac": pl.Float64, "quiet_ns": pl.Int64,
                   "quiet_frac": pl.Float64, "quiet_idx": pl.Int64, "quiet_py_ns": pl.Int64,
@@ -821,6 +829,8 @@ class Relations:
                 df = df.with_columns(self._quiet_spans(df, calls, on))
             if "quiet_until" in want:
                 df = df.with_columns(self._until(df, calls))
+        if want & {"launch_from", "launch_from_share", "launch_next", "launch_next_share"}:
+            df = df.join(self._launch_from(calls, steps), on="step", how="left")
         if want & {"torch_ops", "grad_ops", "backward_ops", "grad_cpu_ns"}:
             from .training import AUTOGRAD_NS_PER_OP, op_counts
 
@@ -841,6 +851,41 @@ class Relations:
             df = (df.join(train.cast({"step": pl.Int64}), on="step", how="left")
                   .with_columns(pl.col("train_kernels", "train_gpu_ns").fill_null(0)))
         return df.select([c for c in schema if c in want or c == "step"])
+
+    def _launch_from(self, calls: pl.DataFrame, steps) -> pl.DataFrame:
+        """Per step (``calls``' ``step``): what the step function called that launched most
+        of its kernels, and next most (:func:`zym.analysis.phases.under_step`), with their
+        shares of the step's launches; empty without a step function's frames."""
+        from .phases import under_step
+        from .trie import NONE, Trie
+
+        out = pl.DataFrame(schema={"step": pl.Int64, "launch_from": pl.String,
+                                   "launch_from_share": pl.Float64, "launch_next": pl.String,
+                                   "launch_next_share": pl.Float64})
+        nodes = self.facts.nodes
+        if steps.source == "profiler steps" or nodes.height == 0:
+            return out
+        source, labels = under_step(nodes, steps)
+        own = nodes["kind"] != "python"   # an op or built-in the step function ran itself
+        labels = labels.set(own.fill_null(True), f"{steps.function} itself")
+        mine = calls.filter(pl.col("step").is_not_null() & (pl.col("kind") == "launch"))
+        rows = Trie.of(nodes).rows_of(mine["stack_id"].to_numpy())
+        src = np.where(rows >= 0, source[np.maximum(rows, 0)], NONE)
+        if not (src >= 0).any():
+            return out
+        per = (pl.DataFrame({"step": mine["step"].cast(pl.Int64),
+                             "label": labels.gather(np.maximum(src, 0)).set(
+                                 pl.Series(src < 0), None)})
+               .group_by("step", "label").agg(pl.len().alias("n"))
+               .with_columns((pl.col("n") / pl.col("n").sum().over("step")).alias("share"))
+               .filter(pl.col("label").is_not_null())
+               .sort(["step", "n", "label"], descending=[False, True, False])
+               .group_by("step", maintain_order=True).agg(pl.col("label", "share").head(2)))
+        return per.select(
+            "step", pl.col("label").list.get(0, null_on_oob=True).alias("launch_from"),
+            pl.col("share").list.get(0, null_on_oob=True).alias("launch_from_share"),
+            pl.col("label").list.get(1, null_on_oob=True).alias("launch_next"),
+            pl.col("share").list.get(1, null_on_oob=True).alias("launch_next_share"))
 
     def _step_gpu(self, calls: pl.DataFrame) -> pl.DataFrame:
         """Per step (``calls``' ``step``), the GPU time of the work its calls launched."""

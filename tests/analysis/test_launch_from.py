@@ -1,0 +1,106 @@
+"""Where a launch-bound step's launches come from: what the step function called that
+launched them (a per-item model call in a loop, a per-track update), with its share of the
+step's launches, so that the fix can be aimed at that call (the sixth blind round's tracker:
+one finding for two loops of small launches, a re-ID call per frame and an update per
+track)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from kineto_builder import KinetoBuilder
+
+STEPS, EMBED, OWN, UPDATE = 5, 30, 6, 14   # launches a step: by embed, handle's own, update
+
+
+def _trace(tmp_path: Path) -> Path:
+    """Steps of ``handle``: ``EMBED`` launches under ``embed`` (a Python function it calls),
+    ``UPDATE`` under ``update`` and ``OWN`` by ops it runs itself; 10 µs kernels after 30 µs
+    launches (the CPU sets the pace)."""
+    b = KinetoBuilder()
+    with b.py("app.py(1): <module>"):
+        for _ in range(STEPS):
+            with b.py("app.py(20): handle"):
+                for _ in range(OWN // 2):
+                    with b.op("aten::mul"):
+                        b.launch(gpu_us=10.0, cpu_us=30.0)
+                with b.py("app.py(40): embed"):
+                    for _ in range(EMBED):
+                        with b.op("aten::linear"):
+                            b.launch(gpu_us=10.0, cpu_us=30.0)
+                with b.py("app.py(60): update"):
+                    for _ in range(UPDATE):
+                        with b.op("aten::add"):
+                            b.launch(gpu_us=10.0, cpu_us=30.0)
+                b.tick(2.0)   # (the next op starts after update returned)
+                for _ in range(OWN - OWN // 2):
+                    with b.op("aten::mul"):
+                        b.launch(gpu_us=10.0, cpu_us=30.0)
+            b.tick(10.0)
+        b.launch("cudaDeviceSynchronize", kernel=None, cpu_us=5.0)
+    return b.write(tmp_path / "launches.json")
+
+
+def test_the_launch_bound_finding_says_where_the_launches_come_from(tmp_path):
+    from zym.analysis import analyze
+    from zym.rules import evaluate
+
+    a = analyze(_trace(tmp_path))
+    steps = a.relations.materialize("steps", {"launch_from", "launch_from_share",
+                                              "launch_next", "launch_next_share",
+                                              "launches"})
+    total = EMBED + OWN + UPDATE
+    assert steps["launches"].to_list() == [total] * steps.height
+    assert set(steps["launch_from"].to_list()) == {"app.py:40 embed"}
+    assert set(steps["launch_next"].to_list()) == {"app.py:60 update"}
+    assert steps["launch_from_share"].to_list() == [EMBED / total] * steps.height
+    assert steps["launch_next_share"].to_list() == [UPDATE / total] * steps.height
+    [f] = [f for f in evaluate(a) if f.rule_id == "compute.launch-bound-step"]
+    assert "came from app.py:40 embed (60.0% of them)" in " ".join(f.message.split())
+    assert "Next: app.py:60 update (28.0%)" in " ".join(f.message.split())
+
+
+def test_the_step_function_s_own_launches_are_named_as_its_own(tmp_path):
+    from zym.analysis import analyze
+
+    a = analyze(_trace(tmp_path))
+    rel = a.relations
+    calls = rel.calls_table().with_columns(rel.call_steps())
+    per = rel._launch_from(calls, a.steps_in_window())
+    # embed first; handle's own six ops are a source of their own, after update's 14
+    assert per["launch_from"].to_list() == ["app.py:40 embed"] * STEPS
+    own = OWN / (EMBED + OWN + UPDATE)
+    assert own < per["launch_next_share"][0]
+
+
+def test_a_library_wrapper_is_looked_through_to_the_user_s_function(tmp_path):
+    """A step whose launches all go through a library decorator (``torch.no_grad``'s
+    ``decorate_context``) to the user's ``generate``: the user's function is named."""
+    from zym.analysis import analyze
+
+    wrapper = ("/usr/lib/python3.11/site-packages/torch/utils/_contextlib.py(120): "
+               "decorate_context")
+    b = KinetoBuilder()
+    with b.py("app.py(1): <module>"):
+        for _ in range(STEPS):
+            with b.py("app.py(20): handle"):
+                with b.py(wrapper), b.py("app.py(80): generate"):
+                    for _ in range(EMBED):
+                        with b.op("aten::linear"):
+                            b.launch(gpu_us=10.0, cpu_us=30.0)
+                b.tick(2.0)
+                with b.py(wrapper):
+                    for _ in range(OWN):
+                        with b.op("aten::mul"):
+                            b.launch(gpu_us=10.0, cpu_us=30.0)
+            b.tick(10.0)
+        b.launch("cudaDeviceSynchronize", kernel=None, cpu_us=5.0)
+    a = analyze(b.write(tmp_path / "wrapped.json"))
+    rel = a.relations
+    per = rel._launch_from(rel.calls_table().with_columns(rel.call_steps()),
+                           a.steps_in_window())
+    assert per["launch_from"].to_list() == ["app.py:80 generate"] * STEPS
+    assert per["launch_from_share"].to_list() == [EMBED / (EMBED + OWN)] * STEPS
+    # the wrapper with no user function under it: named as the library function it is
+    assert {s.split(" ")[-1] for s in per["launch_next"].to_list()} == {"decorate_context"}
