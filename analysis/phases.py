@@ -148,6 +148,8 @@ def under_step(nodes: pl.DataFrame, steps: Steps) -> tuple[np.ndarray, pl.Series
     n = len(trie)
     outer = np.r_[trie.outermost(_frame_mask(nodes, steps.file, steps.name)), NONE]
     parent = trie._up()                      # roots: the extra last slot
+    # a child of the outermost step frame: its parent is that frame (the outermost step
+    # frame above the parent is the parent itself; a root's parent slot matches nothing)
     child = outer[parent] == np.r_[np.arange(n), NONE - 1][parent]
     below = trie.under(child)
     user = trie.outermost(below & nodes["is_user"].fill_null(False).to_numpy())

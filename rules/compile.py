@@ -6,6 +6,7 @@ measure relative to the same measure of the other groups. Each maps to one expre
 """
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -208,6 +209,9 @@ def fmt(value: Any, kind: str | None) -> str:
     if kind == "int":
         return f"{round(value):,}"
     if kind == "float" or isinstance(value, float):
+        # from 1,000 on a whole number with separators ("3,936 kernels", not "3.94e+03")
+        if math.isfinite(value) and abs(value) >= 1000:
+            return f"{round(value):,}"
         return f"{value:.3g}"
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
