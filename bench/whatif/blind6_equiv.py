@@ -3,25 +3,17 @@ request (the client sees the same results), before they are measured (needs torc
 
     python3 bench/whatif/blind6_equiv.py [--device cpu] [--only ctseg]
 
-On the CPU the workloads' smaller sizes are used (WHATIF_SMALL=1, unless set otherwise): the
-same code paths, in seconds rather than minutes.
+How each variant runs, and the CPU's smaller sizes: bench/whatif/equivalence.py (each
+variant now under harness.active, as it is measured; until round 50 under inference mode
+alone, the same for these services: none turns TF32 on).
 """
-import argparse
-import importlib
-import os
 import sys
+from pathlib import Path
 
 import numpy as np
-import torch
 
-sys.path.insert(0, "bench/whatif/workloads")
-
-
-def run(mod, variant, device):
-    svc = mod.build(variant, device)
-    with torch.inference_mode():
-        svc.handle(svc.requests[0])  # warm-up
-        return svc.handle(svc.requests[0])
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from equivalence import main
 
 
 def cmp_ct(a, b):
@@ -50,17 +42,5 @@ def cmp_mot(a, b):
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser()
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--only", default="")
-    a = p.parse_args()
-    if a.device == "cpu":
-        os.environ.setdefault("WHATIF_SMALL", "1")
-    for name, cmp in (("ctseg", cmp_ct), ("cliptag", cmp_clip), ("mottrack", cmp_mot)):
-        if a.only and name != a.only:
-            continue
-        mod = importlib.import_module(name)
-        base = run(mod, "base", a.device)
-        for v in mod.VARIANTS:
-            if v != "base":
-                print(f"{name:9s} {v:15s} {cmp(base, run(mod, v, a.device))}", flush=True)
+    sys.exit(main({"ctseg": cmp_ct, "cliptag": cmp_clip, "mottrack": cmp_mot},
+                  __doc__.split("\n\n")[0]))

@@ -3,28 +3,15 @@ same request (the client sees the same results), before they are measured (needs
 
     python3 bench/whatif/blind7_equiv.py [--device cpu] [--only lidardet]
 
-Each variant runs as the harness runs it (harness.active: inference mode, TF32 where the
-variant turns it on). On the CPU the workloads' smaller sizes are used (WHATIF_SMALL=1, unless set
-otherwise): the same code paths, in seconds rather than minutes.
+How each variant runs, and the CPU's smaller sizes: bench/whatif/equivalence.py.
 """
-import argparse
-import importlib
-import os
 import sys
+from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, "bench/whatif")
-sys.path.insert(0, "bench/whatif/workloads")
-
-
-def run(mod, variant, device):
-    from harness import active
-
-    svc = mod.build(variant, device)
-    with active(svc):
-        svc.handle(svc.requests[0])  # warm-up
-        return svc.handle(svc.requests[0])
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from equivalence import main
 
 
 def cmp_lidar(a, b):
@@ -77,17 +64,5 @@ def cmp_fraud(a, b):
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser()
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--only", default="")
-    a = p.parse_args()
-    if a.device == "cpu":
-        os.environ.setdefault("WHATIF_SMALL", "1")
-    for name, cmp in (("lidardet", cmp_lidar), ("posekpt", cmp_pose), ("fraudscore", cmp_fraud)):
-        if a.only and name != a.only:
-            continue
-        mod = importlib.import_module(name)
-        base = run(mod, "base", a.device)
-        for v in mod.VARIANTS:
-            if v != "base":
-                print(f"{name:10s} {v:15s} {cmp(base, run(mod, v, a.device))}", flush=True)
+    sys.exit(main({"lidardet": cmp_lidar, "posekpt": cmp_pose, "fraudscore": cmp_fraud},
+                  __doc__.split("\n\n")[0]))

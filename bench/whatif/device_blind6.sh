@@ -1,20 +1,7 @@
 #!/usr/bin/env bash
-# One device call for the sixth blind round (workloads written before zym saw them: ctseg,
-# cliptag, mottrack; bench/whatif/workloads/): each variant checked against the baseline on one
-# request (bench/whatif/blind6_equiv.py, $OUT/equiv.txt), every variant measured (harness.py
-# measure, ROUNDS rounds interleaved in one process, each workload's measure cut at
-# MEASURE_S seconds), then a torch.profiler trace (stacks and shapes) of each baseline.
-# Run from the repository root; no carry.
-DEADLINE=${DEADLINE:-460}
-RUN_TAIL=8
-source bench/whatif/device_preamble.sh
+# One device call for the sixth blind round (ctseg, cliptag, mottrack): the equivalence check,
+# every variant measured, a trace of each baseline (bench/whatif/device_blind_round.sh).
+EQUIV=bench/whatif/blind6_equiv.py
 WORKLOADS=${WORKLOADS:-ctseg cliptag mottrack}
-RUN_TAIL=30 run 60 python3 bench/whatif/blind6_equiv.py --device cuda
-for w in $WORKLOADS; do
-    run "${MEASURE_S:-150}" $H "$w" measure "$OUT/$w.measure.json" --rounds "${ROUNDS:-15}"
-done
-for w in $WORKLOADS; do
-    run 60 $H "$w" trace "$OUT/$w.trace.json" --passes 1 && gzip -1 "$OUT/$w.trace.json"
-done
-ls -la "$OUT"
-echo "total ${SECONDS}s"
+MEASURE_S=${MEASURE_S:-150}
+source bench/whatif/device_blind_round.sh
