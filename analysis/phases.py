@@ -134,23 +134,20 @@ def step_threads(calls: pl.DataFrame, nodes: pl.DataFrame, steps: Steps) -> np.n
     return np.union1d(hit["_thread"].unique().to_numpy(), [steps.thread]).astype(np.int64)
 
 
-def under_step(nodes: pl.DataFrame, steps: Steps) -> tuple[np.ndarray, pl.Series]:
-    """Per stack node (row of ``nodes``), where under the step function it is: its outermost
-    user frame (ancestor-or-self) below the outermost step frame, where it has one (the
-    user's function the step led to, past library wrappers such as a ``torch.no_grad``
-    decorator); else its ancestor-or-self that the step function called (a library
-    function, a module, a built-in or an op it ran itself); NONE outside the step function
-    or at it. And each row's label (``file:line function`` for a frame with a file, its
-    name else)."""
+def under_step(nodes: pl.DataFrame, steps: Steps, trie: Trie) -> tuple[np.ndarray, pl.Series]:
+    """Per stack node (row of ``nodes``, ``trie`` built on them), where under the step function
+    it is: its outermost user frame (ancestor-or-self) below the outermost step frame, where it
+    has one (the user's function the step led to, past library wrappers such as a
+    ``torch.no_grad`` decorator); else its ancestor-or-self that the step function called (a
+    library function, a module, a built-in or an op it ran itself); NONE outside the step
+    function or at it. And each row's label (``file:line function`` for a frame with a file,
+    its name else)."""
     from .sites import short_paths
 
-    trie = Trie.of(nodes)
-    n = len(trie)
-    outer = np.r_[trie.outermost(_frame_mask(nodes, steps.file, steps.name)), NONE]
-    parent = trie._up()                      # roots: the extra last slot
-    # a child of the outermost step frame: its parent is that frame (the outermost step
-    # frame above the parent is the parent itself; a root's parent slot matches nothing)
-    child = outer[parent] == np.r_[np.arange(n), NONE - 1][parent]
+    outer = trie.outermost(_frame_mask(nodes, steps.file, steps.name))
+    parent = trie.parent
+    # a child of the outermost step frame: its parent is that frame itself
+    child = (parent != NONE) & (outer[np.maximum(parent, 0)] == parent)
     below = trie.under(child)
     user = trie.outermost(below & nodes["is_user"].fill_null(False).to_numpy())
     short = short_paths(nodes["file"])

@@ -865,18 +865,22 @@ class Relations:
         nodes = self.facts.nodes
         if steps.source == "profiler steps" or nodes.height == 0:
             return out
-        source, labels = under_step(nodes, steps)
+        trie = Trie.of(nodes)
+        source, labels = under_step(nodes, steps, trie)
         own = nodes["kind"] != "python"   # an op or built-in the step function ran itself
         labels = labels.set(own.fill_null(True), f"{steps.function} itself")
         mine = calls.filter(pl.col("step").is_not_null() & (pl.col("kind") == "launch"))
-        rows = Trie.of(nodes).rows_of(mine["stack_id"].to_numpy())
+        rows = trie.rows_of(mine["stack_id"].to_numpy())
         src = np.where(rows >= 0, source[np.maximum(rows, 0)], NONE)
         if not (src >= 0).any():
             return out
-        per = (pl.DataFrame({"step": mine["step"].cast(pl.Int64),
-                             "label": labels.gather(np.maximum(src, 0)).set(
-                                 pl.Series(src < 0), None)})
-               .group_by("step", "label").agg(pl.len().alias("n"))
+        # counted by source node first (integers, one row per launch), labelled after: the
+        # labels (text) are read per step and source, not per launch
+        counts = (pl.DataFrame({"step": mine["step"].cast(pl.Int64), "src": src})
+                  .group_by("step", "src").agg(pl.len().alias("n")))
+        per = (counts.with_columns(labels.gather(np.maximum(counts["src"].to_numpy(), 0))
+                                   .set(counts["src"] < 0, None).alias("label"))
+               .group_by("step", "label").agg(pl.col("n").sum())
                .with_columns((pl.col("n") / pl.col("n").sum().over("step")).alias("share"))
                .filter(pl.col("label").is_not_null())
                .sort(["step", "n", "label"], descending=[False, True, False])
