@@ -104,3 +104,48 @@ def test_a_library_wrapper_is_looked_through_to_the_user_s_function(tmp_path):
     assert per["launch_from_share"].to_list() == [EMBED / (EMBED + OWN)] * STEPS
     # the wrapper with no user function under it: named as the library function it is
     assert {s.split(" ")[-1] for s in per["launch_next"].to_list()} == {"decorate_context"}
+
+
+BLIND6 = Path(__file__).resolve().parents[2] / "bench/whatif/results/h100-blind6/kineto"
+
+
+def _spans_of(raw, function: str):
+    """The raw capture's spans whose own frame is ``function`` (a stack's leaf frame), as
+    (start, end) arrays sorted by start."""
+    import numpy as np
+    import polars as pl
+
+    frames = raw.filter((pl.col("record") == "frame") & (pl.col("name") == function))
+    stacks = raw.filter((pl.col("record") == "stack")
+                        & pl.col("frame_id").is_in(frames["frame_id"].implode()))
+    spans = raw.filter((pl.col("record") == "span")
+                       & pl.col("stack_id").is_in(stacks["stack_id"].implode())).sort("ts_ns")
+    start = spans["ts_ns"].to_numpy()
+    return start, start + spans["dur_ns"].to_numpy(), np
+
+
+def test_cliptag_s_launches_come_from_its_per_frame_encoder_loop():
+    """The sixth blind round's video tagger (a real H100 trace): the launch-bound finding names
+    embed_frames, whose loop calls the image encoder once a frame; its share checked against
+    the launches that fall inside embed_frames' spans by time (not by their stacks)."""
+    import polars as pl
+    from zym.analysis import analyze
+    from zym.rules import evaluate
+
+    path = BLIND6 / "cliptag.parquet"
+    raw = pl.read_parquet(path)
+    a = analyze(path)
+    steps = a.relations.materialize("steps", {"launch_from", "launch_from_share", "ts_ns",
+                                              "end_ns", "launches"})
+    assert set(steps["launch_from"].to_list()) == {"cliptag.py:180 embed_frames"}
+    e0, e1, np = _spans_of(raw, "embed_frames")
+    launches = raw.filter((pl.col("record") == "call") & (pl.col("kind") == "launch"))["ts_ns"]
+    ts = launches.to_numpy()
+    k = np.searchsorted(e0, ts, side="right") - 1
+    inside = (k >= 0) & (ts < e1[np.maximum(k, 0)])
+    for row in steps.iter_rows(named=True):
+        mine = (ts >= row["ts_ns"]) & (ts < row["end_ns"])
+        assert mine.sum() == row["launches"]
+        assert abs(row["launch_from_share"] - (inside & mine).sum() / mine.sum()) < 1e-9
+    [f] = [f for f in evaluate(a) if f.rule_id == "compute.launch-bound-step"]
+    assert "came from cliptag.py:180 embed_frames" in " ".join(f.message.split())

@@ -78,3 +78,29 @@ def _no_fix():
     from zym.analysis.replay import Fix
 
     return Fix()
+
+
+def test_ctseg_s_replay_is_not_off_by_its_last_request_s_post_processing():
+    """The sixth blind round's CT service (a real H100 trace of two requests): its fidelity
+    line said "off by -17.3%", its last request's numpy work after the copy back. The
+    trailing time, from the raw capture: the last ``handle`` span's end less the last CUDA
+    call's and GPU operation's ends."""
+    import polars as pl
+    from zym.analysis import analyze
+
+    path = (Path(__file__).resolve().parents[2]
+            / "bench/whatif/results/h100-blind6/kineto/ctseg.parquet")
+    raw = pl.read_parquet(path)
+    frames = raw.filter((pl.col("record") == "frame") & (pl.col("name") == "handle"))
+    stacks = raw.filter((pl.col("record") == "stack")
+                        & pl.col("frame_id").is_in(frames["frame_id"].implode()))
+    handle = raw.filter((pl.col("record") == "span")
+                        & pl.col("stack_id").is_in(stacks["stack_id"].implode()))
+    last_return = int((handle["ts_ns"] + handle["dur_ns"]).max())
+    # (the pass's device sync after the last request is outside the window of steps)
+    end = pl.col("ts_ns") + pl.col("dur_ns")
+    ends = raw.filter(pl.col("record").is_in(["call", "gpu"]) & (end <= last_return)).select(
+        end.max()).item()
+    tl = analyze(path).timeline
+    assert tl.trailing_ns == last_return - ends > 50_000_000   # ~100 ms of numpy work
+    assert abs(tl.fidelity["error_pct"]) < 1.0
