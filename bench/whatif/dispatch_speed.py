@@ -40,11 +40,15 @@ def main() -> int:
     from zym.analysis import analyze
     from zym.analysis.replay import Fix
 
-    if len(sys.argv) < 2 or sys.argv[1] not in ("events", "cpu"):
-        print("dispatch_speed: say events or cpu", file=sys.stderr)
+    try:
+        how = sys.argv[1]
+        ref = float(sys.argv[2]) if len(sys.argv) > 2 else 3100.0
+        if how not in ("events", "cpu") or not ref > 0:
+            raise ValueError
+    except (IndexError, ValueError):
+        print("dispatch_speed: usage: dispatch_speed.py events|cpu [REF_NS > 0] [OUT.json]",
+              file=sys.stderr)
         return 2
-    how = sys.argv[1]
-    ref = float(sys.argv[2]) if len(sys.argv) > 2 else 3100.0
     rows, before, after = [], [], []
     for folder, w, trace, measured in timed_traces(DEFAULT + SPECS_EXTRA, "dispatch_speed"):
         a = analyze(trace)
