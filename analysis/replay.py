@@ -74,11 +74,25 @@ if TYPE_CHECKING:
 # (docs/benchmarks.md, "Forty-ninth round": 0.081 -> 0.060, the forty-eighth round's figures
 # before; each round's traces left out in turn: 0.082). Before, the fit put the ops' cost on
 # the Python calls (2,103 ns each), and a loop of plain Python calls (a tracker's IoU of every
-# box pair) was taken out at 7x what recording it cost. Traces of other settings or machines
-# are deflated by the same figures.
+# box pair) was taken out at 7x what recording it cost. Traces of other settings are deflated
+# by the same figures; an op's and a runtime call's scaled by the trace's own host speed:
 KINETO_NS_PER_EVENT = {"python_function": 279, "python_builtin": 271, "cpu_op": 3_934,
                        "cuda_runtime": 2_156}
 KINETO_BUILTIN_PREFIX = "<built-in"
+# A trace's own host speed: the median span of its ``KINETO_SPEED_OP`` ops (an op with no GPU
+# work that nearly every op's output is allocated with: the host's dispatch and recording of
+# one op) over ``KINETO_SPEED_REF_NS`` (about that median in the traces of the H100 and H200
+# hosts that were also timed without the profiler), at least 1. An op's and a runtime call's
+# recording costs above are scaled by it: a run whose ops dispatched at half the speed
+# recorded them at half the speed too. (A Python call's and a built-in's, measured by loops
+# of them, are not: with them scaled too, the tracker's IoU loop of plain Python calls, in a
+# trace at 1.22, was priced at 0.67x what vectorising it saved, 0.88x without.) Over the 29
+# traces timed without the profiler (docs/benchmarks.md, "Fifty-first round"), the unfixed
+# replay against the measured request: mean |log| 0.205 -> 0.155 (a run whose ops dispatched
+# 1.8x slower, replayed at 1.78x its measured request, now 1.31x; one at 2.5x, already at
+# 1.02x, now 0.82x); the fixes' estimates within ±30% of what they saved: 34 -> 37 of 56.
+KINETO_SPEED_OP = "aten::empty"
+KINETO_SPEED_REF_NS = 3_100
 # Positions of calls and operations (and -1: none) are held as int32 below this count (half
 # the memory of int64), as int64 from it; the margin leaves room for the +1 of running counts.
 # Times and durations stay int64 (nanoseconds overflow int32 in 2 s).
@@ -1669,9 +1683,10 @@ class GapCounter:
     start on its thread in the gap before it: after the previous call of the thread started
     (its first call: any time before it), up to and with its own start. Spans are added a
     part at a time, in any order: a trace's spans are never held whole. One search per
-    thread and part (threads are few), none per event."""
+    thread and part (threads are few), none per event. ``kinds``: weights counted apart in
+    the same search (a weight per span and kind; :attr:`total` then a column a kind)."""
 
-    def __init__(self, calls: pl.DataFrame) -> None:
+    def __init__(self, calls: pl.DataFrame, kinds: int = 1) -> None:
         key = thread_ids(calls)
         self._keys = np.unique(key) if len(key) and key.min() != key.max() else key[:1]
         thread = np.searchsorted(self._keys, key) if len(self._keys) > 1 else None
@@ -1689,17 +1704,18 @@ class GapCounter:
         self._call = call if order is None else call[order]
         self._bounds = (np.array([0, len(ts)]) if thread is None else np.searchsorted(
             thread if order is None else thread[order], np.arange(len(self._keys) + 1)))
-        self._sum = np.zeros(calls.height, np.int64)  # by position in ``order``
+        # by position in ``order``
+        self._sum = np.zeros(calls.height if kinds == 1 else (calls.height, kinds), np.int64)
 
     @property
     def total(self) -> np.ndarray:
-        out = np.zeros(len(self._sum), np.int64)
+        out = np.zeros_like(self._sum)
         out[self._call] = self._sum
         return out
 
     def add(self, spans: pl.DataFrame, weight: np.ndarray | int = 1) -> None:
-        """Count ``spans`` (``pid, tid, ts_ns``), each ``weight`` (one per span, or one for
-        all), into :attr:`total`."""
+        """Count ``spans`` (``pid, tid, ts_ns``), each ``weight`` (one per span, a row per
+        span with ``kinds``, or one for all), into :attr:`total`."""
         if spans.height == 0 or not len(self._ts):
             return
         key = thread_ids(spans)

@@ -58,6 +58,11 @@ class Analysis:
     # recording of the events in the gap before it added (:func:`recorded_events_ns`); None
     # where the capture's producer is not torch.profiler or states its own cost
     recorded_ns: np.ndarray | None = field(default=None, repr=False)
+    # how much slower than the reference host the trace's ops dispatched (its median
+    # ``KINETO_SPEED_OP`` span over ``KINETO_SPEED_REF_NS``, at least 1): the recording's
+    # cost of an op and of a runtime call, in ``recorded_ns`` too, are scaled by it
+    # (:func:`recorded_events_ns`, :func:`capture_overhead`)
+    recording_slowdown: float = 1.0
     # the whole capture's spans of the calls' user frames, from the pass that checked the
     # spans (:class:`~zym.analysis.instances.UserFrameSpans`); None: queried where wanted
     user_spans: pl.DataFrame | None = field(default=None, repr=False)
@@ -366,7 +371,8 @@ def capture_overhead(analysis: Analysis) -> np.ndarray:
     order), so replays predict the run without the profiler: a zym capture states its own
     cost per call (``extra.capture_cost.added_ns_per_call``); a torch.profiler trace costs
     :data:`zym.analysis.replay.KINETO_NS_PER_EVENT` per recorded event (its torch ops and
-    Python calls that start in the gap, and the runtime call itself)."""
+    Python calls that start in the gap, and the runtime call itself), an op's and the runtime
+    call's times the trace's ``recording_slowdown``."""
     from .replay import KINETO_NS_PER_EVENT as COST
 
     meta = analysis.data.meta
@@ -376,7 +382,8 @@ def capture_overhead(analysis: Analysis) -> np.ndarray:
         return np.broadcast_to(np.int64(per_call), (n,))
     if not counts_events(meta):
         return np.zeros(n, np.int64)
-    out = np.full(n, COST["cuda_runtime"], np.int64)
+    slow = analysis.recording_slowdown
+    out = np.full(n, round(COST["cuda_runtime"] * slow), np.int64)
     events = analysis.recorded_ns
     if events is not None and n:
         if analysis.facts is analysis.whole:
@@ -388,7 +395,7 @@ def capture_overhead(analysis: Analysis) -> np.ndarray:
         # a thread's first call in the window: its gap (what the replay deflates) starts
         # at the window's start, not at the thread's previous call
         at, ns = _events_since_window_start(analysis)
-        out[at] = COST["cuda_runtime"] + ns
+        out[at] = round(COST["cuda_runtime"] * slow) + ns
     return out
 
 
@@ -407,19 +414,50 @@ def builtin_stacks(data: CaptureData) -> np.ndarray:
                    .to_numpy().astype(np.int64))
 
 
-def _span_cost(part: pl.DataFrame, builtin: np.ndarray) -> np.ndarray:
+def speed_stacks(data: CaptureData) -> np.ndarray:
+    """The stack nodes (``stack_id``, sorted) whose frame is the op that says how fast the
+    trace's host dispatched (:data:`~zym.analysis.replay.KINETO_SPEED_OP`)."""
+    from .replay import KINETO_SPEED_OP
+
+    if "name" not in data.frames.columns or not data.stacks.height:
+        return np.zeros(0, np.int64)
+    op = data.frames.filter(pl.col("name").cast(pl.String) == KINETO_SPEED_OP)["frame_id"]
+    return np.sort(data.stacks.filter(pl.col("frame_id").is_in(op.implode()))["stack_id"]
+                   .to_numpy().astype(np.int64))
+
+
+def slowdown(durations: np.ndarray) -> float:
+    """How much slower than the reference host a trace's ops dispatched, from the spans of its
+    :data:`~zym.analysis.replay.KINETO_SPEED_OP` ops (``durations``, ns): their median over
+    :data:`~zym.analysis.replay.KINETO_SPEED_REF_NS`, at least 1; 1 without any."""
+    from .replay import KINETO_SPEED_REF_NS
+
+    if not len(durations):
+        return 1.0
+    return max(float(np.median(durations)) / KINETO_SPEED_REF_NS, 1.0)
+
+
+def _in_sorted(ids: np.ndarray, sorted_ids: np.ndarray) -> np.ndarray:
+    """Whether each of ``ids`` is one of ``sorted_ids``."""
+    if not len(sorted_ids):
+        return np.zeros(len(ids), bool)
+    at = np.minimum(np.searchsorted(sorted_ids, ids), len(sorted_ids) - 1)
+    return sorted_ids[at] == ids
+
+
+def _span_cost(part: pl.DataFrame, builtin: np.ndarray, slow: float = 1.0) -> np.ndarray:
     """Per span of ``part``: what torch.profiler's recording of it cost
-    (:data:`~zym.analysis.replay.KINETO_NS_PER_EVENT`): a torch op's (it has an op id), a C
-    built-in call's (its stack node is one of ``builtin``, sorted), else a Python call's."""
+    (:data:`~zym.analysis.replay.KINETO_NS_PER_EVENT`): a torch op's (it has an op id; times
+    ``slow``, the trace's :func:`slowdown`), a C built-in call's (its stack node is one of
+    ``builtin``, sorted), else a Python call's."""
     from .replay import KINETO_NS_PER_EVENT as COST
 
     cost = np.full(part.height, COST["python_function"], np.int64)
     if len(builtin) and "stack_id" in part.columns:
-        stack = part["stack_id"].fill_null(-1).to_numpy()
-        at = np.minimum(np.searchsorted(builtin, stack), len(builtin) - 1)
-        cost[builtin[at] == stack] = COST["python_builtin"]
+        cost[_in_sorted(part["stack_id"].fill_null(-1).to_numpy(), builtin)] = \
+            COST["python_builtin"]
     if "op_id" in part.columns:
-        cost[part["op_id"].is_not_null().to_numpy()] = COST["cpu_op"]
+        cost[part["op_id"].is_not_null().to_numpy()] = round(COST["cpu_op"] * slow)
     return cost
 
 
@@ -445,7 +483,8 @@ def _events_since_window_start(analysis: Analysis) -> tuple[np.ndarray, np.ndarr
     ns = np.zeros(len(keys), np.int64)
     if got.height:
         thread = np.searchsorted(keys, got["_thread"].to_numpy())
-        ns += np.bincount(thread, _span_cost(got, builtin_stacks(analysis.whole.data)),
+        ns += np.bincount(thread, _span_cost(got, builtin_stacks(analysis.whole.data),
+                                             analysis.recording_slowdown),
                           len(keys)).astype(np.int64)
     return at, ns
 
@@ -458,23 +497,35 @@ def counts_events(meta) -> bool:
 
 
 def recorded_events_ns(data: CaptureData, whole: Facts, also: UserFrameSpans | None = None
-                       ) -> np.ndarray | None:
+                       ) -> tuple[np.ndarray | None, float]:
     """Per call of the whole capture (``whole.calls`` order), what torch.profiler's recording
     of the events that start on its thread in the gap before it (after the thread's previous
     call started) cost: each span a ``cpu_op``'s (an op: it has an op id), a C built-in
-    call's or a Python call's (:func:`_span_cost`). None without spans. The spans are read
-    once, a part at a time, and checked in the same pass where they were not yet
-    (:meth:`~zym.analysis.load.SpanTable.each_part`); ``also`` is given each part too."""
+    call's or a Python call's (:func:`_span_cost`), an op's times how much slower than the
+    reference host the trace's ops dispatched (:func:`slowdown`, from the same pass; returned
+    with it). None (and 1) without spans. The spans are read once, a part at a time, and checked in the
+    same pass where they were not yet (:meth:`~zym.analysis.load.SpanTable.each_part`);
+    ``also`` is given each part too."""
     spans = data.span_table
     if spans is None or spans.height == 0:
-        return None
+        return None, 1.0
     from concurrent.futures import ThreadPoolExecutor
 
-    counter = GapCounter(whole.calls)
+    from .replay import KINETO_NS_PER_EVENT as COST
+
+    counter = GapCounter(whole.calls, kinds=2)  # the ops, and the Python calls' costs
     builtin = builtin_stacks(data)
+    speed = speed_stacks(data)
+    timed: list[np.ndarray] = []  # the speed op's spans' durations, a part at a time
 
     def count(part: pl.DataFrame) -> None:
-        counter.add(part, _span_cost(part, builtin))
+        cost = _span_cost(part, builtin)
+        op = (part["op_id"].is_not_null().to_numpy() if "op_id" in part.columns
+              else np.zeros(part.height, bool))
+        counter.add(part, np.column_stack((op, np.where(op, 0, cost))))
+        if len(speed) and "dur_ns" in part.columns:
+            mine = _in_sorted(part["stack_id"].fill_null(-1).to_numpy(), speed)
+            timed.append(part["dur_ns"].to_numpy()[mine])
         if also is not None:
             also.add(part)
 
@@ -483,7 +534,7 @@ def recorded_events_ns(data: CaptureData, whole: Facts, also: UserFrameSpans | N
     # trace x200; one part in flight at a time
     with ThreadPoolExecutor(1, thread_name_prefix="zym-spans") as pool:
         counted = None
-        wanted = {"pid", "tid", "ts_ns", "op_id", "stack_id",
+        wanted = {"pid", "tid", "ts_ns", "op_id", "stack_id", "dur_ns",
                   *(also.COLUMNS if also is not None else ())}
         for part in spans.each_part([c for c in spans.columns if c in wanted]):
             if counted is not None:
@@ -491,7 +542,9 @@ def recorded_events_ns(data: CaptureData, whole: Facts, also: UserFrameSpans | N
             counted = pool.submit(count, part)
         if counted is not None:
             counted.result()
-    return counter.total
+    slow = slowdown(np.concatenate(timed) if timed else np.zeros(0, np.int64))
+    ops, other = counter.total.T
+    return ops * round(COST["cpu_op"] * slow) + other, slow
 
 
 def restrict(data: CaptureData, whole: Facts, t0: int, t1: int) -> CaptureData:
@@ -552,7 +605,8 @@ def analyze_data(data: CaptureData, window: str = "steady") -> Analysis:
         user_spans = UserFrameSpans(whole.site_of(whole.calls["stack_id"], ("user_node",))[0]
                                     .drop_nulls().unique().cast(pl.Int64))
     counted = counts_events(data.meta)
-    recorded = recorded_events_ns(data, whole, user_spans) if counted else None
+    recorded, slow = (recorded_events_ns(data, whole, user_spans) if counted
+                      else (None, 1.0))
     if user_spans is not None and not counted:
         for part in spans.each_part(UserFrameSpans.COLUMNS):
             user_spans.add(part)
@@ -572,5 +626,5 @@ def analyze_data(data: CaptureData, window: str = "steady") -> Analysis:
         facts.__dict__["_site_padded"] = whole._site_padded
         facts.__dict__["kernel_table"] = whole.kernel_table  # and the kernel classes
     return Analysis(part, facts, build_call_paths(facts), phases, whole, window,
-                    recorded_ns=recorded,
+                    recorded_ns=recorded, recording_slowdown=slow,
                     user_spans=user_spans.frame() if user_spans is not None else None)

@@ -94,6 +94,11 @@ def render_summary(report: dict, console: Console) -> None:
     if any(cap["dropped"].values()):
         _wrap(console, f"dropped events: {cap['dropped']}", 4, "  ", style="yellow")
     replay = report.get("replay") or {}
+    slow = replay.get("recording_slowdown") or 1.0
+    if slow >= 1.05:
+        _wrap(console, f"the trace's ops dispatched at {slow:.2f}x a typical host's time "
+                       "(its median aten::empty): torch.profiler's cost of recording an op "
+                       "and a runtime call is taken out of the replay scaled by that", 4, "  ")
     if replay.get("usable") and abs(replay.get("error_pct", 0)) >= 5:
         _wrap(console, f"the replay of this window is off by {replay['error_pct']:+.1f}%: "
                        "savings are rough", 4, "  ", style="yellow")

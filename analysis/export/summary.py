@@ -31,6 +31,8 @@ def build_report(analysis: Analysis, findings: Findings | None, top: int | None 
     window, steps = window_scale(analysis)
     tl = analysis.timeline
     report["replay"] = tl.fidelity | {"usable": tl.usable}
+    if analysis.recording_slowdown > 1.0:  # a torch.profiler trace recorded on a slower host
+        report["replay"]["recording_slowdown"] = round(analysis.recording_slowdown, 3)
     if getattr(tl, "sampled", None):  # fixes replayed on a sample of a long window
         report["replay"]["sample"] = tl.sampled
     report["findings"] = ([] if findings is None

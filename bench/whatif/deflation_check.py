@@ -73,10 +73,12 @@ def main() -> None:
         rows.append({"folder": folder.name, "workload": w, "measured_ms": real,
                      "recorded_ms": fid["recorded_ns"] / count / 1e6,
                      "replayed_ms": fid["uninstrumented_ns"] / count / 1e6,
-                     "taken_ms": fid["profiler_overhead_ns"] / count / 1e6})
+                     "taken_ms": fid["profiler_overhead_ns"] / count / 1e6,
+                     "recording_slowdown": a.recording_slowdown})
     errors = [abs(math.log(r["replayed_ms"] / r["measured_ms"])) for r in rows]
     summary = {"costs": dict(replay.KINETO_NS_PER_EVENT), "traces": len(rows),
                "median_abs_log": statistics.median(errors) if errors else None,
+               "mean_abs_log": statistics.mean(errors) if errors else None,
                "within_15pct": sum(e < math.log(1.15) for e in errors),
                "within_30pct": sum(e < math.log(1.3) for e in errors)}
     write_json(Path(sys.argv[2]), {"summary": summary, "rows": rows})

@@ -6,7 +6,12 @@ trace, without those costs, comes closest to its service's measured request (the
 choice made with each results folder (a round) left out in turn, scored on the folder left
 out.
 
-    python bench/whatif/deflation_fit.py PY,BUILTIN OUT.json [RESULTS_DIR=W=N,...]...
+    python bench/whatif/deflation_fit.py [--speed REF_NS] PY,BUILTIN OUT.json [RESULTS_DIR=W=N,...]...
+
+``--speed REF_NS``: each trace's costs scaled by its own dispatch speed, ``s`` = the median
+``aten::empty`` span of the trace over ``REF_NS``, at least 1 (a slower host records each event
+more slowly too): the fit zym would need to scale by that speed (docs/benchmarks.md,
+"Fifty-first round"); ``--speed-ops REF_NS``: only an op's and a runtime call's costs scaled.
 
 Each trace's events are counted once per kind in the gap before each of the window's calls
 (``GapCounter``, as the replay counts them); each grid point is then one replay of the window
@@ -23,8 +28,8 @@ import numpy as np
 import polars as pl
 
 HERE = Path(__file__).resolve().parent
-OP_FACTORS = (2.0, 2.4, 2.8, 3.0, 3.2, 3.4, 3.6, 4.0)      # x the earlier fit's 1,157 ns
-RUNTIME_FACTORS = (0.8, 1.0, 1.2, 1.4, 1.6, 1.8, 2.0, 2.4)  # x its 2,156 ns
+OP_FACTORS = (1.4, 1.6, 1.8, 2.0, 2.4, 2.8, 3.0, 3.2, 3.4, 3.6, 4.0, 4.4, 4.8, 5.2)      # x the earlier fit's 1,157 ns
+RUNTIME_FACTORS = (0.4, 0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8, 2.0, 2.4, 2.8, 3.2)  # x its 2,156 ns
 OP_FIT, RUNTIME_FIT = 1_157, 2_156   # the H200 host's least-squares fit (calibrate.py)
 
 
@@ -53,11 +58,22 @@ def _counts(a) -> np.ndarray:
     return np.stack([x[first:first + n] for x in out])
 
 
+def dispatch_speed(a, ref_ns: float) -> float:
+    """The trace's median ``aten::empty`` span over ``ref_ns``, at least 1 (1 without one)."""
+    empties = a.whole.nodes.filter(pl.col("name") == "aten::empty")["stack_id"]
+    spans = a.whole.data.span_table
+    durs = spans.collect(spans.lazy().filter(pl.col("stack_id").is_in(empties.implode()))
+                         .select("dur_ns"))["dur_ns"]
+    return max(float(durs.median()) / ref_ns, 1.0) if len(durs) else 1.0
+
+
 def _replayed_ms(t: dict, op: float, builtin: float, py: float, runtime: float) -> float:
     """The unfixed replay of trace ``t``'s window per step, each call's gap less the costs."""
     from zym.analysis.sample import window_timeline
 
-    cost = runtime + (np.array([op, builtin, py])[:, None] * t["counts"]).sum(axis=0)
+    s, s_py = t["s"], t["s"] if t["all_kinds"] else 1.0
+    cost = s * (runtime + op * t["counts"][0]) + s_py * (
+        (np.array([builtin, py])[:, None] * t["counts"][1:]).sum(axis=0))
     a, steps = t["analysis"], t["steps"]
     tl = window_timeline(a.facts, cost.astype(np.int64),
                          None if steps is None else steps.start_ns, t["threads"], None)
@@ -71,15 +87,25 @@ def main() -> None:
     from deflation_check import DEFAULT, timed_traces
     from kineto_costs import fail
 
-    if len(sys.argv) < 3 or len(sys.argv[1].split(",")) != 2:
-        fail("usage: deflation_fit.py PY,BUILTIN OUT.json [RESULTS_DIR=W=N,...]...",
-             "deflation_fit")
+    argv = sys.argv[1:]
+    ref, all_kinds = 0.0, argv[:1] == ["--speed"]
+    if argv[:1] in (["--speed"], ["--speed-ops"]):
+        try:
+            ref = float(argv[1])
+        except (IndexError, ValueError):
+            ref = 0.0
+        if not ref > 0:
+            fail("--speed needs a reference span in ns above 0", "deflation_fit")
+        argv = argv[2:]
+    if len(argv) < 2 or len(argv[0].split(",")) != 2:
+        fail("usage: deflation_fit.py [--speed REF_NS] PY,BUILTIN OUT.json "
+             "[RESULTS_DIR=W=N,...]...", "deflation_fit")
     from zym.analysis import analyze
     from zym.analysis.phases import step_threads
 
-    py, builtin = (float(x) for x in sys.argv[1].split(","))
+    py, builtin = (float(x) for x in argv[0].split(","))
     traces = []
-    for folder, w, path, real in timed_traces(sys.argv[3:] or DEFAULT, "deflation_fit"):
+    for folder, w, path, real in timed_traces(argv[2:] or DEFAULT, "deflation_fit"):
         a = analyze(path)
         steps = a.steps_in_window()
         traces.append({
@@ -87,7 +113,8 @@ def main() -> None:
             "count": len(steps.start_ns) if steps is not None else 1,
             "threads": None if steps is None else step_threads(a.facts.calls, a.facts.nodes,
                                                                steps),
-            "counts": _counts(a), "measured_ms": real})
+            "counts": _counts(a), "measured_ms": real,
+            "s": dispatch_speed(a, ref) if ref else 1.0, "all_kinds": all_kinds})
     grid = [(OP_FIT * o, RUNTIME_FIT * r) for o, r in
             itertools.product(OP_FACTORS, RUNTIME_FACTORS)]
     logs = {g: np.array([math.log(_replayed_ms(t, g[0], builtin, py, g[1]) / t["measured_ms"])
@@ -108,15 +135,15 @@ def main() -> None:
         g = min(grid, key=lambda g: score(logs[g][train]))
         picks[str(f)] = {"op": round(g[0]), "runtime": round(g[1])}
         held[~train] = logs[g][~train]
-    out = {"python_function": py, "python_builtin": builtin,
+    out = {"python_function": py, "python_builtin": builtin, "speed_ref_ns": ref or None,
            "best": {"op": round(best[0]), "runtime": round(best[1])} | summary(logs[best]),
            "left_one_folder_out": summary(held) | {"picks": picks},
            "grid": [{"op": round(g[0]), "runtime": round(g[1])} | summary(logs[g]) for g in grid],
            "traces": [{"folder": t["folder"], "workload": t["workload"],
-                       "measured_ms": t["measured_ms"],
+                       "measured_ms": t["measured_ms"], "s": t["s"],
                        "replayed_ms": t["measured_ms"] * math.exp(e)}
                       for t, e in zip(traces, logs[best], strict=True)]}
-    write_json(Path(sys.argv[2]), out)
+    write_json(Path(argv[1]), out)
     for g in sorted(grid, key=lambda g: score(logs[g]))[:8]:
         s = summary(logs[g])
         print(f"op {g[0]:6.0f} ns  runtime {g[1]:6.0f} ns: median |log| {s['median_abs_log']:.3f}"

@@ -243,7 +243,10 @@ def _overhead_by_bisect(analysis) -> list[int]:
     after the thread's previous call started, up to its own start (a thread's first call in
     a window: from the window's start; the capture's first: any time before), an op's span
     3,934 ns, a C built-in call's (its function's name starts "<built-in") 271, any other
-    Python call's 279, plus the runtime call's own 2,156 ns."""
+    Python call's 279, plus the runtime call's own 2,156 ns; an op's and the runtime call's
+    times the trace's slowdown (its median aten::empty span over 3,100 ns, at least 1, from
+    the spans read here)."""
+    import statistics
     from bisect import bisect_left, bisect_right
 
     spans = analysis.data.spans() if analysis.facts is analysis.whole else None
@@ -252,13 +255,16 @@ def _overhead_by_bisect(analysis) -> list[int]:
     name = dict(analysis.data.frames.select("frame_id", pl.col("name").cast(pl.String)).rows())
     function = {node: name.get(frame) or "" for node, frame in
                 analysis.data.stacks.select("stack_id", "frame_id").rows()}
+    empties = [d for node, d in spans.select("stack_id", "dur_ns").iter_rows()
+               if function.get(node) == "aten::empty"]
+    slow = max(statistics.median(empties) / 3_100, 1.0) if empties else 1.0
     starts: dict[tuple, tuple[list[int], list[int]]] = {}
     for pid, tid, ts, op, node in sorted(
             spans.select("pid", "tid", "ts_ns", "op_id", "stack_id").iter_rows(),
             key=lambda r: r[2]):
         s, w = starts.setdefault((pid, tid), ([], []))
         s.append(ts)
-        cost = (3_934 if op is not None
+        cost = (round(3_934 * slow) if op is not None
                 else 271 if function.get(node, "").startswith("<built-in") else 279)
         w.append((w[-1] if w else 0) + cost)
     previous: dict[tuple, int | None] = {}
@@ -281,7 +287,7 @@ def _overhead_by_bisect(analysis) -> list[int]:
         else:  # the thread's first call in a window: the gap since the window's start
             lo = bisect_left(s, w0)
         cost = (w[hi - 1] if hi else 0) - (w[lo - 1] if lo else 0)
-        out.append(2_156 + cost)
+        out.append(round(2_156 * slow) + cost)
     return out
 
 

@@ -1,0 +1,87 @@
+"""A torch.profiler trace's own host speed (analysis/report.py ``slowdown``): the median span
+of its aten::empty ops over the reference (3,100 ns), at least 1; an op's and a runtime call's
+recording costs are taken out scaled by it (``capture_overhead``; the count per call by
+bisection: tests/analysis/test_fixed_costs.py). Derived here from the capture files' raw
+rows, not from the analysis."""
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BLIND6 = ROOT / "bench" / "whatif" / "results" / "h100-blind6" / "kineto"
+
+
+def test_slowdown_is_the_median_over_the_reference_and_never_below_one():
+    from zym.analysis.report import slowdown
+
+    assert slowdown(np.array([6_200, 9_000, 1_000], np.int64)) == pytest.approx(2.0)
+    assert slowdown(np.array([3_000, 3_200, 6_000, 6_400], np.int64)) == pytest.approx(
+        4_600 / 3_100)                                  # an even count: the middle two's mean
+    assert slowdown(np.array([1_000, 2_000, 3_000], np.int64)) == 1.0   # a faster host
+    assert slowdown(np.zeros(0, np.int64)) == 1.0                       # no aten::empty
+
+
+def _raw_empty_median(path: Path) -> float:
+    """The median duration of the spans whose frame is aten::empty, from the Parquet's rows."""
+    raw = pl.read_parquet(path, columns=["record", "stack_id", "frame_id", "name", "dur_ns"])
+    frames = raw.filter(pl.col("record") == "frame").select("frame_id", "name")
+    stacks = raw.filter(pl.col("record") == "stack").select("stack_id", "frame_id")
+    spans = raw.filter(pl.col("record") == "span").select("stack_id", "dur_ns")
+    empty = frames.filter(pl.col("name") == "aten::empty")["frame_id"]
+    ids = set(stacks.filter(pl.col("frame_id").is_in(empty.implode()))["stack_id"].to_list())
+    return statistics.median(d for s, d in spans.iter_rows() if s in ids)
+
+
+@pytest.mark.parametrize("workload, slow", [("cliptag", True), ("ctseg", False)])
+def test_a_trace_s_slowdown_is_its_own_aten_empty_median(workload, slow):
+    """cliptag's trace (its ops ~1.8x a typical host's: the sixth blind round) is slowed;
+    ctseg's (2.9 µs) is not."""
+    from zym.analysis import analyze
+
+    path = BLIND6 / f"{workload}.parquet"
+    median = _raw_empty_median(path)
+    got = analyze(path).recording_slowdown
+    assert got == pytest.approx(max(median / 3_100, 1.0))
+    assert (got > 1.5) if slow else (got == 1.0)
+
+
+def test_the_slowdown_scales_an_op_s_and_a_runtime_call_s_cost_not_a_python_call_s(
+        monkeypatch):
+    """Per call of cliptag's window, the cost taken out with the trace's slowdown s, less the
+    same analysis's with none (the reference set past every span): the runtime call's cost
+    and each op's in the gap grow by their scaled cost, whatever Python calls the gap also
+    holds. The ops per gap are counted here from the raw spans: a call's gap is after the
+    previous call on its thread started (the window's first call: from the window's start),
+    up to its own start."""
+    from bisect import bisect_left, bisect_right
+
+    from zym.analysis import analyze, replay
+    from zym.analysis.report import capture_overhead
+
+    path = BLIND6 / "cliptag.parquet"
+    a = analyze(path)
+    s = a.recording_slowdown
+    scaled = capture_overhead(a)
+    monkeypatch.setattr(replay, "KINETO_SPEED_REF_NS", 10**12)
+    b = analyze(path)
+    assert b.recording_slowdown == 1.0
+    grew = scaled - capture_overhead(b)
+    raw = pl.read_parquet(path, columns=["record", "ts_ns", "op_id"])
+    op_ts = np.sort(raw.filter((pl.col("record") == "span") & pl.col("op_id").is_not_null())
+                    ["ts_ns"].to_numpy())
+    assert a.whole.calls["tid"].n_unique() == 1        # one thread: cliptag's
+    calls = a.whole.calls["ts_ns"].to_numpy()
+    first = int(np.searchsorted(calls, a.window[0], "left"))
+    want = []
+    for k in range(a.facts.calls.height):
+        i = first + k
+        lo = bisect_right(op_ts, calls[i - 1]) if k else bisect_left(op_ts, a.window[0])
+        n_ops = bisect_right(op_ts, calls[i]) - lo
+        want.append(round(2_156 * s) - 2_156 + n_ops * (round(3_934 * s) - 3_934))
+    assert len(want) > 1_000 and sum(want) > 0
+    assert grew.tolist() == want
