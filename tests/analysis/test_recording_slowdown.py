@@ -85,3 +85,30 @@ def test_the_slowdown_scales_an_op_s_and_a_runtime_call_s_cost_not_a_python_call
         want.append(round(2_156 * s) - 2_156 + n_ops * (round(3_934 * s) - 3_934))
     assert len(want) > 1_000 and sum(want) > 0
     assert grew.tolist() == want
+
+
+def test_gap_counter_counts_kinds_apart_in_one_search():
+    """Two kinds of weight counted in one GapCounter (spans in parts, in any order, on two
+    threads, some after a thread's last call) against a count by brute force: each span goes
+    to the first call on its thread that starts at or after it."""
+    from zym.analysis.replay import GapCounter
+
+    rng = np.random.default_rng(7)
+    calls = pl.DataFrame({"pid": [1] * 40, "tid": rng.integers(1, 3, 40),
+                          "ts_ns": np.sort(rng.integers(0, 10_000, 40)),
+                          "call_idx": np.arange(40)})
+    spans = pl.DataFrame({"pid": [1] * 500, "tid": rng.integers(1, 4, 500),
+                          "ts_ns": rng.integers(0, 11_000, 500)})
+    weight = np.column_stack((rng.integers(0, 2, 500), rng.integers(0, 5_000, 500)))
+    counter = GapCounter(calls, kinds=2)
+    order = rng.permutation(500)
+    for part in np.array_split(order, 4):
+        counter.add(spans[part], weight[part])
+    want = np.zeros((40, 2), np.int64)
+    rows = calls.rows(named=True)
+    for (tid, ts), w in zip(spans.select("tid", "ts_ns").rows(), weight):
+        mine = [r for r in rows if r["tid"] == tid and r["ts_ns"] >= ts]
+        if mine:
+            want[min(mine, key=lambda r: (r["ts_ns"], r["call_idx"]))["call_idx"]] += w
+    assert counter.total.tolist() == want.tolist()
+    assert want[:, 0].sum() > 0 and want[:, 1].sum() > 0
