@@ -93,6 +93,7 @@ KINETO_BUILTIN_PREFIX = "<built-in"
 # 1.02x, now 0.82x); the fixes' estimates within ±30% of what they saved: 34 -> 37 of 56.
 KINETO_SPEED_OP = "aten::empty"
 KINETO_SPEED_REF_NS = 3_100
+KINETO_SPEED_MIN_SPANS = 30   # fewer of those ops: no speed read (1), not a median of a few
 # Positions of calls and operations (and -1: none) are held as int32 below this count (half
 # the memory of int64), as int64 from it; the margin leaves room for the +1 of running counts.
 # Times and durations stay int64 (nanoseconds overflow int32 in 2 s).

@@ -429,10 +429,11 @@ def speed_stacks(data: CaptureData) -> np.ndarray:
 def slowdown(durations: np.ndarray) -> float:
     """How much slower than the reference host a trace's ops dispatched, from the spans of its
     :data:`~zym.analysis.replay.KINETO_SPEED_OP` ops (``durations``, ns): their median over
-    :data:`~zym.analysis.replay.KINETO_SPEED_REF_NS`, at least 1; 1 without any."""
-    from .replay import KINETO_SPEED_REF_NS
+    :data:`~zym.analysis.replay.KINETO_SPEED_REF_NS`, at least 1; 1 with fewer than
+    :data:`~zym.analysis.replay.KINETO_SPEED_MIN_SPANS` of them."""
+    from .replay import KINETO_SPEED_MIN_SPANS, KINETO_SPEED_REF_NS
 
-    if not len(durations):
+    if len(durations) < KINETO_SPEED_MIN_SPANS:
         return 1.0
     return max(float(np.median(durations)) / KINETO_SPEED_REF_NS, 1.0)
 

@@ -19,11 +19,14 @@ BLIND6 = ROOT / "bench" / "whatif" / "results" / "h100-blind6" / "kineto"
 def test_slowdown_is_the_median_over_the_reference_and_never_below_one():
     from zym.analysis.report import slowdown
 
-    assert slowdown(np.array([6_200, 9_000, 1_000], np.int64)) == pytest.approx(2.0)
-    assert slowdown(np.array([3_000, 3_200, 6_000, 6_400], np.int64)) == pytest.approx(
-        4_600 / 3_100)                                  # an even count: the middle two's mean
-    assert slowdown(np.array([1_000, 2_000, 3_000], np.int64)) == 1.0   # a faster host
-    assert slowdown(np.zeros(0, np.int64)) == 1.0                       # no aten::empty
+    ten = np.ones(10, np.int64)
+    assert slowdown(np.r_[6_200 * ten, 9_000 * ten, 1_000 * ten]) == pytest.approx(2.0)
+    assert slowdown(np.r_[3_000 * ten, 3_200 * ten, 6_000 * ten, 6_400 * ten]) == \
+        pytest.approx(4_600 / 3_100)                    # an even count: the middle two's mean
+    assert slowdown(np.r_[1_000 * ten, 2_000 * ten, 3_000 * ten]) == 1.0   # a faster host
+    assert slowdown(np.zeros(0, np.int64)) == 1.0                          # no aten::empty
+    assert slowdown(np.full(29, 9_300, np.int64)) == 1.0                   # too few to say
+    assert slowdown(np.full(30, 9_300, np.int64)) == pytest.approx(3.0)
 
 
 def _raw_empty_median(path: Path) -> float:
