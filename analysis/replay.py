@@ -93,7 +93,9 @@ KINETO_BUILTIN_PREFIX = "<built-in"
 # 1.02x, now 0.82x); the fixes' estimates within ±30% of what they saved: 34 -> 37 of 56.
 KINETO_SPEED_OP = "aten::empty"
 KINETO_SPEED_REF_NS = 3_100
-KINETO_SPEED_MIN_SPANS = 30   # fewer of those ops: no speed read (1), not a median of a few
+# fewer of those ops: no speed read (1): one allocation that went to cudaMalloc (ms) would set
+# the median of two or three (convlayout's trace has 6, at 6.4-8.0 µs, its replay 2.0x slow)
+KINETO_SPEED_MIN_SPANS = 5
 # Positions of calls and operations (and -1: none) are held as int32 below this count (half
 # the memory of int64), as int64 from it; the margin leaves room for the +1 of running counts.
 # Times and durations stay int64 (nanoseconds overflow int32 in 2 s).
