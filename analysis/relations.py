@@ -168,6 +168,11 @@ COLUMNS: dict[str, dict[str, str]] = {
                        "kernels (file:line function, a module or a built-in; the step "
                        "function's own ops: 'FUNCTION itself'); null without its frames",
         "launch_from_share": "launch_from's share of the step's launches",
+        "launch_from_callee": "the user's function launch_from called that launched most of "
+                              "launch_from's kernels in the step (file:line function)",
+        "launch_from_calls": "how many times launch_from_callee was called in the step, where "
+                             "twice or more (a loop over items: one call on them all launches "
+                             "its kernels once); null where once, or without Python spans",
         "launch_next": "the next source of the step's launches after launch_from",
         "launch_next_share": "launch_next's share of the step's launches",
         "syncs": "sync calls in the step", "blocked_ns": "CPU time blocked in the step",
@@ -785,7 +790,8 @@ class Relations:
         schema = {"step": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "ts_ns": pl.Int64,
                   "dur_ns": pl.Int64, "end_ns": pl.Int64, "function": pl.String,
                   "launches": pl.Int64, "launch_from": pl.String,
-                  "launch_from_share": pl.Float64, "launch_next": pl.String,
+                  "launch_from_share": pl.Float64, "launch_from_callee": pl.String,
+                  "launch_from_calls": pl.Int64, "launch_next": pl.String,
                   "launch_next_share": pl.Float64, "calls": pl.Int64, "syncs": pl.Int64,
                   "size_syncs": pl.Int64, "blocked_ns": pl.Int64, "cpu_call_ns": pl.Int64, "gpu_ns": pl.Int64,
                   "busy_ns": pl.Int64, "busy_frac": pl.Float64, "quiet_ns": pl.Int64,
@@ -829,7 +835,8 @@ class Relations:
                 df = df.with_columns(self._quiet_spans(df, calls, on))
             if "quiet_until" in want:
                 df = df.with_columns(self._until(df, calls))
-        if want & {"launch_from", "launch_from_share", "launch_next", "launch_next_share"}:
+        if want & {"launch_from", "launch_from_share", "launch_next", "launch_next_share",
+                   "launch_from_callee", "launch_from_calls"}:
             df = df.join(self._launch_from(calls, steps), on="step", how="left")
         if want & {"torch_ops", "grad_ops", "backward_ops", "grad_cpu_ns"}:
             from .training import AUTOGRAD_NS_PER_OP, op_counts
@@ -855,12 +862,17 @@ class Relations:
     def _launch_from(self, calls: pl.DataFrame, steps) -> pl.DataFrame:
         """Per step (``calls``' ``step``): what the step function called that launched most
         of its kernels, and next most (:func:`zym.analysis.phases.under_step`), with their
-        shares of the step's launches; empty without a step function's frames."""
+        shares of the step's launches; what the first called that launched most of its
+        kernels (the first user frame below it) and, from the Python spans, how many times
+        the step called that (:meth:`_callee_calls`); empty without a step function's
+        frames."""
         from .phases import under_step
         from .trie import NONE, Trie
 
         out = pl.DataFrame(schema={"step": pl.Int64, "launch_from": pl.String,
-                                   "launch_from_share": pl.Float64, "launch_next": pl.String,
+                                   "launch_from_share": pl.Float64,
+                                   "launch_from_callee": pl.String,
+                                   "launch_from_calls": pl.Int64, "launch_next": pl.String,
                                    "launch_next_share": pl.Float64})
         nodes = self.facts.nodes
         if steps.source == "profiler steps" or nodes.height == 0:
@@ -869,27 +881,68 @@ class Relations:
         source, labels = under_step(nodes, steps, trie)
         own = nodes["kind"] != "python"   # an op or built-in the step function ran itself
         labels = labels.set(own.fill_null(True), f"{steps.function} itself")
+        # below each node's source, its first user frame: the user's function the source
+        # called (past library wrappers such as nn.Module's call)
+        user = nodes["is_user"].fill_null(False).to_numpy()
+        callee = trie.outermost(user & (source != NONE) & (source != np.arange(len(source))))
         mine = calls.filter(pl.col("step").is_not_null() & (pl.col("kind") == "launch"))
         rows = trie.rows_of(mine["stack_id"].to_numpy())
-        src = np.where(rows >= 0, source[np.maximum(rows, 0)], NONE)
+        at = np.maximum(rows, 0)
+        src = np.where(rows >= 0, source[at], NONE)
         if not (src >= 0).any():
             return out
         # counted by source node first (integers, one row per launch), labelled after: the
         # labels (text) are read per step and source, not per launch
-        counts = (pl.DataFrame({"step": mine["step"].cast(pl.Int64), "src": src})
-                  .group_by("step", "src").agg(pl.len().alias("n")))
-        per = (counts.with_columns(labels.gather(np.maximum(counts["src"].to_numpy(), 0))
-                                   .set(counts["src"] < 0, None).alias("label"))
-               .group_by("step", "label").agg(pl.col("n").sum())
-               .with_columns((pl.col("n") / pl.col("n").sum().over("step")).alias("share"))
-               .filter(pl.col("label").is_not_null())
-               .sort(["step", "n", "label"], descending=[False, True, False])
-               .group_by("step", maintain_order=True).agg(pl.col("label", "share").head(2)))
-        return per.select(
+        counts = (pl.DataFrame({"step": mine["step"].cast(pl.Int64), "src": src,
+                                "callee": np.where(rows >= 0, callee[at], NONE)})
+                  .group_by("step", "src", "callee").agg(pl.len().alias("n")))
+        per = counts.group_by("step", "src").agg(
+            pl.col("n").sum(), pl.col("callee").sort_by("n", descending=True).first())
+        src_rows = per["src"].to_numpy()
+        per = per.with_columns(labels.gather(np.maximum(src_rows, 0))
+                               .set(pl.Series(src_rows < 0), None).alias("label"))
+        ranked = (per.group_by("step", "label").agg(
+                      pl.col("n").sum(), pl.col("callee").sort_by("n", descending=True).first())
+                  .with_columns((pl.col("n") / pl.col("n").sum().over("step")).alias("share"))
+                  .filter(pl.col("label").is_not_null())
+                  .sort(["step", "n", "label"], descending=[False, True, False])
+                  .group_by("step", maintain_order=True)
+                  .agg(pl.col("label", "share").head(2), pl.col("callee").first()))
+        top = ranked["callee"].to_numpy()
+        ids = self.facts.nodes["stack_id"].to_numpy()
+        return ranked.select(
             "step", pl.col("label").list.get(0, null_on_oob=True).alias("launch_from"),
             pl.col("share").list.get(0, null_on_oob=True).alias("launch_from_share"),
             pl.col("label").list.get(1, null_on_oob=True).alias("launch_next"),
-            pl.col("share").list.get(1, null_on_oob=True).alias("launch_next_share"))
+            pl.col("share").list.get(1, null_on_oob=True).alias("launch_next_share"),
+        ).with_columns(
+            labels.gather(np.maximum(top, 0)).set(pl.Series(top < 0), None)
+            .alias("launch_from_callee"),
+            self._callee_calls(ranked["step"].to_numpy(), np.where(top >= 0, ids[np.maximum(
+                top, 0)], -1), steps).alias("launch_from_calls"))
+
+    def _callee_calls(self, step: np.ndarray, node: np.ndarray, steps) -> pl.Series:
+        """Per (``step``, stack ``node``; -1: none): the Python spans of that node that start
+        in that step (its calls there), where two or more; else null (null too without
+        spans). One query of the spans of those nodes."""
+        spans = self.facts.data.span_table
+        none = pl.Series([None] * len(step), dtype=pl.Int64)
+        wanted = np.unique(node[node >= 0])
+        if spans is None or not len(wanted):
+            return none
+        got = spans.collect(spans.lazy().filter(pl.col("stack_id").is_in(pl.Series(wanted).implode()))
+                            .select("stack_id", "ts_ns"))
+        if got.height == 0:
+            return none
+        starts, ends = steps.start_ns, steps.end_ns
+        at = np.searchsorted(starts, got["ts_ns"].to_numpy(), side="right") - 1
+        inside = (at >= 0) & (got["ts_ns"].to_numpy() < ends[np.maximum(at, 0)])
+        n = (pl.DataFrame({"step": at[inside], "node": got["stack_id"].to_numpy()[inside]})
+             .group_by("step", "node").len())
+        calls = (pl.DataFrame({"step": step.astype(np.int64), "node": node.astype(np.int64)})
+                 .join(n.cast({"step": pl.Int64, "node": pl.Int64}), on=["step", "node"],
+                       how="left", maintain_order="left")["len"].cast(pl.Int64))
+        return calls.set(calls < 2, None).alias("launch_from_calls")
 
     def _step_gpu(self, calls: pl.DataFrame) -> pl.DataFrame:
         """Per step (``calls``' ``step``), the GPU time of the work its calls launched."""

@@ -106,7 +106,8 @@ def test_a_library_wrapper_is_looked_through_to_the_user_s_function(tmp_path):
     assert {s.split(" ")[-1] for s in per["launch_next"].to_list()} == {"decorate_context"}
 
 
-BLIND6 = Path(__file__).resolve().parents[2] / "bench/whatif/results/h100-blind6/kineto"
+ROOT = Path(__file__).resolve().parents[2]
+BLIND6 = ROOT / "bench/whatif/results/h100-blind6/kineto"
 
 
 def _spans_of(raw, function: str):
@@ -149,3 +150,74 @@ def test_cliptag_s_launches_come_from_its_per_frame_encoder_loop():
         assert abs(row["launch_from_share"] - (inside & mine).sum() / mine.sum()) < 1e-9
     [f] = [f for f in evaluate(a) if f.rule_id == "compute.launch-bound-step"]
     assert "came from cliptag.py:180 embed_frames" in " ".join(f.message.split())
+
+
+def _loop_trace(tmp_path: Path, items: int) -> Path:
+    """Steps of ``handle`` (``OWN`` launches of its own, then ``embed``) whose ``embed`` calls ``encode``
+    once an item (``items`` a step, no CUDA call between two calls: a loop that stacks alone
+    cannot split), 24 launches a call."""
+    b = KinetoBuilder()
+    with b.py("app.py(1): <module>"):
+        for _ in range(STEPS):
+            with b.py("app.py(20): handle"):
+                for _ in range(OWN):   # the request's own ops (its input's upload)
+                    with b.op("aten::copy_"):
+                        b.launch(gpu_us=10.0, cpu_us=30.0)
+                with b.py("app.py(40): embed"):
+                    for _ in range(items):
+                        with b.py("app.py(70): encode"):
+                            for _ in range(24):
+                                with b.op("aten::linear"):
+                                    b.launch(gpu_us=10.0, cpu_us=30.0)
+            b.tick(10.0)
+        b.launch("cudaDeviceSynchronize", kernel=None, cpu_us=5.0)
+    return b.write(tmp_path / f"loop{items}.json")
+
+
+def test_a_loop_over_items_is_told_by_its_calls_a_step(tmp_path):
+    """embed calls encode 4 times a step: the steps name encode and its 4 calls, and the
+    finding says so; called once a step, no count (not a loop)."""
+    from zym.analysis import analyze
+    from zym.rules import evaluate
+
+    for items, calls in ((4, 4), (1, None)):
+        a = analyze(_loop_trace(tmp_path, items))
+        steps = a.relations.materialize("steps", {"launch_from", "launch_from_callee",
+                                                  "launch_from_calls"})
+        assert steps.height == STEPS
+        assert set(steps["launch_from"].to_list()) == {"app.py:40 embed"}
+        assert set(steps["launch_from_callee"].to_list()) == {"app.py:70 encode"}
+        assert steps["launch_from_calls"].to_list() == [calls] * STEPS
+        [f] = [f for f in evaluate(a) if f.rule_id == "compute.launch-bound-step"]
+        said = "It called app.py:70 encode 4 times a step." in " ".join(f.message.split())
+        assert said == (calls is not None)
+
+
+def test_cliptag_s_encoder_is_called_once_a_frame_and_ctseg_s_unet_once_a_window():
+    """The sixth blind round's traces: cliptag's embed_frames calls the image encoder once per
+    frame (FRAMES in its source), ctseg's segment calls the U-Net once per sliding window
+    (its outermost forward spans per request, read from the raw rows by time)."""
+    import ast
+
+    import polars as pl
+    from zym.analysis import analyze
+
+    tree = ast.parse((ROOT / "bench" / "whatif" / "workloads" / "cliptag.py").read_text())
+    frames = next(int(ast.literal_eval(n.value.orelse if isinstance(n.value, ast.IfExp)
+                                       else n.value))
+                  for n in tree.body if isinstance(n, ast.Assign)
+                  and getattr(n.targets[0], "id", None) == "FRAMES")
+    steps = analyze(BLIND6 / "cliptag.parquet").relations.materialize(
+        "steps", {"launch_from_callee", "launch_from_calls"})
+    assert set(steps["launch_from_callee"].to_list()) == {"cliptag.py:107 ImageEncoder.forward"}
+    assert steps["launch_from_calls"].to_list() == [frames] * steps.height
+
+    raw = pl.read_parquet(BLIND6 / "ctseg.parquet")
+    f0, f1, np = _spans_of(raw, "forward")
+    h0, h1, _ = _spans_of(raw, "handle")
+    outer = f0 >= np.r_[0, np.maximum.accumulate(f1)[:-1]]     # not inside another forward
+    windows = [int(((f0[outer] >= a) & (f0[outer] < b)).sum()) for a, b in zip(h0, h1)]
+    steps = analyze(BLIND6 / "ctseg.parquet").relations.materialize(
+        "steps", {"launch_from_callee", "launch_from_calls"})
+    assert set(steps["launch_from_callee"].to_list()) == {"ctseg.py:108 UNet3d.forward"}
+    assert steps["launch_from_calls"].to_list() == windows and min(windows) >= 3
