@@ -896,13 +896,13 @@ class Relations:
         counts = (pl.DataFrame({"step": mine["step"].cast(pl.Int64), "src": src,
                                 "callee": np.where(rows >= 0, callee[at], NONE)})
                   .group_by("step", "src", "callee").agg(pl.len().alias("n")))
-        per = counts.group_by("step", "src").agg(
-            pl.col("n").sum(), pl.col("callee").sort_by("n", descending=True).first())
+        # the callee with the most launches (ties: the lower node row, not the hash order)
+        most = pl.col("callee").sort_by(["n", "callee"], descending=[True, False]).first()
+        per = counts.group_by("step", "src").agg(pl.col("n").sum(), most)
         src_rows = per["src"].to_numpy()
         per = per.with_columns(labels.gather(np.maximum(src_rows, 0))
                                .set(pl.Series(src_rows < 0), None).alias("label"))
-        ranked = (per.group_by("step", "label").agg(
-                      pl.col("n").sum(), pl.col("callee").sort_by("n", descending=True).first())
+        ranked = (per.group_by("step", "label").agg(pl.col("n").sum(), most)
                   .with_columns((pl.col("n") / pl.col("n").sum().over("step")).alias("share"))
                   .filter(pl.col("label").is_not_null())
                   .sort(["step", "n", "label"], descending=[False, True, False])
@@ -930,7 +930,8 @@ class Relations:
         wanted = np.unique(node[node >= 0])
         if spans is None or not len(wanted):
             return none
-        got = spans.collect(spans.lazy().filter(pl.col("stack_id").is_in(pl.Series(wanted).implode()))
+        got = spans.collect(spans.lazy()
+                            .filter(pl.col("stack_id").is_in(pl.Series(wanted).implode()))
                             .select("stack_id", "ts_ns"))
         if got.height == 0:
             return none

@@ -504,9 +504,9 @@ def recorded_events_ns(data: CaptureData, whole: Facts, also: UserFrameSpans | N
     call started) cost: each span a ``cpu_op``'s (an op: it has an op id), a C built-in
     call's or a Python call's (:func:`_span_cost`), an op's times how much slower than the
     reference host the trace's ops dispatched (:func:`slowdown`, from the same pass; returned
-    with it). None (and 1) without spans. The spans are read once, a part at a time, and checked in the
-    same pass where they were not yet (:meth:`~zym.analysis.load.SpanTable.each_part`);
-    ``also`` is given each part too."""
+    with it). None (and 1) without spans. The spans are read once, a part at a time, and
+    checked in the same pass where they were not yet
+    (:meth:`~zym.analysis.load.SpanTable.each_part`); ``also`` is given each part too."""
     spans = data.span_table
     if spans is None or spans.height == 0:
         return None, 1.0

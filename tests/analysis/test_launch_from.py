@@ -153,9 +153,9 @@ def test_cliptag_s_launches_come_from_its_per_frame_encoder_loop():
 
 
 def _loop_trace(tmp_path: Path, items: int) -> Path:
-    """Steps of ``handle`` (``OWN`` launches of its own, then ``embed``) whose ``embed`` calls ``encode``
-    once an item (``items`` a step, no CUDA call between two calls: a loop that stacks alone
-    cannot split), 24 launches a call."""
+    """Steps of ``handle`` (``OWN`` launches of its own, then ``embed``) whose ``embed``
+    calls ``encode`` once an item (``items`` a step, no CUDA call between two calls: a loop
+    that stacks alone cannot split), 24 launches a call."""
     b = KinetoBuilder()
     with b.py("app.py(1): <module>"):
         for _ in range(STEPS):
