@@ -244,8 +244,8 @@ def _overhead_by_bisect(analysis) -> list[int]:
     a window: from the window's start; the capture's first: any time before), an op's span
     3,934 ns, a C built-in call's (its function's name starts "<built-in") 271, any other
     Python call's 279, plus the runtime call's own 2,156 ns; an op's and the runtime call's
-    times the trace's slowdown (its median aten::empty span over 3,100 ns, at least 1, from
-    the spans read here)."""
+    times the trace's slowdown (its median aten::empty span over 3,100 ns, at least 1; 1 with
+    fewer than 5 such spans; from the spans read here)."""
     import statistics
     from bisect import bisect_left, bisect_right
 
@@ -257,7 +257,7 @@ def _overhead_by_bisect(analysis) -> list[int]:
                 analysis.data.stacks.select("stack_id", "frame_id").rows()}
     empties = [d for node, d in spans.select("stack_id", "dur_ns").iter_rows()
                if function.get(node) == "aten::empty"]
-    slow = max(statistics.median(empties) / 3_100, 1.0) if empties else 1.0
+    slow = max(statistics.median(empties) / 3_100, 1.0) if len(empties) >= 5 else 1.0
     starts: dict[tuple, tuple[list[int], list[int]]] = {}
     for pid, tid, ts, op, node in sorted(
             spans.select("pid", "tid", "ts_ns", "op_id", "stack_id").iter_rows(),
