@@ -922,16 +922,19 @@ class Relations:
                 top, 0)], -1), steps).alias("launch_from_calls"))
 
     def _callee_calls(self, step: np.ndarray, node: np.ndarray, steps) -> pl.Series:
-        """Per (``step``, stack ``node``; -1: none): the Python spans of that node that start
-        in that step (its calls there), where two or more; else null (null too without
-        spans). One query of the spans of those nodes."""
+        """Per (``step``, stack ``node``; -1: none): the Python spans of that node on the
+        steps' thread that start in that step (its calls there), where two or more; else null
+        (null too without spans). One query of the spans of those nodes."""
+        from .facts import thread_key
+
         spans = self.facts.data.span_table
         none = pl.Series([None] * len(step), dtype=pl.Int64)
         wanted = np.unique(node[node >= 0])
         if spans is None or not len(wanted):
             return none
         got = spans.collect(spans.lazy()
-                            .filter(pl.col("stack_id").is_in(pl.Series(wanted).implode()))
+                            .filter(pl.col("stack_id").is_in(pl.Series(wanted).implode())
+                                    & (thread_key() == steps.thread))
                             .select("stack_id", "ts_ns"))
         if got.height == 0:
             return none

@@ -152,13 +152,24 @@ def test_cliptag_s_launches_come_from_its_per_frame_encoder_loop():
     assert "came from cliptag.py:180 embed_frames" in " ".join(f.message.split())
 
 
-def _loop_trace(tmp_path: Path, items: int) -> Path:
+def _loop_trace(tmp_path: Path, items: int, beside: int = 0) -> Path:
     """Steps of ``handle`` (``OWN`` launches of its own, then ``embed``) whose ``embed``
     calls ``encode`` once an item (``items`` a step, no CUDA call between two calls: a loop
-    that stacks alone cannot split), 24 launches a call."""
+    that stacks alone cannot split), 24 launches a call. ``beside``: another thread calls
+    ``encode`` that many times during each step, down the same Python path, with no CUDA
+    call."""
     b = KinetoBuilder()
     with b.py("app.py(1): <module>"):
         for _ in range(STEPS):
+            if beside:
+                main = (b.now, b.tid, b._py_stack)
+                b.now, b.tid, b._py_stack = b.now + 2.0, 200, []
+                with b.py("app.py(1): <module>"), b.py("app.py(20): handle"), \
+                        b.py("app.py(40): embed"):
+                    for _ in range(beside):
+                        with b.py("app.py(70): encode"):
+                            b.tick(1.0)
+                b.now, b.tid, b._py_stack = main
             with b.py("app.py(20): handle"):
                 for _ in range(OWN):   # the request's own ops (its input's upload)
                     with b.op("aten::copy_"):
@@ -171,17 +182,18 @@ def _loop_trace(tmp_path: Path, items: int) -> Path:
                                     b.launch(gpu_us=10.0, cpu_us=30.0)
             b.tick(10.0)
         b.launch("cudaDeviceSynchronize", kernel=None, cpu_us=5.0)
-    return b.write(tmp_path / f"loop{items}.json")
+    return b.write(tmp_path / f"loop{items}-{beside}.json")
 
 
 def test_a_loop_over_items_is_told_by_its_calls_a_step(tmp_path):
     """embed calls encode 4 times a step: the steps name encode and its 4 calls, and the
-    finding says so; called once a step, no count (not a loop)."""
+    finding says so; called once a step, no count (not a loop); calls of the same function
+    on another thread during the step are not the step's."""
     from zym.analysis import analyze
     from zym.rules import evaluate
 
-    for items, calls in ((4, 4), (1, None)):
-        a = analyze(_loop_trace(tmp_path, items))
+    for items, calls, beside in ((4, 4, 0), (1, None, 0), (4, 4, 3)):
+        a = analyze(_loop_trace(tmp_path, items, beside))
         steps = a.relations.materialize("steps", {"launch_from", "launch_from_callee",
                                                   "launch_from_calls"})
         assert steps.height == STEPS
