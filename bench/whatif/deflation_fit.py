@@ -60,16 +60,6 @@ def _counts(a) -> np.ndarray:
     return np.stack([x[first:first + n] for x in out])
 
 
-def dispatch_speed(a, ref_ns: float) -> float:
-    """The trace's median ``aten::empty`` span over ``ref_ns``, at least 1 (1 with fewer than
-    5 such spans, as zym reads it: ``zym.analysis.report.slowdown``)."""
-    empties = a.whole.nodes.filter(pl.col("name") == "aten::empty")["stack_id"]
-    spans = a.whole.data.span_table
-    durs = spans.collect(spans.lazy().filter(pl.col("stack_id").is_in(empties.implode()))
-                         .select("dur_ns"))["dur_ns"]
-    return max(float(durs.median()) / ref_ns, 1.0) if len(durs) >= 5 else 1.0
-
-
 def _replayed_ms(t: dict, op: float, builtin: float, py: float, runtime: float) -> float:
     """The unfixed replay of trace ``t``'s window per step, each call's gap less the costs."""
     from zym.analysis.sample import window_timeline
@@ -100,6 +90,11 @@ def main() -> None:
         if not ref > 0:
             fail(f"{argv[0]} needs a reference span in ns above 0", "deflation_fit")
         argv = argv[2:]
+        from zym.analysis import replay
+
+        # each trace's speed as zym reads it (analysis/report.py ``slowdown``), at this
+        # reference: the analyses' own replays are not used, their costs are the grid's
+        replay.KINETO_SPEED_REF_NS = ref
     if len(argv) < 2 or len(argv[0].split(",")) != 2:
         fail("usage: deflation_fit.py [--speed|--speed-ops REF_NS] PY,BUILTIN OUT.json "
              "[RESULTS_DIR=W=N,...]...", "deflation_fit")
@@ -117,7 +112,7 @@ def main() -> None:
             "threads": None if steps is None else step_threads(a.facts.calls, a.facts.nodes,
                                                                steps),
             "counts": _counts(a), "measured_ms": real,
-            "s": dispatch_speed(a, ref) if ref else 1.0, "all_kinds": all_kinds})
+            "s": a.recording_slowdown if ref else 1.0, "all_kinds": all_kinds})
     grid = [(OP_FIT * o, RUNTIME_FIT * r) for o, r in
             itertools.product(OP_FACTORS, RUNTIME_FACTORS)]
     logs = {g: np.array([math.log(_replayed_ms(t, g[0], builtin, py, g[1]) / t["measured_ms"])

@@ -115,3 +115,24 @@ def test_gap_counter_counts_kinds_apart_in_one_search():
             want[min(mine, key=lambda r: (r["ts_ns"], r["call_idx"]))["call_idx"]] += w
     assert counter.total.tolist() == want.tolist()
     assert want[:, 0].sum() > 0 and want[:, 1].sum() > 0
+
+
+def test_zym_analyze_says_the_host_speed_in_text_and_json():
+    """As users see it: cliptag's trace (ops at ~1.8x, from its raw rows) gets the line and the
+    JSON figure; ctseg's (at the reference's pace) gets neither."""
+    import json
+    import subprocess
+    import sys
+
+    def zym(*args: str) -> str:
+        return subprocess.run([sys.executable, "-m", "zym.cli.main", "analyze", *args],
+                              capture_output=True, text=True, check=True).stdout
+
+    slow = max(_raw_empty_median(BLIND6 / "cliptag.parquet") / 3_100, 1.0)
+    text = " ".join(zym(str(BLIND6 / "cliptag.parquet"), "--no-progress").split())
+    assert f"the trace's ops dispatched at {slow:.2f}x a typical host's time" in text
+    got = json.loads(zym(str(BLIND6 / "cliptag.parquet"), "--format", "json"))
+    assert got["replay"]["recording_slowdown"] == pytest.approx(slow, abs=1e-3)
+    assert "dispatched at" not in zym(str(BLIND6 / "ctseg.parquet"), "--no-progress")
+    got = json.loads(zym(str(BLIND6 / "ctseg.parquet"), "--format", "json"))
+    assert "recording_slowdown" not in got["replay"]
