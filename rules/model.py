@@ -296,7 +296,7 @@ def _check_saving(saving: dict, relation: str, measures: set[str], fail,
         raise fail(path, "speedup takes one of to: PRECISION or factor: MEASURE")
     if "factor" in saving and saving["factor"] not in measures:
         raise fail(f"{path}.factor", f"unknown measure {saving['factor']!r}")
-    for key, only in (("keep", "batch"), ("alone", "batch"), ("to", "speedup"),
+    for key, only in (("keep", "batch"), ("alone", "batch"), ("body", "batch"), ("to", "speedup"),
                       ("factor", "speedup"), ("work", "remove")):
         if key in saving and model != only:
             raise fail(f"{path}.{key}", f"{key} applies to model {only} only")

@@ -92,7 +92,7 @@ def fix_for(model: dict, relation: str, rows: pl.DataFrame, analysis: Analysis,
         return None
     calls = _call_rows(relation, rows, analysis)
     if name == "batch":
-        fix = _batch(calls, analysis, model.get("keep", "first"))
+        fix = _batch(calls, analysis, model.get("keep", "first"), model.get("body") == "once")
         if fix.is_empty() and model.get("alone") == "unblock" and len(calls):
             # every instance has one blocking call already, so there is nothing to batch: the
             # value is read a step later, once the next step's work is queued
@@ -157,9 +157,9 @@ def _call_rows(relation: str, rows: pl.DataFrame, analysis: Analysis) -> np.ndar
     return np.zeros(0, np.int64)
 
 
-def _batch(calls: np.ndarray, analysis: Analysis, keep: str) -> Fix:
-    """One blocking call per instance (see the module doc)."""
-    tl = analysis.timeline
+def _batch(calls: np.ndarray, analysis: Analysis, keep: str, body: bool = False) -> Fix:
+    """One blocking call per instance (see the module doc); ``body``: the loop around the
+    calls done once on the batch too (:func:`loop_body`)."""
     if not len(calls):
         return Fix()
     rel = analysis.relations
@@ -167,7 +167,7 @@ def _batch(calls: np.ndarray, analysis: Analysis, keep: str) -> Fix:
     idx = sorted_unique(calls)
     group = by_row[idx]
     opens = _opens_instance(rel, by_row, idx)
-    keep_mask, instances = kept_per_instance(group, idx, tl.waits[idx], keep)
+    keep_mask, instances = kept_per_instance(group, idx, blocked(idx, analysis), keep)
     gone = idx[~keep_mask]
     kept = int(keep_mask.sum())
     # A call that opens its instance (its enclosing call's first CUDA call, e.g. a sync at
@@ -176,15 +176,103 @@ def _batch(calls: np.ndarray, analysis: Analysis, keep: str) -> Fix:
     opening = int(opens[~keep_mask].sum())
     lead = gone[~opens[~keep_mask]]
     syncs = own_syncs(gone, idx, analysis)
-    return Fix(remove_calls=sorted_unique(gone, syncs), gap_calls=sorted_unique(lead, syncs),
-               gap_ns=np.zeros(len(lead) + len(syncs), np.int64), describe=(
+    looped, loops = (loop_body(idx, group, syncs, by_row, analysis) if body
+                     else (np.zeros(0, np.int64), 0))
+    return Fix(remove_calls=sorted_unique(gone, syncs, looped),
+               gap_calls=sorted_unique(lead, syncs, looped),
+               gap_ns=np.zeros(len(lead) + len(syncs) + len(looped), np.int64), describe=(
         f"replayed with {kept:,} of these {len(idx):,} calls kept, the {keep} wait of each of "
         f"{instances:,} {rel.instance_plural()} (its wait for the GPU work before it "
         f"stays), and the other {len(gone):,} removed with the CPU work that led to each"
         + (f" ({opening:,} of them the first call of their enclosing call: the CPU time "
            "before those stays)" if opening else "")
         + (f", and the {len(syncs):,} waits their torch ops made after them" if len(syncs)
-           else "")))
+           else "")
+        + (f"; in {loops:,} of the {instances:,}, whose calls between the first and the last "
+           "of these are all the enclosing function's own torch ops (no other function's, no "
+           f"other wait), those ops are done once on the batch: {len(looped):,} calls go with "
+           "the CPU work before each, each call site's first stays" if len(looped) else "")))
+
+
+def loop_body(idx: np.ndarray, group: np.ndarray, syncs: np.ndarray, by_row: np.ndarray,
+              analysis: Analysis) -> tuple[np.ndarray, int]:
+    """The calls a loop's body no longer makes once the finding's calls ``idx`` (in
+    ``group``'s instances; ``syncs``: their ops' waits; ``by_row``: every call's instance)
+    are one call on the whole batch, and in how many instances. The loop, per instance: on
+    its thread, from its first finding call to the last call of its own at a call site (a
+    stack) seen up to its last finding call (the last item's ops after its copy). Where every
+    call there is the instance's own (no call from another user function, e.g. a model's
+    forward, which batching the copies does not touch) and none waits but the finding's,
+    the loop's other torch ops (a dtype cast, an offset added, a fill per item) run once on
+    the batch: each call site's first stays, the rest go. Vectorised over the instances."""
+    none = np.zeros(0, np.int64), 0
+    if not len(idx):
+        return none
+    calls = analysis.facts.calls
+    thread = calls["_thread"].to_numpy()
+    stack = calls["stack_id"].fill_null(-1).to_numpy()
+    order = np.lexsort((idx, group))
+    g, s = group[order], idx[order]
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    ids, lo = g[starts], s[starts]
+    hi = s[np.r_[starts[1:], len(s)] - 1]
+    end = _loop_ends(ids, lo, hi, by_row, thread, stack)
+    length = end - lo + 1
+    inst = np.repeat(np.arange(len(starts)), length)
+    rows = np.arange(int(length.sum())) - np.repeat(np.cumsum(length) - length, length) + lo[inst]
+    on = thread[rows] == thread[lo][inst]   # the instance's thread's calls in its loop
+    rows, inst = rows[on], inst[on]
+    mine = sorted_unique(idx, syncs, own_syncs(idx, idx, analysis))
+    finding = np.isin(rows, mine)
+    # a wait elsewhere in the loop (a value read per item) is not the copies': their own
+    # syncs are known by their op, or by their stack where the op was not recorded
+    other_wait = analysis.timeline.waits[rows] & ~np.isin(stack[rows], stack[mine])
+    foreign = (by_row[rows] != ids[inst]) | other_wait
+    bad = np.zeros(len(starts), bool)
+    bad[inst[foreign]] = True
+    body = ~bad[inst] & ~finding
+    rows, inst = rows[body], inst[body]
+    if not len(rows):
+        return none
+    at = stack[rows]
+    o = np.lexsort((rows, at, inst))            # per instance and call site, in time order
+    first = np.r_[True, (inst[o][1:] != inst[o][:-1]) | (at[o][1:] != at[o][:-1])]
+    return np.sort(rows[o][~first]).astype(np.int64), len(np.unique(inst))
+
+
+def _loop_ends(ids: np.ndarray, lo: np.ndarray, hi: np.ndarray, by_row: np.ndarray,
+               thread: np.ndarray, stack: np.ndarray) -> np.ndarray:
+    """Per instance (``ids``, its finding calls from ``lo`` to ``hi``): the last of its calls
+    on ``lo``'s thread at a stack it made a call at from ``lo`` to ``hi`` (at least ``hi``)."""
+    rows = np.flatnonzero(np.isin(by_row, ids))           # the instances' calls
+    k = np.searchsorted(ids, by_row[rows])                # (``ids``: sorted, distinct)
+    keep = (thread[rows] == thread[lo][k]) & (rows >= lo[k])
+    rows, k = rows[keep], k[keep]
+    inside = rows <= hi[k]
+    width = int(stack.max(initial=0)) + 2
+    key = k * width + stack[rows] + 1
+    seen = np.isin(key, key[inside])
+    end = hi.copy()
+    np.maximum.at(end, k[seen], rows[seen])
+    return end
+
+
+
+def blocked(idx: np.ndarray, analysis: Analysis) -> np.ndarray:
+    """Whether each call of ``idx`` (a finding's, sorted) made the CPU wait for the GPU,
+    itself or through a wait its torch op made after it that is not one of ``idx`` (a
+    pageable copy's ``cudaMemcpyAsync`` returns once queued and its op's stream sync waits:
+    where the finding holds the copies only, the copy is what blocked; where it holds the
+    sync too, the sync is): the blocking calls a batching fix keeps one of."""
+    waits = analysis.timeline.waits
+    out = waits[idx]
+    calls = analysis.facts.calls
+    if not len(idx) or "op_id" not in calls.columns:
+        return out
+    op = calls["op_id"]
+    waiting = np.setdiff1d(np.flatnonzero(waits), idx)
+    ops = np.unique(op.gather(waiting).drop_nulls().to_numpy())
+    return out | np.isin(op.gather(idx).fill_null(-1).to_numpy(), ops)
 
 
 def own_syncs(gone: np.ndarray, finding: np.ndarray, analysis: Analysis) -> np.ndarray:
