@@ -19,6 +19,7 @@ from zym.analysis.export.summary import (
     instead_text,
     phase_line,
     plural,
+    replay_notes,
     rest_line,
     sample_line,
     sample_notes,
@@ -93,15 +94,8 @@ def render_summary(report: dict, console: Console) -> None:
         _wrap(console, "capture cost: " + _capture_cost(cost), 4, "  ")
     if any(cap["dropped"].values()):
         _wrap(console, f"dropped events: {cap['dropped']}", 4, "  ", style="yellow")
-    replay = report.get("replay") or {}
-    slow = replay.get("recording_slowdown") or 1.0
-    if slow >= 1.05:
-        _wrap(console, f"the trace's ops dispatched at {slow:.2f}x a typical host's time "
-                       "(its median aten::empty): torch.profiler's cost of recording an op "
-                       "and a runtime call is taken out of the replay scaled by that", 4, "  ")
-    if replay.get("usable") and abs(replay.get("error_pct", 0)) >= 5:
-        _wrap(console, f"the replay of this window is off by {replay['error_pct']:+.1f}%: "
-                       "savings are rough", 4, "  ", style="yellow")
+    for _, said, warn in replay_notes(report.get("replay")):
+        _wrap(console, said, 4, "  ", style="yellow" if warn else None)
 
 
 def _capture_cost(cost: dict) -> str:
@@ -348,6 +342,8 @@ def render_markdown(report: dict, top: int | None = None) -> str:
         out[-1:-1] = ["", f"**{_md(capture_sample_line(report['sample']))}**"]
         for _, said in sample_notes(report["sample"]):
             out[-1:-1] = ["", _md(said)]
+    for _, said, warn in replay_notes(report.get("replay")):
+        out[-1:-1] = ["", f"**{_md(said)}**" if warn else _md(said)]
     findings = report.get("findings", [])
     shown = findings if top is None else findings[:top]
     together = report.get("fixes_together") or {}

@@ -87,6 +87,7 @@ def _summary_html(d: dict) -> str:
         capture_sample_line,
         cut_short_line,
         phase_line,
+        replay_notes,
         rest_line,
         sample_line,
         sample_notes,
@@ -115,6 +116,7 @@ def _summary_html(d: dict) -> str:
     sample = (d.get("replay") or {}).get("sample")
     if sample:
         rows.append(("Fixes replayed on", sample_line(sample)))
+    rows += [(title, said) for title, said, _ in replay_notes(d.get("replay"))]
     if c.get("dropped"):
         rows.append(("Dropped events", ", ".join(f"{k}: {v:,}" for k, v in c["dropped"].items())))
     body = "".join(f"<tr><th>{escape(k)}</th><td>{escape(str(v))}</td></tr>" for k, v in rows)

@@ -156,6 +156,25 @@ def sample_notes(sample: dict) -> list[tuple[str, str]]:
     return [(title, text) for title, text in notes if text]
 
 
+def replay_notes(replay: dict | None) -> list[tuple[str, str, bool]]:
+    """What every report says of the replay its savings come from (``report["replay"]``):
+    each note a title (HTML's row), its text, and whether it is a warning: the trace's host
+    speed where torch.profiler's recording costs were scaled by it, and a replay of the window
+    off from the recorded one by 5% or more."""
+    replay = replay or {}
+    notes = []
+    slow = replay.get("recording_slowdown") or 1.0
+    if slow >= 1.05:
+        said = (f"the trace's ops dispatched at {slow:.2f}x a typical host's time (its median "
+                "aten::empty): torch.profiler's cost of recording an op and a runtime call is "
+                "taken out of the replay scaled by that")
+        notes.append(("Host speed", said, False))
+    if replay.get("usable") and abs(replay.get("error_pct", 0)) >= 5:
+        said = f"the replay of this window is off by {replay['error_pct']:+.1f}%: savings are rough"
+        notes.append(("Replay", said, True))
+    return notes
+
+
 def _counts(line: dict, capture_ns: int | None) -> str:
     """A line's syncs and copies in the whole capture, their times and (``capture_ns``, the
     capture's length) their share of its time."""

@@ -136,3 +136,41 @@ def test_zym_analyze_says_the_host_speed_in_text_and_json():
     assert "dispatched at" not in zym(str(BLIND6 / "ctseg.parquet"), "--no-progress")
     got = json.loads(zym(str(BLIND6 / "ctseg.parquet"), "--format", "json"))
     assert "recording_slowdown" not in got["replay"]
+
+
+def test_markdown_and_html_say_the_host_speed_too(tmp_path):
+    """The Markdown report and the HTML one say what the text one does (cliptag's speed, from
+    its raw rows; none for ctseg's)."""
+    import html
+    import subprocess
+    import sys
+
+    def zym(*args: str) -> str:
+        return subprocess.run([sys.executable, "-m", "zym.cli.main", *args],
+                              capture_output=True, text=True, check=True).stdout
+
+    slow = max(_raw_empty_median(BLIND6 / "cliptag.parquet") / 3_100, 1.0)
+    said = f"the trace's ops dispatched at {slow:.2f}x a typical host's time"
+    for name, present in (("cliptag", True), ("ctseg", False)):
+        md = zym("analyze", str(BLIND6 / f"{name}.parquet"), "--format", "markdown")
+        assert (said.replace(".", "\\.") in md) is present
+        out = tmp_path / f"{name}.html"
+        zym("report", str(BLIND6 / f"{name}.parquet"), "-o", str(out))
+        page = html.unescape(out.read_text())
+        assert (said in page) is present and ("Host speed" in page) is present
+
+
+@pytest.mark.parametrize(("replay", "want"), [
+    ({}, []),
+    ({"recording_slowdown": 1.04, "usable": True, "error_pct": 4.9}, []),
+    ({"recording_slowdown": 1.05, "usable": True, "error_pct": -5.0},
+     [("Host speed", False), ("Replay", True)]),
+    ({"usable": False, "error_pct": 30.0}, []),   # no replay to be off
+])
+def test_replay_notes_say_the_speed_and_a_replay_off_by_five_percent(replay, want):
+    from zym.analysis.export.summary import replay_notes
+
+    got = replay_notes(replay)
+    assert [(title, warn) for title, _, warn in got] == want
+    if want and want[-1][0] == "Replay":
+        assert "off by -5.0%: savings are rough" in got[-1][1]
