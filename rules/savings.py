@@ -178,9 +178,12 @@ def _batch(calls: np.ndarray, analysis: Analysis, keep: str, body: bool = False)
     syncs = own_syncs(gone, idx, analysis)
     looped, loops = (loop_body(idx, group, syncs, by_row, analysis) if body
                      else (np.zeros(0, np.int64), 0))
-    return Fix(remove_calls=sorted_unique(gone, syncs, looped),
-               gap_calls=sorted_unique(lead, syncs, looped),
-               gap_ns=np.zeros(len(lead) + len(syncs) + len(looped), np.int64), describe=(
+    # the loop's other ops lose their CPU time (the launches and the work before each), not
+    # their GPU work: one op on the batch does what its items' ops did on the GPU
+    gaps = sorted_unique(lead, syncs, looped)
+    return Fix(remove_calls=sorted_unique(gone, syncs), gap_calls=gaps,
+               gap_ns=np.zeros(len(gaps), np.int64), cost_calls=looped,
+               cost_ns=np.zeros(len(looped), np.int64), describe=(
         f"replayed with {kept:,} of these {len(idx):,} calls kept, the {keep} wait of each of "
         f"{instances:,} {rel.instance_plural()} (its wait for the GPU work before it "
         f"stays), and the other {len(gone):,} removed with the CPU work that led to each"
@@ -190,8 +193,9 @@ def _batch(calls: np.ndarray, analysis: Analysis, keep: str, body: bool = False)
            else "")
         + (f"; in {loops:,} of the {instances:,}, whose calls between the first and the last "
            "of these are all the enclosing function's own torch ops (no other function's, no "
-           f"other wait), those ops are done once on the batch: {len(looped):,} calls go with "
-           "the CPU work before each, each call site's first stays" if len(looped) else "")))
+           f"other wait), those ops are done once on the batch: {len(looped):,} calls lose "
+           "their CPU time and the CPU work before each (their GPU work stays), each call "
+           "site's first stays as it was" if len(looped) else "")))
 
 
 def loop_body(idx: np.ndarray, group: np.ndarray, syncs: np.ndarray, by_row: np.ndarray,

@@ -30,7 +30,8 @@ DEFAULT = [f"{R}/h200=gpt_decode=7,rerank=12,decode_loop=6",
            f"{R}/h100-blind4=segserve=4,gnnserve=3,ttsvoc=22",
            f"{R}/h100-blind5=lineocr=8,tsanomaly=6,shelfscan=6",
            f"{R}/h100-grad=encoder=6,graddecode=6,gradvision=6",
-           f"{R}/h100-layout=convlayout=6", f"{R}/h100-tf32=tf32mlp=6"]
+           f"{R}/h100-layout=convlayout=6", f"{R}/h100-tf32=tf32mlp=6",
+           f"{R}/h100-blind6=ctseg=2,cliptag=4,mottrack=4"]
 
 
 def timed_traces(specs: list[str], script: str) -> list[tuple[Path, str, Path, float]]:
