@@ -248,8 +248,11 @@ def _loop_ends(ids: np.ndarray, lo: np.ndarray, hi: np.ndarray, by_row: np.ndarr
                thread: np.ndarray, stack: np.ndarray) -> np.ndarray:
     """Per instance (``ids``, its finding calls from ``lo`` to ``hi``): the last of its calls
     on ``lo``'s thread at a stack it made a call at from ``lo`` to ``hi`` (at least ``hi``)."""
-    rows = np.flatnonzero(np.isin(by_row, ids))           # the instances' calls
-    k = np.searchsorted(ids, by_row[rows])                # (``ids``: sorted, distinct)
+    # the instances' calls: one search of every call in ``ids`` (sorted, distinct), no sort
+    # of every call as ``np.isin`` would make with many instances
+    at = np.minimum(np.searchsorted(ids, by_row), len(ids) - 1)
+    rows = np.flatnonzero(ids[at] == by_row)
+    k = at[rows]
     keep = (thread[rows] == thread[lo][k]) & (rows >= lo[k])
     rows, k = rows[keep], k[keep]
     inside = rows <= hi[k]
