@@ -235,6 +235,7 @@ COLUMNS: dict[str, dict[str, str]] = {
         "quiet_where": "where its time went, as the steps relation's (the innermost span "
                        "outside torch ops on the steps' thread that covers half of it or more)",
         "step_ns": "its step's length",
+        "gpu_busy_ns": "time the GPU (any device) was busy during the stretch",
         "steps": "the window's steps (every row: one step function)",
         "steps_ns": "their time, all together", "steps_busy_ns": "time the GPU was busy in them",
         "steps_gpu_ns": "GPU time of the work they launched",
@@ -284,6 +285,7 @@ STANDARD_MEASURES: dict[str, dict[str, pl.Expr]] = {
     "stretches": {"count": pl.len(), "work_ns": pl.col("quiet_py_ns").sum(),
                   "in_steps": pl.col("step").n_unique(), "steps": pl.col("steps").max(),
                   "span_ns": pl.col("steps_ns").max(), "busy_ns": pl.col("steps_busy_ns").max(),
+                  "while_ns": pl.col("dur_ns").sum(), "while_busy_ns": pl.col("gpu_busy_ns").sum(),
                   "gpu_ns": pl.col("steps_gpu_ns").max()},
     "windows": {"count": pl.len(), "span_ns": pl.col("dur_ns").sum(),
                 "busy_ns": pl.col("busy_ns").sum()},
@@ -977,8 +979,8 @@ class Relations:
                   "function": pl.String, "ts_ns": pl.Int64, "dur_ns": pl.Int64,
                   "end_ns": pl.Int64, "longest": pl.Boolean, "quiet_idx": pl.Int64,
                   "quiet_py_ns": pl.Int64, "quiet_until": pl.String, "quiet_where": pl.String,
-                  "step_ns": pl.Int64, "steps": pl.Int64, "steps_ns": pl.Int64,
-                  "steps_busy_ns": pl.Int64, "steps_gpu_ns": pl.Int64}
+                  "step_ns": pl.Int64, "gpu_busy_ns": pl.Int64, "steps": pl.Int64,
+                  "steps_ns": pl.Int64, "steps_busy_ns": pl.Int64, "steps_gpu_ns": pl.Int64}
         if steps is None or not steps.count:
             return pl.DataFrame(schema=schema)
         calls = self.calls_table().with_columns(self.call_steps())
@@ -1008,6 +1010,9 @@ class Relations:
         gpu = self._step_gpu(calls)["gpu_ns"].sum()
         busy = _overlap(frame, self.facts.busy).sum()
         span = frame.select((pl.col("end_ns") - pl.col("ts_ns")).sum()).item()
+        rows = rows.with_columns(_overlap(rows.select(
+            (pl.col("quiet_end") - pl.col("_stretch_ns")).alias("ts_ns"),
+            pl.col("quiet_end").alias("end_ns")), self.facts.busy).alias("gpu_busy_ns"))
         return (rows.join(frame.select("step", (pl.col("end_ns") - pl.col("ts_ns"))
                                        .alias("step_ns")), on="step", how="left")
                 .select(pl.int_range(pl.len(), dtype=pl.Int64).alias("stretch"),
@@ -1018,7 +1023,7 @@ class Relations:
                         pl.col("_stretch_ns").alias("dur_ns"), pl.col("quiet_end").alias("end_ns"),
                         "longest", "quiet_idx", "quiet_py_ns",
                         *(["quiet_until"] if "quiet_until" in want else []), "quiet_where",
-                        "step_ns", pl.lit(steps.count, pl.Int64).alias("steps"),
+                        "step_ns", "gpu_busy_ns", pl.lit(steps.count, pl.Int64).alias("steps"),
                         pl.lit(span, pl.Int64).alias("steps_ns"),
                         pl.lit(int(busy), pl.Int64).alias("steps_busy_ns"),
                         pl.lit(int(gpu or 0), pl.Int64).alias("steps_gpu_ns"))

@@ -1145,6 +1145,26 @@ def test_cpu_bound_step__silent_when_the_gpu_works_meanwhile():
     assert fired(b, "utilization.cpu-bound-step") == []
 
 
+def test_cpu_bound_step__fires_on_a_phase_the_gpu_waits_for_though_busy_half_the_step():
+    """Steps that run 4 ms of kernels, read the answer back, then post-process it for 3 ms on
+    the CPU: the GPU is busy more than half of each step (the rule's old limit), but idle
+    the whole time the CPU post-processes, and the next step's kernels wait for it."""
+    b = CaptureBuilder()
+    post = ("python", "postprocess", "app.py", 40)
+    for _ in range(6):
+        with b.enclosing(STEP):
+            for _ in range(4):
+                b.kernel(STEP + [TORCH, ("torch_op", "aten::mm")], "mm", gpu_us=1000)
+            b.scalar_readback(STEP)
+            with b.enclosing(STEP + [post]):
+                b.tick(3000)
+    [f] = fired(b, "utilization.cpu-bound-step")
+    assert f.site.startswith("app.py:40 postprocess")
+    assert f.evidence["busy_share"] > 0.5 and f.evidence["while_busy"] < 0.01
+    # 3 ms in each step whose stretch ends at a CUDA call (the last step's ends the capture)
+    assert f.evidence["work_ns"] >= 5 * 3_000_000 and f.saving_ns > 0
+
+
 def test_cpu_bound_step__silent_when_the_steps_wait_between_them():
     """A service idle between requests (waiting on its queue): the time after a step's last
     CUDA call, up to the next step, is not the step's CPU work."""
@@ -1156,8 +1176,10 @@ def test_cpu_bound_step__silent_when_the_steps_wait_between_them():
 
 
 def test_cpu_bound_step__silent_on_short_preparation():
+    """8 us of preparation in a step of ~100 us (four 20 us kernels read back): under a
+    tenth of it."""
     b = CaptureBuilder()
-    _prepare_then_run(b, 20, inside=TOKENIZE)
+    _prepare_then_run(b, 8, inside=TOKENIZE)
     assert fired(b, "utilization.cpu-bound-step") == []
 
 
