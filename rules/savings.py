@@ -191,8 +191,8 @@ def _batch(calls: np.ndarray, analysis: Analysis, keep: str, body: bool = False)
            "before those stays)" if opening else "")
         + (f", and the {len(syncs):,} waits their torch ops made after them" if len(syncs)
            else "")
-        + (f"; in {loops:,} of the {instances:,}, whose calls between the first and the last "
-           "of these are all the enclosing function's own torch ops (no other function's, no "
+        + (f"; in {loops:,} of the {instances:,}, whose calls from the first of these to the "
+           "loop's end are all the enclosing function's own torch ops (no other function's, no "
            f"other wait), those ops are done once on the batch: {len(looped):,} calls lose "
            "their CPU time and the CPU work before each (their GPU work stays), each call "
            "site's first stays as it was" if len(looped) else "")))
@@ -208,7 +208,8 @@ def loop_body(idx: np.ndarray, group: np.ndarray, syncs: np.ndarray, by_row: np.
     call there is the instance's own (no call from another user function, e.g. a model's
     forward, which batching the copies does not touch) and none waits but the finding's,
     the loop's other torch ops (a dtype cast, an offset added, a fill per item) run once on
-    the batch: each call site's first stays, the rest go. Vectorised over the instances."""
+    the batch: each call site's first stays, the rest are returned (the caller takes their
+    CPU time away and keeps their GPU work). Vectorised over the instances."""
     none = np.zeros(0, np.int64), 0
     if not len(idx):
         return none
@@ -262,7 +263,6 @@ def _loop_ends(ids: np.ndarray, lo: np.ndarray, hi: np.ndarray, by_row: np.ndarr
     end = hi.copy()
     np.maximum.at(end, k[seen], rows[seen])
     return end
-
 
 
 def blocked(idx: np.ndarray, analysis: Analysis) -> np.ndarray:

@@ -52,7 +52,12 @@ def test_with_shapes_every_matmul_rule_fires_at_its_line():
 
 
 def test_without_shapes_only_the_kernel_name_rule_can():
-    got = {(f.rule_id, f.site.rsplit("/", 1)[-1]) for f in findings_of("matmul-plain.parquet")}
+    """Of the rules that size matmuls (the compute pack's), only the one that reads kernel
+    names fires. (Since the fifty-second round the CPU-bound rule also finds the ~0.15 ms a
+    step this capture's CPU spends between the harness's sync and the step's first launch,
+    11% of its steps, with the GPU idle: not a matmul finding.)"""
+    got = {(f.rule_id, f.site.rsplit("/", 1)[-1]) for f in findings_of("matmul-plain.parquet")
+           if f.rule_id.startswith("compute.")}
     assert got == {("compute.fp32-matmul-no-tf32", site(HEAD))}
 
 
