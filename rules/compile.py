@@ -161,6 +161,9 @@ def derived(name: str, spec: dict, constants: dict[str, int]) -> pl.Expr:
     if "mul" in spec:
         a, b = (operand(x) for x in spec["mul"])
         return (a * b).alias(name)
+    if "add" in spec:
+        a, b = (operand(x) for x in spec["add"])
+        return (a + b).alias(name)
     base = pl.col(spec["rel"]).cast(pl.Float64)
     ref = {"min": base.min(), "median": base.median(), "max": base.max()}[spec.get("to", "min")]
     return pl.when(ref != 0).then(base / ref).alias(name)

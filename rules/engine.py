@@ -304,6 +304,7 @@ def _referenced(rule: Rule) -> set[str]:
     names = set(rule.having) | {rule.cost or ""}
     for spec in rule.measures.values():
         names.update(x for x in spec.get("div", []) + spec.get("mul", []) + spec.get("sub", [])
+                     + spec.get("add", [])
                      if isinstance(x, str))
         names.add(spec.get("rel", ""))
     for text in (rule.title, rule.message, rule.fix):

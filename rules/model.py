@@ -240,7 +240,8 @@ def _rule(raw: dict, pack: str, source: str) -> Rule:
                 raise fail(f"{where}.by", _unknown_column(spec["by"], relation))
             _check_where(spec.get("where", {}), columns, f"{where}.where", fail)
         else:
-            operands = spec.get("div") or spec.get("mul") or spec.get("sub") or [spec.get("rel")]
+            operands = (spec.get("div") or spec.get("mul") or spec.get("sub") or spec.get("add")
+                        or [spec.get("rel")])
             for j, op in enumerate(operands):
                 if isinstance(op, str) and op not in known:
                     raise fail(where, f"unknown measure {op!r} (defined so far: "

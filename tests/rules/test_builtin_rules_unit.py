@@ -1165,6 +1165,30 @@ def test_cpu_bound_step__fires_on_a_phase_the_gpu_waits_for_though_busy_half_the
     assert f.evidence["work_ns"] >= 5 * 3_000_000 and f.saving_ns > 0
 
 
+def test_cpu_bound_step__unplaced_work_must_recur():
+    """Without spans (zym's own captures: no function to name), the steps' CPU work counts
+    where it recurs. The bundled capture's steps spend 18% of their time without a CUDA call,
+    nearly all of it one pause of ~73 ms in one step (from the stretches relation: its longest
+    stretch against the rest): no finding. rerank's capture (H200) spends ~0.6 ms before the
+    upload of each of its 35 requests: one."""
+    from zym.analysis import analyze
+    from zym.rules.model import COLUMNS
+
+    root = Path(__file__).resolve().parents[2]
+    a = analyze(root / "sample_traces" / "gpt_decode_server.parquet")
+    st = a.relations.materialize("stretches", set(COLUMNS["stretches"]))
+    work, longest = st["quiet_py_ns"].sum(), st["quiet_py_ns"].max()
+    assert st["quiet_where"].null_count() == st.height and st["steps"][0] >= 5
+    assert work >= 0.1 * st["steps_ns"][0] and work - longest < 0.05 * st["steps_ns"][0]
+    assert longest > 0.9 * work
+    assert evaluate_rules(a, [RULES["utilization.cpu-bound-step"]]) == []
+    a = analyze(root / "bench" / "whatif" / "results" / "h200" / "captures" / "rerank.parquet")
+    [f] = evaluate_rules(a, [RULES["utilization.cpu-bound-step"]])
+    assert f.evidence["count"] == f.evidence["in_steps"] == f.evidence["steps"] >= 30
+    where = a.relations.materialize("stretches", {"quiet_where"})["quiet_where"]
+    assert where.null_count() == f.evidence["count"]
+
+
 def test_cpu_bound_step__silent_when_the_steps_wait_between_them():
     """A service idle between requests (waiting on its queue): the time after a step's last
     CUDA call, up to the next step, is not the step's CPU work."""
