@@ -42,3 +42,45 @@ def check_docs_table(marker: str, rows: list, results: Path | None = None,
         command += " --requests " + ",".join(f"{w}={n}" for w, n in requests.items())
     assert docs_table(marker) == compare.markdown(rows), (
         f"docs/benchmarks.md is stale: {command} --markdown")
+
+
+def workload_constant(workload: str, name: str) -> int:
+    """A module constant of a what-if workload (its full-size value: ``A if SMALL else B`` ->
+    B), read from its source (bench/whatif/workloads/)."""
+    import ast
+
+    source = (ROOT / "bench" / "whatif" / "workloads" / f"{workload}.py").read_text()
+    for node in ast.parse(source).body:
+        if not isinstance(node, ast.Assign):
+            continue
+        targets = node.targets[0].elts if isinstance(node.targets[0], ast.Tuple) else node.targets
+        values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+        for t, v in zip(targets, values):
+            if isinstance(t, ast.Name) and t.id == name:
+                v = v.orelse if isinstance(v, ast.IfExp) else v
+                return int(ast.literal_eval(v))
+    raise KeyError(name)
+
+
+def check_steps_are_requests(results: Path, steps: dict[str, int]) -> None:
+    """Each workload's requests a pass (its REQUESTS) are zym's steps in its kept trace
+    (``results``/kineto/W.parquet): one call each of its ``handle``."""
+    from zym.analysis import analyze
+
+    for w, n in steps.items():
+        assert workload_constant(w, "REQUESTS") == n, w
+        found = analyze(results / "kineto" / f"{w}.parquet").steps_in_window()
+        assert (found.function, found.count) == (f"{w}.py handle", n), w
+
+
+def raw_spans(path: Path):
+    """A capture file's spans with their frames' names, read from its raw rows (not through
+    the analysis)."""
+    import polars as pl
+
+    raw = pl.read_parquet(path, columns=["record", "stack_id", "frame_id", "name", "ts_ns",
+                                         "dur_ns"])
+    frames = raw.filter(pl.col("record") == "frame").select("frame_id", "name")
+    stacks = raw.filter(pl.col("record") == "stack").select("stack_id", "frame_id")
+    return (raw.filter(pl.col("record") == "span").select("stack_id", "ts_ns", "dur_ns")
+            .join(stacks, on="stack_id").join(frames, on="frame_id"))

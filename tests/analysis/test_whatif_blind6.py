@@ -7,11 +7,16 @@ none of the nine fixes: ctseg's window held one request's forwards, cliptag's ha
 requests, and the tracker's IoU loop, once a frame, was no stretch of its own."""
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import polars as pl
-from whatif_compare import check_docs_table, compare
+from whatif_compare import (
+    check_docs_table,
+    check_steps_are_requests,
+    compare,
+    raw_spans,
+    workload_constant,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 BLIND6 = ROOT / "bench" / "whatif" / "results" / "h100-blind6"
@@ -19,32 +24,12 @@ WORKLOADS = ROOT / "bench" / "whatif" / "workloads"
 STEPS = {"ctseg": 2, "cliptag": 4, "mottrack": 4}   # zym's steps in one traced pass
 
 
-def _constant(workload: str, name: str) -> int:
-    """A module constant of the workload (its full-size value: ``A if SMALL else B`` -> B),
-    read from its source."""
-    for node in ast.parse((WORKLOADS / f"{workload}.py").read_text()).body:
-        if not isinstance(node, ast.Assign):
-            continue
-        targets = node.targets[0].elts if isinstance(node.targets[0], ast.Tuple) else node.targets
-        values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
-        for t, v in zip(targets, values):
-            if isinstance(t, ast.Name) and t.id == name:
-                v = v.orelse if isinstance(v, ast.IfExp) else v
-                return int(ast.literal_eval(v))
-    raise KeyError(name)
-
-
 def test_docs_table_is_what_the_traces_give_today():
     check_docs_table("whatif-blind6-table", compare.compare(BLIND6, STEPS), BLIND6, STEPS)
 
 
 def test_the_steps_are_the_requests_of_a_pass():
-    from zym.analysis import analyze
-
-    for w, n in STEPS.items():
-        assert _constant(w, "REQUESTS") == n, w
-        steps = analyze(BLIND6 / "kineto" / f"{w}.parquet").steps_in_window()
-        assert (steps.function, steps.count) == (f"{w}.py handle", n), w
+    check_steps_are_requests(BLIND6, STEPS)
 
 
 def test_the_ct_service_s_request_is_the_step_not_its_model():
@@ -52,12 +37,7 @@ def test_the_ct_service_s_request_is_the_step_not_its_model():
     host work (windowing before the upload, argmax and statistics after the copy back): the
     forwards take under half of each request, which is the step; the windowing is found and
     priced on it. Second method: the spans of the trace, read directly."""
-    raw = pl.read_parquet(BLIND6 / "kineto" / "ctseg.parquet",
-                          columns=["record", "stack_id", "frame_id", "name", "ts_ns", "dur_ns"])
-    frames = raw.filter(pl.col("record") == "frame").select("frame_id", "name")
-    stacks = raw.filter(pl.col("record") == "stack").select("stack_id", "frame_id")
-    spans = (raw.filter(pl.col("record") == "span").select("stack_id", "ts_ns", "dur_ns")
-             .join(stacks, on="stack_id").join(frames, on="frame_id"))
+    spans = raw_spans(BLIND6 / "kineto" / "ctseg.parquet")
     handle = spans.filter(pl.col("name") == "handle")
     forward = spans.filter(pl.col("name") == "forward").sort("ts_ns")
     # the outermost forwards (the U-Net's; its blocks' forwards are inside them)
@@ -89,7 +69,7 @@ def test_the_tracker_s_iou_loop_is_found_and_priced():
     a = analyze(BLIND6 / "kineto" / "mottrack.parquet")
     [f] = [f for f in evaluate(a) if f.rule_id == "utilization.cpu-bound-step"]
     assert f.evidence["where"].endswith(" iou_loop")
-    assert f.evidence["count"] == (_constant("mottrack", "FRAMES") - 1) * STEPS["mottrack"]
+    assert f.evidence["count"] == (workload_constant("mottrack", "FRAMES") - 1) * STEPS["mottrack"]
     [r] = [r for r in compare.compare(BLIND6, {"mottrack": STEPS["mottrack"]})
            if r.variant == "vector_iou"]
     assert r.rank is not None and r.rank <= 2 and not r.noise and r.agrees, r   # after launches

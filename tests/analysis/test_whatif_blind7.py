@@ -8,8 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
-from test_whatif_blind6 import _constant
-from whatif_compare import check_docs_table, compare
+from whatif_compare import (
+    check_docs_table,
+    check_steps_are_requests,
+    compare,
+    raw_spans,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 BLIND7 = ROOT / "bench" / "whatif" / "results" / "h100-blind7"
@@ -21,22 +25,7 @@ def test_docs_table_is_what_the_traces_give_today():
 
 
 def test_the_steps_are_the_requests_of_a_pass():
-    from zym.analysis import analyze
-
-    for w, n in STEPS.items():
-        assert _constant(w, "REQUESTS") == n, w
-        steps = analyze(BLIND7 / "kineto" / f"{w}.parquet").steps_in_window()
-        assert (steps.function, steps.count) == (f"{w}.py handle", n), w
-
-
-def _spans(path: Path) -> pl.DataFrame:
-    """The trace's spans with their frames' names, read from the capture file's raw rows."""
-    raw = pl.read_parquet(path, columns=["record", "stack_id", "frame_id", "name", "ts_ns",
-                                         "dur_ns"])
-    frames = raw.filter(pl.col("record") == "frame").select("frame_id", "name")
-    stacks = raw.filter(pl.col("record") == "stack").select("stack_id", "frame_id")
-    return (raw.filter(pl.col("record") == "span").select("stack_id", "ts_ns", "dur_ns")
-            .join(stacks, on="stack_id").join(frames, on="frame_id"))
+    check_steps_are_requests(BLIND7, STEPS)
 
 
 def test_posekpt_s_decoding_is_a_tenth_of_its_requests_and_found():
@@ -45,7 +34,7 @@ def test_posekpt_s_decoding_is_a_tenth_of_its_requests_and_found():
     share the CPU-bound rule asked for before the fifty-second round (a fifth) and now (a
     tenth); the finding names it and prices it within ±30% of what decoding on the GPU
     saved."""
-    spans = _spans(BLIND7 / "kineto" / "posekpt.parquet")
+    spans = raw_spans(BLIND7 / "kineto" / "posekpt.parquet")
     handle = spans.filter(pl.col("name") == "handle")["dur_ns"].sum()
     decode = spans.filter(pl.col("name") == "decode_host")["dur_ns"].sum()
     assert 0.1 <= decode / handle < 0.2

@@ -8,9 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
-from test_whatif_blind6 import _constant
-from test_whatif_blind7 import _spans
-from whatif_compare import check_docs_table, compare
+from whatif_compare import (
+    check_docs_table,
+    check_steps_are_requests,
+    compare,
+    raw_spans,
+    workload_constant,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 BLIND8 = ROOT / "bench" / "whatif" / "results" / "h100-blind8"
@@ -22,12 +26,7 @@ def test_docs_table_is_what_the_traces_give_today():
 
 
 def test_the_steps_are_the_requests_of_a_pass():
-    from zym.analysis import analyze
-
-    for w, n in STEPS.items():
-        assert _constant(w, "REQUESTS") == n, w
-        steps = analyze(BLIND8 / "kineto" / f"{w}.parquet").steps_in_window()
-        assert (steps.function, steps.count) == (f"{w}.py handle", n), w
+    check_steps_are_requests(BLIND8, STEPS)
 
 
 def _busy(gpu: pl.DataFrame, lo: int, hi: int) -> int:
@@ -42,12 +41,12 @@ def test_vidsr_s_numpy_phases_are_found_though_its_gpu_is_busy_half_its_requests
     each request (the CPU-bound rule's old limit, which let this pass unseen), and all but
     nothing during the phase_shift spans; the finding is there now, first."""
     path = BLIND8 / "kineto" / "vidsr.parquet"
-    spans = _spans(path)
+    spans = raw_spans(path)
     gpu = (pl.read_parquet(path, columns=["record", "ts_ns", "dur_ns"])
            .filter(pl.col("record") == "gpu"))
     handle = spans.filter(pl.col("name") == "handle").sort("ts_ns")
     shifts = spans.filter(pl.col("name") == "phase_shift")
-    assert shifts.height == handle.height * (_constant("vidsr", "FRAMES") + 1)
+    assert shifts.height == handle.height * (workload_constant("vidsr", "FRAMES") + 1)
     busy = sum(_busy(gpu, t, t + d) for t, d in handle.select("ts_ns", "dur_ns").rows())
     assert busy > 0.5 * handle["dur_ns"].sum()
     during = sum(_busy(gpu, t, t + d) for t, d in shifts.select("ts_ns", "dur_ns").rows())
