@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -35,49 +36,84 @@ RUNTIME_FACTORS = (0.4, 0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8, 2.0, 2.4, 2.8, 3.2)
 OP_FIT, RUNTIME_FIT = 1_157, 2_156   # the H200 host's least-squares fit (calibrate.py)
 
 
-def _counts(a) -> np.ndarray:
-    """Per call of the window: the spans recorded in the gap before it, by kind (an op's,
-    a built-in's, any other Python call's), as the replay's :class:`GapCounter` counts."""
+def gap_counts(a, kind: Callable[[pl.DataFrame], pl.Expr], kinds: int) -> np.ndarray:
+    """Per call of the window, the spans recorded in the gap before it, by kind, as the
+    replay's :class:`GapCounter` counts (one row a kind). ``kind``: the kind (0 to
+    ``kinds - 1``) of each span of a frame of the spans (``pid, tid, ts_ns, dur_ns, op_id,
+    stack_id``, their frame's ``name``; in thread and time order)."""
     from zym.analysis import analyze
-    from zym.analysis.replay import KINETO_BUILTIN_PREFIX, GapCounter
+    from zym.analysis.replay import GapCounter
 
     d = a.whole.data
     spans = d.spans() if a.facts is a.whole else analyze(d.source, window="all").data.spans()
     names = d.frames.select("frame_id", pl.col("name").cast(pl.String))
-    j = (spans.select("pid", "tid", "ts_ns", "op_id", "stack_id")
+    j = (spans.select("pid", "tid", "ts_ns", "dur_ns", "op_id", "stack_id")
          .join(d.stacks.select("stack_id", "frame_id"), on="stack_id", how="left")
-         .join(names, on="frame_id", how="left")
-         .with_columns(pl.when(pl.col("op_id").is_not_null()).then(0)
-                       .when(pl.col("name").str.starts_with(KINETO_BUILTIN_PREFIX)).then(1)
-                       .otherwise(2).alias("k")))
+         .join(names, on="frame_id", how="left").sort("pid", "tid", "ts_ns"))
+    j = j.with_columns(kind(j).alias("k"))
     out = []
-    for kind in range(3):
+    for k in range(kinds):
         c = GapCounter(a.whole.calls)
-        c.add(j.filter(pl.col("k") == kind))
+        c.add(j.filter(pl.col("k") == k))
         out.append(c.total)
     first = int(a.whole.calls["ts_ns"].search_sorted(a.window[0], "left"))
     n = a.facts.calls.height
     return np.stack([x[first:first + n] for x in out])
 
 
-def _replayed_ms(t: dict, op: float, builtin: float, py: float, runtime: float) -> float:
-    """The unfixed replay of trace ``t``'s window per step, each call's gap less the costs."""
+def _counts(a) -> np.ndarray:
+    """Per call of the window: the spans in the gap before it, an op's, a built-in's, any
+    other Python call's."""
+    from zym.analysis.replay import KINETO_BUILTIN_PREFIX
+
+    return gap_counts(a, lambda _: pl.when(pl.col("op_id").is_not_null()).then(0)
+                      .when(pl.col("name").str.starts_with(KINETO_BUILTIN_PREFIX)).then(1)
+                      .otherwise(2), 3)
+
+
+def replay_ms(t: dict, cost: np.ndarray) -> float:
+    """The unfixed replay of trace ``t``'s window per step, each call's gap less ``cost``."""
     from zym.analysis.sample import window_timeline
 
-    s, s_py = t["s"], t["s"] if t["all_kinds"] else 1.0
-    cost = s * (runtime + op * t["counts"][0]) + s_py * (
-        (np.array([builtin, py])[:, None] * t["counts"][1:]).sum(axis=0))
     a, steps = t["analysis"], t["steps"]
     tl = window_timeline(a.facts, cost.astype(np.int64),
                          None if steps is None else steps.start_ns, t["threads"], None)
     return tl.fidelity["uninstrumented_ns"] / t["count"] / 1e6
 
 
+def _replayed_ms(t: dict, op: float, builtin: float, py: float, runtime: float) -> float:
+    """The unfixed replay of trace ``t``'s window per step, each call's gap less the costs."""
+    s, s_py = t["s"], t["s"] if t["all_kinds"] else 1.0
+    cost = s * (runtime + op * t["counts"][0]) + s_py * (
+        (np.array([builtin, py])[:, None] * t["counts"][1:]).sum(axis=0))
+    return replay_ms(t, cost)
+
+
+def load_traces(specs: list[str], script: str, counts: Callable) -> list[dict]:
+    """Each timed trace of ``specs`` (``deflation_check.timed_traces``) analysed once: its
+    folder, workload, analysis, steps, threads, measured request (ms), speed (``s``) and
+    ``counts(analysis)``."""
+    from deflation_check import DEFAULT, timed_traces
+    from zym.analysis import analyze
+    from zym.analysis.phases import step_threads
+
+    traces = []
+    for folder, w, path, real in timed_traces(specs or DEFAULT, script):
+        a = analyze(path)
+        steps = a.steps_in_window()
+        traces.append({
+            "folder": folder.name, "workload": w, "analysis": a, "steps": steps,
+            "count": len(steps.start_ns) if steps is not None else 1,
+            "threads": None if steps is None else step_threads(a.facts.calls, a.facts.nodes,
+                                                               steps),
+            "counts": counts(a), "measured_ms": real, "s": a.recording_slowdown})
+    return traces
+
+
 def main() -> None:
     sys.path.insert(0, str(HERE))
     sys.path.insert(0, str(HERE.parent))
     from bench_scale import write_json
-    from deflation_check import DEFAULT, timed_traces
     from kineto_costs import fail
 
     argv = sys.argv[1:]
@@ -98,21 +134,10 @@ def main() -> None:
     if len(argv) < 2 or len(argv[0].split(",")) != 2:
         fail("usage: deflation_fit.py [--speed|--speed-ops REF_NS] PY,BUILTIN OUT.json "
              "[RESULTS_DIR=W=N,...]...", "deflation_fit")
-    from zym.analysis import analyze
-    from zym.analysis.phases import step_threads
-
     py, builtin = (float(x) for x in argv[0].split(","))
-    traces = []
-    for folder, w, path, real in timed_traces(argv[2:] or DEFAULT, "deflation_fit"):
-        a = analyze(path)
-        steps = a.steps_in_window()
-        traces.append({
-            "folder": folder.name, "workload": w, "analysis": a, "steps": steps,
-            "count": len(steps.start_ns) if steps is not None else 1,
-            "threads": None if steps is None else step_threads(a.facts.calls, a.facts.nodes,
-                                                               steps),
-            "counts": _counts(a), "measured_ms": real,
-            "s": a.recording_slowdown if ref else 1.0, "all_kinds": all_kinds})
+    traces = load_traces(argv[2:], "deflation_fit", _counts)
+    for t in traces:
+        t["s"], t["all_kinds"] = t["s"] if ref else 1.0, all_kinds
     grid = [(OP_FIT * o, RUNTIME_FIT * r) for o, r in
             itertools.product(OP_FACTORS, RUNTIME_FACTORS)]
     logs = {g: np.array([math.log(_replayed_ms(t, g[0], builtin, py, g[1]) / t["measured_ms"])

@@ -27,56 +27,38 @@ GRIDS = {"nested": ((1_000, 2_000, 3_000, 3_934, 5_000, 6_000, 8_000),
                     (0, 2_000, 4_000, 8_000, 12_000, 16_000, 24_000, 32_000))}
 
 
-def _counts(a, split: str) -> np.ndarray:
-    """Per call of the window, the spans recorded in the gap before it by kind: the first
-    kind of op, the second, a built-in, any other Python call (the replay's ``GapCounter``)."""
-    from zym.analysis import analyze
-    from zym.analysis.replay import KINETO_BUILTIN_PREFIX, GapCounter
+def _kind(split: str):
+    """Each span's kind for ``deflation_fit.gap_counts``: the first kind of op (0), the
+    second (1), a built-in (2), any other Python call (3)."""
+    from zym.analysis.replay import KINETO_BUILTIN_PREFIX
 
-    d = a.whole.data
-    spans = d.spans() if a.facts is a.whole else analyze(d.source, window="all").data.spans()
-    names = d.frames.select("frame_id", pl.col("name").cast(pl.String))
-    j = (spans.select("pid", "tid", "ts_ns", "dur_ns", "op_id", "stack_id")
-         .join(d.stacks.select("stack_id", "frame_id"), on="stack_id", how="left")
-         .join(names, on="frame_id", how="left").sort("pid", "tid", "ts_ns"))
     op = pl.col("op_id").is_not_null()
     if split == "nested":   # starts before an earlier op on its thread has ended
-        j = j.with_columns(pl.when(op).then(pl.col("ts_ns") + pl.col("dur_ns")).cum_max()
-                           .shift(1).over("pid", "tid").alias("prev_end"))
-        second = op & (pl.col("ts_ns") < pl.col("prev_end").fill_null(0))
+        end = (pl.when(op).then(pl.col("ts_ns") + pl.col("dur_ns")).cum_max().shift(1)
+               .over("pid", "tid"))
+        second = op & (pl.col("ts_ns") < end.fill_null(0))
     else:
         second = pl.col("name").str.starts_with("nn.Module")
-    j = j.with_columns(pl.when(second).then(1).when(op).then(0)
-                       .when(pl.col("name").str.starts_with(KINETO_BUILTIN_PREFIX)).then(2)
-                       .otherwise(3).alias("k"))
-    out = []
-    for kind in range(4):
-        c = GapCounter(a.whole.calls)
-        c.add(j.filter(pl.col("k") == kind))
-        out.append(c.total)
-    first = int(a.whole.calls["ts_ns"].search_sorted(a.window[0], "left"))
-    return np.stack([x[first:first + a.facts.calls.height] for x in out])
+    return lambda _: (pl.when(second).then(1).when(op).then(0)
+                      .when(pl.col("name").str.starts_with(KINETO_BUILTIN_PREFIX)).then(2)
+                      .otherwise(3))
 
 
 def _replayed_ms(t: dict, split: str, one: float, two: float) -> float:
+    from deflation_fit import replay_ms
     from zym.analysis.replay import KINETO_NS_PER_EVENT as COST
-    from zym.analysis.sample import window_timeline
 
     c, s = t["counts"], t["s"]
     second = s * two if split == "nested" else two
     cost = (s * (COST["cuda_runtime"] + one * c[0]) + second * c[1]
             + COST["python_builtin"] * c[2] + COST["python_function"] * c[3])
-    a, steps = t["analysis"], t["steps"]
-    tl = window_timeline(a.facts, cost.astype(np.int64),
-                         None if steps is None else steps.start_ns, t["threads"], None)
-    return tl.fidelity["uninstrumented_ns"] / t["count"] / 1e6
+    return replay_ms(t, cost)
 
 
 def main() -> None:
     sys.path.insert(0, str(HERE))
     sys.path.insert(0, str(HERE.parent))
     from bench_scale import write_json
-    from deflation_check import DEFAULT, timed_traces
     from kineto_costs import fail
 
     argv = sys.argv[1:]
@@ -84,20 +66,11 @@ def main() -> None:
         fail("usage: deflation_split.py nested|module OUT.json [RESULTS_DIR=W=N,...]...",
              "deflation_split")
     split = argv[0]
-    from zym.analysis import analyze
-    from zym.analysis.phases import step_threads
+    from deflation_fit import gap_counts, load_traces
     from zym.analysis.replay import KINETO_NS_PER_EVENT
 
-    traces = []
-    for folder, w, path, real in timed_traces(argv[2:] or DEFAULT, "deflation_split"):
-        a = analyze(path)
-        steps = a.steps_in_window()
-        traces.append({
-            "folder": folder.name, "workload": w, "analysis": a, "steps": steps,
-            "count": len(steps.start_ns) if steps is not None else 1,
-            "threads": None if steps is None else step_threads(a.facts.calls, a.facts.nodes,
-                                                               steps),
-            "counts": _counts(a, split), "measured_ms": real, "s": a.recording_slowdown})
+    kind = _kind(split)
+    traces = load_traces(argv[2:], "deflation_split", lambda a: gap_counts(a, kind, 4))
     op = KINETO_NS_PER_EVENT["cpu_op"]
     zym = (op, op if split == "nested" else 0)   # what zym does now
     grid = sorted(set(itertools.product(*GRIDS[split])) | {zym})
