@@ -53,7 +53,7 @@ import numpy as np
 import polars as pl
 from zym.analysis.facts import per_name
 from zym.analysis.instances import first_of_each
-from zym.analysis.replay import Fix, sorted_unique
+from zym.analysis.replay import Fix, in_sorted, sorted_unique
 from zym.schemas.lookup import first_row_of
 
 if TYPE_CHECKING:
@@ -228,10 +228,11 @@ def loop_body(idx: np.ndarray, group: np.ndarray, syncs: np.ndarray, by_row: np.
     on = thread[rows] == thread[lo][inst]   # the instance's thread's calls in its loop
     rows, inst = rows[on], inst[on]
     mine = sorted_unique(idx, syncs, own_syncs(idx, idx, analysis))
-    finding = np.isin(rows, mine)
+    finding = in_sorted(mine, rows)
     # a wait elsewhere in the loop (a value read per item) is not the copies': their own
     # syncs are known by their op, or by their stack where the op was not recorded
-    other_wait = analysis.timeline.waits[rows] & ~np.isin(stack[rows], stack[mine])
+    other_wait = analysis.timeline.waits[rows] & ~in_sorted(sorted_unique(stack[mine]),
+                                                            stack[rows])
     foreign = (by_row[rows] != ids[inst]) | other_wait
     bad = np.zeros(len(starts), bool)
     bad[inst[foreign]] = True
@@ -242,7 +243,7 @@ def loop_body(idx: np.ndarray, group: np.ndarray, syncs: np.ndarray, by_row: np.
     at = stack[rows]
     o = np.lexsort((rows, at, inst))            # per instance and call site, in time order
     first = np.r_[True, (inst[o][1:] != inst[o][:-1]) | (at[o][1:] != at[o][:-1])]
-    return np.sort(rows[o][~first]).astype(np.int64), len(np.unique(inst))
+    return np.sort(rows[o][~first]).astype(np.int64), len(sorted_unique(inst))
 
 
 def _loop_ends(ids: np.ndarray, lo: np.ndarray, hi: np.ndarray, by_row: np.ndarray,
@@ -259,7 +260,7 @@ def _loop_ends(ids: np.ndarray, lo: np.ndarray, hi: np.ndarray, by_row: np.ndarr
     inside = rows <= hi[k]
     width = int(stack.max(initial=0)) + 2
     key = k * width + stack[rows] + 1
-    seen = np.isin(key, key[inside])
+    seen = in_sorted(sorted_unique(key[inside]), key)
     end = hi.copy()
     np.maximum.at(end, k[seen], rows[seen])
     return end
@@ -277,13 +278,16 @@ def blocked(idx: np.ndarray, analysis: Analysis) -> np.ndarray:
     if not len(idx) or "op_id" not in calls.columns:
         return out
     op = calls["op_id"]
-    waiting = np.setdiff1d(np.flatnonzero(waits), idx)
-    ops = np.unique(op.gather(waiting).drop_nulls().to_numpy())
-    return out | np.isin(op.gather(idx).fill_null(-1).to_numpy(), ops)
+    # binary searches in the sorted ids, not numpy's set operations: its hashed ``unique``
+    # (numpy 2.3+) took ~0.5 s a million calls, 8 s of a 10 M analysis's 159 findings
+    waiting = np.flatnonzero(waits)
+    waiting = waiting[~in_sorted(idx, waiting)]
+    ops = sorted_unique(op.gather(waiting).drop_nulls().to_numpy())
+    return out | in_sorted(ops, op.gather(idx).fill_null(-1).to_numpy())
 
 
 def own_syncs(gone: np.ndarray, finding: np.ndarray, analysis: Analysis) -> np.ndarray:
-    """The waiting calls (outside the finding's ``finding`` calls) that the torch op
+    """The waiting calls (outside the finding's ``finding`` calls, sorted) that the torch op
     instances of the ``gone`` calls made: a copy's ``cudaStreamSynchronize`` after its
     ``cudaMemcpyAsync`` (torch's ``copy_`` without ``non_blocking`` waits for the stream
     once the copy is queued). The op goes with its copy, and so does that wait; kept, each
@@ -291,17 +295,14 @@ def own_syncs(gone: np.ndarray, finding: np.ndarray, analysis: Analysis) -> np.n
     calls = analysis.facts.calls
     if not len(gone) or "op_id" not in calls.columns:
         return np.zeros(0, np.int64)
-    # the op ids of the removed calls and of the waiting calls only, not every call's (``isin``
-    # sorts what it tests; in process at the bundled trace x200, 0.093 -> 0.083 s over its 4
-    # calls, most of it the first read of the replay's timeline)
+    # the op ids of the removed calls and of the waiting calls only, not every call's
     op = calls["op_id"]
-    ops = np.unique(op.gather(gone).fill_null(-1).to_numpy())
-    ops = ops[ops >= 0]
+    ops = sorted_unique(op.gather(gone).drop_nulls().to_numpy())
     if not len(ops):
         return np.zeros(0, np.int64)
     waiting = np.flatnonzero(analysis.timeline.waits)
-    hit = waiting[np.isin(op.gather(waiting).fill_null(-1).to_numpy(), ops)]
-    return np.setdiff1d(hit, finding).astype(np.int64)
+    hit = waiting[in_sorted(ops, op.gather(waiting).fill_null(-1).to_numpy())]
+    return hit[~in_sorted(finding, hit)].astype(np.int64)
 
 
 def _opens_instance(rel, by_row: np.ndarray, idx: np.ndarray) -> np.ndarray:
