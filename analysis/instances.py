@@ -150,7 +150,7 @@ def call_instances(calls: pl.DataFrame, user_node: pl.Series, wanted: np.ndarray
     u = ancestors.rows(user_node.gather(pl.Series(wanted)))
     depth = np.where(u >= 0, ancestors.depth[np.maximum(u, 0)], -1).astype(np.int32)
     del u
-    code = _frame_codes(ancestors)
+    code = frame_codes(ancestors)
     n_nodes = len(ancestors.depth)
     code_at = np.full(n_nodes + 1, -1, np.int64)  # per node, its frame's code; last: no node
     by_depth = _narrow(np.argsort(depth, kind="stable"), len(depth))  # wanted calls by depth
@@ -170,7 +170,7 @@ def call_instances(calls: pl.DataFrame, user_node: pl.Series, wanted: np.ndarray
     return out
 
 
-def _frame_codes(ancestors: Ancestors) -> np.ndarray:
+def frame_codes(ancestors: Ancestors) -> np.ndarray:
     """Each node's (caller node, function) pair as one code: at a depth, consecutive calls
     whose frame there has the same code are one call of that function from that line."""
     n_nodes = len(ancestors.depth)
@@ -207,7 +207,7 @@ def _one_pass(calls: pl.DataFrame, user_node: pl.Series, wanted: np.ndarray,
     depths(wanted, user_ids, lookup, ancestors.depth, seen)
     distinct = np.flatnonzero(seen)
     # per node (last row: no node), its frame's code at each of those depths (-1: none)
-    code = _frame_codes(ancestors)
+    code = frame_codes(ancestors)
     at = ancestors.table[:, distinct].astype(np.int64)
     codes = np.full((len(ancestors.depth) + 1, len(distinct)), -1, np.int64)
     codes[:-1] = np.where(at >= 0, code[np.maximum(at, 0)], -1)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import polars as pl
@@ -175,6 +175,14 @@ COLUMNS: dict[str, dict[str, str]] = {
                              "its kernels once); null where once, or without Python spans",
         "launch_next": "the next source of the step's launches after launch_from",
         "launch_next_share": "launch_next's share of the step's launches",
+        "item_function": "the function the step calls once per item (file:line function): "
+                         "launch_from where the step calls it 4 times or more, else "
+                         "launch_from_callee where it does; null where neither (calls from the "
+                         "spans, else from the stacks' runs of calls)",
+        "item_calls": "item_function's calls in the step",
+        "item_launches": "kernel launches inside item_function's calls in the step",
+        "item_span_ns": "from item_function's first CUDA call in the step to the end of its "
+                        "last",
         "syncs": "sync calls in the step", "blocked_ns": "CPU time blocked in the step",
         "size_syncs": "sync calls in the step under a torch op whose output size depends on "
                       "the values (size_op): the step's shapes change with its data",
@@ -622,16 +630,20 @@ class Relations:
         each call, without building the relation's other columns."""
         return self._instances(self.calls_table()["call_idx"]).to_numpy()
 
-    def _instances(self, idx: pl.Series) -> pl.Series:
+    def _instances(self, idx: pl.Series, frame_node: pl.Series | None = None) -> pl.Series:
         """``call_instance`` of the calls ``idx`` (see ``COLUMNS``): with spans (Kineto), the
         start of the user frame's span around the call; else the call of the user function the
-        call ran in, from the stacks (:mod:`zym.analysis.instances`)."""
+        call ran in, from the stacks (:mod:`zym.analysis.instances`). ``frame_node``: for each
+        of ``idx``, the stack node of another frame on its stack (null: none) whose call is
+        wanted instead of its user frame's (an outer function's: the items of a loop)."""
         import numpy as np
 
         from .instances import Ancestors, call_instances, enclosing_span_starts, instance_columns
 
         calls = self.calls_table()
         spans = self.analysis.data.span_table
+        if frame_node is not None:
+            return self._frame_instances(idx, frame_node)
         if spans is None or spans.height == 0:
             # Every call's, once per analysis: a call's instance does not depend on which
             # others are asked for, and each ask passes over every call (rules ask for a
@@ -684,6 +696,36 @@ class Relations:
                 .select(pl.coalesce(pl.when(pl.col("inst_end") >= pl.col("ts_ns"))
                                     .then("inst_ts"), -row - 1).alias("call_instance"))
                 .collect().to_series())
+
+    def _frame_instances(self, idx: pl.Series, node: pl.Series) -> pl.Series:
+        """:meth:`_instances` of the calls ``idx`` in the frames ``node`` (a stack node per
+        call; null: none, the call its own instance): the start of that frame's span around
+        each call (spans), else the run of calls through that frame from its caller's line
+        (stacks: :func:`zym.analysis.instances.call_instances`)."""
+        from .instances import Ancestors, call_instances, enclosing_span_starts, instance_columns
+
+        calls = self.calls_table()
+        at = idx.to_numpy()
+        spans = self.analysis.data.span_table
+        if spans is None or spans.height == 0:
+            anc = self._once_obj("ancestors", lambda: Ancestors(self.facts.nodes))
+            full = pl.Series(np.full(calls.height, -1, np.int64)).scatter(
+                at, node.cast(pl.Int64).fill_null(-1))   # -1: no frame (no stack node)
+            ids = call_instances(calls, full, at, anc, self.call_steps(),
+                                 self._thread_order(False))
+            return pl.Series("call_instance", np.where(ids >= 0, ids, -(at + 1)), dtype=pl.Int64)
+        frame = calls.select("_thread", "ts_ns")[idx]
+        nodes = node.cast(pl.Int64).drop_nulls().unique()
+        sp = spans.collect(spans.lazy().filter(pl.col("stack_id").is_in(nodes.implode()))
+                           .select(instance_columns()))
+        found = enclosing_span_starts(
+            frame["_thread"].to_numpy(), node.cast(pl.Int64).fill_null(-1).to_numpy(),
+            frame["ts_ns"].to_numpy(), *(sp[c].to_numpy() for c in sp.columns))
+        if found is None:
+            raise ValueError("the spans' times and frames do not fit one key")
+        # a call outside any span of its frame is its own instance (by its row, not its place)
+        return pl.Series("call_instance", np.where(found >= 0, found, -(at + 1)),
+                         dtype=pl.Int64)
 
     def _once_obj(self, name: str, build):
         if name not in self._objects:
@@ -794,7 +836,9 @@ class Relations:
                   "launches": pl.Int64, "launch_from": pl.String,
                   "launch_from_share": pl.Float64, "launch_from_callee": pl.String,
                   "launch_from_calls": pl.Int64, "launch_next": pl.String,
-                  "launch_next_share": pl.Float64, "calls": pl.Int64, "syncs": pl.Int64,
+                  "launch_next_share": pl.Float64, "item_function": pl.String,
+                  "item_calls": pl.Int64, "item_launches": pl.Int64, "item_span_ns": pl.Int64,
+                  "calls": pl.Int64, "syncs": pl.Int64,
                   "size_syncs": pl.Int64, "blocked_ns": pl.Int64, "cpu_call_ns": pl.Int64, "gpu_ns": pl.Int64,
                   "busy_ns": pl.Int64, "busy_frac": pl.Float64, "quiet_ns": pl.Int64,
                   "quiet_frac": pl.Float64, "quiet_idx": pl.Int64, "quiet_py_ns": pl.Int64,
@@ -840,6 +884,9 @@ class Relations:
         if want & {"launch_from", "launch_from_share", "launch_next", "launch_next_share",
                    "launch_from_callee", "launch_from_calls"}:
             df = df.join(self._launch_from(calls, steps), on="step", how="left")
+        if want & {"item_function", "item_calls", "item_launches", "item_span_ns"}:
+            items = self.item_calls().table.drop("item_node")
+            df = df.join(items, on="step", how="left")
         if want & {"torch_ops", "grad_ops", "backward_ops", "grad_cpu_ns"}:
             from .training import AUTOGRAD_NS_PER_OP, op_counts
 
@@ -922,6 +969,124 @@ class Relations:
             .alias("launch_from_callee"),
             self._callee_calls(ranked["step"].to_numpy(), np.where(top >= 0, ids[np.maximum(
                 top, 0)], -1), steps).alias("launch_from_calls"))
+
+    def item_calls(self) -> ItemCalls:
+        """The function each step calls once per item, and its calls (:class:`ItemCalls`),
+        once per analysis: the steps relation's ``item_*`` columns and the per-item batching
+        fix read it alike."""
+        return self._once_obj("item calls", self._item_calls)
+
+    def _item_calls(self) -> ItemCalls:
+        """Per step, the function below the step function that launched most of its kernels
+        (its outermost user frame there: ``launch_from``'s), or, where the step calls that
+        once, the user function below it that launched most (``launch_from_callee``'s): the
+        first of the two the step calls :data:`ITEM_MIN_CALLS` times or more (its calls from
+        the spans, else from the stacks' runs: :meth:`_frame_instances`), with the CUDA calls
+        made inside each of its calls. A function's calls are those from the same caller line
+        (its node's frame code: the line's own node with eBPF stacks, any line inside it).
+
+        Not items (no function for the step at that level): a module called inside another
+        module's forward (a model's layers, each its own weights, one after the other), and
+        calls between most of which the step reads the GPU's values back (:func:`_read_between`:
+        a loop that decides from them whether to go on, or feeds them back, as a generation
+        loop does with its tokens: each call needs the one before it)."""
+        from .instances import Ancestors, frame_codes
+        from .phases import under_step
+        from .trie import NONE
+
+        none = ItemCalls.empty()
+        steps = self.analysis.steps_in_window()
+        nodes = self.facts.nodes
+        if steps is None or not steps.count or steps.source == "profiler steps" \
+                or nodes.height == 0:
+            return none
+        anc = self._once_obj("ancestors", lambda: Ancestors(nodes))
+        trie = anc.trie
+        source, labels = under_step(nodes, steps, trie)
+        user = nodes["is_user"].fill_null(False).to_numpy()
+        callee = trie.outermost(user & (source != NONE) & (source != np.arange(len(source))))
+        code = frame_codes(anc)
+        enclosed = _inside_another_module(nodes, trie)
+        calls = self.calls_table()
+        idx = _on_steps_thread(calls, steps)
+        idx = idx[self.call_steps().gather(idx).is_not_null().to_numpy()]
+        if not len(idx):
+            return none
+        r = trie.rows_of(calls["stack_id"].gather(idx).fill_null(-1).to_numpy())
+        launch = (calls["kind"].gather(idx) == "launch").fill_null(False).to_numpy()
+        step = self.call_steps().gather(idx).cast(pl.Int64).to_numpy()
+        ts = calls["ts_ns"].gather(idx).to_numpy()
+        end = ts + calls["dur_ns"].gather(idx).to_numpy()
+        scalar = self._scalar_reads(idx)
+        copy = (calls["kind"].gather(idx) == "copy").fill_null(False)
+        dtoh = (copy & (calls["copy_kind"].gather(idx) == "DtoH").fill_null(False)).to_numpy()
+        htod = (copy & (calls["copy_kind"].gather(idx) == "HtoD").fill_null(False)).to_numpy()
+        ids = nodes["stack_id"].cast(pl.Int64).to_numpy()
+        chosen: list[pl.DataFrame] = []
+        members: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        done = np.ones(0, np.int64)  # steps given a function at an outer level
+        for level in (source, callee):
+            lv = np.where(r >= 0, level[np.maximum(r, 0)], NONE)
+            c = np.where(lv >= 0, code[np.maximum(lv, 0)], -1)
+            # per step, the node whose launches are most (ties: the lower node row)
+            top = (pl.DataFrame({"step": step, "node": lv})
+                   .filter(pl.Series(launch & (lv >= 0)) & ~pl.col("step").is_in(done))
+                   .group_by("step", "node").len()
+                   .sort(["step", "len", "node"], descending=[False, True, False])
+                   .group_by("step", maintain_order=True).agg(pl.col("node").first()))
+            top = top.filter(~pl.Series(enclosed[top["node"].to_numpy()]))
+            if top.height == 0:
+                continue
+            want = np.full(int(step.max()) + 1, -2, np.int64)
+            want[top["step"].to_numpy()] = code[top["node"].to_numpy()]
+            under = c == want[step]
+            at = idx[under]
+            inst = self._instances(pl.Series(at), frame_node=pl.Series(ids[lv[under]])).to_numpy()
+            per = (pl.DataFrame({"step": step[under], "inst": inst, "launch": launch[under],
+                                 "ts": ts[under], "end": end[under]})
+                   .group_by("step").agg(pl.col("inst").n_unique().alias("item_calls"),
+                                         pl.col("launch").sum().cast(pl.Int64)
+                                         .alias("item_launches"),
+                                         (pl.col("end").max() - pl.col("ts").min())
+                                         .alias("item_span_ns"))
+                   .filter(pl.col("item_calls") >= ITEM_MIN_CALLS)
+                   .join(top, on="step"))
+            dependent = _read_between(step[under], inst, ts[under], end[under], ts[scalar],
+                                      ts[dtoh], ts[htod])
+            per = per.filter(~pl.col("step").is_in(pl.Series(dependent, dtype=pl.Int64)
+                                                   .implode()))
+            # a loop whose calls need each other's outputs: what its calls call is no item
+            done = np.concatenate([done, dependent.astype(np.int64)])
+            if per.height == 0:
+                continue
+            per = per.with_columns(labels.gather(per["node"].to_numpy()).alias("item_function"),
+                                   pl.Series(ids[per["node"].to_numpy()]).alias("item_node"))
+            chosen.append(per)
+            keep = np.isin(step[under], per["step"].to_numpy())
+            members.append((at[keep], inst[keep], step[under][keep]))
+            done = np.concatenate([done, top["step"].to_numpy()])
+        if not chosen:
+            return none
+        table = (pl.concat([f.select(ItemCalls.SCHEMA.keys()).cast(ItemCalls.SCHEMA)
+                            for f in chosen]).sort("step"))
+        at, inst, st = (np.concatenate(x) for x in zip(*members))
+        order = np.argsort(at, kind="stable")
+        return ItemCalls(table, at[order], inst[order], st[order])
+
+    def _scalar_reads(self, idx: np.ndarray) -> np.ndarray:
+        """Which of the calls ``idx`` read a GPU scalar back: a device-to-host copy under
+        ``aten::_local_scalar_dense`` (``.item()``, ``bool()``, ``int()`` of a tensor), or,
+        without torch ops (eBPF), of 8 bytes or fewer (as ``syncs.scalar-readback`` finds
+        them)."""
+        calls = self.calls_table()
+        copy = ((calls["kind"].gather(idx) == "copy")
+                & (calls["copy_kind"].gather(idx) == "DtoH")).fill_null(False).to_numpy()
+        chain = self.site_of(calls["stack_id"].gather(idx), ("op_chain",))[0].cast(pl.String)
+        scalar = chain.str.contains(";aten::(_local_scalar_dense|item|is_nonzero);")
+        small = calls["bytes"].gather(idx).fill_null(1 << 30) <= 8 if "bytes" in calls.columns \
+            else pl.Series([False] * len(idx))
+        return copy & (scalar.fill_null(False) | (chain.is_null() & small.fill_null(False))
+                       ).to_numpy()
 
     def _callee_calls(self, step: np.ndarray, node: np.ndarray, steps) -> pl.Series:
         """Per (``step``, stack ``node``; -1: none): the Python spans of that node on the
@@ -1273,6 +1438,77 @@ def _step_frame(steps) -> pl.DataFrame:
     ``end_ns``."""
     return pl.DataFrame({"step": pl.int_range(steps.count, eager=True).cast(pl.Int64),
                          "ts_ns": steps.start_ns, "end_ns": steps.end_ns})
+
+
+# Calls of one function in a step from which the function counts as called once per item
+ITEM_MIN_CALLS = 4
+
+
+class ItemCalls:
+    """The function each step calls once per item (:meth:`Relations.item_calls`): ``table``,
+    one row per step that has one (``step``, ``item_node``: its stack node, ``item_function``:
+    its label, ``item_calls``: its calls in the step, ``item_launches``: the launches inside
+    them, ``item_span_ns``: from the first call's first CUDA call to the last's end), and
+    the CUDA calls inside those calls: ``call_idx`` (sorted), each one's call of the
+    function (``instance``: ids that say which calls share one) and its ``step``."""
+
+    SCHEMA: ClassVar[dict] = {"step": pl.Int64, "item_node": pl.Int64, "item_function": pl.String,
+              "item_calls": pl.Int64, "item_launches": pl.Int64, "item_span_ns": pl.Int64}
+
+    def __init__(self, table: pl.DataFrame, call_idx: np.ndarray, instance: np.ndarray,
+                 step: np.ndarray) -> None:
+        self.table, self.call_idx, self.instance, self.step = table, call_idx, instance, step
+
+    @classmethod
+    def empty(cls) -> ItemCalls:
+        z = np.zeros(0, np.int64)
+        return cls(pl.DataFrame(schema=cls.SCHEMA), z, z, z)
+
+
+def _inside_another_module(nodes: pl.DataFrame, trie) -> np.ndarray:
+    """Per stack node, whether it runs inside a module's call other than its own: more
+    module wrappers above it (``nn.Module: X`` frames, torch's ``_call_impl``: the most of
+    the two counts) than its own call's, where it is a module's ``forward``."""
+    name, file = nodes["name"].fill_null(""), nodes["file"].fill_null("")
+    impl = ((name == "_call_impl") & file.str.ends_with("torch/nn/modules/module.py")).to_numpy()
+    parent = trie.parent
+    forward = ((name == "forward").to_numpy()
+               & (impl[np.maximum(parent, 0)] & (parent >= 0)
+                  | nodes["module"].is_not_null().to_numpy()))
+    best = np.zeros(len(name), np.int64)
+    for mark in (name.str.starts_with("nn.Module: ").to_numpy(), impl):
+        above = trie.count_above(mark)
+        best = np.maximum(best, above - (forward & (above > 0)))
+    return best > 0
+
+
+def _read_between(step: np.ndarray, inst: np.ndarray, ts: np.ndarray, end: np.ndarray,
+                  scalar_ts: np.ndarray, read_ts: np.ndarray, upload_ts: np.ndarray
+                  ) -> np.ndarray:
+    """The steps (of the CUDA calls ``ts``..``end`` inside each call ``inst`` of a function,
+    in ``step``, on one thread) whose loop reads the GPU's values back between its calls, as
+    a loop whose next call needs the last one's output does: between at least half of the
+    function's consecutive calls, a scalar read (``scalar_ts``: a stop check), or a read
+    back (``read_ts``: device-to-host copies) with no upload (``upload_ts``: host-to-device
+    copies, a next item's input)."""
+    if not len(step) or not (len(scalar_ts) or len(read_ts)):
+        return np.zeros(0, np.int64)
+    gaps = (pl.DataFrame({"step": step, "inst": inst, "ts": ts, "end": end})
+            .group_by("step", "inst").agg(pl.col("ts").min(), pl.col("end").max())
+            .sort("step", "ts")
+            .with_columns(pl.col("ts").shift(-1).over("step").alias("next"))
+            .filter(pl.col("next").is_not_null()))
+    after, before = gaps["end"].to_numpy(), gaps["next"].to_numpy()
+
+    def holds(at: np.ndarray) -> np.ndarray:
+        at = np.sort(at)
+        return (np.searchsorted(at, before, side="left")
+                > np.searchsorted(at, after, side="right"))
+
+    reads = holds(scalar_ts) | (holds(read_ts) & ~holds(upload_ts))
+    share = (pl.DataFrame({"step": gaps["step"], "read": reads}).group_by("step")
+             .agg(pl.col("read").mean()))
+    return share.filter(pl.col("read") >= 0.5)["step"].to_numpy()
 
 
 def _on_steps_thread(calls: pl.DataFrame, steps) -> np.ndarray:

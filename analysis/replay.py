@@ -171,6 +171,10 @@ class Fix:
     gap_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     gpu_ops: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     gpu_dur_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # operations that run right after the one before them on their stream, without the queue
+    # gap between two launched operations (one kernel's work split over many launches: the
+    # items of a batch)
+    gapless_ops: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     graph_first: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     graph_last: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     graph_launch_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -184,7 +188,8 @@ class Fix:
     def edits_nothing(self) -> bool:
         """No edit for the replay to make (a tail at most)."""
         return not any(len(getattr(self, f)) for f in (
-            "remove_calls", "unblock_calls", "cost_calls", "gap_calls", "gpu_ops", "graph_first"))
+            "remove_calls", "unblock_calls", "cost_calls", "gap_calls", "gpu_ops", "gapless_ops",
+            "graph_first"))
 
     def is_empty(self) -> bool:
         return self.edits_nothing() and not self.tail_ns
@@ -215,7 +220,8 @@ class Fix:
         return Fix(remove_calls=sorted_unique(cat("remove_calls")),
                    unblock_calls=sorted_unique(cat("unblock_calls")), cost_calls=cost_calls,
                    cost_ns=cost_ns, gap_calls=gap_calls, gap_ns=gap_ns, gpu_ops=gpu_ops,
-                   gpu_dur_ns=gpu_dur, graph_first=cat("graph_first"),
+                   gpu_dur_ns=gpu_dur, gapless_ops=sorted_unique(cat("gapless_ops")),
+                   graph_first=cat("graph_first"),
                    graph_last=cat("graph_last"),
                    graph_launch_ns=cat("graph_launch_ns"),   # one per segment, as graph_first
                    graph_node_ns=max((f.graph_node_ns for f in graphs), default=0),
@@ -238,7 +244,7 @@ class _Chained(Fix):
     (what a replay reads before choosing its path) are combined at once."""
 
     _LAZY = ("remove_calls", "unblock_calls", "cost_calls", "cost_ns", "gap_calls", "gap_ns",
-             "gpu_ops", "gpu_dur_ns")
+             "gpu_ops", "gpu_dur_ns", "gapless_ops")
 
     def __init__(self, first: Fix, second: Fix) -> None:  # no dataclass __init__: lazy fields
         self.first, self.second = first, second
@@ -591,11 +597,11 @@ class Timeline:
         """The window replayed with ``fix`` (``deflate``: without the recording's own cost).
 
         ``incremental``: from the unfixed replay's state (``_base``), recomputing only what the
-        fix moves (the same outcome as the whole replay, which runs for graph fixes, for
-        ``deflate=False``, and when ``incremental`` is off)."""
+        fix moves (the same outcome as the whole replay, which runs for graph fixes and
+        gapless operations, for ``deflate=False``, and when ``incremental`` is off)."""
         if self.n_calls == 0:  # nothing on the CPU side to move: the window is what was recorded
             return Outcome(self.w1, self.w0, self.w1)
-        if incremental and deflate and not len(fix.graph_first):
+        if incremental and deflate and not len(fix.graph_first) and not len(fix.gapless_ops):
             return self._base.replay(self, fix, reference, alone)
         return self._replay_whole(fix, deflate)
 
@@ -634,6 +640,9 @@ class Timeline:
             pos = self.pos_of_gpu[fix.gpu_ops]
             ok = pos >= 0
             op_dur[pos[ok]] = np.minimum(op_dur[pos[ok]], fix.gpu_dur_ns[ok])
+        if len(fix.gapless_ops):
+            pos = self.pos_of_gpu[fix.gapless_ops]
+            op_gap[pos[pos >= 0]] = 0
         if len(fix.graph_first):
             self._apply_graphs(fix, gap, cost, waits, op_dur, op_lat, op_ready_call, op_gap)
         op_gap = np.where(gone, 0, op_gap)

@@ -327,7 +327,8 @@ def _map_fix(fix: Fix, calls: np.ndarray, gpu: np.ndarray) -> Fix:
     return Fix(remove_calls=rows(fix.remove_calls, calls),
                unblock_calls=rows(fix.unblock_calls, calls), cost_calls=cost_calls,
                cost_ns=cost_ns, gap_calls=gap_calls, gap_ns=gap_ns, gpu_ops=gpu_ops,
-               gpu_dur_ns=gpu_dur, graph_first=first[whole], graph_last=last[whole],
+               gpu_dur_ns=gpu_dur, gapless_ops=rows(fix.gapless_ops, gpu),
+               graph_first=first[whole], graph_last=last[whole],
                graph_launch_ns=fix.graph_launch_ns[whole] if len(fix.graph_launch_ns) else
                fix.graph_launch_ns, graph_node_ns=fix.graph_node_ns, describe=fix.describe)
 

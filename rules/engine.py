@@ -40,7 +40,8 @@ _SITE_LABELS = ("user_node", "user_function", "user_file", "user_line", "user_mo
 _MODEL_COLUMNS = {"speedup": ("dur_ns", "precision", "op_class", "flops"),
                   "cpu-work": ("quiet_idx", "quiet_py_ns", "end_ns"),
                   "cuda-graph": ("step", "size_syncs"), "batch": ("call_instance",),
-                  "autograd-off": ("step",), "eval-mode": ("step",)}
+                  "autograd-off": ("step",), "eval-mode": ("step",),
+                  "items": ("step", "item_function")}
 
 
 def evaluate_rules(analysis: Analysis, rules: Sequence[Rule],

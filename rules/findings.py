@@ -208,7 +208,8 @@ class Finding:
             return None
         parts = []
         for name in ("remove_calls", "unblock_calls", "cost_calls", "cost_ns", "gap_calls",
-                     "gap_ns", "gpu_ops", "gpu_dur_ns", "graph_first", "graph_last"):
+                     "gap_ns", "gpu_ops", "gpu_dur_ns", "gapless_ops", "graph_first",
+                     "graph_last"):
             parts.append(hash(np.asarray(getattr(e, name)).tobytes()))
         return tuple(parts)
 
@@ -308,7 +309,7 @@ class Findings(list):
         # A chain whose first fix is a CUDA graph replays every prefix whole (graph fixes have
         # no incremental replay): a run's first replay then costs what a chained one does,
         # and the runs are as many as the threads (at 6.6 M events: ten 40 ms replays).
-        whole = len(edits[0].graph_first) > 0
+        whole = len(edits[0].graph_first) > 0 or len(edits[0].gapless_ops) > 0
         runs = min(replay_threads(), len(edits) if whole else max(1, len(edits) // MIN_RUN))
         cuts = [len(edits) * i // runs for i in range(runs + 1)]
 

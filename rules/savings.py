@@ -43,6 +43,13 @@ Models (``saving: {model: NAME, ...}``):
 * ``eval-mode``: the finding's steps run their modules in eval mode: the training-mode
   kernels eval mode does without (dropout's, batch norm's statistics and counter) go, with
   their launches and the CPU time their ops spent before each launch.
+* ``items``: the finding's steps call their item function (the steps relation's
+  ``item_function``: :meth:`zym.analysis.relations.Relations.item_calls`) once on all the
+  items: each step's first call of it stays; in the others, every CUDA call loses its own CPU
+  time and the CPU work before it inside the function (with spans, the work before the call
+  entered the function stays: the loop's own), and their waits go; their GPU work stays as
+  measured (a batched kernel usually takes less than the items' kernels one by one: not
+  counted).
 * ``none``: no estimate (the finding is context, e.g. a utilization summary).
 """
 from __future__ import annotations
@@ -62,7 +69,7 @@ if TYPE_CHECKING:
     from zym.analysis import Analysis
 
 MODELS = ("batch", "remove", "unblock", "pin", "async", "speedup", "shorten-gaps", "cpu-work",
-          "cuda-graph", "autograd-off", "eval-mode", "none")
+          "cuda-graph", "autograd-off", "eval-mode", "items", "none")
 # CPU cost of one async copy call, when the capture has no pinned copy to measure it from;
 # and of one graph replay (its cost grows with the graph's kernels) and the GPU time each
 # graph node adds, when it has no graph launch. Measured on the H200 by
@@ -130,6 +137,8 @@ def fix_for(model: dict, relation: str, rows: pl.DataFrame, analysis: Analysis,
         return _autograd_off(rows, analysis)
     if name == "eval-mode":
         return _eval_mode(rows, analysis)
+    if name == "items":
+        return _items(rows, analysis)
     raise ValueError(f"unknown saving model {name!r}")
 
 
@@ -614,6 +623,61 @@ def _eval_mode(rows: pl.DataFrame, analysis: Analysis) -> Fix | None:
                describe=(f"replayed without {len(calls):,} kernels eval mode does without "
                          f"(dropout's, batch norm's statistics), their launches and their ops' "
                          f"CPU time before each launch{note}"))
+
+
+def _items(rows: pl.DataFrame, analysis: Analysis) -> Fix | None:
+    """The ``items`` model (the module doc): the finding's steps (``rows``: steps relation)
+    with their item function called once on all the items."""
+    if "step" not in rows.columns:
+        return None
+    items = analysis.relations.item_calls()
+    mine = sorted_unique(rows["step"].drop_nulls().cast(pl.Int64).to_numpy())
+    take = in_sorted(mine, items.step)
+    at, inst, step = items.call_idx[take], items.instance[take], items.step[take]
+    if not len(at):
+        return None
+    # each step's first call of the function: the call of its earliest CUDA call (``at`` is
+    # in time order)
+    first = np.full(int(step.max()) + 1, -1, np.int64)
+    first[step[::-1]] = inst[::-1]
+    later = inst != first[step]
+    gone, inst = at[later], inst[later]
+    if not len(gone):
+        return None
+    opening = np.r_[True, inst[1:] != inst[:-1]]   # each call's first CUDA call
+    tl = analysis.timeline
+    gap = np.zeros(len(gone), np.int64)
+    spans = analysis.data.span_table is not None and analysis.data.span_table.height > 0
+    calls = analysis.facts.calls
+    if spans:
+        # the loop's own work before the call entered the function stays (instance ids are
+        # the spans' starts)
+        ts = calls["ts_ns"].gather(gone[opening]).to_numpy()
+        start = inst[opening]
+        before = tl.gap[gone[opening]]
+        # (a call outside any span of the function, its own instance: its time stays)
+        gap[opening] = np.where(start >= 0, np.clip(before - (ts - start), 0, None), before)
+    else:
+        gap[opening] = tl.gap[gone[opening]]   # no span: where the call began is not known
+    waits = gone[tl.waits[gone]]
+    # their GPU operations run back to back, as one batched kernel's work would
+    op_call = analysis.facts.gpu["call_idx"].fill_null(-1).to_numpy()
+    ops = np.flatnonzero(in_sorted(gone, op_call))
+    n_calls = int(opening.sum())
+    steps = len(sorted_unique(step))
+    what = (rows["item_function"].drop_nulls().first() if "item_function" in rows.columns
+            else None) or "the item function"
+    return Fix(cost_calls=gone, cost_ns=np.zeros(len(gone), np.int64), gap_calls=gone,
+               gap_ns=gap, unblock_calls=waits, gapless_ops=ops, describe=(
+        f"replayed with {what} called once a step on all the items: in each of {steps:,} "
+        f"steps its first call stays, and the {len(gone):,} CUDA calls of its other "
+        f"{n_calls:,} calls are made without their CPU time or the CPU work before each inside "
+        "it" + (" (the loop's work before each call stays)" if spans else
+                " (the CPU time before each call's first stays)")
+        + (f", {len(waits):,} of them not waiting" if len(waits) else "")
+        + f"; their {len(ops):,} GPU operations take the time measured, run back to back "
+          "(without the gaps between launched kernels) as a batch's kernels would (which "
+          "usually take less than the items' one by one: not counted)"))
 
 
 def _cuda_graph(relation: str, rows: pl.DataFrame, analysis: Analysis) -> Fix | None:

@@ -724,6 +724,35 @@ def test_launch_bound_step__silent_when_gpu_bound():
     assert fired(b, "compute.launch-bound-step") == []
 
 
+def _items_loop(b: CaptureBuilder, items: int, steps: int = 4) -> None:
+    """Steps that call the model's forward (its own span) once per item, 10 launches each;
+    each step's answer read back."""
+    for _ in range(steps):
+        with b.enclosing(STEP):
+            for _ in range(items):
+                with b.enclosing(STEP + [FFN[-1]]):
+                    for _ in range(10):
+                        b.kernel(STEP + [FFN[-1], ("torch_op", "aten::linear")], "gemm",
+                                 gpu_us=2)
+            b.scalar_readback(STEP)
+
+
+def test_per_item_calls__fires_on_a_forward_called_per_item():
+    b = CaptureBuilder()
+    _items_loop(b, items=6)
+    [f] = fired(b, "compute.per-item-calls")
+    assert f.site == "each step: app.py step" and f.evidence["count"] == 4
+    assert f.evidence["calls_per_step"] == 6 and f.evidence["launches_per_call"] == 10
+    assert "model.py:40 forward 6 times each" in " ".join(f.message.split())
+    assert f.saving_ns > 0 and "first call stays" in f.saving_how
+
+
+def test_per_item_calls__silent_on_a_forward_called_once_a_step():
+    b = CaptureBuilder()
+    _items_loop(b, items=1)
+    assert fired(b, "compute.per-item-calls") == []
+
+
 BACKWARD = "autograd::engine::evaluate_function: "
 
 

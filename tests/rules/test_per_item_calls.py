@@ -1,0 +1,274 @@
+"""A function called once per item of a loop (``compute.per-item-calls``, ``saving: {model:
+items}``): which function, how many calls a step, and what one call on all the items saves.
+
+CaptureBuilder times (rules/testing.py): a call lasts its ``cpu_us`` and the next starts 1 us
+after it; a span (``enclosing``) opens 0.5 us before what runs in it and closes 0.5 us after.
+Here a launch is 5 us of CPU, its kernel 10 ns of GPU (1 us after the launch began): the
+steps are CPU-bound, so the window is the CPU's time and every microsecond the fix takes off
+the CPU comes off the window.
+
+One item's call of ``embed`` (K launches, spans): it opens 0.5 us into its span, its K
+launches take 6K - 1 us with the gaps between them, and it closes 0.5 + 1 us later. The
+fix takes from each call after a step's first its launches' 5K us, the K - 1 us between them,
+and the 0.5 us from its span's start to its first launch: the 1.5 us before the span (the
+loop's) stays. Without spans (eBPF stacks), where the loop launches a kernel of its own
+before each item (which splits the runs of calls into items), the CPU time before each
+item's first call is not known to be the function's and stays: 6K - 1 us a call.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from zym.rules import load_packs
+from zym.rules.engine import evaluate_rules
+from zym.rules.testing import CaptureBuilder
+
+RULE = next(r for p in load_packs(plugins=False) for r in p.rules
+            if r.id == "compute.per-item-calls")
+US = 1_000
+SERVE = [("python", "main", "app.py", 1), ("python", "serve", "app.py", 10)]
+STEP = SERVE + [("python", "handle", "app.py", 20)]   # Kineto: a frame's line is its first
+
+
+def at(line: int, spans_style: bool) -> list:
+    """``handle``'s frame at ``line``: with eBPF stacks each frame has its executing line."""
+    return STEP if spans_style else SERVE + [("python", "handle", "app.py", line)]
+
+
+EMBED = ("python", "embed", "model.py", 5)
+REQUESTS, ITEMS, K = 3, 8, 20
+
+
+def service(*, spans_style: bool = True, separator: bool = False, items: int = ITEMS,
+            gpu_us: float = 0.01, batched: bool = False) -> CaptureBuilder:
+    """REQUESTS calls of ``handle``: an upload of the request's input (a pinned copy, not
+    waiting: 4 + 1 us), ``embed`` called on ``items`` items (K launches each; ``separator``:
+    the loop launches a kernel of its own before each item), one launch of its own and a value
+    read back (a copy and a sync: 4 + 1 + 2 + 1 us). ``batched``: one call of ``embed`` whose
+    K launches do every item's work (each kernel ``items`` times as long): what the fix makes
+    of the loop."""
+    b = CaptureBuilder()
+    model = at(23, spans_style) + [EMBED]
+    for _ in range(REQUESTS):
+        with b.enclosing(STEP):
+            b.copy(at(21, spans_style), "HtoD", nbytes=4096, host_mem="pinned", sync=False)
+            for _ in range(1 if batched else items):
+                if separator:
+                    b.kernel(at(22, spans_style) + [("torch_op", "aten::contiguous")], "copy_",
+                             gpu_us=gpu_us)
+                with b.enclosing(model):
+                    for _ in range(K):
+                        b.kernel(model + [("torch_op", "aten::linear")], "gemm",
+                                 gpu_us=gpu_us * (items if batched else 1))
+            b.kernel(at(24, spans_style) + [("torch_op", "aten::cat")], "cat", gpu_us=gpu_us)
+            b.scalar_readback(at(25, spans_style))   # the request's answer read back
+    return b
+
+
+def run(b: CaptureBuilder, spans: bool = True):
+    analysis = b.analysis(spans=spans)
+    return analysis, evaluate_rules(analysis, [RULE])
+
+
+def test_the_function_and_its_calls_per_step_from_the_spans():
+    analysis, [f] = run(service())
+    table = analysis.relations.item_calls().table
+    assert table["item_calls"].to_list() == [ITEMS] * REQUESTS
+    assert table["item_launches"].to_list() == [ITEMS * K] * REQUESTS
+    assert set(table["item_function"]) == {"model.py:5 embed"}
+    assert f.evidence["calls_per_step"] == ITEMS and f.evidence["launches_per_call"] == K
+    assert f.evidence["count"] == REQUESTS and "model.py:5 embed" in f.message
+
+
+def test_the_saving_is_the_later_calls_cpu_time():
+    analysis, [f] = run(service())
+    per_call_us = 6 * K - 0.5         # launches, the gaps between them, the span's opening
+    assert f.saving_ns == pytest.approx(REQUESTS * (ITEMS - 1) * per_call_us * US, rel=1e-3)
+    # each step's first call stays: none of its calls is edited
+    items = analysis.relations.item_calls()
+    edited = set(f.edit.cost_calls.tolist())
+    firsts = {int(items.call_idx[items.step == s].min()) for s in range(REQUESTS)}
+    assert not edited & firsts and len(edited) == REQUESTS * (ITEMS - 1) * K
+
+
+def test_the_saving_matches_the_batched_service_when_cpu_bound():
+    """The loop against its batched form (one call, each kernel the items' work), captured
+    alike: the window the fix's replay gives is the batched capture's window (within the
+    1.5 us a call the fix leaves before each later call: the loop's own time)."""
+    loop, [f] = run(service())
+    batched, _ = run(service(batched=True))
+    window = loop.facts.window_ns - f.saving_ns
+    kept = REQUESTS * (ITEMS - 1) * 1.5 * US
+    assert window == pytest.approx(batched.facts.window_ns + kept, rel=1e-3)
+
+
+def test_without_spans_the_loops_own_launch_splits_the_items():
+    analysis, [f] = run(service(spans_style=False, separator=True), spans=False)
+    table = analysis.relations.item_calls().table
+    assert table["item_calls"].to_list() == [ITEMS] * REQUESTS
+    assert f.saving_ns == pytest.approx(REQUESTS * (ITEMS - 1) * (6 * K - 1) * US, rel=1e-3)
+
+
+def test_without_spans_back_to_back_calls_are_one_run():
+    """eBPF stacks: calls of the same function from the same line with no CUDA call between
+    them are one run (zym.analysis.instances): the items are not told apart, no finding."""
+    analysis, findings = run(service(spans_style=False), spans=False)
+    assert analysis.relations.item_calls().table.height == 0 and findings == []
+
+
+def test_silent_below_four_calls_a_step():
+    analysis, findings = run(service(items=3))
+    assert analysis.relations.item_calls().table.height == 0 and findings == []
+
+
+def test_gpu_bound_items_save_little():
+    """Kernels of 200 us: the GPU sets the pace, and the items' kernels stay (back to back,
+    as a batch's would run): the fix takes off at most the gaps between them."""
+    analysis, [f] = run(service(gpu_us=200))
+    later = REQUESTS * (ITEMS - 1) * K  # the kernels of the calls after each step's first
+    assert 0 <= f.saving_ns <= later * 1.0 * US + 0.01 * analysis.facts.window_ns
+    assert np.all(f.edit.gapless_ops >= 0) and len(f.edit.gapless_ops) == later
+
+
+# -- what is not a loop over items ---------------------------------------------------------
+
+MODULE = [("python", "nn.Module: Model", None, None),
+          ("python", "_call_impl", "torch/nn/modules/module.py", 1783)]
+BLOCK = [("python", "nn.Module: Block", None, None),
+         ("python", "_call_impl", "torch/nn/modules/module.py", 1783),
+         ("python", "forward", "model.py", 30)]
+
+
+def test_a_models_layers_are_not_items():
+    """``for block in self.blocks: x = block(x)`` inside the model's forward: each call is
+    another layer (its own weights), run on the last one's output."""
+    b = CaptureBuilder()
+    model = STEP + MODULE + [("python", "forward", "model.py", 50)]
+    for _ in range(REQUESTS):
+        with b.enclosing(STEP), b.enclosing(model):
+            for _ in range(ITEMS):
+                with b.enclosing(model + BLOCK):
+                    for _ in range(K):
+                        b.kernel(model + BLOCK + [("torch_op", "aten::linear")], "gemm",
+                                 gpu_us=0.01)
+            b.scalar_readback(STEP)
+    analysis, findings = run(b)
+    assert analysis.relations.item_calls().table.height == 0 and findings == []
+
+
+def generation(b: CaptureBuilder, read: str, upload: bool = False) -> None:
+    """A loop calling ``embed`` ITEMS times a request; between two calls it reads back
+    (``read``): ``item`` a scalar (a stop check), ``tokens`` a device-to-host copy of 512
+    bytes (a step's tokens); ``upload``: and uploads the next call's input."""
+    model = STEP + [EMBED]
+    for _ in range(REQUESTS):
+        with b.enclosing(STEP):
+            for _ in range(ITEMS):
+                if upload:
+                    b.copy(STEP, "HtoD", nbytes=4096, host_mem="pinned", sync=False)
+                with b.enclosing(model):
+                    for _ in range(K):
+                        b.kernel(model + [("torch_op", "aten::linear")], "gemm", gpu_us=0.01)
+                if read == "item":
+                    b.scalar_readback(STEP)
+                else:
+                    b.copy(STEP, "DtoH", nbytes=512)
+
+
+def test_a_loop_that_reads_a_scalar_between_its_calls_is_not_items():
+    b = CaptureBuilder()
+    generation(b, "item")
+    analysis, findings = run(b)
+    assert analysis.relations.item_calls().table.height == 0 and findings == []
+
+
+def test_a_loop_that_reads_back_and_uploads_nothing_is_not_items():
+    b = CaptureBuilder()
+    generation(b, "tokens")
+    assert run(b)[1] == []
+
+
+def test_a_loop_that_uploads_each_input_and_reads_each_result_is_items():
+    """Each item's input uploaded and its result read back (an alert's copies scored, its
+    scores read): the reads are results, the next call's input comes from the host."""
+    b = CaptureBuilder()
+    generation(b, "tokens", upload=True)
+    [f] = run(b)[1]
+    assert f.evidence["calls_per_step"] == ITEMS
+
+
+# -- services measured on an H100 (bench/whatif): the calls counted from the raw spans ----
+
+RESULTS = Path(__file__).resolve().parents[1].parent / "bench/whatif/results"
+# (trace, step function, item function (file, def line), its caller, items per request as
+# the workload's code makes them: clips, people x 2, alerts, frames, photos)
+SERVICES = [
+    ("h100-blind8/kineto/kwspot.parquet", "handle", ("kwspot.py", 203), "handle"),
+    ("h100-blind7/kineto/posekpt.parquet", "handle", ("posekpt.py", 275), "heatmaps"),
+    ("h100-blind7/kineto/fraudscore.parquet", "handle", ("fraudscore.py", 237), "explain"),
+    ("h100-blind6/kineto/cliptag.parquet", "handle", ("cliptag.py", 107), "embed_frames"),
+    ("h100-blind5/kineto/shelfscan.parquet", "handle", ("shelfscan.py", 114), "handle"),
+]
+
+
+def raw_calls_per_step(path: Path, step_fn: str, item: tuple[str, int], caller: str
+                       ) -> list[int]:
+    """Per call of ``step_fn`` (its spans, in time order), the spans of ``item`` (a function's
+    frame: file, line) made from a call of ``caller`` inside it: from the file's raw rows
+    (spans, stacks, frames), not through the analysis."""
+    raw = pl.read_parquet(path, columns=["record", "stack_id", "frame_id", "parent_id",
+                                         "name", "file", "line", "ts_ns", "dur_ns"])
+    frames = raw.filter(pl.col("record") == "frame").select("frame_id", "name", "file", "line")
+    stacks = (raw.filter(pl.col("record") == "stack").select("stack_id", "frame_id", "parent_id")
+              .join(frames, on="frame_id"))
+    parent = dict(zip(stacks["stack_id"].to_list(), stacks["parent_id"].to_list()))
+    name = dict(zip(stacks["stack_id"].to_list(), stacks["name"].to_list()))
+    spans = raw.filter(pl.col("record") == "span").select("stack_id", "ts_ns", "dur_ns").join(
+        stacks, on="stack_id")
+    steps = spans.filter(pl.col("name") == step_fn).sort("ts_ns")
+    items = spans.filter((pl.col("file") == item[0]) & (pl.col("line") == item[1]))
+
+    def from_caller(node: int) -> bool:
+        for _ in range(4):           # forward <- _call_impl <- nn.Module: X <- the caller
+            node = parent.get(node)
+            if node is None:
+                return False
+            if name[node] == caller:
+                return True
+        return False
+
+    ts = np.array([t for t, s in zip(items["ts_ns"], items["stack_id"]) if from_caller(s)])
+    return [int(((ts >= a) & (ts < a + d)).sum())
+            for a, d in zip(steps["ts_ns"], steps["dur_ns"])]
+
+
+@pytest.mark.parametrize("trace,step_fn,item,caller", SERVICES,
+                         ids=[s[0].split("/")[-1].split(".")[0] for s in SERVICES])
+def test_each_steps_calls_are_the_raw_spans(trace, step_fn, item, caller):
+    from zym.analysis import analyze
+
+    path = RESULTS / trace
+    analysis = analyze(path, None, "steady")
+    table = analysis.relations.item_calls().table
+    assert set(table["item_function"].str.split(" ").list.get(0)) == {f"{item[0]}:{item[1]}"}
+    got = table.sort("step")["item_calls"].to_list()
+    raw = raw_calls_per_step(path, step_fn, item, caller)
+    # the window's steps are consecutive calls of the step function
+    assert len(got) == analysis.steps_in_window().count and any(
+        raw[i:i + len(got)] == got for i in range(len(raw) - len(got) + 1)), (got, raw)
+    assert min(got) >= 4
+
+
+def test_the_bundled_decode_loop_is_not_items():
+    """sample_traces/gpt_decode_server.py: ``generate`` calls the model once per new token
+    on the tokens so far, and reads ``(next_ids == EOS).all().item()`` after each call: a
+    generation loop, not items."""
+    from zym.analysis import analyze
+
+    root = Path(__file__).resolve().parents[2] / "sample_traces"
+    for capture in ("gpt_decode_server.parquet", "gpt_decode_server.trace.json.gz"):
+        analysis = analyze(root / capture, None, "steady")
+        assert analysis.relations.item_calls().table.height == 0
