@@ -241,10 +241,11 @@ class Fix:
 class _Chained(Fix):
     """``Fix.chain``: ``Fix.combine([first, second])``, whose call and operation edits are
     combined on first read (then the parts are let go); the graph edits and ``describe``
-    (what a replay reads before choosing its path) are combined at once."""
+    and the gapless operations (what a replay reads before choosing its path) are combined
+    at once."""
 
     _LAZY = ("remove_calls", "unblock_calls", "cost_calls", "cost_ns", "gap_calls", "gap_ns",
-             "gpu_ops", "gpu_dur_ns", "gapless_ops")
+             "gpu_ops", "gpu_dur_ns")
 
     def __init__(self, first: Fix, second: Fix) -> None:  # no dataclass __init__: lazy fields
         self.first, self.second = first, second
@@ -252,6 +253,8 @@ class _Chained(Fix):
         self.graph_first = np.concatenate([f.graph_first for f in parts])
         self.graph_last = np.concatenate([f.graph_last for f in parts])
         self.graph_launch_ns = np.concatenate([f.graph_launch_ns for f in parts])
+        # read before a replay chooses its path, as the graphs are: combined at once
+        self.gapless_ops = sorted_unique(*(f.gapless_ops for f in parts))
         self.graph_node_ns = max((f.graph_node_ns for f in parts if len(f.graph_first)),
                                  default=0)
         self.describe = "; ".join(f.describe for f in parts if f.describe)
