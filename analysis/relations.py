@@ -1017,54 +1017,56 @@ class Relations:
         step = self.call_steps().gather(idx).cast(pl.Int64).to_numpy()
         ts = calls["ts_ns"].gather(idx).to_numpy()
         end = ts + calls["dur_ns"].gather(idx).to_numpy()
-        scalar = self._scalar_reads(idx)
         copy = (calls["kind"].gather(idx) == "copy").fill_null(False)
         dtoh = (copy & (calls["copy_kind"].gather(idx) == "DtoH").fill_null(False)).to_numpy()
         htod = (copy & (calls["copy_kind"].gather(idx) == "HtoD").fill_null(False)).to_numpy()
+        scalar = self._scalar_reads(idx, dtoh)
         ids = nodes["stack_id"].cast(pl.Int64).to_numpy()
         chosen: list[pl.DataFrame] = []
         members: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        done = np.ones(0, np.int64)  # steps given a function at an outer level
+        done = np.zeros(int(step.max()) + 1, bool)  # steps given a function, or no items
+        n_nodes = len(ids)
         for level in (source, callee):
             lv = np.where(r >= 0, level[np.maximum(r, 0)], NONE)
-            c = np.where(lv >= 0, code[np.maximum(lv, 0)], -1)
-            # per step, the node whose launches are most (ties: the lower node row)
-            top = (pl.DataFrame({"step": step, "node": lv})
-                   .filter(pl.Series(launch & (lv >= 0)) & ~pl.col("step").is_in(done))
-                   .group_by("step", "node").len()
-                   .sort(["step", "len", "node"], descending=[False, True, False])
-                   .group_by("step", maintain_order=True).agg(pl.col("node").first()))
-            top = top.filter(~pl.Series(enclosed[top["node"].to_numpy()]))
-            if top.height == 0:
+            top_step, top_node = _top_per_step(step, lv, launch & ~done[step], n_nodes)
+            keep = ~enclosed[top_node]
+            top_step, top_node = top_step[keep], top_node[keep]
+            if not len(top_step):
                 continue
-            want = np.full(int(step.max()) + 1, -2, np.int64)
-            want[top["step"].to_numpy()] = code[top["node"].to_numpy()]
-            under = c == want[step]
-            at = idx[under]
+            want = np.full(len(done), -2, np.int64)
+            want[top_step] = code[top_node]
+            under = np.flatnonzero(np.where(lv >= 0, code[np.maximum(lv, 0)], -1) == want[step])
+            at, st = idx[under], step[under]
             inst = self._instances(pl.Series(at), frame_node=pl.Series(ids[lv[under]])).to_numpy()
-            per = (pl.DataFrame({"step": step[under], "inst": inst, "launch": launch[under],
-                                 "ts": ts[under], "end": end[under]})
-                   .group_by("step").agg(pl.col("inst").n_unique().alias("item_calls"),
-                                         pl.col("launch").sum().cast(pl.Int64)
-                                         .alias("item_launches"),
-                                         (pl.col("end").max() - pl.col("ts").min())
-                                         .alias("item_span_ns"))
-                   .filter(pl.col("item_calls") >= ITEM_MIN_CALLS)
-                   .join(top, on="step"))
-            dependent = _read_between(step[under], inst, ts[under], end[under], ts[scalar],
-                                      ts[dtoh], ts[htod])
-            per = per.filter(~pl.col("step").is_in(pl.Series(dependent, dtype=pl.Int64)
-                                                   .implode()))
+            # per step (the calls in time order: a step's are one run, and so are each of
+            # the function's calls'): its calls of the function, their launches and span
+            begins = np.flatnonzero(np.r_[True, st[1:] != st[:-1]])
+            new_call = np.r_[True, (inst[1:] != inst[:-1]) | (st[1:] != st[:-1])]
+            steps_u = st[begins]
+            n_calls = np.add.reduceat(new_call.astype(np.int64), begins)
+            n_launch = np.add.reduceat(launch[under].astype(np.int64), begins)
+            span = (np.maximum.reduceat(end[under], begins)
+                    - np.minimum.reduceat(ts[under], begins))
+            dependent = _read_between(st, inst, ts[under], end[under], ts[scalar], ts[dtoh],
+                                      ts[htod])
             # a loop whose calls need each other's outputs: what its calls call is no item
-            done = np.concatenate([done, dependent.astype(np.int64)])
-            if per.height == 0:
+            done[dependent] = True
+            good = (n_calls >= ITEM_MIN_CALLS) & ~done[steps_u]
+            if not good.any():
                 continue
-            per = per.with_columns(labels.gather(per["node"].to_numpy()).alias("item_function"),
-                                   pl.Series(ids[per["node"].to_numpy()]).alias("item_node"))
-            chosen.append(per)
-            keep = np.isin(step[under], per["step"].to_numpy())
-            members.append((at[keep], inst[keep], step[under][keep]))
-            done = np.concatenate([done, top["step"].to_numpy()])
+            node_of = np.full(len(done), -1, np.int64)
+            node_of[top_step] = top_node
+            g_steps = steps_u[good]
+            g_nodes = node_of[g_steps]
+            chosen.append(pl.DataFrame({
+                "step": g_steps, "item_node": ids[g_nodes],
+                "item_function": labels.gather(g_nodes), "item_calls": n_calls[good],
+                "item_launches": n_launch[good], "item_span_ns": span[good]}))
+            mine = np.zeros(len(done), bool)
+            mine[g_steps] = True
+            keep = mine[st]
+            members.append((at[keep], inst[keep], st[keep]))
+            done[g_steps] = True
         if not chosen:
             return none
         table = (pl.concat([f.select(ItemCalls.SCHEMA.keys()).cast(ItemCalls.SCHEMA)
@@ -1073,20 +1075,23 @@ class Relations:
         order = np.argsort(at, kind="stable")
         return ItemCalls(table, at[order], inst[order], st[order])
 
-    def _scalar_reads(self, idx: np.ndarray) -> np.ndarray:
-        """Which of the calls ``idx`` read a GPU scalar back: a device-to-host copy under
-        ``aten::_local_scalar_dense`` (``.item()``, ``bool()``, ``int()`` of a tensor), or,
-        without torch ops (eBPF), of 8 bytes or fewer (as ``syncs.scalar-readback`` finds
-        them)."""
+    def _scalar_reads(self, idx: np.ndarray, dtoh: np.ndarray) -> np.ndarray:
+        """Which of the calls ``idx`` (``dtoh``: those that copy device to host) read a GPU
+        scalar back: a copy under ``aten::_local_scalar_dense`` (``.item()``, ``bool()``,
+        ``int()`` of a tensor), or, without torch ops (eBPF), of 8 bytes or fewer (as
+        ``syncs.scalar-readback`` finds them)."""
         calls = self.calls_table()
-        copy = ((calls["kind"].gather(idx) == "copy")
-                & (calls["copy_kind"].gather(idx) == "DtoH")).fill_null(False).to_numpy()
-        chain = self.site_of(calls["stack_id"].gather(idx), ("op_chain",))[0].cast(pl.String)
+        out = np.zeros(len(idx), bool)
+        at = np.flatnonzero(dtoh)
+        if not len(at):
+            return out
+        rows = pl.Series(idx[at])
+        chain = self.site_of(calls["stack_id"].gather(rows), ("op_chain",))[0].cast(pl.String)
         scalar = chain.str.contains(";aten::(_local_scalar_dense|item|is_nonzero);")
-        small = calls["bytes"].gather(idx).fill_null(1 << 30) <= 8 if "bytes" in calls.columns \
-            else pl.Series([False] * len(idx))
-        return copy & (scalar.fill_null(False) | (chain.is_null() & small.fill_null(False))
-                       ).to_numpy()
+        small = (calls["bytes"].gather(rows).fill_null(1 << 30) <= 8 if "bytes" in calls.columns
+                 else pl.Series([False] * len(at)))
+        out[at] = (scalar.fill_null(False) | (chain.is_null() & small.fill_null(False))).to_numpy()
+        return out
 
     def _callee_calls(self, step: np.ndarray, node: np.ndarray, steps) -> pl.Series:
         """Per (``step``, stack ``node``; -1: none): the Python spans of that node on the
@@ -1465,6 +1470,24 @@ class ItemCalls:
         return cls(pl.DataFrame(schema=cls.SCHEMA), z, z, z)
 
 
+def _top_per_step(step: np.ndarray, node: np.ndarray, mask: np.ndarray, n_nodes: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Per step, of the calls ``mask`` marks with a ``node`` (>= 0, below ``n_nodes``), the
+    node most of them have (ties: the lower node): the steps and their nodes."""
+    m = mask & (node >= 0)
+    key = np.sort(step[m].astype(np.int64) * n_nodes + node[m])
+    if not len(key):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    count = np.diff(np.r_[first, len(key)])
+    k = key[first]
+    s, n = k // n_nodes, k % n_nodes
+    order = np.lexsort((n, -count, s))
+    so = s[order]
+    pick = order[np.r_[True, so[1:] != so[:-1]]]
+    return s[pick], n[pick]
+
+
 def _inside_another_module(nodes: pl.DataFrame, trie) -> np.ndarray:
     """Per stack node, whether it runs inside a module's call other than its own: more
     module wrappers above it (``nn.Module: X`` frames, torch's ``_call_impl``: the most of
@@ -1486,19 +1509,22 @@ def _read_between(step: np.ndarray, inst: np.ndarray, ts: np.ndarray, end: np.nd
                   scalar_ts: np.ndarray, read_ts: np.ndarray, upload_ts: np.ndarray
                   ) -> np.ndarray:
     """The steps (of the CUDA calls ``ts``..``end`` inside each call ``inst`` of a function,
-    in ``step``, on one thread) whose loop reads the GPU's values back between its calls, as
-    a loop whose next call needs the last one's output does: between at least half of the
-    function's consecutive calls, a scalar read (``scalar_ts``: a stop check), or a read
-    back (``read_ts``: device-to-host copies) with no upload (``upload_ts``: host-to-device
-    copies, a next item's input)."""
+    in ``step``, on one thread, in time order) whose loop reads the GPU's values back
+    between its calls, as a loop whose next call needs the last one's output does: between
+    at least half of the function's consecutive calls, a scalar read (``scalar_ts``: a stop
+    check), or a read back (``read_ts``: device-to-host copies) with no upload
+    (``upload_ts``: host-to-device copies, a next item's input)."""
     if not len(step) or not (len(scalar_ts) or len(read_ts)):
         return np.zeros(0, np.int64)
-    gaps = (pl.DataFrame({"step": step, "inst": inst, "ts": ts, "end": end})
-            .group_by("step", "inst").agg(pl.col("ts").min(), pl.col("end").max())
-            .sort("step", "ts")
-            .with_columns(pl.col("ts").shift(-1).over("step").alias("next"))
-            .filter(pl.col("next").is_not_null()))
-    after, before = gaps["end"].to_numpy(), gaps["next"].to_numpy()
+    # each call of the function: its first CUDA call's start and its last one's end (the
+    # calls are in time order: a call's CUDA calls are one run)
+    first = np.r_[True, (inst[1:] != inst[:-1]) | (step[1:] != step[:-1])]
+    starts = np.flatnonzero(first)
+    c_step, c_ts, c_end = step[starts], ts[starts], np.maximum.reduceat(end, starts)
+    gap = np.flatnonzero(c_step[1:] == c_step[:-1])   # a call and the next in its step
+    if not len(gap):
+        return np.zeros(0, np.int64)
+    after, before, g_step = c_end[gap], c_ts[gap + 1], c_step[gap]
 
     def holds(at: np.ndarray) -> np.ndarray:
         at = np.sort(at)
@@ -1506,9 +1532,9 @@ def _read_between(step: np.ndarray, inst: np.ndarray, ts: np.ndarray, end: np.nd
                 > np.searchsorted(at, after, side="right"))
 
     reads = holds(scalar_ts) | (holds(read_ts) & ~holds(upload_ts))
-    share = (pl.DataFrame({"step": gaps["step"], "read": reads}).group_by("step")
-             .agg(pl.col("read").mean()))
-    return share.filter(pl.col("read") >= 0.5)["step"].to_numpy()
+    steps, where = np.unique(g_step, return_inverse=True)
+    share = np.bincount(where, weights=reads) / np.bincount(where)
+    return steps[share >= 0.5].astype(np.int64)
 
 
 def _on_steps_thread(calls: pl.DataFrame, steps) -> np.ndarray:
