@@ -17,6 +17,7 @@ item's first call is not known to be the function's and stays: 6K - 1 us a call.
 """
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import numpy as np
@@ -272,3 +273,26 @@ def test_the_bundled_decode_loop_is_not_items():
     for capture in ("gpt_decode_server.parquet", "gpt_decode_server.trace.json.gz"):
         analysis = analyze(root / capture, None, "steady")
         assert analysis.relations.item_calls().table.height == 0
+
+
+def test_each_step_finds_its_own_level():
+    """One request calls ``embed`` on its items itself; the next two through a helper called
+    once (``embed_all``): the first's items are found at the step function's callee, the
+    others' one level below (a step whose outer function is called once is looked into)."""
+    b = CaptureBuilder()
+    helper = STEP + [("python", "embed_all", "app.py", 40)]
+    for request in range(REQUESTS):
+        caller = STEP if request == 0 else helper
+        with b.enclosing(STEP):
+            b.copy(STEP, "HtoD", nbytes=4096, host_mem="pinned", sync=False)
+            with b.enclosing(helper) if request else contextlib.nullcontext():
+                for _ in range(ITEMS):
+                    with b.enclosing(caller + [EMBED]):
+                        for _ in range(K):
+                            b.kernel(caller + [EMBED, ("torch_op", "aten::linear")], "gemm",
+                                     gpu_us=0.01)
+            b.scalar_readback(STEP)
+    analysis, _ = run(b)
+    table = analysis.relations.item_calls().table
+    assert table["item_calls"].to_list() == [ITEMS] * REQUESTS
+    assert table["step"].to_list() == list(range(REQUESTS))
