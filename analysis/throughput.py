@@ -166,3 +166,25 @@ def speedup_durations(dur_ns: np.ndarray, precision: str, target: str, gpu: str 
     return new.astype(np.int64), (f"{target} runs at {new_peak:g} vs {old_peak:g} TFLOP/s for "
                                   f"{precision} on {where} (datasheet, dense): {ratio:.1f}x "
                                   "faster at the same share of the peak")
+
+
+def sm_count(gpu: dict | None) -> int | None:
+    """A recorded GPU's streaming multiprocessors: the trace's own count (Kineto's device
+    properties, ``numSms``), else its datasheet row's (``gpus.yaml``: a GPU it lists by
+    name), else None."""
+    if not gpu:
+        return None
+    if gpu.get("numSms"):
+        return int(gpu["numSms"])
+    row, own = gpu_spec(gpu.get("name"))
+    return int(row["sms"]) if own and row.get("sms") else None
+
+
+def wave_fill(blocks: np.ndarray, sms: int) -> np.ndarray:
+    """The share of a GPU's ``sms`` multiprocessors that a kernel of ``blocks`` thread blocks
+    keeps busy over its waves, counting one block an SM at a time: ``blocks / (sms x
+    ceil(blocks / sms))``. Where an SM runs several blocks at once the kernel fills less: this
+    is the most it fills. 1 where the blocks are not known (0 or fewer)."""
+    b = np.asarray(blocks, np.float64)
+    waves = np.ceil(np.maximum(b, 1) / sms)
+    return np.where(b > 0, np.minimum(b / (sms * waves), 1.0), 1.0)

@@ -660,24 +660,56 @@ def _items(rows: pl.DataFrame, analysis: Analysis) -> Fix | None:
     else:
         gap[opening] = tl.gap[gone[opening]]   # no span: where the call began is not known
     waits = gone[tl.waits[gone]]
-    # their GPU operations run back to back, as one batched kernel's work would
+    # their GPU operations run back to back, as one batched kernel's work would, each
+    # kernel for the share of the GPU its blocks fill (the batch fills the rest)
     op_call = analysis.facts.gpu["call_idx"].fill_null(-1).to_numpy()
     ops = np.flatnonzero(in_sorted(gone, op_call))
+    scaled, dur, sms = _batched_kernels(ops, analysis)
     n_calls = int(opening.sum())
     steps = len(sorted_unique(step))
     what = (rows["item_function"].drop_nulls().first() if "item_function" in rows.columns
             else None) or "the item function"
+    before = int(analysis.facts.gpu["dur_ns"].gather(scaled).sum()) if len(scaled) else 0
     return Fix(cost_calls=gone, cost_ns=np.zeros(len(gone), np.int64), gap_calls=gone,
-               gap_ns=gap, unblock_calls=waits, gapless_ops=ops, describe=(
+               gap_ns=gap, unblock_calls=waits, gapless_ops=ops, gpu_ops=scaled,
+               gpu_dur_ns=dur, describe=(
         f"replayed with {what} called once a step on all the items: in each of {steps:,} "
         f"steps its first call stays, and the {len(gone):,} CUDA calls of its other "
         f"{n_calls:,} calls are made without their CPU time or the CPU work before each inside "
         "it" + (" (the loop's work before each call stays)" if spans else
                 " (the CPU time before each call's first stays)")
         + (f", {len(waits):,} of them not waiting" if len(waits) else "")
-        + f"; their {len(ops):,} GPU operations take the time measured, run back to back "
-          "(without the gaps between launched kernels) as a batch's kernels would (which "
-          "usually take less than the items' one by one: not counted)"))
+        + f"; their {len(ops):,} GPU operations run back to back (without the gaps between "
+          "launched kernels), as a batch's kernels would"
+        + (f", {len(scaled):,} kernels among them each for the share of the GPU's {sms} "
+           "multiprocessors its thread blocks fill, one block an SM at a time (a batch's "
+           f"kernel fills the rest): {before / 1e6:.3g} -> {int(dur.sum()) / 1e6:.3g} ms"
+           if len(scaled) else "")))
+
+
+def _batched_kernels(ops: np.ndarray, analysis: Analysis) -> tuple[np.ndarray, np.ndarray,
+                                                                   int | None]:
+    """Of the GPU operations ``ops`` (an item's kernels, the batch doing their work), the
+    kernels whose thread blocks fill under all of the GPU's multiprocessors
+    (:func:`zym.analysis.throughput.wave_fill`) and their durations scaled by that share,
+    and the multiprocessors counted (None where the GPU's count is not known: no kernel
+    scaled)."""
+    from zym.analysis.throughput import sm_count, wave_fill
+
+    none = np.zeros(0, np.int64)
+    gpus = analysis.data.meta.gpus or []
+    sms = sm_count(gpus[0]) if len(gpus) == 1 else None   # one GPU: whose, unambiguous
+    gpu = analysis.facts.gpu
+    if not len(ops) or sms is None or "grid_x" not in gpu.columns:
+        return none, none, sms
+    sel = gpu[ops].select("kind", "dur_ns", (pl.col("grid_x").cast(pl.Int64)
+                                              * pl.col("grid_y").fill_null(1).cast(pl.Int64)
+                                              * pl.col("grid_z").fill_null(1).cast(pl.Int64))
+                           .fill_null(0).alias("blocks"))
+    fill = wave_fill(sel["blocks"].to_numpy(), sms)
+    keep = (sel["kind"] == "kernel").fill_null(False).to_numpy() & (fill < 1)
+    dur = np.floor(sel["dur_ns"].to_numpy()[keep] * fill[keep]).astype(np.int64)
+    return ops[keep].astype(np.int64), dur, sms
 
 
 def _cuda_graph(relation: str, rows: pl.DataFrame, analysis: Analysis) -> Fix | None:

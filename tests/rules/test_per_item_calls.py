@@ -296,3 +296,32 @@ def test_each_step_finds_its_own_level():
     table = analysis.relations.item_calls().table
     assert table["item_calls"].to_list() == [ITEMS] * REQUESTS
     assert table["step"].to_list() == list(range(REQUESTS))
+
+
+def test_a_batchs_kernels_fill_the_gpu_its_items_left_idle():
+    """GPU-bound items whose kernels have 33 thread blocks each on a GPU of 132
+    multiprocessors (a quarter of it, one block an SM): on the batch, the later items'
+    kernels run in a quarter of their time. Each request: ITEMS x K kernels of 200 us back to
+    back; after the fix, the first item's K at 200 us and the others' at 50 us."""
+    from zym.analysis.throughput import sm_count, wave_fill
+
+    # the trace's own count, else the datasheet's for a GPU named (gpus.yaml), else none
+    assert [sm_count(g) for g in ({"numSms": 100, "name": "NVIDIA H100 80GB HBM3"},
+                                  {"name": "NVIDIA H100 80GB HBM3"}, {"name": "NVIDIA H100 PCIe"},
+                                  {"name": "Some GPU"}, None)] == [100, 132, 114, None, None]
+    assert wave_fill(np.array([33, 132, 133, 264, 0]), 132).tolist() == [
+        0.25, 1.0, 133 / 264, 1.0, 1.0]
+    b = CaptureBuilder(gpus=[{"id": 0, "name": "NVIDIA H100 80GB HBM3", "numSms": 132}])
+    model = STEP + [EMBED]
+    for _ in range(REQUESTS):
+        with b.enclosing(STEP):
+            b.copy(STEP, "HtoD", nbytes=4096, host_mem="pinned", sync=False)
+            for _ in range(ITEMS):
+                with b.enclosing(model):
+                    for _ in range(K):
+                        b.kernel(model + [("torch_op", "aten::linear")], "gemm", gpu_us=200,
+                                 grid=33)
+            b.scalar_readback(STEP)   # waits for the request's kernels
+    analysis, [f] = run(b)
+    assert f.saving_ns == pytest.approx(REQUESTS * (ITEMS - 1) * K * 150 * US, rel=0.01)
+    assert "132 multiprocessors" in f.saving_how
