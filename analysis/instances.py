@@ -34,6 +34,8 @@ class Ancestors:
         self.trie = trie = Trie.of(nodes)
         self.depth = depth = nodes["depth"].cast(pl.Int64).to_numpy()
         self.key = (nodes["file"].fill_null("") + "\x1f" + nodes["name"].fill_null("")).to_numpy()
+        # per row, its frame's line (-1: none), read where a call's executing line is asked
+        self._line = nodes["line"] if "line" in nodes.columns else None
         width = int(depth.max()) + 1 if len(depth) else 1
         table = np.full((len(trie), width), -1, np.int32)
         for rows in trie.levels:  # the roots' level first: parents are filled first
@@ -44,6 +46,13 @@ class Ancestors:
                 table[rows[ok], :d] = table[up[ok], :d]
             table[rows, d] = rows
         self.table = table
+
+    @functools.cached_property
+    def lines(self) -> np.ndarray:
+        """Each row's frame line, -1 where it has none."""
+        if self._line is None:
+            return np.full(len(self.depth), -1, np.int64)
+        return self._line.cast(pl.Int64).fill_null(-1).to_numpy()
 
     def rows(self, stack: pl.Series) -> np.ndarray:
         """Row of each stack id in the table (-1 for null or unknown ids)."""

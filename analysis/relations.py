@@ -698,10 +698,13 @@ class Relations:
                 .collect().to_series())
 
     def _frame_instances(self, idx: pl.Series, node: pl.Series) -> pl.Series:
-        """:meth:`_instances` of the calls ``idx`` in the frames ``node`` (a stack node per
-        call; null: none, the call its own instance): the start of that frame's span around
-        each call (spans), else the run of calls through that frame from its caller's line
-        (stacks: :func:`zym.analysis.instances.call_instances`)."""
+        """:meth:`_instances` of the calls ``idx`` (one thread's, in time order) in the
+        frames ``node`` (a stack node per call; null: none, the call its own instance): the
+        start of that frame's span around each call (spans), else the run of calls through
+        that frame from its caller's line (stacks: :func:`zym.analysis.instances
+        .call_instances`), split where the frame's executing line goes back to the first
+        line its function issues CUDA work from (calls of it back to back, a list
+        comprehension's: as :mod:`zym.analysis.phases` finds a step function's calls)."""
         from .instances import Ancestors, call_instances, enclosing_span_starts, instance_columns
 
         calls = self.calls_table()
@@ -713,6 +716,7 @@ class Relations:
                 at, node.cast(pl.Int64).fill_null(-1))   # -1: no frame (no stack node)
             ids = call_instances(calls, full, at, anc, self.call_steps(),
                                  self._thread_order(False))
+            ids = _split_at_first_line(ids, anc, node)
             return pl.Series("call_instance", np.where(ids >= 0, ids, -(at + 1)), dtype=pl.Int64)
         frame = calls.select("_thread", "ts_ns")[idx]
         nodes = node.cast(pl.Int64).drop_nulls().unique()
@@ -989,7 +993,9 @@ class Relations:
         module's forward (a model's layers, each its own weights, one after the other), and
         calls between most of which the step reads the GPU's values back (:func:`_read_between`:
         a loop that decides from them whether to go on, or feeds them back, as a generation
-        loop does with its tokens: each call needs the one before it)."""
+        loop does with its tokens: each call needs the one before it), or most of which read
+        a scalar back in the function's own code (a stop check: with eBPF stacks, a loop
+        inside the function, whose line goes back as a new call's would)."""
         from .instances import Ancestors, frame_codes
         from .phases import under_step
         from .trie import NONE
@@ -1049,6 +1055,21 @@ class Relations:
                     - np.minimum.reduceat(ts[under], begins))
             dependent = _read_between(st, inst, ts[under], end[under], ts[scalar], ts[dtoh],
                                       ts[htod])
+            # or that reads a scalar back in the function's own code in most of its calls
+            # (its stop check: with eBPF stacks, a loop inside the function, told apart from
+            # calls of it by its line going back, is this)
+            own = np.zeros(len(under), bool)
+            reads = np.flatnonzero(scalar[under])
+            if len(reads):
+                user = self.site_of(calls["stack_id"].gather(at[reads]), ("user_node",))[0]
+                own[reads] = (user.cast(pl.Int64).fill_null(-1).to_numpy()
+                              == ids[lv[under][reads]])
+            per_call = np.flatnonzero(new_call)
+            has = np.add.reduceat(own.astype(np.int64), per_call) > 0
+            c_step = st[per_call]
+            s_u, where = np.unique(c_step, return_inverse=True)
+            share = np.bincount(where, weights=has) / np.bincount(where)
+            dependent = np.union1d(dependent, s_u[share >= 0.5]).astype(np.int64)
             # a loop whose calls need each other's outputs: what its calls call is no item
             done[dependent] = True
             good = (n_calls >= ITEM_MIN_CALLS) & ~done[steps_u]
@@ -1078,7 +1099,7 @@ class Relations:
     def _scalar_reads(self, idx: np.ndarray, dtoh: np.ndarray) -> np.ndarray:
         """Which of the calls ``idx`` (``dtoh``: those that copy device to host) read a GPU
         scalar back: a copy under ``aten::_local_scalar_dense`` (``.item()``, ``bool()``,
-        ``int()`` of a tensor), or, without torch ops (eBPF), of 8 bytes or fewer (as
+        ``int()`` of a tensor), or of 8 bytes or fewer (eBPF captures record no torch ops; as
         ``syncs.scalar-readback`` finds them)."""
         calls = self.calls_table()
         out = np.zeros(len(idx), bool)
@@ -1090,7 +1111,7 @@ class Relations:
         scalar = chain.str.contains(";aten::(_local_scalar_dense|item|is_nonzero);")
         small = (calls["bytes"].gather(rows).fill_null(1 << 30) <= 8 if "bytes" in calls.columns
                  else pl.Series([False] * len(at)))
-        out[at] = (scalar.fill_null(False) | (chain.is_null() & small.fill_null(False))).to_numpy()
+        out[at] = (scalar.fill_null(False) | small.fill_null(False)).to_numpy()
         return out
 
     def _callee_calls(self, step: np.ndarray, node: np.ndarray, steps) -> pl.Series:
@@ -1468,6 +1489,29 @@ class ItemCalls:
     def empty(cls) -> ItemCalls:
         z = np.zeros(0, np.int64)
         return cls(pl.DataFrame(schema=cls.SCHEMA), z, z, z)
+
+
+def _split_at_first_line(ids: np.ndarray, anc, node: pl.Series) -> np.ndarray:
+    """Run ids (``ids``: calls in time order, -1 none) of calls through the frames ``node``,
+    each run split where the frame's executing line goes back to the first line (the lowest)
+    its function, from that caller, issues CUDA calls from: a new call of it. Ids stay >= 0
+    and distinct per call of the function; -1 stays."""
+    from .instances import frame_codes
+
+    if not len(ids):
+        return ids
+    rows = anc.rows(node)
+    has = (ids >= 0) & (rows >= 0)
+    code = np.where(has, frame_codes(anc)[np.maximum(rows, 0)], -1)
+    line = np.where(has, anc.lines[np.maximum(rows, 0)], -1)
+    width = int(code.max(initial=0)) + 1
+    first = np.full(width, np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(first, code[has], line[has])
+    at_first = has & (line == first[np.maximum(code, 0)])
+    same_run = np.r_[False, (ids[1:] == ids[:-1]) & has[1:] & has[:-1]]
+    back = at_first & same_run & ~np.r_[False, at_first[:-1]]
+    start = has & (~same_run | back)
+    return np.where(has, np.cumsum(start), -1).astype(np.int64)
 
 
 def _top_per_step(step: np.ndarray, node: np.ndarray, mask: np.ndarray, n_nodes: int

@@ -113,10 +113,44 @@ def test_without_spans_the_loops_own_launch_splits_the_items():
     assert f.saving_ns == pytest.approx(REQUESTS * (ITEMS - 1) * (6 * K - 1) * US, rel=1e-3)
 
 
-def test_without_spans_back_to_back_calls_are_one_run():
+def test_without_spans_back_to_back_calls_at_one_line_are_one_run():
     """eBPF stacks: calls of the same function from the same line with no CUDA call between
-    them are one run (zym.analysis.instances): the items are not told apart, no finding."""
+    them, all their CUDA calls from one line of it, are one run (zym.analysis.instances):
+    the items are not told apart, no finding."""
     analysis, findings = run(service(spans_style=False), spans=False)
+    assert analysis.relations.item_calls().table.height == 0 and findings == []
+
+
+def ebpf_items(stop_check: bool) -> CaptureBuilder:
+    """eBPF stacks, no spans: ``embed`` called back to back on ITEMS items (a list
+    comprehension at handle's line 23), its K launches from its lines 5, 6, ... (the line
+    goes back to 5 as each call starts); ``stop_check``: ``embed`` is instead a loop inside
+    one function (lines 5, 6, ... each iteration) that reads a scalar back at its own line
+    4 after each iteration (a generation loop's stop check)."""
+    b = CaptureBuilder()
+    caller = at(23, False)
+    for _ in range(REQUESTS):
+        with b.enclosing(STEP):
+            b.copy(at(21, False), "HtoD", nbytes=4096, host_mem="pinned", sync=False)
+            for _ in range(ITEMS):
+                for k in range(K):
+                    frame = [("python", "embed", "model.py", 5 + k)]
+                    b.kernel(caller + frame + [("torch_op", "aten::linear")], "gemm",
+                             gpu_us=0.01)
+                if stop_check:
+                    b.scalar_readback(caller + [("python", "embed", "model.py", 4 + K + 1)])
+            b.scalar_readback(at(25, False))
+    return b
+
+
+def test_without_spans_a_calls_line_going_back_starts_the_next():
+    analysis, [f] = run(ebpf_items(stop_check=False), spans=False)
+    assert analysis.relations.item_calls().table["item_calls"].to_list() == [ITEMS] * REQUESTS
+    assert f.saving_ns == pytest.approx(REQUESTS * (ITEMS - 1) * (6 * K - 1) * US, rel=1e-3)
+
+
+def test_without_spans_a_loop_reading_a_scalar_in_its_own_code_is_not_items():
+    analysis, findings = run(ebpf_items(stop_check=True), spans=False)
     assert analysis.relations.item_calls().table.height == 0 and findings == []
 
 
