@@ -188,3 +188,24 @@ def wave_fill(blocks: np.ndarray, sms: int) -> np.ndarray:
     b = np.asarray(blocks, np.float64)
     waves = np.ceil(np.maximum(b, 1) / sms)
     return np.where(b > 0, np.minimum(b / (sms * waves), 1.0), 1.0)
+
+
+def batched_gemm_durations(dur_ns: np.ndarray, precision: np.ndarray, items: np.ndarray,
+                           gpu: str | None) -> np.ndarray:
+    """Each GEMM kernel's share of one GEMM doing ``items`` such GEMMs' work (a batch of
+    items, stacked along M): its duration times the rate at its own size over the rate at
+    ``items`` times it (``gemm_rates.yaml``'s measured curve for its math, ``precision``, its
+    size from its time on that curve: where small GEMMs of several sizes take the same time,
+    as the half-precision curves' do, one of them, the bisection's, which may be the larger:
+    the smaller gain), never longer than it was. NaN where its math has no curve."""
+    out = np.full(len(dur_ns), np.nan)
+    prec = np.asarray(precision).astype(str)
+    for math in np.unique(prec):
+        curve = gemm_curve(gpu, math)
+        at = np.flatnonzero(prec == math)
+        if curve is None or not len(at):
+            continue
+        size = _size_from_time(curve[:2], dur_ns[at].astype(float))
+        ratio = _rate(curve[:2], size) / _rate(curve[:2], size * np.maximum(items[at], 1))
+        out[at] = dur_ns[at] * np.minimum(ratio, 1.0)
+    return out

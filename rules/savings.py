@@ -664,7 +664,10 @@ def _items(rows: pl.DataFrame, analysis: Analysis) -> Fix | None:
     # kernel for the share of the GPU its blocks fill (the batch fills the rest)
     op_call = analysis.facts.gpu["call_idx"].fill_null(-1).to_numpy()
     ops = np.flatnonzero(in_sorted(gone, op_call))
-    scaled, dur, sms = _batched_kernels(ops, analysis)
+    per_step = np.zeros(int(step.max()) + 1, np.int64)
+    per_step[items.table["step"].to_numpy()] = items.table["item_calls"].to_numpy()
+    op_step = step[later][np.searchsorted(gone, op_call[ops])]
+    scaled, dur, sms = _batched_kernels(ops, per_step[op_step], analysis)
     n_calls = int(opening.sum())
     steps = len(sorted_unique(step))
     what = (rows["item_function"].drop_nulls().first() if "item_function" in rows.columns
@@ -681,35 +684,50 @@ def _items(rows: pl.DataFrame, analysis: Analysis) -> Fix | None:
         + (f", {len(waits):,} of them not waiting" if len(waits) else "")
         + f"; their {len(ops):,} GPU operations run back to back (without the gaps between "
           "launched kernels), as a batch's kernels would"
-        + (f", {len(scaled):,} kernels among them each for the share of the GPU's {sms} "
-           "multiprocessors its thread blocks fill, one block an SM at a time (a batch's "
-           f"kernel fills the rest): {before / 1e6:.3g} -> {int(dur.sum()) / 1e6:.3g} ms"
-           if len(scaled) else "")))
+        + (f", {len(scaled):,} kernels among them faster on the batch ({before / 1e6:.3g} -> "
+           f"{int(dur.sum()) / 1e6:.3g} ms): a GEMM for its share of one GEMM on all the "
+           "items, at the rate measured for that size"
+           + (f", any other for the share of the GPU's {sms} multiprocessors its thread "
+              "blocks fill, one block an SM at a time (the batch's kernel fills the rest)"
+              if sms else "") if len(scaled) else "")))
 
 
-def _batched_kernels(ops: np.ndarray, analysis: Analysis) -> tuple[np.ndarray, np.ndarray,
-                                                                   int | None]:
-    """Of the GPU operations ``ops`` (an item's kernels, the batch doing their work), the
-    kernels whose thread blocks fill under all of the GPU's multiprocessors
-    (:func:`zym.analysis.throughput.wave_fill`) and their durations scaled by that share,
-    and the multiprocessors counted (None where the GPU's count is not known: no kernel
-    scaled)."""
-    from zym.analysis.throughput import sm_count, wave_fill
+def _batched_kernels(ops: np.ndarray, items: np.ndarray, analysis: Analysis
+                     ) -> tuple[np.ndarray, np.ndarray, int | None]:
+    """Of the GPU operations ``ops`` (an item's kernels, the batch doing their work;
+    ``items``: the items of each one's step), the kernels a batch runs faster, with their
+    durations there, and the GPU's multiprocessors (None where not known): a GEMM for its
+    share of one GEMM on all the items (:func:`zym.analysis.throughput
+    .batched_gemm_durations`: the measured rate at the batch's size), any other kernel whose
+    thread blocks fill under all of the multiprocessors for the share it fills
+    (:func:`zym.analysis.throughput.wave_fill`)."""
+    from zym.analysis.throughput import batched_gemm_durations, sm_count, wave_fill
 
     none = np.zeros(0, np.int64)
     gpus = analysis.data.meta.gpus or []
-    sms = sm_count(gpus[0]) if len(gpus) == 1 else None   # one GPU: whose, unambiguous
+    one = gpus[0] if len(gpus) == 1 else None   # one GPU: whose, unambiguous
+    sms = sm_count(one)
     gpu = analysis.facts.gpu
-    if not len(ops) or sms is None or "grid_x" not in gpu.columns:
+    if not len(ops):
         return none, none, sms
-    sel = gpu[ops].select("kind", "dur_ns", (pl.col("grid_x").cast(pl.Int64)
-                                              * pl.col("grid_y").fill_null(1).cast(pl.Int64)
-                                              * pl.col("grid_z").fill_null(1).cast(pl.Int64))
-                           .fill_null(0).alias("blocks"))
-    fill = wave_fill(sel["blocks"].to_numpy(), sms)
-    keep = (sel["kind"] == "kernel").fill_null(False).to_numpy() & (fill < 1)
-    dur = np.floor(sel["dur_ns"].to_numpy()[keep] * fill[keep]).astype(np.int64)
-    return ops[keep].astype(np.int64), dur, sms
+    sel = gpu[ops].select("kind", "dur_ns", "op_class", "precision", *(
+        [(pl.col("grid_x").cast(pl.Int64) * pl.col("grid_y").fill_null(1).cast(pl.Int64)
+          * pl.col("grid_z").fill_null(1).cast(pl.Int64)).fill_null(0).alias("blocks")]
+        if "grid_x" in gpu.columns else []))
+    dur = sel["dur_ns"].to_numpy().astype(np.int64)
+    new = dur.astype(float)
+    kernel = (sel["kind"] == "kernel").fill_null(False).to_numpy()
+    if sms is not None and "blocks" in sel.columns:
+        new = np.minimum(new, dur * wave_fill(sel["blocks"].to_numpy(), sms))
+    gemm = kernel & sel["op_class"].is_in(["gemm", "gemv"]).fill_null(False).to_numpy()
+    if gemm.any():
+        # (a GEMM whose name says no math runs in float32, torch's default)
+        math = sel["precision"].cast(pl.String).fill_null("fp32").to_numpy()
+        batched = batched_gemm_durations(dur[gemm], math[gemm],
+                                         items[gemm], one.get("name") if one else None)
+        new[gemm] = np.where(np.isnan(batched), new[gemm], np.minimum(new[gemm], batched))
+    keep = kernel & (new < dur)
+    return ops[keep].astype(np.int64), np.floor(new[keep]).astype(np.int64), sms
 
 
 def _cuda_graph(relation: str, rows: pl.DataFrame, analysis: Analysis) -> Fix | None:

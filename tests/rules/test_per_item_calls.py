@@ -359,3 +359,23 @@ def test_a_batchs_kernels_fill_the_gpu_its_items_left_idle():
     analysis, [f] = run(b)
     assert f.saving_ns == pytest.approx(REQUESTS * (ITEMS - 1) * K * 150 * US, rel=0.01)
     assert "132 multiprocessors" in f.saving_how
+
+
+def test_a_gemm_on_the_batch_runs_at_the_rate_measured_for_its_size():
+    """analysis/gemm_rates.yaml's H200 fp32 points: 0.537 GFLOP at 9.7 TFLOP/s (55 us) and
+    2.147 GFLOP (4x it) at 24.9: one of 4 items' GEMMs, on the batch, takes 9.7 / 24.9 of
+    its time; one item alone, or a GEMM past the measured sizes (the rate flat), its own."""
+    import yaml
+    from zym.analysis.throughput import batched_gemm_durations
+
+    rows = yaml.safe_load((Path(__file__).resolve().parents[2] / "analysis"
+                           / "gemm_rates.yaml").read_text())["gpus"]
+    points = dict(map(tuple, next(r for r in rows if r["match"] == "H200")["fp32"]))
+    small, big = 0.537, 137.439
+    t_small = small / points[small] * 1e6          # GFLOP / (TFLOP/s) = ms; -> ns
+    t_big = big / points[big] * 1e6
+    got = batched_gemm_durations(np.array([t_small, t_small, t_big]),
+                                 np.array(["fp32", "fp32", "fp32"]), np.array([4, 1, 4]),
+                                 "NVIDIA H200")
+    assert got[0] == pytest.approx(t_small * points[small] / points[2.147], rel=1e-3)
+    assert got[1] == pytest.approx(t_small, rel=1e-6) and got[2] == pytest.approx(t_big, rel=1e-6)
