@@ -1071,6 +1071,10 @@ class Relations:
             share = np.bincount(where, weights=has) / np.bincount(where)
             dependent = np.union1d(dependent, s_u[share >= 0.5]).astype(np.int64)
             # a loop whose calls need each other's outputs: what its calls call is no item
+            # (a function called fewer times is no loop: what it calls is looked into)
+            loop = np.zeros(len(done), bool)
+            loop[steps_u[n_calls >= ITEM_MIN_CALLS]] = True
+            dependent = dependent[loop[dependent]]
             done[dependent] = True
             good = (n_calls >= ITEM_MIN_CALLS) & ~done[steps_u]
             if not good.any():

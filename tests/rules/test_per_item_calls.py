@@ -379,3 +379,25 @@ def test_a_gemm_on_the_batch_runs_at_the_rate_measured_for_its_size():
                                  "NVIDIA H200")
     assert got[0] == pytest.approx(t_small * points[small] / points[2.147], rel=1e-3)
     assert got[1] == pytest.approx(t_small, rel=1e-6) and got[2] == pytest.approx(t_big, rel=1e-6)
+
+
+def test_a_function_called_once_that_reads_a_value_back_is_looked_into():
+    """Each request calls ``process`` once, which embeds ITEMS items (one call of ``embed``
+    each) and reads the result back in its own code (``.item()``): one call is no loop, so
+    its reading back says nothing of the items below it."""
+    b = CaptureBuilder()
+    process = STEP + [("python", "process", "app.py", 40)]
+    for _ in range(REQUESTS):
+        with b.enclosing(STEP):
+            b.copy(STEP, "HtoD", nbytes=4096, host_mem="pinned", sync=False)
+            with b.enclosing(process):
+                for _ in range(ITEMS):
+                    with b.enclosing(process + [EMBED]):
+                        for _ in range(K):
+                            b.kernel(process + [EMBED, ("torch_op", "aten::linear")], "gemm",
+                                     gpu_us=0.01)
+                b.scalar_readback(process)
+            b.scalar_readback(STEP)
+    analysis, [f] = run(b)
+    assert analysis.steps_in_window().function == "app.py handle"
+    assert analysis.relations.item_calls().table["item_calls"].to_list() == [ITEMS] * REQUESTS
