@@ -356,7 +356,7 @@ def test_a_batchs_kernels_fill_the_gpu_its_items_left_idle():
                         b.kernel(model + [("torch_op", "aten::linear")], "gemm", gpu_us=200,
                                  grid=33)
             b.scalar_readback(STEP)   # waits for the request's kernels
-    analysis, [f] = run(b)
+    [f] = run(b)[1]
     assert f.saving_ns == pytest.approx(REQUESTS * (ITEMS - 1) * K * 150 * US, rel=0.01)
     assert "132 multiprocessors" in f.saving_how
 
@@ -398,6 +398,6 @@ def test_a_function_called_once_that_reads_a_value_back_is_looked_into():
                                      gpu_us=0.01)
                 b.scalar_readback(process)
             b.scalar_readback(STEP)
-    analysis, [f] = run(b)
+    analysis, [_finding] = run(b)
     assert analysis.steps_in_window().function == "app.py handle"
     assert analysis.relations.item_calls().table["item_calls"].to_list() == [ITEMS] * REQUESTS
