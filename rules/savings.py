@@ -47,9 +47,10 @@ Models (``saving: {model: NAME, ...}``):
   ``item_function``: :meth:`zym.analysis.relations.Relations.item_calls`) once on all the
   items: each step's first call of it stays; in the others, every CUDA call loses its own CPU
   time and the CPU work before it inside the function (with spans, the work before the call
-  entered the function stays: the loop's own), and their waits go; their GPU work stays as
-  measured (a batched kernel usually takes less than the items' kernels one by one: not
-  counted).
+  entered the function stays: the loop's own), and their waits go; their GPU operations run
+  back to back (no queue gap between them), each kernel for its share of the batch's work: a
+  GEMM at the rate measured for the batch's size, another kernel for the share of the GPU its
+  thread blocks fill (:func:`_batched_kernels`).
 * ``none``: no estimate (the finding is context, e.g. a utilization summary).
 """
 from __future__ import annotations
