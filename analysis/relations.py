@@ -638,7 +638,7 @@ class Relations:
         wanted instead of its user frame's (an outer function's: the items of a loop)."""
         import numpy as np
 
-        from .instances import Ancestors, call_instances, enclosing_span_starts, instance_columns
+        from .instances import Ancestors, call_instances, instance_columns
 
         calls = self.calls_table()
         spans = self.analysis.data.span_table
@@ -678,24 +678,7 @@ class Relations:
         else:
             sp = spans.collect(spans.lazy().filter(pl.col("stack_id").is_in(users.implode()))
                                .select(instance_columns()))
-        found = enclosing_span_starts(
-            frame["_thread"].to_numpy(), frame["user_node"].fill_null(-1).to_numpy(),
-            frame["ts_ns"].to_numpy(), *(sp[c].to_numpy() for c in sp.columns))
-        if found is not None:
-            return pl.Series("call_instance", found, dtype=pl.Int64)
-        sp = sp.lazy().sort("inst_ts", "inst_end")
-        # calls in time order (the call table's order) need no sort there and back: at x600
-        # 1.6 -> 0.5 s and 1.3 -> 0.6 GB more than the calls
-        ordered = frame["ts_ns"].is_sorted()
-        left = frame.lazy() if ordered else frame.lazy().with_row_index("_r").sort("ts_ns")
-        out = left.join_asof(sp, left_on="ts_ns", right_on="inst_ts",
-                             by=["_thread", "user_node"], strategy="backward",
-                             check_sortedness=False)
-        row = pl.int_range(pl.len(), dtype=pl.Int64) if ordered else pl.col("_r").cast(pl.Int64)
-        return ((out if ordered else out.sort("_r"))
-                .select(pl.coalesce(pl.when(pl.col("inst_end") >= pl.col("ts_ns"))
-                                    .then("inst_ts"), -row - 1).alias("call_instance"))
-                .collect().to_series())
+        return _span_starts(frame, sp)
 
     def _frame_instances(self, idx: pl.Series, node: pl.Series) -> pl.Series:
         """:meth:`_instances` of the calls ``idx`` (one thread's, in time order) in the
@@ -705,7 +688,7 @@ class Relations:
         .call_instances`), split where the frame's executing line goes back to the first
         line its function issues CUDA work from (calls of it back to back, a list
         comprehension's: as :mod:`zym.analysis.phases` finds a step function's calls)."""
-        from .instances import Ancestors, call_instances, enclosing_span_starts, instance_columns
+        from .instances import Ancestors, call_instances, instance_columns
 
         calls = self.calls_table()
         at = idx.to_numpy()
@@ -718,15 +701,12 @@ class Relations:
                                  self._thread_order(False))
             ids = _split_at_first_line(ids, anc, node)
             return pl.Series("call_instance", np.where(ids >= 0, ids, -(at + 1)), dtype=pl.Int64)
-        frame = calls.select("_thread", "ts_ns")[idx]
-        nodes = node.cast(pl.Int64).drop_nulls().unique()
+        frame = calls.select("_thread", "ts_ns")[idx].with_columns(
+            node.cast(pl.Int64).alias("user_node"))
+        nodes = frame["user_node"].drop_nulls().unique()
         sp = spans.collect(spans.lazy().filter(pl.col("stack_id").is_in(nodes.implode()))
                            .select(instance_columns()))
-        found = enclosing_span_starts(
-            frame["_thread"].to_numpy(), node.cast(pl.Int64).fill_null(-1).to_numpy(),
-            frame["ts_ns"].to_numpy(), *(sp[c].to_numpy() for c in sp.columns))
-        if found is None:
-            raise ValueError("the spans' times and frames do not fit one key")
+        found = _span_starts(frame, sp).to_numpy()
         # a call outside any span of its frame is its own instance (by its row, not its place)
         return pl.Series("call_instance", np.where(found >= 0, found, -(at + 1)),
                          dtype=pl.Int64)
@@ -1493,6 +1473,34 @@ class ItemCalls:
     def empty(cls) -> ItemCalls:
         z = np.zeros(0, np.int64)
         return cls(pl.DataFrame(schema=cls.SCHEMA), z, z, z)
+
+
+def _span_starts(frame: pl.DataFrame, sp: pl.DataFrame) -> pl.Series:
+    """Per call of ``frame`` (``_thread``, ``user_node``: the frame whose call is wanted,
+    ``ts_ns``), the start of the latest span of ``sp`` (``instance_columns``) of that frame on
+    that thread that has not ended before it; else ``-(row + 1)``, its row in ``frame``
+    (:func:`zym.analysis.instances.enclosing_span_starts`, or an as-of join where the spans'
+    groups and times do not fit its one int64 key)."""
+    from .instances import enclosing_span_starts
+
+    found = enclosing_span_starts(
+        frame["_thread"].to_numpy(), frame["user_node"].fill_null(-1).to_numpy(),
+        frame["ts_ns"].to_numpy(), *(sp[c].to_numpy() for c in sp.columns))
+    if found is not None:
+        return pl.Series("call_instance", found, dtype=pl.Int64)
+    sp = sp.lazy().sort("inst_ts", "inst_end")
+    # calls in time order (the call table's order) need no sort there and back: at x600
+    # 1.6 -> 0.5 s and 1.3 -> 0.6 GB more than the calls
+    ordered = frame["ts_ns"].is_sorted()
+    left = frame.lazy() if ordered else frame.lazy().with_row_index("_r").sort("ts_ns")
+    out = left.join_asof(sp, left_on="ts_ns", right_on="inst_ts",
+                         by=["_thread", "user_node"], strategy="backward",
+                         check_sortedness=False)
+    row = pl.int_range(pl.len(), dtype=pl.Int64) if ordered else pl.col("_r").cast(pl.Int64)
+    return ((out if ordered else out.sort("_r"))
+            .select(pl.coalesce(pl.when(pl.col("inst_end") >= pl.col("ts_ns"))
+                                .then("inst_ts"), -row - 1).alias("call_instance"))
+            .collect().to_series())
 
 
 def _split_at_first_line(ids: np.ndarray, anc, node: pl.Series) -> np.ndarray:

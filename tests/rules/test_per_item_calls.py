@@ -401,3 +401,18 @@ def test_a_function_called_once_that_reads_a_value_back_is_looked_into():
     analysis, [_finding] = run(b)
     assert analysis.steps_in_window().function == "app.py handle"
     assert analysis.relations.item_calls().table["item_calls"].to_list() == [ITEMS] * REQUESTS
+
+
+def test_the_items_calls_are_the_same_through_the_as_of_join(monkeypatch):
+    """Where the spans' threads, frames and times do not fit one int64 key, each call's span
+    is found by an as-of join instead (``_span_starts``): the same calls of the function (on
+    kwspot's H100 trace: its 64 forwards a request), not an error."""
+    from zym.analysis import analyze
+    from zym.analysis import instances
+
+    path = RESULTS / "h100-blind8/kineto/kwspot.parquet"
+    fast = analyze(path, None, "steady").relations.item_calls()
+    monkeypatch.setattr(instances, "enclosing_span_starts", lambda *a, **k: None)
+    joined = analyze(path, None, "steady").relations.item_calls()
+    assert joined.table.equals(fast.table) and fast.table["item_calls"].to_list() == [64] * 5
+    assert np.array_equal(joined.instance, fast.instance)
