@@ -43,6 +43,15 @@ EMBED = ("python", "embed", "model.py", 5)
 REQUESTS, ITEMS, K = 3, 8, 20
 
 
+def one_call(b: CaptureBuilder, frames: list, gpu_us: float = 0.01, grid: int | None = None
+             ) -> None:
+    """One call of the function whose frame ends ``frames`` (its span): K launches of a
+    GEMM kernel from it."""
+    with b.enclosing(frames):
+        for _ in range(K):
+            b.kernel(frames + [("torch_op", "aten::linear")], "gemm", gpu_us=gpu_us, grid=grid)
+
+
 def service(*, spans_style: bool = True, separator: bool = False, items: int = ITEMS,
             gpu_us: float = 0.01, batched: bool = False) -> CaptureBuilder:
     """REQUESTS calls of ``handle``: an upload of the request's input (a pinned copy, not
@@ -60,10 +69,7 @@ def service(*, spans_style: bool = True, separator: bool = False, items: int = I
                 if separator:
                     b.kernel(at(22, spans_style) + [("torch_op", "aten::contiguous")], "copy_",
                              gpu_us=gpu_us)
-                with b.enclosing(model):
-                    for _ in range(K):
-                        b.kernel(model + [("torch_op", "aten::linear")], "gemm",
-                                 gpu_us=gpu_us * (items if batched else 1))
+                one_call(b, model, gpu_us * (items if batched else 1))
             b.kernel(at(24, spans_style) + [("torch_op", "aten::cat")], "cat", gpu_us=gpu_us)
             b.scalar_readback(at(25, spans_style))   # the request's answer read back
     return b
@@ -185,10 +191,7 @@ def test_a_models_layers_are_not_items():
     for _ in range(REQUESTS):
         with b.enclosing(STEP), b.enclosing(model):
             for _ in range(ITEMS):
-                with b.enclosing(model + BLOCK):
-                    for _ in range(K):
-                        b.kernel(model + BLOCK + [("torch_op", "aten::linear")], "gemm",
-                                 gpu_us=0.01)
+                one_call(b, model + BLOCK)
             b.scalar_readback(STEP)
     analysis, findings = run(b)
     assert analysis.relations.item_calls().table.height == 0 and findings == []
@@ -204,9 +207,7 @@ def generation(b: CaptureBuilder, read: str, upload: bool = False) -> None:
             for _ in range(ITEMS):
                 if upload:
                     b.copy(STEP, "HtoD", nbytes=4096, host_mem="pinned", sync=False)
-                with b.enclosing(model):
-                    for _ in range(K):
-                        b.kernel(model + [("torch_op", "aten::linear")], "gemm", gpu_us=0.01)
+                one_call(b, model)
                 if read == "item":
                     b.scalar_readback(STEP)
                 else:
@@ -321,10 +322,7 @@ def test_each_step_finds_its_own_level():
             b.copy(STEP, "HtoD", nbytes=4096, host_mem="pinned", sync=False)
             with b.enclosing(helper) if request else contextlib.nullcontext():
                 for _ in range(ITEMS):
-                    with b.enclosing(caller + [EMBED]):
-                        for _ in range(K):
-                            b.kernel(caller + [EMBED, ("torch_op", "aten::linear")], "gemm",
-                                     gpu_us=0.01)
+                    one_call(b, caller + [EMBED])
             b.scalar_readback(STEP)
     analysis, _ = run(b)
     table = analysis.relations.item_calls().table
@@ -351,10 +349,7 @@ def test_a_batchs_kernels_fill_the_gpu_its_items_left_idle():
         with b.enclosing(STEP):
             b.copy(STEP, "HtoD", nbytes=4096, host_mem="pinned", sync=False)
             for _ in range(ITEMS):
-                with b.enclosing(model):
-                    for _ in range(K):
-                        b.kernel(model + [("torch_op", "aten::linear")], "gemm", gpu_us=200,
-                                 grid=33)
+                one_call(b, model, gpu_us=200, grid=33)
             b.scalar_readback(STEP)   # waits for the request's kernels
     [f] = run(b)[1]
     assert f.saving_ns == pytest.approx(REQUESTS * (ITEMS - 1) * K * 150 * US, rel=0.01)
@@ -392,10 +387,7 @@ def test_a_function_called_once_that_reads_a_value_back_is_looked_into():
             b.copy(STEP, "HtoD", nbytes=4096, host_mem="pinned", sync=False)
             with b.enclosing(process):
                 for _ in range(ITEMS):
-                    with b.enclosing(process + [EMBED]):
-                        for _ in range(K):
-                            b.kernel(process + [EMBED, ("torch_op", "aten::linear")], "gemm",
-                                     gpu_us=0.01)
+                    one_call(b, process + [EMBED])
                 b.scalar_readback(process)
             b.scalar_readback(STEP)
     analysis, [_finding] = run(b)
@@ -407,8 +399,7 @@ def test_the_items_calls_are_the_same_through_the_as_of_join(monkeypatch):
     """Where the spans' threads, frames and times do not fit one int64 key, each call's span
     is found by an as-of join instead (``_span_starts``): the same calls of the function (on
     kwspot's H100 trace: its 64 forwards a request), not an error."""
-    from zym.analysis import analyze
-    from zym.analysis import instances
+    from zym.analysis import analyze, instances
 
     path = RESULTS / "h100-blind8/kineto/kwspot.parquet"
     fast = analyze(path, None, "steady").relations.item_calls()
