@@ -260,8 +260,8 @@ WINDOWS = 50  # the `windows` relation cuts the capture into this many windows
 # spans long enough to cover half of shorter work are most of a thread's.
 WHERE_MIN_NS = 100_000
 # A stretch of a step's own work is a row of the stretches relation if it is the step's
-# longest, or placed (``quiet_where``) and a phase of the step (this share of it or more) or
-# spent in a function that makes no CUDA call.
+# longest, a phase of the step (this share of it or more: placed in a function by the spans
+# or not), or placed (``quiet_where``) and spent in a function that makes no CUDA call.
 STRETCH_MIN_SHARE = 0.1
 
 # Standard measures every rule on a relation gets in its evidence (rules may add their own).
@@ -1144,11 +1144,11 @@ class Relations:
     def _build_stretches(self, want: set[str], wheres: list[dict] | None = None
                          ) -> pl.DataFrame:
         """One row per stretch of a step's own work with no CUDA call on its thread
-        (:meth:`_stretch_rows`) that the spans place in a function (``quiet_where``: its work
-        :data:`WHERE_MIN_NS` or more) and that is a phase of the step
-        (:data:`STRETCH_MIN_SHARE` of it or more) or is spent in a function that makes no
-        CUDA call, and each step's longest (placed or not), with the window's steps' totals
-        (one step function: the same in every row)."""
+        (:meth:`_stretch_rows`) that is a phase of the step (:data:`STRETCH_MIN_SHARE` of it
+        or more), placed in a function by the spans (``quiet_where``: its work
+        :data:`WHERE_MIN_NS` or more) or not (no spans: a zym capture's), or that the spans
+        place in a function that makes no CUDA call, and each step's longest (placed or not),
+        with the window's steps' totals (one step function: the same in every row)."""
         steps = self.analysis.steps_in_window()
         schema = {"stretch": pl.Int64, "step": pl.Int64, "pid": pl.Int64, "tid": pl.Int64,
                   "function": pl.String, "ts_ns": pl.Int64, "dur_ns": pl.Int64,
@@ -1173,11 +1173,12 @@ class Relations:
                                       pl.lit(True).alias("longest"),
                                       pl.lit(True).alias("_phase"))]).sort("quiet_end")
         rows = rows.with_columns(self._quiet_spans(rows, calls, on))
-        # placed: a phase of its step, or spent in a function that makes no CUDA call (the
-        # IoU loop run once a frame between the frame's kernels), not the Python between
+        # a phase of its step (placed or not: without spans, each of a step's host phases,
+        # not its longest alone), or placed and spent in a function that makes no CUDA call
+        # (the IoU loop run once a frame between the frame's kernels), not the Python between
         # the launches of a function that makes them (a forward's, a handler's)
-        rows = rows.filter(pl.col("longest") | (pl.col("quiet_where").is_not_null()
-                                                & (pl.col("_phase") | pl.col("_cpu_only"))))
+        rows = rows.filter(pl.col("longest") | pl.col("_phase")
+                           | (pl.col("quiet_where").is_not_null() & pl.col("_cpu_only")))
         if "quiet_until" in want:
             rows = rows.with_columns(self._until(rows, calls))
         pid, tid = ((int(calls[c][int(on[0])]) for c in ("pid", "tid")) if len(on)
