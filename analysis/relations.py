@@ -175,14 +175,6 @@ COLUMNS: dict[str, dict[str, str]] = {
                              "its kernels once); null where once, or without Python spans",
         "launch_next": "the next source of the step's launches after launch_from",
         "launch_next_share": "launch_next's share of the step's launches",
-        "item_function": "the function the step calls once per item (file:line function): "
-                         "launch_from where the step calls it 4 times or more, else "
-                         "launch_from_callee where it does; null where neither (calls from the "
-                         "spans, else from the stacks' runs of calls)",
-        "item_calls": "item_function's calls in the step",
-        "item_launches": "kernel launches inside item_function's calls in the step",
-        "item_span_ns": "from item_function's first CUDA call in the step to the end of its "
-                        "last",
         "syncs": "sync calls in the step", "blocked_ns": "CPU time blocked in the step",
         "size_syncs": "sync calls in the step under a torch op whose output size depends on "
                       "the values (size_op): the step's shapes change with its data",
@@ -225,6 +217,24 @@ COLUMNS: dict[str, dict[str, str]] = {
                          "where no op is known; batch norm's batch statistics and counter, "
                          "cuDNN's training batch norm): a model not put in eval mode",
         "train_gpu_ns": "their GPU time",
+    },
+    "items": {
+        "item": "row number (by step, then function)",
+        "step": "index of its step (joins the steps relation)", "pid": "process id",
+        "tid": "thread id of the steps", "function": "the step function (file function)",
+        "ts_ns": "its step's start", "dur_ns": "its step's length", "end_ns": "its step's end",
+        "item_function": "a function the step calls once per item (file:line function), 4 "
+                         "times or more from one line: what the step function called that "
+                         "launched most of the step's kernels, or the user function below it "
+                         "that did, and so on down; then the same among the launches outside "
+                         "the functions found, up to 4 a step (calls from the spans, else from "
+                         "the stacks' runs of calls)",
+        "item_calls": "item_function's calls in the step",
+        "item_launches": "kernel launches inside item_function's calls in the step",
+        "item_span_ns": "from item_function's first CUDA call in the step to the end of its "
+                        "last",
+        "busy_ns": "time the GPU was busy during its step",
+        "gpu_ns": "GPU time of the work its step launched",
     },
     "stretches": {
         "stretch": "row number of the stretch (time order)",
@@ -290,6 +300,8 @@ STANDARD_MEASURES: dict[str, dict[str, pl.Expr]] = {
     "steps": {"count": pl.len(), "span_ns": pl.col("dur_ns").sum(),
               "busy_ns": pl.col("busy_ns").sum(), "launches": pl.col("launches").sum(),
               "gpu_ns": pl.col("gpu_ns").sum(), "stall_ns": pl.col("blocked_ns").sum()},
+    "items": {"count": pl.len(), "span_ns": pl.col("dur_ns").sum(),
+              "busy_ns": pl.col("busy_ns").sum(), "gpu_ns": pl.col("gpu_ns").sum()},
     "stretches": {"count": pl.len(), "work_ns": pl.col("quiet_py_ns").sum(),
                   "in_steps": pl.col("step").n_unique(), "steps": pl.col("steps").max(),
                   "span_ns": pl.col("steps_ns").max(), "busy_ns": pl.col("steps_busy_ns").max(),
@@ -314,6 +326,8 @@ OCCURRENCE: dict[str, list[pl.Expr]] = {
     "paths": [_NULL.alias(c) for c in ("pid", "tid", "ts_ns", "dur_ns", "correlation_id")],
     "steps": [pl.col("pid"), pl.col("tid"), pl.col("ts_ns"), pl.col("dur_ns"),
               _NULL.alias("correlation_id")],
+    "items": [pl.col("pid"), pl.col("tid"), pl.col("ts_ns"), pl.col("dur_ns"),
+              _NULL.alias("correlation_id")],
     "stretches": [pl.col("pid"), pl.col("tid"), pl.col("ts_ns"), pl.col("dur_ns"),
                   _NULL.alias("correlation_id")],
     "windows": [_NULL.alias("pid"), _NULL.alias("tid"), pl.col("ts_ns"), pl.col("dur_ns"),
@@ -321,7 +335,8 @@ OCCURRENCE: dict[str, list[pl.Expr]] = {
 }
 # The row key of each relation: what a fix model is applied to (see zym.rules.savings).
 ROW_KEY = {"calls": "call_idx", "gpu": "gpu_idx", "gaps": "gap_idx", "paths": "path_id",
-           "steps": "step", "stretches": "stretch", "windows": "window_index"}
+           "steps": "step", "items": "item", "stretches": "stretch",
+           "windows": "window_index"}
 
 # Columns that are a function of the call stack: rules filter them on the (small) site table
 # and match events by stack id; they are joined onto events only where a rule groups by them.
@@ -820,9 +835,7 @@ class Relations:
                   "launches": pl.Int64, "launch_from": pl.String,
                   "launch_from_share": pl.Float64, "launch_from_callee": pl.String,
                   "launch_from_calls": pl.Int64, "launch_next": pl.String,
-                  "launch_next_share": pl.Float64, "item_function": pl.String,
-                  "item_calls": pl.Int64, "item_launches": pl.Int64, "item_span_ns": pl.Int64,
-                  "calls": pl.Int64, "syncs": pl.Int64,
+                  "launch_next_share": pl.Float64, "calls": pl.Int64, "syncs": pl.Int64,
                   "size_syncs": pl.Int64, "blocked_ns": pl.Int64, "cpu_call_ns": pl.Int64, "gpu_ns": pl.Int64,
                   "busy_ns": pl.Int64, "busy_frac": pl.Float64, "quiet_ns": pl.Int64,
                   "quiet_frac": pl.Float64, "quiet_idx": pl.Int64, "quiet_py_ns": pl.Int64,
@@ -868,9 +881,6 @@ class Relations:
         if want & {"launch_from", "launch_from_share", "launch_next", "launch_next_share",
                    "launch_from_callee", "launch_from_calls"}:
             df = df.join(self._launch_from(calls, steps), on="step", how="left")
-        if want & {"item_function", "item_calls", "item_launches", "item_span_ns"}:
-            items = self.item_calls().table.drop("item_node")
-            df = df.join(items, on="step", how="left")
         if want & {"torch_ops", "grad_ops", "backward_ops", "grad_cpu_ns"}:
             from .training import AUTOGRAD_NS_PER_OP, op_counts
 
@@ -891,6 +901,30 @@ class Relations:
             df = (df.join(train.cast({"step": pl.Int64}), on="step", how="left")
                   .with_columns(pl.col("train_kernels", "train_gpu_ns").fill_null(0)))
         return df.select([c for c in schema if c in want or c == "step"])
+
+    def _build_items(self, want: set[str], wheres: list[dict] | None = None) -> pl.DataFrame:
+        """One row per step and function it calls once per item (:meth:`item_calls`; the
+        calls of one function from two places, each once per item, one row: the encoder's
+        tile loop run on both scenes of a step), with its step's columns (the steps
+        relation's)."""
+        step_cols = ["step", "pid", "tid", "function", "ts_ns", "dur_ns", "end_ns", "busy_ns",
+                     "gpu_ns"]
+        item_cols = ["item_function", "item_calls", "item_launches", "item_span_ns"]
+        schema = {"item": pl.Int64, **{c: pl.Int64 for c in step_cols + item_cols}}
+        schema["function"] = schema["item_function"] = pl.String
+        table = self.item_calls().table
+        if table.height == 0:
+            return pl.DataFrame(schema=schema).select(
+                [c for c in schema if c in want or c == "item"])
+        per = (table.group_by("step", "item_function")
+               .agg(pl.col("item_calls", "item_launches").sum(),
+                    (pl.col("item_end_ns").max() - pl.col("item_start_ns").min())
+                    .alias("item_span_ns"))
+               .sort("step", "item_function"))
+        steps = self._build_steps(set(step_cols))
+        return (per.join(steps.select(step_cols), on="step", how="left")
+                .with_row_index("item").with_columns(pl.col("item").cast(pl.Int64))
+                .select([c for c in schema if c in want or c == "item"]))
 
     def _launch_from(self, calls: pl.DataFrame, steps) -> pl.DataFrame:
         """Per step (``calls``' ``step``): what the step function called that launched most
@@ -955,29 +989,35 @@ class Relations:
                 top, 0)], -1), steps).alias("launch_from_calls"))
 
     def item_calls(self) -> ItemCalls:
-        """The function each step calls once per item, and its calls (:class:`ItemCalls`),
-        once per analysis: the steps relation's ``item_*`` columns and the per-item batching
-        fix read it alike."""
+        """The functions each step calls once per item, and their calls (:class:`ItemCalls`),
+        once per analysis: the items relation and the per-item batching fix read it alike."""
         return self._once_obj("item calls", self._item_calls)
 
     def _item_calls(self) -> ItemCalls:
-        """Per step, the function below the step function that launched most of its kernels
-        (its outermost user frame there: ``launch_from``'s), or, where the step calls that
-        once, the user function below it that launched most (``launch_from_callee``'s): the
-        first of the two the step calls :data:`ITEM_MIN_CALLS` times or more (its calls from
-        the spans, else from the stacks' runs: :meth:`_frame_instances`), with the CUDA calls
-        made inside each of its calls. A function's calls are those from the same caller line
-        (its node's frame code: the line's own node with eBPF stacks, any line inside it).
+        """Per step, the functions it calls once per item, each with the CUDA calls made
+        inside each of its calls (:class:`ItemCalls`). The first: the function below the step
+        function that launched most of the step's kernels (its outermost user frame there:
+        ``launch_from``'s), or, where the step calls that fewer than :data:`ITEM_MIN_CALLS`
+        times, the user function below it that launched most, and so on down the user frames
+        (``Service.encode`` -> its list comprehension -> ``Model.encode`` once per tile): the
+        first the step calls :data:`ITEM_MIN_CALLS` times or more (its calls from the spans,
+        else from the stacks' runs: :meth:`_frame_instances`). Then the same again among the
+        launches outside the functions found (and outside the loops found to be no items), up
+        to :data:`ITEM_MAX_FUNCTIONS` functions a step: a step that runs a tile loop through
+        its encoder and another through its decoder has both. A function's calls are those
+        from the same caller line (its node's frame code: the line's own node with eBPF
+        stacks, any line inside it).
 
-        Not items (no function for the step at that level): a module called inside another
-        module's forward (a model's layers, each its own weights, one after the other), and
-        calls between most of which the step reads the GPU's values back (:func:`_read_between`:
-        a loop that decides from them whether to go on, or feeds them back, as a generation
-        loop does with its tokens: each call needs the one before it), or most of which read
-        a scalar back in the function's own code (a stop check: with eBPF stacks, a loop
-        inside the function, whose line goes back as a new call's would)."""
+        Not items (no function for the step at that level, and nothing below them): a module
+        called inside another module's forward (a model's layers, each its own weights, one
+        after the other), and calls between most of which the step reads the GPU's values back
+        (:func:`_read_between`: a loop that decides from them whether to go on, or feeds them
+        back, as a generation loop does with its tokens: each call needs the one before it),
+        or most of which read a scalar back in the function's own code (a stop check: with
+        eBPF stacks, a loop inside the function, whose line goes back as a new call's would)."""
         from .instances import Ancestors, frame_codes
         from .phases import under_step
+        from .replay import in_sorted, sorted_unique
         from .trie import NONE
 
         none = ItemCalls.empty()
@@ -990,8 +1030,8 @@ class Relations:
         trie = anc.trie
         source, labels = under_step(nodes, steps, trie)
         user = nodes["is_user"].fill_null(False).to_numpy()
-        callee = trie.outermost(user & (source != NONE) & (source != np.arange(len(source))))
         code = frame_codes(anc)
+        func = np.unique(anc.key, return_inverse=True)[1].astype(np.int64)  # the function
         enclosed = _inside_another_module(nodes, trie)
         calls = self.calls_table()
         idx = _on_steps_thread(calls, steps)
@@ -1008,77 +1048,133 @@ class Relations:
         htod = (copy & (calls["copy_kind"].gather(idx) == "HtoD").fill_null(False)).to_numpy()
         scalar = self._scalar_reads(idx, dtoh)
         ids = nodes["stack_id"].cast(pl.Int64).to_numpy()
-        chosen: list[pl.DataFrame] = []
-        members: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        done = np.zeros(int(step.max()) + 1, bool)  # steps given a function, or no items
-        n_nodes = len(ids)
-        for level in (source, callee):
+        n_nodes, n_steps = len(ids), int(step.max()) + 1
+        # each call's frame at each level below the step function: the frame it called,
+        # then the user frames below, one level at a time
+        levels = [np.where(r >= 0, source[np.maximum(r, 0)], NONE)]
+        level = source
+        for _ in range(ITEM_MAX_DEPTH - 1):
+            level = trie.outermost(user & (level != NONE) & (level != np.arange(len(level))))
             lv = np.where(r >= 0, level[np.maximum(r, 0)], NONE)
-            top_step, top_node = _top_per_step(step, lv, launch & ~done[step], n_nodes)
-            keep = ~enclosed[top_node]
-            top_step, top_node = top_step[keep], top_node[keep]
-            if not len(top_step):
-                continue
-            want = np.full(len(done), -2, np.int64)
-            want[top_step] = code[top_node]
-            under = np.flatnonzero(np.where(lv >= 0, code[np.maximum(lv, 0)], -1) == want[step])
-            at, st = idx[under], step[under]
-            inst = self._instances(pl.Series(at), frame_node=pl.Series(ids[lv[under]])).to_numpy()
-            # per step (the calls in time order: a step's are one run, and so are each of
-            # the function's calls'): its calls of the function, their launches and span
-            begins = np.flatnonzero(np.r_[True, st[1:] != st[:-1]])
-            new_call = np.r_[True, (inst[1:] != inst[:-1]) | (st[1:] != st[:-1])]
-            steps_u = st[begins]
-            n_calls = np.add.reduceat(new_call.astype(np.int64), begins)
-            n_launch = np.add.reduceat(launch[under].astype(np.int64), begins)
-            span = (np.maximum.reduceat(end[under], begins)
-                    - np.minimum.reduceat(ts[under], begins))
-            dependent = _read_between(st, inst, ts[under], end[under], ts[scalar], ts[dtoh],
-                                      ts[htod])
-            # or that reads a scalar back in the function's own code in most of its calls
-            # (its stop check: with eBPF stacks, a loop inside the function, told apart from
-            # calls of it by its line going back, is this)
-            own = np.zeros(len(under), bool)
-            reads = np.flatnonzero(scalar[under])
-            if len(reads):
-                user = self.site_of(calls["stack_id"].gather(at[reads]), ("user_node",))[0]
-                own[reads] = (user.cast(pl.Int64).fill_null(-1).to_numpy()
-                              == ids[lv[under][reads]])
-            per_call = np.flatnonzero(new_call)
-            has = np.add.reduceat(own.astype(np.int64), per_call) > 0
-            c_step = st[per_call]
-            s_u, where = np.unique(c_step, return_inverse=True)
-            share = np.bincount(where, weights=has) / np.bincount(where)
-            dependent = np.union1d(dependent, s_u[share >= 0.5]).astype(np.int64)
-            # a loop whose calls need each other's outputs: what its calls call is no item
-            # (a function called fewer times is no loop: what it calls is looked into)
-            loop = np.zeros(len(done), bool)
-            loop[steps_u[n_calls >= ITEM_MIN_CALLS]] = True
-            dependent = dependent[loop[dependent]]
-            done[dependent] = True
-            good = (n_calls >= ITEM_MIN_CALLS) & ~done[steps_u]
-            if not good.any():
-                continue
-            node_of = np.full(len(done), -1, np.int64)
-            node_of[top_step] = top_node
-            g_steps = steps_u[good]
-            g_nodes = node_of[g_steps]
-            chosen.append(pl.DataFrame({
-                "step": g_steps, "item_node": ids[g_nodes],
-                "item_function": labels.gather(g_nodes), "item_calls": n_calls[good],
-                "item_launches": n_launch[good], "item_span_ns": span[good]}))
-            mine = np.zeros(len(done), bool)
-            mine[g_steps] = True
-            keep = mine[st]
-            members.append((at[keep], inst[keep], st[keep]))
-            done[g_steps] = True
+            if not (lv >= 0).any():
+                break
+            levels.append(lv)
+        chosen: list[pl.DataFrame] = []
+        members: list[tuple[np.ndarray, ...]] = []
+        taken = np.zeros(len(idx), bool)   # inside a function found, or a loop of no items
+        n_func = int(func.max(initial=0)) + 1
+        recurrent: list[np.ndarray] = []   # (step, function) of the loops of no items
+        for _ in range(ITEM_MAX_FUNCTIONS):
+            done = np.zeros(n_steps, bool)  # steps given a function this round, or no items
+            progress = False
+            for lv in levels:
+                free = ~taken & ~done[step]
+                top_step, top_node = _top_per_step(step, lv, launch & free, n_nodes)
+                keep = ~enclosed[top_node]
+                top_step, top_node = top_step[keep], top_node[keep]
+                if not len(top_step):
+                    continue
+                want = np.full(n_steps, -2, np.int64)
+                want[top_step] = code[top_node]
+                under = np.flatnonzero(free & (np.where(lv >= 0, code[np.maximum(lv, 0)], -1)
+                                               == want[step]))
+                if not len(under):
+                    continue
+                found = self._item_loop(idx[under], step[under], ids[lv[under]], launch[under],
+                                        ts[under], end[under], scalar[under], ts[scalar],
+                                        ts[dtoh], ts[htod])
+                steps_u, n_calls, n_launch, lo, hi, inst, dependent = found
+                # a loop whose calls need each other's outputs: what its calls call is no item
+                # (a function called fewer times is no loop: what it calls is looked into)
+                loop = np.zeros(n_steps, bool)
+                loop[steps_u[n_calls >= ITEM_MIN_CALLS]] = True
+                dependent = dependent[loop[dependent]]
+                no_items = np.zeros(n_steps, bool)
+                no_items[dependent] = True
+                recurrent.append(dependent * n_func + func[top_node[np.searchsorted(
+                    top_step, dependent)]])
+                taken[under[no_items[step[under]]]] = True
+                done[dependent] = True
+                progress |= bool(len(dependent))
+                good = (n_calls >= ITEM_MIN_CALLS) & ~done[steps_u]
+                if not good.any():
+                    continue
+                node_of = np.full(n_steps, -1, np.int64)
+                node_of[top_step] = top_node
+                g_steps = steps_u[good]
+                g_nodes = node_of[g_steps]
+                chosen.append(pl.DataFrame({
+                    "step": g_steps, "item_node": ids[g_nodes],
+                    "item_function": labels.gather(g_nodes), "item_calls": n_calls[good],
+                    "item_launches": n_launch[good], "item_start_ns": lo[good],
+                    "item_end_ns": hi[good], "_row": g_nodes}))
+                mine = np.zeros(n_steps, bool)
+                mine[g_steps] = True
+                keep = mine[step[under]]
+                members.append((idx[under][keep], inst[keep], step[under][keep],
+                                node_of[step[under][keep]]))
+                taken[under[keep]] = True
+                done[g_steps] = True
+                progress = True
+            if not progress:
+                break
         if not chosen:
             return none
-        table = (pl.concat([f.select(ItemCalls.SCHEMA.keys()).cast(ItemCalls.SCHEMA)
-                            for f in chosen]).sort("step"))
-        at, inst, st = (np.concatenate(x) for x in zip(*members))
+        table = pl.concat([f.cast(ItemCalls.SCHEMA) for f in chosen])
+        at, inst, st, node = (np.concatenate(x) for x in zip(*members))
+        # a function whose loop in a step needs each call's output (a recurrent model's
+        # forecast) is no item function elsewhere in that step either (its spin-up over the
+        # observed frames, with no value read back between the calls, carries its state too)
+        if recurrent:
+            dep = sorted_unique(np.concatenate(recurrent))
+            ok = ~in_sorted(dep, table["step"].to_numpy() * n_func
+                            + func[table["_row"].to_numpy()])
+            table = table.filter(pl.Series(ok))
+            keep = ~in_sorted(dep, st * n_func + func[node])
+            at, inst, st, node = at[keep], inst[keep], st[keep], node[keep]
+            if table.height == 0:
+                return none
+        table = table.select(ItemCalls.SCHEMA.keys()).sort("step", "item_node")
         order = np.argsort(at, kind="stable")
-        return ItemCalls(table, at[order], inst[order], st[order])
+        return ItemCalls(table, at[order], inst[order], st[order], ids[node[order]])
+
+    def _item_loop(self, at: np.ndarray, st: np.ndarray, frame: np.ndarray, launch: np.ndarray,
+                   ts: np.ndarray, end: np.ndarray, scalar: np.ndarray, scalar_ts: np.ndarray,
+                   read_ts: np.ndarray, upload_ts: np.ndarray) -> tuple:
+        """One function's calls per step, from the CUDA calls ``at`` (in time order, of steps
+        ``st``) made inside it (``frame``: its stack node for each, whose calls are counted;
+        ``launch``, ``ts``, ``end``, ``scalar``: each one's kind, times and whether it reads a
+        scalar back): the steps, their calls of it, the launches inside them, their first CUDA
+        call's start and their last one's end,
+        each CUDA call's call of it, and the steps whose loop of it is no loop of items (its
+        calls read the GPU's values back between them: ``scalar_ts``, ``read_ts``,
+        ``upload_ts``, every such read of the thread; or in most of its calls, in its own code,
+        a scalar)."""
+        inst = self._instances(pl.Series(at), frame_node=pl.Series(frame)).to_numpy()
+        # per step (the calls in time order: a step's are one run, and so are each of
+        # the function's calls'): its calls of the function, their launches and span
+        begins = np.flatnonzero(np.r_[True, st[1:] != st[:-1]])
+        new_call = np.r_[True, (inst[1:] != inst[:-1]) | (st[1:] != st[:-1])]
+        steps_u = st[begins]
+        n_calls = np.add.reduceat(new_call.astype(np.int64), begins)
+        n_launch = np.add.reduceat(launch.astype(np.int64), begins)
+        lo, hi = np.minimum.reduceat(ts, begins), np.maximum.reduceat(end, begins)
+        dependent = _read_between(st, inst, ts, end, scalar_ts, read_ts, upload_ts)
+        # or that reads a scalar back in the function's own code in most of its calls
+        # (its stop check: with eBPF stacks, a loop inside the function, told apart from
+        # calls of it by its line going back, is this)
+        own = np.zeros(len(at), bool)
+        reads = np.flatnonzero(scalar)
+        if len(reads):
+            calls = self.calls_table()
+            user = self.site_of(calls["stack_id"].gather(at[reads]), ("user_node",))[0]
+            own[reads] = user.cast(pl.Int64).fill_null(-1).to_numpy() == frame[reads]
+        per_call = np.flatnonzero(new_call)
+        has = np.add.reduceat(own.astype(np.int64), per_call) > 0
+        s_u, where = np.unique(st[per_call], return_inverse=True)
+        share = np.bincount(where, weights=has) / np.bincount(where)
+        dependent = np.union1d(dependent, s_u[share >= 0.5]).astype(np.int64)
+        return steps_u, n_calls, n_launch, lo, hi, inst, dependent
 
     def _scalar_reads(self, idx: np.ndarray, dtoh: np.ndarray) -> np.ndarray:
         """Which of the calls ``idx`` (``dtoh``: those that copy device to host) read a GPU
@@ -1453,27 +1549,35 @@ def _step_frame(steps) -> pl.DataFrame:
 
 # Calls of one function in a step from which the function counts as called once per item
 ITEM_MIN_CALLS = 4
+# The most functions called once per item found in one step, and how deep below the step
+# function (in user frames, past the frame the step function called) they are looked for
+ITEM_MAX_FUNCTIONS = 4
+ITEM_MAX_DEPTH = 6
 
 
 class ItemCalls:
-    """The function each step calls once per item (:meth:`Relations.item_calls`): ``table``,
-    one row per step that has one (``step``, ``item_node``: its stack node, ``item_function``:
+    """The functions each step calls once per item (:meth:`Relations.item_calls`): ``table``,
+    one row per step and function (``step``, ``item_node``: its stack node, ``item_function``:
     its label, ``item_calls``: its calls in the step, ``item_launches``: the launches inside
-    them, ``item_span_ns``: from the first call's first CUDA call to the last's end), and
+    them, ``item_start_ns`` and ``item_end_ns``: the first call's first CUDA call's start and
+    the last's end), and
     the CUDA calls inside those calls: ``call_idx`` (sorted), each one's call of the
-    function (``instance``: ids that say which calls share one) and its ``step``."""
+    function (``instance``: ids that say which calls share one), its ``step`` and the
+    function's stack node (``node``: the table's ``item_node``)."""
 
     SCHEMA: ClassVar[dict] = {"step": pl.Int64, "item_node": pl.Int64, "item_function": pl.String,
-              "item_calls": pl.Int64, "item_launches": pl.Int64, "item_span_ns": pl.Int64}
+              "item_calls": pl.Int64, "item_launches": pl.Int64, "item_start_ns": pl.Int64,
+              "item_end_ns": pl.Int64}
 
     def __init__(self, table: pl.DataFrame, call_idx: np.ndarray, instance: np.ndarray,
-                 step: np.ndarray) -> None:
-        self.table, self.call_idx, self.instance, self.step = table, call_idx, instance, step
+                 step: np.ndarray, node: np.ndarray) -> None:
+        self.table, self.call_idx, self.instance = table, call_idx, instance
+        self.step, self.node = step, node
 
     @classmethod
     def empty(cls) -> ItemCalls:
         z = np.zeros(0, np.int64)
-        return cls(pl.DataFrame(schema=cls.SCHEMA), z, z, z)
+        return cls(pl.DataFrame(schema=cls.SCHEMA), z, z, z, z)
 
 
 def _span_starts(frame: pl.DataFrame, sp: pl.DataFrame) -> pl.Series:

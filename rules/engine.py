@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from zym.analysis import Analysis
 
 DEFAULT_COST = {"calls": "stall_ns", "gpu": "gpu_ns", "gaps": "idle_ns", "paths": "gpu_ns",
-                "steps": "span_ns", "stretches": "work_ns", "windows": "span_ns"}
+                "steps": "span_ns", "items": "item_span_ns", "stretches": "work_ns",
+                "windows": "span_ns"}
 # Labels read from the site table, for the group's site (or its first event's stack).
 _SITE_LABELS = ("user_node", "user_function", "user_file", "user_line", "user_module",
                 "user_source", "mechanism", "torch_op", "size_op", "py_api", "site")
@@ -277,7 +278,7 @@ def _names(rule: Rule) -> set[str]:
     for text in (rule.title, rule.message, rule.fix):
         cols.update(template_names(text))
     cols.update(c for c in ("api", "name") if c in COLUMNS[rule.relation])  # "what" fallback
-    if rule.relation in ("steps", "stretches"):
+    if rule.relation in ("steps", "items", "stretches"):
         cols.add("function")
     return cols
 
@@ -561,7 +562,7 @@ def _finding(rule: Rule, row: dict, occ: Any, cost: str, constants: dict,
     site_id = labels.get("site_id")
     site = site_text(labels)
     if "function" in labels and labels.get("user_function") is None and rule.relation in (
-            "steps", "stretches"):
+            "steps", "items", "stretches"):
         site = f"each step: {labels['function']}"
         if labels.get("quiet_where"):  # (the place a step's CPU work went, from the spans)
             site = f"{labels['quiet_where']} ({site})"

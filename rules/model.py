@@ -282,8 +282,8 @@ SAVING_RELATIONS = {
     "batch": ("calls",), "remove": ("calls", "gpu"), "unblock": ("calls", "gaps"),
     "pin": ("calls",), "async": ("calls",), "speedup": ("gpu",),
     "shorten-gaps": ("gaps", "calls"), "cpu-work": ("stretches", "steps"), "cuda-graph": ("steps",),
-    "autograd-off": ("steps",), "eval-mode": ("steps",), "items": ("steps",),
-    "none": ("calls", "gpu", "gaps", "paths", "steps", "stretches", "windows"),
+    "autograd-off": ("steps",), "eval-mode": ("steps",), "items": ("items",),
+    "none": ("calls", "gpu", "gaps", "paths", "steps", "items", "stretches", "windows"),
 }
 
 

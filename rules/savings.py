@@ -43,9 +43,10 @@ Models (``saving: {model: NAME, ...}``):
 * ``eval-mode``: the finding's steps run their modules in eval mode: the training-mode
   kernels eval mode does without (dropout's, batch norm's statistics and counter) go, with
   their launches and the CPU time their ops spent before each launch.
-* ``items``: the finding's steps call their item function (the steps relation's
+* ``items``: the finding's steps call their item function (the items relation's
   ``item_function``: :meth:`zym.analysis.relations.Relations.item_calls`) once on all the
-  items: each step's first call of it stays; in the others, every CUDA call loses its own CPU
+  items: each step's first call of it from each place that calls it once per item stays; in
+  the others, every CUDA call loses its own CPU
   time and the CPU work before it inside the function (with spans, the work before the call
   entered the function stays: the loop's own), and their waits go; their GPU operations run
   back to back (no queue gap between them), each kernel for its share of the batch's work: a
@@ -627,21 +628,32 @@ def _eval_mode(rows: pl.DataFrame, analysis: Analysis) -> Fix | None:
 
 
 def _items(rows: pl.DataFrame, analysis: Analysis) -> Fix | None:
-    """The ``items`` model (the module doc): the finding's steps (``rows``: steps relation)
-    with their item function called once on all the items."""
-    if "step" not in rows.columns:
+    """The ``items`` model (the module doc): the finding's steps (``rows``: items relation)
+    with their item function called once on all the items (once from each place that calls
+    it once per item)."""
+    if "step" not in rows.columns or "item_function" not in rows.columns:
         return None
     items = analysis.relations.item_calls()
-    mine = sorted_unique(rows["step"].drop_nulls().cast(pl.Int64).to_numpy())
-    take = in_sorted(mine, items.step)
-    at, inst, step = items.call_idx[take], items.instance[take], items.step[take]
+    table = items.table.join(rows.select(pl.col("step").cast(pl.Int64), "item_function")
+                             .unique(), on=["step", "item_function"], how="semi")
+    if table.height == 0:
+        return None
+    # a (step, function's stack node) as one key: the finding's, and each member call's
+    nodes = sorted_unique(items.table["item_node"].to_numpy())
+    n_nodes = len(nodes)
+    key_of = table["step"].to_numpy() * n_nodes + np.searchsorted(nodes, table["item_node"]
+                                                                  .to_numpy())
+    member = items.step * n_nodes + np.searchsorted(nodes, items.node)
+    take = in_sorted(sorted_unique(key_of), member)
+    at, inst, step, key = (items.call_idx[take], items.instance[take], items.step[take],
+                           member[take])
     if not len(at):
         return None
-    # each step's first call of the function: the call of its earliest CUDA call (``at`` is
-    # in time order)
-    first = np.full(int(step.max()) + 1, -1, np.int64)
-    first[step[::-1]] = inst[::-1]
-    later = inst != first[step]
+    # each step's first call of the function from each place: the call of its earliest CUDA
+    # call (``at`` is in time order)
+    first = np.full(int(key.max()) + 1, -1, np.int64)
+    first[key[::-1]] = inst[::-1]
+    later = inst != first[key]
     gone, inst = at[later], inst[later]
     if not len(gone):
         return None
@@ -665,12 +677,16 @@ def _items(rows: pl.DataFrame, analysis: Analysis) -> Fix | None:
     # kernel for the share of the GPU its blocks fill (the batch fills the rest)
     op_call = analysis.facts.gpu["call_idx"].fill_null(-1).to_numpy()
     ops = np.flatnonzero(in_sorted(gone, op_call))
-    per_step = np.zeros(int(step.max()) + 1, np.int64)
-    per_step[items.table["step"].to_numpy()] = items.table["item_calls"].to_numpy()
-    op_step = step[later][np.searchsorted(gone, op_call[ops])]
-    scaled, dur, sms = _batched_kernels(ops, per_step[op_step], analysis)
+    per_key = np.zeros(int(key.max()) + 1, np.int64)
+    inside = key_of <= key.max()
+    per_key[key_of[inside]] = table["item_calls"].to_numpy()[inside]
+    op_key = key[later][np.searchsorted(gone, op_call[ops])]
+    scaled, dur, sms = _batched_kernels(ops, per_key[op_key], analysis)
     n_calls = int(opening.sum())
     steps = len(sorted_unique(step))
+    n_places = len(sorted_unique(key)) // max(steps, 1)
+    places = f" (its first from each of the {n_places} lines that call it)" if n_places > 1 \
+        else ""
     what = (rows["item_function"].drop_nulls().first() if "item_function" in rows.columns
             else None) or "the item function"
     before = int(analysis.facts.gpu["dur_ns"].gather(scaled).sum()) if len(scaled) else 0
@@ -678,7 +694,7 @@ def _items(rows: pl.DataFrame, analysis: Analysis) -> Fix | None:
                gap_ns=gap, unblock_calls=waits, gapless_ops=ops, gpu_ops=scaled,
                gpu_dur_ns=dur, describe=(
         f"replayed with {what} called once a step on all the items: in each of {steps:,} "
-        f"steps its first call stays, and the {len(gone):,} CUDA calls of its other "
+        f"steps its first call stays{places}, and the {len(gone):,} CUDA calls of its other "
         f"{n_calls:,} calls are made without their CPU time or the CPU work before each inside "
         "it" + (" (the loop's work before each call stays)" if spans else
                 " (the CPU time before each call's first stays)")

@@ -42,22 +42,30 @@ def _per_request(path: Path, name: str, line: int | None = None) -> list[int]:
 @pytest.mark.parametrize("source", ["kineto", "captures"])
 def test_the_per_item_calls_are_the_workloads_items(source):
     """protvar scores the wild type and each of its N_VARIANTS mutants with one forward each;
-    changedet decodes each of its (SCENE / TILE)^2 tiles with one call: zym's per-item
-    finding counts them, from the spans (torch.profiler) and from the stacks' runs split where
-    the line goes back (zym capture, eBPF: changedet's calls are a list comprehension's, back
-    to back)."""
+    changedet decodes each of its (SCENE / TILE)^2 tiles with one call, and encodes each tile
+    of both scenes (the reference's and the new one's) with one call: zym's per-item findings
+    count them, from the spans (torch.profiler) and from the stacks' runs split where the line
+    goes back (zym capture, eBPF), but for the encoder's calls there: a list comprehension's
+    inside Service.encode, back to back, which the stacks' runs do not tell apart."""
     from zym.analysis import analyze
     from zym.rules import evaluate
 
     tiles = (workload_constant("changedet", "SCENE") // workload_constant("changedet", "TILE")) ** 2
-    want = {"protvar": workload_constant("protvar", "N_VARIANTS") + 1, "changedet": tiles}
+    sequences = workload_constant("protvar", "N_VARIANTS") + 1
+    want = {"protvar": {"forward": sequences}, "changedet": {"decode": tiles, "encode": 2 * tiles}}
+    if source == "captures":
+        del want["changedet"]["encode"]
     for w, n in want.items():
-        found = [f for f in evaluate(analyze(BLIND9 / source / f"{w}.parquet"))
-                 if f.rule_id == "compute.per-item-calls"]
-        assert len(found) == 1 and found[0].evidence["calls_per_step"] == n, w
+        found = {f.evidence["item_function"].split(" ")[-1].split(".")[-1]:
+                 f.evidence["calls_per_step"]
+                 for f in evaluate(analyze(BLIND9 / source / f"{w}.parquet"))
+                 if f.rule_id == "compute.per-item-calls"}
+        assert found == n, w
     if source == "kineto":   # the raw spans say the same
         assert set(_per_request(BLIND9 / "kineto" / "protvar.parquet", "forward", 137)) == {
-            want["protvar"]}
+            sequences}
+        assert set(_per_request(BLIND9 / "kineto" / "changedet.parquet", "encode", 161)) == {
+            2 * tiles}
 
 
 @pytest.mark.parametrize("source", ["kineto", "captures"])
