@@ -74,10 +74,15 @@ def test_a_chain_led_by_a_cuda_graph_is_cut_into_runs_whatever_its_length(monkey
     to two threads, and its savings are each prefix's, combined at once and replayed whole."""
     saving = replay.Timeline.saving
     threads: set[str] = set()
+    other = threading.Event()
 
     def traced(self, fix, **kw):
         if not kw.get("alone"):      # the fixes together (a finding's own fix runs alone)
             threads.add(threading.current_thread().name)
+            if len(threads) > 1:
+                other.set()
+            else:   # the first run waits (at most 10 s) for the other thread's to start:
+                other.wait(10)   # one thread could otherwise finish both before it starts
         return saving(self, fix, **kw)
 
     monkeypatch.setattr(replay.Timeline, "saving", traced)
