@@ -230,9 +230,11 @@ COLUMNS: dict[str, dict[str, str]] = {
                          "the functions found, up to 4 a step (calls from the spans, else from "
                          "the stacks' runs of calls)",
         "item_calls": "item_function's calls in the step",
-        "item_launches": "kernel launches inside item_function's calls in the step",
-        "item_span_ns": "from item_function's first CUDA call in the step to the end of its "
-                        "last",
+        "item_launches": "kernel launches inside item_function's calls in the step, and of the "
+                         "step function's own ops that come the same number of times before "
+                         "each call (the loop body's: with spans)",
+        "item_span_ns": "from item_function's first CUDA call in the step (or its loop body "
+                        "op's) to the end of its last",
         "busy_ns": "time the GPU was busy during its step",
         "gpu_ns": "GPU time of the work its step launched",
     },
@@ -1122,6 +1124,11 @@ class Relations:
             return none
         table = pl.concat([f.cast(ItemCalls.SCHEMA) for f in chosen])
         at, inst, st, node = (np.concatenate(x) for x in zip(*members))
+        spans = self.analysis.data.span_table
+        if spans is not None and spans.height > 0:   # (instances: the calls' span starts)
+            is_op = (nodes["kind"] != "python").fill_null(True).to_numpy()
+            table, inst, node = _attach_loop_ops(table, inst, st, node, is_op,
+                                                 calls["ts_ns"].gather(at).to_numpy())
         # a function whose loop in a step needs each call's output (a recurrent model's
         # forecast) is no item function elsewhere in that step either (its spin-up over the
         # observed frames, with no value read back between the calls, carries its state too)
@@ -1629,6 +1636,70 @@ def _split_at_first_line(ids: np.ndarray, anc, node: pl.Series) -> np.ndarray:
     back = at_first & same_run & ~np.r_[False, at_first[:-1]]
     start = has & (~same_run | back)
     return np.where(has, np.cumsum(start), -1).astype(np.int64)
+
+
+def _attach_loop_ops(table: pl.DataFrame, inst: np.ndarray, st: np.ndarray, node: np.ndarray,
+                     is_op: np.ndarray, ts: np.ndarray
+                     ) -> tuple[pl.DataFrame, np.ndarray, np.ndarray]:
+    """The loop's own ops, made part of its items: of the rows of ``table``
+    (:meth:`Relations._item_calls`'s, with ``_row``: the function's node row) that are an op
+    or built-in the step function ran itself (``is_op``, by node row: ``aten::mul`` at
+    ``tracks[t].emb = F.normalize(0.9 * tracks[t].emb + 0.1 * emb[d])``), those whose calls in
+    a step come the same number of times (once or more) before each call of a Python function
+    found in that step, and never after its last: the loop body's ops around the call, which a
+    batched fix does once too. Their calls (``inst``, ``st``, ``node``, ``ts``: the member
+    calls' call ids, which are span starts, steps, node rows and start times) become those of
+    the function's call they come before (its id, its node), their launches and times its
+    row's, and their own rows go."""
+    rows, t_step = table["_row"].to_numpy(), table["step"].to_numpy()
+    op_rows = np.unique(rows[is_op[rows]])
+    fn_rows = [r for r in np.unique(rows[~is_op[rows]])]
+    if not len(op_rows) or not fn_rows:
+        return table, inst, node
+    launches = table["item_launches"].to_numpy().copy()
+    lo, hi = table["item_start_ns"].to_numpy().copy(), table["item_end_ns"].to_numpy().copy()
+    drop = np.zeros(table.height, bool)
+    inst, node = inst.copy(), node.copy()
+    n_rows = int(rows.max()) + 1
+    t_key = t_step * n_rows + rows
+    t_order = np.argsort(t_key)
+
+    def row_of(step: np.ndarray, row: int) -> np.ndarray:
+        return t_order[np.searchsorted(t_key[t_order], step * n_rows + row)]
+
+    for o in op_rows:
+        om = np.flatnonzero(node == o)
+        for f in fn_rows:
+            fm = np.flatnonzero(node == f)
+            starts, first = np.unique(inst[fm], return_index=True)   # its calls, in time order
+            f_step = st[fm][first]
+            j = np.searchsorted(starts, ts[om], side="left")   # the call each op comes before
+            valid = (j < len(starts)) & (f_step[np.minimum(j, len(starts) - 1)] == st[om])
+            count = np.bincount(j[valid], minlength=len(starts))
+            # per step: every call of the function has the same count of them, one or more,
+            # and none comes after its last call
+            steps_u, where = np.unique(f_step, return_inverse=True)
+            c_min = np.full(len(steps_u), np.iinfo(np.int64).max)
+            c_max = np.zeros(len(steps_u), np.int64)
+            np.minimum.at(c_min, where, count)
+            np.maximum.at(c_max, where, count)
+            bad = np.unique(st[om][~valid])
+            ok = steps_u[(c_min == c_max) & (c_min >= 1) & ~np.isin(steps_u, bad)]
+            if not len(ok):
+                continue
+            move = om[valid & np.isin(st[om], ok)]
+            inst[move] = starts[np.searchsorted(starts, ts[move], side="left")]
+            node[move] = f
+            src, dst = row_of(ok, int(o)), row_of(ok, int(f))
+            launches[dst] += launches[src]
+            lo[dst], hi[dst] = np.minimum(lo[dst], lo[src]), np.maximum(hi[dst], hi[src])
+            drop[src] = True
+            om = om[~np.isin(st[om], ok)]
+            if not len(om):
+                break
+    table = table.with_columns(pl.Series("item_launches", launches),
+                               pl.Series("item_start_ns", lo), pl.Series("item_end_ns", hi))
+    return table.filter(pl.Series(~drop)), inst, node
 
 
 def _top_per_step(step: np.ndarray, node: np.ndarray, mask: np.ndarray, n_nodes: int

@@ -668,8 +668,10 @@ def _items(rows: pl.DataFrame, analysis: Analysis) -> Fix | None:
         ts = calls["ts_ns"].gather(gone[opening]).to_numpy()
         start = inst[opening]
         before = tl.gap[gone[opening]]
-        # (a call outside any span of the function, its own instance: its time stays)
-        gap[opening] = np.where(start >= 0, np.clip(before - (ts - start), 0, None), before)
+        # (a call outside any span of the function, its own instance: its time stays; the
+        # loop's own ops before the call, part of its item, keep the time before the first)
+        gap[opening] = np.where(start >= 0, np.clip(before - np.maximum(ts - start, 0), 0,
+                                                    None), before)
     else:
         gap[opening] = tl.gap[gone[opening]]   # no span: where the call began is not known
     waits = gone[tl.waits[gone]]

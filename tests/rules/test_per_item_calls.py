@@ -272,6 +272,44 @@ def test_a_function_whose_loop_needs_its_outputs_is_no_item_function_elsewhere_i
     assert f.evidence["item_function"] == "model.py:40 score"
 
 
+def loop_with_ops(every: int = 1) -> CaptureBuilder:
+    """``for x in items: y = embed(0.9 * x + 0.1 * z)``: before each call of ``embed``
+    (every ``every``-th), the step function's own two ops (``aten::mul``, ``aten::add``: one
+    launch each) in the loop's body."""
+    b = CaptureBuilder()
+    for _ in range(REQUESTS):
+        with b.enclosing(STEP):
+            b.copy(STEP, "HtoD", nbytes=4096, host_mem="pinned", sync=False)
+            for i in range(ITEMS):
+                if i % every == 0:
+                    for op in ("aten::mul", "aten::add"):
+                        b.kernel(STEP + [("torch_op", op)], op[6:], gpu_us=0.01)
+                one_call(b, STEP + [EMBED])
+            b.scalar_readback(STEP)
+    return b
+
+
+def test_the_loops_own_ops_before_each_call_are_part_of_its_item():
+    """The loop body's ops before each call are done once by a batched call too: they join
+    the item (2 more launches a call), and the fix takes from each later item their CPU
+    time as well: its two launches (5 us each) and the 1 us after each (the builder's), on
+    top of the call's 6K - 0.5 us (the 1 us before the first op, the loop's, stays)."""
+    analysis, [f] = run(loop_with_ops())
+    table = analysis.relations.item_calls().table
+    assert set(table["item_function"]) == {"model.py:5 embed"}
+    assert f.evidence["launches_per_call"] == K + 2
+    assert f.saving_ns == pytest.approx(REQUESTS * (ITEMS - 1) * (6 * K - 0.5 + 12) * US,
+                                        rel=1e-3)
+
+
+def test_ops_not_once_before_each_call_stay_the_loops():
+    """The same ops before every other call only: not the item's (the finding prices the
+    calls alone, as without them)."""
+    [f] = run(loop_with_ops(every=2))[1]
+    assert f.evidence["launches_per_call"] == K
+    assert f.saving_ns == pytest.approx(REQUESTS * (ITEMS - 1) * (6 * K - 0.5) * US, rel=2e-3)
+
+
 # -- what is not a loop over items ---------------------------------------------------------
 
 MODULE = [("python", "nn.Module: Model", None, None),
