@@ -232,7 +232,7 @@ COLUMNS: dict[str, dict[str, str]] = {
         "item_calls": "item_function's calls in the step",
         "item_launches": "kernel launches inside item_function's calls in the step, and of the "
                          "step function's own ops that come the same number of times before "
-                         "each call (the loop body's: with spans)",
+                         "each call (the loop body's, its uploads too: with spans)",
         "item_span_ns": "from item_function's first CUDA call in the step (or its loop body "
                         "op's) to the end of its last",
         "busy_ns": "time the GPU was busy during its step",
@@ -1127,8 +1127,16 @@ class Relations:
         spans = self.analysis.data.span_table
         if spans is not None and spans.height > 0:   # (instances: the calls' span starts)
             is_op = (nodes["kind"] != "python").fill_null(True).to_numpy()
-            table, inst, node = _attach_loop_ops(table, inst, st, node, is_op,
-                                                 calls["ts_ns"].gather(at).to_numpy())
+            lv0 = levels[0]
+            other = np.flatnonzero(~taken & (lv0 >= 0) & is_op[np.maximum(lv0, 0)])
+            loose = np.r_[np.zeros(len(at), bool), np.ones(len(other), bool)]
+            member_launch = np.isin(at, idx[launch])
+            all_at = np.r_[at, idx[other]]
+            table, (at, inst, st, node) = _attach_loop_ops(
+                table, all_at, np.r_[inst, np.full(len(other), -1, np.int64)],
+                np.r_[st, step[other]], np.r_[node, lv0[other]],
+                calls["ts_ns"].gather(all_at).to_numpy(), np.r_[member_launch, launch[other]],
+                loose, is_op)
         # a function whose loop in a step needs each call's output (a recurrent model's
         # forecast) is no item function elsewhere in that step either (its spin-up over the
         # observed frames, with no value read back between the calls, carries its state too)
@@ -1638,68 +1646,100 @@ def _split_at_first_line(ids: np.ndarray, anc, node: pl.Series) -> np.ndarray:
     return np.where(has, np.cumsum(start), -1).astype(np.int64)
 
 
-def _attach_loop_ops(table: pl.DataFrame, inst: np.ndarray, st: np.ndarray, node: np.ndarray,
-                     is_op: np.ndarray, ts: np.ndarray
-                     ) -> tuple[pl.DataFrame, np.ndarray, np.ndarray]:
-    """The loop's own ops, made part of its items: of the rows of ``table``
-    (:meth:`Relations._item_calls`'s, with ``_row``: the function's node row) that are an op
-    or built-in the step function ran itself (``is_op``, by node row: ``aten::mul`` at
-    ``tracks[t].emb = F.normalize(0.9 * tracks[t].emb + 0.1 * emb[d])``), those whose calls in
-    a step come the same number of times (once or more) before each call of a Python function
-    found in that step, and never after its last: the loop body's ops around the call, which a
-    batched fix does once too. Their calls (``inst``, ``st``, ``node``, ``ts``: the member
-    calls' call ids, which are span starts, steps, node rows and start times) become those of
-    the function's call they come before (its id, its node), their launches and times its
-    row's, and their own rows go."""
+def _attach_loop_ops(table: pl.DataFrame, at: np.ndarray, inst: np.ndarray, st: np.ndarray,
+                     node: np.ndarray, ts: np.ndarray, launch: np.ndarray, loose: np.ndarray,
+                     is_op: np.ndarray) -> tuple[pl.DataFrame, tuple[np.ndarray, ...]]:
+    """The loop's own ops, made part of its items. Of the step function's own ops (``is_op``,
+    by node row: an op or built-in it ran itself: ``aten::mul`` at ``tracks[t].emb =
+    F.normalize(0.9 * tracks[t].emb + 0.1 * emb[d])``, ``aten::to`` at ``model(torch
+    .from_numpy(x).to(device))``), those whose CUDA calls in a step come the same number of
+    times (once or more) before each call of a Python function found in that step, and never
+    after its last: the loop body's, which a batched fix does once too. Their calls become
+    those of the function's call they come before (its id, its node: ``inst``, ``node``), and
+    their launches and start its row's (``table``, with ``_row``: each row's node row); the
+    rows of ``table`` that were such ops' go. The calls (``at``, ``st``, ``ts``, ``launch``:
+    rows, steps, starts, whether a launch) are the members of ``table``'s rows and
+    ``loose``: other calls of the step function's own ops (its uploads), members only where
+    they join an item. ``inst`` are span starts (the spans' instances). Returns the table and
+    the members (``at``, ``inst``, ``st``, ``node``)."""
     rows, t_step = table["_row"].to_numpy(), table["step"].to_numpy()
-    op_rows = np.unique(rows[is_op[rows]])
-    fn_rows = [r for r in np.unique(rows[~is_op[rows]])]
-    if not len(op_rows) or not fn_rows:
-        return table, inst, node
+    ops = np.unique(np.r_[rows[is_op[rows]], node[loose]]).astype(np.int64)
+    fn_rows = [int(r) for r in np.unique(rows[~is_op[rows]])]
+    joined = ~loose
+    if not len(ops) or not fn_rows:
+        return table, (at[joined], inst[joined], st[joined], node[joined])
     launches = table["item_launches"].to_numpy().copy()
-    lo, hi = table["item_start_ns"].to_numpy().copy(), table["item_end_ns"].to_numpy().copy()
+    lo = table["item_start_ns"].to_numpy().copy()
     drop = np.zeros(table.height, bool)
-    inst, node = inst.copy(), node.copy()
-    n_rows = int(rows.max()) + 1
+    inst, node, joined = inst.copy(), node.copy(), joined.copy()
+    n_rows = int(max(rows.max(), node.max())) + 1
     t_key = t_step * n_rows + rows
     t_order = np.argsort(t_key)
+    sorted_key = t_key[t_order]
 
     def row_of(step: np.ndarray, row: int) -> np.ndarray:
-        return t_order[np.searchsorted(t_key[t_order], step * n_rows + row)]
+        """The table's row of each (``step``, node ``row``); -1 where there is none."""
+        k = step * n_rows + row
+        j = np.minimum(np.searchsorted(sorted_key, k), len(sorted_key) - 1)
+        return np.where(sorted_key[j] == k, t_order[j], -1)
 
-    for o in op_rows:
+    for o in ops:
         om = np.flatnonzero(node == o)
+        om = om[np.argsort(ts[om], kind="stable")]
         for f in fn_rows:
-            fm = np.flatnonzero(node == f)
+            fm = np.flatnonzero((node == f) & ~loose)
             starts, first = np.unique(inst[fm], return_index=True)   # its calls, in time order
             f_step = st[fm][first]
             j = np.searchsorted(starts, ts[om], side="left")   # the call each op comes before
             valid = (j < len(starts)) & (f_step[np.minimum(j, len(starts) - 1)] == st[om])
             count = np.bincount(j[valid], minlength=len(starts))
-            # per step: every call of the function has the same count of them, one or more,
-            # and none comes after its last call
+            # per step: every call of the function but the first has the same count of them,
+            # m, one or more, the first m or more (the step's own before the loop: its
+            # upload), and none comes after its last call
             steps_u, where = np.unique(f_step, return_inverse=True)
+            opens = np.r_[True, f_step[1:] != f_step[:-1]]
             c_min = np.full(len(steps_u), np.iinfo(np.int64).max)
             c_max = np.zeros(len(steps_u), np.int64)
-            np.minimum.at(c_min, where, count)
-            np.maximum.at(c_max, where, count)
+            np.minimum.at(c_min, where[~opens], count[~opens])
+            np.maximum.at(c_max, where[~opens], count[~opens])
             bad = np.unique(st[om][~valid])
-            ok = steps_u[(c_min == c_max) & (c_min >= 1) & ~np.isin(steps_u, bad)]
+            fits = (c_min == c_max) & (c_min >= 1) & (count[opens] >= c_min)
+            ok = steps_u[fits & ~np.isin(steps_u, bad)]
             if not len(ok):
                 continue
-            move = om[valid & np.isin(st[om], ok)]
+            # each call's last m before it (the loop body's; the first call's earlier ones stay)
+            m = np.where(fits, c_min, 0)[where]            # per call of the function
+            k = np.flatnonzero(valid)                      # ops with a call (j: in order)
+            nth = np.arange(len(k)) - np.searchsorted(j[k], j[k], side="left")
+            last_m = count[j[k]] - nth <= m[j[k]]
+            take = np.zeros(len(om), bool)
+            take[k[last_m]] = True
+            move = om[take & np.isin(st[om], ok)]
             inst[move] = starts[np.searchsorted(starts, ts[move], side="left")]
             node[move] = f
-            src, dst = row_of(ok, int(o)), row_of(ok, int(f))
-            launches[dst] += launches[src]
-            lo[dst], hi[dst] = np.minimum(lo[dst], lo[src]), np.maximum(hi[dst], hi[src])
-            drop[src] = True
+            joined[move] = True
+            dst = row_of(st[move], f)
+            np.add.at(launches, dst, launch[move].astype(np.int64))
+            np.minimum.at(lo, dst, ts[move])
+            src = row_of(ok, int(o))
+            drop[src[src >= 0]] = True
             om = om[~np.isin(st[om], ok)]
             if not len(om):
                 break
+    # an op row's launches are its calls': those that moved were added where they went; the
+    # calls of a row that goes and did not move (a step's own before its loop) are no item's
+    still = np.flatnonzero(joined & is_op[node])
+    if len(still):
+        r = np.full(len(still), -1, np.int64)
+        for o in ops:
+            at_o = still[node[still] == o]
+            r[np.searchsorted(still, at_o)] = row_of(st[at_o], int(o))
+        joined[still[(r < 0) | drop[np.maximum(r, 0)]]] = False
+    launches[drop] = 0
     table = table.with_columns(pl.Series("item_launches", launches),
-                               pl.Series("item_start_ns", lo), pl.Series("item_end_ns", hi))
-    return table.filter(pl.Series(~drop)), inst, node
+                               pl.Series("item_start_ns", lo)).filter(pl.Series(~drop))
+    # an op row whose calls did not all move keeps the rest (steps where they did not fit)
+    return table, (at[joined], inst[joined], st[joined], node[joined])
 
 
 def _top_per_step(step: np.ndarray, node: np.ndarray, mask: np.ndarray, n_nodes: int
