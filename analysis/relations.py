@@ -1015,8 +1015,9 @@ class Relations:
         after the other), and calls between most of which the step reads the GPU's values back
         (:func:`_read_between`: a loop that decides from them whether to go on, or feeds them
         back, as a generation loop does with its tokens: each call needs the one before it),
-        or most of which read a scalar back in the function's own code (a stop check: with
-        eBPF stacks, a loop inside the function, whose line goes back as a new call's would)."""
+        or, without spans, most of which read a scalar back in the function's own code (a stop
+        check: with eBPF stacks, a loop inside the function, whose line goes back as a new
+        call's would)."""
         from .instances import Ancestors, frame_codes
         from .phases import under_step
         from .replay import in_sorted, sorted_unique
@@ -1175,12 +1176,14 @@ class Relations:
         n_launch = np.add.reduceat(launch.astype(np.int64), begins)
         lo, hi = np.minimum.reduceat(ts, begins), np.maximum.reduceat(end, begins)
         dependent = _read_between(st, inst, ts, end, scalar_ts, read_ts, upload_ts)
-        # or that reads a scalar back in the function's own code in most of its calls
-        # (its stop check: with eBPF stacks, a loop inside the function, told apart from
-        # calls of it by its line going back, is this)
+        # or, without spans, that reads a scalar back in the function's own code in most of
+        # its calls (its stop check: with eBPF stacks, a loop inside the function, told apart
+        # from calls of it by its line going back, is this; the spans tell calls apart: a
+        # per-item decode reading its results is items)
         own = np.zeros(len(at), bool)
         reads = np.flatnonzero(scalar)
-        if len(reads):
+        spans = self.analysis.data.span_table
+        if len(reads) and (spans is None or spans.height == 0):
             calls = self.calls_table()
             user = self.site_of(calls["stack_id"].gather(at[reads]), ("user_node",))[0]
             own[reads] = user.cast(pl.Int64).fill_null(-1).to_numpy() == frame[reads]

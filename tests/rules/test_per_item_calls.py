@@ -165,6 +165,28 @@ def test_without_spans_a_loop_reading_a_scalar_in_its_own_code_is_not_items():
     assert analysis.relations.item_calls().table.height == 0 and findings == []
 
 
+def test_with_spans_a_function_reading_scalars_in_its_own_code_is_items():
+    """With spans each call of the function is known (no loop inside it is taken for calls):
+    a per-item decode that reads its results back with .item() in its own code (kwspot's
+    decode_clip: its maxima and peaks, keyword by keyword) is called once per item. The fix
+    takes from each later call its launches and reads as well: the copy (4 us) and the sync
+    (2 us) with the 1 us after each, 8 us on top of the launches' 6K - 0.5 (the GPU's kernels
+    are done by each read: no wait to take)."""
+    b = CaptureBuilder()
+    model = STEP + [EMBED]
+    for _ in range(REQUESTS):
+        with b.enclosing(STEP):
+            b.copy(STEP, "HtoD", nbytes=4096, host_mem="pinned", sync=False)
+            for _ in range(ITEMS):
+                with b.enclosing(model):
+                    for _ in range(K):
+                        b.kernel(model + [("torch_op", "aten::linear")], "gemm", gpu_us=0.01)
+                    b.scalar_readback(model)
+    [f] = run(b)[1]
+    assert f.evidence["calls_per_step"] == ITEMS
+    assert f.saving_ns == pytest.approx(REQUESTS * (ITEMS - 1) * (6 * K + 7.5) * US, rel=1e-3)
+
+
 def test_silent_below_four_calls_a_step():
     analysis, findings = run(service(items=3))
     assert analysis.relations.item_calls().table.height == 0 and findings == []
@@ -397,6 +419,7 @@ RESULTS = Path(__file__).resolve().parents[1].parent / "bench/whatif/results"
 # the workload's code makes them: clips, people x 2, alerts, frames, photos)
 SERVICES = [
     ("h100-blind8/kineto/kwspot.parquet", "handle", ("kwspot.py", 203), "handle"),
+    ("h100-blind8/kineto/kwspot.parquet", "handle", ("kwspot.py", 264), "handle"),
     ("h100-blind7/kineto/posekpt.parquet", "handle", ("posekpt.py", 275), "heatmaps"),
     ("h100-blind7/kineto/posekpt.parquet", "handle", ("posekpt.py", 321), "heatmaps"),
     ("h100-blind7/kineto/fraudscore.parquet", "handle", ("fraudscore.py", 237), "explain"),
@@ -556,12 +579,13 @@ def test_a_function_called_once_that_reads_a_value_back_is_looked_into():
 def test_the_items_calls_are_the_same_through_the_as_of_join(monkeypatch):
     """Where the spans' threads, frames and times do not fit one int64 key, each call's span
     is found by an as-of join instead (``_span_starts``): the same calls of the function (on
-    kwspot's H100 trace: its 64 forwards a request), not an error."""
+    kwspot's H100 trace: its 64 forwards and 64 decodes a request), not an error."""
     from zym.analysis import analyze, instances
 
     path = RESULTS / "h100-blind8/kineto/kwspot.parquet"
     fast = analyze(path, None, "steady").relations.item_calls()
     monkeypatch.setattr(instances, "enclosing_span_starts", lambda *a, **k: None)
     joined = analyze(path, None, "steady").relations.item_calls()
-    assert joined.table.equals(fast.table) and fast.table["item_calls"].to_list() == [64] * 5
+    # per request: its 64 forwards, and its 64 decodes (decode_clip, once per clip)
+    assert joined.table.equals(fast.table) and fast.table["item_calls"].to_list() == [64] * 10
     assert np.array_equal(joined.instance, fast.instance)
