@@ -234,12 +234,13 @@ class Facts:
     def _work_rows(self, calls: pl.DataFrame) -> pl.DataFrame:
         """The GPU table matched to ``calls`` (used while ``calls`` is being built)."""
         gpu = conformed(self.data, "gpu")
-        rows = match_rows(calls["pid"], calls["correlation_id"], gpu["pid"], gpu["correlation_id"])
+        rows = match_rows(calls["pid"], calls["correlation_id"], gpu["pid"],
+                          gpu["correlation_id"]).cast(ROW)  # (calls' rows fit: ``rows_fit``)
         self._call_rows = rows  # the calls' order is final here: ``gpu`` reuses the match
         # Only the columns the calls read: what a copy's own row says, and the call (a
         # call's own GPU row is work, not a sync record).
         return gpu.select("copy_kind", "src_mem", "dst_mem", "size_bytes", pl.when(
-            pl.col("kind") != "sync").then(rows.cast(ROW)).alias("call_idx"))
+            pl.col("kind") != "sync").then(rows).alias("call_idx"))
 
     @cached_property
     def gpu(self) -> pl.DataFrame:
@@ -249,10 +250,11 @@ class Facts:
         gpu = conformed(self.data, "gpu")
         rows_fit(gpu.height, "GPU operations")
         rows = self.__dict__.pop("_call_rows")  # read once: not kept beside the column
-        gpu = gpu.with_columns(rows.cast(ROW).alias("call_idx"), pl.col("device_id").fill_null(-1),
-                               (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"),
-                               (pl.col("kind") != "sync").fill_null(True).alias("work"))
-        gpu = gpu.with_row_index("gpu_idx").with_columns(pl.col("gpu_idx").cast(ROW))
+        # (the row index made in ``ROW`` at once, not as an index and a cast of it)
+        gpu = gpu.select(pl.int_range(pl.len(), dtype=ROW).alias("gpu_idx"), pl.all(),
+                         rows.alias("call_idx")).with_columns(
+            pl.col("device_id").fill_null(-1), (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"),
+            (pl.col("kind") != "sync").fill_null(True).alias("work"))
         return gpu.with_columns(calls["stack_id"].gather(gpu["call_idx"]).alias("stack_id"),
                                 *classify_kernels(gpu["name"], gpu["kind"], self.kernel_table))
 
