@@ -1021,7 +1021,6 @@ class Relations:
         from .instances import Ancestors, frame_codes
         from .phases import under_step
         from .replay import in_sorted, sorted_unique
-        from .trie import NONE
 
         none = ItemCalls.empty()
         steps = self.analysis.steps_in_window()
@@ -1052,16 +1051,7 @@ class Relations:
         scalar = self._scalar_reads(idx, dtoh)
         ids = nodes["stack_id"].cast(pl.Int64).to_numpy()
         n_nodes, n_steps = len(ids), int(step.max()) + 1
-        # each call's frame at each level below the step function: the frame it called,
-        # then the user frames below, one level at a time
-        levels = [np.where(r >= 0, source[np.maximum(r, 0)], NONE)]
-        level = source
-        for _ in range(ITEM_MAX_DEPTH - 1):
-            level = trie.outermost(user & (level != NONE) & (level != np.arange(len(level))))
-            lv = np.where(r >= 0, level[np.maximum(r, 0)], NONE)
-            if not (lv >= 0).any():
-                break
-            levels.append(lv)
+        levels = _frame_levels(r, source, user, trie)
         chosen: list[pl.DataFrame] = []
         members: list[tuple[np.ndarray, ...]] = []
         taken = np.zeros(len(idx), bool)   # inside a function found, or a loop of no items
@@ -1148,8 +1138,8 @@ class Relations:
             table = table.filter(pl.Series(ok))
             keep = ~in_sorted(dep, st * n_func + func[node])
             at, inst, st, node = at[keep], inst[keep], st[keep], node[keep]
-            if table.height == 0:
-                return none
+        if table.height == 0:
+            return none
         table = table.select(ItemCalls.SCHEMA.keys()).sort("step", "item_node")
         order = np.argsort(at, kind="stable")
         return ItemCalls(table, at[order], inst[order], st[order], ids[node[order]])
@@ -1164,8 +1154,8 @@ class Relations:
         call's start and their last one's end,
         each CUDA call's call of it, and the steps whose loop of it is no loop of items (its
         calls read the GPU's values back between them: ``scalar_ts``, ``read_ts``,
-        ``upload_ts``, every such read of the thread; or in most of its calls, in its own code,
-        a scalar)."""
+        ``upload_ts``, every such read of the thread; or, without spans, in most of its calls,
+        in its own code, a scalar)."""
         inst = self._instances(pl.Series(at), frame_node=pl.Series(frame)).to_numpy()
         # per step (the calls in time order: a step's are one run, and so are each of
         # the function's calls'): its calls of the function, their launches and span
@@ -1647,6 +1637,24 @@ def _split_at_first_line(ids: np.ndarray, anc, node: pl.Series) -> np.ndarray:
     back = at_first & same_run & ~np.r_[False, at_first[:-1]]
     start = has & (~same_run | back)
     return np.where(has, np.cumsum(start), -1).astype(np.int64)
+
+
+def _frame_levels(rows: np.ndarray, source: np.ndarray, user: np.ndarray, trie: Trie
+                  ) -> list[np.ndarray]:
+    """Per call (``rows``: its stack's trie row, -1 none), its frame at each level below the
+    step function (NONE where it has none): the frame the step function called (``source``,
+    by row: :func:`zym.analysis.phases.under_step`), then the outermost user frame
+    (``user``, by row) below that, and so on, :data:`ITEM_MAX_DEPTH` levels at most."""
+    at = np.maximum(rows, 0)
+    levels = [np.where(rows >= 0, source[at], NONE)]
+    level = source
+    for _ in range(ITEM_MAX_DEPTH - 1):
+        level = trie.outermost(user & (level != NONE) & (level != np.arange(len(level))))
+        lv = np.where(rows >= 0, level[at], NONE)
+        if not (lv >= 0).any():
+            break
+        levels.append(lv)
+    return levels
 
 
 def _attach_loop_ops(table: pl.DataFrame, at: np.ndarray, inst: np.ndarray, st: np.ndarray,

@@ -687,7 +687,7 @@ def _items(rows: pl.DataFrame, analysis: Analysis) -> Fix | None:
     n_calls = int(opening.sum())
     steps = len(sorted_unique(step))
     n_places = len(sorted_unique(key)) // max(steps, 1)
-    places = f" (its first from each of the {n_places} lines that call it)" if n_places > 1 \
+    places = f" (its first from each of the {n_places} places that call it)" if n_places > 1 \
         else ""
     what = (rows["item_function"].drop_nulls().first() if "item_function" in rows.columns
             else None) or "the item function"

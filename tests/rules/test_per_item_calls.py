@@ -262,7 +262,7 @@ def test_one_function_once_per_item_from_two_places_is_one_finding():
     assert f.evidence["calls_per_step"] == ITEMS + ITEMS2
     assert f.saving_ns == pytest.approx(
         REQUESTS * (ITEMS - 1 + ITEMS2 - 1) * (6 * K - 0.5) * US, rel=1e-3)
-    assert "its first from each of the 2 lines that call it" in f.edit.describe
+    assert "its first from each of the 2 places that call it" in f.edit.describe
     items = analysis.relations.item_calls()
     assert sorted(items.table["item_calls"].to_list()) == sorted([ITEMS, ITEMS2] * REQUESTS)
 
