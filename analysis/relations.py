@@ -227,8 +227,9 @@ COLUMNS: dict[str, dict[str, str]] = {
                          "times or more from one line: what the step function called that "
                          "launched most of the step's kernels, or the user function below it "
                          "that did, and so on down; then the same among the launches outside "
-                         "the functions found, up to 4 a step (calls from the spans, else from "
-                         "the stacks' runs of calls)",
+                         "the functions found, past those called too few times, up to 4 a step "
+                         "(a Python function; calls from the spans, else from the stacks' runs "
+                         "of calls)",
         "item_calls": "item_function's calls in the step",
         "item_launches": "kernel launches inside item_function's calls in the step, and of the "
                          "step function's own ops that come the same number of times before "
@@ -1004,9 +1005,11 @@ class Relations:
         (``Service.encode`` -> its list comprehension -> ``Model.encode`` once per tile): the
         first the step calls :data:`ITEM_MIN_CALLS` times or more (its calls from the spans,
         else from the stacks' runs: :meth:`_frame_instances`). Then the same again among the
-        launches outside the functions found (and outside the loops found to be no items), up
-        to :data:`ITEM_MAX_FUNCTIONS` functions a step: a step that runs a tile loop through
-        its encoder and another through its decoder has both. A function's calls are those
+        launches outside the functions found (and outside the loops found to be no items, and,
+        at each level, past the frames found called too few times), up to
+        :data:`ITEM_MAX_FUNCTIONS` functions a step: a step that runs a tile loop through its
+        encoder and another through its decoder has both. Only Python functions: an op the
+        step function runs itself is no item function (the loop body's join their items). A function's calls are those
         from the same caller line (its node's frame code: the line's own node with eBPF
         stacks, any line inside it).
 
@@ -1057,12 +1060,21 @@ class Relations:
         taken = np.zeros(len(idx), bool)   # inside a function found, or a loop of no items
         n_func = int(func.max(initial=0)) + 1
         recurrent: list[np.ndarray] = []   # (step, function) of the loops of no items
-        for _ in range(ITEM_MAX_FUNCTIONS):
-            done = np.zeros(n_steps, bool)  # steps given a function this round, or no items
+        # per level, the calls whose frame there was a step's top and called too few times:
+        # the next round looks past it at that level (a step's sequential clustering
+        # launching more than the per-segment scoring beside it), still into it below
+        passed = [np.zeros(len(idx), bool) for _ in levels]
+        # an op or built-in the step function ran itself is no item function (the loop body's
+        # ops join the item they come before, below): only a Python function's calls are items
+        op = (nodes["kind"] != "python").fill_null(True).to_numpy()
+        passed = [seen | ((lv >= 0) & op[np.maximum(lv, 0)]) for seen, lv in zip(passed, levels)]
+        per_step = np.zeros(n_steps, np.int64)   # functions found in each step
+        for _ in range(3 * ITEM_MAX_FUNCTIONS):
+            done = per_step >= ITEM_MAX_FUNCTIONS  # steps given a function this round, ...
             progress = False
-            for lv in levels:
+            for lv, seen in zip(levels, passed):
                 free = ~taken & ~done[step]
-                top_step, top_node = _top_per_step(step, lv, launch & free, n_nodes)
+                top_step, top_node = _top_per_step(step, lv, launch & free & ~seen, n_nodes)
                 keep = ~enclosed[top_node]
                 top_step, top_node = top_step[keep], top_node[keep]
                 if not len(top_step):
@@ -1089,6 +1101,10 @@ class Relations:
                 taken[under[no_items[step[under]]]] = True
                 done[dependent] = True
                 progress |= bool(len(dependent))
+                few = np.zeros(n_steps, bool)
+                few[steps_u[n_calls < ITEM_MIN_CALLS]] = True
+                seen[under[few[step[under]]]] = True
+                progress |= bool(few.any())
                 good = (n_calls >= ITEM_MIN_CALLS) & ~done[steps_u]
                 if not good.any():
                     continue
@@ -1108,6 +1124,7 @@ class Relations:
                                 node_of[step[under][keep]]))
                 taken[under[keep]] = True
                 done[g_steps] = True
+                per_step[g_steps] += 1
                 progress = True
             if not progress:
                 break
@@ -1117,7 +1134,7 @@ class Relations:
         at, inst, st, node = (np.concatenate(x) for x in zip(*members))
         spans = self.analysis.data.span_table
         if spans is not None and spans.height > 0:   # (instances: the calls' span starts)
-            is_op = (nodes["kind"] != "python").fill_null(True).to_numpy()
+            is_op = op
             lv0 = levels[0]
             other = np.flatnonzero(~taken & (lv0 >= 0) & is_op[np.maximum(lv0, 0)])
             loose = np.r_[np.zeros(len(at), bool), np.ones(len(other), bool)]

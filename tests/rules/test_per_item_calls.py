@@ -113,14 +113,12 @@ def test_the_saving_matches_the_batched_service_when_cpu_bound():
 
 
 def test_without_spans_the_loops_own_launch_splits_the_items():
-    """The loop's own launch (``aten::contiguous`` at handle's line 22, once an item) is also
-    a function called once per item, of one launch a call: no finding of its own."""
+    """The loop's own launch (``aten::contiguous`` at handle's line 22, once an item) splits
+    the runs of calls into items; an op the step function runs itself is no item function."""
     analysis, [f] = run(service(spans_style=False, separator=True), spans=False)
     table = analysis.relations.item_calls().table
-    assert set(table["item_function"]) == {"model.py:5 embed", "aten::contiguous"}
-    assert (table.filter(pl.col("item_function") == "model.py:5 embed")["item_calls"].to_list()
-            == [ITEMS] * REQUESTS)
-    assert f.evidence["item_function"] == "model.py:5 embed"
+    assert set(table["item_function"]) == {"model.py:5 embed"}
+    assert table["item_calls"].to_list() == [ITEMS] * REQUESTS
     assert f.saving_ns == pytest.approx(REQUESTS * (ITEMS - 1) * (6 * K - 1) * US, rel=1e-3)
 
 
@@ -265,6 +263,33 @@ def test_one_function_once_per_item_from_two_places_is_one_finding():
     assert "its first from each of the 2 places that call it" in f.edit.describe
     items = analysis.relations.item_calls()
     assert sorted(items.table["item_calls"].to_list()) == sorted([ITEMS, ITEMS2] * REQUESTS)
+
+
+def test_a_loop_beside_a_function_launching_more_is_still_found():
+    """Python 3.12 inlines list comprehensions: ``[self.score(e) for e in embs]`` calls
+    ``score`` from the step function itself, beside ``cluster``, called once, which launches
+    more kernels (its per-item ops, one after the other, with a value read back each: the
+    sequential clustering). The search looks past ``cluster`` at that level and finds
+    ``score`` (the tenth blind round's spkdiar and docparse: their per-segment and per-line
+    helpers were missed)."""
+    cluster = ("python", "cluster", "app.py", 70)
+    b = CaptureBuilder()
+    for _ in range(REQUESTS):
+        with b.enclosing(STEP):
+            for _ in range(ITEMS):
+                one_call(b, STEP + [EMBED])
+            with b.enclosing(STEP + [cluster]):
+                for _ in range(ITEMS):
+                    for _ in range(4):
+                        b.kernel(STEP + [cluster, ("torch_op", "aten::mm")], "mm", gpu_us=0.01)
+                    b.scalar_readback(STEP + [cluster])
+            for _ in range(ITEMS):
+                with b.enclosing(STEP + [SCORE]):
+                    for _ in range(2):
+                        b.kernel(STEP + [SCORE, ("torch_op", "aten::mv")], "mv", gpu_us=0.01)
+            b.scalar_readback(STEP)
+    calls = {f.evidence["item_function"]: f.evidence["calls_per_step"] for f in run(b)[1]}
+    assert calls == {"model.py:5 embed": ITEMS, "model.py:40 score": ITEMS}
 
 
 def test_a_function_whose_loop_needs_its_outputs_is_no_item_function_elsewhere_in_the_step():
