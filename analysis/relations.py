@@ -1134,17 +1134,11 @@ class Relations:
         at, inst, st, node = (np.concatenate(x) for x in zip(*members))
         spans = self.analysis.data.span_table
         if spans is not None and spans.height > 0:   # (instances: the calls' span starts)
-            is_op = op
             lv0 = levels[0]
-            other = np.flatnonzero(~taken & (lv0 >= 0) & is_op[np.maximum(lv0, 0)])
-            loose = np.r_[np.zeros(len(at), bool), np.ones(len(other), bool)]
-            member_launch = np.isin(at, idx[launch])
-            all_at = np.r_[at, idx[other]]
+            other = np.flatnonzero(~taken & (lv0 >= 0) & op[np.maximum(lv0, 0)])
             table, (at, inst, st, node) = _attach_loop_ops(
-                table, all_at, np.r_[inst, np.full(len(other), -1, np.int64)],
-                np.r_[st, step[other]], np.r_[node, lv0[other]],
-                calls["ts_ns"].gather(all_at).to_numpy(), np.r_[member_launch, launch[other]],
-                loose, is_op)
+                table, (at, inst, st, node),
+                (idx[other], step[other], lv0[other], ts[other], launch[other]))
         # a function whose loop in a step needs each call's output (a recurrent model's
         # forecast) is no item function elsewhere in that step either (its spin-up over the
         # observed frames, with no value read back between the calls, carries its state too)
@@ -1674,100 +1668,74 @@ def _frame_levels(rows: np.ndarray, source: np.ndarray, user: np.ndarray, trie: 
     return levels
 
 
-def _attach_loop_ops(table: pl.DataFrame, at: np.ndarray, inst: np.ndarray, st: np.ndarray,
-                     node: np.ndarray, ts: np.ndarray, launch: np.ndarray, loose: np.ndarray,
-                     is_op: np.ndarray) -> tuple[pl.DataFrame, tuple[np.ndarray, ...]]:
-    """The loop's own ops, made part of its items. Of the step function's own ops (``is_op``,
-    by node row: an op or built-in it ran itself: ``aten::mul`` at ``tracks[t].emb =
+def _attach_loop_ops(table: pl.DataFrame, members: tuple[np.ndarray, ...],
+                     ops: tuple[np.ndarray, ...]) -> tuple[pl.DataFrame, tuple[np.ndarray, ...]]:
+    """The loop's own ops, made part of its items. Of ``ops`` (``at``, ``st``, ``node``,
+    ``ts``, ``launch``: calls of ops or built-ins the step function ran itself, their steps,
+    the op's node row, starts, whether a launch: ``aten::mul`` at ``tracks[t].emb =
     F.normalize(0.9 * tracks[t].emb + 0.1 * emb[d])``, ``aten::to`` at ``model(torch
-    .from_numpy(x).to(device))``), those whose CUDA calls in a step come the same number of
-    times (once or more) before each call of a Python function found in that step, and never
-    after its last: the loop body's, which a batched fix does once too. Their calls become
-    those of the function's call they come before (its id, its node: ``inst``, ``node``), and
-    their launches and start its row's (``table``, with ``_row``: each row's node row); the
-    rows of ``table`` that were such ops' go. The calls (``at``, ``st``, ``ts``, ``launch``:
-    rows, steps, starts, whether a launch) are the members of ``table``'s rows and
-    ``loose``: other calls of the step function's own ops (its uploads), members only where
-    they join an item. ``inst`` are span starts (the spans' instances). Returns the table and
-    the members (``at``, ``inst``, ``st``, ``node``)."""
+    .from_numpy(x).to(device))``), those of an op whose calls in a step come the same number
+    of times (once or more) before each call of an item function of that step but the first,
+    as many or more before the first, and never after its last: the loop body's, which a
+    batched fix does once too. Each call's last as many join the function's call they come
+    before (its id and node, in ``members``: ``at``, ``inst``, ``st``, ``node``; the ids are
+    span starts), their launches and start its row's (``table``, with ``_row``: each
+    row's node row); the first call's earlier ones (the step's own upload before the loop)
+    stay the step's. Returns the table and the members (``at``, ``inst``, ``st``, ``node``)."""
+    at, inst, st, node = members
+    o_at, o_st, o_node, o_ts, o_launch = ops
     rows, t_step = table["_row"].to_numpy(), table["step"].to_numpy()
-    ops = np.unique(np.r_[rows[is_op[rows]], node[loose]]).astype(np.int64)
-    fn_rows = [int(r) for r in np.unique(rows[~is_op[rows]])]
-    joined = ~loose
-    if not len(ops) or not fn_rows:
-        return table, (at[joined], inst[joined], st[joined], node[joined])
+    if not len(o_at):
+        return table, (at, inst, st, node)
     launches = table["item_launches"].to_numpy().copy()
     lo = table["item_start_ns"].to_numpy().copy()
-    drop = np.zeros(table.height, bool)
-    inst, node, joined = inst.copy(), node.copy(), joined.copy()
-    n_rows = int(max(rows.max(), node.max())) + 1
+    n_rows = int(rows.max()) + 1
     t_key = t_step * n_rows + rows
     t_order = np.argsort(t_key)
-    sorted_key = t_key[t_order]
-
-    def row_of(step: np.ndarray, row: int) -> np.ndarray:
-        """The table's row of each (``step``, node ``row``); -1 where there is none."""
-        k = step * n_rows + row
-        j = np.minimum(np.searchsorted(sorted_key, k), len(sorted_key) - 1)
-        return np.where(sorted_key[j] == k, t_order[j], -1)
-
-    for o in ops:
-        om = np.flatnonzero(node == o)
-        om = om[np.argsort(ts[om], kind="stable")]
-        for f in fn_rows:
-            fm = np.flatnonzero((node == f) & ~loose)
+    joined_at, joined_inst, joined_st, joined_node = [at], [inst], [st], [node]
+    for o in np.unique(o_node):
+        om = np.flatnonzero(o_node == o)
+        om = om[np.argsort(o_ts[om], kind="stable")]
+        for f in np.unique(rows):
+            fm = np.flatnonzero(node == f)
             starts, first = np.unique(inst[fm], return_index=True)   # its calls, in time order
             f_step = st[fm][first]
-            j = np.searchsorted(starts, ts[om], side="left")   # the call each op comes before
-            valid = (j < len(starts)) & (f_step[np.minimum(j, len(starts) - 1)] == st[om])
+            j = np.searchsorted(starts, o_ts[om], side="left")   # the call each comes before
+            valid = (j < len(starts)) & (f_step[np.minimum(j, len(starts) - 1)] == o_st[om])
             count = np.bincount(j[valid], minlength=len(starts))
             # per step: every call of the function but the first has the same count of them,
-            # m, one or more, the first m or more (the step's own before the loop: its
-            # upload), and none comes after its last call
+            # m, one or more, the first m or more, and none comes after its last call
             steps_u, where = np.unique(f_step, return_inverse=True)
             opens = np.r_[True, f_step[1:] != f_step[:-1]]
             c_min = np.full(len(steps_u), np.iinfo(np.int64).max)
             c_max = np.zeros(len(steps_u), np.int64)
             np.minimum.at(c_min, where[~opens], count[~opens])
             np.maximum.at(c_max, where[~opens], count[~opens])
-            bad = np.unique(st[om][~valid])
             fits = (c_min == c_max) & (c_min >= 1) & (count[opens] >= c_min)
-            ok = steps_u[fits & ~np.isin(steps_u, bad)]
+            ok = steps_u[fits & ~np.isin(steps_u, np.unique(o_st[om][~valid]))]
             if not len(ok):
                 continue
             # each call's last m before it (the loop body's; the first call's earlier ones stay)
             m = np.where(fits, c_min, 0)[where]            # per call of the function
             k = np.flatnonzero(valid)                      # ops with a call (j: in order)
             nth = np.arange(len(k)) - np.searchsorted(j[k], j[k], side="left")
-            last_m = count[j[k]] - nth <= m[j[k]]
             take = np.zeros(len(om), bool)
-            take[k[last_m]] = True
-            move = om[take & np.isin(st[om], ok)]
-            inst[move] = starts[np.searchsorted(starts, ts[move], side="left")]
-            node[move] = f
-            joined[move] = True
-            dst = row_of(st[move], f)
-            np.add.at(launches, dst, launch[move].astype(np.int64))
-            np.minimum.at(lo, dst, ts[move])
-            src = row_of(ok, int(o))
-            drop[src[src >= 0]] = True
-            om = om[~np.isin(st[om], ok)]
+            take[k[count[j[k]] - nth <= m[j[k]]]] = True
+            move = om[take & np.isin(o_st[om], ok)]
+            dst = t_order[np.searchsorted(t_key[t_order], o_st[move] * n_rows + f)]
+            np.add.at(launches, dst, o_launch[move].astype(np.int64))
+            np.minimum.at(lo, dst, o_ts[move])
+            joined_at.append(o_at[move])
+            joined_inst.append(starts[np.searchsorted(starts, o_ts[move], side="left")])
+            joined_st.append(o_st[move])
+            joined_node.append(np.full(len(move), f, np.int64))
+            om = om[~np.isin(o_st[om], ok)]
             if not len(om):
                 break
-    # an op row's launches are its calls': those that moved were added where they went; the
-    # calls of a row that goes and did not move (a step's own before its loop) are no item's
-    still = np.flatnonzero(joined & is_op[node])
-    if len(still):
-        r = np.full(len(still), -1, np.int64)
-        for o in ops:
-            at_o = still[node[still] == o]
-            r[np.searchsorted(still, at_o)] = row_of(st[at_o], int(o))
-        joined[still[(r < 0) | drop[np.maximum(r, 0)]]] = False
-    launches[drop] = 0
     table = table.with_columns(pl.Series("item_launches", launches),
-                               pl.Series("item_start_ns", lo)).filter(pl.Series(~drop))
-    # an op row whose calls did not all move keeps the rest (steps where they did not fit)
-    return table, (at[joined], inst[joined], st[joined], node[joined])
+                               pl.Series("item_start_ns", lo))
+    return table, tuple(np.concatenate(x) for x in (joined_at, joined_inst, joined_st,
+                                                       joined_node))
 
 
 def _top_per_step(step: np.ndarray, node: np.ndarray, mask: np.ndarray, n_nodes: int
