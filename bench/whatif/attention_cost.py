@@ -4,7 +4,7 @@ kernels, a scale, a softmax) against ``F.scaled_dot_product_attention`` on the s
 Each timed with CUDA events, the median of ``--reps`` runs after a warm-up, for float32 (TF32
 off and on), bfloat16 and float16, over a grid of heads x queries x keys x head size:
 
-    python bench/whatif/attention_cost.py OUT.json [--reps 20]
+    python bench/whatif/attention_cost.py OUT.json [--reps 20] [--shapes 20x340x32,...]
 
 What ``compute.unfused-attention``'s estimate needs: it takes the softmax, scaling and copy
 kernels away and keeps the matmuls' time as the fused kernel's; ``sdpa_over_bmm`` (the fused
@@ -79,11 +79,18 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("out", type=Path)
     p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--shapes", default="",
+                   help="more shapes, as BHxNxD[,BHxNxD...] (batch x heads, queries = keys, "
+                        "head size): a service's own")
+    p.add_argument("--dtypes", default=",".join(DTYPES), help="of " + ", ".join(DTYPES))
     args = p.parse_args()
+    shapes = SHAPES + [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",") if s]
     result = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "rows": []}
-    for name, (dtype, tf32) in DTYPES.items():
+    names = [d for d in args.dtypes.split(",") if d]
+    for name in names:
+        dtype, tf32 = DTYPES[name]
         torch.backends.cuda.matmul.allow_tf32 = tf32
-        for bh, n, d in SHAPES:
+        for bh, n, d in shapes:
             row = {"dtype": name, **one(bh, n, d, dtype, args.reps)}
             result["rows"].append(row)
             print(f"{name:13s} bh={bh:4d} n={n:5d} d={d:4d} unfused {row['unfused_ms']:8.3f} "
@@ -92,7 +99,7 @@ def main() -> int:
                   f"(estimate as it was {row['predicted_ms']:7.3f})", flush=True)
         torch.cuda.empty_cache()
     torch.backends.cuda.matmul.allow_tf32 = False
-    for name in DTYPES:
+    for name in names:
         r = [x["sdpa_over_bmm"] for x in result["rows"] if x["dtype"] == name]
         print(f"{name:13s} sdpa/bmm median {statistics.median(r):.2f} "
               f"({min(r):.2f}-{max(r):.2f})")
