@@ -143,17 +143,30 @@ class Facts:
         """Site columns for each stack id of ``stack`` (null where the site table has none):
         through one lookup table per analysis when the ids are dense (they index it), else
         :func:`zym.schemas.lookup.first_row_of`."""
-        rows = self._site_rows
-        if rows is None:
+        if self._site_rows is None:
             from zym.schemas.lookup import first_row_of
 
             idx = first_row_of(self.sites["stack_id"], stack.cast(pl.Int64))
             return [self.sites[c].gather(idx).alias(c) for c in columns]
+        return self._site_padded[self._site_at(stack), list(columns)].get_columns()
+
+    def site_table_rows(self, stack: pl.Series) -> tuple[pl.DataFrame, np.ndarray]:
+        """The site table with a row of nulls appended, and each stack id's row of it (the
+        null row where it has none): per-site values worked out once on the table's rows,
+        then gathered per event by these positions."""
+        if self._site_rows is None:
+            from zym.schemas.lookup import first_row_of
+
+            idx = first_row_of(self.sites["stack_id"], stack.cast(pl.Int64))
+            return self._site_padded, idx.fill_null(self.sites.height).to_numpy()
+        return self._site_padded, self._site_at(stack)
+
+    def _site_at(self, stack: pl.Series) -> np.ndarray:
+        """Each stack id's row of the padded site table (needs ``_site_rows``)."""
         q = stack.cast(pl.Int64)
         q = (q.fill_null(-1) if q.null_count() else q).to_numpy()
         # an id below 0 (none) or past the table reads the table's last entry: the null row
-        at = self._site_lut.take(np.clip(q, -1, len(rows)))
-        return self._site_padded[at, list(columns)].get_columns()
+        return self._site_lut.take(np.clip(q, -1, len(self._site_rows)))
 
     @cached_property
     def _site_lut(self) -> np.ndarray:

@@ -136,6 +136,26 @@ COLUMNS: dict[str, dict[str, str]] = {
         "step": "index of the step of the launching call",
         **SITE_DOC, **OP_DOC,
     },
+    "attention": {
+        "gpu_idx": "row number of the kernel in the analysis (joins the gpu relation)",
+        "attention": "gpu_idx of its attention's softmax kernel (one attention: one value)",
+        "role": "the kernel's part in attention written out by hand, softmax(q @ k^T * "
+                "scale) @ v (zym.analysis.attention): scores (the first batched matmul), "
+                "softmax, between (an element-wise or copy kernel between the two matmuls: "
+                "scaling, a mask, the copy that makes v contiguous), input_copy (a copy that "
+                "makes q or k contiguous for the first matmul), scale (q * scale right before "
+                "it), output (the second matmul)",
+        "pid": "process id", "tid": "thread of the launching call", "device_id": "device",
+        "stream_id": "stream", "ts_ns": "GPU start", "dur_ns": "GPU duration", "end_ns": "GPU end",
+        "name": "kernel name", "op_class": "what the kernel does (as the gpu relation's)",
+        "precision": "math precision from the kernel name (as the gpu relation's)",
+        "correlation_id": "CUDA correlation id", "api": "launching CUDA API",
+        "call_ts_ns": "launching call start", "call_dur_ns": "launching call duration",
+        "call_idx": "row of the launching call (joins the calls relation)",
+        "step": "index of the step of the launching call",
+        **{k: v + " (of the attention's softmax: an attention's kernels share its site)"
+           for k, v in SITE_DOC.items()},
+    },
     "gaps": {
         "pid": "process id", "tid": "thread of the attributed call", "device_id": "device",
         "ts_ns": "gap start (device went idle)", "dur_ns": "gap length", "end_ns": "gap end",
@@ -294,6 +314,9 @@ STANDARD_MEASURES: dict[str, dict[str, pl.Expr]] = {
             "flop_gpu_ns": pl.col("dur_ns").filter(pl.col("flops").is_not_null()).sum(),
             "launch_ns": pl.col("call_dur_ns").sum(),
             "launch_wait_ns": pl.col("launch_wait_ns").sum()},
+    "attention": {"count": pl.len(), "gpu_ns": pl.col("dur_ns").sum(),
+                  "worst_ns": pl.col("dur_ns").max(), "launch_ns": pl.col("call_dur_ns").sum(),
+                  "attentions": pl.col("attention").n_unique()},
     "gaps": {"count": pl.len(), "idle_ns": pl.col("dur_ns").sum(),
              "worst_idle_ns": pl.col("dur_ns").max()},
     "paths": {"count": pl.len(), "gpu_ns": pl.col("gpu_ns").sum(),
@@ -323,6 +346,8 @@ OCCURRENCE: dict[str, list[pl.Expr]] = {
               pl.col("correlation_id")],
     "gpu": [pl.col("pid"), pl.col("tid"), pl.col("call_ts_ns").alias("ts_ns"),
             pl.col("call_dur_ns").alias("dur_ns"), pl.col("correlation_id")],
+    "attention": [pl.col("pid"), pl.col("tid"), pl.col("call_ts_ns").alias("ts_ns"),
+                  pl.col("call_dur_ns").alias("dur_ns"), pl.col("correlation_id")],
     "gaps": [pl.col("pid"), pl.col("tid"), pl.col("ts_ns"), pl.col("dur_ns"),
              pl.col("correlation_id")],
     # A path is not an event: its findings list none (the calls relation has them).
@@ -337,8 +362,8 @@ OCCURRENCE: dict[str, list[pl.Expr]] = {
                 _NULL.alias("correlation_id")],
 }
 # The row key of each relation: what a fix model is applied to (see zym.rules.savings).
-ROW_KEY = {"calls": "call_idx", "gpu": "gpu_idx", "gaps": "gap_idx", "paths": "path_id",
-           "steps": "step", "items": "item", "stretches": "stretch",
+ROW_KEY = {"calls": "call_idx", "gpu": "gpu_idx", "attention": "gpu_idx", "gaps": "gap_idx",
+           "paths": "path_id", "steps": "step", "items": "item", "stretches": "stretch",
            "windows": "window_index"}
 
 # Columns that are a function of the call stack: rules filter them on the (small) site table
@@ -822,6 +847,78 @@ class Relations:
             df = df.with_columns(self.call_steps().gather(idx).alias("step"))
         return df.select([c for c in df.columns if c in want
                           or c in ("stack_id", "call_idx", "gpu_idx")])
+
+    def _build_attention(self, want: set[str], wheres: list[dict] | None = None
+                         ) -> pl.DataFrame:
+        """The kernels of attention written out by hand (:mod:`zym.analysis.attention`), each
+        with its launching call's columns and its attention's softmax's site."""
+        gpu = self.gpu_table()
+        found = pl.DataFrame(schema={"gpu_idx": pl.Int64, "role": pl.String,
+                                     "attention": pl.Int64})
+        if (gpu["op_class"] == "softmax").any():
+            found = self._once_obj("attention kernels", lambda: self._attention_kernels(gpu))
+        rows = gpu.select([c for c in gpu.columns if c in want | {"gpu_idx", "call_idx",
+                                                                  "stack_id"}])
+        rows = found.join(rows.with_columns(pl.col("gpu_idx").cast(pl.Int64)), on="gpu_idx",
+                          how="left", maintain_order="left")
+        # the attention's site: its softmax's stack
+        softmax_stack = gpu["stack_id"].gather(found["attention"])
+        rows = rows.with_columns(softmax_stack.alias("stack_id"))
+        rows = self._keep(rows, wheres)
+        calls = self.calls_table()
+        idx = rows["call_idx"]
+        call_cols = {"pid": "pid", "tid": "tid", "call_ts_ns": "ts_ns", "call_dur_ns": "dur_ns",
+                     "api": "api", "correlation_id": "correlation_id"}
+        picked = [calls[src].gather(idx).alias(dst) for dst, src in call_cols.items()
+                  if dst in want and dst not in rows.columns]
+        df = rows.with_columns(picked).with_columns(*self.site_of(rows["stack_id"]))
+        if "step" in want:
+            df = df.with_columns(self.call_steps().gather(idx).alias("step"))
+        return df.select([c for c in df.columns if c in want
+                          or c in ("stack_id", "call_idx", "gpu_idx")])
+
+    def _attention_kernels(self, gpu: pl.DataFrame) -> pl.DataFrame:
+        """:func:`zym.analysis.attention.find_attention` on the window's kernels: those of
+        the user functions that launched a softmax, in launch order per thread."""
+        from .attention import BMM_OPS, ROLES, SCALE_OPS, find_attention
+
+        k = gpu.filter(pl.col("work") & pl.col("call_idx").is_not_null()
+                       & (pl.col("kind") == "kernel")).select("gpu_idx", "call_idx", "stack_id",
+                                                             "op_class")
+        # per site (the site table's rows, few): the user function's and line's keys, the
+        # op's kind, and whether a copy ran inside aten::matmul
+        table, row = self.facts.site_table_rows(k["stack_id"])
+        chain = table["op_chain"].cast(pl.String)
+        per_site = table.select(
+            pl.struct(pl.col("user_file").cast(pl.String), pl.col("user_function").cast(pl.String))
+            .rank("dense").alias("fn"),
+            pl.struct(pl.col("user_file").cast(pl.String), pl.col("user_function").cast(pl.String),
+                      "user_line").rank("dense").alias("line"),
+            pl.col("torch_op").cast(pl.String).is_in(list(BMM_OPS)).fill_null(False).alias("bmm"),
+            pl.col("torch_op").cast(pl.String).is_in(list(SCALE_OPS)).fill_null(False)
+            .alias("scale"),
+            chain.is_not_null().alias("known"),
+            chain.str.contains(";aten::matmul;", literal=True).fill_null(False).alias("matmul"))
+        fn = per_site["fn"].to_numpy()[row]
+        mine = np.isin(fn, np.unique(fn[(k["op_class"] == "softmax").to_numpy()]))
+        k, row = k.filter(pl.Series(mine)), row[mine]
+        calls = self.calls_table()
+        order = k.select(calls["pid"].gather(k["call_idx"]).alias("pid"),
+                         calls["tid"].gather(k["call_idx"]).alias("tid"), "call_idx", "gpu_idx"
+                         ).with_row_index("_at").sort("pid", "tid", "call_idx", "gpu_idx")
+        at0 = order["_at"].to_numpy()
+        k, row = k[at0], row[at0]
+        thread = order.select(pl.struct("pid", "tid").rank("dense")).to_series().to_numpy()
+        site = {c: per_site[c].to_numpy()[row] for c in per_site.columns}
+        at, role, owner = find_attention(
+            thread, k["op_class"].cast(pl.String).fill_null("").to_numpy(), site["bmm"],
+            site["scale"], site["known"], site["matmul"], site["fn"], site["line"])
+        gpu_idx = k["gpu_idx"].cast(pl.Int64).to_numpy()
+        return pl.DataFrame({"gpu_idx": gpu_idx[at],
+                             "role": pl.Series(np.asarray(ROLES)[role], dtype=pl.String),
+                             "attention": gpu_idx[owner]},
+                            schema={"gpu_idx": pl.Int64, "role": pl.String,
+                                    "attention": pl.Int64})
 
     def _build_paths(self, want: set[str], wheres: list[dict] | None = None) -> pl.DataFrame:
         paths = self.analysis.call_paths.paths

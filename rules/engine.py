@@ -31,8 +31,8 @@ from .model import EVENT_LABELS, SEVERITY_RANK, Pack, Rule, RuleError
 if TYPE_CHECKING:
     from zym.analysis import Analysis
 
-DEFAULT_COST = {"calls": "stall_ns", "gpu": "gpu_ns", "gaps": "idle_ns", "paths": "gpu_ns",
-                "steps": "span_ns", "items": "item_span_ns", "stretches": "work_ns",
+DEFAULT_COST = {"calls": "stall_ns", "gpu": "gpu_ns", "attention": "gpu_ns", "gaps": "idle_ns",
+                "paths": "gpu_ns", "steps": "span_ns", "items": "item_span_ns", "stretches": "work_ns",
                 "windows": "span_ns"}
 # Labels read from the site table, for the group's site (or its first event's stack).
 _SITE_LABELS = ("user_node", "user_function", "user_file", "user_line", "user_module",

@@ -279,11 +279,12 @@ def _rule(raw: dict, pack: str, source: str) -> Rule:
 
 # Which relations each saving model can read its events from (zym.rules.savings).
 SAVING_RELATIONS = {
-    "batch": ("calls",), "remove": ("calls", "gpu"), "unblock": ("calls", "gaps"),
+    "batch": ("calls",), "remove": ("calls", "gpu", "attention"), "unblock": ("calls", "gaps"),
     "pin": ("calls",), "async": ("calls",), "speedup": ("gpu",),
     "shorten-gaps": ("gaps", "calls"), "cpu-work": ("stretches", "steps"), "cuda-graph": ("steps",),
     "autograd-off": ("steps",), "eval-mode": ("steps",), "items": ("items",),
-    "none": ("calls", "gpu", "gaps", "paths", "steps", "items", "stretches", "windows"),
+    "none": ("calls", "gpu", "attention", "gaps", "paths", "steps", "items", "stretches",
+             "windows"),
 }
 
 

@@ -1426,6 +1426,76 @@ def test_unfused_attention__silent_without_batched_matmuls():
     assert not fired(b, "compute.unfused-attention")
 
 
+BLOCK = STEP + [("python", "Block.forward", "model.py", 40)]
+F32_GEMM = "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize64x64x8_stage3"
+COPY = "void at::native::elementwise_kernel<128, 4, at::native::direct_copy_kernel_cuda>"
+IN_MATMUL = [("torch_op", "aten::matmul"), ("torch_op", "aten::reshape"),
+             ("torch_op", "aten::clone"), ("torch_op", "aten::copy_")]
+
+
+def block_with_attention(b: CaptureBuilder) -> int:
+    """One transformer block written in one function (as torch.profiler sees it: every kernel
+    at the function's first line): the attention between its projections, then the output's
+    reshape, a residual add, an MLP with a GELU and a second residual add. Returns the GPU
+    microseconds of the attention's softmax, scaling and copies (what a fused kernel does
+    away with), summed by hand from the durations below."""
+    k = b.kernel
+    k(op(BLOCK, "aten::addmm"), F32_GEMM, gpu_us=100)                    # qkv projection
+    k(BLOCK + IN_MATMUL, COPY, gpu_us=10)                                 # q made contiguous
+    k(BLOCK + IN_MATMUL, COPY, gpu_us=12)                                 # k
+    k(BLOCK + [("torch_op", "aten::matmul"), ("torch_op", "aten::bmm")], F32_GEMM, gpu_us=100)
+    k(op(BLOCK, "aten::div"), SCALE, gpu_us=40)                           # / sqrt(d)
+    k(op(BLOCK, "aten::_softmax"), SOFTMAX, gpu_us=80)
+    k(BLOCK + IN_MATMUL, COPY, gpu_us=14)                                 # v
+    k(BLOCK + [("torch_op", "aten::matmul"), ("torch_op", "aten::bmm")], F32_GEMM, gpu_us=100)
+    k(BLOCK + [("torch_op", "aten::reshape"), ("torch_op", "aten::clone"),
+               ("torch_op", "aten::copy_")], COPY, gpu_us=15)             # output reshape
+    k(op(BLOCK, "aten::addmm"), F32_GEMM, gpu_us=50)                     # out projection
+    k(op(BLOCK, "aten::add"), SCALE, gpu_us=20)                           # residual
+    k(op(BLOCK, "aten::addmm"), F32_GEMM, gpu_us=50)
+    k(op(BLOCK, "aten::gelu"), SCALE, gpu_us=30)
+    k(op(BLOCK, "aten::addmm"), F32_GEMM, gpu_us=50)
+    k(op(BLOCK, "aten::add"), SCALE, gpu_us=20)                           # residual
+    return 10 + 12 + 40 + 80 + 14
+
+
+def test_unfused_attention__a_whole_block_in_one_function_priced_at_its_attention_alone():
+    b = CaptureBuilder()
+    away = 0
+    for _ in range(STEPS):
+        with b.enclosing(STEP):
+            for _ in range(PER_STEP):
+                with b.enclosing(BLOCK):
+                    away += block_with_attention(b)
+    [f] = fired(b, "compute.unfused-attention")
+    n = STEPS * PER_STEP
+    assert (f.evidence["softmaxes"], f.evidence["bmms"], f.evidence["fused_away"]) == \
+        (n, 2 * n, 5 * n)
+    # GPU-bound throughout (691 us of GPU a block, 75 us of launches): the saving is the
+    # attention's scaling, softmax and copies, not the block's reshape, residuals and GELU
+    # (85 us a block more, which grouping by function alone would take away too)
+    assert f.saving_ns == pytest.approx(away * US, rel=0.05)
+    assert f"these {5 * n} calls" in f.saving_how
+
+
+def test_unfused_attention__without_spans_its_lines_are_one_attention_at_the_softmax():
+    line = {n: STEP + [("python", "Block.attend", "model.py", n)] for n in (115, 116, 117)}
+    b = CaptureBuilder()
+    for _ in range(STEPS):
+        with b.enclosing(STEP):
+            for _ in range(PER_STEP):
+                b.kernel(op(line[115], "aten::mul"), SCALE, gpu_us=30)   # q * scale
+                b.kernel(op(line[115], "aten::bmm"), F32_GEMM, gpu_us=100)
+                b.kernel(op(line[116], "aten::_softmax"), SOFTMAX, gpu_us=80)
+                b.kernel(op(line[116], "aten::bmm"), F32_GEMM, gpu_us=100)
+                b.kernel(op(line[117], "aten::copy_"), COPY, gpu_us=20)  # the output's reshape
+    [f] = fired(b, "compute.unfused-attention", spans=False)
+    n = STEPS * PER_STEP
+    assert f.evidence["user_line"] == 116 and f.evidence["fused_away"] == 2 * n
+    # the scaling on the line before is the attention's, the reshape on the line after not
+    assert f.saving_ns == pytest.approx(n * (30 + 80) * US, rel=0.05)
+
+
 def test_growing_concat__priced_as_writing_only_the_new_part():
     b = CaptureBuilder()
     length = 100

@@ -1,0 +1,73 @@
+"""Attention written out by hand, found in launch order (zym.analysis.attention): which
+kernels are one attention's, on kernel sequences written out here."""
+from __future__ import annotations
+
+import numpy as np
+from zym.analysis.attention import ROLES, find_attention
+
+# (op_class, torch op, function, line, in aten::matmul) per kernel
+Kernel = tuple[str, str, int, int, bool]
+
+
+def find(kernels: list[Kernel], thread: list[int] | None = None, chain: bool = True):
+    cls, op, fn, line, mm = (np.asarray(x) for x in zip(*kernels))
+    at, role, owner = find_attention(
+        np.asarray(thread or [0] * len(kernels)), cls, np.isin(op, ("aten::bmm", "aten::baddbmm")),
+        np.isin(op, ("aten::mul", "aten::div")), np.full(len(kernels), chain), mm.astype(bool),
+        fn.astype(np.int64), line.astype(np.int64))
+    return {int(a): (ROLES[r], int(o)) for a, r, o in zip(at, role, owner)}
+
+
+BMM = ("gemm", "aten::bmm", 1, 1, True)
+SOFTMAX = ("softmax", "aten::_softmax", 1, 1, False)
+DIV = ("elementwise", "aten::div", 1, 1, False)
+IN_COPY = ("copy", "aten::copy_", 1, 1, True)
+OUT_COPY = ("copy", "aten::copy_", 1, 1, False)
+ADDMM = ("gemm", "aten::addmm", 1, 1, False)
+GELU = ("elementwise", "aten::gelu", 1, 1, False)
+
+
+def test_a_block_s_attention_and_nothing_after_it():
+    kernels = [ADDMM, IN_COPY, IN_COPY, BMM, DIV, SOFTMAX, IN_COPY, BMM, OUT_COPY, ADDMM, GELU]
+    got = find(kernels)
+    assert got == {1: ("input_copy", 5), 2: ("input_copy", 5), 3: ("scores", 5),
+                   4: ("between", 5), 5: ("softmax", 5), 6: ("between", 5), 7: ("output", 5)}
+
+
+def test_scale_before_the_scores_only_from_the_same_line():
+    mul = ("elementwise", "aten::mul", 1, 1, False)
+    assert find([mul, BMM, SOFTMAX, BMM])[0] == ("scale", 2)
+    other_line = ("elementwise", "aten::mul", 1, 2, False)   # a rotary embedding's, say
+    assert 0 not in find([other_line, BMM, SOFTMAX, BMM])
+    add = ("elementwise", "aten::add", 1, 1, False)          # not a scaling
+    assert 0 not in find([add, BMM, SOFTMAX, BMM])
+
+
+def test_copies_before_the_scores_without_op_chains_by_the_matmul_s_line():
+    copy_here, copy_there = ("copy", "", 1, 1, False), ("copy", "", 1, 2, False)
+    assert find([copy_there, copy_here, BMM, SOFTMAX, BMM], chain=False) == {
+        1: ("input_copy", 3), 2: ("scores", 3), 3: ("softmax", 3), 4: ("output", 3)}
+
+
+def test_no_attention_without_a_matmul_on_each_side_in_the_same_function():
+    assert find([SOFTMAX, BMM]) == {}                          # a sampler's softmax
+    assert find([BMM, SOFTMAX]) == {}
+    elsewhere = ("gemm", "aten::bmm", 2, 9, False)
+    assert find([BMM, SOFTMAX, elsewhere]) == {}
+    assert find([BMM, SOFTMAX, SOFTMAX, BMM]) == {}            # two softmaxes: not one
+    far = [BMM, SOFTMAX] + [DIV] * 12 + [BMM]                  # too far apart
+    assert find(far) == {}
+
+
+def test_each_thread_in_its_own_order():
+    # two threads' kernels interleaved in the input is not what the caller gives: each
+    # thread's run is its own, and a matmul of one thread is never another's
+    kernels = [BMM, SOFTMAX, BMM, SOFTMAX, BMM]
+    assert find(kernels, thread=[0, 0, 1, 1, 1]) == {
+        2: ("scores", 3), 3: ("softmax", 3), 4: ("output", 3)}
+
+
+def test_consecutive_attentions_share_no_kernel():
+    got = find([BMM, SOFTMAX, BMM, BMM, DIV, SOFTMAX, BMM])
+    assert [got[i][1] for i in range(7)] == [1, 1, 1, 5, 5, 5, 5]
+    assert got[3] == ("scores", 5) and got[4] == ("between", 5)
