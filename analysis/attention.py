@@ -21,6 +21,8 @@ block keeps them.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 BMM_OPS = ("aten::bmm", "aten::baddbmm")
@@ -105,3 +107,37 @@ def find_attention(thread: np.ndarray, op_class: np.ndarray, bmm: np.ndarray,
     at, role, owner = at[order], role[order], owner[order]
     first = np.r_[True, at[1:] != at[:-1]]
     return at[first], role[first], owner[first]
+
+
+def fused_ratio(precision: np.ndarray, pair_ns: np.ndarray) -> np.ndarray:
+    """The fused kernel's GPU time over the two matmuls' (``attention_costs.yaml``), for
+    attentions whose matmuls ran in ``precision`` (fp32, tf32, bf16, fp16; other or None:
+    1, the matmuls' time as it is) and took ``pair_ns`` together: the measured points of that
+    math, each the median of it and its neighbours in time (one shape's noise), read between
+    them in log time, and held past the first and the last."""
+    out = np.ones(len(pair_ns))
+    curves = _curves()
+    for math, (x, y) in curves.items():
+        mine = precision == math
+        if mine.any():
+            t = np.log(np.maximum(pair_ns[mine], 1) / 1e3)
+            out[mine] = np.interp(t, x, y)
+    return out
+
+
+@functools.cache
+def _curves() -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per math, :func:`curve` of its points in ``attention_costs.yaml``."""
+    from .bundled import bundled_yaml
+
+    return {math: curve(points)
+            for math, points in bundled_yaml("attention_costs.yaml")["fused_over_matmuls"].items()}
+
+
+def curve(points: list[list[float]]) -> tuple[np.ndarray, np.ndarray]:
+    """Measured points [the matmuls' time (us), the fused kernel's over theirs] as a curve:
+    the log of the times, in order, and each ratio the median of it and its neighbours."""
+    pts = np.asarray(sorted(points), float)
+    y = pts[:, 1]
+    return np.log(pts[:, 0]), np.asarray([np.median(y[max(i - 1, 0):i + 2])
+                                          for i in range(len(y))])

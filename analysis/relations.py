@@ -153,6 +153,10 @@ COLUMNS: dict[str, dict[str, str]] = {
         "call_ts_ns": "launching call start", "call_dur_ns": "launching call duration",
         "call_idx": "row of the launching call (joins the calls relation)",
         "step": "index of the step of the launching call",
+        "fused_ns": "what its attention's fused kernel (F.scaled_dot_product_attention) would "
+                    "take on the GPU: the two matmuls' time times what a fused kernel takes "
+                    "over them at that time, in their math (analysis/attention_costs.yaml, "
+                    "measured; the matmuls' time where their math is unknown)",
         **{k: v + " (of the attention's softmax: an attention's kernels share its site)"
            for k, v in SITE_DOC.items()},
     },
@@ -864,6 +868,9 @@ class Relations:
         # the attention's site: its softmax's stack
         softmax_stack = gpu["stack_id"].gather(found["attention"])
         rows = rows.with_columns(softmax_stack.alias("stack_id"))
+        if "fused_ns" in want:
+            rows = rows.join(self._fused_ns(found, gpu), on="attention", how="left",
+                             maintain_order="left")
         rows = self._keep(rows, wheres)
         calls = self.calls_table()
         idx = rows["call_idx"]
@@ -876,6 +883,22 @@ class Relations:
             df = df.with_columns(self.call_steps().gather(idx).alias("step"))
         return df.select([c for c in df.columns if c in want
                           or c in ("stack_id", "call_idx", "gpu_idx")])
+
+    @staticmethod
+    def _fused_ns(found: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
+        """Per attention of ``found``: what its fused kernel would take on the GPU
+        (``fused_ns``: :func:`zym.analysis.attention.fused_ratio` of its matmuls)."""
+        from .attention import fused_ratio
+
+        mm = found.filter(pl.col("role").is_in(["scores", "output"]))
+        per = (mm.with_columns(gpu["dur_ns"].gather(mm["gpu_idx"]).alias("dur"),
+                               gpu["precision"].gather(mm["gpu_idx"]).cast(pl.String)
+                               .alias("math"))
+               .group_by("attention").agg(pl.col("dur").sum().alias("pair"),
+                                          pl.col("math").sort_by("gpu_idx").first()))
+        ratio = fused_ratio(per["math"].to_numpy(), per["pair"].to_numpy().astype(float))
+        return per.select("attention", pl.Series("fused_ns", np.round(
+            per["pair"].to_numpy() * ratio).astype(np.int64)))
 
     def _attention_kernels(self, gpu: pl.DataFrame) -> pl.DataFrame:
         """:func:`zym.analysis.attention.find_attention` on the window's kernels: those of

@@ -42,7 +42,8 @@ _MODEL_COLUMNS = {"speedup": ("dur_ns", "precision", "op_class", "flops"),
                   "cpu-work": ("quiet_idx", "quiet_py_ns", "end_ns"),
                   "cuda-graph": ("step", "size_syncs"), "batch": ("call_instance",),
                   "autograd-off": ("step",), "eval-mode": ("step",),
-                  "items": ("step", "item_function")}
+                  "items": ("step", "item_function"),
+                  "fused-attention": ("role", "attention", "dur_ns", "fused_ns")}
 
 
 def evaluate_rules(analysis: Analysis, rules: Sequence[Rule],

@@ -283,6 +283,7 @@ SAVING_RELATIONS = {
     "pin": ("calls",), "async": ("calls",), "speedup": ("gpu",),
     "shorten-gaps": ("gaps", "calls"), "cpu-work": ("stretches", "steps"), "cuda-graph": ("steps",),
     "autograd-off": ("steps",), "eval-mode": ("steps",), "items": ("items",),
+    "fused-attention": ("attention",),
     "none": ("calls", "gpu", "attention", "gaps", "paths", "steps", "items", "stretches",
              "windows"),
 }

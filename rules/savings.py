@@ -52,6 +52,13 @@ Models (``saving: {model: NAME, ...}``):
   back to back (no queue gap between them), each kernel for its share of the batch's work: a
   GEMM at the rate measured for the batch's size, another kernel for the share of the GPU its
   thread blocks fill (:func:`_batched_kernels`).
+* ``fused-attention``: each of the finding's attentions written out by hand (the attention
+  relation) runs as one fused kernel: its softmax, scaling, element-wise and copy kernels go
+  with their calls (their own time and waits; the CPU work before each stays), and its two
+  matmuls stand for the fused kernel, which takes ``fused_ns`` on the GPU (what such a kernel
+  takes over those matmuls, measured by math and size): shortened to it where it is faster;
+  where it is slower, the kernels that would go carry the difference, longest first, their
+  calls kept.
 * ``none``: no estimate (the finding is context, e.g. a utilization summary).
 """
 from __future__ import annotations
@@ -71,7 +78,7 @@ if TYPE_CHECKING:
     from zym.analysis import Analysis
 
 MODELS = ("batch", "remove", "unblock", "pin", "async", "speedup", "shorten-gaps", "cpu-work",
-          "cuda-graph", "autograd-off", "eval-mode", "items", "none")
+          "cuda-graph", "autograd-off", "eval-mode", "items", "fused-attention", "none")
 # CPU cost of one async copy call, when the capture has no pinned copy to measure it from;
 # and of one graph replay (its cost grows with the graph's kernels) and the GPU time each
 # graph node adds, when it has no graph launch. Measured on the H200 by
@@ -141,6 +148,8 @@ def fix_for(model: dict, relation: str, rows: pl.DataFrame, analysis: Analysis,
         return _eval_mode(rows, analysis)
     if name == "items":
         return _items(rows, analysis)
+    if name == "fused-attention":
+        return _fused_attention(rows)
     raise ValueError(f"unknown saving model {name!r}")
 
 
@@ -709,6 +718,45 @@ def _items(rows: pl.DataFrame, analysis: Analysis) -> Fix | None:
            + (f", any other for the share of the GPU's {sms} multiprocessors its thread "
               "blocks fill, one block an SM at a time (the batch's kernel fills the rest)"
               if sms else "") if len(scaled) else "")))
+
+
+def _fused_attention(rows: pl.DataFrame) -> Fix | None:
+    """The ``fused-attention`` model (see the module doc) on the attention relation's rows of
+    a finding (``role``, ``attention``, ``dur_ns``, ``fused_ns``)."""
+    from zym.analysis.attention import FUSED_AWAY
+
+    rows = rows.select("gpu_idx", "call_idx", "role", "attention", "dur_ns", "fused_ns")
+    matmul = rows.filter(pl.col("role").is_in(["scores", "output"]))
+    per = matmul.group_by("attention").agg(pl.col("dur_ns").sum().alias("pair"),
+                                           pl.col("fused_ns").first().alias("fused"))
+    if per.height == 0:
+        return None
+    # faster than the matmuls: they are shortened to it
+    faster = (matmul.join(per, on="attention").filter(pl.col("fused") < pl.col("pair"))
+              .select("gpu_idx", (pl.col("dur_ns") * pl.col("fused") / pl.col("pair"))
+                      .round().cast(pl.Int64).alias("dur")))
+    # slower: the kernels that would go carry the difference, longest first, their calls kept
+    away = (rows.filter(pl.col("role").is_in(list(FUSED_AWAY)))
+            .join(per.select("attention", (pl.col("fused") - pl.col("pair")).clip(0)
+                             .alias("extra")), on="attention", how="left")
+            .sort("attention", "dur_ns", "gpu_idx", descending=[False, True, False])
+            .with_columns((pl.col("dur_ns").cum_sum().over("attention") - pl.col("dur_ns"))
+                          .alias("before")))
+    carry = away.filter(pl.col("before") < pl.col("extra"))
+    kept = carry.select("gpu_idx", pl.min_horizontal("dur_ns", pl.col("extra")
+                                                     - pl.col("before")).alias("dur"))
+    gone = away.filter(pl.col("before") >= pl.col("extra"))
+    ops = pl.concat([faster, kept])
+    calls = sorted_unique(gone["call_idx"].drop_nulls().to_numpy().astype(np.int64))
+    ratio = per["fused"].sum() / max(per["pair"].sum(), 1)
+    how = (f"replayed without the softmax, scaling and copy kernels of these {per.height:,} "
+           f"attentions ({len(calls):,} calls: their own time and waits; the CPU work before "
+           f"each stays), their matmuls standing for one fused kernel that takes {ratio:.2f}x "
+           "their GPU time (measured by math and size: analysis/attention_costs.yaml)")
+    if kept.height:
+        how += f"; {kept.height:,} of the kernels kept, shortened, to carry the rest of it"
+    return Fix(remove_calls=calls, gpu_ops=ops["gpu_idx"].to_numpy().astype(np.int64),
+               gpu_dur_ns=ops["dur"].to_numpy().astype(np.int64), describe=how)
 
 
 def _batched_kernels(ops: np.ndarray, items: np.ndarray, analysis: Analysis

@@ -71,3 +71,24 @@ def test_consecutive_attentions_share_no_kernel():
     got = find([BMM, SOFTMAX, BMM, BMM, DIV, SOFTMAX, BMM])
     assert [got[i][1] for i in range(7)] == [1, 1, 1, 5, 5, 5, 5]
     assert got[3] == ("scores", 5) and got[4] == ("between", 5)
+
+
+def test_the_fused_kernel_s_curve_reads_between_points_in_log_time():
+    from zym.analysis import attention
+
+    # the second point's ratio is noise: each is the median of it and its neighbours
+    x, y = attention.curve([[100, 1.0], [10, 2.0], [1000, 1.5], [400, 9.0]])
+    assert np.exp(x).round().tolist() == [10, 100, 400, 1000]
+    assert y.tolist() == [1.5, 2.0, 1.5, 5.25]
+
+
+def test_the_fused_kernel_s_ratio_by_math_and_time(monkeypatch):
+    from zym.analysis import attention
+
+    curves = {"fp32": attention.curve([[10, 1.0], [100, 1.0], [1000, 2.0], [10000, 2.0]])}
+    monkeypatch.setattr(attention, "_curves", lambda: curves)
+    # 316 us: halfway between 100 and 1,000 in log time; past the ends, the ends' values;
+    # another math or none: the matmuls' own time
+    got = attention.fused_ratio(np.array(["fp32", "fp32", "fp32", "bf16", None], object),
+                                np.array([10 ** 2.5 * 1e3, 1e3, 1e9, 100e3, 100e3]))
+    assert np.round(got, 9).tolist() == [1.5, 1.0, 2.0, 1.0, 1.0]

@@ -1399,7 +1399,20 @@ def attention(b: CaptureBuilder, softmax_us: float = 80, scale_us: float = 50,
     b.kernel(op(ATTEND, bmm), BF16_GEMM, gpu_us=100, cpu_us=5)
 
 
-def test_unfused_attention__priced_at_its_softmax_and_scaling_not_its_matmuls():
+@pytest.fixture
+def fused_at(monkeypatch):
+    """Pins what a fused attention kernel takes over the two matmuls, by math (the measured
+    curve, zym.analysis.attention._curves, held at one ratio whatever the time)."""
+    from zym.analysis import attention
+
+    def pin(**ratios: float) -> None:
+        curves = {m: attention.curve([[1, r], [1e6, r]]) for m, r in ratios.items()}
+        monkeypatch.setattr(attention, "_curves", lambda: curves)
+    return pin
+
+
+def test_unfused_attention__priced_at_its_softmax_and_scaling_not_its_matmuls(fused_at):
+    fused_at(bf16=1.0)
     b = CaptureBuilder()
     for _ in range(STEPS):
         with b.enclosing(STEP):
@@ -1414,7 +1427,20 @@ def test_unfused_attention__priced_at_its_softmax_and_scaling_not_its_matmuls():
     # 200 us), so the saving is the softmax's and the scaling's GPU time; the matmuls stay
     removed = n * (80 + 50) * US
     assert f.saving_ns == pytest.approx(removed, rel=0.05)
-    assert "these 48 calls" in f.saving_how  # the softmaxes and scalings, not the 96 bmms
+    assert "(48 calls" in f.saving_how  # the softmaxes and scalings, not the 96 bmms
+
+
+def test_unfused_attention__the_fused_kernel_faster_than_the_matmuls_shortens_them(fused_at):
+    fused_at(bf16=0.6)
+    b = CaptureBuilder()
+    for _ in range(STEPS):
+        with b.enclosing(STEP):
+            for _ in range(PER_STEP):
+                attention(b)
+    [f] = fired(b, "compute.unfused-attention")
+    # GPU-bound: the softmax and the scaling go, and the two matmuls' 200 us become 120
+    assert f.saving_ns == pytest.approx(STEPS * PER_STEP * (80 + 50 + 80) * US, rel=0.05)
+    assert "0.60x their GPU time" in f.saving_how
 
 
 def test_unfused_attention__silent_without_batched_matmuls():
@@ -1459,7 +1485,9 @@ def block_with_attention(b: CaptureBuilder) -> int:
     return 10 + 12 + 40 + 80 + 14
 
 
-def test_unfused_attention__a_whole_block_in_one_function_priced_at_its_attention_alone():
+def test_unfused_attention__a_whole_block_in_one_function_priced_at_its_attention_alone(
+        fused_at):
+    fused_at(fp32=1.0)
     b = CaptureBuilder()
     away = 0
     for _ in range(STEPS):
@@ -1475,10 +1503,28 @@ def test_unfused_attention__a_whole_block_in_one_function_priced_at_its_attentio
     # attention's scaling, softmax and copies, not the block's reshape, residuals and GELU
     # (85 us a block more, which grouping by function alone would take away too)
     assert f.saving_ns == pytest.approx(away * US, rel=0.05)
-    assert f"these {5 * n} calls" in f.saving_how
+    assert f"({5 * n} calls" in f.saving_how
 
 
-def test_unfused_attention__without_spans_its_lines_are_one_attention_at_the_softmax():
+def test_unfused_attention__a_fused_kernel_slower_than_the_matmuls_is_carried(fused_at):
+    fused_at(fp32=1.25)
+    b = CaptureBuilder()
+    for _ in range(STEPS):
+        with b.enclosing(STEP):
+            for _ in range(PER_STEP):
+                with b.enclosing(BLOCK):
+                    block_with_attention(b)
+    [f] = fired(b, "compute.unfused-attention")
+    n = STEPS * PER_STEP
+    # the fused kernel takes 1.25 x the matmuls' 200 us: the 50 us more are carried by the
+    # longest kernel that would go (the softmax's 80 us, kept at 50, its call too): the copies
+    # and the division go (10 + 12 + 40 + 14 us), and the softmax's other 30
+    assert f.saving_ns == pytest.approx(n * (10 + 12 + 40 + 14 + 30) * US, rel=0.05)
+    assert f"({4 * n} calls" in f.saving_how and f"{n} of the kernels kept" in f.saving_how
+
+
+def test_unfused_attention__without_spans_its_lines_are_one_attention_at_the_softmax(fused_at):
+    fused_at(fp32=1.0)
     line = {n: STEP + [("python", "Block.attend", "model.py", n)] for n in (115, 116, 117)}
     b = CaptureBuilder()
     for _ in range(STEPS):
