@@ -37,7 +37,8 @@ RESULTS = HERE / "results" / "h200"
 REQUESTS = {"gpt_decode": 7, "rerank": 12, "decode_loop": 6}
 TOLERANCE = 0.30
 # "rule.id (HtoD): text", or "rule.a+rule.b: text" / "rule.id (all): text" for a variant applying
-# several findings' fixes (every finding of those rules)
+# several findings' fixes (every finding of those rules), "rule.id (all TEXT): text" for every
+# finding of the rule whose site contains TEXT
 RULE_FIX = re.compile(r"([a-z_]+\.[a-z0-9-]+(?:\+[a-z_]+\.[a-z0-9-]+)*)(?: \(([^)]*)\))?:")
 
 
@@ -107,14 +108,18 @@ def predictions(path: Path) -> tuple[list[dict], int, float, object]:
     report = build_report(result, findings, None)
     steps = (report["phases"]["steps"] or {}).get("in_window") or 1
 
-    def together(rules: list[str]) -> tuple[int | None, int | None]:
-        """Saving in ns of every finding of ``rules`` fixed at once (rules without a finding
-        here are left out), and the best rank among them; (None, None) if none has one."""
-        have = [r for r in rules if any(f.rule_id == r and f.edit is not None for f in findings)]
+    def together(rules: list[str], site: str = "") -> tuple[int | None, int | None]:
+        """Saving in ns of every finding of ``rules`` (whose site contains ``site``) fixed at
+        once (rules without such a finding here are left out), and the best rank among them;
+        (None, None) if none has one."""
+        def mine(f, r: str) -> bool:
+            return f.rule_id == r and f.edit is not None and site in f.site
+        have = [r for r in rules if any(mine(f, r) for f in findings)]
         if not have:
             return None, None
-        ranks = [i for i, f in enumerate(findings, 1) if f.rule_id in have]
-        return what_if(result, findings, have)["saving_ns"], min(ranks)
+        ranks = [i for i, f in enumerate(findings, 1) if any(mine(f, r) for r in have)]
+        specs = [f"{r}@{site}" if site else r for r in have]
+        return what_if(result, findings, specs)["saving_ns"], min(ranks)
 
     return report["findings"], steps, report["phases"]["window_ns"] / steps / 1e6, together
 
@@ -138,6 +143,10 @@ def compare(results: Path = RESULTS, requests_of: dict[str, int] | None = None) 
                 rule, qualifier = rule_of(m["fix"])
                 if "+" in rule or qualifier == "all":   # several findings' fixes at once
                     saving, rank = together(rule.split("+"))   # (one replay of them all)
+                    pred = None if saving is None else saving / steps / 1e6
+                elif qualifier and qualifier.startswith("all "):  # every finding of the rule
+                    # whose site names the text (a capture's upload loop, one per line)
+                    saving, rank = together([rule], qualifier.removeprefix("all "))
                     pred = None if saving is None else saving / steps / 1e6
                 else:
                     ranked = [(i, f) for i, f in enumerate(findings, 1) if f["rule_id"] == rule]
