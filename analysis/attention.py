@@ -30,6 +30,11 @@ SCALE_OPS = ("aten::mul", "aten::div")
 # At most this many kernels from the first matmul to the second (scale, mask, softmax,
 # dropout, a copy: 6; more is no attention written in one expression)
 MAX_SPAN = 10
+# Matmuls this short (us, the two together) are taken to cost what the fused kernel costs
+# (1x): what it takes is measured only where they take ~100 us or more (shorter, CUDA events
+# around one call time the host's launches, bench/whatif/attention_table.py); between, the
+# ratio goes from 1 to the shortest measured one in log time.
+UNMEASURED_US = 10.0
 ROLES = ("scores", "softmax", "between", "input_copy", "scale", "output")
 # The roles a fused attention kernel takes away (its matmuls' work it does itself).
 FUSED_AWAY = ("softmax", "between", "input_copy", "scale")
@@ -136,8 +141,12 @@ def _curves() -> dict[str, tuple[np.ndarray, np.ndarray]]:
 
 def curve(points: list[list[float]]) -> tuple[np.ndarray, np.ndarray]:
     """Measured points [the matmuls' time (us), the fused kernel's over theirs] as a curve:
-    the log of the times, in order, and each ratio the median of it and its neighbours."""
+    the log of the times, in order, each ratio the median of it and its neighbours, and
+    below the shortest measured, towards 1 at :data:`UNMEASURED_US`."""
     pts = np.asarray(sorted(points), float)
     y = pts[:, 1]
-    return np.log(pts[:, 0]), np.asarray([np.median(y[max(i - 1, 0):i + 2])
-                                          for i in range(len(y))])
+    x, smooth = np.log(pts[:, 0]), np.asarray([np.median(y[max(i - 1, 0):i + 2])
+                                               for i in range(len(y))])
+    if pts[0, 0] > UNMEASURED_US:
+        x, smooth = np.r_[np.log(UNMEASURED_US), x], np.r_[1.0, smooth]
+    return x, smooth

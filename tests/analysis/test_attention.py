@@ -92,3 +92,11 @@ def test_the_fused_kernel_s_ratio_by_math_and_time(monkeypatch):
     got = attention.fused_ratio(np.array(["fp32", "fp32", "fp32", "bf16", None], object),
                                 np.array([10 ** 2.5 * 1e3, 1e3, 1e9, 100e3, 100e3]))
     assert np.round(got, 9).tolist() == [1.5, 1.0, 2.0, 1.0, 1.0]
+
+
+def test_below_the_shortest_measured_matmuls_the_ratio_goes_to_one():
+    from zym.analysis import attention
+
+    x, y = attention.curve([[100, 1.6], [1000, 1.6]])
+    assert np.exp(x).round().tolist() == [attention.UNMEASURED_US, 100, 1000]
+    assert y.tolist() == [1.0, 1.6, 1.6]
