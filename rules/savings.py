@@ -54,7 +54,8 @@ Models (``saving: {model: NAME, ...}``):
   thread blocks fill (:func:`_batched_kernels`).
 * ``fused-attention``: each of the finding's attentions written out by hand (the attention
   relation) runs as one fused kernel: its softmax, scaling, element-wise and copy kernels go
-  with their calls (their own time and waits; the CPU work before each stays), and its two
+  with their calls, their waits and the CPU work that led to each (their ops' dispatch; the
+  matmuls' stays), and its two
   matmuls stand for the fused kernel, which takes ``fused_ns`` on the GPU (what such a kernel
   takes over those matmuls, measured by math and size): shortened to it where it is faster;
   where it is slower, the kernels that would go carry the difference, longest first, their
@@ -750,12 +751,14 @@ def _fused_attention(rows: pl.DataFrame) -> Fix | None:
     calls = sorted_unique(gone["call_idx"].drop_nulls().to_numpy().astype(np.int64))
     ratio = per["fused"].sum() / max(per["pair"].sum(), 1)
     how = (f"replayed without the softmax, scaling and copy kernels of these {per.height:,} "
-           f"attentions ({len(calls):,} calls: their own time and waits; the CPU work before "
-           f"each stays), their matmuls standing for one fused kernel that takes {ratio:.2f}x "
-           "their GPU time (measured by math and size: analysis/attention_costs.yaml)")
+           f"attentions ({len(calls):,} calls, with their waits and the CPU work that led to "
+           "each: their ops' dispatch; the matmuls' stays), their matmuls standing for one "
+           f"fused kernel that takes {ratio:.2f}x their GPU time (measured by math and size: "
+           "analysis/attention_costs.yaml)")
     if kept.height:
         how += f"; {kept.height:,} of the kernels kept, shortened, to carry the rest of it"
-    return Fix(remove_calls=calls, gpu_ops=ops["gpu_idx"].to_numpy().astype(np.int64),
+    return Fix(remove_calls=calls, gap_calls=calls, gap_ns=np.zeros(len(calls), np.int64),
+               gpu_ops=ops["gpu_idx"].to_numpy().astype(np.int64),
                gpu_dur_ns=ops["dur"].to_numpy().astype(np.int64), describe=how)
 
 

@@ -1443,6 +1443,23 @@ def test_unfused_attention__the_fused_kernel_faster_than_the_matmuls_shortens_th
     assert "0.60x their GPU time" in f.saving_how
 
 
+def test_unfused_attention__launch_bound_the_replaced_ops_cpu_work_goes_too(fused_at):
+    fused_at(bf16=1.0)
+    b = CaptureBuilder()
+    for _ in range(STEPS):
+        with b.enclosing(STEP):
+            for _ in range(PER_STEP):
+                for name, kernel in (("aten::bmm", BF16_GEMM), ("aten::mul", SCALE),
+                                     ("aten::_softmax", SOFTMAX), ("aten::bmm", BF16_GEMM)):
+                    b.tick(20)   # the op's dispatch before its launch
+                    b.kernel(op(ATTEND, name), kernel, gpu_us=1, cpu_us=5)
+    [f] = fired(b, "compute.unfused-attention")
+    # CPU-bound: the scaling's and the softmax's calls go with the CPU work that led to each
+    # (the builder's 1 us after the call before, the 20 us tick, the call's own 5 us); the
+    # matmuls' stays (a fused call costs the host more than nothing)
+    assert f.saving_ns == pytest.approx(STEPS * PER_STEP * 2 * (1 + 20 + 5) * US, rel=0.05)
+
+
 def test_unfused_attention__silent_without_batched_matmuls():
     b = CaptureBuilder()
     for _ in range(STEPS):
