@@ -107,7 +107,7 @@ def find_attention(thread: np.ndarray, op_class: np.ndarray, bmm: np.ndarray,
     owner.append(s[scale])
     at, role, owner = (np.concatenate(x).astype(np.int64) for x in (at, role, owner))
     # a kernel claimed twice (one attention's output matmul another's scores: none written
-    # so by hand) keeps its first claim
+    # so by hand) keeps the role listed first in ROLES (scores before output)
     order = np.lexsort((role, at))
     at, role, owner = at[order], role[order], owner[order]
     first = np.r_[True, at[1:] != at[:-1]]
@@ -119,7 +119,8 @@ def fused_ratio(precision: np.ndarray, pair_ns: np.ndarray) -> np.ndarray:
     attentions whose matmuls ran in ``precision`` (fp32, tf32, bf16, fp16; other or None:
     1, the matmuls' time as it is) and took ``pair_ns`` together: the measured points of that
     math, each the median of it and its neighbours in time (one shape's noise), read between
-    them in log time, and held past the first and the last."""
+    them in log time, held past the last, and below the first going to 1 at
+    :data:`UNMEASURED_US` (:func:`curve`)."""
     out = np.ones(len(pair_ns))
     curves = _curves()
     for math, (x, y) in curves.items():
