@@ -861,13 +861,12 @@ class Relations:
                                      "attention": pl.Int64})
         if (gpu["op_class"] == "softmax").any():
             found = self._once_obj("attention kernels", lambda: self._attention_kernels(gpu))
-        rows = gpu.select([c for c in gpu.columns if c in want | {"gpu_idx", "call_idx",
-                                                                  "stack_id"}])
-        rows = found.join(rows.with_columns(pl.col("gpu_idx").cast(pl.Int64)), on="gpu_idx",
-                          how="left", maintain_order="left")
-        # the attention's site: its softmax's stack
-        softmax_stack = gpu["stack_id"].gather(found["attention"])
-        rows = rows.with_columns(softmax_stack.alias("stack_id"))
+        # the kernels' own columns (a gather: gpu_idx is the row), and the attention's site:
+        # its softmax's stack
+        cols = [c for c in gpu.columns if c in want | {"call_idx"}
+                and c not in ("gpu_idx", "stack_id")]
+        rows = found.with_columns(*[gpu[c].gather(found["gpu_idx"]) for c in cols],
+                                  gpu["stack_id"].gather(found["attention"]).alias("stack_id"))
         if "fused_ns" in want:
             rows = rows.join(self._fused_ns(found, gpu), on="attention", how="left",
                              maintain_order="left")
