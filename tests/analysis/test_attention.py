@@ -2,6 +2,8 @@
 kernels are one attention's, on kernel sequences written out here."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 from zym.analysis.attention import ROLES, find_attention
 
@@ -100,3 +102,40 @@ def test_below_the_shortest_measured_matmuls_the_ratio_goes_to_one():
     x, y = attention.curve([[100, 1.6], [1000, 1.6]])
     assert np.exp(x).round().tolist() == [attention.UNMEASURED_US, 100, 1000]
     assert y.tolist() == [1.0, 1.6, 1.6]
+
+
+RESULTS = Path(__file__).resolve().parents[2] / "bench" / "whatif" / "results"
+
+
+def _roles(path: Path):
+    from zym.analysis import analyze
+
+    rel = analyze(path).relations
+    table = rel.materialize("attention", {"role", "attention"})
+    per = table.group_by("attention", "role").len().pivot("role", index="attention",
+                                                            values="len").fill_null(0)
+    ops = rel.site_of(rel.gpu_table()["stack_id"].gather(table["gpu_idx"]), ("torch_op",))[0]
+    lines = set(rel.site_of(table["stack_id"], ("user_line",))[0].to_list())
+    return lines, per.drop("attention").unique(), set(ops.drop_nulls().to_list())
+
+
+def test_a_torch_profiler_trace_s_transformer_block_gives_its_attention_alone():
+    """tsanomaly's Block.forward (bench/whatif/workloads/tsanomaly.py): q and k, permuted
+    views, are copied for the first matmul, the scores divided by sqrt(d), softmaxed, v copied
+    for the second matmul; the output's reshape, the residual adds, the norms and the MLP's
+    GELU after it in the same function are not the attention's."""
+    _, per, ops = _roles(RESULTS / "h100-blind5" / "kineto" / "tsanomaly.parquet")
+    assert per.select(sorted(per.columns)).to_dicts() == [
+        {"between": 2, "input_copy": 2, "output": 1, "scores": 1, "softmax": 1}]
+    assert not ops & {"aten::gelu", "aten::add", "aten::native_layer_norm", "aten::addmm"}
+
+
+def test_a_capture_s_attention_on_two_lines_is_one_at_the_softmax_s_line():
+    """protvar's Block.attend (bench/whatif/workloads/protvar.py): line 115 scales q and
+    takes the scores, line 116 the softmax and the second matmul, line 117 the output's
+    reshape (not the attention's)."""
+    lines, per, ops = _roles(RESULTS / "h100-blind9" / "captures" / "protvar.parquet")
+    assert per.select(sorted(per.columns)).to_dicts() == [
+        {"output": 1, "scale": 1, "scores": 1, "softmax": 1}]
+    assert lines == {116}
+    assert "aten::copy_" not in ops
