@@ -1875,14 +1875,23 @@ def _top_per_step(step: np.ndarray, node: np.ndarray, mask: np.ndarray, n_nodes:
     return s[pick], n[pick]
 
 
+def _named(name: pl.Series, function: str) -> pl.Series:
+    """Whether each frame ``name`` is ``function``'s: the name itself, or a qualified name
+    ending in it (``Class.function``)."""
+    return (name == function) | name.str.ends_with("." + function)
+
+
 def _inside_another_module(nodes: pl.DataFrame, trie) -> np.ndarray:
     """Per stack node, whether it runs inside a module's call other than its own: more
     module wrappers above it (``nn.Module: X`` frames, torch's ``_call_impl``: the most of
-    the two counts) than its own call's, where it is a module's ``forward``."""
+    the two counts) than its own call's, where it is a module's ``forward``. A frame's name
+    is its function's (torch.profiler: ``_call_impl``, ``forward``) or, from Python 3.11's
+    code objects, its qualified name (eBPF: ``Module._call_impl``, ``ResBlock.forward``)."""
     name, file = nodes["name"].fill_null(""), nodes["file"].fill_null("")
-    impl = ((name == "_call_impl") & file.str.ends_with("torch/nn/modules/module.py")).to_numpy()
+    impl = (_named(name, "_call_impl")
+            & file.str.ends_with("torch/nn/modules/module.py")).to_numpy()
     parent = trie.parent
-    forward = ((name == "forward").to_numpy()
+    forward = (_named(name, "forward").to_numpy()
                & (impl[np.maximum(parent, 0)] & (parent >= 0)
                   | nodes["module"].is_not_null().to_numpy()))
     best = np.zeros(len(name), np.int64)

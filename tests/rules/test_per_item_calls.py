@@ -398,6 +398,41 @@ def test_a_models_layers_are_not_items():
     assert analysis.relations.item_calls().table.height == 0 and findings == []
 
 
+def test_a_models_layers_are_not_items_with_qualified_names():
+    """The same from eBPF stacks (Python 3.11+): no ``nn.Module`` spans, and frames named by
+    their code objects' qualified names (``Module._call_impl``, ``Block.forward``): the four
+    residual blocks of ecgtriage's rhythm net were once taken for items (a finding of 0.95 ms
+    a step on the twelfth blind round's zym capture). Each block launches from two of its
+    lines, so that its line going back tells one block's call from the next; the model
+    itself, called once per item by the step, still is an item function."""
+    impl = ("python", "Module._call_impl", "torch/nn/modules/module.py", 1783)
+
+    def requests(layers: bool) -> CaptureBuilder:
+        b = CaptureBuilder()
+        for _ in range(REQUESTS):
+            with b.enclosing(STEP):
+                b.copy(at(21, False), "HtoD", nbytes=4096, host_mem="pinned", sync=False)
+                for _ in range(1 if layers else ITEMS):
+                    for _ in range(ITEMS if layers else 1):
+                        for line in (30, 32):
+                            frames = [*at(23, False), impl, ("python", "Model.forward",
+                                                             "model.py", 52)]
+                            if layers:
+                                frames += [impl, ("python", "Block.forward", "model.py", line)]
+                            else:
+                                frames[-1] = ("python", "Model.forward", "model.py", line)
+                            b.kernel(frames + [("torch_op", "aten::linear")], "gemm",
+                                     gpu_us=0.01)
+                b.kernel(at(24, False) + [("torch_op", "aten::cat")], "cat")
+                b.scalar_readback(at(25, False))
+        return b
+
+    analysis, findings = run(requests(layers=True), spans=False)
+    assert analysis.relations.item_calls().table.height == 0 and findings == []
+    analysis, [f] = run(requests(layers=False), spans=False)
+    assert f.evidence["calls_per_step"] == ITEMS
+
+
 def generation(b: CaptureBuilder, read: str, upload: bool = False) -> None:
     """A loop calling ``embed`` ITEMS times a request; between two calls it reads back
     (``read``): ``item`` a scalar (a stop check), ``tokens`` a device-to-host copy of 512
