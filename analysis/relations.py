@@ -275,6 +275,9 @@ COLUMNS: dict[str, dict[str, str]] = {
                      "calls relation, null where no call follows in the window",
         "quiet_py_ns": "the stretch's time before the torch op whose CUDA call ended it began "
                        "(the step's own CPU work), as the steps relation's",
+        "quiet_bare_ns": "quiet_py_ns less what recording the capture cost in it (the CPU "
+                         "time the recording added before quiet_idx: torch.profiler's cost "
+                         "of its events, a zym capture's per call; 0 at least)",
         "quiet_until": "the site (file:line function) of the call that ended it (null where "
                        "the step function's return did)",
         "quiet_where": "where its time went, as the steps relation's (the innermost span "
@@ -282,7 +285,11 @@ COLUMNS: dict[str, dict[str, str]] = {
         "step_ns": "its step's length",
         "gpu_busy_ns": "time the GPU (any device) was busy during the stretch",
         "steps": "the window's steps (every row: one step function)",
-        "steps_ns": "their time, all together", "steps_busy_ns": "time the GPU was busy in them",
+        "steps_ns": "their time, all together",
+        "steps_bare_ns": "steps_ns without what recording the capture cost: scaled as the "
+                         "unfixed replay without it shortens the window (steps_ns where "
+                         "nothing is replayed)",
+        "steps_busy_ns": "time the GPU was busy in them",
         "steps_gpu_ns": "GPU time of the work they launched",
     },
     "windows": {
@@ -335,6 +342,8 @@ STANDARD_MEASURES: dict[str, dict[str, pl.Expr]] = {
     "stretches": {"count": pl.len(), "work_ns": pl.col("quiet_py_ns").sum(),
                   "in_steps": pl.col("step").n_unique(), "steps": pl.col("steps").max(),
                   "span_ns": pl.col("steps_ns").max(), "busy_ns": pl.col("steps_busy_ns").max(),
+                  "work_bare_ns": pl.col("quiet_bare_ns").sum(),
+                  "span_bare_ns": pl.col("steps_bare_ns").max(),
                   "while_ns": pl.col("dur_ns").sum(), "while_busy_ns": pl.col("gpu_busy_ns").sum(),
                   "gpu_ns": pl.col("steps_gpu_ns").max()},
     "windows": {"count": pl.len(), "span_ns": pl.col("dur_ns").sum(),
@@ -1387,9 +1396,10 @@ class Relations:
         schema = {"stretch": pl.Int64, "step": pl.Int64, "pid": pl.Int64, "tid": pl.Int64,
                   "function": pl.String, "ts_ns": pl.Int64, "dur_ns": pl.Int64,
                   "end_ns": pl.Int64, "longest": pl.Boolean, "quiet_idx": pl.Int64,
-                  "quiet_py_ns": pl.Int64, "quiet_until": pl.String, "quiet_where": pl.String,
-                  "step_ns": pl.Int64, "gpu_busy_ns": pl.Int64, "steps": pl.Int64,
-                  "steps_ns": pl.Int64, "steps_busy_ns": pl.Int64, "steps_gpu_ns": pl.Int64}
+                  "quiet_py_ns": pl.Int64, "quiet_bare_ns": pl.Int64, "quiet_until": pl.String,
+                  "quiet_where": pl.String, "step_ns": pl.Int64, "gpu_busy_ns": pl.Int64,
+                  "steps": pl.Int64, "steps_ns": pl.Int64, "steps_bare_ns": pl.Int64,
+                  "steps_busy_ns": pl.Int64, "steps_gpu_ns": pl.Int64}
         if steps is None or not steps.count:
             return pl.DataFrame(schema=schema)
         calls = self.calls_table().with_columns(self.call_steps())
@@ -1420,6 +1430,19 @@ class Relations:
         gpu = self._step_gpu(calls)["gpu_ns"].sum()
         busy = _overlap(frame, self.facts.busy).sum()
         span = frame.select((pl.col("end_ns") - pl.col("ts_ns")).sum()).item()
+        # without what recording the capture cost: the steps' time as the unfixed replay
+        # without it ends the window, and each stretch less the CPU time the recording
+        # added before the call that ended it (analysis.recording_cost): a step's CPU phase
+        # keeps its share of a step whose other parts the recording slowed more (a launch
+        # loop's ops against a numpy filter's few calls)
+        bare_span = self._bare(span)
+        cost = np.asarray(self.analysis.recording_cost)
+        at = rows["quiet_idx"]
+        stretch_cost = pl.Series(np.where(at.is_null().to_numpy(), 0,
+                                          cost[at.fill_null(0).to_numpy()]) if len(cost)
+                                 else np.zeros(rows.height, np.int64), dtype=pl.Int64)
+        rows = rows.with_columns((pl.col("quiet_py_ns") - stretch_cost).clip(0)
+                                 .alias("quiet_bare_ns"))
         rows = rows.with_columns(_overlap(rows.select(
             (pl.col("quiet_end") - pl.col("_stretch_ns")).alias("ts_ns"),
             pl.col("quiet_end").alias("end_ns")), self.facts.busy).alias("gpu_busy_ns"))
@@ -1431,13 +1454,27 @@ class Relations:
                         pl.lit(steps.function).alias("function"),
                         (pl.col("quiet_end") - pl.col("_stretch_ns")).alias("ts_ns"),
                         pl.col("_stretch_ns").alias("dur_ns"), pl.col("quiet_end").alias("end_ns"),
-                        "longest", "quiet_idx", "quiet_py_ns",
+                        "longest", "quiet_idx", "quiet_py_ns", "quiet_bare_ns",
                         *(["quiet_until"] if "quiet_until" in want else []), "quiet_where",
                         "step_ns", "gpu_busy_ns", pl.lit(steps.count, pl.Int64).alias("steps"),
                         pl.lit(span, pl.Int64).alias("steps_ns"),
+                        pl.lit(bare_span, pl.Int64).alias("steps_bare_ns"),
                         pl.lit(int(busy), pl.Int64).alias("steps_busy_ns"),
                         pl.lit(int(gpu or 0), pl.Int64).alias("steps_gpu_ns"))
                 .select([c for c in schema if c in want or c == "stretch"]))
+
+    def _bare(self, ns: int) -> int:
+        """``ns`` of the window's time without what recording the capture cost: scaled as
+        the unfixed replay without that cost shortens the whole window
+        (``Timeline.uninstrumented_ns``); as recorded where there is no replay (no GPU
+        side) or no cost to take out."""
+        lo, hi = self.analysis.window
+        if not np.asarray(self.analysis.recording_cost).any() or hi <= lo:
+            return int(ns)
+        tl = self.analysis.timeline
+        if not tl.usable:
+            return int(ns)
+        return round(ns * min(tl.uninstrumented_ns / (hi - lo), 1.0))
 
     def _quiet_spans(self, steps: pl.DataFrame, calls: pl.DataFrame, on: np.ndarray
                      ) -> list[pl.Series]:

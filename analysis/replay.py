@@ -555,10 +555,16 @@ class Timeline:
         sim += after
         return {"recorded_ns": int(obs), "replayed_ns": int(sim),
                 "error_pct": round(100 * (sim - obs) / obs, 2) if obs else 0.0,
-                "uninstrumented_ns": int(self.baseline.end_ns - self.w0 + after),
+                "uninstrumented_ns": self.uninstrumented_ns,
                 "profiler_overhead_ns": int(self.overhead_ns.sum()),
                 "launch_latency_ns": self.launch_latency_ns, "queue_gap_ns": self.queue_gap_ns,
                 "skewed_ops": self.skewed_ops}
+
+    @property
+    def uninstrumented_ns(self) -> int:
+        """How long the window would have lasted without the recording's own cost: the
+        unfixed replay's end (the CPU work after the last call and operation as recorded)."""
+        return int(self.baseline.end_ns - self.w0 + self.trailing_ns)
 
     @property
     def trailing_ns(self) -> int:

@@ -152,10 +152,17 @@ class Analysis:
                     lambda: step_threads(self.facts.calls, self.facts.nodes, steps))
                 sample = self.sample  # (a capture's sample: replayed in two halves)
                 tl = self.__dict__["_timeline"] = window_timeline(
-                    self.facts, capture_overhead(self),
+                    self.facts, self.recording_cost,
                     None if steps is None else steps.start_ns, threads,
                     sample.in_sample_clock() if sample is not None else None)
             return tl
+
+    @cached_property
+    def recording_cost(self) -> np.ndarray:
+        """Per call of the window (``Facts.calls`` order), the CPU time the recording itself
+        added before it (:func:`capture_overhead`): what the replay takes out, and what the
+        rules' shares of a step's time leave out."""
+        return capture_overhead(self)
 
     def drop_derived(self) -> None:
         """Let go of the rules' relations, the replayable timeline and the facts' derived

@@ -232,6 +232,14 @@ class SampledTimeline:
                 h._base  # noqa: B018 - the state every sampled replay starts from
 
     @property
+    def uninstrumented_ns(self) -> int:
+        """``Timeline.uninstrumented_ns`` of the window, from the halves (as :attr:`fidelity`'s,
+        without the replays that keep the recording's cost in)."""
+        window, ns = self.sample.window_ns, self.sample.sampled_ns
+        late = sum(h.uninstrumented_ns - (h.w1 - h.w0) for h in self.halves if h.n_calls)
+        return int(window + (round(late * window / ns) if ns else 0))
+
+    @property
     def fidelity(self) -> dict:
         """``Timeline.fidelity`` of the window, from the halves: each half's replay ends
         later or sooner than it was recorded by what its runs' replays gained or lost (the

@@ -183,10 +183,13 @@ class CaptureBuilder:
             out[table] = conform(table, df).drop("record")
         return out
 
-    def analysis(self, spans: bool = True, window: str = "all", drop: str | None = None):
+    def analysis(self, spans: bool = True, window: str = "all", drop: str | None = None,
+                 extra: dict | None = None):
         """The ``Analysis`` of this capture (as ``zym.analysis.analyze`` would build it; the
         whole capture unless ``window`` says otherwise). ``drop``: a table (``call``, ``gpu``)
-        to leave empty, as a producer that recorded one side only would."""
+        to leave empty, as a producer that recorded one side only would. ``extra``: the
+        capture's metadata ``extra`` (``{"capture_cost": {"added_ns_per_call": N}}``: what
+        recording cost each call, as zym capture states it)."""
         from zym.analysis import analyze_data
         from zym.analysis.load import CaptureData
         from zym.schemas.meta import CaptureMeta
@@ -195,7 +198,8 @@ class CaptureBuilder:
         if drop is not None:
             t[drop] = t[drop].clear()
         data = CaptureData(Path("synthetic"), CaptureMeta(producer="zym.rules.testing",
-                                                          gpus=list(self.gpus)),
+                                                          gpus=list(self.gpus),
+                                                          extra=dict(extra or {})),
                            t["frame"], t["stack"], t["call"], t["gpu"],
                            t["span"] if spans else None)
         return analyze_data(data, window)
