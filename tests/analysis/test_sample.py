@@ -124,6 +124,10 @@ def test_a_sample_of_the_whole_window_replays_as_the_full_timeline(path, monkeyp
         [(f.rule_id, f.site, f.saving_ns, f.saving_incremental_ns) for f in want]
     assert got.total_ns == want.total_ns
     assert sampled.timeline.fidelity == full.timeline.fidelity
+    # the window without the recording's cost (the CPU-bound rule's bare steps), read
+    # without the replays that keep that cost in
+    assert sampled.timeline.uninstrumented_ns == full.timeline.uninstrumented_ns \
+        == full.timeline.fidelity["uninstrumented_ns"]
     # what the fix models read of every call: the full window's, without its timeline
     assert np.array_equal(sampled.timeline.gap, full.timeline.gap)
     assert np.array_equal(sampled.timeline.waits, full.timeline.waits)
