@@ -1435,14 +1435,13 @@ class Relations:
         # added before the call that ended it (analysis.recording_cost): a step's CPU phase
         # keeps its share of a step whose other parts the recording slowed more (a launch
         # loop's ops against a numpy filter's few calls)
-        bare_span = self._bare(span)
         cost = np.asarray(self.analysis.recording_cost)
-        at = rows["quiet_idx"]
-        stretch_cost = pl.Series(np.where(at.is_null().to_numpy(), 0,
-                                          cost[at.fill_null(0).to_numpy()]) if len(cost)
-                                 else np.zeros(rows.height, np.int64), dtype=pl.Int64)
-        rows = rows.with_columns((pl.col("quiet_py_ns") - stretch_cost).clip(0)
-                                 .alias("quiet_bare_ns"))
+        bare_span = self._bare(span, cost)
+        ended = rows["quiet_idx"].fill_null(-1).to_numpy()
+        added = np.where(ended >= 0, cost[np.maximum(ended, 0)], 0) if len(cost) else 0
+        rows = rows.with_columns((pl.col("quiet_py_ns") - pl.Series(added, dtype=pl.Int64)
+                                  if len(cost) else pl.col("quiet_py_ns"))
+                                 .clip(0).alias("quiet_bare_ns"))
         rows = rows.with_columns(_overlap(rows.select(
             (pl.col("quiet_end") - pl.col("_stretch_ns")).alias("ts_ns"),
             pl.col("quiet_end").alias("end_ns")), self.facts.busy).alias("gpu_busy_ns"))
@@ -1463,13 +1462,13 @@ class Relations:
                         pl.lit(int(gpu or 0), pl.Int64).alias("steps_gpu_ns"))
                 .select([c for c in schema if c in want or c == "stretch"]))
 
-    def _bare(self, ns: int) -> int:
-        """``ns`` of the window's time without what recording the capture cost: scaled as
-        the unfixed replay without that cost shortens the whole window
-        (``Timeline.uninstrumented_ns``); as recorded where there is no replay (no GPU
-        side) or no cost to take out."""
+    def _bare(self, ns: int, cost: np.ndarray) -> int:
+        """``ns`` of the window's time without what recording the capture cost (``cost``:
+        per call, ``Analysis.recording_cost``): scaled as the unfixed replay without that
+        cost shortens the whole window (``Timeline.uninstrumented_ns``); as recorded where
+        there is no replay (no GPU side) or no cost to take out."""
         lo, hi = self.analysis.window
-        if not np.asarray(self.analysis.recording_cost).any() or hi <= lo:
+        if not cost.any() or hi <= lo:
             return int(ns)
         tl = self.analysis.timeline
         if not tl.usable:

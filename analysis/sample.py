@@ -231,13 +231,19 @@ class SampledTimeline:
             if h.usable:
                 h._base  # noqa: B018 - the state every sampled replay starts from
 
+    def _scaled(self, late_ns: int) -> int:
+        """The window's length when the sample's runs replay ``late_ns`` later (or sooner)
+        than recorded in all: that difference, per nanosecond of the runs, scaled to the
+        window (the time between runs replays as recorded)."""
+        window, ns = self.sample.window_ns, self.sample.sampled_ns
+        return int(window + (round(late_ns * window / ns) if ns else 0))
+
     @property
     def uninstrumented_ns(self) -> int:
-        """``Timeline.uninstrumented_ns`` of the window, from the halves (as :attr:`fidelity`'s,
-        without the replays that keep the recording's cost in)."""
-        window, ns = self.sample.window_ns, self.sample.sampled_ns
-        late = sum(h.uninstrumented_ns - (h.w1 - h.w0) for h in self.halves if h.n_calls)
-        return int(window + (round(late * window / ns) if ns else 0))
+        """``Timeline.uninstrumented_ns`` of the window, from the halves (without the
+        replays that keep the recording's cost in)."""
+        return self._scaled(sum(h.uninstrumented_ns - (h.w1 - h.w0)
+                                for h in self.halves if h.n_calls))
 
     @property
     def fidelity(self) -> dict:
@@ -245,19 +251,14 @@ class SampledTimeline:
         later or sooner than it was recorded by what its runs' replays gained or lost (the
         time between runs replays as recorded: CPU work no edit changes); that difference,
         per nanosecond of the runs, is scaled to the window."""
-        window, ns = self.sample.window_ns, self.sample.sampled_ns
-        late = late_bare = 0
-        for h in self.halves:
-            if h.n_calls:
-                f = h.fidelity
-                late += f["replayed_ns"] - f["recorded_ns"]
-                late_bare += f["uninstrumented_ns"] - f["recorded_ns"]
-        replayed = window + round(late * window / ns) if ns else window
+        window = self.sample.window_ns
+        replayed = self._scaled(sum(h.fidelity["replayed_ns"] - (h.w1 - h.w0)
+                                    for h in self.halves if h.n_calls))
         # the typical launch latency and queue gap: the sample's (its larger half's)
         big = max(self.halves, key=lambda h: len(h.op_dur))
         return {"recorded_ns": int(window), "replayed_ns": int(replayed),
                 "error_pct": round(100 * (replayed - window) / window, 2) if window else 0.0,
-                "uninstrumented_ns": int(window + (round(late_bare * window / ns) if ns else 0)),
+                "uninstrumented_ns": self.uninstrumented_ns,
                 "profiler_overhead_ns": int(self.overhead_ns.sum()),
                 "launch_latency_ns": big.launch_latency_ns, "queue_gap_ns": big.queue_gap_ns,
                 "skewed_ops": sum(h.skewed_ops for h in self.halves)}
