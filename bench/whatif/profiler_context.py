@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -122,22 +123,34 @@ def loops() -> dict:
             "mottrack IoU (real loop)": lambda: mottrack.iou_loop(tracks, dets)}
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def run(doc: str, loops: dict, default_pairs: int) -> int:
+    """The command line of this script and of ``profiler_dissect.py``: each of ``loops``
+    timed (:func:`timed`), a line each, all of them written to OUT as JSON, whole or not at
+    all (a temporary file renamed over it)."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     p.add_argument("out", type=Path)
-    p.add_argument("--pairs", type=int, default=7)
+    p.add_argument("--pairs", type=int, default=default_pairs)
     args = p.parse_args()
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     result = {"gpu": gpu, "torch": torch.__version__, "python": sys.version.split()[0],
               "loops": {}}
-    for name, fn in loops().items():
+    width = max(map(len, loops))
+    for name, fn in loops.items():
         r = timed(fn, args.pairs)
         result["loops"][name] = r
-        print(f"{name:42s} plain {statistics.median(r['plain_s']) * 1e3:8.2f} ms traced "
-              f"{statistics.median(r['traced_s']) * 1e3:8.2f} ms {r['events']} -> "
-              f"{r['ns_per_event']:6.0f} ns an event", flush=True)
-    args.out.write_text(json.dumps(result, indent=1))
+        n_ev = sum(r["events"].values())
+        print(f"{name:{width}s} plain {statistics.median(r['plain_s']) * 1e3:8.2f} ms traced "
+              f"{statistics.median(r['traced_s']) * 1e3:8.2f} ms extra "
+              f"{r['extra_ns'] / 1e6:7.2f} ms {r['events']} -> "
+              f"{r['extra_ns'] / max(n_ev, 1):6.0f} ns an event", flush=True)
+    tmp = args.out.with_name(args.out.name + ".tmp")
+    tmp.write_text(json.dumps(result, indent=1))
+    os.replace(tmp, args.out)
     return 0
+
+
+def main() -> int:
+    return run(__doc__, loops(), 7)
 
 
 if __name__ == "__main__":

@@ -9,19 +9,15 @@ the profiler slows code between events (the interpreter's own speed under tracin
 """
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import statistics
 import sys
 from pathlib import Path
 
 import numpy as np
-import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from profiler_context import timed
+from profiler_context import run
 
 
 def loops() -> dict:
@@ -94,23 +90,7 @@ def loops() -> dict:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("out", type=Path)
-    p.add_argument("--pairs", type=int, default=5)
-    args = p.parse_args()
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    result = {"gpu": gpu, "torch": torch.__version__, "python": sys.version.split()[0],
-              "loops": {}}
-    for name, fn in loops().items():
-        r = timed(fn, args.pairs)
-        result["loops"][name] = r
-        n_ev = sum(r["events"].values())
-        print(f"{name:34s} plain {statistics.median(r['plain_s']) * 1e3:7.2f} ms traced "
-              f"{statistics.median(r['traced_s']) * 1e3:7.2f} ms extra "
-              f"{r['extra_ns'] / 1e6:6.2f} ms events {n_ev:7d} -> "
-              f"{r['extra_ns'] / max(n_ev, 1):6.0f} ns an event", flush=True)
-    args.out.write_text(json.dumps(result, indent=1))
-    return 0
+    return run(__doc__, loops(), 5)
 
 
 if __name__ == "__main__":
