@@ -28,6 +28,7 @@ torch op invocation path, or the Python line for direct calls.
 """
 from __future__ import annotations
 
+import itertools
 import json
 from functools import cached_property
 from typing import TYPE_CHECKING, ClassVar
@@ -1137,7 +1138,12 @@ class Relations:
         at each level, past the frames found called too few times), up to
         :data:`ITEM_MAX_FUNCTIONS` functions a step: a step that runs a tile loop through its
         encoder and another through its decoder has both. Only Python functions: an op the
-        step function runs itself is no item function (the loop body's join their items). A function's calls are those
+        step function runs itself is no item function (the loop body's join their items).
+        Below the user frames, a library's Python function called from user code
+        (:func:`_library_entries`: ``F.grid_sample`` in the user's loop over faces) is a level
+        too, labelled with its caller (:func:`_item_label`); once one is found, the other
+        library functions its caller calls in that step are looked past (they may be the same
+        loop's body: :func:`_attach_loop_ops`). A function's calls are those
         from the same caller line (its node's frame code: the line's own node with eBPF
         stacks, any line inside it).
 
@@ -1182,7 +1188,8 @@ class Relations:
         scalar = self._scalar_reads(idx, dtoh)
         ids = nodes["stack_id"].cast(pl.Int64).to_numpy()
         n_nodes, n_steps = len(ids), int(step.max()) + 1
-        levels = _frame_levels(r, source, user, trie)
+        library = _library_entries(nodes, trie, user)
+        levels = _frame_levels(r, source, user | library, trie)
         chosen: list[pl.DataFrame] = []
         members: list[tuple[np.ndarray, ...]] = []
         taken = np.zeros(len(idx), bool)   # inside a function found, or a loop of no items
@@ -1200,7 +1207,7 @@ class Relations:
         for _ in range(3 * ITEM_MAX_FUNCTIONS):
             done = per_step >= ITEM_MAX_FUNCTIONS  # steps given a function this round, ...
             progress = False
-            for lv, seen in zip(levels, passed):
+            for depth, (lv, seen) in enumerate(zip(levels, passed)):
                 free = ~taken & ~done[step]
                 top_step, top_node = _top_per_step(step, lv, launch & free & ~seen, n_nodes)
                 keep = ~enclosed[top_node]
@@ -1240,13 +1247,28 @@ class Relations:
                 node_of[top_step] = top_node
                 g_steps = steps_u[good]
                 g_nodes = node_of[g_steps]
+                caller = np.full(n_steps, -1, np.int64)   # the frame code that called it
+                if depth:
+                    up = levels[depth - 1][under]
+                    caller[step[under]] = np.where(up >= 0, code[np.maximum(up, 0)], -1)
                 chosen.append(pl.DataFrame({
                     "step": g_steps, "item_node": ids[g_nodes],
-                    "item_function": labels.gather(g_nodes), "item_calls": n_calls[good],
+                    "item_function": _item_label(labels, g_nodes, library, trie.parent),
+                    "item_calls": n_calls[good],
                     "item_launches": n_launch[good], "item_start_ns": lo[good],
-                    "item_end_ns": hi[good], "_row": g_nodes}))
+                    "item_end_ns": hi[good], "_row": g_nodes, "_parent": caller[g_steps]}))
                 mine = np.zeros(n_steps, bool)
                 mine[g_steps] = True
+                # a library function found: the other library functions its caller calls in
+                # that step are no items of their own (F.grid_sample after each
+                # F.affine_grid: one loop), but may be its loop's body (_attach_loop_ops)
+                lib_step = np.zeros(n_steps, bool)
+                lib_step[g_steps[library[g_nodes]]] = True
+                at_lv = np.maximum(lv, 0)
+                same = (caller[step] == (code[np.maximum(levels[depth - 1], 0)] if depth
+                                         else -1))
+                seen[lib_step[step] & (lv >= 0) & library[at_lv] & (lv != node_of[step])
+                     & same & free] = True
                 keep = mine[step[under]]
                 members.append((idx[under][keep], inst[keep], step[under][keep],
                                 node_of[step[under][keep]]))
@@ -1262,11 +1284,10 @@ class Relations:
         at, inst, st, node = (np.concatenate(x) for x in zip(*members))
         spans = self.analysis.data.span_table
         if spans is not None and spans.height > 0:   # (instances: the calls' span starts)
-            lv0 = levels[0]
-            other = np.flatnonzero(~taken & (lv0 >= 0) & op[np.maximum(lv0, 0)])
             table, (at, inst, st, node) = _attach_loop_ops(
                 table, (at, inst, st, node),
-                (idx[other], step[other], lv0[other], ts[other], launch[other]))
+                _loop_body_calls(levels, ~taken, op, user, library, code, r,
+                                 (idx, step, ts, launch)))
         # a function whose loop in a step needs each call's output (a recurrent model's
         # forecast) is no item function elsewhere in that step either (its spin-up over the
         # observed frames, with no value read back between the calls, carries its state too)
@@ -1823,27 +1844,90 @@ def _frame_levels(rows: np.ndarray, source: np.ndarray, user: np.ndarray, trie: 
     return levels
 
 
+def _item_label(labels: pl.Series, rows: np.ndarray, library: np.ndarray, parent: np.ndarray
+                ) -> pl.Series:
+    """The label of each item function (``rows``: node rows): a library function's with
+    the user function that calls it (``torch/nn/functional.py:5245 affine_grid (from
+    facegate.py:334 embed)``: the library's own file says nothing of where the loop is)."""
+    own = labels.gather(rows)
+    lib = library[rows] & (parent[rows] >= 0)
+    caller = labels.gather(np.maximum(parent[rows], 0))
+    return (pl.DataFrame({"own": own, "caller": caller, "lib": lib})
+            .select(pl.when(pl.col("lib")).then(pl.format("{} (from {})", "own", "caller"))
+                    .otherwise(pl.col("own")).alias("item_function"))["item_function"])
+
+
+def _library_entries(nodes: pl.DataFrame, trie: Trie, user: np.ndarray) -> np.ndarray:
+    """Per stack node, whether it is a library's Python function called from user code that
+    calls no user code itself (``F.grid_sample``, ``torchvision.ops.nms``; not a module's
+    call, ``nn.Module: Sequential`` or torch's ``_call_impl``: a model's layers, each called
+    once, are no items): the last frame a loop of the user's own code can be told by, where
+    its body calls the library directly."""
+    python = (nodes["kind"] == "python").fill_null(False).to_numpy()
+    name, file = nodes["name"].fill_null(""), nodes["file"].fill_null("")
+    # a module's call is no such function: a loop over a model's layers or stages
+    # (``for stage in self.enc: x = stage(x)``) calls torch's module wrapper once a layer
+    module = (name.str.starts_with("nn.Module: ")
+              | ((_named(name, "_call_impl") | _named(name, "_wrapped_call_impl"))
+                 & file.str.ends_with("torch/nn/modules/module.py"))).to_numpy()
+    parent = trie.parent
+    called_by_user = (parent >= 0) & user[np.maximum(parent, 0)]
+    below = trie.subtree_sums(user.astype(np.int64)) - user   # user frames under each node
+    return python & ~user & ~module & called_by_user & (below == 0)
+
+
+def _loop_body_calls(levels: list[np.ndarray], free: np.ndarray, op: np.ndarray,
+                     user: np.ndarray, library: np.ndarray, code: np.ndarray, rows: np.ndarray,
+                     calls: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    """The CUDA calls that may be a loop body's (:func:`_attach_loop_ops`' ``ops``), of the
+    calls (``calls``: ``idx``, ``step``, ``ts``, ``launch``; ``rows``: their stack nodes;
+    ``levels``: their frames by level, :func:`_frame_levels`) not in an item (``free``): an
+    op or built-in the step function ran itself (its node there), and, below each level's
+    user frame (``user``, by node row), one that frame ran itself (the call's own node) or a
+    library function it called (``library``: the function's node), with the calling frame's
+    code as the parent."""
+    idx, step, ts, launch = calls
+    lv0 = levels[0]
+    pick = [np.flatnonzero(free & (lv0 >= 0) & (op | library)[np.maximum(lv0, 0)])]
+    group, parent = [lv0[pick[0]]], [np.full(len(pick[0]), -1, np.int64)]
+    for above, lv in itertools.pairwise(levels):
+        own = (lv < 0) & (above >= 0) & user[np.maximum(above, 0)] & (rows >= 0)
+        lib = (lv >= 0) & library[np.maximum(lv, 0)] & (above >= 0)
+        k = np.flatnonzero(free & (own | lib))
+        pick.append(k)
+        group.append(np.where(own[k], rows[k], lv[k]))
+        parent.append(code[above[k]])
+    k = np.concatenate(pick)
+    return (idx[k], step[k], np.concatenate(group), ts[k], launch[k], np.concatenate(parent))
+
+
 def _attach_loop_ops(table: pl.DataFrame, members: tuple[np.ndarray, ...],
                      ops: tuple[np.ndarray, ...]) -> tuple[pl.DataFrame, tuple[np.ndarray, ...]]:
     """The loop's own ops, made part of its items. Of ``ops`` (``at``, ``st``, ``node``,
-    ``ts``, ``launch``: calls of ops or built-ins the step function ran itself, their steps,
-    the op's node row, starts, whether a launch: ``aten::mul`` at ``tracks[t].emb =
+    ``ts``, ``launch``, ``parent``: calls of ops, built-ins or library functions the item
+    function's caller ran itself (``parent``: the caller's frame code, the table's
+    ``_parent``; -1: the step function), their steps, the group's node row (an op's, or the
+    library function's), starts, whether a launch: ``aten::mul`` at ``tracks[t].emb =
     F.normalize(0.9 * tracks[t].emb + 0.1 * emb[d])``, ``aten::to`` at ``model(torch
-    .from_numpy(x).to(device))``), those of an op whose calls in a step come the same number
-    of times (once or more) before each call of an item function of that step but the first,
-    as many or more before the first, and never after its last: the loop body's, which a
-    batched fix does once too. Each call's last as many join the function's call they come
-    before (its id and node, in ``members``: ``at``, ``inst``, ``st``, ``node``; the ids are
-    span starts), their launches and start its row's (``table``, with ``_row``: each
-    row's node row); the first call's earlier ones (the step's own upload before the loop)
-    stay the step's. Returns the table and the members (``at``, ``inst``, ``st``, ``node``)."""
+    .from_numpy(x).to(device))``, ``F.grid_sample`` after each ``F.affine_grid``), those of
+    a group whose calls in a step come the same number of times (once or more) before each
+    call of an item function of that step but the first, as many or more before the first,
+    and never after its last; or else the same number of times after each call but the last,
+    as many or more after the last: the loop body's, which a batched fix does once too. Each
+    call's nearest as many join the function's call they come before (or after: its id and
+    node, in ``members``: ``at``, ``inst``, ``st``, ``node``; the ids are span starts), their
+    launches and start its row's (``table``, with ``_row``: each row's node row); the ones
+    beyond (the step's own upload before the loop, its concatenation after) stay the step's.
+    Returns the table and the members (``at``, ``inst``, ``st``, ``node``)."""
     at, inst, st, node = members
-    o_at, o_st, o_node, o_ts, o_launch = ops
+    o_at, o_st, o_node, o_ts, o_launch, o_parent = ops
     rows, t_step = table["_row"].to_numpy(), table["step"].to_numpy()
     if not len(o_at):
         return table, (at, inst, st, node)
+    t_parent = table["_parent"].to_numpy()
     launches = table["item_launches"].to_numpy().copy()
     lo = table["item_start_ns"].to_numpy().copy()
+    hi = table["item_end_ns"].to_numpy().copy()
     n_rows = int(rows.max()) + 1
     t_key = t_step * n_rows + rows
     t_order = np.argsort(t_key)
@@ -1852,45 +1936,76 @@ def _attach_loop_ops(table: pl.DataFrame, members: tuple[np.ndarray, ...],
         om = np.flatnonzero(o_node == o)
         om = om[np.argsort(o_ts[om], kind="stable")]
         for f in np.unique(rows):
+            # called by f's caller (the step function's own: before any item function's calls)
+            mine = np.isin(o_parent[om], t_parent[rows == f]) | (o_parent[om] < 0)
             fm = np.flatnonzero(node == f)
             starts, first = np.unique(inst[fm], return_index=True)   # its calls, in time order
             f_step = st[fm][first]
-            j = np.searchsorted(starts, o_ts[om], side="left")   # the call each comes before
-            valid = (j < len(starts)) & (f_step[np.minimum(j, len(starts) - 1)] == o_st[om])
-            count = np.bincount(j[valid], minlength=len(starts))
-            # per step: every call of the function but the first has the same count of them,
-            # m, one or more, the first m or more, and none comes after its last call
-            steps_u, where = np.unique(f_step, return_inverse=True)
-            opens = np.r_[True, f_step[1:] != f_step[:-1]]
-            c_min = np.full(len(steps_u), np.iinfo(np.int64).max)
-            c_max = np.zeros(len(steps_u), np.int64)
-            np.minimum.at(c_min, where[~opens], count[~opens])
-            np.maximum.at(c_max, where[~opens], count[~opens])
-            fits = (c_min == c_max) & (c_min >= 1) & (count[opens] >= c_min)
-            ok = steps_u[fits & ~np.isin(steps_u, np.unique(o_st[om][~valid]))]
-            if not len(ok):
-                continue
-            # each call's last m before it (the loop body's; the first call's earlier ones stay)
-            m = np.where(fits, c_min, 0)[where]            # per call of the function
-            k = np.flatnonzero(valid)                      # ops with a call (j: in order)
-            nth = np.arange(len(k)) - np.searchsorted(j[k], j[k], side="left")
-            take = np.zeros(len(om), bool)
-            take[k[count[j[k]] - nth <= m[j[k]]]] = True
-            move = om[take & np.isin(o_st[om], ok)]
-            dst = t_order[np.searchsorted(t_key[t_order], o_st[move] * n_rows + f)]
-            np.add.at(launches, dst, o_launch[move].astype(np.int64))
-            np.minimum.at(lo, dst, o_ts[move])
-            joined_at.append(o_at[move])
-            joined_inst.append(starts[np.searchsorted(starts, o_ts[move], side="left")])
-            joined_st.append(o_st[move])
-            joined_node.append(np.full(len(move), f, np.int64))
-            om = om[~np.isin(o_st[om], ok)]
+            for after in (False, True):
+                sel = om[mine]
+                if not len(sel):
+                    break
+                move, ok = _loop_body(starts, f_step, o_ts[sel], o_st[sel], after)
+                if not len(ok):
+                    continue
+                move = sel[move]
+                dst = t_order[np.searchsorted(t_key[t_order], o_st[move] * n_rows + f)]
+                np.add.at(launches, dst, o_launch[move].astype(np.int64))
+                np.minimum.at(lo, dst, o_ts[move])
+                np.maximum.at(hi, dst, o_ts[move])
+                joined_at.append(o_at[move])
+                j = np.searchsorted(starts, o_ts[move], side="right" if after else "left")
+                joined_inst.append(starts[j - 1] if after else starts[j])
+                joined_st.append(o_st[move])
+                joined_node.append(np.full(len(move), f, np.int64))
+                gone = np.isin(o_st[om], ok) & mine
+                om, mine = om[~gone], mine[~gone]
             if not len(om):
                 break
     table = table.with_columns(pl.Series("item_launches", launches),
-                               pl.Series("item_start_ns", lo))
+                               pl.Series("item_start_ns", lo), pl.Series("item_end_ns", hi))
     return table, tuple(np.concatenate(x) for x in (joined_at, joined_inst, joined_st,
                                                        joined_node))
+
+
+def _loop_body(starts: np.ndarray, f_step: np.ndarray, o_ts: np.ndarray, o_st: np.ndarray,
+               after: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Of one group's calls (``o_ts``, in time order, in steps ``o_st``) and one function's
+    calls (their starts ``starts``, in time order, of steps ``f_step``): per step where every
+    call of the function but the first (``after``: the last) has the same count m >= 1 of the
+    group's calls nearest before it (after it: up to the next call), the first (last) m or
+    more, and none comes after the last (before the first), the positions in ``o_ts`` of each
+    call's nearest m, and those steps."""
+    n = len(starts)
+    if after:
+        j = np.searchsorted(starts, o_ts, side="right") - 1   # the call each comes after
+        valid = (j >= 0) & (f_step[np.maximum(j, 0)] == o_st)
+    else:
+        j = np.searchsorted(starts, o_ts, side="left")   # the call each comes before
+        valid = (j < n) & (f_step[np.minimum(j, n - 1)] == o_st)
+    count = np.bincount(j[valid], minlength=n)
+    steps_u, where = np.unique(f_step, return_inverse=True)
+    opens = np.r_[True, f_step[1:] != f_step[:-1]]
+    closes = np.r_[f_step[1:] != f_step[:-1], True]
+    edge = closes if after else opens      # the call whose count may be larger
+    c_min = np.full(len(steps_u), np.iinfo(np.int64).max)
+    c_max = np.zeros(len(steps_u), np.int64)
+    np.minimum.at(c_min, where[~edge], count[~edge])
+    np.maximum.at(c_max, where[~edge], count[~edge])
+    fits = (c_min == c_max) & (c_min >= 1) & (count[edge] >= c_min)
+    ok = steps_u[fits & ~np.isin(steps_u, np.unique(o_st[~valid]))]
+    if not len(ok):
+        return np.zeros(0, np.int64), ok
+    m = np.where(fits, c_min, 0)[where]            # per call of the function
+    k = np.flatnonzero(valid)                      # the group's calls with a call (j: in order)
+    nth = np.arange(len(k)) - np.searchsorted(j[k], j[k], side="left")   # 0: the earliest
+    if after:
+        near = nth < m[j[k]]                        # each call's first m after it
+    else:
+        near = count[j[k]] - nth <= m[j[k]]         # each call's last m before it
+    take = np.zeros(len(o_ts), bool)
+    take[k[near]] = True
+    return np.flatnonzero(take & np.isin(o_st, ok)), ok
 
 
 def _top_per_step(step: np.ndarray, node: np.ndarray, mask: np.ndarray, n_nodes: int

@@ -375,6 +375,90 @@ def test_ops_not_once_before_each_call_stay_the_loops():
     assert f.saving_ns == pytest.approx(REQUESTS * (ITEMS - 1) * (6 * K - 0.5) * US, rel=2e-3)
 
 
+# -- a loop in the user's code over a library's functions --------------------------------
+
+AFFINE = ("python", "affine_grid", "torch/nn/functional.py", 5245)
+SAMPLE = ("python", "grid_sample", "torch/nn/functional.py", 5085)
+
+
+def library_loop(after_op: bool = False, sample: bool = True) -> CaptureBuilder:
+    """``embed`` (the user's, called once a step) loops over the items calling a library's
+    Python functions: ``F.affine_grid`` (K launches, its span) and after it ``F.grid_sample``
+    (one launch, its span); ``after_op``: then one op of ``embed``'s own (``aten::add``, one
+    launch) after each; facegate's crops on torch.profiler's trace."""
+    b = CaptureBuilder()
+    caller = STEP + [EMBED]
+    for _ in range(REQUESTS):
+        with b.enclosing(STEP):
+            b.copy(STEP, "HtoD", nbytes=4096, host_mem="pinned", sync=False)
+            with b.enclosing(caller):
+                for _ in range(ITEMS):
+                    one_call(b, caller + [AFFINE])
+                    if sample:
+                        with b.enclosing(caller + [SAMPLE]):
+                            b.kernel(caller + [SAMPLE, ("torch_op", "aten::grid_sampler")],
+                                     "grid_sampler", gpu_us=0.01)
+                    if after_op:
+                        b.kernel(caller + [("torch_op", "aten::add")], "add", gpu_us=0.01)
+            b.scalar_readback(STEP)
+    return b
+
+
+def test_a_library_function_called_per_item_from_the_users_loop_is_the_item_function():
+    """Below ``embed``, called once, the library's ``affine_grid`` is called once per item:
+    the item function, named with the user function that calls it; ``grid_sample``, called
+    after each, is no item of its own but part of each item (its launch: K + 1 a call). The
+    fix takes from each later item the ``affine_grid`` call's 6K - 0.5 us (as ``embed``'s
+    own calls in the tests above) and ``grid_sample``'s launch (5 us) with the 2 us before
+    it (the builder's 1 us after ``affine_grid``'s last launch, its span's closing 0.5 us,
+    ``grid_sample``'s span's opening 0.5 us)."""
+    analysis, [f] = run(library_loop())
+    table = analysis.relations.item_calls().table
+    assert set(table["item_function"]) == {
+        "torch/nn/functional.py:5245 affine_grid (from model.py:5 embed)"}
+    assert table["item_calls"].to_list() == [ITEMS] * REQUESTS
+    assert f.evidence["launches_per_call"] == K + 1
+    assert f.saving_ns == pytest.approx(REQUESTS * (ITEMS - 1) * (6 * K - 0.5 + 7) * US,
+                                        rel=1e-3)
+
+
+def test_the_callers_own_op_after_each_call_is_part_of_its_item():
+    """An op ``embed`` runs itself after each item's library calls joins that item too (one
+    launch more a call), where nothing of it comes before the first: 6.5 us more a later
+    item (its launch, the 1 us after ``grid_sample``'s launch and that span's closing
+    0.5 us)."""
+    analysis, [f] = run(library_loop(after_op=True))
+    assert f.evidence["launches_per_call"] == K + 2
+    assert f.saving_ns == pytest.approx(REQUESTS * (ITEMS - 1) * (6 * K - 0.5 + 7 + 6.5) * US,
+                                        rel=1e-3)
+    # without grid_sample, the op alone after each call joins the same way
+    analysis, [f] = run(library_loop(after_op=True, sample=False))
+    assert f.evidence["launches_per_call"] == K + 1
+
+
+def test_a_loop_over_a_models_stages_through_torchs_module_calls_is_not_items():
+    """``for stage in self.enc: x = stage(x)`` in a method of the model that is not its
+    forward (changedet's ``SiamDiff.encode``), each stage a library module (``nn.Sequential``
+    of torch's layers, no user code below it): one call per layer, each its own weights, not
+    items; a library function's loop is (the test above), a module's call is not."""
+    b = CaptureBuilder()
+    encode = STEP + [("python", "encode", "model.py", 160)]
+    stage = [("python", "nn.Module: Sequential", None, None),
+             ("python", "_call_impl", "torch/nn/modules/module.py", 1783),
+             ("python", "forward", "torch/nn/modules/container.py", 240)]
+    for _ in range(REQUESTS):
+        with b.enclosing(STEP), b.enclosing(encode):
+            for _ in range(ITEMS):
+                with b.enclosing(encode + stage[:1]):
+                    b.kernel(encode + stage + [("torch_op", "aten::conv2d")], "conv",
+                             gpu_us=0.01)
+                    b.kernel(encode + stage + [("torch_op", "aten::relu")], "relu",
+                             gpu_us=0.01)
+            b.scalar_readback(STEP)
+    analysis, findings = run(b)
+    assert analysis.relations.item_calls().table.height == 0 and findings == []
+
+
 # -- what is not a loop over items ---------------------------------------------------------
 
 MODULE = [("python", "nn.Module: Model", None, None),
