@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The fifty-seventh round's device calls. PART=1: the thirteenth blind round (device_blind13.sh:
+# the equivalence check, every variant measured, a torch.profiler trace of each baseline), then
+# what in a real loop makes torch.profiler's cost per event higher (profiler_dissect.py, never
+# run on a GPU host before). PART=2: a zym capture (eBPF + CUPTI, raw: finalized on the dev
+# machine) of one pass of each blind baseline. Carry [".carry"] for PART=2; run from a lean
+# tree (bench/device/lean_tree.sh off).
+set -uo pipefail
+WORKLOADS=${WORKLOADS:?set WORKLOADS}
+if [ "${PART:-1}" = 1 ]; then
+    DEADLINE=${BLIND_DEADLINE:-470} WORKLOADS="$WORKLOADS" bash bench/whatif/device_blind13.sh
+    DEADLINE=${DEADLINE:-575}
+    for f in "$OUT"/*.trace.json.gz; do   # what comes back is at most 16 MiB a file
+        [ -f "$f" ] && [ "$(stat -c %s "$f")" -gt 15000000 ] && split -b 12M "$f" "$f.part-" && rm "$f"
+    done
+    source bench/device/run_step.sh
+    RUN_TAIL=12 run 100 python3 bench/whatif/profiler_dissect.py "$OUT/profiler_dissect.json"
+else
+    source .carry/on-device.sh .carry >/dev/null 2>&1
+    DEADLINE=${DEADLINE:-560}
+    source bench/device/run_step.sh
+    for w in $WORKLOADS; do
+        mkdir -p "$OUT/cap_$w"
+        RUN_TAIL=3 run 200 python3 bench/device/zym_lean.py -o "$OUT/cap_$w/$w.parquet" --keep-raw -- \
+            python3 bench/whatif/harness.py "$w" serve --passes 1
+        tar czf "$OUT/cap_$w.tgz" -C "$OUT" "cap_$w" && rm -rf "${OUT:?}/cap_$w"
+    done
+fi
+ls -la "$OUT"
+echo "total ${SECONDS}s"
