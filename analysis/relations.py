@@ -1932,23 +1932,24 @@ def _attach_loop_ops(table: pl.DataFrame, members: tuple[np.ndarray, ...],
     t_key = t_step * n_rows + rows
     t_order = np.argsort(t_key)
     joined_at, joined_inst, joined_st, joined_node = [at], [inst], [st], [node]
-    for o in np.unique(o_node):
-        om = np.flatnonzero(o_node == o)
-        om = om[np.argsort(o_ts[om], kind="stable")]
-        for f in np.unique(rows):
-            # called by f's caller (the step function's own: before any item function's calls)
-            mine = np.isin(o_parent[om], t_parent[rows == f]) | (o_parent[om] < 0)
-            fm = np.flatnonzero(node == f)
-            starts, first = np.unique(inst[fm], return_index=True)   # its calls, in time order
-            f_step = st[fm][first]
+    used = np.zeros(len(o_at), bool)   # a group's calls in a step some function took
+    for f in np.unique(rows):
+        fm = np.flatnonzero(node == f)
+        starts, first = np.unique(inst[fm], return_index=True)   # its calls, in time order
+        f_step = st[fm][first]
+        # the groups its caller called (the step function's own: before any function's)
+        cand = np.flatnonzero(~used & np.isin(o_st, f_step)
+                              & (np.isin(o_parent, t_parent[rows == f]) | (o_parent < 0)))
+        cand = cand[np.lexsort((o_ts[cand], o_node[cand]))]   # by group, each in time order
+        cuts = np.flatnonzero(o_node[cand][1:] != o_node[cand][:-1]) + 1
+        for group in np.split(cand, cuts):
             for after in (False, True):
-                sel = om[mine]
-                if not len(sel):
+                if not len(group):
                     break
-                move, ok = _loop_body(starts, f_step, o_ts[sel], o_st[sel], after)
+                move, ok = _loop_body(starts, f_step, o_ts[group], o_st[group], after)
                 if not len(ok):
                     continue
-                move = sel[move]
+                move = group[move]
                 dst = t_order[np.searchsorted(t_key[t_order], o_st[move] * n_rows + f)]
                 np.add.at(launches, dst, o_launch[move].astype(np.int64))
                 np.minimum.at(lo, dst, o_ts[move])
@@ -1958,10 +1959,9 @@ def _attach_loop_ops(table: pl.DataFrame, members: tuple[np.ndarray, ...],
                 joined_inst.append(starts[j - 1] if after else starts[j])
                 joined_st.append(o_st[move])
                 joined_node.append(np.full(len(move), f, np.int64))
-                gone = np.isin(o_st[om], ok) & mine
-                om, mine = om[~gone], mine[~gone]
-            if not len(om):
-                break
+                done = np.isin(o_st[group], ok)
+                used[group[done]] = True
+                group = group[~done]
     table = table.with_columns(pl.Series("item_launches", launches),
                                pl.Series("item_start_ns", lo), pl.Series("item_end_ns", hi))
     return table, tuple(np.concatenate(x) for x in (joined_at, joined_inst, joined_st,
