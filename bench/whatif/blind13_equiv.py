@@ -28,7 +28,9 @@ def cmp_docqa(a, b):
     kernel): another summation order, again ~1e-6 relative in the logits. A span can change only
     where two candidate pairs' scores are that close, and the answer only where its margin over the
     no-answer score is that close to the threshold (both counted); the threshold is set on each
-    device by one path for every variant: the same."""
+    device by one path for every variant: the same. tf32 (added after zym's first analysis)
+    runs the encoder's matmuls with 10-bit mantissas on the GPU: the logits move by ~1e-3
+    relative, scores by up to ~1e-2; on the CPU it changes nothing."""
     spans = sum((p["start"], p["end"]) != (q["start"], q["end"])
                 for p, q in zip(a["passages"], b["passages"]))
     ds = max((abs(p["score"] - q["score"]) for p, q in zip(a["passages"], b["passages"])

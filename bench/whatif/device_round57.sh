@@ -3,8 +3,10 @@
 # the equivalence check, every variant measured, a torch.profiler trace of each baseline), then
 # what in a real loop makes torch.profiler's cost per event higher (profiler_dissect.py, never
 # run on a GPU host before). PART=2: a zym capture (eBPF + CUPTI, raw: finalized on the dev
-# machine) of one pass of each blind baseline. Carry [".carry"] for PART=2; run from a lean
-# tree (bench/device/lean_tree.sh off).
+# machine) of one pass of each blind baseline. PART=3: docqa's tf32 variant (added after zym's
+# first analysis named the encoder's float32 matmuls) checked and measured against the
+# baseline and pad_to_longest. Carry [".carry"] for PART=2; run from a lean tree
+# (bench/device/lean_tree.sh off).
 set -uo pipefail
 WORKLOADS=${WORKLOADS:?set WORKLOADS}
 if [ "${PART:-1}" = 1 ]; then
@@ -15,6 +17,12 @@ if [ "${PART:-1}" = 1 ]; then
     done
     source bench/device/run_step.sh
     RUN_TAIL=12 run 100 python3 bench/whatif/profiler_dissect.py "$OUT/profiler_dissect.json"
+elif [ "${PART}" = 3 ]; then
+    DEADLINE=${DEADLINE:-300}
+    source bench/whatif/device_preamble.sh
+    RUN_TAIL=8 run 90 python3 bench/whatif/blind13_equiv.py --device cuda --only docqa
+    run 150 $H docqa measure "$OUT/docqa.tf32.measure.json" --rounds 15 \
+        --variants base,tf32,pad_to_longest
 else
     source .carry/on-device.sh .carry >/dev/null 2>&1
     DEADLINE=${DEADLINE:-560}
