@@ -5,8 +5,9 @@
 # run on a GPU host before). PART=2: a zym capture (eBPF + CUPTI, raw: finalized on the dev
 # machine) of one pass of each blind baseline. PART=3: docqa's tf32 variant (added after zym's
 # first analysis named the encoder's float32 matmuls) checked and measured against the
-# baseline and pad_to_longest. Carry [".carry"] for PART=2; run from a lean tree
-# (bench/device/lean_tree.sh off).
+# baseline and pad_to_longest. PART=4: the fourteenth blind round (device_blind14.sh), each
+# baseline's zym capture after it (carry [".carry"]). Carry [".carry"] for PART=2; run from a
+# lean tree (bench/device/lean_tree.sh off).
 set -uo pipefail
 WORKLOADS=${WORKLOADS:?set WORKLOADS}
 if [ "${PART:-1}" = 1 ]; then
@@ -17,6 +18,20 @@ if [ "${PART:-1}" = 1 ]; then
     done
     source bench/device/run_step.sh
     RUN_TAIL=12 run 100 python3 bench/whatif/profiler_dissect.py "$OUT/profiler_dissect.json"
+elif [ "${PART}" = 4 ]; then
+    DEADLINE=${BLIND_DEADLINE:-400} WORKLOADS="$WORKLOADS" bash bench/whatif/device_blind14.sh
+    for f in "$OUT"/*.trace.json.gz; do   # what comes back is at most 16 MiB a file
+        [ -f "$f" ] && [ "$(stat -c %s "$f")" -gt 15000000 ] && split -b 12M "$f" "$f.part-" && rm "$f"
+    done
+    source .carry/on-device.sh .carry >/dev/null 2>&1
+    DEADLINE=${DEADLINE:-580}
+    source bench/device/run_step.sh
+    for w in $WORKLOADS; do
+        mkdir -p "$OUT/cap_$w"
+        RUN_TAIL=3 run 90 python3 bench/device/zym_lean.py -o "$OUT/cap_$w/$w.parquet" --keep-raw -- \
+            python3 bench/whatif/harness.py "$w" serve --passes 1
+        tar czf "$OUT/cap_$w.tgz" -C "$OUT" "cap_$w" && rm -rf "${OUT:?}/cap_$w"
+    done
 elif [ "${PART}" = 3 ]; then
     DEADLINE=${DEADLINE:-300}
     source bench/whatif/device_preamble.sh
