@@ -810,20 +810,10 @@ class Relations:
         launch = gaps.select((pl.col("cause") == "launch") & pl.col("op_id").is_not_null()
                              ).to_series().to_numpy()
         at = np.flatnonzero(launch)
-        ops = gaps["op_id"].gather(at).unique()
-        starts = spans.collect(spans.lazy().filter(pl.col("op_id").is_in(ops.implode()))
-                               .group_by("pid", "op_id").agg(pl.col("ts_ns").min().alias("op_ts"))
-                               ).sort("pid", "op_id")
-        # each launch gap's op found by a search in its process's sorted op ids (a hash join
-        # of millions of gaps with millions of ops took ~1 GB more at the x600 trace)
         op_ts = np.full(gaps.height, np.iinfo(np.int64).min)
-        pid, op = (gaps[c].gather(at).to_numpy() for c in ("pid", "op_id"))
-        for p, part in starts.group_by("pid", maintain_order=True):
-            keys, ts = part["op_id"].to_numpy(), part["op_ts"].to_numpy()
-            mine = np.flatnonzero(pid == p[0])
-            pos = np.minimum(np.searchsorted(keys, op[mine]), len(keys) - 1)
-            hit = keys[pos] == op[mine]
-            op_ts[at[mine[hit]]] = ts[pos[hit]]
+        found = op_span_starts(spans, gaps["pid"].gather(at).to_numpy(),
+                               gaps["op_id"].gather(at).to_numpy())
+        op_ts[at[found >= 0]] = found[found >= 0]
         start = np.maximum(gaps["ts_ns"].to_numpy(), op_ts)
         return pl.Series("in_op_ns", np.clip(gaps["end_ns"].to_numpy() - start, 0, None)).scatter(
             np.flatnonzero(gaps.select(pl.col("cause") != "launch").to_series().to_numpy()), None)
@@ -1842,6 +1832,28 @@ def _frame_levels(rows: np.ndarray, source: np.ndarray, user: np.ndarray, trie: 
             break
         levels.append(lv)
     return levels
+
+
+def op_span_starts(spans, pid: np.ndarray, op_id: np.ndarray) -> np.ndarray:
+    """Per (``pid``, ``op_id``) the start of that torch op's span in ``spans`` (the capture's
+    :class:`~zym.analysis.load.SpanTable`: Kineto records one per op; its earliest where an
+    op has more), else -1 (no span, or an op id that is null: pass int64 ids, -1 for none).
+    Each found by a search in its process's sorted op ids (a hash join of millions of gaps
+    with millions of ops took ~1 GB more at the x600 trace)."""
+    out = np.full(len(op_id), -1, np.int64)
+    if spans is None or not len(op_id):
+        return out
+    ops = pl.Series(op_id[op_id >= 0]).unique()
+    starts = spans.collect(spans.lazy().filter(pl.col("op_id").is_in(ops.implode()))
+                           .group_by("pid", "op_id").agg(pl.col("ts_ns").min().alias("op_ts"))
+                           ).sort("pid", "op_id")
+    for p, part in starts.group_by("pid", maintain_order=True):
+        keys, ts = part["op_id"].to_numpy(), part["op_ts"].to_numpy()
+        mine = np.flatnonzero((pid == p[0]) & (op_id >= 0))
+        pos = np.minimum(np.searchsorted(keys, op_id[mine]), len(keys) - 1)
+        hit = keys[pos] == op_id[mine]
+        out[mine[hit]] = ts[pos[hit]]
+    return out
 
 
 def _item_label(labels: pl.Series, rows: np.ndarray, library: np.ndarray, parent: np.ndarray

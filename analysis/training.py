@@ -162,11 +162,10 @@ def train_mode_launches(analysis: Analysis, steps: np.ndarray) -> pl.DataFrame:
     op_id = calls["op_id"].gather(out["call_idx"]) if "op_id" in calls.columns else None
     if spans is None or op_id is None or op_id.null_count() == len(op_id):
         return out
-    started = spans.collect(spans.lazy().filter(pl.col("op_id").is_in(op_id.drop_nulls()
-                                                                      .implode()))
-                            .group_by("op_id").agg(pl.col("ts_ns").min()))
-    from zym.schemas.lookup import first_row_of
+    from .relations import op_span_starts
 
-    at = started["ts_ns"].gather(first_row_of(started["op_id"], op_id))
-    before = (calls["ts_ns"].gather(out["call_idx"]) - at).fill_null(0).clip(0)
-    return out.with_columns(before.cast(pl.Int64).alias("in_op_ns"))
+    ts = calls["ts_ns"].gather(out["call_idx"]).to_numpy()
+    at = op_span_starts(spans, calls["pid"].gather(out["call_idx"]).to_numpy(),
+                        op_id.fill_null(-1).cast(pl.Int64).to_numpy())
+    before = np.where(at >= 0, np.clip(ts - at, 0, None), 0)
+    return out.with_columns(pl.Series("in_op_ns", before, dtype=pl.Int64))
