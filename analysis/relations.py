@@ -1277,7 +1277,7 @@ class Relations:
             table, (at, inst, st, node) = _attach_loop_ops(
                 table, (at, inst, st, node),
                 _loop_body_calls(levels, ~taken, op, user, library, code, r,
-                                 (idx, step, ts, launch)))
+                                 (idx, step, ts, end, launch)))
         # a function whose loop in a step needs each call's output (a recurrent model's
         # forecast) is no item function elsewhere in that step either (its spin-up over the
         # observed frames, with no value read back between the calls, carries its state too)
@@ -1892,13 +1892,14 @@ def _loop_body_calls(levels: list[np.ndarray], free: np.ndarray, op: np.ndarray,
                      user: np.ndarray, library: np.ndarray, code: np.ndarray, rows: np.ndarray,
                      calls: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
     """The CUDA calls that may be a loop body's (:func:`_attach_loop_ops`' ``ops``), of the
-    calls (``calls``: ``idx``, ``step``, ``ts``, ``launch``; ``rows``: their stack nodes;
+    calls (``calls``: ``idx``, ``step``, ``ts``, ``end``, ``launch``; ``rows``: their stack
+    nodes;
     ``levels``: their frames by level, :func:`_frame_levels`) not in an item (``free``): an
     op or built-in the step function ran itself (its node there), and, below each level's
     user frame (``user``, by node row), one that frame ran itself (the call's own node) or a
     library function it called (``library``: the function's node), with the calling frame's
     code as the parent."""
-    idx, step, ts, launch = calls
+    idx, step, ts, end, launch = calls
     lv0 = levels[0]
     pick = [np.flatnonzero(free & (lv0 >= 0) & (op | library)[np.maximum(lv0, 0)])]
     group, parent = [lv0[pick[0]]], [np.full(len(pick[0]), -1, np.int64)]
@@ -1910,16 +1911,17 @@ def _loop_body_calls(levels: list[np.ndarray], free: np.ndarray, op: np.ndarray,
         group.append(np.where(own[k], rows[k], lv[k]))
         parent.append(code[above[k]])
     k = np.concatenate(pick)
-    return (idx[k], step[k], np.concatenate(group), ts[k], launch[k], np.concatenate(parent))
+    return (idx[k], step[k], np.concatenate(group), ts[k], end[k], launch[k],
+            np.concatenate(parent))
 
 
 def _attach_loop_ops(table: pl.DataFrame, members: tuple[np.ndarray, ...],
                      ops: tuple[np.ndarray, ...]) -> tuple[pl.DataFrame, tuple[np.ndarray, ...]]:
     """The loop's own ops, made part of its items. Of ``ops`` (``at``, ``st``, ``node``,
-    ``ts``, ``launch``, ``parent``: calls of ops, built-ins or library functions the item
-    function's caller ran itself (``parent``: the caller's frame code, the table's
+    ``ts``, ``end``, ``launch``, ``parent``: calls of ops, built-ins or library functions the
+    item function's caller ran itself (``parent``: the caller's frame code, the table's
     ``_parent``; -1: the step function), their steps, the group's node row (an op's, or the
-    library function's), starts, whether a launch: ``aten::mul`` at ``tracks[t].emb =
+    library function's), starts and ends, whether a launch: ``aten::mul`` at ``tracks[t].emb =
     F.normalize(0.9 * tracks[t].emb + 0.1 * emb[d])``, ``aten::to`` at ``model(torch
     .from_numpy(x).to(device))``, ``F.grid_sample`` after each ``F.affine_grid``), those of
     a group whose calls in a step come the same number of times (once or more) before each
@@ -1928,11 +1930,11 @@ def _attach_loop_ops(table: pl.DataFrame, members: tuple[np.ndarray, ...],
     as many or more after the last: the loop body's, which a batched fix does once too. Each
     call's nearest as many join the function's call they come before (or after: its id and
     node, in ``members``: ``at``, ``inst``, ``st``, ``node``; the ids are span starts), their
-    launches and start its row's (``table``, with ``_row``: each row's node row); the ones
+    launches, start and end its row's (``table``, with ``_row``: each row's node row); the ones
     beyond (the step's own upload before the loop, its concatenation after) stay the step's.
     Returns the table and the members (``at``, ``inst``, ``st``, ``node``)."""
     at, inst, st, node = members
-    o_at, o_st, o_node, o_ts, o_launch, o_parent = ops
+    o_at, o_st, o_node, o_ts, o_end, o_launch, o_parent = ops
     rows, t_step = table["_row"].to_numpy(), table["step"].to_numpy()
     if not len(o_at):
         return table, (at, inst, st, node)
@@ -1965,7 +1967,7 @@ def _attach_loop_ops(table: pl.DataFrame, members: tuple[np.ndarray, ...],
                 dst = t_order[np.searchsorted(t_key[t_order], o_st[move] * n_rows + f)]
                 np.add.at(launches, dst, o_launch[move].astype(np.int64))
                 np.minimum.at(lo, dst, o_ts[move])
-                np.maximum.at(hi, dst, o_ts[move])
+                np.maximum.at(hi, dst, o_end[move])
                 joined_at.append(o_at[move])
                 j = np.searchsorted(starts, o_ts[move], side="right" if after else "left")
                 joined_inst.append(starts[j - 1] if after else starts[j])
