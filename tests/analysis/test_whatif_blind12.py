@@ -71,3 +71,32 @@ def test_the_rhythm_nets_blocks_are_no_items(source):
     findings = evaluate(analyze(BLIND12 / source / "ecgtriage.parquet"))
     assert not [f for f in findings if f.rule_id == "compute.per-item-calls"
                 and "ResBlock" in f.message]
+
+
+def test_the_per_face_crops_are_one_loop_of_the_library_calls_on_the_trace():
+    """facegate aligns each face by ``F.affine_grid`` and ``F.grid_sample`` called from
+    ``embed``: on torch.profiler's trace no user function is called per face, so the library
+    function is the item function, named with its caller, and ``grid_sample`` after each call
+    is part of its item. From the raw rows: the calls a step are ``affine_grid``'s spans over
+    ``handle``'s, and the launches a call those inside either function's spans over them."""
+    import numpy as np
+    import polars as pl
+    from zym.analysis import analyze
+    from zym.rules import evaluate
+
+    path = BLIND12 / "kineto" / "facegate.parquet"
+    [f] = [f for f in evaluate(analyze(path)) if f.rule_id == "compute.per-item-calls"]
+    assert "torch/nn/functional.py:5245 affine_grid (from facegate.py:334 embed)" in f.message
+    raw = pl.read_parquet(path, columns=["record", "stack_id", "frame_id", "name", "file",
+                                         "ts_ns", "dur_ns"])
+    spans = _raw_frames(path)
+    steps = spans.filter(pl.col("name") == "handle").height
+    lib = spans.filter(pl.col("name").is_in(["affine_grid", "grid_sample"]))
+    calls = lib.filter(pl.col("name") == "affine_grid").height
+    assert f.evidence["calls_per_step"] == pytest.approx(calls / steps)
+    launches = raw.filter((pl.col("record") == "call")
+                          & pl.col("name").str.starts_with("cudaLaunchKernel"))["ts_ns"]
+    start, end = lib["ts_ns"].to_numpy(), (lib["ts_ns"] + lib["dur_ns"]).to_numpy()
+    t = np.sort(launches.to_numpy())
+    inside = int((np.searchsorted(t, end) - np.searchsorted(t, start)).sum())
+    assert f.evidence["launches_per_call"] == pytest.approx(inside / calls)
