@@ -744,8 +744,11 @@ class Relations:
         that frame from its caller's line (stacks: :func:`zym.analysis.instances
         .call_instances`), split where the frame's executing line goes back to the first
         line its function issues CUDA work from (calls of it back to back, a list
-        comprehension's: as :mod:`zym.analysis.phases` finds a step function's calls)."""
-        from .instances import Ancestors, call_instances, instance_columns
+        comprehension's: as :mod:`zym.analysis.phases` finds a step function's calls), and
+        where the run of the calls' innermost user frame repeats one sequence of stacks
+        :data:`ITEM_MIN_CALLS` times or more (:func:`zym.analysis.instances.split_periodic`:
+        calls of it whose every CUDA call comes from one of its lines)."""
+        from .instances import Ancestors, call_instances, instance_columns, split_periodic
 
         calls = self.calls_table()
         at = idx.to_numpy()
@@ -757,6 +760,13 @@ class Relations:
             ids = call_instances(calls, full, at, anc, self.call_steps(),
                                  self._thread_order(False))
             ids = _split_at_first_line(ids, anc, node)
+            # (only where the frame is the calls' innermost user frame: a function looping
+            # over its items' calls of another user function repeats as those calls do)
+            stacks = calls["stack_id"].gather(idx)
+            innermost = (self.site_of(stacks, ("user_node",))[0].cast(pl.Int64)
+                         == node.cast(pl.Int64)).fill_null(False).to_numpy()
+            ids = split_periodic(ids, stacks.fill_null(-1).to_numpy(), innermost,
+                                 ITEM_MIN_CALLS)
             return pl.Series("call_instance", np.where(ids >= 0, ids, -(at + 1)), dtype=pl.Int64)
         frame = calls.select("_thread", "ts_ns")[idx].with_columns(
             node.cast(pl.Int64).alias("user_node"))

@@ -163,6 +163,61 @@ def test_without_spans_a_loop_reading_a_scalar_in_its_own_code_is_not_items():
     assert analysis.relations.item_calls().table.height == 0 and findings == []
 
 
+# torch's frames below one line of a user function: a stage's convolution and activation
+# (two torch modules' calls) and a pooling call between two stages
+CONV = [("python", "Module._call_impl", "torch/nn/modules/module.py", 1783),
+        ("python", "Conv2d.forward", "torch/nn/modules/conv.py", 554)]
+ACT = [("python", "Module._call_impl", "torch/nn/modules/module.py", 1783),
+       ("python", "ReLU.forward", "torch/nn/modules/activation.py", 144)]
+POOL = [("python", "boolean_dispatch.<locals>.fn", "torch/_jit_internal.py", 636)]
+STAGES = [(CONV, "conv"), (ACT, "relu"), (POOL, "max_pool"), (CONV, "conv"), (ACT, "relu")]
+
+
+def one_line_items(outer: bool = False) -> CaptureBuilder:
+    """eBPF stacks: ``encode`` called on ITEMS items back to back from one line of the step
+    (a comprehension: changedet's tiles), every CUDA call of it from its one line 7 (``x =
+    stage(pool(x) if i else x)`` over two stages), through torch's frames: a call is the
+    5 launches of STAGES, and neither the caller's line nor ``encode``'s goes back between
+    two calls. ``outer``: the comprehension is in ``encode_all``, called once a step, whose
+    line 41 calls ``encode`` (a user function looping over its items' calls of another)."""
+    b = CaptureBuilder()
+    caller = at(23, False) + ([("python", "encode_all", "model.py", 41)] if outer else [])
+    encode = caller + [("python", "encode", "model.py", 7)]
+    for _ in range(REQUESTS):
+        with b.enclosing(STEP):
+            b.copy(at(21, False), "HtoD", nbytes=4096, host_mem="pinned", sync=False)
+            for _ in range(ITEMS):
+                for frames, kernel in STAGES:
+                    b.kernel(encode + frames + [("torch_op", f"aten::{kernel}")], kernel,
+                             gpu_us=0.01)
+            b.scalar_readback(at(25, False))
+    return b
+
+
+def test_without_spans_calls_repeating_one_sequence_of_stacks_are_the_items():
+    """One run of ITEMS x 5 CUDA calls through ``encode``, the same 5 stacks repeated: split
+    into its repetitions, ``encode`` is called ITEMS times a step, 5 launches a call (before,
+    one call of 40 launches, and no finding). The saving: each later call's 5 launches and
+    the 1 us gaps between them, 6 x 5 - 1 us (the builder's times, as above)."""
+    analysis, [f] = run(one_line_items(), spans=False)
+    table = analysis.relations.item_calls().table
+    assert set(table["item_function"]) == {"model.py:7 encode"}
+    assert table["item_calls"].to_list() == [ITEMS] * REQUESTS
+    assert f.evidence["launches_per_call"] == len(STAGES)
+    assert f.saving_ns == pytest.approx(REQUESTS * (ITEMS - 1) * (6 * len(STAGES) - 1) * US,
+                                        rel=1e-3)
+
+
+def test_without_spans_the_repeating_calls_are_the_innermost_user_functions():
+    """The same run also repeats under ``encode_all`` (called once a step): the calls of
+    ``encode``, the innermost user function, are the items, not ``encode_all``'s one call."""
+    analysis, [f] = run(one_line_items(outer=True), spans=False)
+    table = analysis.relations.item_calls().table
+    assert set(table["item_function"]) == {"model.py:7 encode"}
+    assert table["item_calls"].to_list() == [ITEMS] * REQUESTS
+    assert "model.py:7 encode" in f.message
+
+
 def test_with_spans_a_function_reading_scalars_in_its_own_code_is_items():
     """With spans each call of the function is known (no loop inside it is taken for calls):
     a per-item decode that reads its results back with .item() in its own code (kwspot's
