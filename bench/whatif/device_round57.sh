@@ -6,8 +6,9 @@
 # machine) of one pass of each blind baseline. PART=3: docqa's tf32 variant (added after zym's
 # first analysis named the encoder's float32 matmuls) checked and measured against the
 # baseline and pad_to_longest. PART=4: the fourteenth blind round (device_blind14.sh), each
-# baseline's zym capture after it (carry [".carry"]). Carry [".carry"] for PART=2; run from a
-# lean tree (bench/device/lean_tree.sh off).
+# baseline's zym capture after it (carry [".carry"]); BLIND_ROUND=15: the fifteenth
+# (device_blind15.sh, nerlink and transcribe), the same way (the fifty-eighth round). Carry
+# [".carry"] for PART=2; run from a lean tree (bench/device/lean_tree.sh off).
 set -uo pipefail
 WORKLOADS=${WORKLOADS:?set WORKLOADS}
 split_large() {   # what comes back is at most 16 MiB a file
@@ -32,7 +33,8 @@ if [ "${PART:-1}" = 1 ]; then
     source bench/device/run_step.sh
     RUN_TAIL=12 run 100 python3 bench/whatif/profiler_dissect.py "$OUT/profiler_dissect.json"
 elif [ "${PART}" = 4 ]; then
-    DEADLINE=${BLIND_DEADLINE:-400} WORKLOADS="$WORKLOADS" bash bench/whatif/device_blind14.sh
+    DEADLINE=${BLIND_DEADLINE:-400} WORKLOADS="$WORKLOADS" \
+        bash "bench/whatif/device_blind${BLIND_ROUND:-14}.sh"
     split_large
     DEADLINE=${DEADLINE:-580}
     capture_each 90
