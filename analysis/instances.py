@@ -368,7 +368,7 @@ def _compiled_firsts():
     return compiled[0] if compiled else None
 
 
-def split_periodic(ids: np.ndarray, symbol: np.ndarray, eligible: np.ndarray,
+def split_periodic(ids: np.ndarray, symbol: np.ndarray, inner: np.ndarray,
                    min_repeats: int, min_period: int = 2) -> np.ndarray:
     """Run ids (``ids``: calls in time order, each run's calls consecutive with one id, -1
     none) with each run that is an exact repetition of one sequence of ``symbol`` (each
@@ -376,36 +376,38 @@ def split_periodic(ids: np.ndarray, symbol: np.ndarray, eligible: np.ndarray,
     more, split into its repetitions: a function called once per item from one line, whose
     calls' lines never go back (a comprehension's calls of a model's ``encode``, every CUDA
     call of it on the one line of its stage loop), is a run of the stacks of one call,
-    repeated. The sequence is the run's shortest period (its prefix function's). Only a run
-    whose every call is ``eligible`` is split. Ids stay >= 0 and distinct per call; -1
-    stays."""
+    repeated. The sequence is the run's shortest period (its prefix function's). A run
+    whose every call is inside one and the same frame below the function (``inner``: per
+    call, that frame, or a negative value: none; the caller's loop over its items' calls of
+    that frame repeats as they do: they, not its one call, are split where that frame's run
+    is) is left whole. Ids stay >= 0 and distinct per call; -1 stays."""
     ids = np.ascontiguousarray(ids, dtype=np.int64)
     if not len(ids):
         return ids
     symbol = np.ascontiguousarray(symbol, dtype=np.int64)
-    eligible = np.ascontiguousarray(eligible, dtype=np.bool_)
+    inner = np.ascontiguousarray(inner, dtype=np.int64)
     start = np.zeros(len(ids), np.bool_)
     fail = np.zeros(len(ids), np.int64)
     compiled = _compiled_periodic() if len(ids) >= JIT_MIN_CALLS else None
-    (compiled or _periodic_starts)(ids, symbol, eligible, min_repeats, min_period, start, fail)
+    (compiled or _periodic_starts)(ids, symbol, inner, min_repeats, min_period, start, fail)
     return np.where(ids >= 0, np.cumsum(start), -1).astype(np.int64)
 
 
 @writes("start", "fail")
-def _periodic_starts(ids, symbol, eligible, min_repeats, min_period, start, fail) -> None:
+def _periodic_starts(ids, symbol, inner, min_repeats, min_period, start, fail) -> None:
     """``start[i]``: call ``i`` opens a run of ``ids`` or one of its repetitions (see
     :func:`split_periodic`); ``fail``: the prefix function's scratch. For numba."""
     n = len(ids)
     i = 0
     while i < n:
         j = i
-        every = eligible[i]
+        one_inner = inner[i] >= 0
         while j + 1 < n and ids[j + 1] == ids[i]:
             j += 1
-            every = every and eligible[j]
+            one_inner = one_inner and inner[j] == inner[i]
         m = j - i + 1
         start[i] = True
-        if every and ids[i] >= 0 and m >= min_repeats * min_period:
+        if not one_inner and ids[i] >= 0 and m >= min_repeats * min_period:
             fail[i] = 0
             k = 0
             for q in range(1, m):

@@ -737,7 +737,8 @@ class Relations:
                                .select(instance_columns()))
         return _span_starts(frame, sp)
 
-    def _frame_instances(self, idx: pl.Series, node: pl.Series) -> pl.Series:
+    def _frame_instances(self, idx: pl.Series, node: pl.Series,
+                         below: np.ndarray | None = None) -> pl.Series:
         """:meth:`_instances` of the calls ``idx`` (one thread's, in time order) in the
         frames ``node`` (a stack node per call; null: none, the call its own instance): the
         start of that frame's span around each call (spans), else the run of calls through
@@ -745,9 +746,13 @@ class Relations:
         .call_instances`), split where the frame's executing line goes back to the first
         line its function issues CUDA work from (calls of it back to back, a list
         comprehension's: as :mod:`zym.analysis.phases` finds a step function's calls), and
-        where the run of the calls' innermost user frame repeats one sequence of stacks
-        :data:`ITEM_MIN_CALLS` times or more (:func:`zym.analysis.instances.split_periodic`:
-        calls of it whose every CUDA call comes from one of its lines)."""
+        where the run repeats one sequence of stacks :data:`ITEM_MIN_CALLS` times or more
+        (:func:`zym.analysis.instances.split_periodic`: calls of it whose every CUDA call
+        comes from one of its lines), unless every call of the run is inside one function
+        called from one line ``below`` it (the item search's next frame under each call, as
+        :func:`~zym.analysis.instances.frame_codes` codes it, or -1: a function looping over
+        its items' calls of another repeats as those calls do), or of a frame not the user's
+        own (:data:`WHOLE`: torch's module wrapper around a model's identical layers)."""
         from .instances import Ancestors, call_instances, instance_columns, split_periodic
 
         calls = self.calls_table()
@@ -760,12 +765,8 @@ class Relations:
             ids = call_instances(calls, full, at, anc, self.call_steps(),
                                  self._thread_order(False))
             ids = _split_at_first_line(ids, anc, node)
-            # (only where the frame is the calls' innermost user frame: a function looping
-            # over its items' calls of another user function repeats as those calls do)
-            stacks = calls["stack_id"].gather(idx)
-            innermost = (self.site_of(stacks, ("user_node",))[0].cast(pl.Int64)
-                         == node.cast(pl.Int64)).fill_null(False).to_numpy()
-            ids = split_periodic(ids, stacks.fill_null(-1).to_numpy(), innermost,
+            ids = split_periodic(ids, calls["stack_id"].gather(idx).fill_null(-1).to_numpy(),
+                                 np.full(len(at), NONE, np.int64) if below is None else below,
                                  ITEM_MIN_CALLS)
             return pl.Series("call_instance", np.where(ids >= 0, ids, -(at + 1)), dtype=pl.Int64)
         frame = calls.select("_thread", "ts_ns")[idx].with_columns(
@@ -1220,9 +1221,15 @@ class Relations:
                                                == want[step]))
                 if not len(under):
                     continue
+                nxt = (levels[depth + 1][under] if depth + 1 < len(levels)
+                       else np.full(len(under), NONE, np.int64))
+                # (a frame not the user's own, torch's module wrapper the step function
+                # called around a model's layers, is never split: as if one function below)
+                below = np.where(~user[np.maximum(lv[under], 0)], WHOLE,
+                                 np.where(nxt >= 0, code[np.maximum(nxt, 0)], -1))
                 found = self._item_loop(idx[under], step[under], ids[lv[under]], launch[under],
                                         ts[under], end[under], scalar[under], ts[scalar],
-                                        ts[dtoh], ts[htod])
+                                        ts[dtoh], ts[htod], below)
                 steps_u, n_calls, n_launch, lo, hi, inst, dependent = found
                 # a loop whose calls need each other's outputs: what its calls call is no item
                 # (a function called fewer times is no loop: what it calls is looked into)
@@ -1306,17 +1313,20 @@ class Relations:
 
     def _item_loop(self, at: np.ndarray, st: np.ndarray, frame: np.ndarray, launch: np.ndarray,
                    ts: np.ndarray, end: np.ndarray, scalar: np.ndarray, scalar_ts: np.ndarray,
-                   read_ts: np.ndarray, upload_ts: np.ndarray) -> tuple:
+                   read_ts: np.ndarray, upload_ts: np.ndarray, below: np.ndarray) -> tuple:
         """One function's calls per step, from the CUDA calls ``at`` (in time order, of steps
         ``st``) made inside it (``frame``: its stack node for each, whose calls are counted;
         ``launch``, ``ts``, ``end``, ``scalar``: each one's kind, times and whether it reads a
-        scalar back): the steps, their calls of it, the launches inside them, their first CUDA
+        scalar back; ``below``: the item search's next frame under it, as its function and
+        caller line (:func:`~zym.analysis.instances.frame_codes`), -1, or :data:`WHOLE`): the
+        steps, their
+        calls of it, the launches inside them, their first CUDA
         call's start and their last one's end,
         each CUDA call's call of it, and the steps whose loop of it is no loop of items (its
         calls read the GPU's values back between them: ``scalar_ts``, ``read_ts``,
         ``upload_ts``, every such read of the thread; or, without spans, in most of its calls,
         in its own code, a scalar)."""
-        inst = self._instances(pl.Series(at), frame_node=pl.Series(frame)).to_numpy()
+        inst = self._frame_instances(pl.Series(at), pl.Series(frame), below).to_numpy()
         # per step (the calls in time order: a step's are one run, and so are each of
         # the function's calls'): its calls of the function, their launches and span
         begins = np.flatnonzero(np.r_[True, st[1:] != st[:-1]])
@@ -1744,6 +1754,9 @@ def _step_frame(steps) -> pl.DataFrame:
 
 # Calls of one function in a step from which the function counts as called once per item
 ITEM_MIN_CALLS = 4
+# The frame below a call that says its run of a frame's calls is not split into repetitions
+# (``Relations._frame_instances``' ``below``): the frame is not the user's own
+WHOLE = np.iinfo(np.int64).max
 # The most functions called once per item found in one step, and how deep below the step
 # function (in user frames, past the frame the step function called) they are looked for
 ITEM_MAX_FUNCTIONS = 4

@@ -934,7 +934,7 @@ def test_the_previous_calls_columns_match_a_walk(which, synthetic):
         assert 0 < sum(w[3] for w in want) < sum(w[0] for w in want)
 
 
-def _periodic_by_brute_force(ids, symbol, eligible, min_repeats, min_period):
+def _periodic_by_brute_force(ids, symbol, inner, min_repeats, min_period):
     """``split_periodic``'s ids by trying each period of each run, shortest first."""
     out, count, i = np.full(len(ids), -1, np.int64), 0, 0
     while i < len(ids):
@@ -943,7 +943,8 @@ def _periodic_by_brute_force(ids, symbol, eligible, min_repeats, min_period):
             j += 1
         m, run = j - i + 1, symbol[i:j + 1]
         period = m
-        if ids[i] >= 0 and eligible[i:j + 1].all():
+        one_inner = inner[i] >= 0 and (inner[i:j + 1] == inner[i]).all()
+        if ids[i] >= 0 and not one_inner:
             for p in range(1, m // min_repeats + 1):
                 if m % p == 0 and all(run[q] == run[q % p] for q in range(m)):
                     period = p if p >= min_period else m
@@ -962,23 +963,25 @@ def test_split_periodic_matches_trying_every_period(compiled, monkeypatch):
     """Runs repeating one sequence of stacks split into their repetitions (the per-item search
     of eBPF captures): what trying every period of each run, shortest first, gives; on runs
     that repeat 1-9 times a sequence of 1-6 calls (some with a stray call at the end, some
-    not eligible), compiled (numba, from ``JIT_MIN_CALLS`` calls) and interpreted."""
+    every call inside one frame below, some partly), compiled (numba, from ``JIT_MIN_CALLS``
+    calls) and interpreted."""
     from zym.analysis import instances
 
     if compiled and instances._compiled_periodic() is None:
         pytest.skip("numba not installed (a zym dependency: pip install -e .)")
     monkeypatch.setattr(instances, "JIT_MIN_CALLS", 0 if compiled else 10**9)
     rng = np.random.default_rng(7)
-    ids, symbol, eligible = [], [], []
+    ids, symbol, inner = [], [], []
     for run in range(400):
         unit = rng.integers(0, 3, rng.integers(1, 7)).tolist()
         seq = unit * int(rng.integers(1, 10)) + ([9] if rng.random() < 0.2 else [])
         ids += [run if rng.random() > 0.1 else -1] * len(seq)
         symbol += seq
-        eligible += [rng.random() > 0.1] * len(seq)
-    ids, symbol, eligible = np.array(ids), np.array(symbol), np.array(eligible)
-    got = instances.split_periodic(ids, symbol, eligible, 4)
-    expected = _periodic_by_brute_force(ids, symbol, eligible, 4, 2)
+        below = rng.choice([-1, 5, 6], len(seq), p=[0.6, 0.3, 0.1]).tolist()
+        inner += [5] * len(seq) if rng.random() < 0.1 else below
+    ids, symbol, inner = np.array(ids), np.array(symbol), np.array(inner)
+    got = instances.split_periodic(ids, symbol, inner, 4)
+    expected = _periodic_by_brute_force(ids, symbol, inner, 4, 2)
     assert np.array_equal(got >= 0, expected >= 0)
     # the same calls share an id (the counts themselves differ where -1 runs are skipped)
     def starts(a):

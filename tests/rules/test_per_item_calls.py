@@ -173,13 +173,15 @@ POOL = [("python", "boolean_dispatch.<locals>.fn", "torch/_jit_internal.py", 636
 STAGES = [(CONV, "conv"), (ACT, "relu"), (POOL, "max_pool"), (CONV, "conv"), (ACT, "relu")]
 
 
-def one_line_items(outer: bool = False) -> CaptureBuilder:
+def one_line_items(outer: bool = False, helper: bool = False) -> CaptureBuilder:
     """eBPF stacks: ``encode`` called on ITEMS items back to back from one line of the step
     (a comprehension: changedet's tiles), every CUDA call of it from its one line 7 (``x =
     stage(pool(x) if i else x)`` over two stages), through torch's frames: a call is the
     5 launches of STAGES, and neither the caller's line nor ``encode``'s goes back between
     two calls. ``outer``: the comprehension is in ``encode_all``, called once a step, whose
-    line 41 calls ``encode`` (a user function looping over its items' calls of another)."""
+    line 41 calls ``encode`` (a user function looping over its items' calls of another).
+    ``helper``: line 7 first calls the user's ``prep`` (one launch from its line 3: ``x =
+    stage(prep(x))``), then the stages."""
     b = CaptureBuilder()
     caller = at(23, False) + ([("python", "encode_all", "model.py", 41)] if outer else [])
     encode = caller + [("python", "encode", "model.py", 7)]
@@ -187,6 +189,9 @@ def one_line_items(outer: bool = False) -> CaptureBuilder:
         with b.enclosing(STEP):
             b.copy(at(21, False), "HtoD", nbytes=4096, host_mem="pinned", sync=False)
             for _ in range(ITEMS):
+                if helper:
+                    b.kernel(encode + [("python", "prep", "model.py", 3),
+                                       ("torch_op", "aten::mul")], "mul", gpu_us=0.01)
                 for frames, kernel in STAGES:
                     b.kernel(encode + frames + [("torch_op", f"aten::{kernel}")], kernel,
                              gpu_us=0.01)
@@ -216,6 +221,41 @@ def test_without_spans_the_repeating_calls_are_the_innermost_user_functions():
     assert set(table["item_function"]) == {"model.py:7 encode"}
     assert table["item_calls"].to_list() == [ITEMS] * REQUESTS
     assert "model.py:7 encode" in f.message
+
+
+def test_without_spans_a_torch_models_identical_layers_are_not_items():
+    """The step calls torch's ``nn.TransformerEncoder`` once: its four identical layers run
+    one after the other inside torch's frames, the same stacks each (the NVTX workload's
+    model): the run of the module wrapper's call repeats four times, but a frame not the
+    user's own is not split: no items (before the wrapper was kept whole, a finding of
+    "Module._wrapped_call_impl called 4 times each")."""
+    wrap = ("python", "Module._wrapped_call_impl", "torch/nn/modules/module.py", 1779)
+    impl = ("python", "Module._call_impl", "torch/nn/modules/module.py", 1790)
+    b = CaptureBuilder()
+    for _ in range(REQUESTS):
+        with b.enclosing(STEP):
+            b.copy(at(21, False), "HtoD", nbytes=4096, host_mem="pinned", sync=False)
+            for _ in range(4):
+                for line, kernel in ((905, "gemm"), (906, "softmax"), (912, "gemm")):
+                    b.kernel([*at(23, False), wrap, impl,
+                              ("python", "TransformerEncoder.forward",
+                               "torch/nn/modules/transformer.py", 517), wrap, impl,
+                              ("python", "TransformerEncoderLayer.forward",
+                               "torch/nn/modules/transformer.py", line),
+                              ("torch_op", f"aten::{kernel}")], kernel, gpu_us=0.01)
+            b.scalar_readback(at(25, False))
+    analysis, findings = run(b, spans=False)
+    assert analysis.relations.item_calls().table.height == 0 and findings == []
+
+
+def test_without_spans_a_function_calling_a_helper_and_torch_is_the_item_function():
+    """``encode`` calling the user's ``prep`` and torch's modules from its one line: its calls
+    are the items (6 launches each), not ``prep``'s (one each)."""
+    analysis, [f] = run(one_line_items(helper=True), spans=False)
+    table = analysis.relations.item_calls().table
+    assert set(table["item_function"]) == {"model.py:7 encode"}
+    assert table["item_calls"].to_list() == [ITEMS] * REQUESTS
+    assert f.evidence["launches_per_call"] == len(STAGES) + 1
 
 
 def test_with_spans_a_function_reading_scalars_in_its_own_code_is_items():
