@@ -376,58 +376,38 @@ def split_periodic(ids: np.ndarray, symbol: np.ndarray, inner: np.ndarray,
     more, split into its repetitions: a function called once per item from one line, whose
     calls' lines never go back (a comprehension's calls of a model's ``encode``, every CUDA
     call of it on the one line of its stage loop), is a run of the stacks of one call,
-    repeated. The sequence is the run's shortest period (its prefix function's). A run
-    whose every call is inside one and the same frame below the function (``inner``: per
-    call, that frame, or a negative value: none; the caller's loop over its items' calls of
-    that frame repeats as they do: they, not its one call, are split where that frame's run
-    is) is left whole. Ids stay >= 0 and distinct per call; -1 stays."""
+    repeated. The sequence is the run's shortest period. A run whose every call is inside
+    one and the same frame below the function (``inner``: per call, that frame, or a
+    negative value: none; the caller's loop over its items' calls of that frame repeats as
+    they do: they, not its one call, are split where that frame's run is) is left whole. Ids
+    stay >= 0 and distinct per call; -1 stays.
+
+    The shortest period of a run is the first of the offsets where its first stack recurs
+    (within ``1 / min_repeats`` of it, dividing its length) at which the run equals itself
+    shifted: whole-array comparisons per run that may split, no loop over calls."""
     ids = np.ascontiguousarray(ids, dtype=np.int64)
-    if not len(ids):
-        return ids
-    symbol = np.ascontiguousarray(symbol, dtype=np.int64)
-    inner = np.ascontiguousarray(inner, dtype=np.int64)
-    start = np.zeros(len(ids), np.bool_)
-    fail = np.zeros(len(ids), np.int64)
-    compiled = _compiled_periodic() if len(ids) >= JIT_MIN_CALLS else None
-    (compiled or _periodic_starts)(ids, symbol, inner, min_repeats, min_period, start, fail)
-    return np.where(ids >= 0, np.cumsum(start), -1).astype(np.int64)
-
-
-@writes("start", "fail")
-def _periodic_starts(ids, symbol, inner, min_repeats, min_period, start, fail) -> None:
-    """``start[i]``: call ``i`` opens a run of ``ids`` or one of its repetitions (see
-    :func:`split_periodic`); ``fail``: the prefix function's scratch. For numba."""
     n = len(ids)
-    i = 0
-    while i < n:
-        j = i
-        one_inner = inner[i] >= 0
-        while j + 1 < n and ids[j + 1] == ids[i]:
-            j += 1
-            one_inner = one_inner and inner[j] == inner[i]
-        m = j - i + 1
-        start[i] = True
-        if not one_inner and ids[i] >= 0 and m >= min_repeats * min_period:
-            fail[i] = 0
-            k = 0
-            for q in range(1, m):
-                while k > 0 and symbol[i + q] != symbol[i + k]:
-                    k = fail[i + k - 1]
-                if symbol[i + q] == symbol[i + k]:
-                    k += 1
-                fail[i + q] = k
-            p = m - fail[j]
-            if p >= min_period and m % p == 0 and m // p >= min_repeats:
-                for q in range(i + p, j + 1, p):
-                    start[q] = True
-        i = j + 1
-
-
-@functools.cache
-def _compiled_periodic():
-    """``_periodic_starts`` compiled by numba; None without numba."""
-    compiled = njit(_periodic_starts)
-    return compiled[0] if compiled else None
+    if not n:
+        return ids
+    symbol = np.asarray(symbol, dtype=np.int64)
+    inner = np.asarray(inner, dtype=np.int64)
+    starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+    length = np.diff(np.r_[starts, n])
+    same_inner = np.minimum.reduceat((inner == np.repeat(inner[starts], length))
+                                     .astype(np.int8), starts).astype(bool)
+    may = ((ids[starts] >= 0) & (length >= min_repeats * min_period)
+           & ~(same_inner & (inner[starts] >= 0)))
+    start = np.zeros(n, bool)
+    start[starts] = True
+    for s, m in zip(starts[may].tolist(), length[may].tolist()):
+        run = symbol[s:s + m]
+        offsets = np.flatnonzero(run[1:m // min_repeats + 1] == run[0]) + 1
+        for p in offsets[m % offsets == 0].tolist():
+            if np.array_equal(run[:-p], run[p:]):
+                if p >= min_period:
+                    start[s + p:s + m:p] = True
+                break
+    return np.where(ids >= 0, np.cumsum(start), -1).astype(np.int64)
 
 
 # Calls a pass of :func:`enclosing_span_starts` handles at once: its temporaries are a few

@@ -958,18 +958,13 @@ def _periodic_by_brute_force(ids, symbol, inner, min_repeats, min_period):
     return out
 
 
-@pytest.mark.parametrize("compiled", [False, True])
-def test_split_periodic_matches_trying_every_period(compiled, monkeypatch):
+def test_split_periodic_matches_trying_every_period():
     """Runs repeating one sequence of stacks split into their repetitions (the per-item search
     of eBPF captures): what trying every period of each run, shortest first, gives; on runs
     that repeat 1-9 times a sequence of 1-6 calls (some with a stray call at the end, some
-    every call inside one frame below, some partly), compiled (numba, from ``JIT_MIN_CALLS``
-    calls) and interpreted."""
+    every call inside one frame below, some partly)."""
     from zym.analysis import instances
 
-    if compiled and instances._compiled_periodic() is None:
-        pytest.skip("numba not installed (a zym dependency: pip install -e .)")
-    monkeypatch.setattr(instances, "JIT_MIN_CALLS", 0 if compiled else 10**9)
     rng = np.random.default_rng(7)
     ids, symbol, inner = [], [], []
     for run in range(400):
