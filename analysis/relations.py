@@ -687,20 +687,17 @@ class Relations:
         each call, without building the relation's other columns."""
         return self._instances(self.calls_table()["call_idx"]).to_numpy()
 
-    def _instances(self, idx: pl.Series, frame_node: pl.Series | None = None) -> pl.Series:
+    def _instances(self, idx: pl.Series) -> pl.Series:
         """``call_instance`` of the calls ``idx`` (see ``COLUMNS``): with spans (Kineto), the
         start of the user frame's span around the call; else the call of the user function the
-        call ran in, from the stacks (:mod:`zym.analysis.instances`). ``frame_node``: for each
-        of ``idx``, the stack node of another frame on its stack (null: none) whose call is
-        wanted instead of its user frame's (an outer function's: the items of a loop)."""
+        call ran in, from the stacks (:mod:`zym.analysis.instances`). An outer frame's calls
+        (the items of a loop): :meth:`_frame_instances`."""
         import numpy as np
 
         from .instances import Ancestors, call_instances, instance_columns
 
         calls = self.calls_table()
         spans = self.analysis.data.span_table
-        if frame_node is not None:
-            return self._frame_instances(idx, frame_node)
         if spans is None or spans.height == 0:
             # Every call's, once per analysis: a call's instance does not depend on which
             # others are asked for, and each ask passes over every call (rules ask for a
@@ -737,8 +734,8 @@ class Relations:
                                .select(instance_columns()))
         return _span_starts(frame, sp)
 
-    def _frame_instances(self, idx: pl.Series, node: pl.Series,
-                         below: np.ndarray | None = None) -> pl.Series:
+    def _frame_instances(self, idx: pl.Series, node: pl.Series, below: np.ndarray
+                         ) -> pl.Series:
         """:meth:`_instances` of the calls ``idx`` (one thread's, in time order) in the
         frames ``node`` (a stack node per call; null: none, the call its own instance): the
         start of that frame's span around each call (spans), else the run of calls through
@@ -766,8 +763,7 @@ class Relations:
                                  self._thread_order(False))
             ids = _split_at_first_line(ids, anc, node)
             ids = split_periodic(ids, calls["stack_id"].gather(idx).fill_null(-1).to_numpy(),
-                                 np.full(len(at), NONE, np.int64) if below is None else below,
-                                 ITEM_MIN_CALLS)
+                                 below, ITEM_MIN_CALLS)
             return pl.Series("call_instance", np.where(ids >= 0, ids, -(at + 1)), dtype=pl.Int64)
         frame = calls.select("_thread", "ts_ns")[idx].with_columns(
             node.cast(pl.Int64).alias("user_node"))
@@ -1319,10 +1315,9 @@ class Relations:
         ``launch``, ``ts``, ``end``, ``scalar``: each one's kind, times and whether it reads a
         scalar back; ``below``: the item search's next frame under it, as its function and
         caller line (:func:`~zym.analysis.instances.frame_codes`), -1, or :data:`WHOLE`): the
-        steps, their
-        calls of it, the launches inside them, their first CUDA
-        call's start and their last one's end,
-        each CUDA call's call of it, and the steps whose loop of it is no loop of items (its
+        steps, their calls of it, the launches inside them, their first CUDA call's start and
+        their last one's end, each CUDA call's call of it, and the steps whose loop of it is no
+        loop of items (its
         calls read the GPU's values back between them: ``scalar_ts``, ``read_ts``,
         ``upload_ts``, every such read of the thread; or, without spans, in most of its calls,
         in its own code, a scalar)."""
