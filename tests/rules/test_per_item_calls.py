@@ -227,7 +227,7 @@ def test_without_spans_a_torch_models_identical_layers_are_not_items():
     """The step calls torch's ``nn.TransformerEncoder`` once: its four identical layers run
     one after the other inside torch's frames, the same stacks each (the NVTX workload's
     model): the run of the module wrapper's call repeats four times, but a frame not the
-    user's own is not split: no items (before the wrapper was kept whole, a finding of
+    user's own is not split: no items (without that condition, a finding of
     "Module._wrapped_call_impl called 4 times each")."""
     wrap = ("python", "Module._wrapped_call_impl", "torch/nn/modules/module.py", 1779)
     impl = ("python", "Module._call_impl", "torch/nn/modules/module.py", 1790)
