@@ -152,3 +152,21 @@ def test_capture_cost_is_stated_over_the_analyzed_window():
     assert cost["window_pct"] == round(100 * cost["total_ns_per_call"] * in_window
                                        / (hi - lo), 2)
     assert cost["window_pct"] > 50 * cost["estimated_overhead_pct"]
+
+
+@pytest.mark.parametrize("capture", [
+    BLIND / "captures" / "preproc.parquet",
+    ROOT / "bench" / "nvtx" / "results" / "h200" / "ranges.parquet",
+    ROOT / "bench" / "nvtx" / "results" / "h200" / "emit.parquet"])
+def test_a_torch_models_layers_in_a_capture_are_no_items(capture):
+    """zym captures (eBPF stacks) of steps that call a model whose identical layers run inside
+    torch's frames (preproc's, and the NVTX workload's nn.TransformerEncoder): the run of torch's
+    module wrapper repeats once per layer, but a frame not the user's own is never split into
+    calls (without that, a per-item finding of "Module._wrapped_call_impl called 4 times" a
+    step, 5 in preproc's)."""
+    from zym.analysis import analyze
+    from zym.rules import evaluate
+
+    analysis = analyze(capture)
+    assert analysis.steps_in_window() is not None and analysis.steps_in_window().count >= 4
+    assert not [f for f in evaluate(analysis) if f.rule_id == "compute.per-item-calls"]
