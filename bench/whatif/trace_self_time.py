@@ -12,7 +12,6 @@ A plain loop over each trace's events: an offline study, seconds a trace.
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -58,7 +57,13 @@ def self_times(a) -> tuple[dict[str, int], dict[str, int]]:
 
 def main() -> None:
     sys.path.insert(0, str(HERE))
+    sys.path.insert(0, str(HERE.parent))
+    from bench_scale import write_json
     from deflation_check import timed_traces
+    from kineto_costs import fail
+
+    if len(sys.argv) < 3:
+        fail("usage: trace_self_time.py OUT.json RESULTS_DIR=W=N,...", "trace_self_time")
     from zym.analysis import analyze
 
     rows = []
@@ -76,7 +81,7 @@ def main() -> None:
         print(f"{folder.name:14s} {w:12s} replayed/measured "
               f"{row['replayed_ms'] / measured:.2f}  own ms a request: "
               + "  ".join(f"{c} {row[f'own_{c}_ms']:.1f}" for c in KINDS), flush=True)
-    Path(sys.argv[1]).write_text(json.dumps(rows, indent=1))
+    write_json(Path(sys.argv[1]), rows)
 
 
 if __name__ == "__main__":
