@@ -254,7 +254,9 @@ COLUMNS: dict[str, dict[str, str]] = {
                          "that did, and so on down; then the same among the launches outside "
                          "the functions found, past those called too few times, up to 4 a step "
                          "(a Python function; calls from the spans, else from the stacks' runs "
-                         "of calls)",
+                         "of calls; where such a run is a loop inside one call of the function, "
+                         "with code after it, the loop: 'the loop at file:first-last in "
+                         "function', its iterations its calls)",
         "item_calls": "item_function's calls in the step",
         "item_launches": "kernel launches inside item_function's calls in the step, and of the "
                          "step function's own ops that come the same number of times before "
@@ -735,7 +737,7 @@ class Relations:
         return _span_starts(frame, sp)
 
     def _frame_instances(self, idx: pl.Series, node: pl.Series, below: np.ndarray
-                         ) -> pl.Series:
+                         ) -> tuple[pl.Series, np.ndarray, np.ndarray]:
         """:meth:`_instances` of the calls ``idx`` (one thread's, in time order) in the
         frames ``node`` (a stack node per call; null: none, the call its own instance): the
         start of that frame's span around each call (spans), else the run of calls through
@@ -749,7 +751,13 @@ class Relations:
         called from one line ``below`` it (the item search's next frame under each call, as
         :func:`~zym.analysis.instances.frame_codes` codes it, or -1: a function looping over
         its items' calls of another repeats as those calls do), or of a frame not the user's
-        own (:data:`WHOLE`: torch's module wrapper around a model's identical layers)."""
+        own (:data:`WHOLE`: torch's module wrapper around a model's identical layers).
+
+        With the instances, per call: whether it comes after a loop inside one call of the
+        function (:func:`_loop_tails`: the run, split where its line went back, ends with
+        CUDA calls from lines none of its other parts has: the pieces were the iterations of
+        a loop in one call, and these its code after the loop), and the frame's executing
+        line (-1 with spans)."""
         from .instances import Ancestors, call_instances, instance_columns, split_periodic
 
         calls = self.calls_table()
@@ -761,10 +769,14 @@ class Relations:
                 at, node.cast(pl.Int64).fill_null(-1))   # -1: no frame (no stack node)
             ids = call_instances(calls, full, at, anc, self.call_steps(),
                                  self._thread_order(False))
-            ids = _split_at_first_line(ids, anc, node)
-            ids = split_periodic(ids, calls["stack_id"].gather(idx).fill_null(-1).to_numpy(),
-                                 below, ITEM_MIN_CALLS)
-            return pl.Series("call_instance", np.where(ids >= 0, ids, -(at + 1)), dtype=pl.Int64)
+            rows = anc.rows(node)
+            line = np.where(rows >= 0, anc.lines[np.maximum(rows, 0)], -1)
+            pieces = _split_at_first_line(ids, anc, node)
+            tail = _loop_tails(ids, pieces, line, ITEM_MIN_CALLS)
+            ids = split_periodic(pieces, calls["stack_id"].gather(idx).fill_null(-1)
+                                 .to_numpy(), below, ITEM_MIN_CALLS)
+            return (pl.Series("call_instance", np.where(ids >= 0, ids, -(at + 1)),
+                              dtype=pl.Int64), tail, line)
         frame = calls.select("_thread", "ts_ns")[idx].with_columns(
             node.cast(pl.Int64).alias("user_node"))
         nodes = frame["user_node"].drop_nulls().unique()
@@ -772,8 +784,8 @@ class Relations:
                            .select(instance_columns()))
         found = _span_starts(frame, sp).to_numpy()
         # a call outside any span of its frame is its own instance (by its row, not its place)
-        return pl.Series("call_instance", np.where(found >= 0, found, -(at + 1)),
-                         dtype=pl.Int64)
+        return (pl.Series("call_instance", np.where(found >= 0, found, -(at + 1)),
+                          dtype=pl.Int64), np.zeros(len(at), bool), np.full(len(at), -1))
 
     def _once_obj(self, name: str, build):
         if name not in self._objects:
@@ -1226,7 +1238,7 @@ class Relations:
                 found = self._item_loop(idx[under], step[under], ids[lv[under]], launch[under],
                                         ts[under], end[under], scalar[under], ts[scalar],
                                         ts[dtoh], ts[htod], below)
-                steps_u, n_calls, n_launch, lo, hi, inst, dependent = found
+                steps_u, n_calls, n_launch, lo, hi, inst, dependent, looped, lines = found
                 # a loop whose calls need each other's outputs: what its calls call is no item
                 # (a function called fewer times is no loop: what it calls is looked into)
                 loop = np.zeros(n_steps, bool)
@@ -1256,7 +1268,9 @@ class Relations:
                     caller[step[under]] = np.where(up >= 0, code[np.maximum(up, 0)], -1)
                 chosen.append(pl.DataFrame({
                     "step": g_steps, "item_node": ids[g_nodes],
-                    "item_function": _item_label(labels, g_nodes, library, trie.parent),
+                    "item_function": _item_label(labels, g_nodes, library, trie.parent,
+                                                 looped[good], lines[0][good], lines[1][good]),
+                    "item_loop": looped[good],
                     "item_calls": n_calls[good],
                     "item_launches": n_launch[good], "item_start_ns": lo[good],
                     "item_end_ns": hi[good], "_row": g_nodes, "_parent": caller[g_steps]}))
@@ -1272,10 +1286,10 @@ class Relations:
                                          else -1))
                 seen[lib_step[step] & (lv >= 0) & library[at_lv] & (lv != node_of[step])
                      & same & free] = True
-                keep = mine[step[under]]
+                keep = mine[step[under]] & (inst != AFTER_LOOP)
                 members.append((idx[under][keep], inst[keep], step[under][keep],
                                 node_of[step[under][keep]]))
-                taken[under[keep]] = True
+                taken[under[mine[step[under]]]] = True
                 done[g_steps] = True
                 per_step[g_steps] += 1
                 progress = True
@@ -1321,7 +1335,17 @@ class Relations:
         calls read the GPU's values back between them: ``scalar_ts``, ``read_ts``,
         ``upload_ts``, every such read of the thread; or, without spans, in most of its calls,
         in its own code, a scalar)."""
-        inst = self._frame_instances(pl.Series(at), pl.Series(frame), below).to_numpy()
+        inst, tail, line = self._frame_instances(pl.Series(at), pl.Series(frame), below)
+        inst = inst.to_numpy()
+        # the code after a loop inside one call of the function is no iteration's: its calls
+        # count for none (the loop's iterations are the items; where a step has such code,
+        # its items are a loop's iterations: ``looped``, their lines ``lines``)
+        every_st = st
+        looped_at = np.unique(st[tail])
+        if tail.any():
+            keep = ~tail
+            at, st, launch, ts, end, scalar, inst, frame, line = (
+                a[keep] for a in (at, st, launch, ts, end, scalar, inst, frame, line))
         # per step (the calls in time order: a step's are one run, and so are each of
         # the function's calls'): its calls of the function, their launches and span
         begins = np.flatnonzero(np.r_[True, st[1:] != st[:-1]])
@@ -1347,7 +1371,13 @@ class Relations:
         s_u, where = np.unique(st[per_call], return_inverse=True)
         share = np.bincount(where, weights=has) / np.bincount(where)
         dependent = np.union1d(dependent, s_u[share >= 0.5]).astype(np.int64)
-        return steps_u, n_calls, n_launch, lo, hi, inst, dependent
+        looped = np.isin(steps_u, looped_at)
+        lines = (np.minimum.reduceat(line, begins), np.maximum.reduceat(line, begins))
+        if tail.any():   # the instances of every call given, those after a loop AFTER_LOOP
+            full = np.full(len(every_st), AFTER_LOOP, np.int64)
+            full[~tail] = inst
+            inst = full
+        return steps_u, n_calls, n_launch, lo, hi, inst, dependent, looped, lines
 
     def _scalar_reads(self, idx: np.ndarray, dtoh: np.ndarray) -> np.ndarray:
         """Which of the calls ``idx`` (``dtoh``: those that copy device to host) read a GPU
@@ -1752,6 +1782,9 @@ ITEM_MIN_CALLS = 4
 # The frame below a call that says its run of a frame's calls is not split into repetitions
 # (``Relations._frame_instances``' ``below``): the frame is not the user's own
 WHOLE = np.iinfo(np.int64).max
+# The instance ``Relations._item_loop`` gives a call after a loop inside one call of the
+# function (no iteration's)
+AFTER_LOOP = np.iinfo(np.int64).min
 # The most functions called once per item found in one step, and how deep below the step
 # function (in user frames, past the frame the step function called) they are looked for
 ITEM_MAX_FUNCTIONS = 4
@@ -1769,7 +1802,7 @@ class ItemCalls:
     function's stack node (``node``: the table's ``item_node``)."""
 
     SCHEMA: ClassVar[dict] = {"step": pl.Int64, "item_node": pl.Int64, "item_function": pl.String,
-              "item_calls": pl.Int64, "item_launches": pl.Int64, "item_start_ns": pl.Int64,
+              "item_loop": pl.Boolean, "item_calls": pl.Int64, "item_launches": pl.Int64, "item_start_ns": pl.Int64,
               "item_end_ns": pl.Int64}
 
     def __init__(self, table: pl.DataFrame, call_idx: np.ndarray, instance: np.ndarray,
@@ -1834,6 +1867,40 @@ def _split_at_first_line(ids: np.ndarray, anc, node: pl.Series) -> np.ndarray:
     return np.where(has, np.cumsum(start), -1).astype(np.int64)
 
 
+def _loop_tails(run: np.ndarray, piece: np.ndarray, line: np.ndarray, min_pieces: int
+                ) -> np.ndarray:
+    """Per call (in time order; ``run``: its run of calls through one frame, ``piece``: its
+    part of the run once split where the frame's line went back to its first, -1 none;
+    ``line``: the frame's executing line): whether it is in the last part of a run of
+    ``min_pieces`` parts or more, from that part's first call whose line no other part of the
+    run has, to the run's end. Calls of a function back to back each go through the same
+    lines; a loop inside one call of it (``for c, th in zip(cams, thetas): ...`` and then
+    ``torch.cat(parts)``, ``self.embedder(crops)``) goes back to its first line as a new call
+    would, and then runs the code after the loop: those calls are no iteration's."""
+    n = len(run)
+    tail = np.zeros(n, bool)
+    if not n:
+        return tail
+    ok = (run >= 0) & (piece >= 0)
+    begin = np.flatnonzero(np.r_[True, run[1:] != run[:-1]])
+    end = np.r_[begin[1:], n] - 1
+    no = np.cumsum(np.r_[True, run[1:] != run[:-1]]) - 1     # each call's run, 0..
+    many = ok[begin] & (piece[end] - piece[begin] + 1 >= min_pieces)
+    if not many.any():
+        return tail
+    last = ok & many[no] & (piece == piece[end][no])
+    earlier = ok & many[no] & ~last
+    width = int(line.max(initial=0)) + 2
+    seen = np.unique(no[earlier] * width + line[earlier] + 1)
+    key = no * width + line + 1
+    pos = np.minimum(np.searchsorted(seen, key), len(seen) - 1)
+    new = last & (seen[pos] != key)
+    # from the first new line of the last part to the run's end
+    count = np.cumsum(new)
+    before = count[begin] - new[begin]
+    return last & (count - before[no] > 0)
+
+
 def _frame_levels(rows: np.ndarray, source: np.ndarray, user: np.ndarray, trie: Trie
                   ) -> list[np.ndarray]:
     """Per call (``rows``: its stack's trie row, -1 none), its frame at each level below the
@@ -1874,16 +1941,26 @@ def op_span_starts(spans, pid: np.ndarray, op_id: np.ndarray) -> np.ndarray:
     return out
 
 
-def _item_label(labels: pl.Series, rows: np.ndarray, library: np.ndarray, parent: np.ndarray
-                ) -> pl.Series:
+def _item_label(labels: pl.Series, rows: np.ndarray, library: np.ndarray, parent: np.ndarray,
+                loop: np.ndarray, first: np.ndarray, last: np.ndarray) -> pl.Series:
     """The label of each item function (``rows``: node rows): a library function's with
     the user function that calls it (``torch/nn/functional.py:5245 affine_grid (from
-    facegate.py:334 embed)``: the library's own file says nothing of where the loop is)."""
+    facegate.py:334 embed)``: the library's own file says nothing of where the loop is); a
+    loop inside one call of a function (``loop``), the lines of its CUDA calls (``first`` to
+    ``last``) with the function (``the loop at facegate.py:354-356 in Service.embed``)."""
     own = labels.gather(rows)
     lib = library[rows] & (parent[rows] >= 0)
     caller = labels.gather(np.maximum(parent[rows], 0))
-    return (pl.DataFrame({"own": own, "caller": caller, "lib": lib})
-            .select(pl.when(pl.col("lib")).then(pl.format("{} (from {})", "own", "caller"))
+    span = pl.Series(np.where(first == last, first.astype(str),
+                              np.char.add(np.char.add(first.astype(str), "-"),
+                                          last.astype(str))))
+    at_line = own.str.extract_groups(r"^(?<file>\S+):\d+ (?<name>.+)$")
+    return (pl.DataFrame({"own": own, "caller": caller, "lib": lib, "loop": loop,
+                          "span": span, "file": at_line.struct.field("file"),
+                          "name": at_line.struct.field("name")})
+            .select(pl.when(pl.col("loop") & pl.col("file").is_not_null())
+                    .then(pl.format("the loop at {}:{} in {}", "file", "span", "name"))
+                    .when(pl.col("lib")).then(pl.format("{} (from {})", "own", "caller"))
                     .otherwise(pl.col("own")).alias("item_function"))["item_function"])
 
 

@@ -648,6 +648,9 @@ def _items(rows: pl.DataFrame, analysis: Analysis) -> Fix | None:
                              .unique(), on=["step", "item_function"], how="semi")
     if table.height == 0:
         return None
+    # a loop inside one call of a function (eBPF stacks): its iterations are the items
+    call, run = (("iteration", "run") if table["item_loop"].fill_null(False).any()
+                 else ("call", "called"))
     # a (step, function's stack node) as one key: the finding's, and each member call's
     nodes = sorted_unique(items.table["item_node"].to_numpy())
     n_nodes = len(nodes)
@@ -667,6 +670,9 @@ def _items(rows: pl.DataFrame, analysis: Analysis) -> Fix | None:
     gone, inst = at[later], inst[later]
     if not len(gone):
         return None
+    looped = np.zeros(int(max(key.max(), key_of.max())) + 1, bool)
+    looped[key_of] = table["item_loop"].fill_null(False).to_numpy()
+    in_loop = looped[key[later]]
     opening = np.r_[True, inst[1:] != inst[:-1]]   # each call's first CUDA call
     tl = analysis.timeline
     gap = np.zeros(len(gone), np.int64)
@@ -682,8 +688,10 @@ def _items(rows: pl.DataFrame, analysis: Analysis) -> Fix | None:
         # loop's own ops before the call, part of its item, keep the time before the first)
         gap[opening] = np.where(start >= 0, np.clip(before - np.maximum(ts - start, 0), 0,
                                                     None), before)
-    else:
-        gap[opening] = tl.gap[gone[opening]]   # no span: where the call began is not known
+    else:   # no span: where the call began is not known, and the time before it stays;
+        # but in a loop inside one call (eBPF) the time before an iteration's first CUDA call
+        # is the loop body's own work, which one pass on all the items does once: it goes
+        gap[opening] = np.where(in_loop[opening], 0, tl.gap[gone[opening]])
     waits = gone[tl.waits[gone]]
     # their GPU operations run back to back, as one batched kernel's work would, each
     # kernel for the share of the GPU its blocks fill (the batch fills the rest)
@@ -705,11 +713,12 @@ def _items(rows: pl.DataFrame, analysis: Analysis) -> Fix | None:
     return Fix(cost_calls=gone, cost_ns=np.zeros(len(gone), np.int64), gap_calls=gone,
                gap_ns=gap, unblock_calls=waits, gapless_ops=ops, gpu_ops=scaled,
                gpu_dur_ns=dur, describe=(
-        f"replayed with {what} called once a step on all the items: in each of {steps:,} "
-        f"steps its first call stays{places}, and the {len(gone):,} CUDA calls of its other "
-        f"{n_calls:,} calls are made without their CPU time or the CPU work before each inside "
-        "it" + (" (the loop's work before each call stays)" if spans else
-                " (the CPU time before each call's first stays)")
+        f"replayed with {what} {run} once a step on all the items: in each of {steps:,} "
+        f"steps its first {call} stays{places}, and the {len(gone):,} CUDA calls of its other "
+        f"{n_calls:,} {call}s are made without their CPU time or the CPU work before each "
+        "inside it" + (" (the loop's work before each call stays)" if spans else
+                       " (the CPU time before each call's first stays)" if call == "call"
+                       else ", the loop's own work between them too")
         + (f", {len(waits):,} of them not waiting" if len(waits) else "")
         + f"; their {len(ops):,} GPU operations run back to back (without the gaps between "
           "launched kernels), as a batch's kernels would"

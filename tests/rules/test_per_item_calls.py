@@ -163,6 +163,77 @@ def test_without_spans_a_loop_reading_a_scalar_in_its_own_code_is_not_items():
     assert analysis.relations.item_calls().table.height == 0 and findings == []
 
 
+
+AFFINE = ("python", "affine_grid", "torch/nn/functional.py", 5245)
+GRID = ("python", "grid_sample", "torch/nn/functional.py", 5120)
+EMBEDDER = [("python", "Module._call_impl", "torch/nn/modules/module.py", 1783),
+            ("python", "Embedder.forward", "model.py", 60)]
+
+
+def loop_in_embed(after: bool) -> CaptureBuilder:
+    """eBPF stacks: ``embed`` called once a step (handle's line 23) loops over ITEMS faces
+    itself (the twelfth blind round's facegate): each iteration uploads the face's
+    parameters (its line 10: a pinned copy, not waiting, 4 + 1 us), then calls F.affine_grid
+    (line 11: 2 launches) and F.grid_sample (line 12: 1 launch), 5 + 1 us a launch; every GPU
+    operation 10 ns (the CPU sets the pace, as in the other cases here). ``after``:
+    after the loop, ``torch.cat`` of the crops (line 13: 1 launch) and the embedder on all of
+    them (line 14: K launches through torch's module frame)."""
+    b = CaptureBuilder()
+    embed = at(23, False)
+    for _ in range(REQUESTS):
+        with b.enclosing(STEP):
+            b.copy(at(21, False), "HtoD", nbytes=4096, host_mem="pinned", sync=False)
+            for _ in range(ITEMS):
+                b.copy(embed + [("python", "embed", "model.py", 10)], "HtoD", nbytes=24,
+                       host_mem="pinned", gpu_us=0.01, sync=False)
+                for kernel in ("affine", "affine"):
+                    b.kernel(embed + [("python", "embed", "model.py", 11), AFFINE,
+                                      ("torch_op", f"aten::{kernel}")], kernel, gpu_us=0.01)
+                b.kernel(embed + [("python", "embed", "model.py", 12), GRID,
+                                  ("torch_op", "aten::grid_sampler_2d")], "grid", gpu_us=0.01)
+            if after:
+                b.kernel(embed + [("python", "embed", "model.py", 13), ("torch_op", "aten::cat")],
+                         "cat", gpu_us=0.01)
+                for _ in range(K):
+                    b.kernel(embed + [("python", "embed", "model.py", 14), *EMBEDDER,
+                                      ("torch_op", "aten::linear")], "gemm", gpu_us=0.01)
+            b.scalar_readback(at(25, False))
+    return b
+
+
+def test_without_spans_a_loop_inside_one_call_is_named_as_the_loop():
+    """The line of ``embed`` goes back to its first (10) at each face, as a new call's would,
+    but the last part then runs lines 13 and 14, which no other part has: one call of
+    ``embed`` looping over its faces, not ITEMS calls of it. The finding names the loop by
+    its lines, counts its iterations, and leaves the code after it out of every item: the
+    saving is each later iteration's whole time, its copy's 4 us and 3 launches' 15 us with
+    the 1 us after each of the 4 calls, 23 us (the loop's own work between two iterations is
+    the function's: one pass on all the items does it once). Before, the finding said
+    "called model.py:14 embed 8 times" and the last item took the code after the loop along:
+    its 1 + K launches' CPU time was saved too."""
+    analysis, [f] = run(loop_in_embed(after=True), spans=False)
+    items = analysis.relations.item_calls()
+    assert set(items.table["item_function"]) == {"the loop at model.py:10-12 in embed"}
+    assert items.table["item_calls"].to_list() == [ITEMS] * REQUESTS
+    assert items.table["item_loop"].all()
+    assert f.evidence["launches_per_call"] == 3
+    assert "ran the loop at model.py:10-12 in embed 8 times each" in " ".join(f.message.split())
+    # the items' CUDA calls are the iterations' 4 each, none of the 1 + K after the loop
+    assert len(items.call_idx) == REQUESTS * ITEMS * 4
+    assert f.saving_ns == pytest.approx(REQUESTS * (ITEMS - 1) * 23 * US, rel=1e-3)
+    assert "its first iteration stays" in f.edit.describe
+
+
+def test_without_spans_a_loop_with_nothing_after_it_is_calls_of_the_function():
+    """Without code after the loop, a loop inside one call and calls back to back through
+    the same lines are the same stacks: the parts are taken for calls of ``embed``, as before
+    (the time before each call's first CUDA call, 1 us, stays: 22 us a later call)."""
+    analysis, [f] = run(loop_in_embed(after=False), spans=False)
+    items = analysis.relations.item_calls()
+    assert set(items.table["item_function"]) == {"model.py:11 embed"}
+    assert not items.table["item_loop"].any()
+    assert f.saving_ns == pytest.approx(REQUESTS * (ITEMS - 1) * 22 * US, rel=1e-3)
+
 # torch's frames below one line of a user function: a stage's convolution and activation
 # (two torch modules' calls) and a pooling call between two stages
 CONV = [("python", "Module._call_impl", "torch/nn/modules/module.py", 1783),
