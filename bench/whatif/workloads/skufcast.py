@@ -75,6 +75,10 @@ VARIANTS = {
     "gpu_sort": "the quantiles put in order with torch.sort on the device, not copied to the "
                 "host, sorted with numpy and uploaded again mid-request",
     "all": "fused_attention + cached_calendar + gpu_sort",
+    # added after zym's first analysis (the fifty-ninth round), to measure a finding no blind
+    # fix answers: not one of the round's blind fixes (not in "all")
+    "tf32": "the model's float32 matmuls on TF32 tensor cores (the harness's process-wide switch "
+            "while the service runs), not full float32",
 }
 
 
@@ -260,7 +264,7 @@ class Service:
     def __init__(self, variant: str, device: str) -> None:
         self.variant, self.device = variant, device
         fixes = set(FIXES) if variant == "all" else {variant}
-        self.tf32 = False
+        self.tf32 = variant == "tf32"
         self.fused = "fused_attention" in fixes
         self.cache_calendar = "cached_calendar" in fixes
         self.gpu_sort = "gpu_sort" in fixes
