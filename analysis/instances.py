@@ -36,6 +36,8 @@ class Ancestors:
         self.key = (nodes["file"].fill_null("") + "\x1f" + nodes["name"].fill_null("")).to_numpy()
         # per row, its frame's line (-1: none), read where a call's executing line is asked
         self._line = nodes["line"] if "line" in nodes.columns else None
+        # per row, its line's text (the capture's ``source``), None where the nodes have none
+        self.sources = nodes["source"] if "source" in nodes.columns else None
         width = int(depth.max()) + 1 if len(depth) else 1
         table = np.full((len(trie), width), -1, np.int32)
         for rows in trie.levels:  # the roots' level first: parents are filled first

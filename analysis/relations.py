@@ -770,7 +770,7 @@ class Relations:
             ids = call_instances(calls, full, at, anc, self.call_steps(),
                                  self._thread_order(False))
             rows = anc.rows(node)
-            line = np.where(rows >= 0, anc.lines[np.maximum(rows, 0)], -1)
+            line = statement_lines(anc, rows, rows >= 0)
             pieces = _split_at_first_line(ids, anc, node)
             tail = _loop_tails(ids, pieces, line, ITEM_MIN_CALLS)
             ids = split_periodic(pieces, calls["stack_id"].gather(idx).fill_null(-1)
@@ -1856,7 +1856,7 @@ def _split_at_first_line(ids: np.ndarray, anc, node: pl.Series) -> np.ndarray:
     rows = anc.rows(node)
     has = (ids >= 0) & (rows >= 0)
     code = np.where(has, frame_codes(anc)[np.maximum(rows, 0)], -1)
-    line = np.where(has, anc.lines[np.maximum(rows, 0)], -1)
+    line = statement_lines(anc, rows, has)
     width = int(code.max(initial=0)) + 1
     first = np.full(width, np.iinfo(np.int64).max, np.int64)
     np.minimum.at(first, code[has], line[has])
@@ -1865,6 +1865,21 @@ def _split_at_first_line(ids: np.ndarray, anc, node: pl.Series) -> np.ndarray:
     back = at_first & same_run & ~np.r_[False, at_first[:-1]]
     start = has & (~same_run | back)
     return np.where(has, np.cumsum(start), -1).astype(np.int64)
+
+
+def statement_lines(anc, rows: np.ndarray, has: np.ndarray) -> np.ndarray:
+    """Per call (``rows``: its frame's node row; ``has``: whether it has one), the first line
+    of the statement the frame executes (:func:`zym.analysis.phases.statement_starts`, per
+    function), else -1."""
+    from .phases import statement_starts
+
+    at = np.maximum(rows, 0)
+    line = np.where(has, anc.lines[at], -1)
+    source = anc.sources
+    if source is None or not has.any():
+        return line
+    func = np.unique(anc.key, return_inverse=True)[1].astype(np.int64)
+    return statement_starts(line, source.gather(at), np.where(has, func[at], -1))
 
 
 def _loop_tails(run: np.ndarray, piece: np.ndarray, line: np.ndarray, min_pieces: int
