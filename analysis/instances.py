@@ -50,6 +50,11 @@ class Ancestors:
         self.table = table
 
     @functools.cached_property
+    def functions(self) -> np.ndarray:
+        """Each row's function (its file and name) as a dense code."""
+        return np.unique(self.key, return_inverse=True)[1].astype(np.int64)
+
+    @functools.cached_property
     def lines(self) -> np.ndarray:
         """Each row's frame line, -1 where it has none."""
         if self._line is None:

@@ -348,6 +348,22 @@ def statement_starts(lines: np.ndarray, texts: pl.Series, group: np.ndarray | No
     return np.where((lines >= 0) & (keys[at] == key), vals[at], lines)
 
 
+def statement_lines(nodes: pl.DataFrame, rows: np.ndarray, has: np.ndarray,
+                    group: np.ndarray | None = None) -> np.ndarray:
+    """Per call (``rows``: its frame's node row; ``has``: whether it has one), the first line
+    of the statement its frame executes (:func:`statement_starts` over the distinct rows,
+    ``group``: the function of each node row, default one function), else -1."""
+    line = nodes["line"].cast(pl.Int64).fill_null(-1).to_numpy()
+    out = np.full(len(rows), -1, np.int64)
+    if not has.any():
+        return out
+    distinct, inverse = np.unique(rows[has], return_inverse=True)
+    g = None if group is None else group[distinct]
+    starts = statement_starts(line[distinct], nodes["source"].gather(distinct), g)
+    out[has] = starts[inverse]
+    return out
+
+
 def _line_steps(mine: pl.DataFrame, trie: Trie, nodes: pl.DataFrame, file: str, name: str
                 ) -> tuple[np.ndarray, np.ndarray]:
     """Calls of ``file:name`` from executing lines: a new call starts where the function's
@@ -364,8 +380,8 @@ def _line_steps(mine: pl.DataFrame, trie: Trie, nodes: pl.DataFrame, file: str, 
     if not has.any():
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     if "source" in nodes.columns:   # a statement over several lines is its first line's
-        text = values_at(nodes["source"], take_rows(outer, rows))
-        ln = np.where(has, statement_starts(ln, text), -1)
+        at = take_rows(outer, rows)
+        ln = np.where(has, statement_lines(nodes, at, has), -1)
     first_line = int(ln[has].min())
     prev_has = np.concatenate([[False], has[:-1]])
     prev_ln = np.concatenate([[-1], ln[:-1]])

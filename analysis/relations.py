@@ -1869,17 +1869,14 @@ def _split_at_first_line(ids: np.ndarray, anc, node: pl.Series) -> np.ndarray:
 
 def statement_lines(anc, rows: np.ndarray, has: np.ndarray) -> np.ndarray:
     """Per call (``rows``: its frame's node row; ``has``: whether it has one), the first line
-    of the statement the frame executes (:func:`zym.analysis.phases.statement_starts`, per
+    of the statement the frame executes (:func:`zym.analysis.phases.statement_lines`, per
     function), else -1."""
-    from .phases import statement_starts
+    from .phases import statement_lines as lines_of
 
-    at = np.maximum(rows, 0)
-    line = np.where(has, anc.lines[at], -1)
-    source = anc.sources
-    if source is None or not has.any():
-        return line
-    func = np.unique(anc.key, return_inverse=True)[1].astype(np.int64)
-    return statement_starts(line, source.gather(at), np.where(has, func[at], -1))
+    if anc.sources is None:
+        return np.where(has, anc.lines[np.maximum(rows, 0)], -1)
+    nodes = pl.DataFrame({"line": anc.lines, "source": anc.sources})
+    return lines_of(nodes, rows, has, anc.functions)
 
 
 def _loop_tails(run: np.ndarray, piece: np.ndarray, line: np.ndarray, min_pieces: int
