@@ -1794,7 +1794,8 @@ ITEM_MAX_DEPTH = 6
 class ItemCalls:
     """The functions each step calls once per item (:meth:`Relations.item_calls`): ``table``,
     one row per step and function (``step``, ``item_node``: its stack node, ``item_function``:
-    its label, ``item_calls``: its calls in the step, ``item_launches``: the launches inside
+    its label, ``item_loop``: whether its calls are the iterations of a loop inside one call of it
+    (eBPF stacks: :func:`_loop_tails`), ``item_calls``: its calls in the step, ``item_launches``: the launches inside
     them, ``item_start_ns`` and ``item_end_ns``: the first call's first CUDA call's start and
     the last's end), and
     the CUDA calls inside those calls: ``call_idx`` (sorted), each one's call of the
@@ -1802,8 +1803,8 @@ class ItemCalls:
     function's stack node (``node``: the table's ``item_node``)."""
 
     SCHEMA: ClassVar[dict] = {"step": pl.Int64, "item_node": pl.Int64, "item_function": pl.String,
-              "item_loop": pl.Boolean, "item_calls": pl.Int64, "item_launches": pl.Int64, "item_start_ns": pl.Int64,
-              "item_end_ns": pl.Int64}
+              "item_loop": pl.Boolean, "item_calls": pl.Int64, "item_launches": pl.Int64,
+              "item_start_ns": pl.Int64, "item_end_ns": pl.Int64}
 
     def __init__(self, table: pl.DataFrame, call_idx: np.ndarray, instance: np.ndarray,
                  step: np.ndarray, node: np.ndarray) -> None:
