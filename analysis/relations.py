@@ -1794,11 +1794,11 @@ ITEM_MAX_DEPTH = 6
 class ItemCalls:
     """The functions each step calls once per item (:meth:`Relations.item_calls`): ``table``,
     one row per step and function (``step``, ``item_node``: its stack node, ``item_function``:
-    its label, ``item_loop``: whether its calls are the iterations of a loop inside one call of it
-    (eBPF stacks: :func:`_loop_tails`), ``item_calls``: its calls in the step, ``item_launches``: the launches inside
-    them, ``item_start_ns`` and ``item_end_ns``: the first call's first CUDA call's start and
-    the last's end), and
-    the CUDA calls inside those calls: ``call_idx`` (sorted), each one's call of the
+    its label, ``item_loop``: whether its calls are the iterations of a loop inside one call
+    of it (eBPF stacks: :func:`_loop_tails`), ``item_calls``: its calls in the step,
+    ``item_launches``: the launches inside them, ``item_start_ns`` and ``item_end_ns``: the
+    first call's first CUDA call's start and the last's end), and the CUDA calls inside those
+    calls: ``call_idx`` (sorted), each one's call of the
     function (``instance``: ids that say which calls share one), its ``step`` and the
     function's stack node (``node``: the table's ``item_node``)."""
 
