@@ -55,6 +55,19 @@ class Ancestors:
         return np.unique(self.key, return_inverse=True)[1].astype(np.int64)
 
     @functools.cached_property
+    def statement_lines(self) -> np.ndarray:
+        """Each row's frame line read as its statement's first (a call written over several
+        lines: :func:`zym.analysis.statements.statement_starts`, per function), -1 where it
+        has none; the frame line where the nodes keep no texts."""
+        from .statements import statement_lines
+
+        rows = np.arange(len(self.depth))
+        if self.sources is None:
+            return self.lines
+        nodes = pl.DataFrame({"line": self.lines, "source": self.sources})
+        return statement_lines(nodes, rows, self.lines >= 0, self.functions)
+
+    @functools.cached_property
     def lines(self) -> np.ndarray:
         """Each row's frame line, -1 where it has none."""
         if self._line is None:

@@ -770,8 +770,8 @@ class Relations:
             ids = call_instances(calls, full, at, anc, self.call_steps(),
                                  self._thread_order(False))
             rows = anc.rows(node)
-            line = statement_lines(anc, rows, rows >= 0)
-            pieces = _split_at_first_line(ids, anc, node)
+            line = np.where(rows >= 0, anc.statement_lines[np.maximum(rows, 0)], -1)
+            pieces = _split_at_first_line(ids, anc, rows, line)
             tail = _loop_tails(ids, pieces, line, ITEM_MIN_CALLS)
             ids = split_periodic(pieces, calls["stack_id"].gather(idx).fill_null(-1)
                                  .to_numpy(), below, ITEM_MIN_CALLS)
@@ -1340,7 +1340,6 @@ class Relations:
         # the code after a loop inside one call of the function is no iteration's: its calls
         # count for none (the loop's iterations are the items; where a step has such code,
         # its items are a loop's iterations: ``looped``, their lines ``lines``)
-        every_st = st
         looped_at = np.unique(st[tail])
         if tail.any():
             keep = ~tail
@@ -1374,7 +1373,7 @@ class Relations:
         looped = np.isin(steps_u, looped_at)
         lines = (np.minimum.reduceat(line, begins), np.maximum.reduceat(line, begins))
         if tail.any():   # the instances of every call given, those after a loop AFTER_LOOP
-            full = np.full(len(every_st), AFTER_LOOP, np.int64)
+            full = np.full(len(tail), AFTER_LOOP, np.int64)
             full[~tail] = inst
             inst = full
         return steps_u, n_calls, n_launch, lo, hi, inst, dependent, looped, lines
@@ -1845,19 +1844,19 @@ def _span_starts(frame: pl.DataFrame, sp: pl.DataFrame) -> pl.Series:
             .collect().to_series())
 
 
-def _split_at_first_line(ids: np.ndarray, anc, node: pl.Series) -> np.ndarray:
-    """Run ids (``ids``: calls in time order, -1 none) of calls through the frames ``node``,
-    each run split where the frame's executing line goes back to the first line (the lowest)
-    its function, from that caller, issues CUDA calls from: a new call of it. Ids stay >= 0
-    and distinct per call of the function; -1 stays."""
+def _split_at_first_line(ids: np.ndarray, anc, rows: np.ndarray, line: np.ndarray
+                         ) -> np.ndarray:
+    """Run ids (``ids``: calls in time order, -1 none) of calls through the frames at node
+    ``rows`` (-1 none), each run split where the frame's executing ``line`` (its statement's
+    first) goes back to the first (the lowest) its function, from that caller, issues CUDA
+    calls from: a new call of it. Ids stay >= 0 and distinct per call of the function; -1
+    stays."""
     from .instances import frame_codes
 
     if not len(ids):
         return ids
-    rows = anc.rows(node)
     has = (ids >= 0) & (rows >= 0)
     code = np.where(has, frame_codes(anc)[np.maximum(rows, 0)], -1)
-    line = statement_lines(anc, rows, has)
     width = int(code.max(initial=0)) + 1
     first = np.full(width, np.iinfo(np.int64).max, np.int64)
     np.minimum.at(first, code[has], line[has])
@@ -1866,18 +1865,6 @@ def _split_at_first_line(ids: np.ndarray, anc, node: pl.Series) -> np.ndarray:
     back = at_first & same_run & ~np.r_[False, at_first[:-1]]
     start = has & (~same_run | back)
     return np.where(has, np.cumsum(start), -1).astype(np.int64)
-
-
-def statement_lines(anc, rows: np.ndarray, has: np.ndarray) -> np.ndarray:
-    """Per call (``rows``: its frame's node row; ``has``: whether it has one), the first line
-    of the statement the frame executes (:func:`zym.analysis.phases.statement_lines`, per
-    function), else -1."""
-    from .phases import statement_lines as lines_of
-
-    if anc.sources is None:
-        return np.where(has, anc.lines[np.maximum(rows, 0)], -1)
-    nodes = pl.DataFrame({"line": anc.lines, "source": anc.sources})
-    return lines_of(nodes, rows, has, anc.functions)
 
 
 def _loop_tails(run: np.ndarray, piece: np.ndarray, line: np.ndarray, min_pieces: int

@@ -1,4 +1,4 @@
-"""A statement written over several lines (analysis/phases.py ``statement_starts``): with eBPF
+"""A statement written over several lines (analysis/statements.py ``statement_starts``): with eBPF
 stacks a step function's call is told from the next where its executing line goes back to its
 first CUDA line, and a call written over two lines runs its arguments' uploads at their own
 lines, then its own launches at its first line (CPython reports a call at the line its
@@ -11,7 +11,7 @@ went 538, 538, 539, then back to 538 for the forward: each request was two steps
 from __future__ import annotations
 
 import pytest
-from zym.analysis.phases import bracket_depth, statement_starts
+from zym.analysis.statements import bracket_depth, statement_starts
 from zym.rules.testing import CaptureBuilder
 
 REQUESTS = 5
@@ -65,11 +65,16 @@ def test_bracket_depth(text, depth):
 
 def test_statement_starts_by_function():
     """Lines 20 (open) and 21 (close) are one statement, 23 its own; a line that leaves
-    brackets open joins the next line of its own function only, and only within 8 lines."""
+    brackets open joins the next line of its own function only, and only within 8 lines; a
+    later line (the lines between unknown: no CUDA call there) joins it only where it closes
+    brackets it did not open (72), not where it is whole (63: facegate's crops statement,
+    closed at a line without CUDA calls, would otherwise swallow the loop after it)."""
     import numpy as np
     import polars as pl
 
-    lines = np.array([20, 21, 23, 21, 40, 50, -1])
-    texts = pl.Series([OPEN, CLOSE, "y = 1", CLOSE, "z = g(", "w = 2)", None])
-    group = np.array([0, 0, 0, 1, 0, 0, 0])
-    assert statement_starts(lines, texts, group).tolist() == [20, 20, 23, 21, 40, 50, -1]
+    lines = np.array([20, 21, 23, 21, 40, 50, 60, 63, 64, 70, 72, -1])
+    texts = pl.Series([OPEN, CLOSE, "y = 1", CLOSE, "z = g(", "w = 2)", "a = f(x", "b = g(x)",
+                       "c = h(y)", "d = f(", "y.to(d))", None])
+    group = np.array([0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0])
+    assert statement_starts(lines, texts, group).tolist() == [
+        20, 20, 23, 21, 40, 50, 60, 63, 64, 70, 70, -1]
