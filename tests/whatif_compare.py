@@ -84,3 +84,12 @@ def raw_spans(path: Path):
     stacks = raw.filter(pl.col("record") == "stack").select("stack_id", "frame_id")
     return (raw.filter(pl.col("record") == "span").select("stack_id", "ts_ns", "dur_ns")
             .join(stacks, on="stack_id").join(frames, on="frame_id"))
+
+
+def steps_found(path: Path) -> int:
+    """The steps zym finds in a capture or trace, the warm-up's among them (the report's
+    ``phases.steps.found``)."""
+    from zym.analysis import analyze
+    from zym.analysis.export.summary import build_report
+
+    return build_report(analyze(path), None, None)["phases"]["steps"]["found"]

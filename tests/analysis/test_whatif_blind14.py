@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from whatif_compare import check_docs_table, compare, workload_constant
+from whatif_compare import check_docs_table, compare, steps_found, workload_constant
 
 ROOT = Path(__file__).resolve().parents[2]
 BLIND14 = ROOT / "bench" / "whatif" / "results" / "h100-blind14"
@@ -30,10 +30,6 @@ def test_a_step_is_a_request(source):
     """The per-step figures are per request: the steps zym finds (the warm-up's among them,
     in a capture) are the requests each file recorded: one pass traced (torch.profiler's
     schedule), the warm-up pass and one more captured (harness.py serve --passes 1)."""
-    from zym.analysis import analyze
-    from zym.analysis.export.summary import build_report
-
     for w, n in REQUESTS.items():
-        steps = build_report(analyze(BLIND14 / source / f"{w}.parquet"), None, None)[
-            "phases"]["steps"]
-        assert steps["found"] == (n if source == "kineto" else 2 * n), (w, steps)
+        assert steps_found(BLIND14 / source / f"{w}.parquet") == (
+            n if source == "kineto" else 2 * n), w

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from whatif_compare import check_docs_table, compare, workload_constant
+from whatif_compare import check_docs_table, compare, steps_found, workload_constant
 
 ROOT = Path(__file__).resolve().parents[2]
 BLIND15 = ROOT / "bench" / "whatif" / "results" / "h100-blind15"
@@ -30,10 +30,6 @@ def test_a_step_is_a_request(source):
     pass and one more captured (harness.py serve --passes 1). nerlink's handle starts with
     a call written over two lines (its arguments' uploads at 538 and 539, the forward at
     538): before statements were read from the lines' texts, its capture had 16 steps."""
-    from zym.analysis import analyze
-    from zym.analysis.export.summary import build_report
-
     for w, n in REQUESTS.items():
-        steps = build_report(analyze(BLIND15 / source / f"{w}.parquet"), None, None)[
-            "phases"]["steps"]
-        assert steps["found"] == (n if source == "kineto" else 2 * n), (w, steps)
+        assert steps_found(BLIND15 / source / f"{w}.parquet") == (
+            n if source == "kineto" else 2 * n), w
