@@ -100,3 +100,40 @@ def test_the_per_face_crops_are_one_loop_of_the_library_calls_on_the_trace():
     t = np.sort(launches.to_numpy())
     inside = int((np.searchsorted(t, end) - np.searchsorted(t, start)).sum())
     assert f.evidence["launches_per_call"] == pytest.approx(inside / calls)
+
+
+def test_facegates_face_loop_is_named_as_the_loop_with_one_iteration_per_upload():
+    """facegate's ``embed`` is called once a request and loops over its faces (an upload of
+    the face's parameters at line 354, ``F.affine_grid`` at 355, ``F.grid_sample`` at 356),
+    then concatenates the crops and runs the embedder (357, 358). On its zym capture the
+    per-item finding names the loop by its lines, not calls of ``embed``, and counts one
+    iteration per face: the HtoD copies made under ``Service.embed`` at line 354 in the
+    analyzed window, counted from the raw stack records."""
+    import polars as pl
+    from zym.analysis import analyze
+    from zym.rules import evaluate
+
+    path = ROOT / "bench" / "whatif" / "results" / "h100-blind12" / "captures" / "facegate.parquet"
+    analysis = analyze(path)
+    [f] = [f for f in evaluate(analysis) if f.rule_id == "compute.per-item-calls"]
+    assert f.evidence["item_function"] == \
+        "the loop at workloads/facegate.py:354-356 in Service.embed"
+    raw = pl.read_parquet(path, columns=["record", "stack_id", "frame_id", "parent_id", "name",
+                                         "line", "kind", "copy_kind", "ts_ns"])
+    frames = raw.filter(pl.col("record") == "frame").select("frame_id", "name", "line")
+    stacks = raw.filter(pl.col("record") == "stack").select("stack_id", "frame_id", "parent_id")
+    # the stack nodes at or under Service.embed's line 354
+    marked = set(stacks.join(frames, on="frame_id")
+                 .filter((pl.col("name") == "Service.embed") & (pl.col("line") == 354))
+                 ["stack_id"].to_list())
+    while True:
+        more = set(stacks.filter(pl.col("parent_id").is_in(list(marked)))["stack_id"].to_list())
+        if more <= marked:
+            break
+        marked |= more
+    t0, t1 = analysis.facts.window
+    uploads = raw.filter((pl.col("record") == "call") & (pl.col("kind") == "copy")
+                         & (pl.col("copy_kind") == "HtoD") & pl.col("stack_id").is_in(list(marked))
+                         & (pl.col("ts_ns") >= t0) & (pl.col("ts_ns") < t1)).height
+    items = analysis.relations.item_calls().table
+    assert uploads > 100 and int(items["item_calls"].sum()) == uploads, uploads
